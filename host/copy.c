@@ -1,0 +1,233 @@
+/* copy.c — copy across dtypes, devices and layouts; fill, arange, linspace. */
+#include "internal.h"
+#include <stdlib.h>
+
+static bool dtype_is_integral(int dtype) { return !lt_dtype_is_float(dtype); }
+
+/* Converts n elements: dst[i*ds] = src[i*ss] (element strides). */
+static void convert_run(void *dst, int dst_dtype, int64_t ds, const void *src, int src_dtype, int64_t ss, int64_t n) {
+  if (dst_dtype == src_dtype) {
+    int sz = lt_dtype_size(dst_dtype);
+    if (ds == 1 && ss == 1) {
+      memcpy(dst, src, (size_t)(n * sz));
+      return;
+    }
+    switch (sz) {
+    case 1:
+      for (int64_t i = 0; i < n; i++) ((uint8_t *)dst)[i * ds] = ((const uint8_t *)src)[i * ss];
+      return;
+    case 2:
+      for (int64_t i = 0; i < n; i++) ((uint16_t *)dst)[i * ds] = ((const uint16_t *)src)[i * ss];
+      return;
+    case 4:
+      for (int64_t i = 0; i < n; i++) ((uint32_t *)dst)[i * ds] = ((const uint32_t *)src)[i * ss];
+      return;
+    default:
+      for (int64_t i = 0; i < n; i++) ((uint64_t *)dst)[i * ds] = ((const uint64_t *)src)[i * ss];
+      return;
+    }
+  }
+  if (dst_dtype == LT_BF16 && src_dtype == LT_F32) {
+    for (int64_t i = 0; i < n; i++) ((uint16_t *)dst)[i * ds] = lt_f32_to_bf16(((const float *)src)[i * ss]);
+    return;
+  }
+  if (dst_dtype == LT_F32 && src_dtype == LT_BF16) {
+    for (int64_t i = 0; i < n; i++) ((float *)dst)[i * ds] = lt_bf16_to_f32(((const uint16_t *)src)[i * ss]);
+    return;
+  }
+  if (dst_dtype == LT_F32 && src_dtype == LT_F64) {
+    for (int64_t i = 0; i < n; i++) ((float *)dst)[i * ds] = (float)((const double *)src)[i * ss];
+    return;
+  }
+  if (dst_dtype == LT_F64 && src_dtype == LT_F32) {
+    for (int64_t i = 0; i < n; i++) ((double *)dst)[i * ds] = ((const float *)src)[i * ss];
+    return;
+  }
+  if (dtype_is_integral(dst_dtype) && dtype_is_integral(src_dtype) && dst_dtype != LT_BOOL) {
+    for (int64_t i = 0; i < n; i++) {
+      int64_t v = lt_load_i64(src, src_dtype, i * ss);
+      switch (dst_dtype) {
+      case LT_I32: ((int32_t *)dst)[i * ds] = (int32_t)v; break;
+      case LT_I64: ((int64_t *)dst)[i * ds] = v; break;
+      default: ((uint8_t *)dst)[i * ds] = (uint8_t)v; break;
+      }
+    }
+    return;
+  }
+  for (int64_t i = 0; i < n; i++) lt_store_f64(dst, dst_dtype, i * ds, lt_load_f64(src, src_dtype, i * ss));
+}
+
+/* CPU strided copy with conversion; shapes already broadcast-checked. */
+static void copy_cpu(lt_tensor *dst, const lt_tensor *src) {
+  int64_t sstride[LT_MAX_DIMS];
+  lt_broadcast_strides(src, dst->ndim, dst->shape, sstride);
+  const int64_t *strides[2] = {dst->stride, sstride};
+  lt_strided_loop L;
+  lt_loop_init(&L, dst->ndim, dst->shape, 2, strides);
+  int64_t rows = lt_loop_outer_rows(&L), inner = L.shape[L.ndim - 1];
+  int64_t ds = L.stride[0][L.ndim - 1], ss = L.stride[1][L.ndim - 1];
+  char *dbase = lt_data_ptr(dst);
+  const char *sbase = lt_data_ptr(src);
+  int dsz = lt_dtype_size(dst->dtype), ssz = lt_dtype_size(src->dtype);
+  if (rows == 1 && inner >= 4 * LT_PAR_GRAIN) { /* one long run: split it across threads */
+    int64_t chunk = LT_PAR_GRAIN;
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < (inner + chunk - 1) / chunk; c++) {
+      int64_t i0 = c * chunk, n = inner - i0 < chunk ? inner - i0 : chunk;
+      convert_run(dbase + i0 * ds * dsz, dst->dtype, ds, sbase + i0 * ss * ssz, src->dtype, ss, n);
+    }
+    return;
+  }
+#pragma omp parallel for schedule(static) if (rows * inner >= LT_PAR_GRAIN && rows > 1)
+  for (int64_t r = 0; r < rows; r++) {
+    int64_t off[2];
+    lt_loop_row_offsets(&L, r, off);
+    convert_run(dbase + off[0] * dsz, dst->dtype, ds, sbase + off[1] * ssz, src->dtype, ss, inner);
+  }
+}
+
+static int check_broadcast_to(const char *op, const lt_tensor *src, const lt_tensor *dst) {
+  int n;
+  int64_t shape[LT_MAX_DIMS];
+  bool ok = src->ndim <= dst->ndim && lt_broadcast_shape(src->ndim, src->shape, dst->ndim, dst->shape, &n, shape) == 0;
+  for (int d = 0; ok && d < n; d++) ok = shape[d] == dst->shape[d];
+  if (ok) return 0;
+  char a[LT_SHAPE_STR], b[LT_SHAPE_STR];
+  return lt_errorf("%s: source shape %s does not broadcast to destination shape %s", op,
+                   lt_shape_str(a, src->ndim, src->shape), lt_shape_str(b, dst->ndim, dst->shape));
+}
+
+int lt_copy(lt_tensor *dst, const lt_tensor *src) {
+  LT_TRY(lt_check_defined("copy", "destination", dst));
+  LT_TRY(lt_check_defined("copy", "source", src));
+  LT_TRY(check_broadcast_to("copy", src, dst));
+  if (dst->device == LT_DEVICE_CPU && src->device == LT_DEVICE_CPU) {
+    copy_cpu(dst, src);
+    return 0;
+  }
+#ifdef LUTRA_HAVE_CUDA
+  /* Across devices: bring src into a contiguous buffer of dst's shape and dtype on
+   * src's device, then one memcpy. CUDA-side layouts beyond contiguous are issue 4. */
+  bool plain = lt_is_contiguous(dst) && lt_is_contiguous(src) && lt_same_shape(dst, src);
+  if (plain && src->dtype == dst->dtype)
+    return lt_cuda_memcpy(lt_data_ptr(dst), dst->device, lt_data_ptr(src), src->device,
+                          lt_numel(dst) * lt_dtype_size(dst->dtype));
+  if (plain && src->device == dst->device)
+    return lt_cuda_convert_contig(dst->device, lt_data_ptr(dst), dst->dtype, lt_data_ptr(src), src->dtype,
+                                  lt_numel(dst));
+  /* general case: stage through the host */
+  int rc = -1;
+  lt_tensor *hs = lt_tensor_new(), *hd = lt_tensor_new();
+  if (!hs || !hd) goto done;
+  if (src->device != LT_DEVICE_CPU) {
+    lt_tensor *cs = lt_tensor_new();
+    if (!cs) goto done;
+    if (lt_is_contiguous(src)) {
+      rc = lt_set(cs, src);
+    } else {
+      rc = lt_errorf("copy: non-contiguous cuda source is not supported yet; call contiguous() on the cpu side");
+    }
+    if (rc == 0) rc = lt_empty(hs, src->ndim, src->shape, src->dtype, LT_DEVICE_CPU);
+    if (rc == 0)
+      rc = lt_cuda_memcpy(lt_data_ptr(hs), LT_DEVICE_CPU, lt_data_ptr(cs), cs->device,
+                          lt_numel(cs) * lt_dtype_size(cs->dtype));
+    lt_release(cs);
+    if (rc) goto done;
+  } else {
+    LT_TRY(lt_set(hs, src));
+  }
+  if (dst->device == LT_DEVICE_CPU) {
+    copy_cpu(dst, hs);
+    rc = 0;
+  } else if (!lt_is_contiguous(dst)) {
+    rc = lt_errorf("copy: non-contiguous cuda destination is not supported yet");
+  } else {
+    rc = lt_empty(hd, dst->ndim, dst->shape, dst->dtype, LT_DEVICE_CPU);
+    if (rc == 0) copy_cpu(hd, hs);
+    if (rc == 0)
+      rc = lt_cuda_memcpy(lt_data_ptr(dst), dst->device, lt_data_ptr(hd), LT_DEVICE_CPU,
+                          lt_numel(dst) * lt_dtype_size(dst->dtype));
+  }
+done:
+  lt_release(hs);
+  lt_release(hd);
+  return rc;
+#else
+  return lt_errorf("copy: this build of lutra has no CUDA support");
+#endif
+}
+
+int lt_fill(lt_tensor *out, double value) {
+  LT_TRY(lt_check_defined("fill", "out", out));
+  if (out->device != LT_DEVICE_CPU) {
+#ifdef LUTRA_HAVE_CUDA
+    if (!lt_is_contiguous(out)) return lt_errorf("fill: non-contiguous cuda tensors are not supported yet");
+    return lt_cuda_fill_contig(out->device, lt_data_ptr(out), out->dtype, lt_numel(out), value);
+#else
+    return lt_errorf("fill: this build of lutra has no CUDA support");
+#endif
+  }
+  /* fill one element, then broadcast-copy it: one code path for every layout */
+  unsigned char one[8];
+  lt_store_f64(one, out->dtype, 0, value);
+  lt_storage st = {one, 8, 1, LT_DEVICE_CPU};
+  lt_tensor scalar = {.storage = &st, .ndim = 0, .dtype = out->dtype, .device = LT_DEVICE_CPU, .refcount = 1};
+  copy_cpu(out, &scalar);
+  return 0;
+}
+
+static int fill_sequence(const char *op, lt_tensor *out, int64_t n, double start, double step, int dtype,
+                         int device) {
+  int64_t shape[1] = {n};
+  LT_TRY(lt_prepare_out(op, out, 1, shape, dtype, device));
+  lt_tensor *host = out;
+  if (device != LT_DEVICE_CPU) {
+    host = lt_tensor_new();
+    if (!host || lt_empty(host, 1, shape, dtype, LT_DEVICE_CPU)) return lt_release(host), -1;
+  }
+  char *p = lt_data_ptr(host);
+  for (int64_t i = 0; i < n; i++) lt_store_f64(p, dtype, i * host->stride[0], start + (double)i * step);
+  int rc = host == out ? 0 : lt_copy(out, host);
+  if (host != out) lt_release(host);
+  return rc;
+}
+
+int lt_arange(lt_tensor *out, double start, double end, double step, int dtype, int device) {
+  if (step == 0 || isnan(step)) return lt_errorf("arange: step must be nonzero");
+  if (!isfinite(start) || !isfinite(end)) return lt_errorf("arange: start and end must be finite");
+  double span = (end - start) / step;
+  int64_t n = span > 0 ? (int64_t)ceil(span) : 0;
+  return fill_sequence("arange", out, n, start, step, dtype, device);
+}
+
+int lt_linspace(lt_tensor *out, double start, double end, int64_t steps, int dtype, int device) {
+  if (steps < 0) return lt_errorf("linspace: steps must be non-negative, got %lld", (long long)steps);
+  double step = steps > 1 ? (end - start) / (double)(steps - 1) : 0;
+  return fill_sequence("linspace", out, steps, start, step, dtype, device);
+}
+
+int lt_copy_from_buffer(lt_tensor *dst, const void *src, int src_dtype, int64_t count) {
+  LT_TRY(lt_check_defined("copy_from_buffer", "destination", dst));
+  if (count != lt_numel(dst))
+    return lt_errorf("copy_from_buffer: %lld values given for a tensor of %lld elements", (long long)count,
+                     (long long)lt_numel(dst));
+  if (lt_dtype_size(src_dtype) == 0) return lt_errorf("copy_from_buffer: unknown dtype %d", src_dtype);
+  lt_storage st = {(void *)src, count * lt_dtype_size(src_dtype), 1, LT_DEVICE_CPU};
+  lt_tensor view = {.storage = &st, .ndim = dst->ndim, .dtype = src_dtype, .device = LT_DEVICE_CPU, .refcount = 1};
+  memcpy(view.shape, dst->shape, sizeof view.shape);
+  lt_contiguous_strides(dst->ndim, dst->shape, view.stride);
+  return lt_copy(dst, &view);
+}
+
+int lt_copy_to_buffer(const lt_tensor *src, void *dst, int dst_dtype, int64_t count) {
+  LT_TRY(lt_check_defined("copy_to_buffer", "source", src));
+  if (count != lt_numel(src))
+    return lt_errorf("copy_to_buffer: buffer of %lld values for a tensor of %lld elements", (long long)count,
+                     (long long)lt_numel(src));
+  if (lt_dtype_size(dst_dtype) == 0) return lt_errorf("copy_to_buffer: unknown dtype %d", dst_dtype);
+  lt_storage st = {dst, count * lt_dtype_size(dst_dtype), 1, LT_DEVICE_CPU};
+  lt_tensor view = {.storage = &st, .ndim = src->ndim, .dtype = dst_dtype, .device = LT_DEVICE_CPU, .refcount = 1};
+  memcpy(view.shape, src->shape, sizeof view.shape);
+  lt_contiguous_strides(src->ndim, src->shape, view.stride);
+  return lt_copy(&view, src);
+}

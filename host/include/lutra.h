@@ -1,0 +1,297 @@
+/* lutra.h — the C API: the only contract between the C core and Lua.
+ *
+ * Conventions (see GUIDE.md):
+ * - Plain declarations only, so that ffi.cdef can parse this file once the
+ *   preprocessor lines are stripped (lt_api_cdef() returns exactly that text).
+ * - Every entry point returns int status: 0 ok, -1 error. The message
+ *   (lt_last_error(), thread-local) names the op, shapes, dtypes and devices.
+ *   Nothing aborts on user error. Exceptions: lt_tensor_new() returns a
+ *   pointer (NULL on out-of-memory), and the few pure queries named *_name,
+ *   *_size, lt_is_* and lt_last_error return their value directly.
+ * - Ops write into an output tensor the caller passes. If `out` is undefined
+ *   (no storage, as lt_tensor_new() makes it) the op allocates it with the
+ *   result's shape, dtype and device. If it is defined it must already have
+ *   exactly that shape, dtype and device and is written in place (it may be a
+ *   non-contiguous view); passing an input as `out` gives the in-place op.
+ * - Tensors are refcounted (lt_retain/lt_release). A view shares the storage
+ *   of its source: storages are refcounted too, with a byte offset.
+ * - Shapes are int64_t arrays; dims may be negative (counted from the end).
+ */
+#ifndef LUTRA_H
+#define LUTRA_H
+#include <stddef.h>
+#include <stdint.h>
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- types ---------------------------------------------------------------- */
+
+enum { LT_MAX_DIMS = 8 };
+
+typedef enum lt_dtype {
+  LT_F32 = 0,
+  LT_F64 = 1,
+  LT_BF16 = 2,
+  LT_F16 = 3,
+  LT_I32 = 4,
+  LT_I64 = 5,
+  LT_U8 = 6,
+  LT_BOOL = 7,
+  LT_NUM_DTYPES = 8
+} lt_dtype;
+
+/* Devices are ints: LT_DEVICE_CPU, or k >= 0 for CUDA device k. */
+enum { LT_DEVICE_CPU = -1 };
+
+typedef struct lt_storage {
+  void *data;
+  int64_t nbytes;
+  int32_t refcount;
+  int32_t device;
+} lt_storage;
+
+typedef struct lt_tensor {
+  lt_storage *storage; /* NULL: undefined (an `out` to be allocated) or freed */
+  int64_t offset;      /* bytes from storage->data to element [0,...,0] */
+  int64_t shape[8];    /* LT_MAX_DIMS */
+  int64_t stride[8];   /* in elements, may be 0 (broadcast) */
+  int32_t ndim;        /* 0 is a scalar holding one element */
+  int32_t dtype;       /* lt_dtype */
+  int32_t device;      /* LT_DEVICE_CPU or a CUDA ordinal */
+  int32_t refcount;
+} lt_tensor;
+
+typedef struct lt_memory_stats {
+  int64_t allocated;      /* bytes held by live storages */
+  int64_t peak;           /* high-water mark of allocated since last reset */
+  int64_t reserved;       /* bytes held from the system (>= allocated with caching) */
+  int64_t num_allocs;     /* storages allocated so far */
+  int64_t num_frees;      /* storages freed so far */
+  int64_t since_collect;  /* bytes allocated since lt_memory_collected() */
+} lt_memory_stats;
+
+/* ---- runtime, errors, build ------------------------------------------------- */
+
+const char *lt_last_error(void);
+int lt_set_error(const char *message); /* lets callers (Lua) set a message; returns -1 */
+void lt_clear_error(void);
+const char *lt_version(void);
+const char *lt_api_cdef(void);   /* this header without preprocessor lines */
+const char *lt_build_info(void); /* multi-line: compiler, BLAS, OpenMP, CUDA, NCCL, MPI */
+int lt_get_num_threads(void);
+int lt_set_num_threads(int n);
+
+const char *lt_dtype_name(int dtype);  /* "f32", ... or "?" */
+int lt_dtype_size(int dtype);          /* bytes per element, 0 if unknown */
+int lt_dtype_from_name(const char *name, int *dtype);
+
+/* CUDA availability never fails: with no GPU, no driver or a CPU-only build the
+ * count is 0 and lt_cuda_status() says why. */
+int lt_cuda_device_count(void);
+const char *lt_cuda_status(void);
+int lt_cuda_synchronize(int device);
+
+/* device: LT_DEVICE_CPU or a CUDA ordinal */
+int lt_memory_get_stats(int device, lt_memory_stats *stats);
+int lt_memory_reset_peak(int device);
+int lt_memory_collected(int device); /* resets since_collect (after a Lua GC) */
+int lt_memory_empty_cache(int device); /* returns cached free blocks to the system */
+/* Direct pointer to the CPU counters, read by Lua on the hot path. */
+const lt_memory_stats *lt_memory_cpu_counters(void);
+
+/* ---- tensor lifecycle ------------------------------------------------------- */
+
+lt_tensor *lt_tensor_new(void); /* undefined tensor, refcount 1 */
+int lt_retain(lt_tensor *t);
+int lt_release(lt_tensor *t);     /* frees at refcount 0 (NULL is ok) */
+int lt_free_storage(lt_tensor *t); /* drop t's storage now: t becomes undefined */
+int lt_is_defined(const lt_tensor *t);
+int lt_is_contiguous(const lt_tensor *t);
+int64_t lt_numel(const lt_tensor *t);
+void *lt_data_ptr(const lt_tensor *t); /* address of element [0,...,0] */
+
+/* Allocates fresh storage for `out` (dropping what it had). */
+int lt_empty(lt_tensor *out, int ndim, const int64_t *shape, int dtype, int device);
+/* Makes `out` share src's storage and geometry. */
+int lt_set(lt_tensor *out, const lt_tensor *src);
+
+/* ---- element access (CPU tensors; values as double) -------------------------- */
+
+int lt_item(const lt_tensor *t, double *value); /* t must hold one element */
+int lt_get_at(const lt_tensor *t, const int64_t *index, double *value);
+int lt_set_at(lt_tensor *t, const int64_t *index, double value);
+/* Contiguous host buffer <-> tensor of the same numel, converting dtypes. */
+int lt_copy_from_buffer(lt_tensor *dst, const void *src, int src_dtype, int64_t count);
+int lt_copy_to_buffer(const lt_tensor *src, void *dst, int dst_dtype, int64_t count);
+
+/* ---- views (no copy: out shares src's storage) ------------------------------- */
+
+int lt_view(lt_tensor *out, const lt_tensor *src, int ndim, const int64_t *shape); /* one dim may be -1 */
+int lt_reshape(lt_tensor *out, const lt_tensor *src, int ndim, const int64_t *shape); /* copies if it must */
+int lt_transpose(lt_tensor *out, const lt_tensor *src, int dim0, int dim1);
+int lt_permute(lt_tensor *out, const lt_tensor *src, int ndim, const int64_t *dims);
+int lt_narrow(lt_tensor *out, const lt_tensor *src, int dim, int64_t start, int64_t length);
+int lt_slice(lt_tensor *out, const lt_tensor *src, int dim, int64_t start, int64_t stop, int64_t step);
+int lt_select(lt_tensor *out, const lt_tensor *src, int dim, int64_t index);
+int lt_expand(lt_tensor *out, const lt_tensor *src, int ndim, const int64_t *shape); /* -1 keeps a dim */
+int lt_unsqueeze(lt_tensor *out, const lt_tensor *src, int dim);
+int lt_squeeze(lt_tensor *out, const lt_tensor *src, int dim); /* dim must have size 1 */
+int lt_squeeze_all(lt_tensor *out, const lt_tensor *src);
+int lt_contiguous(lt_tensor *out, const lt_tensor *src); /* a view if src already is */
+int lt_broadcast_shape(int ndim_a, const int64_t *shape_a, int ndim_b, const int64_t *shape_b, int *ndim_out,
+                       int64_t *shape_out);
+
+/* ---- copy and creation ------------------------------------------------------- */
+
+/* dst = src converted to dst's dtype and device; src broadcasts to dst's shape. */
+int lt_copy(lt_tensor *dst, const lt_tensor *src);
+int lt_fill(lt_tensor *out, double value);
+int lt_arange(lt_tensor *out, double start, double end, double step, int dtype, int device);
+int lt_linspace(lt_tensor *out, double start, double end, int64_t steps, int dtype, int device);
+
+/* ---- elementwise --------------------------------------------------------------- */
+
+typedef enum lt_unary_op {
+  LT_NEG = 0,
+  LT_EXP,
+  LT_LOG,
+  LT_SQRT,
+  LT_RSQRT,
+  LT_TANH,
+  LT_SIGMOID,
+  LT_RELU,
+  LT_GELU, /* tanh approximation */
+  LT_SILU,
+  LT_ABS,
+  LT_SIN,
+  LT_COS,
+  LT_SQUARE,
+  LT_RECIPROCAL,
+  LT_NUM_UNARY_OPS
+} lt_unary_op;
+
+typedef enum lt_binary_op {
+  LT_ADD = 0,
+  LT_SUB,
+  LT_MUL,
+  LT_DIV,
+  LT_POW,
+  LT_MAXIMUM,
+  LT_MINIMUM,
+  LT_EQ, /* comparisons produce LT_BOOL */
+  LT_NE,
+  LT_LT,
+  LT_LE,
+  LT_GT,
+  LT_GE,
+  LT_NUM_BINARY_OPS
+} lt_binary_op;
+
+const char *lt_unary_name(int op);
+const char *lt_binary_name(int op);
+
+/* out = op(a). Floating dtypes; NEG, ABS, RELU, SQUARE also for integers. */
+int lt_unary(lt_tensor *out, const lt_tensor *a, int op);
+/* Gradient of op at x: grad_in = grad_out * op'(x), for TANH, SIGMOID, RELU, GELU, SILU, EXP, LOG,
+ * SQRT, RSQRT, SIN, COS, ABS, SQUARE, RECIPROCAL, NEG. */
+int lt_unary_backward(lt_tensor *grad_in, const lt_tensor *grad_out, const lt_tensor *x, int op);
+/* out = a op b, broadcasting; a and b have the same dtype. */
+int lt_binary(lt_tensor *out, const lt_tensor *a, const lt_tensor *b, int op);
+/* out = a op s, or s op a when reverse != 0. */
+int lt_binary_scalar(lt_tensor *out, const lt_tensor *a, double s, int op, int reverse);
+/* out = cond ? a : b, broadcasting all three; cond is LT_BOOL or LT_U8. */
+int lt_where(lt_tensor *out, const lt_tensor *cond, const lt_tensor *a, const lt_tensor *b);
+int lt_clamp(lt_tensor *out, const lt_tensor *a, double lo, double hi);
+
+/* ---- reductions ---------------------------------------------------------------- */
+
+typedef enum lt_reduce_op { LT_SUM = 0, LT_MEAN, LT_MAX, LT_MIN, LT_PROD, LT_NORM, LT_NUM_REDUCE_OPS } lt_reduce_op;
+const char *lt_reduce_name(int op);
+
+/* Reduce over dims[0..ndims) (ndims == 0: all dims). NORM is the L2 norm. */
+int lt_reduce(lt_tensor *out, const lt_tensor *a, int op, int ndims, const int64_t *dims, int keepdim);
+/* Variance with Bessel-style correction (1 = unbiased, as torch.var). */
+int lt_var(lt_tensor *out, const lt_tensor *a, int ndims, const int64_t *dims, int64_t correction, int keepdim);
+/* Index (LT_I64) of the max/min along dim; all_dims != 0 flattens first. */
+int lt_argmax(lt_tensor *out, const lt_tensor *a, int dim, int keepdim, int all_dims);
+int lt_argmin(lt_tensor *out, const lt_tensor *a, int dim, int keepdim, int all_dims);
+
+/* ---- matmul (OpenBLAS on the CPU) --------------------------------------------- */
+
+/* out = alpha * op(a) @ op(b) + beta * out, op = transpose of the last two dims when
+ * trans_* != 0. a (..., M, K), b (..., K, N), batch dims broadcast; out (..., M, N).
+ * With beta == 0 `out` may be undefined. */
+int lt_matmul(lt_tensor *out, const lt_tensor *a, const lt_tensor *b, int trans_a, int trans_b, double alpha,
+              double beta);
+
+/* ---- softmax ------------------------------------------------------------------ */
+
+int lt_softmax(lt_tensor *out, const lt_tensor *a, int dim);
+int lt_log_softmax(lt_tensor *out, const lt_tensor *a, int dim);
+/* grad_in from grad_out and the forward output y. */
+int lt_softmax_backward(lt_tensor *grad_in, const lt_tensor *grad_out, const lt_tensor *y, int dim);
+int lt_log_softmax_backward(lt_tensor *grad_in, const lt_tensor *grad_out, const lt_tensor *y, int dim);
+
+/* ---- fused transformer kernels --------------------------------------------------
+ * x is (..., C) and N = numel / C rows. Saved statistics are f32 (N). weight and
+ * bias may be NULL. Backward overwrites dx, dweight, dbias (those not NULL).     */
+
+int lt_layernorm_forward(lt_tensor *out, lt_tensor *mean, lt_tensor *rstd, const lt_tensor *x,
+                         const lt_tensor *weight, const lt_tensor *bias, double eps);
+int lt_layernorm_backward(lt_tensor *dx, lt_tensor *dweight, lt_tensor *dbias, const lt_tensor *dout,
+                          const lt_tensor *x, const lt_tensor *weight, const lt_tensor *mean,
+                          const lt_tensor *rstd);
+int lt_rmsnorm_forward(lt_tensor *out, lt_tensor *rstd, const lt_tensor *x, const lt_tensor *weight, double eps);
+int lt_rmsnorm_backward(lt_tensor *dx, lt_tensor *dweight, const lt_tensor *dout, const lt_tensor *x,
+                        const lt_tensor *weight, const lt_tensor *rstd);
+
+/* logits (N, V), targets (N) I32/I64. losses (N) f32: -log softmax(logits)[target],
+ * 0 where target == ignore_index; lse (N) f32 saved for backward.
+ * dlogits = dlosses[i] * (softmax(logits[i]) - onehot(target[i])), 0 for ignored rows. */
+int lt_cross_entropy_forward(lt_tensor *losses, lt_tensor *lse, const lt_tensor *logits, const lt_tensor *targets,
+                             int64_t ignore_index);
+int lt_cross_entropy_backward(lt_tensor *dlogits, const lt_tensor *dlosses, const lt_tensor *logits,
+                              const lt_tensor *targets, const lt_tensor *lse, int64_t ignore_index);
+
+/* weight (V, C), ids (...) I32/I64 -> out (..., C). Backward zeroes dweight (V, C)
+ * then scatter-adds dout rows into it. */
+int lt_embedding_forward(lt_tensor *out, const lt_tensor *weight, const lt_tensor *ids);
+int lt_embedding_backward(lt_tensor *dweight, const lt_tensor *dout, const lt_tensor *ids);
+
+/* Rotary embedding, "rotate half" convention (as Hugging Face Llama): x (B, T, H, D), D even.
+ * positions (T) or (B, T) I32/I64, or NULL for 0..T-1. inverse != 0 rotates by -angle,
+ * which is the backward. */
+int lt_rope(lt_tensor *out, const lt_tensor *x, const lt_tensor *positions, double theta, int inverse);
+
+/* Scaled dot-product attention. q (B, T, H, D), k and v (B, S, Hkv, D), H % Hkv == 0
+ * (GQA: head h reads kv head h / (H / Hkv)). out (B, T, H, D); lse (B, H, T) f32 saved.
+ * causal: query t sees keys s <= t + (S - T). segment_ids (B, T) I32/I64 or NULL:
+ * with T == S, a query only sees keys of its own segment (packed documents). */
+int lt_attention_forward(lt_tensor *out, lt_tensor *lse, const lt_tensor *q, const lt_tensor *k,
+                         const lt_tensor *v, const lt_tensor *segment_ids, double scale, int causal);
+int lt_attention_backward(lt_tensor *dq, lt_tensor *dk, lt_tensor *dv, const lt_tensor *dout, const lt_tensor *q,
+                          const lt_tensor *k, const lt_tensor *v, const lt_tensor *out, const lt_tensor *lse,
+                          const lt_tensor *segment_ids, double scale, int causal);
+
+/* One AdamW step in one pass, decoupled weight decay, bias correction at `step` (>= 1):
+ * param -= lr * (mhat / (sqrt(vhat) + eps) + weight_decay * param). m and v are f32. */
+int lt_adamw_step(lt_tensor *param, const lt_tensor *grad, lt_tensor *m, lt_tensor *v, double lr, double beta1,
+                  double beta2, double eps, double weight_decay, int64_t step);
+
+/* ---- random numbers: counter-based (Philox4x32-10) ------------------------------
+ * Element i (in row-major order of out) draws from counter (offset + i) under key
+ * seed, so results depend only on (seed, offset, i): the same on CPU and GPU, and
+ * a generator resumes exactly from (seed, offset). Callers advance offset by numel. */
+
+int lt_rand_uniform(lt_tensor *out, uint64_t seed, uint64_t offset, double lo, double hi);
+int lt_rand_normal(lt_tensor *out, uint64_t seed, uint64_t offset, double mean, double std);
+int lt_rand_int(lt_tensor *out, uint64_t seed, uint64_t offset, int64_t lo, int64_t hi); /* [lo, hi) */
+int lt_rand_bernoulli(lt_tensor *out, uint64_t seed, uint64_t offset, double p);
+/* The raw generator, for tests: 4 words of Philox4x32-10 at (key, counter). */
+int lt_philox4x32(uint64_t key, uint64_t counter, uint32_t *out4);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
