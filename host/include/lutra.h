@@ -60,6 +60,7 @@ typedef struct lt_tensor {
   int32_t dtype;       /* lt_dtype */
   int32_t device;      /* LT_DEVICE_CPU or a CUDA ordinal */
   int32_t refcount;
+  int64_t tag;         /* free for the Lua layer (autograd bookkeeping); views start at 0 */
 } lt_tensor;
 
 typedef struct lt_memory_stats {
