@@ -1,0 +1,225 @@
+/* rng.c — counter-based random numbers: Philox4x32-10 and the distributions drawn from it.
+ *
+ * The exact recipe, which the CUDA kernels reproduce bit for bit:
+ *
+ * Generator. Philox4x32-10 as in Random123 (Salmon et al., SC'11): multipliers 0xD2511F53 and
+ * 0xCD9E8D57, key increments 0x9E3779B9 and 0xBB67AE85, 10 rounds, the key bumped between rounds.
+ * key = (low32(seed), high32(seed)). Element i of out, counted in row-major order over out's shape
+ * whatever its strides, uses the counter c = offset + i (mod 2^64) as the four counter words
+ * (low32(c), high32(c), 0, 0) and gets four words w0, w1, w2, w3, of which only w0 and w1 are used.
+ *
+ * uniform(lo, hi), out f32/bf16/f16: u = (w0 >> 8) * 2^-24, in [0, 1).
+ *                  out f64:          u = (((uint64)w1 << 32 | w0) >> 11) * 2^-53, in [0, 1).
+ *   v = fma(hi - lo, u, lo) in double (one rounding: an explicit fused multiply-add), rounded to nearest-even to f32
+ * (f32, bf16, f16 outs) and from there to bf16 or f16. If the rounded value is >= hi (it rounded up onto hi), lo is
+ * stored instead: results always lie in [lo, hi). normal(mean, std): Box-Muller in double. u1 = (w0 + 1) * 2^-32 in (0,
+ * 1] (never log(0)), u2 = w1 * 2^-32 in [0, 1), z = sqrt(-2 log(u1)) * cos(6.283185307179586 * u2), v = fma(std, z,
+ * mean), rounded as for uniform (double -> f32 -> bf16/f16). log and cos are libm's here and libdevice's on the GPU
+ * (both faithful in double), so an f64 result may differ in its last bit between devices; f32 and narrower agree unless
+ * v falls within an ulp of a rounding tie. rand_int(lo, hi), values in [lo, hi): x = (uint64)w1 << 32 | w0, r =
+ * ((uint128)x * (hi - lo)) >> 64 (Lemire's multiply-shift: no division, bias at most (hi - lo) / 2^64), v = lo + r.
+ * bernoulli(p): v = 1 if (w0 >> 8) * 2^-24 < p (compared in double) else 0, in out's dtype.
+ */
+#include "internal.h"
+
+enum { PHILOX_M0 = 0xD2511F53u, PHILOX_M1 = 0xCD9E8D57u, PHILOX_W0 = 0x9E3779B9u, PHILOX_W1 = 0xBB67AE85u };
+
+/* Philox4x32-10 on a full 4-word counter and 2-word key. */
+static inline void philox4x32_10(const uint32_t ctr_in[4], const uint32_t key_in[2], uint32_t out[4]) {
+  uint32_t c0 = ctr_in[0], c1 = ctr_in[1], c2 = ctr_in[2], c3 = ctr_in[3], k0 = key_in[0], k1 = key_in[1];
+  for (int round = 0; round < 10; round++) {
+    uint64_t p0 = (uint64_t)PHILOX_M0 * c0, p1 = (uint64_t)PHILOX_M1 * c2;
+    uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
+    c0 = n0;
+    c1 = (uint32_t)p1;
+    c2 = n2;
+    c3 = (uint32_t)p0;
+    k0 += PHILOX_W0;
+    k1 += PHILOX_W1;
+  }
+  out[0] = c0, out[1] = c1, out[2] = c2, out[3] = c3;
+}
+
+/* The generator with every counter word exposed (for the Random123 known-answer tests; not in
+ * lutra.h because the distributions only ever use 64-bit counters). */
+void lt_philox4x32_words(const uint32_t counter[4], const uint32_t key[2], uint32_t out4[4]) {
+  philox4x32_10(counter, key, out4);
+}
+
+int lt_philox4x32(uint64_t key, uint64_t counter, uint32_t *out4) {
+  if (!out4) return lt_errorf("philox4x32: out4 is NULL");
+  uint32_t c[4] = {(uint32_t)counter, (uint32_t)(counter >> 32), 0, 0}, k[2] = {(uint32_t)key, (uint32_t)(key >> 32)};
+  philox4x32_10(c, k, out4);
+  return 0;
+}
+
+/* ---- distributions ------------------------------------------------------------------- */
+
+typedef enum { DIST_UNIFORM, DIST_NORMAL, DIST_INT, DIST_BERNOULLI } dist_kind;
+
+typedef struct dist {
+  dist_kind kind;
+  double a, b;     /* uniform: lo, hi; normal: mean, std; bernoulli: p */
+  int64_t ilo;     /* rand_int: lo */
+  uint64_t range;  /* rand_int: hi - lo */
+  uint32_t key[2]; /* the seed */
+} dist;
+
+/* Rounds v (double) into a floating dtype as the recipe says; with below set, a value that
+ * rounded up to >= below is replaced by fallback. */
+static inline void store_real(void *p, int dtype, int64_t off, double v, bool clamp, double below, double fallback) {
+  switch (dtype) {
+  case LT_F64: ((double *)p)[off] = (clamp && v >= below) ? fallback : v; return;
+  case LT_F32: {
+    float f = (float)v;
+    ((float *)p)[off] = (clamp && f >= below) ? (float)fallback : f;
+    return;
+  }
+  case LT_BF16: {
+    uint16_t h = lt_f32_to_bf16((float)v);
+    if (clamp && lt_bf16_to_f32(h) >= below) h = lt_f32_to_bf16((float)fallback);
+    ((uint16_t *)p)[off] = h;
+    return;
+  }
+  case LT_F16: {
+    uint16_t h = lt_f32_to_f16((float)v);
+    if (clamp && lt_f16_to_f32(h) >= below) h = lt_f32_to_f16((float)fallback);
+    ((uint16_t *)p)[off] = h;
+    return;
+  }
+  default: return;
+  }
+}
+
+static inline void store_int(void *p, int dtype, int64_t off, int64_t v) {
+  switch (dtype) {
+  case LT_I32: ((int32_t *)p)[off] = (int32_t)v; return;
+  case LT_I64: ((int64_t *)p)[off] = v; return;
+  case LT_U8:
+  case LT_BOOL: ((uint8_t *)p)[off] = (uint8_t)v; return;
+  default: lt_store_f64(p, dtype, off, (double)v); return;
+  }
+}
+
+enum { RNG_CHUNK = 64 };
+
+/* Fills n elements at base[j * stride] (element strides) with elements counter0 + j of the stream. */
+static void fill_run(char *base, int dtype, int64_t stride, int64_t n, uint64_t counter0, const dist *d) {
+  uint32_t w0[RNG_CHUNK], w1[RNG_CHUNK];
+  for (int64_t j0 = 0; j0 < n; j0 += RNG_CHUNK) {
+    int m = n - j0 < RNG_CHUNK ? (int)(n - j0) : RNG_CHUNK;
+    for (int j = 0; j < m; j++) { /* the generator: independent lanes, vectorisable */
+      uint64_t c = counter0 + (uint64_t)(j0 + j);
+      uint32_t ctr[4] = {(uint32_t)c, (uint32_t)(c >> 32), 0, 0}, w[4];
+      philox4x32_10(ctr, d->key, w);
+      w0[j] = w[0];
+      w1[j] = w[1];
+    }
+    int64_t off = j0 * stride;
+    switch (d->kind) {
+    case DIST_UNIFORM:
+      for (int j = 0; j < m; j++, off += stride) {
+        double u = dtype == LT_F64 ? (double)((((uint64_t)w1[j] << 32) | w0[j]) >> 11) * 0x1p-53
+                                   : (double)(w0[j] >> 8) * 0x1p-24;
+        store_real(base, dtype, off, fma(d->b - d->a, u, d->a), true, d->b, d->a);
+      }
+      break;
+    case DIST_NORMAL:
+      for (int j = 0; j < m; j++, off += stride) {
+        double u1 = ((double)w0[j] + 1.0) * 0x1p-32, u2 = (double)w1[j] * 0x1p-32;
+        double z = sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+        store_real(base, dtype, off, fma(d->b, z, d->a), false, 0, 0);
+      }
+      break;
+    case DIST_INT:
+      for (int j = 0; j < m; j++, off += stride) {
+        uint64_t x = ((uint64_t)w1[j] << 32) | w0[j];
+        uint64_t r = (uint64_t)(((unsigned __int128)x * d->range) >> 64);
+        store_int(base, dtype, off, (int64_t)((uint64_t)d->ilo + r));
+      }
+      break;
+    case DIST_BERNOULLI:
+      for (int j = 0; j < m; j++, off += stride) {
+        int hit = (double)(w0[j] >> 8) * 0x1p-24 < d->a;
+        if (lt_dtype_is_float(dtype))
+          store_real(base, dtype, off, hit, false, 0, 0);
+        else
+          store_int(base, dtype, off, hit);
+      }
+      break;
+    }
+  }
+}
+
+/* Fills out (any layout) in row-major element order; element i gets counter offset + i. */
+static int fill(lt_tensor *out, uint64_t seed, uint64_t offset, dist *d) {
+  d->key[0] = (uint32_t)seed;
+  d->key[1] = (uint32_t)(seed >> 32);
+  const int64_t *strides[1] = {out->stride};
+  lt_strided_loop L;
+  lt_loop_init(&L, out->ndim, out->shape, 1, strides);
+  int64_t rows = lt_loop_outer_rows(&L), inner = L.shape[L.ndim - 1], stride = L.stride[0][L.ndim - 1];
+  char *base = lt_data_ptr(out);
+  int dtype = out->dtype, esize = lt_dtype_size(dtype);
+  if (lt_numel(out) == 0) return 0;
+  /* Split into pieces of at most `chunk` elements of one row: same values for any thread count,
+   * since each element's value depends only on its linear index. */
+  int64_t chunk = inner < 4096 ? inner : 4096, per_row = (inner + chunk - 1) / chunk;
+  int64_t pieces = rows * per_row;
+#pragma omp parallel for schedule(static) if (rows * inner >= LT_PAR_GRAIN / 4)
+  for (int64_t t = 0; t < pieces; t++) {
+    int64_t r = t / per_row, j0 = (t % per_row) * chunk, n = inner - j0 < chunk ? inner - j0 : chunk, roff;
+    lt_loop_row_offsets(&L, r, &roff);
+    fill_run(base + (roff + j0 * stride) * esize, dtype, stride, n, offset + (uint64_t)(r * inner + j0), d);
+  }
+  return 0;
+}
+
+static int check_out(const char *op, const lt_tensor *out) {
+  LT_TRY(lt_check_defined(op, "out", out));
+  if (out->device != LT_DEVICE_CPU) return lt_errorf("%s: not implemented on cuda yet", op);
+  return 0;
+}
+
+int lt_rand_uniform(lt_tensor *out, uint64_t seed, uint64_t offset, double lo, double hi) {
+  LT_TRY(check_out("rand_uniform", out));
+  if (!lt_dtype_is_float(out->dtype))
+    return lt_errorf("rand_uniform: out must be a floating dtype (f32, f64, bf16, f16), got %s",
+                     lt_dtype_name(out->dtype));
+  if (!isfinite(lo) || !isfinite(hi) || !isfinite(hi - lo) || !(hi > lo))
+    return lt_errorf("rand_uniform: need finite lo < hi, got lo=%g hi=%g", lo, hi);
+  dist d = {.kind = DIST_UNIFORM, .a = lo, .b = hi};
+  return fill(out, seed, offset, &d);
+}
+
+int lt_rand_normal(lt_tensor *out, uint64_t seed, uint64_t offset, double mean, double std) {
+  LT_TRY(check_out("rand_normal", out));
+  if (!lt_dtype_is_float(out->dtype))
+    return lt_errorf("rand_normal: out must be a floating dtype (f32, f64, bf16, f16), got %s",
+                     lt_dtype_name(out->dtype));
+  if (!isfinite(mean) || !isfinite(std) || std < 0)
+    return lt_errorf("rand_normal: need a finite mean and a finite std >= 0, got mean=%g std=%g", mean, std);
+  dist d = {.kind = DIST_NORMAL, .a = mean, .b = std};
+  return fill(out, seed, offset, &d);
+}
+
+int lt_rand_int(lt_tensor *out, uint64_t seed, uint64_t offset, int64_t lo, int64_t hi) {
+  LT_TRY(check_out("rand_int", out));
+  int dt = out->dtype;
+  if (dt == LT_BOOL) return lt_errorf("rand_int: out must be an integer (i32, i64, u8) or floating dtype, got bool");
+  if (hi <= lo) return lt_errorf("rand_int: need lo < hi, got lo=%lld hi=%lld", (long long)lo, (long long)hi);
+  int64_t min = dt == LT_I32 ? INT32_MIN : dt == LT_U8 ? 0 : INT64_MIN;
+  int64_t max = dt == LT_I32 ? INT32_MAX : dt == LT_U8 ? 255 : INT64_MAX;
+  if (lo < min || hi - 1 > max)
+    return lt_errorf("rand_int: range [%lld, %lld) does not fit in %s", (long long)lo, (long long)hi,
+                     lt_dtype_name(dt));
+  dist d = {.kind = DIST_INT, .ilo = lo, .range = (uint64_t)hi - (uint64_t)lo};
+  return fill(out, seed, offset, &d);
+}
+
+int lt_rand_bernoulli(lt_tensor *out, uint64_t seed, uint64_t offset, double p) {
+  LT_TRY(check_out("rand_bernoulli", out));
+  if (!(p >= 0 && p <= 1)) return lt_errorf("rand_bernoulli: need 0 <= p <= 1, got p=%g", p);
+  dist d = {.kind = DIST_BERNOULLI, .a = p};
+  return fill(out, seed, offset, &d);
+}
