@@ -1,0 +1,200 @@
+/* common.cuh — what every kernels .cu file shares: the C core's internal header
+ * (with C linkage), error reporting, launch geometry, and the element types as the
+ * device sees them. Nothing here knows Lua exists. */
+#ifndef LUTRA_KERNELS_COMMON_CUH
+#define LUTRA_KERNELS_COMMON_CUH
+#include <cuda_runtime.h>
+#include <math.h> /* included before internal.h: C++ system headers must not get C linkage */
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+#include <type_traits>
+
+#ifndef LUTRA_HAVE_CUDA /* kernels are only built with CUDA; the bridge declarations depend on it */
+#define LUTRA_HAVE_CUDA 1
+#endif
+extern "C" {
+#include "internal.h"
+}
+
+/* ---- errors --------------------------------------------------------------------- */
+
+/* Sets the lutra error "<op>: CUDA error on cuda:<device>: <text> (<name>)" and
+ * returns -1. Clears the runtime's last-error slot so that the next call starts clean. */
+int lt_cuda_error(const char *op, int device, cudaError_t err);
+
+/* Makes `device` current for this thread after checking it exists. */
+int lt_cuda_use_device(const char *op, int device);
+
+/* Checks a kernel launch (configuration errors show up here; faults inside the kernel
+ * show up at the next synchronising call). */
+static inline int lt_cuda_check_launch(const char *op, int device) {
+  cudaError_t err = cudaGetLastError();
+  return err == cudaSuccess ? 0 : lt_cuda_error(op, device, err);
+}
+
+/* ---- launch geometry -------------------------------------------------------------- */
+
+enum { LT_CUDA_THREADS = 256 };
+
+/* Blocks for a grid-stride loop over `work` items: enough to fill the device a few
+ * times over, never more than the work needs. */
+int lt_cuda_blocks(int device, int64_t work);
+
+/* ---- element types ---------------------------------------------------------------- */
+
+/* 16-bit floats and bool are stored as bits; these wrappers give each dtype its own
+ * C++ type so that templates can tell them apart. */
+struct lt_bf16_bits {
+  uint16_t bits;
+};
+struct lt_f16_bits {
+  uint16_t bits;
+};
+struct lt_bool_byte {
+  uint8_t byte;
+};
+
+/* The same bit-level conversions as host/internal.h (lt_bf16_to_f32, lt_f32_to_bf16,
+ * lt_f16_to_f32, lt_f32_to_f16), written for both sides so that a tensor converted on
+ * the GPU is bit-identical to one converted on the CPU, NaN payloads included. */
+__host__ __device__ static inline float lt_dev_bf16_to_f32(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+__host__ __device__ static inline uint16_t lt_dev_f32_to_bf16(float f) { /* round to nearest even */
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+
+__host__ __device__ static inline float lt_dev_f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, u;
+  if (exp == 0) {
+    if (man == 0) {
+      u = sign;
+    } else { /* subnormal: normalise */
+      exp = 127 - 15 + 1;
+      while (!(man & 0x400u)) {
+        man <<= 1;
+        exp--;
+      }
+      u = sign | (exp << 23) | ((man & 0x3ffu) << 13);
+    }
+  } else if (exp == 31) {
+    u = sign | 0x7f800000u | (man << 13);
+  } else {
+    u = sign | ((exp + 127 - 15) << 23) | (man << 13);
+  }
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+__host__ __device__ static inline uint16_t lt_dev_f32_to_f16(float f) { /* round to nearest even */
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  uint32_t sign = (u >> 16) & 0x8000u;
+  uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u); /* NaN */
+  if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* overflow to inf */
+  if (a < 0x38800000u) {                                   /* subnormal or zero in f16 */
+    if (a < 0x33000000u) return (uint16_t)sign;
+    uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u;
+    int shift = 126 - (int)e; /* 14..24 */
+    uint32_t half = 1u << (shift - 1), rem = m & ((1u << shift) - 1), r = m >> shift;
+    if (rem > half || (rem == half && (r & 1u))) r++;
+    return (uint16_t)(sign | r);
+  }
+  uint32_t r = ((a >> 13) - ((127 - 15) << 10));
+  uint32_t rem = a & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) r++;
+  return (uint16_t)(sign | r);
+}
+
+/* Float to integer as the host's casts compile on x86-64 (cvttsd2si): truncation toward
+ * zero, and NaN or out-of-range gives the "integer indefinite" INT_MIN. The CUDA casts
+ * saturate instead; C leaves these cases undefined, we choose to agree with the CPU. */
+__host__ __device__ static inline int32_t lt_dev_f64_to_i32(double v) {
+  return (v > -2147483649.0 && v < 2147483648.0) ? (int32_t)v : INT32_MIN;
+}
+__host__ __device__ static inline int64_t lt_dev_f64_to_i64(double v) {
+  return (v >= -9223372036854775808.0 && v < 9223372036854775808.0) ? (int64_t)v : INT64_MIN;
+}
+
+/* Per-dtype reads and writes through double, the host's generic conversion path
+ * (lt_load_f64 / lt_store_f64 in host/internal.h). */
+template <typename T> struct lt_dev_dtype;
+template <> struct lt_dev_dtype<float> {
+  static constexpr bool is_float = true, is_int = false;
+  __host__ __device__ static double load(float x) { return x; }
+  __host__ __device__ static float store(double v) { return (float)v; }
+};
+template <> struct lt_dev_dtype<double> {
+  static constexpr bool is_float = true, is_int = false;
+  __host__ __device__ static double load(double x) { return x; }
+  __host__ __device__ static double store(double v) { return v; }
+};
+template <> struct lt_dev_dtype<lt_bf16_bits> {
+  static constexpr bool is_float = true, is_int = false;
+  __host__ __device__ static double load(lt_bf16_bits x) { return lt_dev_bf16_to_f32(x.bits); }
+  __host__ __device__ static lt_bf16_bits store(double v) { return {lt_dev_f32_to_bf16((float)v)}; }
+};
+template <> struct lt_dev_dtype<lt_f16_bits> {
+  static constexpr bool is_float = true, is_int = false;
+  __host__ __device__ static double load(lt_f16_bits x) { return lt_dev_f16_to_f32(x.bits); }
+  __host__ __device__ static lt_f16_bits store(double v) { return {lt_dev_f32_to_f16((float)v)}; }
+};
+template <> struct lt_dev_dtype<int32_t> {
+  static constexpr bool is_float = false, is_int = true;
+  __host__ __device__ static double load(int32_t x) { return x; }
+  __host__ __device__ static int32_t store(double v) { return lt_dev_f64_to_i32(v); }
+};
+template <> struct lt_dev_dtype<int64_t> {
+  static constexpr bool is_float = false, is_int = true;
+  __host__ __device__ static double load(int64_t x) { return (double)x; }
+  __host__ __device__ static int64_t store(double v) { return lt_dev_f64_to_i64(v); }
+};
+template <> struct lt_dev_dtype<uint8_t> {
+  static constexpr bool is_float = false, is_int = true;
+  __host__ __device__ static double load(uint8_t x) { return x; }
+  __host__ __device__ static uint8_t store(double v) { return (uint8_t)lt_dev_f64_to_i32(v); }
+};
+template <> struct lt_dev_dtype<lt_bool_byte> {
+  static constexpr bool is_float = false, is_int = true;
+  __host__ __device__ static double load(lt_bool_byte x) { return x.byte != 0; }
+  __host__ __device__ static lt_bool_byte store(double v) { return {(uint8_t)(v != 0)}; }
+};
+
+/* A run of N elements moved with one 128-bit (or narrower) load or store. */
+template <typename T, int N> struct alignas(sizeof(T) * N) lt_dev_vec {
+  T v[N];
+};
+
+/* Calls f(lt_dev_type_tag<T>{}) with T the element type of dtype; false if unknown. */
+template <typename T> struct lt_dev_type_tag {
+  using type = T;
+};
+template <typename F> static inline bool lt_with_dtype(int dtype, F &&f) {
+  switch (dtype) {
+  case LT_F32: f(lt_dev_type_tag<float>{}); return true;
+  case LT_F64: f(lt_dev_type_tag<double>{}); return true;
+  case LT_BF16: f(lt_dev_type_tag<lt_bf16_bits>{}); return true;
+  case LT_F16: f(lt_dev_type_tag<lt_f16_bits>{}); return true;
+  case LT_I32: f(lt_dev_type_tag<int32_t>{}); return true;
+  case LT_I64: f(lt_dev_type_tag<int64_t>{}); return true;
+  case LT_U8: f(lt_dev_type_tag<uint8_t>{}); return true;
+  case LT_BOOL: f(lt_dev_type_tag<lt_bool_byte>{}); return true;
+  default: return false;
+  }
+}
+
+/* True when every pointer is aligned for N-element vectors of its type. */
+static inline bool lt_aligned(const void *p, size_t bytes) { return ((uintptr_t)p % bytes) == 0; }
+
+#endif
