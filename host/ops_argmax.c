@@ -1,0 +1,177 @@
+/* ops_argmax.c — argmax and argmin along one dim (or all dims), on the CPU.
+ * Indices are LT_I64, 0-based; ties give the first occurrence and a NaN wins (the first
+ * NaN), as in torch. Same two paths as ops_reduce.c (see reduce_geom.h): runs along
+ * memory for the inner case, whole rows compared against a vector of bests otherwise. */
+#include "reduce_geom.h"
+#include <stdlib.h>
+
+enum { COLS = 256, SPLIT_GRAIN = 65536, FEW_TASKS = 64 };
+
+/* A best value so far (floats as double, integers as int64) and its index (-1: none yet). */
+typedef struct arg_best {
+  double f;
+  int64_t i, idx;
+} arg_best;
+
+static bool better_f(double v, double best, bool is_max) { return v != v || (is_max ? v > best : v < best); }
+
+/* Scans n elements at element stride `stride`; element k has index idx0 + k. */
+static void scan_run(arg_best *b, const char *p, int dtype, int64_t n, int64_t stride, int64_t idx0, bool is_max) {
+#define SCAN_F(T, LOAD)                                                                                              \
+  for (int64_t k = 0; k < n && b->f == b->f; k++) {                                                                  \
+    double v = LOAD(((const T *)p)[k * stride]);                                                                     \
+    if (b->idx < 0 || better_f(v, b->f, is_max)) b->f = v, b->idx = idx0 + k;                                       \
+  }
+#define SCAN_I(T)                                                                                                    \
+  for (int64_t k = 0; k < n; k++) {                                                                                  \
+    int64_t v = ((const T *)p)[k * stride];                                                                          \
+    if (b->idx < 0 || (is_max ? v > b->i : v < b->i)) b->i = v, b->idx = idx0 + k;                                  \
+  }
+#define AS_IS(x) (x)
+  switch (dtype) {
+  case LT_F32: SCAN_F(float, AS_IS); break;
+  case LT_F64: SCAN_F(double, AS_IS); break;
+  case LT_BF16: SCAN_F(uint16_t, lt_bf16_to_f32); break;
+  case LT_F16: SCAN_F(uint16_t, lt_f16_to_f32); break;
+  case LT_I32: SCAN_I(int32_t); break;
+  case LT_I64: SCAN_I(int64_t); break;
+  default: SCAN_I(uint8_t); break;
+  }
+}
+
+/* Folds the best of a later chunk into cur: strict comparisons keep the first occurrence. */
+static void merge_best(arg_best *cur, const arg_best *next, bool is_int, bool is_max) {
+  if (next->idx < 0) return;
+  if (cur->idx < 0) {
+    *cur = *next;
+  } else if (is_int) {
+    if (is_max ? next->i > cur->i : next->i < cur->i) *cur = *next;
+  } else if (cur->f == cur->f && better_f(next->f, cur->f, is_max)) {
+    *cur = *next;
+  }
+}
+
+/* Row r compared into the bests of nc columns (element stride cs). */
+static void scan_row(double *bf, int64_t *bi, int64_t *idx, const char *p, int dtype, int64_t nc, int64_t cs,
+                     int64_t r, bool is_max) {
+#define ROW_F(T, LOAD)                                                                                               \
+  for (int64_t j = 0; j < nc; j++) {                                                                                 \
+    double v = LOAD(((const T *)p)[j * cs]);                                                                         \
+    if (r == 0 || (bf[j] == bf[j] && better_f(v, bf[j], is_max))) bf[j] = v, idx[j] = r;                             \
+  }
+#define ROW_I(T)                                                                                                     \
+  for (int64_t j = 0; j < nc; j++) {                                                                                 \
+    int64_t v = ((const T *)p)[j * cs];                                                                              \
+    if (r == 0 || (is_max ? v > bi[j] : v < bi[j])) bi[j] = v, idx[j] = r;                                           \
+  }
+  switch (dtype) {
+  case LT_F32: ROW_F(float, AS_IS); break;
+  case LT_F64: ROW_F(double, AS_IS); break;
+  case LT_BF16: ROW_F(uint16_t, lt_bf16_to_f32); break;
+  case LT_F16: ROW_F(uint16_t, lt_f16_to_f32); break;
+  case LT_I32: ROW_I(int32_t); break;
+  case LT_I64: ROW_I(int64_t); break;
+  default: ROW_I(uint8_t); break;
+  }
+}
+
+static int arg_inner(const reduce_geom *g, const char *base, int dtype, bool is_max, int64_t *res) {
+  int esize = lt_dtype_size(dtype);
+  bool is_int = !lt_dtype_is_float(dtype);
+  int64_t n_out = g->n_out, n = g->rshape[0], rs = g->rstride[0], nsplit = 1;
+  if (n_out < FEW_TASKS && n > 2 * SPLIT_GRAIN) nsplit = (n + SPLIT_GRAIN - 1) / SPLIT_GRAIN;
+  arg_best *parts = malloc(sizeof(arg_best) * n_out * nsplit);
+  if (!parts) return lt_errorf("argmax: out of host memory");
+  int64_t ntasks = n_out * nsplit;
+#pragma omp parallel for schedule(dynamic, 1) if (ntasks > 1 && n_out * n >= LT_PAR_GRAIN)
+  for (int64_t t = 0; t < ntasks; t++) {
+    int64_t o = t / nsplit, s = t % nsplit, k0 = n * s / nsplit, k1 = n * (s + 1) / nsplit;
+    int64_t off = lt_offset_of(o, g->nkept, g->kshape, g->kstride) + k0 * rs;
+    arg_best b = {0, 0, -1};
+    scan_run(&b, base + off * esize, dtype, k1 - k0, rs, k0, is_max);
+    parts[t] = b;
+  }
+  for (int64_t o = 0; o < n_out; o++) {
+    arg_best b = parts[o * nsplit];
+    for (int64_t s = 1; s < nsplit; s++) merge_best(&b, &parts[o * nsplit + s], is_int, is_max);
+    res[o] = b.idx;
+  }
+  free(parts);
+  return 0;
+}
+
+static void arg_outer(const reduce_geom *g, const char *base, int dtype, bool is_max, int64_t *res) {
+  int esize = lt_dtype_size(dtype);
+  int64_t C = g->kshape[g->nkept - 1], cs = g->kstride[g->nkept - 1], O = g->n_out / C;
+  int64_t ncb = (C + COLS - 1) / COLS, n = g->rshape[0], rs = g->rstride[0];
+#pragma omp parallel for schedule(dynamic, 1) if (O * ncb > 1 && g->n_out * n >= LT_PAR_GRAIN)
+  for (int64_t t = 0; t < O * ncb; t++) {
+    int64_t o = t / ncb, c0 = t % ncb * COLS, nc = C - c0 < COLS ? C - c0 : COLS;
+    int64_t off = lt_offset_of(o, g->nkept - 1, g->kshape, g->kstride) + c0 * cs;
+    double bf[COLS];
+    int64_t bi[COLS];
+    for (int64_t r = 0; r < n; r++)
+      scan_row(bf, bi, res + o * C + c0, base + (off + r * rs) * esize, dtype, nc, cs, r, is_max);
+  }
+}
+
+static int arg_reduce(const char *op, lt_tensor *out, const lt_tensor *a, int dim, int keepdim, int all_dims,
+                      bool is_max) {
+  LT_TRY(lt_check_defined(op, "input", a));
+  if (a->device != LT_DEVICE_CPU) return lt_errorf("%s: not implemented on cuda yet", op);
+  if (a->dtype < 0 || a->dtype >= LT_NUM_DTYPES) return lt_errorf("%s: unknown dtype %d", op, a->dtype);
+  lt_tensor *flat = NULL;
+  const lt_tensor *src = a;
+  if (all_dims) {
+    int64_t numel = lt_numel(a);
+    if (numel == 0) return lt_errorf("%s: cannot reduce an empty dim (the tensor has no elements)", op);
+    flat = lt_tensor_new();
+    if (!flat || lt_reshape(flat, a, 1, &numel)) return lt_release(flat), -1;
+    src = flat;
+    dim = 0;
+  }
+  int rc = -1;
+  int64_t d64 = dim, oshape[LT_MAX_DIMS];
+  reduce_geom g;
+  int64_t *res = NULL;
+  if (reduce_geom_plan(op, &g, src, 1, &d64)) goto done;
+  if (g.n_red == 0) {
+    rc = lt_errorf("%s: cannot reduce an empty dim", op);
+    goto done;
+  }
+  int ondim = reduce_out_shape(src, g.reduced, keepdim, oshape);
+  if (all_dims) {
+    ondim = keepdim ? a->ndim : 0;
+    for (int d = 0; d < ondim; d++) oshape[d] = 1;
+  }
+  if (lt_prepare_out(op, out, ondim, oshape, LT_I64, LT_DEVICE_CPU)) goto done;
+  if (g.n_out == 0) {
+    rc = 0;
+    goto done;
+  }
+  reduce_geom_set_out(&g, src, out, keepdim && !all_dims);
+  res = malloc(sizeof(int64_t) * g.n_out);
+  if (!res) {
+    rc = lt_errorf("%s: out of host memory", op);
+    goto done;
+  }
+  if (g.inner) {
+    if (arg_inner(&g, lt_data_ptr(src), src->dtype, is_max, res)) goto done;
+  } else {
+    arg_outer(&g, lt_data_ptr(src), src->dtype, is_max, res);
+  }
+  int64_t *o64 = lt_data_ptr(out);
+  for (int64_t o = 0; o < g.n_out; o++) o64[lt_offset_of(o, g.nkept, g.kshape, g.kout)] = res[o];
+  rc = 0;
+done:
+  free(res);
+  lt_release(flat);
+  return rc;
+}
+
+int lt_argmax(lt_tensor *out, const lt_tensor *a, int dim, int keepdim, int all_dims) {
+  return arg_reduce("argmax", out, a, dim, keepdim, all_dims, true);
+}
+int lt_argmin(lt_tensor *out, const lt_tensor *a, int dim, int keepdim, int all_dims) {
+  return arg_reduce("argmin", out, a, dim, keepdim, all_dims, false);
+}
