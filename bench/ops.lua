@@ -1,0 +1,112 @@
+-- bench/ops.lua — figures for the tensor core, side by side with the peers in one run.
+--   lutra bench/ops.lua [--peer PATH/torch_overhead.py] [--reps N]
+-- Prints: matmul GFLOP/s at 1024^3 f32 (lutra vs cblas_sgemm called directly),
+-- GB/s of add and softmax on 16M f32 elements, and the cost of a tiny op from Lua
+-- next to PyTorch eager's (the peer script, run with /usr/bin/python3).
+local lt = require "lutra"
+local ffi = require "ffi"
+
+local peer = "../shared/peers/torch_overhead.py"
+local reps = 7
+for i = 1, #arg do
+  if arg[i] == "--peer" then peer = arg[i + 1] end
+  if arg[i] == "--reps" then reps = tonumber(arg[i + 1]) end
+end
+
+ffi.cdef [[
+int clock_gettime(int clk, struct timespec *ts);
+struct timespec { long tv_sec; long tv_nsec; };
+void cblas_sgemm(int order, int transa, int transb, int m, int n, int k, float alpha, const float *a, int lda,
+                 const float *b, int ldb, float beta, float *c, int ldc);
+]]
+local ts = ffi.new("struct timespec")
+local function now()
+  ffi.C.clock_gettime(1, ts) -- CLOCK_MONOTONIC
+  return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
+end
+
+local function median(xs)
+  table.sort(xs)
+  local n = #xs
+  return n % 2 == 1 and xs[(n + 1) / 2] or (xs[n / 2] + xs[n / 2 + 1]) / 2
+end
+
+-- Median seconds of fn() over `reps` timed runs after one warm-up.
+local function time_median(fn, n)
+  fn()
+  local xs = {}
+  for r = 1, n or reps do
+    local t0 = now()
+    fn()
+    xs[r] = now() - t0
+  end
+  return median(xs)
+end
+
+print(string.format("lutra %s, %d threads", lt.version or "?", lt.get_num_threads and lt.get_num_threads() or 0))
+
+-- matmul: ours vs OpenBLAS directly, interleaved so both see the same machine noise.
+do
+  local n = 1024
+  local a, b, c = lt.randn(n, n), lt.randn(n, n), lt.empty(n, n)
+  local blas = ffi.C
+  if not pcall(function() return blas.cblas_sgemm end) then blas = ffi.load("openblas") end
+  local pa, pb, pc = ffi.cast("float*", a:data_ptr()), ffi.cast("float*", b:data_ptr()), ffi.cast("float*", c:data_ptr())
+  local ours, direct = {}, {}
+  lt.matmul(a, b, c)
+  blas.cblas_sgemm(101, 111, 111, n, n, n, 1, pa, n, pb, n, 0, pc, n)
+  for r = 1, reps do
+    local t0 = now()
+    lt.matmul(a, b, c)
+    ours[r] = now() - t0
+    t0 = now()
+    blas.cblas_sgemm(101, 111, 111, n, n, n, 1, pa, n, pb, n, 0, pc, n)
+    direct[r] = now() - t0
+  end
+  local flop = 2 * n * n * n
+  local g_ours, g_direct = flop / median(ours) / 1e9, flop / median(direct) / 1e9
+  print(string.format("matmul 1024^3 f32: lutra %.1f GFLOP/s, cblas_sgemm direct %.1f GFLOP/s, ratio %.3f (goal >= 0.95)",
+    g_ours, g_direct, g_ours / g_direct))
+end
+
+-- Bandwidth: add (read 2, write 1) and softmax over rows of 1024 (read 1, write 1).
+do
+  local n = 16 * 1024 * 1024
+  local a, b, out = lt.randn(n), lt.randn(n), lt.empty(n)
+  local s_add = time_median(function() a:add(b, out) end)
+  print(string.format("add 16M f32: %.1f GB/s (%.2f ms)", 3 * 4 * n / s_add / 1e9, s_add * 1e3))
+  local x, y = lt.randn(n / 1024, 1024), lt.empty(n / 1024, 1024)
+  local s_sm = time_median(function() x:softmax(-1, y) end)
+  print(string.format("softmax 16M f32 (rows of 1024): %.1f GB/s (%.2f ms)", 2 * 4 * n / s_sm / 1e9, s_sm * 1e3))
+end
+
+-- Per-op overhead from Lua on tiny tensors, next to PyTorch eager.
+do
+  local a, b = lt.ones(4), lt.ones(4)
+  local calls = 1000000
+  local samples = {}
+  for r = 1, 5 do
+    local t0 = now()
+    local c
+    for _ = 1, calls do c = a + b end
+    samples[r] = (now() - t0) / calls * 1e6
+  end
+  local ours = median(samples)
+  local line = string.format("tiny add (4 elements) from Lua: lutra %.3f us/call", ours)
+  local f = io.open(peer, "r")
+  if f then
+    f:close()
+    local p = io.popen("/usr/bin/python3 " .. peer .. " 2>&1")
+    local out = p:read("*a")
+    p:close()
+    local torch_us = tonumber(out:match("add_us=([%d%.]+)"))
+    if torch_us then
+      line = line .. string.format(", PyTorch eager %.3f us/call, ratio %.3f (goal <= 0.3)", torch_us, ours / torch_us)
+    else
+      line = line .. " (PyTorch peer did not run: " .. out:gsub("\n", " "):sub(1, 120) .. ")"
+    end
+  else
+    line = line .. " (peer script not found at " .. peer .. "; pass --peer PATH)"
+  end
+  print(line)
+end
