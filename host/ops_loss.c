@@ -1,0 +1,285 @@
+/* ops_loss.c — fused softmax cross-entropy on the CPU, forward and backward.
+ *
+ * logits (N, V), targets (N) I32/I64. Forward saves lse (N) f32, the log-sum-exp of
+ * each row, so that backward forms softmax = exp(logit - lse) on the fly and never
+ * stores probabilities. f32/bf16/f16 rows compute in f32 (16-bit rows converted to
+ * scratch), f64 rows in f64. */
+#include "internal.h"
+#include <stdlib.h>
+
+/* Let GCC if-convert float compares (the clamps in exp_f32) so the row loops vectorise;
+ * nothing here reads floating-point exception flags. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math")
+#endif
+
+/* exp(x) in plain float arithmetic that vectorises (glibc's expf does not without
+ * -ffast-math): x = n ln2 + r with |r| <= ln2/2, a degree-6 polynomial for e^r
+ * (Cephes expf), 2^n built in the exponent bits. About 2 ulp for x in [-87, 88];
+ * below -87 (including -inf) it returns 0. Callers pass x <= 0 up to rounding. */
+static inline float exp_f32(float x) {
+  float keep = x >= -87.0f ? 1.0f : 0.0f;
+  x = x >= -87.0f ? x : -87.0f;
+  x = x <= 88.0f ? x : 88.0f;
+  const float round_magic = 12582912.0f; /* 1.5 * 2^23: adding and subtracting it rounds to an integer */
+  float n = (x * 1.44269504088896341f + round_magic) - round_magic;
+  float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  float e = p * r * r + r + 1.0f;
+  int32_t bits = ((int32_t)n + 127) << 23;
+  float scale;
+  memcpy(&scale, &bits, 4);
+  return e * scale * keep;
+}
+
+/* ---- row kernels ------------------------------------------------------------------- */
+
+/* log(sum(exp(x))) of a row, stable: max first, then the sum of exp(x - max). */
+static float row_lse_f32(const float *x, int64_t V) {
+  float mx = -INFINITY, s = 0;
+#pragma omp simd reduction(max : mx)
+  for (int64_t j = 0; j < V; j++) mx = x[j] > mx ? x[j] : mx;
+  if (isinf(mx)) return mx; /* all -inf (or a +inf logit): no finite normaliser */
+#pragma omp simd reduction(+ : s)
+  for (int64_t j = 0; j < V; j++) s += exp_f32(x[j] - mx);
+  return mx + logf(s);
+}
+
+static double row_lse_f64(const double *x, int64_t V) {
+  double mx = -INFINITY, s = 0;
+  for (int64_t j = 0; j < V; j++) mx = x[j] > mx ? x[j] : mx;
+  if (isinf(mx)) return mx;
+  for (int64_t j = 0; j < V; j++) s += exp(x[j] - mx);
+  return mx + log(s);
+}
+
+/* dx = dl * (exp(x - lse) - onehot(t)); dx may alias x. */
+static void row_grad_f32(float *dx, const float *x, int64_t V, float lse, float dl, int64_t t) {
+  float xt = x[t];
+#pragma omp simd
+  for (int64_t j = 0; j < V; j++) dx[j] = dl * exp_f32(x[j] - lse);
+  dx[t] = dl * (exp_f32(xt - lse) - 1.0f);
+}
+
+static void row_grad_f64(double *dx, const double *x, int64_t V, double lse, double dl, int64_t t) {
+  double xt = x[t];
+  for (int64_t j = 0; j < V; j++) dx[j] = dl * exp(x[j] - lse);
+  dx[t] = dl * (exp(xt - lse) - 1.0);
+}
+
+/* ---- helpers ----------------------------------------------------------------------- */
+
+static const float *load_row_f32(const void *base, int dtype, int64_t off, int64_t n, float *scratch) {
+  if (dtype == LT_F32) return (const float *)base + off;
+  const uint16_t *h = (const uint16_t *)base + off;
+  if (dtype == LT_BF16)
+    for (int64_t j = 0; j < n; j++) scratch[j] = lt_bf16_to_f32(h[j]);
+  else
+    for (int64_t j = 0; j < n; j++) scratch[j] = lt_f16_to_f32(h[j]);
+  return scratch;
+}
+
+static void store_row_f32(void *base, int dtype, int64_t off, const float *src, int64_t n) {
+  uint16_t *h = (uint16_t *)base + off;
+  if (dtype == LT_BF16)
+    for (int64_t j = 0; j < n; j++) h[j] = lt_f32_to_bf16(src[j]);
+  else if (dtype == LT_F16)
+    for (int64_t j = 0; j < n; j++) h[j] = lt_f32_to_f16(src[j]);
+}
+
+static int check_cpu(const char *op, const lt_tensor *t) {
+  if (t && t->storage && t->device != LT_DEVICE_CPU) return lt_errorf("%s: not implemented on cuda yet", op);
+  return 0;
+}
+
+/* A contiguous tensor to compute a result into: `out` itself when it is contiguous (allocated
+ * if undefined), else a temporary that out_finish copies back. NULL on error. */
+static lt_tensor *out_begin(const char *op, lt_tensor *out, int ndim, const int64_t *shape, int dtype) {
+  if (lt_prepare_out(op, out, ndim, shape, dtype, LT_DEVICE_CPU)) return NULL;
+  if (lt_is_contiguous(out)) return lt_retain(out), out;
+  for (int d = 0; d < out->ndim; d++)
+    if (out->stride[d] == 0 && out->shape[d] > 1) {
+      lt_errorf("%s: out is an expanded view (its elements overlap)", op);
+      return NULL;
+    }
+  lt_tensor *t = lt_tensor_new();
+  if (t && lt_empty(t, ndim, shape, dtype, LT_DEVICE_CPU) == 0) return t;
+  lt_release(t);
+  return NULL;
+}
+
+static int out_finish(lt_tensor *out, lt_tensor *work, int rc) {
+  if (!work) return rc;
+  if (rc == 0 && work != out) rc = lt_copy(out, work);
+  lt_release(work);
+  return rc;
+}
+
+/* Checks logits (N, V) and targets (N) and reads the targets into a new int64 array (NULL on
+ * error); a target outside [0, V) that is not ignore_index is an error naming the row. */
+static int64_t *check_inputs(const char *op, const lt_tensor *logits, const lt_tensor *targets,
+                             int64_t ignore_index, int64_t *N, int64_t *V) {
+  char d1[LT_DESC_STR], d2[LT_DESC_STR];
+  if (lt_check_defined(op, "logits", logits) || lt_check_defined(op, "targets", targets)) return NULL;
+  if (check_cpu(op, logits) || check_cpu(op, targets)) return NULL;
+  if (logits->ndim != 2 || logits->shape[1] < 1 || !lt_dtype_is_float(logits->dtype)) {
+    lt_errorf("%s: logits is %s, expected (N, V) with V >= 1 and a floating dtype", op, lt_desc(d1, logits));
+    return NULL;
+  }
+  *N = logits->shape[0], *V = logits->shape[1];
+  if (targets->ndim != 1 || targets->shape[0] != *N || (targets->dtype != LT_I32 && targets->dtype != LT_I64)) {
+    lt_errorf("%s: targets is %s, expected [%lld] i32 or i64 for logits %s", op, lt_desc(d1, targets),
+              (long long)*N, lt_desc(d2, logits));
+    return NULL;
+  }
+  int64_t *t = malloc((size_t)(*N > 0 ? *N : 1) * sizeof(int64_t));
+  if (!t) {
+    lt_errorf("%s: out of host memory", op);
+    return NULL;
+  }
+  const void *tp = lt_data_ptr(targets);
+  for (int64_t i = 0; i < *N; i++) {
+    t[i] = lt_load_i64(tp, targets->dtype, i * targets->stride[0]);
+    if (t[i] != ignore_index && (t[i] < 0 || t[i] >= *V)) {
+      lt_errorf("%s: target %lld out of range [0, %lld) at row %lld (ignore_index is %lld)", op, (long long)t[i],
+                (long long)*V, (long long)i, (long long)ignore_index);
+      free(t);
+      return NULL;
+    }
+  }
+  return t;
+}
+
+/* ---- forward ----------------------------------------------------------------------- */
+
+int lt_cross_entropy_forward(lt_tensor *losses, lt_tensor *lse, const lt_tensor *logits, const lt_tensor *targets,
+                             int64_t ignore_index) {
+  const char *op = "cross_entropy";
+  int64_t N, V;
+  int64_t *tgt = check_inputs(op, logits, targets, ignore_index, &N, &V);
+  if (!tgt) return -1;
+  int rc = -1, dtype = logits->dtype, failed = 0;
+  int64_t nshape[1] = {N};
+  lt_tensor *xc = lt_tensor_new(), *lw = NULL, *sw = NULL;
+  if (!losses) {
+    rc = lt_errorf("%s: losses is NULL", op);
+    goto done;
+  }
+  if (!xc || lt_contiguous(xc, logits)) goto done;
+  if (!(lw = out_begin(op, losses, 1, nshape, LT_F32))) goto done;
+  if (lse && !(sw = out_begin(op, lse, 1, nshape, LT_F32))) goto done;
+  const void *xp = lt_data_ptr(xc);
+  float *lp = lt_data_ptr(lw), *sp = sw ? lt_data_ptr(sw) : NULL;
+#pragma omp parallel if (N * V >= LT_PAR_GRAIN && N > 1)
+  {
+    float *scratch = dtype == LT_BF16 || dtype == LT_F16 ? malloc((size_t)V * sizeof(float)) : NULL;
+    if ((dtype == LT_BF16 || dtype == LT_F16) && !scratch) {
+#pragma omp atomic write
+      failed = 1;
+    }
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < N; i++) {
+      double s, xt;
+      if (dtype == LT_F64) {
+        const double *x = (const double *)xp + i * V;
+        s = row_lse_f64(x, V);
+        xt = tgt[i] == ignore_index ? 0 : x[tgt[i]];
+      } else {
+        if (dtype != LT_F32 && !scratch) continue;
+        const float *x = load_row_f32(xp, dtype, i * V, V, scratch);
+        s = row_lse_f32(x, V);
+        xt = tgt[i] == ignore_index ? 0 : x[tgt[i]];
+      }
+      lp[i] = tgt[i] == ignore_index ? 0.0f : (float)(s - xt);
+      if (sp) sp[i] = (float)s;
+    }
+    free(scratch);
+  }
+  rc = failed ? lt_errorf("%s: out of host memory", op) : 0;
+done:
+  rc = out_finish(losses, lw, rc);
+  if (lse) rc = out_finish(lse, sw, rc);
+  lt_release(xc);
+  free(tgt);
+  return rc;
+}
+
+/* ---- backward ---------------------------------------------------------------------- */
+
+/* A per-row input (N) of any floating dtype, read into a new buffer of `dtype` (f32 or f64). */
+static void *row_values(const char *op, const char *what, const lt_tensor *t, int64_t N, int dtype) {
+  char d[LT_DESC_STR];
+  if (lt_check_defined(op, what, t) || check_cpu(op, t)) return NULL;
+  if (lt_numel(t) != N || !lt_dtype_is_float(t->dtype)) {
+    lt_errorf("%s: %s is %s, expected [%lld] floating (one per row of logits)", op, what, lt_desc(d, t),
+              (long long)N);
+    return NULL;
+  }
+  void *buf = malloc((size_t)(N > 0 ? N : 1) * (size_t)lt_dtype_size(dtype));
+  if (!buf) {
+    lt_errorf("%s: out of host memory", op);
+    return NULL;
+  }
+  if (lt_copy_to_buffer(t, buf, dtype, N) == 0) return buf;
+  free(buf);
+  return NULL;
+}
+
+int lt_cross_entropy_backward(lt_tensor *dlogits, const lt_tensor *dlosses, const lt_tensor *logits,
+                              const lt_tensor *targets, const lt_tensor *lse, int64_t ignore_index) {
+  const char *op = "cross_entropy_backward";
+  int64_t N, V;
+  int64_t *tgt = check_inputs(op, logits, targets, ignore_index, &N, &V);
+  if (!tgt) return -1;
+  int rc = -1, dtype = logits->dtype, cdtype = dtype == LT_F64 ? LT_F64 : LT_F32, failed = 0;
+  char d[LT_DESC_STR];
+  lt_tensor *xc = lt_tensor_new(), *gw = NULL;
+  void *dl = row_values(op, "dlosses", dlosses, N, cdtype), *ls = NULL;
+  if (!xc || !dl || lt_contiguous(xc, logits)) goto done;
+  if (lt_check_defined(op, "lse", lse)) goto done;
+  if (lse->dtype != LT_F32) { /* lse is what forward saved: f32 only */
+    rc = lt_errorf("%s: lse is %s, expected f32 [%lld]", op, lt_desc(d, lse), (long long)N);
+    goto done;
+  }
+  if (!(ls = row_values(op, "lse", lse, N, cdtype))) goto done;
+  if (!(gw = out_begin(op, dlogits, 2, logits->shape, dtype))) goto done;
+  const void *xp = lt_data_ptr(xc);
+  void *gp = lt_data_ptr(gw);
+#pragma omp parallel if (N * V >= LT_PAR_GRAIN && N > 1)
+  {
+    float *scratch = dtype == LT_BF16 || dtype == LT_F16 ? malloc(2 * (size_t)V * sizeof(float)) : NULL;
+    if ((dtype == LT_BF16 || dtype == LT_F16) && !scratch) {
+#pragma omp atomic write
+      failed = 1;
+    }
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < N; i++) {
+      if (tgt[i] == ignore_index) {
+        memset((char *)gp + i * V * lt_dtype_size(dtype), 0, (size_t)(V * lt_dtype_size(dtype)));
+      } else if (dtype == LT_F64) {
+        row_grad_f64((double *)gp + i * V, (const double *)xp + i * V, V, ((double *)ls)[i], ((double *)dl)[i],
+                     tgt[i]);
+      } else if (dtype == LT_F32) {
+        row_grad_f32((float *)gp + i * V, (const float *)xp + i * V, V, ((float *)ls)[i], ((float *)dl)[i], tgt[i]);
+      } else if (scratch) {
+        const float *x = load_row_f32(xp, dtype, i * V, V, scratch);
+        row_grad_f32(scratch + V, x, V, ((float *)ls)[i], ((float *)dl)[i], tgt[i]);
+        store_row_f32(gp, dtype, i * V, scratch + V, V);
+      }
+    }
+    free(scratch);
+  }
+  rc = failed ? lt_errorf("%s: out of host memory", op) : 0;
+done:
+  rc = out_finish(dlogits, gw, rc);
+  lt_release(xc);
+  free(tgt);
+  free(dl);
+  free(ls);
+  return rc;
+}
