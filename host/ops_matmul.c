@@ -1,0 +1,196 @@
+/* ops_matmul.c — out = alpha * op(a) @ op(b) + beta * out through OpenBLAS (sgemm, dgemm).
+ *
+ * a (..., M, K) and b (..., K, N) (before op), batch dims broadcast, out (..., M, N).
+ * Each matrix goes to BLAS as it lies when its last two dims are row- or column-major
+ * (a column-major matrix is the row-major transpose: its trans flag flips); other layouts
+ * are copied to contiguous first. bf16/f16 go through f32 scratch and round back. */
+#include "internal.h"
+#include <cblas.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* BLAS sees a (rows, cols) matrix with element strides (rs, cs) as row-major with leading
+ * dim *ld, or, when *transposed, as the row-major (cols, rows) matrix of its transpose. */
+static bool blas_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs, int64_t *ld, bool *transposed) {
+  if ((cols == 1 || cs == 1) && (rows == 1 || rs >= cols)) {
+    *ld = rows == 1 ? cols : rs;
+    *transposed = false;
+  } else if ((rows == 1 || rs == 1) && (cols == 1 || cs >= rows)) {
+    *ld = cols == 1 ? rows : cs;
+    *transposed = true;
+  } else {
+    return false;
+  }
+  if (*ld < 1) *ld = 1;
+  return *ld <= INT_MAX;
+}
+
+/* One operand as BLAS reads it: base pointer, per-batch element strides, ld, transposed. */
+typedef struct gemm_operand {
+  const lt_tensor *t; /* a, b, out, or a contiguous / f32 stand-in for it */
+  int64_t batch_stride[LT_MAX_DIMS];
+  int64_t ld;
+  bool transposed;
+} gemm_operand;
+
+static bool operand_layout(gemm_operand *g, const lt_tensor *t, int nb, const int64_t *bshape) {
+  int tb = t->ndim - 2;
+  for (int i = 0; i < nb; i++) {
+    int d = tb - nb + i;
+    g->batch_stride[i] = (d < 0 || (t->shape[d] == 1 && bshape[i] != 1)) ? 0 : t->stride[d];
+  }
+  g->t = t;
+  return blas_layout(t->shape[tb], t->shape[tb + 1], t->stride[tb], t->stride[tb + 1], &g->ld, &g->transposed);
+}
+
+/* A fresh contiguous tensor holding t converted to dtype. */
+static lt_tensor *contiguous_as(const lt_tensor *t, int dtype) {
+  lt_tensor *c = lt_tensor_new();
+  if (!c || lt_empty(c, t->ndim, t->shape, dtype, LT_DEVICE_CPU) || lt_copy(c, t)) {
+    lt_release(c);
+    return NULL;
+  }
+  return c;
+}
+
+/* The batch dims and the M rows of an operand that BLAS reads untransposed fold into one
+ * row dim of stride ld (x (B, T, C) @ w (C, N) is one (B*T, C) @ (C, N) gemm). */
+static bool rows_fold(const gemm_operand *g, int nb, const int64_t *bshape, int64_t rows) {
+  int64_t want = g->ld * rows;
+  for (int i = nb - 1; i >= 0; i--) {
+    if (bshape[i] != 1 && g->batch_stride[i] != want) return false;
+    want *= bshape[i];
+  }
+  return true;
+}
+
+typedef struct gemm_plan {
+  bool f64;
+  int ta, tb; /* BLAS trans flags after layout flips */
+  int64_t M, N, K, nbatch;
+  int nb;
+  const int64_t *bshape;
+  gemm_operand A, B, C;
+  double alpha, beta;
+} gemm_plan;
+
+static void gemm_one(const gemm_plan *p, int64_t batch, int64_t m) {
+  int64_t oa = lt_offset_of(batch, p->nb, p->bshape, p->A.batch_stride);
+  int64_t ob = lt_offset_of(batch, p->nb, p->bshape, p->B.batch_stride);
+  int64_t oc = lt_offset_of(batch, p->nb, p->bshape, p->C.batch_stride);
+  enum CBLAS_TRANSPOSE ta = p->ta ? CblasTrans : CblasNoTrans, tb = p->tb ? CblasTrans : CblasNoTrans;
+  if (p->f64) {
+    const double *a = (const double *)lt_data_ptr(p->A.t) + oa, *b = (const double *)lt_data_ptr(p->B.t) + ob;
+    cblas_dgemm(CblasRowMajor, ta, tb, (int)m, (int)p->N, (int)p->K, p->alpha, a, (int)p->A.ld, b, (int)p->B.ld,
+                p->beta, (double *)lt_data_ptr(p->C.t) + oc, (int)p->C.ld);
+  } else {
+    const float *a = (const float *)lt_data_ptr(p->A.t) + oa, *b = (const float *)lt_data_ptr(p->B.t) + ob;
+    cblas_sgemm(CblasRowMajor, ta, tb, (int)m, (int)p->N, (int)p->K, (float)p->alpha, a, (int)p->A.ld, b,
+                (int)p->B.ld, (float)p->beta, (float *)lt_data_ptr(p->C.t) + oc, (int)p->C.ld);
+  }
+}
+
+/* Below this many multiply-adds per gemm OpenBLAS runs single-threaded anyway (its own
+ * threshold is 64^3), so many of them are spread over OpenMP threads instead. */
+enum { SMALL_GEMM = 64 * 64 * 64 };
+
+static void run_gemms(const gemm_plan *p) {
+  if (p->nbatch > 1 && rows_fold(&p->A, p->nb, p->bshape, p->M) && !p->ta &&
+      rows_fold(&p->C, p->nb, p->bshape, p->M) && p->M * p->nbatch <= INT_MAX) {
+    bool b_shared = true;
+    for (int i = 0; i < p->nb; i++) b_shared &= p->B.batch_stride[i] == 0;
+    if (b_shared) return gemm_one(p, 0, p->M * p->nbatch);
+  }
+  bool small = p->M * p->N * p->K <= SMALL_GEMM;
+#pragma omp parallel for schedule(dynamic, 1) if (small && p->nbatch >= 4)
+  for (int64_t i = 0; i < p->nbatch; i++) gemm_one(p, i, p->M);
+}
+
+/* out *= beta (or = 0), for K == 0 where BLAS is not called. */
+static void scale_out(lt_tensor *out, double beta) {
+  char *base = lt_data_ptr(out);
+  for (int64_t i = 0, n = lt_numel(out); i < n; i++) {
+    int64_t off = lt_offset_of(i, out->ndim, out->shape, out->stride);
+    lt_store_f64(base, out->dtype, off, beta == 0 ? 0 : beta * lt_load_f64(base, out->dtype, off));
+  }
+}
+
+static bool shares_storage(const lt_tensor *x, const lt_tensor *y) { return x->storage == y->storage; }
+
+static int check_args(lt_tensor *out, const lt_tensor *a, const lt_tensor *b, int trans_a, int trans_b,
+                      double beta, int64_t *M, int64_t *N, int64_t *K, int *nb, int64_t *bshape) {
+  LT_TRY(lt_check_defined("matmul", "a", a));
+  LT_TRY(lt_check_defined("matmul", "b", b));
+  if (a->device != LT_DEVICE_CPU || b->device != LT_DEVICE_CPU)
+    return a->device != b->device ? lt_check_same_device("matmul", a, b)
+                                  : lt_errorf("matmul: not implemented on cuda yet");
+  LT_TRY(lt_check_same_dtype("matmul", a, b));
+  if (!lt_dtype_is_float(a->dtype))
+    return lt_errorf("matmul: needs a floating dtype, got %s (convert first)", lt_dtype_name(a->dtype));
+  char sa[LT_SHAPE_STR], sb[LT_SHAPE_STR];
+  if (a->ndim < 2 || b->ndim < 2)
+    return lt_errorf("matmul: needs at least 2 dims on each side, got %s @ %s", lt_shape_str(sa, a->ndim, a->shape),
+                     lt_shape_str(sb, b->ndim, b->shape));
+  int64_t a0 = a->shape[a->ndim - 2], a1 = a->shape[a->ndim - 1], b0 = b->shape[b->ndim - 2], b1 = b->shape[b->ndim - 1];
+  *M = trans_a ? a1 : a0, *K = trans_a ? a0 : a1, *N = trans_b ? b0 : b1;
+  if (*K != (trans_b ? b1 : b0))
+    return lt_errorf("matmul: inner dims differ: %s%s @ %s%s", lt_shape_str(sa, a->ndim, a->shape), trans_a ? "^T" : "",
+                     lt_shape_str(sb, b->ndim, b->shape), trans_b ? "^T" : "");
+  if (*M > INT_MAX || *N > INT_MAX || *K > INT_MAX)
+    return lt_errorf("matmul: matrix dims of %s @ %s exceed what BLAS takes", lt_shape_str(sa, a->ndim, a->shape),
+                     lt_shape_str(sb, b->ndim, b->shape));
+  if (lt_broadcast_shape(a->ndim - 2, a->shape, b->ndim - 2, b->shape, nb, bshape))
+    return lt_errorf("matmul: batch dims of %s and %s do not broadcast", lt_shape_str(sa, a->ndim, a->shape),
+                     lt_shape_str(sb, b->ndim, b->shape));
+  if (beta != 0 && !lt_is_defined(out)) return lt_errorf("matmul: beta != 0 needs a defined out to accumulate into");
+  return 0;
+}
+
+int lt_matmul(lt_tensor *out, const lt_tensor *a, const lt_tensor *b, int trans_a, int trans_b, double alpha,
+              double beta) {
+  int64_t M = 0, N = 0, K = 0, shape[LT_MAX_DIMS];
+  int nb = 0;
+  LT_TRY(check_args(out, a, b, trans_a, trans_b, beta, &M, &N, &K, &nb, shape));
+  if (nb + 2 > LT_MAX_DIMS) return lt_errorf("matmul: result would have more than %d dims", LT_MAX_DIMS);
+  shape[nb] = M, shape[nb + 1] = N;
+  LT_TRY(lt_prepare_out("matmul", out, nb + 2, shape, a->dtype, LT_DEVICE_CPU));
+  int64_t nbatch = lt_shape_numel(nb, shape);
+  if (nbatch * M * N == 0) return 0;
+  if (K == 0) return scale_out(out, beta), 0;
+
+  /* stand-ins: f32 copies for 16-bit dtypes, contiguous copies for layouts BLAS cannot read,
+   * and a scratch result when out cannot be written directly or overlaps an input */
+  int rc = -1;
+  bool half = a->dtype == LT_BF16 || a->dtype == LT_F16;
+  int wdtype = half ? LT_F32 : a->dtype;
+  lt_tensor *ta = NULL, *tb = NULL, *tc = NULL;
+  gemm_plan p = {.f64 = a->dtype == LT_F64, .M = M, .N = N, .K = K, .nbatch = nbatch, .nb = nb, .bshape = shape,
+                 .alpha = alpha, .beta = beta};
+  if (half || !operand_layout(&p.A, a, nb, shape)) {
+    if (!(ta = contiguous_as(a, wdtype))) goto done;
+    operand_layout(&p.A, ta, nb, shape);
+  }
+  if (half || !operand_layout(&p.B, b, nb, shape)) {
+    if (!(tb = contiguous_as(b, wdtype))) goto done;
+    operand_layout(&p.B, tb, nb, shape);
+  }
+  if (half || !operand_layout(&p.C, out, nb, shape) || p.C.transposed || shares_storage(out, a) ||
+      shares_storage(out, b)) {
+    if (!(tc = lt_tensor_new()) || lt_empty(tc, out->ndim, out->shape, wdtype, LT_DEVICE_CPU)) goto done;
+    if (beta != 0 && lt_copy(tc, out)) goto done;
+    operand_layout(&p.C, tc, nb, shape);
+  }
+  p.ta = trans_a ^ p.A.transposed;
+  p.tb = trans_b ^ p.B.transposed;
+  run_gemms(&p);
+  rc = tc ? lt_copy(out, tc) : 0;
+done:
+  if (rc) {
+    char why[256];
+    snprintf(why, sizeof why, "%s", lt_last_error());
+    lt_errorf("matmul: %s", why);
+  }
+  lt_release(ta), lt_release(tb), lt_release(tc);
+  return rc;
+}
