@@ -1,0 +1,194 @@
+/* ops_embedding.c — embedding lookup on the CPU, forward and backward.
+ *
+ * weight (V, C), ids (...) I32/I64 -> out (..., C). Backward is deterministic: the
+ * positions are grouped by id with a stable counting sort, then each row of dweight is
+ * summed by one thread in position order, so the result does not depend on the thread
+ * count (and rows never race). */
+#include "internal.h"
+#include <stdlib.h>
+
+static int check_cpu(const char *op, const lt_tensor *t) {
+  if (t && t->storage && t->device != LT_DEVICE_CPU) return lt_errorf("%s: not implemented on cuda yet", op);
+  return 0;
+}
+
+/* A contiguous tensor to compute a result into: `out` itself when it is contiguous (allocated
+ * if undefined), else a temporary that out_finish copies back. NULL on error. */
+static lt_tensor *out_begin(const char *op, lt_tensor *out, int ndim, const int64_t *shape, int dtype) {
+  if (lt_prepare_out(op, out, ndim, shape, dtype, LT_DEVICE_CPU)) return NULL;
+  if (lt_is_contiguous(out)) return lt_retain(out), out;
+  for (int d = 0; d < out->ndim; d++)
+    if (out->stride[d] == 0 && out->shape[d] > 1) {
+      lt_errorf("%s: out is an expanded view (its elements overlap)", op);
+      return NULL;
+    }
+  lt_tensor *t = lt_tensor_new();
+  if (t && lt_empty(t, ndim, shape, dtype, LT_DEVICE_CPU) == 0) return t;
+  lt_release(t);
+  return NULL;
+}
+
+static int out_finish(lt_tensor *out, lt_tensor *work, int rc) {
+  if (!work) return rc;
+  if (rc == 0 && work != out) rc = lt_copy(out, work);
+  lt_release(work);
+  return rc;
+}
+
+/* Reads ids (any shape, I32/I64) in row-major order into a new int64 array, checking each is
+ * in [0, V). NULL on error. */
+static int64_t *read_ids(const char *op, const lt_tensor *ids, int64_t V) {
+  char d[LT_DESC_STR];
+  if (lt_check_defined(op, "ids", ids) || check_cpu(op, ids)) return NULL;
+  if (ids->dtype != LT_I32 && ids->dtype != LT_I64) {
+    lt_errorf("%s: ids is %s, expected i32 or i64", op, lt_desc(d, ids));
+    return NULL;
+  }
+  if (ids->ndim >= LT_MAX_DIMS) {
+    lt_errorf("%s: ids is %s: at most %d dims (out adds one)", op, lt_desc(d, ids), LT_MAX_DIMS - 1);
+    return NULL;
+  }
+  int64_t n = lt_numel(ids);
+  int64_t *v = malloc((size_t)(n > 0 ? n : 1) * sizeof(int64_t));
+  if (!v) {
+    lt_errorf("%s: out of host memory", op);
+    return NULL;
+  }
+  if (lt_copy_to_buffer(ids, v, LT_I64, n)) {
+    free(v);
+    return NULL;
+  }
+  for (int64_t i = 0; i < n; i++)
+    if (v[i] < 0 || v[i] >= V) {
+      lt_errorf("%s: index %lld out of range [0, %lld) at position %lld", op, (long long)v[i], (long long)V,
+                (long long)i);
+      free(v);
+      return NULL;
+    }
+  return v;
+}
+
+int lt_embedding_forward(lt_tensor *out, const lt_tensor *weight, const lt_tensor *ids) {
+  const char *op = "embedding";
+  char d[LT_DESC_STR];
+  LT_TRY(lt_check_defined(op, "weight", weight));
+  LT_TRY(check_cpu(op, weight));
+  if (weight->ndim != 2) return lt_errorf("%s: weight is %s, expected (V, C)", op, lt_desc(d, weight));
+  int64_t V = weight->shape[0], C = weight->shape[1];
+  int64_t *id = read_ids(op, ids, V);
+  if (!id) return -1;
+  int64_t n = lt_numel(ids), shape[LT_MAX_DIMS];
+  memcpy(shape, ids->shape, (size_t)ids->ndim * sizeof(int64_t));
+  shape[ids->ndim] = C;
+  int rc = -1, esize = lt_dtype_size(weight->dtype);
+  lt_tensor *wc = lt_tensor_new(), *o = NULL;
+  if (!wc) goto done;
+  /* rows with unit column stride are read in place; other layouts are made contiguous */
+  if (weight->stride[1] == 1 || C == 1 ? lt_set(wc, weight) : lt_contiguous(wc, weight)) goto done;
+  if (!(o = out_begin(op, out, ids->ndim + 1, shape, weight->dtype))) goto done;
+  const char *wp = lt_data_ptr(wc);
+  char *op_ = lt_data_ptr(o);
+  int64_t row_stride = wc->stride[0];
+#pragma omp parallel for schedule(static) if (n * C >= LT_PAR_GRAIN)
+  for (int64_t i = 0; i < n; i++)
+    memcpy(op_ + i * C * esize, wp + id[i] * row_stride * esize, (size_t)(C * esize));
+  rc = 0;
+done:
+  rc = out_finish(out, o, rc);
+  lt_release(wc);
+  free(id);
+  return rc;
+}
+
+int lt_embedding_backward(lt_tensor *dweight, const lt_tensor *dout, const lt_tensor *ids) {
+  const char *op = "embedding_backward";
+  char d1[LT_DESC_STR], d2[LT_DESC_STR];
+  if (!dweight || !dweight->storage)
+    return lt_errorf("%s: dweight must be a defined (V, C) tensor: the vocabulary size is not known from ids", op);
+  LT_TRY(check_cpu(op, dweight));
+  LT_TRY(lt_check_defined(op, "dout", dout));
+  LT_TRY(check_cpu(op, dout));
+  if (dweight->ndim != 2 || !lt_dtype_is_float(dweight->dtype))
+    return lt_errorf("%s: dweight is %s, expected (V, C) floating", op, lt_desc(d1, dweight));
+  int64_t V = dweight->shape[0], C = dweight->shape[1];
+  int64_t *id = read_ids(op, ids, V);
+  if (!id) return -1;
+  int64_t n = lt_numel(ids);
+  int rc = -1, dtype = dweight->dtype;
+  bool shape_ok = dout->ndim == ids->ndim + 1 && dout->shape[ids->ndim] == C && dout->dtype == dtype;
+  for (int k = 0; shape_ok && k < ids->ndim; k++) shape_ok = dout->shape[k] == ids->shape[k];
+  int64_t *start = NULL, *order = NULL;
+  lt_tensor *dc = lt_tensor_new(), *g = NULL;
+  if (!shape_ok) {
+    char s[LT_SHAPE_STR];
+    rc = lt_errorf("%s: dout is %s, expected ids' shape %s plus (C = %lld) and dweight's dtype (%s)", op,
+                   lt_desc(d1, dout), lt_shape_str(s, ids->ndim, ids->shape), (long long)C, lt_desc(d2, dweight));
+    goto done;
+  }
+  if (!dc || lt_contiguous(dc, dout)) goto done;
+  if (!(g = out_begin(op, dweight, 2, dweight->shape, dtype))) goto done;
+  /* stable counting sort: positions of id v are order[start[v] .. start[v+1]), increasing */
+  start = calloc((size_t)(V + 1), sizeof(int64_t));
+  order = malloc((size_t)(n > 0 ? n : 1) * sizeof(int64_t));
+  if (!start || !order) {
+    rc = lt_errorf("%s: out of host memory", op);
+    goto done;
+  }
+  for (int64_t i = 0; i < n; i++) start[id[i] + 1]++;
+  for (int64_t v = 0; v < V; v++) start[v + 1] += start[v];
+  for (int64_t i = 0; i < n; i++) order[start[id[i]]++] = i;
+  for (int64_t v = V; v > 0; v--) start[v] = start[v - 1]; /* the fill advanced start[v] to v's end */
+  start[0] = 0;
+  const void *dp = lt_data_ptr(dc);
+  void *gp = lt_data_ptr(g);
+  int failed = 0;
+#pragma omp parallel if ((n + V) * C >= LT_PAR_GRAIN)
+  {
+    float *acc = dtype == LT_BF16 || dtype == LT_F16 ? malloc((size_t)(C > 0 ? C : 1) * sizeof(float)) : NULL;
+    if ((dtype == LT_BF16 || dtype == LT_F16) && !acc) {
+#pragma omp atomic write
+      failed = 1;
+    }
+#pragma omp for schedule(dynamic, 16)
+    for (int64_t v = 0; v < V; v++) {
+      if (dtype == LT_F32) {
+        float *row = (float *)gp + v * C;
+        memset(row, 0, (size_t)C * sizeof(float));
+        for (int64_t k = start[v]; k < start[v + 1]; k++) {
+          const float *src = (const float *)dp + order[k] * C;
+          for (int64_t j = 0; j < C; j++) row[j] += src[j];
+        }
+      } else if (dtype == LT_F64) {
+        double *row = (double *)gp + v * C;
+        memset(row, 0, (size_t)C * sizeof(double));
+        for (int64_t k = start[v]; k < start[v + 1]; k++) {
+          const double *src = (const double *)dp + order[k] * C;
+          for (int64_t j = 0; j < C; j++) row[j] += src[j];
+        }
+      } else if (acc) { /* 16-bit: sum in f32, round once */
+        memset(acc, 0, (size_t)C * sizeof(float));
+        for (int64_t k = start[v]; k < start[v + 1]; k++) {
+          const uint16_t *src = (const uint16_t *)dp + order[k] * C;
+          if (dtype == LT_BF16)
+            for (int64_t j = 0; j < C; j++) acc[j] += lt_bf16_to_f32(src[j]);
+          else
+            for (int64_t j = 0; j < C; j++) acc[j] += lt_f16_to_f32(src[j]);
+        }
+        uint16_t *row = (uint16_t *)gp + v * C;
+        if (dtype == LT_BF16)
+          for (int64_t j = 0; j < C; j++) row[j] = lt_f32_to_bf16(acc[j]);
+        else
+          for (int64_t j = 0; j < C; j++) row[j] = lt_f32_to_f16(acc[j]);
+      }
+    }
+    free(acc);
+  }
+  rc = failed ? lt_errorf("%s: out of host memory", op) : 0;
+done:
+  rc = out_finish(dweight, g, rc);
+  lt_release(dc);
+  free(id);
+  free(start);
+  free(order);
+  return rc;
+}
