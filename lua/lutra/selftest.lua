@@ -1,0 +1,262 @@
+-- lutra.selftest — `lutra selftest`: every op that has a CUDA path, run on the GPU and on
+-- the CPU over random shapes (odd sizes included) and compared element by element.
+--
+--   lutra selftest            compare cuda:0 with the CPU; exit 77 (skipped) without a GPU
+--   lutra selftest -v         print every case, not one row per op and dtype
+--   lutra selftest --device=cpu   run the harness with the CPU on both sides (checks the
+--                             checker where there is no GPU; every error must be 0)
+--
+-- The GPU kernels are designed to be bit-identical with the CPU (fill writes the host's
+-- bits, conversions round as host/internal.h does, adds round the f32 sum), so the
+-- expected error is 0; add on floats is allowed one unit in the last place.
+--
+-- The GPU count is read through the FFI before anything else, so that the skip path
+-- needs nothing but the C API (not the Lua tensor library).
+local ffi = require "ffi"
+
+local M = {}
+
+local PROBE = {
+  lt_cuda_device_count = "int lt_cuda_device_count(void);",
+  lt_cuda_status = "const char *lt_cuda_status(void);",
+}
+
+-- The C API: ffi.C inside the lutra executable, else liblutra ($LUTRA_LIB or "lutra").
+local function probe_api()
+  for name, decl in pairs(PROBE) do
+    if not pcall(function() return ffi.C[name] end) then pcall(ffi.cdef, decl) end
+  end
+  if pcall(function() return ffi.C.lt_cuda_device_count end) then return ffi.C end
+  local ok, lib = pcall(ffi.load, os.getenv("LUTRA_LIB") or "lutra")
+  if ok then return lib end
+  return nil, tostring(lib)
+end
+
+-- ---- inputs ----------------------------------------------------------------------------
+
+local DTYPES = {"f32", "f64", "bf16", "f16", "i32", "i64", "u8", "bool"}
+local ADD_DTYPES = {"f32", "f64", "bf16", "f16", "i32", "i64"}
+local FLOAT = {f32 = true, f64 = true, bf16 = true, f16 = true}
+local EPS = {f32 = 2 ^ -23, f64 = 2 ^ -52, bf16 = 2 ^ -7, f16 = 2 ^ -10}
+
+-- Floats that stress conversions: ties, subnormals, overflow, infinities, NaN.
+local SPECIAL = {0, -0.0, 1, -1.5, 2.5, 65504, 65520, 1e-8, 6e-8, 3e-5, 1.00390625, 1.005859375, 3.4e38, -1e30,
+                 1e-40, 0.1, 1 / 0, -1 / 0, 0 / 0}
+
+-- xorshift: inputs independent of lutra's own generator
+local rng_state = 88172645463325252ULL
+local function uniform()
+  local x = rng_state
+  x = bit.bxor(x, bit.lshift(x, 13))
+  x = bit.bxor(x, bit.rshift(x, 7))
+  x = bit.bxor(x, bit.lshift(x, 17))
+  rng_state = x
+  return tonumber(bit.rshift(x, 11)) / 9007199254740992
+end
+
+-- n values fit for src (and, when converting, for dst: float -> int stays in range,
+-- since C leaves out-of-range conversions undefined).
+local function values(n, src, dst)
+  local buf = ffi.new("double[?]", math.max(n, 1))
+  local to_int = dst and not FLOAT[dst]
+  for i = 0, n - 1 do
+    local v
+    if src == "bool" or dst == "bool" and not FLOAT[src] then
+      v = uniform() < 0.5 and 0 or 1
+    elseif src == "u8" or dst == "u8" then
+      v = math.floor(uniform() * 256)
+    elseif not FLOAT[src] then
+      v = math.floor(uniform() * 2000001) - 1000000
+    elseif not to_int and i < #SPECIAL then
+      v = SPECIAL[i + 1]
+    else
+      v = (uniform() * 2 - 1) * (to_int and 1000 or 100)
+    end
+    buf[i] = v
+  end
+  return buf
+end
+
+local function shape_str(shape)
+  local parts = {}
+  for i, d in ipairs(shape) do parts[i] = tostring(d) end
+  return "[" .. table.concat(parts, ",") .. "]"
+end
+
+local function numel(shape)
+  local n = 1
+  for _, d in ipairs(shape) do n = n * d end
+  return n
+end
+
+-- Sizes from the brief (1, 7, 1023, 65537: tails, odd blocks, more than one grid) and a
+-- few random multi-dim shapes.
+local function test_shapes()
+  local shapes = {{1}, {7}, {1023}, {65537}, {3, 5, 7}}
+  for _ = 1, 3 do
+    local nd, shape = 2 + math.floor(uniform() * 2), {}
+    for d = 1, nd do shape[d] = 1 + math.floor(uniform() * (d == nd and 300 or 40)) end
+    shapes[#shapes + 1] = shape
+  end
+  return shapes
+end
+
+-- ---- comparison --------------------------------------------------------------------------
+
+-- max abs and max rel error of got against want (CPU tensors of the same shape); NaN
+-- matches NaN, inf matches the same inf.
+local function compare(C, got, want, n)
+  local g, w = ffi.new("double[?]", math.max(n, 1)), ffi.new("double[?]", math.max(n, 1))
+  assert(C.lt_copy_to_buffer(got, g, C.LT_F64, n) == 0, ffi.string(C.lt_last_error()))
+  assert(C.lt_copy_to_buffer(want, w, C.LT_F64, n) == 0, ffi.string(C.lt_last_error()))
+  local max_abs, max_rel = 0, 0
+  for i = 0, n - 1 do
+    local a, b = g[i], w[i]
+    if not (a == b or (a ~= a and b ~= b)) then
+      local abs = math.abs(a - b)
+      if abs ~= abs then abs = math.huge end -- NaN vs number, inf vs -inf
+      local rel = abs / math.max(math.abs(b), 1e-300)
+      if abs > max_abs then max_abs = abs end
+      if rel > max_rel then max_rel = rel end
+    end
+  end
+  return max_abs, max_rel
+end
+
+-- ---- the cases ----------------------------------------------------------------------------
+
+-- Runs every case; report(op, shape, dtype, max_abs, max_rel, ok) gets each result.
+local function run_cases(lt, C, device, report)
+  -- a CPU tensor of dtype holding buf, made through the Lua library
+  local function host(shape, dtype, buf)
+    local t = lt.zeros(shape):to(dtype)
+    if buf then assert(C.lt_copy_from_buffer(t, buf, C.LT_F64, numel(shape)) == 0, ffi.string(C.lt_last_error())) end
+    return t
+  end
+  local function fill(t, v)
+    assert(C.lt_fill(t, v) == 0, ffi.string(C.lt_last_error()))
+  end
+  local function exact(op, shape, dtype, got, want)
+    local abs, rel = compare(C, got, want, numel(shape))
+    report(op, shape, dtype, abs, rel, abs == 0)
+  end
+
+  for _, shape in ipairs(test_shapes()) do
+    local n = numel(shape)
+    for _, dt in ipairs(DTYPES) do
+      -- copy: host -> device -> host
+      local h = host(shape, dt, values(n, dt))
+      local d = h:to(device)
+      exact("copy h2d+d2h", shape, dt, d:cpu(), h)
+      -- fill: the device fill against the CPU fill
+      local v = dt == "bool" and 1 or dt == "u8" and 200 or FLOAT[dt] and -1 / 3 or -5
+      fill(d, v)
+      fill(h, v)
+      exact("fill", shape, dt, d:cpu(), h)
+      -- convert: every other dtype into dt, on the device
+      for _, src in ipairs(DTYPES) do
+        if src ~= dt then
+          local hs = host(shape, src, values(n, src, dt))
+          exact("convert", shape, src .. "->" .. dt, hs:to(device):to(dt):cpu(), hs:to(dt))
+        end
+      end
+    end
+    for _, dt in ipairs(ADD_DTYPES) do
+      local a, b = host(shape, dt, values(n, dt)), host(shape, dt, values(n, dt))
+      local abs, rel = compare(C, (a:to(device) + b:to(device)):cpu(), a + b, n)
+      local ok = FLOAT[dt] and rel <= EPS[dt] or abs == 0
+      report("add", shape, dt, abs, rel, ok)
+    end
+  end
+end
+
+-- ---- output ---------------------------------------------------------------------------------
+
+local function fmt_err(x)
+  if x == 0 then return "0" end
+  return string.format("%.3g", x)
+end
+
+local function print_table(rows)
+  local head = string.format("%-14s %-12s %-10s %-7s %-11s %-11s %s", "op", "dtype", "worst shape", "cases",
+                             "max abs err", "max rel err", "result")
+  print(head)
+  print(string.rep("-", #head))
+  for _, r in ipairs(rows) do
+    print(string.format("%-14s %-12s %-10s %-7d %-11s %-11s %s", r.op, r.dtype, r.shape, r.cases, fmt_err(r.abs),
+                        fmt_err(r.rel), r.ok and "pass" or "FAIL"))
+  end
+end
+
+-- args: the command line after `selftest` (a list of strings). Returns the exit status:
+-- 0 all passed, 1 a failure, 77 skipped (no GPU).
+function M.main(args)
+  args = args or {}
+  local verbose, device = false, nil
+  for _, a in ipairs(args) do
+    if a == "-v" or a == "--verbose" then
+      verbose = true
+    elseif a:match("^%-%-device=") then
+      device = a:match("^%-%-device=(.*)$")
+    elseif a == "-h" or a == "--help" then
+      print("usage: lutra selftest [-v] [--device=cuda|cuda:K|cpu]")
+      return 0
+    else
+      io.stderr:write("lutra selftest: unknown argument '", a, "'\n")
+      return 1
+    end
+  end
+
+  local C, err = probe_api()
+  if not C then
+    print("selftest: skipped: no CUDA device (the C library did not load: " .. err .. ")")
+    return 77
+  end
+  local count = C.lt_cuda_device_count()
+  if count == 0 and device ~= "cpu" then
+    print("selftest: skipped: no CUDA device (" .. ffi.string(C.lt_cuda_status()) .. ")")
+    return 77
+  end
+  device = device or "cuda"
+
+  local lt = require "lutra"
+  C = require("lutra.ffi").C
+  print(string.format("selftest: %s against cpu; %s", device,
+                      count > 0 and ffi.string(C.lt_cuda_status()) or "no CUDA device, harness check only"))
+
+  local rows, by_key, failures, cases = {}, {}, 0, 0
+  local function report(op, shape, dtype, abs, rel, ok)
+    cases = cases + 1
+    if not ok then failures = failures + 1 end
+    local s = shape_str(shape)
+    if verbose or not ok then
+      print(string.format("  %-14s %-16s %-12s abs %-9s rel %-9s %s", op, s, dtype, fmt_err(abs), fmt_err(rel),
+                          ok and "pass" or "FAIL"))
+    end
+    local key = op .. " " .. dtype
+    local r = by_key[key]
+    if not r then
+      r = {op = op, dtype = dtype, shape = s, cases = 0, abs = 0, rel = 0, ok = true}
+      by_key[key] = r
+      rows[#rows + 1] = r
+    end
+    r.cases = r.cases + 1
+    if abs > r.abs or rel > r.rel then r.shape = s end
+    r.abs, r.rel, r.ok = math.max(r.abs, abs), math.max(r.rel, rel), r.ok and ok
+  end
+
+  local ok, msg = xpcall(run_cases, debug.traceback, lt, C, device, report)
+  print_table(rows)
+  if not ok then
+    print("selftest: FAILED with an error: " .. tostring(msg))
+    return 1
+  end
+  if failures > 0 then
+    print(string.format("selftest: FAILED: %d of %d cases", failures, cases))
+    return 1
+  end
+  print(string.format("selftest: passed: %d cases", cases))
+  return 0
+end
+
+return M
