@@ -1,0 +1,162 @@
+/* ops_elementwise.c — the loop driver of the elementwise ops (runs along the innermost
+ * dim, split across threads) and the 16-bit float block conversions they share. */
+#include "ops_elementwise.h"
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#ifdef __F16C__
+#include <immintrin.h>
+#endif
+
+/* Drops size-1 dims and merges neighbouring dims that every operand walks contiguously
+ * (as lt_loop_init, for up to EW_MAX_OPERANDS operands). Returns the number of dims,
+ * 0 when there is nothing to do. */
+static int coalesce(int ndim, const int64_t *shape, int nops, const int64_t (*strides)[LT_MAX_DIMS], int64_t *sh,
+                    int64_t (*st)[LT_MAX_DIMS]) {
+  int n = 0;
+  for (int d = 0; d < ndim; d++) {
+    if (shape[d] == 0) return 0;
+    if (shape[d] == 1) continue;
+    sh[n] = shape[d];
+    for (int k = 0; k < nops; k++) st[k][n] = strides[k][d];
+    bool merge = n > 0;
+    for (int k = 0; merge && k < nops; k++) merge = st[k][n - 1] == st[k][n] * sh[n];
+    if (merge) {
+      sh[n - 1] *= sh[n];
+      for (int k = 0; k < nops; k++) st[k][n - 1] = st[k][n];
+    } else {
+      n++;
+    }
+  }
+  if (n == 0) { /* a single element */
+    sh[0] = 1;
+    for (int k = 0; k < nops; k++) st[k][0] = 0;
+    n = 1;
+  }
+  return n;
+}
+
+void ew_execute(int ndim, const int64_t *shape, int nops, char *const *base, const int *esize,
+                const int64_t (*strides)[LT_MAX_DIMS], ew_kernel kernel, const void *ctx, int64_t grain) {
+  int64_t sh[LT_MAX_DIMS], st[EW_MAX_OPERANDS][LT_MAX_DIMS];
+  int nd = coalesce(ndim, shape, nops, strides, sh, st);
+  if (nd == 0) return;
+  int64_t inner = sh[nd - 1], rows = lt_shape_numel(nd - 1, sh), numel = rows * inner;
+  /* Long runs are cut into chunks so that a few long rows still spread over all threads. */
+  int nthreads = 1;
+#ifdef _OPENMP
+  if (numel >= grain) nthreads = omp_get_max_threads();
+#endif
+  int64_t chunk = inner;
+  if (nthreads > 1 && rows < 4 * nthreads) {
+    int64_t want = (numel + 4 * nthreads - 1) / (4 * nthreads);
+    chunk = want < 4096 ? 4096 : (want + 63) / 64 * 64;
+    if (chunk > inner) chunk = inner;
+  }
+  int64_t per_row = (inner + chunk - 1) / chunk, tasks = rows * per_row;
+#pragma omp parallel for schedule(static) if (nthreads > 1 && tasks > 1)
+  for (int64_t t = 0; t < tasks; t++) {
+    int64_t r = t / per_row, i0 = (t % per_row) * chunk;
+    int64_t n = inner - i0 < chunk ? inner - i0 : chunk;
+    int64_t off[EW_MAX_OPERANDS] = {0}, step[EW_MAX_OPERANDS];
+    for (int d = nd - 2; d >= 0; d--) {
+      int64_t i = r % sh[d];
+      r /= sh[d];
+      for (int k = 0; k < nops; k++) off[k] += i * st[k][d];
+    }
+    char *ptr[EW_MAX_OPERANDS];
+    for (int k = 0; k < nops; k++) {
+      step[k] = st[k][nd - 1];
+      ptr[k] = base[k] + (off[k] + i0 * step[k]) * esize[k];
+    }
+    kernel(ctx, ptr, step, n);
+  }
+}
+
+int ew_prepare_out(const char *op, lt_tensor *out, int ndim, const int64_t *shape, int dtype, int device) {
+  LT_TRY(lt_prepare_out(op, out, ndim, shape, dtype, device));
+  for (int d = 0; d < out->ndim; d++)
+    if (out->shape[d] > 1 && out->stride[d] == 0) {
+      char s[LT_DESC_STR];
+      return lt_errorf("%s: out %s is an expanded view (stride 0 in dim %d): its elements overlap", op, lt_desc(s, out),
+                       d);
+    }
+  return 0;
+}
+
+int ew_check_cpu(const char *op, const lt_tensor *t) {
+  if (t->device == LT_DEVICE_CPU) return 0;
+  return lt_errorf("%s: not implemented on cuda yet", op);
+}
+
+/* ---- 16-bit floats <-> f32 ------------------------------------------------------- */
+
+static void f16_to_f32_contig(float *dst, const uint16_t *src, int64_t n) {
+  int64_t i = 0;
+#ifdef __F16C__
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+#endif
+  for (; i < n; i++) dst[i] = lt_f16_to_f32(src[i]);
+}
+
+static void f32_to_f16_contig(uint16_t *dst, const float *src, int64_t n) {
+  int64_t i = 0;
+#ifdef __F16C__
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128((__m128i *)(dst + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#endif
+  for (; i < n; i++) dst[i] = lt_f32_to_f16(src[i]);
+}
+
+/* Round to nearest even as lt_f32_to_bf16, written without branches so the loop vectorises. */
+static inline uint16_t f32_to_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, nan = (u >> 16) | 0x40u;
+  return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+}
+
+int64_t ew_load_f32(float *dst, const char *src, int dtype, int64_t stride, int64_t n) {
+  if (stride == 0) n = 1;
+  const uint16_t *h = (const uint16_t *)src;
+  if (dtype == LT_F32) {
+    const float *f = (const float *)src;
+    if (stride == 1)
+      memcpy(dst, f, (size_t)n * sizeof(float));
+    else
+      for (int64_t i = 0; i < n; i++) dst[i] = f[i * stride];
+  } else if (dtype == LT_BF16) {
+    if (stride == 1)
+      for (int64_t i = 0; i < n; i++) dst[i] = lt_bf16_to_f32(h[i]);
+    else
+      for (int64_t i = 0; i < n; i++) dst[i] = lt_bf16_to_f32(h[i * stride]);
+  } else {
+    if (stride == 1)
+      f16_to_f32_contig(dst, h, n);
+    else
+      for (int64_t i = 0; i < n; i++) dst[i] = lt_f16_to_f32(h[i * stride]);
+  }
+  return stride == 0 ? 0 : 1;
+}
+
+void ew_store_f32(char *dst, int dtype, int64_t stride, const float *src, int64_t n) {
+  uint16_t *h = (uint16_t *)dst;
+  if (dtype == LT_F32) {
+    float *f = (float *)dst;
+    if (stride == 1)
+      memcpy(f, src, (size_t)n * sizeof(float));
+    else
+      for (int64_t i = 0; i < n; i++) f[i * stride] = src[i];
+  } else if (dtype == LT_BF16) {
+    if (stride == 1)
+      for (int64_t i = 0; i < n; i++) h[i] = f32_to_bf16(src[i]);
+    else
+      for (int64_t i = 0; i < n; i++) h[i * stride] = f32_to_bf16(src[i]);
+  } else {
+    if (stride == 1)
+      f32_to_f16_contig(h, src, n);
+    else
+      for (int64_t i = 0; i < n; i++) h[i * stride] = lt_f32_to_f16(src[i]);
+  }
+}
