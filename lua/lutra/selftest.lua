@@ -115,7 +115,7 @@ local function compare(C, got, want, n)
     if not (a == b or (a ~= a and b ~= b)) then
       local abs = math.abs(a - b)
       if abs ~= abs then abs = math.huge end -- NaN vs number, inf vs -inf
-      local rel = abs / math.max(math.abs(b), 1e-300)
+      local rel = abs == math.huge and math.huge or abs / math.max(math.abs(b), 1e-300)
       if abs > max_abs then max_abs = abs end
       if rel > max_rel then max_rel = rel end
     end
@@ -129,7 +129,7 @@ end
 local function run_cases(lt, C, device, report)
   -- a CPU tensor of dtype holding buf, made through the Lua library
   local function host(shape, dtype, buf)
-    local t = lt.zeros(shape):to(dtype)
+    local t = lt.empty(shape, {dtype = dtype})
     if buf then assert(C.lt_copy_from_buffer(t, buf, C.LT_F64, numel(shape)) == 0, ffi.string(C.lt_last_error())) end
     return t
   end
@@ -146,7 +146,7 @@ local function run_cases(lt, C, device, report)
     for _, dt in ipairs(DTYPES) do
       -- copy: host -> device -> host
       local h = host(shape, dt, values(n, dt))
-      local d = h:to(device)
+      local d = device == "cpu" and h:clone() or h:to(device) -- to() returns h itself on the cpu
       exact("copy h2d+d2h", shape, dt, d:cpu(), h)
       -- fill: the device fill against the CPU fill
       local v = dt == "bool" and 1 or dt == "u8" and 200 or FLOAT[dt] and -1 / 3 or -5
@@ -177,14 +177,22 @@ local function fmt_err(x)
   return string.format("%.3g", x)
 end
 
+local OP_ORDER = {["copy h2d+d2h"] = 1, fill = 2, convert = 3, add = 4}
+
+-- One row per (op, dtype): the largest errors over all shapes, and the shape they came from.
 local function print_table(rows)
-  local head = string.format("%-14s %-12s %-10s %-7s %-11s %-11s %s", "op", "dtype", "worst shape", "cases",
-                             "max abs err", "max rel err", "result")
+  table.sort(rows, function(a, b)
+    if a.op ~= b.op then return OP_ORDER[a.op] < OP_ORDER[b.op] end
+    return a.order < b.order
+  end)
+  local line = "%-14s %-12s %-7s %-12s %-11s %-11s %s"
+  local head = string.format(line, "op", "dtype", "cases", "worst shape", "max abs err", "max rel err", "result")
   print(head)
   print(string.rep("-", #head))
   for _, r in ipairs(rows) do
-    print(string.format("%-14s %-12s %-10s %-7d %-11s %-11s %s", r.op, r.dtype, r.shape, r.cases, fmt_err(r.abs),
-                        fmt_err(r.rel), r.ok and "pass" or "FAIL"))
+    local worst = (r.abs > 0 or r.rel > 0) and r.shape or "-"
+    print(string.format(line, r.op, r.dtype, tostring(r.cases), worst, fmt_err(r.abs), fmt_err(r.rel),
+                        r.ok and "pass" or "FAIL"))
   end
 end
 
@@ -236,7 +244,7 @@ function M.main(args)
     local key = op .. " " .. dtype
     local r = by_key[key]
     if not r then
-      r = {op = op, dtype = dtype, shape = s, cases = 0, abs = 0, rel = 0, ok = true}
+      r = {op = op, dtype = dtype, shape = s, cases = 0, abs = 0, rel = 0, ok = true, order = #rows}
       by_key[key] = r
       rows[#rows + 1] = r
     end
