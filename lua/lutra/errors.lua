@@ -1,0 +1,49 @@
+-- lutra.errors — turns C status codes and bad arguments into Lua errors that point
+-- at the user's line.
+--
+-- raise() walks up the stack past every frame of lutra's own files (and C frames
+-- such as pcall) and reports the error at the first frame of the caller's code,
+-- so `a + b` with mismatched shapes fails with "recipe.lua:12: add: ...", whatever
+-- depth of lutra functions sits between the user's line and the C call.
+local lt = require "lutra.ffi"
+local ffi, C = lt.ffi, lt.C
+
+local M = {}
+
+local getinfo, error, sub = debug.getinfo, error, string.sub
+
+-- Every module under lua/lutra/ (this file's directory, nested ones included).
+local library_prefix = debug.getinfo(1, "S").source:match("^(@.*[/\\])[^/\\]+$") or "@lutra/"
+local prefix_len = #library_prefix
+M.library_prefix = library_prefix
+
+-- The stack level (as seen by raise) of the first frame outside lutra.
+local function user_level()
+  local level = 3 -- 1 is user_level, 2 is raise
+  while true do
+    local info = getinfo(level, "S")
+    if not info then return 2 end -- all library code: report at the innermost caller
+    if info.what ~= "C" and sub(info.source, 1, prefix_len) ~= library_prefix then return level - 1 end
+    level = level + 1
+  end
+end
+
+-- Raises msg at the user's line.
+function M.raise(msg)
+  error(msg, user_level())
+end
+
+-- Raises the C library's last error at the user's line. A tensor whose storage is
+-- gone was freed from Lua (free(), tidy()): Lua never hands out undefined tensors.
+function M.fail()
+  local msg = ffi.string(C.lt_last_error())
+  msg = msg:gsub(" is undefined %(freed, or never allocated%)", " tensor was freed (by free() or lutra.tidy)")
+  error(msg, user_level())
+end
+
+-- Raises when t's storage was freed; `op` names the operation.
+function M.check_alive(t, op)
+  if t.storage == nil then error(op .. ": tensor was freed (by free() or lutra.tidy)", user_level()) end
+end
+
+return M

@@ -1,0 +1,235 @@
+-- lutra.F — the fused transformer kernels under torch-like names, as thin wrappers
+-- that return new tensors (an `out` may be passed, as for every op) and, as extra
+-- returns, the statistics the C kernel saves for its backward.
+--
+--   F.layer_norm(x, weight, bias, eps, out)     -> y, mean, rstd   over the last dim
+--   F.rms_norm(x, weight, eps, out)             -> y, rstd         over the last dim
+--   F.linear(x, weight, bias, out)              -> x @ weight^T (+ bias)
+--   F.cross_entropy(logits, targets, opts)      -> loss, losses, lse
+--       opts: {ignore_index = -100, reduction = "mean" | "sum" | "none", out = }
+--       logits (..., V), targets (...) i32/i64 class indices (0-based); "mean"
+--       averages over the targets that are not ignore_index.
+--   F.embedding(ids, weight, out)               -> weight[ids]   (..., C)
+--   F.rope(x, positions, theta, out)            -> x rotated ("rotate half"); x (B, T, H, D)
+--   F.scaled_dot_product_attention{q, k, v, causal=, scale=, segment_ids=, out=}
+--                                               -> out, lse; q (B, T, H, D), k, v (B, S, Hkv, D)
+--   F.adamw_step(param, grad, m, v, {lr=, beta1=, beta2=, eps=, weight_decay=, step=})
+--                                               -> param, updated in place (m, v too)
+-- Backward kernels, for autograd: layer_norm_backward, rms_norm_backward,
+-- cross_entropy_backward, embedding_backward, rope_backward, attention_backward,
+-- softmax_backward, log_softmax_backward, unary_backward.
+local lt = require "lutra.ffi"
+local errors = require "lutra.errors"
+local memory = require "lutra.memory"
+local ops = require "lutra.ops"
+local dtype = require "lutra.dtype"
+local ffi, C = lt.ffi, lt.C
+
+local F = {}
+
+local new, fail, raise = memory.new, errors.fail, errors.raise
+local is_tensor = ops.is_tensor
+
+local function tensor_or_nil(op, what, t)
+  if t ~= nil and not is_tensor(t) then raise(string.format("%s: %s must be a tensor or nil, got %s", op, what, type(t))) end
+  return t
+end
+
+local function need(op, what, t)
+  if not is_tensor(t) then raise(string.format("%s: %s must be a tensor, got %s", op, what, type(t))) end
+  return t
+end
+
+-- torch passes normalized_shape second; accept and check it.
+local function skip_normalized_shape(op, x, a, ...)
+  if type(a) == "table" and not is_tensor(a) then
+    if #a ~= 1 or a[1] ~= x:size(-1) then
+      raise(op .. ": only the last dim can be normalized (normalized_shape {" .. x:size(-1) .. "})")
+    end
+    return ...
+  end
+  return a, ...
+end
+
+function F.layer_norm(x, ...)
+  need("layer_norm", "x", x)
+  local weight, bias, eps, out = skip_normalized_shape("layer_norm", x, ...)
+  tensor_or_nil("layer_norm", "weight", weight)
+  tensor_or_nil("layer_norm", "bias", bias)
+  out = out or new()
+  local mean, rstd = new(), new()
+  if C.lt_layernorm_forward(out, mean, rstd, x, weight, bias, eps or 1e-5) ~= 0 then fail() end
+  return out, mean, rstd
+end
+
+function F.layer_norm_backward(dout, x, weight, mean, rstd)
+  local dx, dweight, dbias = new(), weight and new() or nil, weight and new() or nil
+  if C.lt_layernorm_backward(dx, dweight, dbias, dout, x, weight, mean, rstd) ~= 0 then fail() end
+  return dx, dweight, dbias
+end
+
+function F.rms_norm(x, ...)
+  need("rms_norm", "x", x)
+  local weight, eps, out = skip_normalized_shape("rms_norm", x, ...)
+  tensor_or_nil("rms_norm", "weight", weight)
+  out = out or new()
+  local rstd = new()
+  if C.lt_rmsnorm_forward(out, rstd, x, weight, eps or 1e-6) ~= 0 then fail() end
+  return out, rstd
+end
+
+function F.rms_norm_backward(dout, x, weight, rstd)
+  local dx, dweight = new(), weight and new() or nil
+  if C.lt_rmsnorm_backward(dx, dweight, dout, x, weight, rstd) ~= 0 then fail() end
+  return dx, dweight
+end
+
+-- x (..., in) @ weight (out, in)^T + bias (out).
+function F.linear(x, weight, bias, out)
+  need("linear", "x", x)
+  need("linear", "weight", weight)
+  tensor_or_nil("linear", "bias", bias)
+  local y = out or new()
+  if C.lt_matmul(y, x, weight, 0, 1, 1.0, 0.0) ~= 0 then fail() end
+  if bias ~= nil and C.lt_binary(y, y, bias, ops.BINARY.add) ~= 0 then fail() end
+  return y
+end
+
+-- ---- cross entropy -------------------------------------------------------------------
+
+local function ce_options(opts)
+  if type(opts) == "number" then return opts, "mean", nil end
+  opts = opts or {}
+  return opts.ignore_index or -100, opts.reduction or "mean", opts.out
+end
+
+-- Flattens logits (..., V) to (N, V) and targets (...) to (N).
+local function flat_rows(logits, targets)
+  local v = logits:size(-1)
+  return logits:reshape(-1, v), targets:reshape(-1)
+end
+
+function F.cross_entropy(logits, targets, opts)
+  need("cross_entropy", "logits", logits)
+  need("cross_entropy", "targets", targets)
+  local ignore_index, reduction, out = ce_options(opts)
+  local l2, t1 = flat_rows(logits, targets)
+  local losses, lse = new(), new()
+  if C.lt_cross_entropy_forward(losses, lse, l2, t1, ignore_index) ~= 0 then fail() end
+  if reduction == "none" then
+    if out then out:copy_(losses) end
+    return out or losses, losses, lse
+  end
+  local total = ops.sum(losses, nil, false, out)
+  if reduction == "sum" then return total, losses, lse end
+  if reduction ~= "mean" then raise("cross_entropy: reduction must be \"mean\", \"sum\" or \"none\", got " .. tostring(reduction)) end
+  local valid = ops.sum(ops.ne(t1, ignore_index):to("f32"))
+  return ops.div(total, valid, total), losses, lse
+end
+
+-- dlogits (N, V) from dlosses (N); logits and targets as given to the forward.
+function F.cross_entropy_backward(dlosses, logits, targets, lse, ignore_index)
+  local l2, t1 = flat_rows(logits, targets)
+  local dlogits = new()
+  if C.lt_cross_entropy_backward(dlogits, dlosses, l2, t1, lse, ignore_index or -100) ~= 0 then fail() end
+  return dlogits:view(logits.shape)
+end
+
+-- ---- embedding, rope ---------------------------------------------------------------------
+
+function F.embedding(ids, weight, out)
+  need("embedding", "ids", ids)
+  need("embedding", "weight", weight)
+  out = out or new()
+  if C.lt_embedding_forward(out, weight, ids) ~= 0 then fail() end
+  return out
+end
+
+-- dweight (V, C) shaped like `weight` (a tensor, or a {V, C} shape list).
+function F.embedding_backward(dout, ids, weight)
+  local dweight
+  if is_tensor(weight) then
+    dweight = require("lutra.create").zeros_like(weight, {dtype = dtype.name(dout.dtype_)})
+  else
+    dweight = require("lutra.create").zeros(weight, {dtype = dtype.name(dout.dtype_), device = dtype.device_name(dout.device_)})
+  end
+  if C.lt_embedding_backward(dweight, dout, ids) ~= 0 then fail() end
+  return dweight
+end
+
+function F.rope(x, positions, theta, out)
+  need("rope", "x", x)
+  tensor_or_nil("rope", "positions", positions)
+  out = out or new()
+  if C.lt_rope(out, x, positions, theta or 10000.0, 0) ~= 0 then fail() end
+  return out
+end
+
+function F.rope_backward(dout, positions, theta, out)
+  out = out or new()
+  if C.lt_rope(out, dout, positions, theta or 10000.0, 1) ~= 0 then fail() end
+  return out
+end
+
+-- ---- attention ----------------------------------------------------------------------------
+
+local function attention_args(args)
+  if type(args) ~= "table" or is_tensor(args) then
+    raise("scaled_dot_product_attention: expected a table {q, k, v, causal=, scale=, segment_ids=}")
+  end
+  local q, k, v = args[1] or args.q, args[2] or args.k, args[3] or args.v
+  need("scaled_dot_product_attention", "q", q)
+  need("scaled_dot_product_attention", "k", k)
+  need("scaled_dot_product_attention", "v", v)
+  tensor_or_nil("scaled_dot_product_attention", "segment_ids", args.segment_ids)
+  local scale = args.scale or 1 / math.sqrt(q:size(-1))
+  return q, k, v, scale, args.causal and 1 or 0, args.segment_ids
+end
+
+function F.scaled_dot_product_attention(args)
+  local q, k, v, scale, causal, seg = attention_args(args)
+  local out, lse = args.out or new(), new()
+  if C.lt_attention_forward(out, lse, q, k, v, seg, scale, causal) ~= 0 then fail() end
+  return out, lse
+end
+
+-- {dout, q, k, v, out, lse, causal=, scale=, segment_ids=} -> dq, dk, dv
+function F.attention_backward(args)
+  local q, k, v, scale, causal, seg = attention_args {args[2], args[3], args[4], causal = args.causal,
+    scale = args.scale, segment_ids = args.segment_ids}
+  local dq, dk, dv = new(), new(), new()
+  if C.lt_attention_backward(dq, dk, dv, args[1], q, k, v, args[5], args[6], seg, scale, causal) ~= 0 then fail() end
+  return dq, dk, dv
+end
+
+-- ---- optimizer ---------------------------------------------------------------------------------
+
+function F.adamw_step(param, grad, m, v, opts)
+  opts = opts or {}
+  if type(opts.step) ~= "number" or opts.step < 1 then raise("adamw_step: opts.step (>= 1) is required") end
+  if type(opts.lr) ~= "number" then raise("adamw_step: opts.lr is required") end
+  local rc = C.lt_adamw_step(param, grad, m, v, opts.lr, opts.beta1 or 0.9, opts.beta2 or 0.999, opts.eps or 1e-8,
+    opts.weight_decay or 0.01, opts.step)
+  if rc ~= 0 then fail() end
+  return param
+end
+
+-- ---- plain ops under F too, as torch.nn.functional has them ------------------------------------
+
+for _, name in ipairs {"relu", "gelu", "silu", "sigmoid", "tanh", "softmax", "log_softmax"} do F[name] = ops[name] end
+
+function F.softmax_backward(grad_out, y, dim, out)
+  out = out or new()
+  if C.lt_softmax_backward(out, grad_out, y, dim or -1) ~= 0 then fail() end
+  return out
+end
+
+function F.log_softmax_backward(grad_out, y, dim, out)
+  out = out or new()
+  if C.lt_log_softmax_backward(out, grad_out, y, dim or -1) ~= 0 then fail() end
+  return out
+end
+
+F.unary_backward = ops.unary_backward
+
+return F

@@ -1,0 +1,85 @@
+-- lutra — tensors for LuaJIT over the lutra C core.
+--
+--   local lt = require "lutra"
+--   local x = lt.randn(4, 8)                 -- f32 on the CPU
+--   local w = lt.tensor({{1, 2}, {3, 4}}, {dtype = "f64"})
+--   local y = (x:matmul(lt.ones(8, 2)) + 1):relu()
+--   print(y[{{0, 2}, -1}])                   -- 0-based; {a, b} is the range [a, b)
+--
+-- Module contents:
+--   creation   tensor, empty, zeros, ones, full, *_like, arange, linspace,
+--              rand, randn, randint, cat, stack
+--   random     manual_seed, get_rng_state, set_rng_state (and t:uniform_, t:normal_, ...)
+--   ops        every tensor method as a function too (lt.exp(x), lt.matmul(a, b), lt.where(c, a, b))
+--   nn         lt.F: fused kernels (layer_norm, rms_norm, cross_entropy, embedding, rope,
+--              scaled_dot_product_attention, adamw_step) and their backwards
+--   memory     tidy, keep, memory_stats, reset_peak_memory_stats, empty_cache, collectgarbage
+--   runtime    version, build_info, get_num_threads, set_num_threads, cuda.*
+--   types      is_tensor, Tensor (the methods table), dtype names as lt.float32 = "f32", ...
+-- See lutra/tensor.lua for the tensor type, lutra/index.lua for indexing.
+local lt = require "lutra.ffi"
+local errors = require "lutra.errors"
+local dtype = require "lutra.dtype"
+local memory = require "lutra.memory"
+local tensor = require "lutra.tensor"
+local create = require "lutra.create"
+local ops = require "lutra.ops"
+local F = require "lutra.functional"
+local ffi, C = lt.ffi, lt.C
+
+local M = {}
+
+-- every method as a module function: lt.exp(x) == x:exp()
+for name, fn in pairs(tensor.methods) do M[name] = fn end
+-- random fills as methods: t:uniform_(lo, hi), t:normal_(mean, std), t:random_(lo, hi), t:bernoulli_(p)
+for _, name in ipairs {"uniform_", "normal_", "random_", "bernoulli_"} do tensor.methods[name] = create[name] end
+for name, fn in pairs(create) do
+  if name ~= "options" and name ~= "fill_" then M[name] = fn end
+end
+M.where, M.gemm, M.is_tensor = ops.where, ops.gemm, ops.is_tensor
+M.F = F
+M.Tensor, M.tensor_properties = tensor.methods, tensor.properties
+
+-- ---- memory ---------------------------------------------------------------------------------
+M.tidy, M.keep = memory.tidy, memory.keep
+M.memory_stats, M.reset_peak_memory_stats, M.empty_cache = memory.memory_stats, memory.reset_peak_memory_stats,
+  memory.empty_cache
+M.collectgarbage = memory.collect -- a full GC, then resets the pressure counters
+
+-- ---- dtypes and devices ---------------------------------------------------------------------
+for alias, name in pairs {float32 = "f32", float = "f32", float64 = "f64", double = "f64", bfloat16 = "bf16",
+                          float16 = "f16", half = "f16", int32 = "i32", int64 = "i64", long = "i64",
+                          uint8 = "u8", bool = "bool", f32 = "f32", f64 = "f64", bf16 = "bf16", f16 = "f16",
+                          i32 = "i32", i64 = "i64", u8 = "u8", int = "i32"} do
+  M[alias] = name -- lt.float is the dtype, as torch.float (x:float() stays the conversion)
+end
+M.dtypes = {"f32", "f64", "bf16", "f16", "i32", "i64", "u8", "bool"}
+
+-- ---- runtime ------------------------------------------------------------------------------------
+M.version = ffi.string(C.lt_version())
+M.build_info = function() return ffi.string(C.lt_build_info()) end
+M.get_num_threads = function() return C.lt_get_num_threads() end
+M.set_num_threads = function(n)
+  if C.lt_set_num_threads(n) ~= 0 then errors.fail() end
+end
+M.C, M.ffi = C, ffi -- the raw API, for code that needs it
+
+M.cuda = {
+  is_available = function() return C.lt_cuda_device_count() > 0 end,
+  device_count = function() return C.lt_cuda_device_count() end,
+  status = function() return ffi.string(C.lt_cuda_status()) end,
+  synchronize = function(device)
+    if C.lt_cuda_synchronize(dtype.device_id(device, 0)) ~= 0 then errors.fail() end
+  end,
+  memory_stats = function(device) return memory.memory_stats(device or "cuda:0") end,
+  reset_peak_memory_stats = function(device) return memory.reset_peak_memory_stats(device or "cuda:0") end,
+  empty_cache = function(device) return memory.empty_cache(device or "cuda:0") end,
+}
+
+-- Said once per process: a CUDA build on a machine where CUDA cannot be used.
+if ffi.string(C.lt_build_info()):find("cuda: built", 1, true) and C.lt_cuda_device_count() == 0
+    and not os.getenv("LUTRA_QUIET") then
+  io.stderr:write("lutra: no usable CUDA device (" .. ffi.string(C.lt_cuda_status()) .. "); using the CPU\n")
+end
+
+return M

@@ -1,0 +1,169 @@
+-- lutra.memory — where every tensor is born, and how its memory comes back.
+--
+-- The Lua GC sees a tensor as a few bytes of cdata, not as the megabytes its
+-- storage holds, so waiting for the GC alone lets memory pile up (Torch7's old
+-- lesson). Three tools return it deterministically:
+--   t:free()            drops t's storage now; later use of t is an error
+--                       "tensor was freed" (views of t keep their storage).
+--   lutra.tidy(fn, ...) runs fn and frees the storage of every tensor created
+--                       inside it, except those it returns (directly or inside
+--                       plain tables) and those passed to lutra.keep(). Scopes
+--                       nest: what an inner scope returns belongs to the outer
+--                       one. Tensors created inside are held until the scope
+--                       ends, so wrap one step, not a whole training loop.
+--   GC pressure         new() reads the C allocation counter (a plain memory
+--                       load): past max(256 MiB, bytes live after the last
+--                       collection) it runs a full collectgarbage(), whose
+--                       finalizers release the unreachable tensors.
+local lt = require "lutra.ffi"
+local errors = require "lutra.errors"
+local dtype = require "lutra.dtype"
+local ffi, C = lt.ffi, lt.C
+
+local M = {}
+
+local ffi_gc, C_new, C_release, C_free_storage = ffi.gc, C.lt_tensor_new, C.lt_release, C.lt_free_storage
+local collectgarbage, max, tonumber, type = collectgarbage, math.max, tonumber, type
+
+local MIN_THRESHOLD = 256 * 1024 * 1024
+local cpu_counters = C.lt_memory_cpu_counters()
+local cpu_threshold = MIN_THRESHOLD
+
+-- CUDA counters are read through a call, only once a CUDA tensor was made.
+local cuda_count = C.lt_cuda_device_count()
+local cuda_active = false
+local cuda_thresholds = {}
+local cuda_stats = ffi.new("lt_memory_stats")
+
+local scope = nil -- the innermost tidy scope: a list of the tensors created in it
+local scope_n = 0
+
+local function collect()
+  collectgarbage()
+  C.lt_memory_collected(-1)
+  cpu_threshold = max(MIN_THRESHOLD, tonumber(cpu_counters.allocated))
+  for d = 0, cuda_count - 1 do
+    C.lt_memory_collected(d)
+    C.lt_memory_get_stats(d, cuda_stats)
+    cuda_thresholds[d] = max(MIN_THRESHOLD, tonumber(cuda_stats.allocated))
+  end
+end
+M.collect = collect
+
+local function cuda_pressure()
+  for d = 0, cuda_count - 1 do
+    C.lt_memory_get_stats(d, cuda_stats)
+    if cuda_stats.since_collect > (cuda_thresholds[d] or MIN_THRESHOLD) then return collect() end
+  end
+end
+
+-- Marks that CUDA tensors exist, so that new() also watches the GPU counters.
+function M.note_cuda()
+  cuda_active = cuda_count > 0
+end
+
+-- A new undefined tensor (an op's `out`), released when the GC collects it.
+local function new()
+  if cpu_counters.since_collect > cpu_threshold then collect() end
+  if cuda_active then cuda_pressure() end
+  local p = C_new()
+  if p == nil then errors.fail() end
+  local t = ffi_gc(p[0], C_release)
+  if scope then
+    scope_n = scope_n + 1
+    scope[scope_n] = t
+  end
+  return t
+end
+M.new = new
+
+-- ---- free / tidy / keep ------------------------------------------------------------
+
+function M.free(t)
+  C_free_storage(t)
+end
+
+local kept = setmetatable({}, {__mode = "k"})
+
+-- Excludes tensors from the enclosing tidy scopes; returns its arguments.
+function M.keep(...)
+  for i = 1, select("#", ...) do
+    local t = select(i, ...)
+    if type(t) == "cdata" then kept[t] = true end
+  end
+  return ...
+end
+
+local Tensor = ffi.typeof("lt_tensor")
+local istype = ffi.istype
+
+-- Collects the tensors in a returned value (plain tables searched recursively).
+local function mark_returned(v, marks, seen)
+  if type(v) == "cdata" then
+    if istype(Tensor, v) then marks[v] = true end
+  elseif type(v) == "table" and not seen[v] then
+    seen[v] = true
+    for k, x in pairs(v) do
+      mark_returned(k, marks, seen)
+      mark_returned(x, marks, seen)
+    end
+  end
+end
+
+function M.tidy(fn, ...)
+  if type(fn) ~= "function" and not (type(fn) == "table" and getmetatable(fn) and getmetatable(fn).__call) then
+    errors.raise("tidy: expected a function, got " .. type(fn))
+  end
+  local parent, parent_n = scope, scope_n
+  local mine = {}
+  scope, scope_n = mine, 0
+  local res = {pcall(fn, ...)}
+  local n_mine = scope_n
+  scope, scope_n = parent, parent_n
+  local marks = {}
+  if res[1] then
+    local seen = {}
+    for i = 2, table.maxn(res) do mark_returned(res[i], marks, seen) end
+  end
+  for i = 1, n_mine do
+    local t = mine[i]
+    if marks[t] or kept[t] then
+      if scope and not kept[t] then -- returned tensors belong to the enclosing scope
+        scope_n = scope_n + 1
+        scope[scope_n] = t
+      end
+    else
+      C_free_storage(t)
+    end
+  end
+  if not res[1] then error(res[2], 0) end
+  return unpack(res, 2, table.maxn(res))
+end
+
+-- ---- statistics ------------------------------------------------------------------
+
+local stats = ffi.new("lt_memory_stats")
+
+function M.memory_stats(device)
+  local d = dtype.device_id(device, dtype.CPU)
+  if C.lt_memory_get_stats(d, stats) ~= 0 then errors.fail() end
+  return {
+    allocated = tonumber(stats.allocated),
+    peak = tonumber(stats.peak),
+    reserved = tonumber(stats.reserved),
+    num_allocs = tonumber(stats.num_allocs),
+    num_frees = tonumber(stats.num_frees),
+  }
+end
+
+function M.reset_peak_memory_stats(device)
+  if C.lt_memory_reset_peak(dtype.device_id(device, dtype.CPU)) ~= 0 then errors.fail() end
+end
+
+-- Collects unreachable tensors, then returns cached blocks to the system.
+function M.empty_cache(device)
+  collect()
+  if C.lt_memory_empty_cache(dtype.device_id(device, dtype.CPU)) ~= 0 then errors.fail() end
+end
+
+return M

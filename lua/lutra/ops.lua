@@ -1,0 +1,277 @@
+-- lutra.ops — tensor math as methods: elementwise, comparisons, reductions, matmul,
+-- softmax. Each wraps one C call; the optional last argument `out` is written in
+-- place (the C convention), else a new tensor is returned.
+--
+-- The binary ops take a tensor or a number on either side; both tensors must have
+-- the same dtype (no implicit promotion: convert with t:to(dtype) first).
+local lt = require "lutra.ffi"
+local errors = require "lutra.errors"
+local memory = require "lutra.memory"
+local shape = require "lutra.shape"
+local dtype = require "lutra.dtype"
+local ffi, C = lt.ffi, lt.C
+
+local M = {}
+
+local new, fail, raise = memory.new, errors.fail, errors.raise
+local type, istype, tonumber = type, ffi.istype, tonumber
+local Tensor = ffi.typeof("lt_tensor")
+local C_binary, C_binary_scalar, C_unary = lt.fn("lt_binary"), lt.fn("lt_binary_scalar"), lt.fn("lt_unary")
+
+local function is_tensor(x) return type(x) == "cdata" and istype(Tensor, x) end
+M.is_tensor = is_tensor
+
+local function check_out(op, out)
+  if out ~= nil and not is_tensor(out) then raise(op .. ": out must be a tensor, got " .. type(out)) end
+end
+
+-- ---- elementwise: binary -----------------------------------------------------------
+
+local BINARY = {
+  add = C.LT_ADD, sub = C.LT_SUB, mul = C.LT_MUL, div = C.LT_DIV, pow = C.LT_POW,
+  maximum = C.LT_MAXIMUM, minimum = C.LT_MINIMUM,
+  eq = C.LT_EQ, ne = C.LT_NE, lt = C.LT_LT, le = C.LT_LE, gt = C.LT_GT, ge = C.LT_GE,
+}
+M.BINARY = BINARY
+local binary_names = {}
+for name, op in pairs(BINARY) do binary_names[op] = name end
+
+-- A scalar operand as a number (booleans and int64 cdata included), or nil.
+local function scalar_of(x)
+  local tx = type(x)
+  if tx == "number" then return x end
+  if tx == "boolean" then return x and 1 or 0 end
+  if tx == "cdata" and not istype(Tensor, x) then return tonumber(x) end
+  return nil
+end
+
+local function binary_slow(a, b, op, out)
+  local name = binary_names[op]
+  check_out(name, out)
+  local sa, sb = scalar_of(a), scalar_of(b)
+  if sb ~= nil and is_tensor(a) then
+    if out == nil then out = new() end
+    if C_binary_scalar(out, a, sb, op, 0) ~= 0 then fail() end
+    return out
+  end
+  if sa ~= nil and is_tensor(b) then
+    if out == nil then out = new() end
+    if C_binary_scalar(out, b, sa, op, 1) ~= 0 then fail() end
+    return out
+  end
+  local bad = is_tensor(a) and b or a
+  raise(string.format("%s: expected tensors or numbers, got %s", name, type(bad)))
+end
+
+-- out = a op b; a or b may be a number. Kept free of allocations but `out`.
+local function binary(a, b, op, out)
+  if type(b) == "number" then
+    if type(a) == "cdata" and istype(Tensor, a) and (out == nil or istype(Tensor, out)) then
+      if out == nil then out = new() end
+      if C_binary_scalar(out, a, b, op, 0) ~= 0 then fail() end
+      return out
+    end
+  elseif type(a) == "number" then
+    if type(b) == "cdata" and istype(Tensor, b) and (out == nil or istype(Tensor, out)) then
+      if out == nil then out = new() end
+      if C_binary_scalar(out, b, a, op, 1) ~= 0 then fail() end
+      return out
+    end
+  elseif type(a) == "cdata" and type(b) == "cdata" and istype(Tensor, a) and istype(Tensor, b)
+      and (out == nil or istype(Tensor, out)) then
+    if out == nil then out = new() end
+    if C_binary(out, a, b, op) ~= 0 then fail() end
+    return out
+  end
+  return binary_slow(a, b, op, out)
+end
+M.binary = binary
+
+for name, op in pairs(BINARY) do
+  M[name] = function(a, b, out) return binary(a, b, op, out) end
+end
+for _, name in ipairs {"add", "sub", "mul", "div", "pow", "maximum", "minimum"} do
+  local op = BINARY[name]
+  M[name .. "_"] = function(a, b) return binary(a, b, op, a) end
+end
+
+-- The metamethods: no `out`, numbers on either side.
+local ADD, SUB, MUL, DIV, POW = BINARY.add, BINARY.sub, BINARY.mul, BINARY.div, BINARY.pow
+M.metamethods = {
+  __add = function(a, b) return binary(a, b, ADD) end,
+  __sub = function(a, b) return binary(a, b, SUB) end,
+  __mul = function(a, b) return binary(a, b, MUL) end,
+  __div = function(a, b) return binary(a, b, DIV) end,
+  __pow = function(a, b) return binary(a, b, POW) end,
+}
+
+-- ---- elementwise: unary ------------------------------------------------------------
+
+local UNARY = {
+  neg = C.LT_NEG, exp = C.LT_EXP, log = C.LT_LOG, sqrt = C.LT_SQRT, rsqrt = C.LT_RSQRT, tanh = C.LT_TANH,
+  sigmoid = C.LT_SIGMOID, relu = C.LT_RELU, gelu = C.LT_GELU, silu = C.LT_SILU, abs = C.LT_ABS,
+  sin = C.LT_SIN, cos = C.LT_COS, square = C.LT_SQUARE, reciprocal = C.LT_RECIPROCAL,
+}
+M.UNARY = UNARY
+
+local function unary(a, op, out)
+  if out == nil then out = new() end
+  if C_unary(out, a, op) ~= 0 then fail() end
+  return out
+end
+M.unary = unary
+
+for name, op in pairs(UNARY) do
+  M[name] = function(a, out)
+    if not is_tensor(a) then raise(name .. ": expected a tensor, got " .. type(a)) end
+    check_out(name, out)
+    return unary(a, op, out)
+  end
+  M[name .. "_"] = function(a) return unary(a, op, a) end
+end
+local NEG = UNARY.neg
+M.metamethods.__unm = function(a) return unary(a, NEG) end
+
+-- grad_in = grad_out * op'(x), op named as the method ("tanh", "gelu", ...).
+function M.unary_backward(grad_out, x, op, out)
+  local id = UNARY[op]
+  if not id then raise("unary_backward: unknown op '" .. tostring(op) .. "'") end
+  check_out("unary_backward", out)
+  if out == nil then out = new() end
+  if C.lt_unary_backward(out, grad_out, x, id) ~= 0 then fail() end
+  return out
+end
+
+-- lo or hi may be nil (no bound).
+function M.clamp(a, lo, hi, out)
+  check_out("clamp", out)
+  if out == nil then out = new() end
+  if C.lt_clamp(out, a, lo or -math.huge, hi or math.huge) ~= 0 then fail() end
+  return out
+end
+function M.clamp_(a, lo, hi) return M.clamp(a, lo, hi, a) end
+
+-- A 0-d tensor holding v, with like's dtype and device.
+local function scalar_like(v, like)
+  local t = new()
+  if C.lt_empty(t, 0, nil, like.dtype_, like.device_) ~= 0 then fail() end
+  if C.lt_fill(t, v) ~= 0 then fail() end
+  return t
+end
+
+-- out = cond ? a : b; a or b may be numbers (taking the other's dtype, or f32).
+function M.where(cond, a, b, out)
+  check_out("where", out)
+  if not is_tensor(cond) then raise("where: cond must be a bool tensor, got " .. type(cond)) end
+  local sa, sb = scalar_of(a), scalar_of(b)
+  if sa and sb then
+    local like = new()
+    if C.lt_empty(like, 0, nil, dtype.F32, cond.device_) ~= 0 then fail() end
+    a, b = scalar_like(sa, like), scalar_like(sb, like)
+  elseif sa then
+    if not is_tensor(b) then raise("where: b must be a tensor or a number, got " .. type(b)) end
+    a = scalar_like(sa, b)
+  elseif sb then
+    if not is_tensor(a) then raise("where: a must be a tensor or a number, got " .. type(a)) end
+    b = scalar_like(sb, a)
+  elseif not is_tensor(a) or not is_tensor(b) then
+    raise("where: a and b must be tensors or numbers")
+  end
+  if out == nil then out = new() end
+  if C.lt_where(out, cond, a, b) ~= 0 then fail() end
+  return out
+end
+
+-- ---- reductions --------------------------------------------------------------------
+
+local REDUCE = {sum = C.LT_SUM, mean = C.LT_MEAN, max = C.LT_MAX, min = C.LT_MIN, prod = C.LT_PROD, norm = C.LT_NORM}
+
+-- dims: nil (all), a dim, or a list of dims.
+local function reduce(a, op, name, dims, keepdim, out)
+  check_out(name, out)
+  local n, arr = shape.dims(name, dims)
+  if out == nil then out = new() end
+  if C.lt_reduce(out, a, op, n, arr, keepdim and 1 or 0) ~= 0 then fail() end
+  return out
+end
+
+for _, name in ipairs {"sum", "mean", "prod", "norm"} do
+  local op = REDUCE[name]
+  M[name] = function(a, dims, keepdim, out) return reduce(a, op, name, dims, keepdim, out) end
+end
+
+local function arg_reduce(fn, name, a, dim, keepdim, out)
+  check_out(name, out)
+  if out == nil then out = new() end
+  local all = dim == nil
+  if not all and type(dim) ~= "number" then raise(name .. ": dim must be a number or nil, got " .. type(dim)) end
+  if fn(out, a, dim or 0, keepdim and 1 or 0, all and 1 or 0) ~= 0 then fail() end
+  return out
+end
+function M.argmax(a, dim, keepdim, out) return arg_reduce(C.lt_argmax, "argmax", a, dim, keepdim, out) end
+function M.argmin(a, dim, keepdim, out) return arg_reduce(C.lt_argmin, "argmin", a, dim, keepdim, out) end
+
+-- max()/min(): over all or some dims; with a single dim also the indices (as torch);
+-- with a tensor, the elementwise maximum/minimum.
+local function max_min(a, dims, keepdim, out, op, name, pair, arg)
+  if is_tensor(dims) then return binary(a, dims, pair, keepdim) end -- t:max(other, out)
+  local values = reduce(a, op, name, dims, keepdim, out)
+  if type(dims) == "number" then return values, arg(a, dims, keepdim) end
+  return values
+end
+function M.max(a, dims, keepdim, out) return max_min(a, dims, keepdim, out, REDUCE.max, "max", BINARY.maximum, M.argmax) end
+function M.min(a, dims, keepdim, out) return max_min(a, dims, keepdim, out, REDUCE.min, "min", BINARY.minimum, M.argmin) end
+
+-- correction: 1 (unbiased, default) or 0; true/false as torch's `unbiased`.
+function M.var(a, dims, keepdim, correction, out)
+  check_out("var", out)
+  if correction == nil or correction == true then correction = 1 elseif correction == false then correction = 0 end
+  local n, arr = shape.dims("var", dims)
+  if out == nil then out = new() end
+  if C.lt_var(out, a, n, arr, correction, keepdim and 1 or 0) ~= 0 then fail() end
+  return out
+end
+
+function M.std(a, dims, keepdim, correction, out)
+  local v = M.var(a, dims, keepdim, correction, out)
+  return unary(v, UNARY.sqrt, v)
+end
+
+-- ---- matmul, softmax ---------------------------------------------------------------
+
+-- a (..., M, K) @ b (..., K, N) -> (..., M, N), batch dims broadcast.
+function M.matmul(a, b, out)
+  check_out("matmul", out)
+  if out == nil then out = new() end
+  if C.lt_matmul(out, a, b, 0, 0, 1.0, 0.0) ~= 0 then fail() end
+  return out
+end
+
+-- The general form: out = alpha * op(a) @ op(b) + beta * out (opts: trans_a, trans_b,
+-- alpha, beta, out). With beta ~= 0 `out` must be given.
+function M.gemm(a, b, opts)
+  opts = opts or {}
+  local out = opts.out
+  check_out("gemm", out)
+  if out == nil then out = new() end
+  local rc = C.lt_matmul(out, a, b, opts.trans_a and 1 or 0, opts.trans_b and 1 or 0, opts.alpha or 1.0,
+    opts.beta or 0.0)
+  if rc ~= 0 then fail() end
+  return out
+end
+
+function M.softmax(a, dim, out)
+  check_out("softmax", out)
+  if out == nil then out = new() end
+  if C.lt_softmax(out, a, dim or -1) ~= 0 then fail() end
+  return out
+end
+
+function M.log_softmax(a, dim, out)
+  check_out("log_softmax", out)
+  if out == nil then out = new() end
+  if C.lt_log_softmax(out, a, dim or -1) ~= 0 then fail() end
+  return out
+end
+
+return M

@@ -1,0 +1,360 @@
+-- lutra.tensor — the tensor type: cdata `lt_tensor &` with a metatype.
+--
+-- A tensor is a reference to the C struct (made as ptr[0] from lt_tensor_new()),
+-- not a pointer: indexing a pointer with a number would be pointer arithmetic,
+-- while a reference passes numbers and tables on to __index, so t[i] and
+-- t[{i, {a, b}}] index the tensor. It converts to `lt_tensor *` in every C call.
+--
+-- String keys give methods (t:view(2, -1)) and properties (t.shape, t.dtype,
+-- t.device, t.ndim, t.T); numbers and tables index (lutra.index). Arithmetic
+-- operators take tensors and numbers on either side. `==` is NOT elementwise: it
+-- compares identity (two references to the same tensor); use t:eq(u).
+-- Dims and indices are 0-based and negative ones count from the end.
+local lt = require "lutra.ffi"
+local errors = require "lutra.errors"
+local memory = require "lutra.memory"
+local shape = require "lutra.shape"
+local dtype = require "lutra.dtype"
+local ops = require "lutra.ops"
+local index = require "lutra.index"
+local format = require "lutra.format"
+local ffi, C = lt.ffi, lt.C
+
+local M = {}
+
+local new, fail, raise, check_alive = memory.new, errors.fail, errors.raise, errors.check_alive
+local type, tonumber = type, tonumber
+local is_tensor = ops.is_tensor
+local shape_table = shape.shape_table
+
+local methods, properties = {}, {}
+M.methods, M.properties = methods, properties -- extension points for other modules
+
+-- ---- properties and geometry -------------------------------------------------------
+
+properties.shape = shape_table
+properties.dtype = function(t) return dtype.name(t.dtype_) end
+properties.device = function(t) return dtype.device_name(t.device_) end
+properties.is_cuda = function(t) return t.device_ >= 0 end
+properties.T = function(t) -- all dims reversed, as torch's .T
+  local n, dims = t.ndim, {}
+  for d = 1, n do dims[d] = n - d end
+  return methods.permute(t, dims)
+end
+
+local function wrap_dim(op, d, n)
+  if type(d) ~= "number" then raise(op .. ": dim must be a number, got " .. type(d)) end
+  local m = n > 0 and n or 1
+  if d < -m or d >= m then raise(string.format("%s: dim %d out of range for a %d-d tensor", op, d, n)) end
+  return d < 0 and d + m or d
+end
+
+function methods.size(t, d)
+  if d == nil then return shape_table(t) end
+  d = wrap_dim("size", d, t.ndim)
+  return t.ndim == 0 and 1 or tonumber(t.shape_[d])
+end
+
+function methods.stride(t, d)
+  if d == nil then
+    local s = {}
+    for i = 0, t.ndim - 1 do s[i + 1] = tonumber(t.stride_[i]) end
+    return s
+  end
+  d = wrap_dim("stride", d, t.ndim)
+  return t.ndim == 0 and 1 or tonumber(t.stride_[d])
+end
+
+function methods.dim(t) return t.ndim end
+
+function methods.numel(t)
+  local n = 1
+  for d = 0, t.ndim - 1 do n = n * tonumber(t.shape_[d]) end
+  return n
+end
+methods.nelement = methods.numel
+
+function methods.element_size(t) return dtype.sizes[t.dtype_] end
+function methods.is_contiguous(t) return C.lt_is_contiguous(t) ~= 0 end
+function methods.is_floating_point(t) return dtype.is_float(t.dtype_) end
+function methods.is_freed(t) return t.storage == nil end
+
+-- The address of element [0, ..., 0] (void *), for FFI code that reads the data.
+function methods.data_ptr(t)
+  check_alive(t, "data_ptr")
+  return C.lt_data_ptr(t)
+end
+
+-- ---- views (share the storage) ---------------------------------------------------
+
+function methods.view(t, ...)
+  local n, a = shape.parse("view", ...)
+  local out = new()
+  if C.lt_view(out, t, n, a) ~= 0 then fail() end
+  return out
+end
+
+function methods.reshape(t, ...)
+  local n, a = shape.parse("reshape", ...)
+  local out = new()
+  if C.lt_reshape(out, t, n, a) ~= 0 then fail() end
+  return out
+end
+
+function methods.view_as(t, other) return methods.view(t, shape_table(other)) end
+function methods.reshape_as(t, other) return methods.reshape(t, shape_table(other)) end
+
+function methods.transpose(t, d0, d1)
+  local out = new()
+  if C.lt_transpose(out, t, d0, d1) ~= 0 then fail() end
+  return out
+end
+
+-- The transpose of a matrix; tensors of fewer dims are returned as they are.
+function methods.t(t)
+  if t.ndim < 2 then return t end
+  if t.ndim > 2 then raise(string.format("t: expects a tensor with <= 2 dims, got %d dims", t.ndim)) end
+  return methods.transpose(t, 0, 1)
+end
+
+function methods.permute(t, ...)
+  local n, a = shape.parse("permute", ...)
+  local out = new()
+  if C.lt_permute(out, t, n, a) ~= 0 then fail() end
+  return out
+end
+
+function methods.narrow(t, dim, start, length)
+  local out = new()
+  if C.lt_narrow(out, t, dim, start, length) ~= 0 then fail() end
+  return out
+end
+
+-- Elements start, start + step, ... below stop along dim (stop nil: to the end).
+function methods.slice(t, dim, start, stop, step)
+  local out = new()
+  if C.lt_slice(out, t, dim, start or 0, stop or 2 ^ 62, step or 1) ~= 0 then fail() end
+  return out
+end
+
+function methods.select(t, dim, i)
+  local out = new()
+  if C.lt_select(out, t, dim, i) ~= 0 then fail() end
+  return out
+end
+
+function methods.expand(t, ...)
+  local n, a = shape.parse("expand", ...)
+  local out = new()
+  if C.lt_expand(out, t, n, a) ~= 0 then fail() end
+  return out
+end
+
+function methods.expand_as(t, other)
+  local out = new()
+  if C.lt_expand(out, t, other.ndim, other.shape_) ~= 0 then fail() end
+  return out
+end
+
+function methods.unsqueeze(t, dim)
+  local out = new()
+  if C.lt_unsqueeze(out, t, dim) ~= 0 then fail() end
+  return out
+end
+
+-- Drops dim (which must have size 1), or every dim of size 1 when dim is nil.
+function methods.squeeze(t, dim)
+  local out = new()
+  local rc = dim == nil and C.lt_squeeze_all(out, t) or C.lt_squeeze(out, t, dim)
+  if rc ~= 0 then fail() end
+  return out
+end
+
+-- Merges dims start_dim..end_dim (default: all) into one.
+function methods.flatten(t, start_dim, end_dim)
+  local n = t.ndim
+  if n == 0 then return methods.reshape(t, 1) end
+  local s, e = wrap_dim("flatten", start_dim or 0, n), wrap_dim("flatten", end_dim or -1, n)
+  if s > e then raise(string.format("flatten: start_dim %d comes after end_dim %d", s, e)) end
+  local sizes, merged = {}, 1
+  for d = 0, n - 1 do
+    local size = tonumber(t.shape_[d])
+    if d < s or d > e then
+      sizes[#sizes + 1] = size
+    else
+      merged = merged * size
+      if d == e then sizes[#sizes + 1] = merged end
+    end
+  end
+  return methods.reshape(t, sizes)
+end
+
+-- A tensor with the same data laid out contiguously: t itself when it already is.
+function methods.contiguous(t)
+  check_alive(t, "contiguous")
+  if C.lt_is_contiguous(t) ~= 0 then return t end
+  local out = new()
+  if C.lt_contiguous(out, t) ~= 0 then fail() end
+  return out
+end
+
+-- ---- copies, fills, conversions ------------------------------------------------------
+
+local function empty_like(t, dt, dev)
+  local out = new()
+  if C.lt_empty(out, t.ndim, t.shape_, dt or t.dtype_, dev or t.device_) ~= 0 then fail() end
+  if (dev or t.device_) >= 0 then memory.note_cuda() end
+  return out
+end
+M.empty_like = empty_like
+
+function methods.clone(t)
+  check_alive(t, "clone")
+  local out = empty_like(t)
+  if C.lt_copy(out, t) ~= 0 then fail() end
+  return out
+end
+
+-- Copies src (a tensor broadcasting to t's shape, any dtype/device) into t.
+function methods.copy_(t, src)
+  if type(src) == "number" or type(src) == "boolean" then return methods.fill_(t, src) end
+  if not is_tensor(src) then raise("copy_: expected a tensor, got " .. type(src)) end
+  if C.lt_copy(t, src) ~= 0 then fail() end
+  return t
+end
+
+function methods.fill_(t, v)
+  if v == true then v = 1 elseif v == false then v = 0 end
+  if type(v) ~= "number" then raise("fill_: expected a number, got " .. type(v)) end
+  if C.lt_fill(t, v) ~= 0 then fail() end
+  return t
+end
+
+function methods.zero_(t) return methods.fill_(t, 0) end
+
+-- to(dtype), to(device), to(device, dtype), to{dtype=, device=}, to(other_tensor).
+-- Returns t itself when nothing changes.
+function methods.to(t, a, b)
+  local dt, dev = t.dtype_, t.device_
+  local function take(x)
+    if x == nil then return end
+    if is_tensor(x) then
+      dt, dev = x.dtype_, x.device_
+    elseif type(x) == "table" then
+      dt = dtype.id(x.dtype, dt)
+      dev = dtype.device_id(x.device, dev)
+    elseif dtype.is_device_name(x) then
+      dev = dtype.device_id(x)
+    else
+      dt = dtype.id(x)
+    end
+  end
+  take(a)
+  take(b)
+  check_alive(t, "to")
+  if dt == t.dtype_ and dev == t.device_ then return t end
+  local out = empty_like(t, dt, dev)
+  if C.lt_copy(out, t) ~= 0 then fail() end
+  return out
+end
+
+for name, dt in pairs {float = "f32", double = "f64", bf16 = "bf16", bfloat16 = "bf16", half = "f16",
+                      long = "i64", int = "i32", byte = "u8", bool = "bool"} do
+  methods[name] = function(t) return methods.to(t, dt) end
+end
+function methods.cpu(t) return methods.to(t, "cpu") end
+function methods.cuda(t, k) return methods.to(t, k or 0) end
+function methods.type_as(t, other) return methods.to(t, dtype.name(other.dtype_)) end
+
+-- ---- values ------------------------------------------------------------------------
+
+local item_value = ffi.new("double[1]")
+
+-- The value of a one-element tensor (a boolean for bool tensors).
+function methods.item(t)
+  if C.lt_item(t, item_value) ~= 0 then fail() end
+  local v = item_value[0]
+  if t.dtype_ == dtype.BOOL then return v ~= 0 end
+  return v
+end
+
+-- Nested Lua lists of the values (numbers, or booleans for bool tensors); a number
+-- for a 0-d tensor. Lists are 1-based: t:tolist()[1] is t[0].
+function methods.tolist(t)
+  check_alive(t, "tolist")
+  local n = methods.numel(t)
+  local buf = ffi.new("double[?]", n > 0 and n or 1)
+  if C.lt_copy_to_buffer(t, buf, dtype.F64, n) ~= 0 then fail() end
+  local is_bool = t.dtype_ == dtype.BOOL
+  local nd = t.ndim
+  if nd == 0 then
+    if is_bool then return buf[0] ~= 0 end
+    return buf[0]
+  end
+  local sizes = shape_table(t)
+  local pos = 0
+  local function build(d)
+    local list, size = {}, sizes[d]
+    if d == nd then
+      for i = 1, size do
+        local v = buf[pos]
+        if is_bool then v = v ~= 0 end
+        list[i] = v
+        pos = pos + 1
+      end
+    else
+      for i = 1, size do list[i] = build(d + 1) end
+    end
+    return list
+  end
+  return build(1)
+end
+
+-- Releases t's storage now; t stays a tensor object, and using it is an error.
+function methods.free(t)
+  memory.free(t)
+end
+
+-- ---- elementwise, reductions, matmul (lutra.ops) ---------------------------------------
+
+for name, fn in pairs(ops) do
+  if type(fn) == "function" and name ~= "binary" and name ~= "unary" and name ~= "is_tensor" and name ~= "where"
+      and name ~= "gemm" then
+    methods[name] = fn
+  end
+end
+methods.where = function(t, cond, other, out) return ops.where(cond, t, other, out) end -- t:where(c, y) as torch
+methods.mm = ops.matmul
+
+-- ---- the metatype ------------------------------------------------------------------
+
+local index_get, index_set = index.get, index.set
+
+local mt = {}
+mt.__index = function(t, k)
+  local m = methods[k]
+  if m ~= nil then return m end
+  local p = properties[k]
+  if p ~= nil then return p(t) end
+  local tk = type(k)
+  if tk == "number" or tk == "table" then return index_get(t, k) end
+  raise("tensor has no method or property '" .. tostring(k) .. "'")
+end
+mt.__newindex = function(t, k, v)
+  local tk = type(k)
+  if tk == "number" or tk == "table" then return index_set(t, k, v) end
+  raise("cannot set '" .. tostring(k) .. "' on a tensor")
+end
+mt.__len = function(t)
+  if t.ndim == 0 then raise("len() of a 0-d tensor") end
+  return tonumber(t.shape_[0])
+end
+mt.__tostring = format.tostring
+mt.__concat = function(a, b) return tostring(a) .. tostring(b) end
+for k, f in pairs(ops.metamethods) do mt[k] = f end
+
+M.Tensor = ffi.metatype("lt_tensor", mt)
+M.metatable = mt
+M.is_tensor = is_tensor
+
+return M
