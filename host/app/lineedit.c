@@ -29,9 +29,17 @@ static void interrupt_hook(lua_State *L, lua_Debug *ar) {
   lua_error(L);
 }
 
+/* The handler may run on any thread (OpenMP and OpenBLAS workers do not block SIGINT), so
+ * it wakes the reader through a pipe rather than counting on EINTR in the main thread. */
+static int wake_pipe[2] = {-1, -1};
+
 static void on_sigint(int sig) {
   if (reading_line) {
-    got_sigint = 1; /* select()/read() return EINTR: the reader cancels the line */
+    got_sigint = 1;
+    if (wake_pipe[1] >= 0) {
+      ssize_t w = write(wake_pipe[1], "", 1);
+      (void)w;
+    }
     return;
   }
   signal(sig, SIG_DFL); /* a second Ctrl-C before the hook runs kills the process */
@@ -118,13 +126,8 @@ static void on_line(char *line) {
   rl_callback_handler_remove();
 }
 
-/* Pushes the line, nil at end of input, or false when Ctrl-C cancelled it. SIGINT stays
- * blocked except inside pselect(), so a Ctrl-C is always seen before the next key. */
+/* Pushes the line, nil at end of input, or false when Ctrl-C cancelled it. */
 static int read_terminal_line(lua_State *L, const char *prompt) {
-  sigset_t block, orig;
-  sigemptyset(&block);
-  sigaddset(&block, SIGINT);
-  sigprocmask(SIG_BLOCK, &block, &orig);
   rl_finished = 0;
   rl_result = NULL;
   rl_callback_handler_install(prompt, on_line);
@@ -138,12 +141,22 @@ static int read_terminal_line(lua_State *L, const char *prompt) {
     fd_set fds;
     FD_ZERO(&fds);
     FD_SET(fd, &fds);
-    if (pselect(fd + 1, &fds, NULL, NULL, NULL, &orig) < 0) {
+    int nfds = fd + 1;
+    if (wake_pipe[0] >= 0) {
+      FD_SET(wake_pipe[0], &fds);
+      if (wake_pipe[0] >= nfds) nfds = wake_pipe[0] + 1;
+    }
+    if (select(nfds, &fds, NULL, NULL, NULL) < 0) {
       if (errno == EINTR) continue;
       failure = errno;
       break;
     }
-    rl_callback_read_char();
+    if (wake_pipe[0] >= 0 && FD_ISSET(wake_pipe[0], &fds)) {
+      char drain[64];
+      while (read(wake_pipe[0], drain, sizeof drain) > 0) {
+      }
+    }
+    if (FD_ISSET(fd, &fds) && !got_sigint) rl_callback_read_char();
   }
   if (interrupted) {
     rl_free_line_state();
@@ -155,7 +168,6 @@ static int read_terminal_line(lua_State *L, const char *prompt) {
   } else if (failure) {
     rl_callback_handler_remove();
   }
-  sigprocmask(SIG_SETMASK, &orig, NULL);
   if (failure) return luaL_error(L, "readline: select failed: %s", strerror(failure));
   if (interrupted) {
     lua_pushboolean(L, 0);
@@ -252,6 +264,12 @@ int luaopen_lutra_host(lua_State *L) {
                                  {"add_history", host_add_history},
                                  {"isatty", host_isatty},
                                  {NULL, NULL}};
+  if (wake_pipe[0] < 0 && pipe(wake_pipe) == 0) {
+    for (int i = 0; i < 2; i++) {
+      fcntl(wake_pipe[i], F_SETFL, fcntl(wake_pipe[i], F_GETFL) | O_NONBLOCK);
+      fcntl(wake_pipe[i], F_SETFD, FD_CLOEXEC);
+    }
+  }
   rl_readline_name = "lutra";
   rl_catch_signals = 0; /* SIGINT is ours (on_sigint): readline must not re-raise it */
   rl_completer_word_break_characters = word_breaks;

@@ -165,15 +165,6 @@ local function safe_index(v, k)
   if ok then return r end
 end
 
--- The tensor method table, if the tensor library offers one.
-local function tensor_methods()
-  local lt = package.loaded.lutra
-  if type(lt) ~= "table" then return nil end
-  for _, name in ipairs {"_methods", "tensor_methods", "Tensor"} do
-    if type(rawget(lt, name)) == "table" then return rawget(lt, name) end
-  end
-end
-
 -- Adds the identifier keys of t and of its __index tables (recursively).
 local function add_members(names, t, methods_only, depth)
   if type(t) ~= "table" or depth > 6 then return end
@@ -184,6 +175,34 @@ local function add_members(names, t, methods_only, depth)
   if type(mt) == "table" then add_members(names, rawget(mt, "__index"), methods_only, depth + 1) end
 end
 
+-- Tensors are cdata with a metatype, whose keys cannot be listed: their names come from the
+-- library's tables (lutra.Tensor or lutra._methods: methods; lutra.tensor_properties: the
+-- fields after '.'), when lutra.is_tensor(v) says v is one (or v resolves one of the methods).
+local function add_tensor_members(names, v, methods_only)
+  local lt = package.loaded.lutra
+  if type(lt) ~= "table" then return end
+  local methods = rawget(lt, "_methods") or rawget(lt, "Tensor")
+  if type(methods) ~= "table" then return end
+  local is_tensor = rawget(lt, "is_tensor")
+  local yes = false
+  if type(is_tensor) == "function" then
+    local ok, r = pcall(is_tensor, v)
+    yes = ok and r == true
+  end
+  if not yes then
+    for k, f in next, methods do
+      if type(k) == "string" and type(f) == "function" then
+        yes = safe_index(v, k) == f
+        break
+      end
+    end
+  end
+  if not yes then return end
+  add_members(names, methods, methods_only, 0)
+  local props = rawget(lt, "tensor_properties")
+  if not methods_only and type(props) == "table" then add_members(names, props, false, 0) end
+end
+
 local function member_names(v, methods_only)
   local names = {}
   if type(v) == "table" then
@@ -191,15 +210,7 @@ local function member_names(v, methods_only)
   elseif type(v) == "string" then
     add_members(names, string, methods_only, 0)
   elseif type(v) == "cdata" or type(v) == "userdata" then
-    local methods = tensor_methods()
-    if methods then
-      for k, f in next, methods do -- is v one of these? (a metatype resolves its methods)
-        if type(k) == "string" and type(f) == "function" then
-          if safe_index(v, k) == f then add_members(names, methods, methods_only, 0) end
-          break
-        end
-      end
-    end
+    add_tensor_members(names, v, methods_only)
   end
   return names
 end

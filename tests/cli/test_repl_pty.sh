@@ -1,0 +1,227 @@
+#!/usr/bin/env bash
+# test_repl_pty.sh — the interactive REPL through a pseudo-terminal (readline): prompts,
+# expression printing, a multi-line function then a call, errors, tab completion (globals,
+# fields, tensor-like methods, lutra.ze when the library loads), the history file, Ctrl-C,
+# lutra.debug() (read, assign, Ctrl-D continues) and --repl-on-error at the failing frame.
+# usage: test_repl_pty.sh LUTRA LIBLUTRA
+LUTRA=$(realpath "${1:?usage: test_repl_pty.sh path/to/lutra path/to/liblutra.so}")
+HERE=$(cd "$(dirname "$0")" && pwd)
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+cat >"$T/dbg.lua" <<'EOF'
+local repl = require "lutra.repl"
+local scale = 3
+local function work(n)
+  local acc = n * 10
+  repl.debug()
+  return acc * scale
+end
+print("result=" .. work(4))
+EOF
+cat >"$T/fail.lua" <<'EOF'
+local function divide(num, den)
+  local q = num / den
+  if den == 0 then error("division by zero: " .. num) end
+  return q
+end
+local function run() return (divide(42, 0)) end
+run()
+EOF
+exec /usr/bin/python3 - "$LUTRA" "$T" "$HERE" <<'PYEOF'
+import os, sys, time
+lutra, tmp, here = sys.argv[1], sys.argv[2], sys.argv[3]
+sys.path.insert(0, here)
+from pty_drive import Session, check, scenario, summary
+
+hist = os.path.join(tmp, "history")
+env = {"LUTRA_HISTORY": hist, "HOME": tmp}
+P = r"(?m)^> $"      # the main prompt at the start of a line, nothing typed yet
+D = r"(?m)^debug> $"
+
+
+def basics():
+    s = Session([lutra], env=env)
+    try:
+        s.expect(r"Ctrl-D exits")
+        s.expect(P)
+        s.line("1 + 41")
+        check("expression printed", s.expect(r"^42\s*$") is not None)
+        s.expect(P)
+        s.line("1, nil, 'two'")
+        check("several values, tabs", s.expect(r"^1\tnil\ttwo\s*$") is not None)
+        s.expect(P)
+        s.line("{1, 2, k = 'v'}")
+        check("table printed", s.expect(r'^\{1, 2, k = "v"\}\s*$') is not None)
+        s.expect(P)
+        s.line("function triple(x)")
+        check("continuation prompt", s.expect(r"(?m)^>> $") is not None)
+        s.line("  return x * 3")
+        s.expect(r"(?m)^>> $")
+        s.line("end")
+        s.expect(P)
+        s.line("triple(14)")
+        check("multi-line function then call", s.expect(r"^42\s*$") is not None)
+        s.expect(P)
+        s.line("error('boom')")
+        check("error printed", s.expect(r"stdin:1: boom") is not None)
+        s.expect(P)
+        s.line("triple(2)")
+        check("session continues after an error", s.expect(r"^6\s*$") is not None)
+        s.expect(P)
+        # Ctrl-C drops the line being typed
+        s.send("this is not lua")
+        time.sleep(0.2)
+        s.interrupt()
+        s.expect(r"\^C")
+        s.expect(P)
+        s.line("'after ctrl-c'")
+        check("Ctrl-C clears the line", s.expect(r"^after ctrl-c\s*$") is not None)
+        s.expect(P)
+        # Ctrl-C interrupts running code (interpreted: hooks do not fire in compiled traces)
+        s.line("jit.off() while true do end")
+        time.sleep(0.4)
+        s.interrupt()
+        check("Ctrl-C interrupts a loop", s.expect(r"interrupted!") is not None)
+        s.expect(P)
+        s.line("'alive'")
+        check("REPL alive after the interrupt", s.expect(r"^alive\s*$") is not None)
+        s.expect(P)
+        s.eof()
+        check("Ctrl-D exits 0", s.wait() == 0)
+    finally:
+        s.close()
+
+
+def completion():
+    s = Session([lutra], env=env)
+    try:
+        s.expect(P)
+        s.send("string.fo\t")
+        check("TAB completes string.fo", s.expect(r"string\.format") is not None)
+        s.line("('%d', 7)")
+        check("completed call runs", s.expect(r"^7\s*$") is not None)
+        s.expect(P)
+        s.line("zzobj = {zebra = 1, zeta = 2, other = 3}")
+        s.expect(P)
+        s.send("zzobj.zeb\t")
+        s.expect(r"zzobj\.zebra")
+        s.line("")
+        check("TAB completes a table field", s.expect(r"^1\s*$") is not None)
+        s.expect(P)
+        s.send("zzobj.ze\t\t")
+        m = s.expect(r"zzobj\.zebra\s+zzobj\.zeta")
+        check("TAB TAB lists the candidates", m is not None)
+        s.interrupt()
+        s.expect(P)
+        # methods of a cdata with a metatype, through the library's method table (lutra._methods)
+        s.line("ffi = require 'ffi'; ffi.cdef 'typedef struct { int x; } zz_t;'")
+        s.expect(P)
+        s.line("M = {zzmethod = function(self) return 'm' .. self.x end}; _ = ffi.metatype('zz_t', {__index = M})")
+        s.expect(P)
+        s.line("real = package.loaded.lutra; package.loaded.lutra = {_methods = M}; zt = ffi.new('zz_t', 5)")
+        s.expect(P)
+        s.send("zt:zzme\t")
+        s.expect(r"zt:zzmethod")
+        s.line("()")
+        check("TAB completes a tensor-like method", s.expect(r"^m5\s*$") is not None)
+        s.expect(P)
+        s.line("package.loaded.lutra = real")
+        s.expect(P)
+        s.line("type(lutra) == 'table' and lutra.zeros ~= nil")
+        has_zeros = s.expect(r"^(true|false)\s*$").group(1) == "true"
+        s.expect(P)
+        if has_zeros:  # the real library: lutra.zeros, then methods and properties of a tensor
+            s.send("lutra.ze\t\t\t")  # the first TAB inserts the common prefix, the third lists
+            check("TAB completes lutra.ze", s.expect(r"lutra\.zeros") is not None)
+            s.interrupt()
+            s.expect(P)
+            s.line("zt2 = lutra.zeros(2, 3)")
+            s.expect(P)
+            s.send("zt2:resha\t")
+            check("TAB completes a tensor method", s.expect(r"zt2:reshape") is not None)
+            s.interrupt()
+            s.expect(P)
+            s.send("zt2.sha\t")
+            s.expect(r"zt2\.shape")
+            s.line("")
+            check("TAB completes a tensor property", s.expect(r"^\{2, 3\}\s*$") is not None)
+            s.expect(P)
+        s.eof()
+        check("exit after completion session", s.wait() == 0)
+    finally:
+        s.close()
+
+
+def history():
+    text = open(hist).read() if os.path.exists(hist) else ""
+    check("history file written", "1 + 41" in text and "triple(14)" in text, repr(text[:300]))
+    check("multi-line chunk kept as one entry", "function triple(x)" in text, repr(text[:300]))
+    s = Session([lutra], env=env)
+    try:
+        s.expect(P)
+        s.send("\x10")  # Ctrl-P: previous history entry
+        time.sleep(0.2)
+        s.send("\n")
+        # the last entry of the previous session was "type(lutra) == ..." or "package.loaded.lutra = real"
+        s.expect(P)
+        s.line("'hist ok'")
+        check("history recalled without error", s.expect(r"^hist ok\s*$") is not None)
+        s.eof()
+        s.wait()
+    finally:
+        s.close()
+    text = open(hist).read()
+    check("later sessions append", "'hist ok'" in text)
+
+
+def debug_repl():
+    s = Session([lutra, os.path.join(tmp, "dbg.lua")], env=env)
+    try:
+        check("debug(): header", s.expect(r"dbg\.lua:5: in function 'work'") is not None)
+        s.expect(D)
+        s.line("acc")
+        check("debug(): reads a local", s.expect(r"^40\s*$") is not None)
+        s.expect(D)
+        s.line("scale")
+        check("debug(): reads an upvalue", s.expect(r"^3\s*$") is not None)
+        s.expect(D)
+        s.line("acc = acc + 2")
+        s.expect(D)
+        s.line("acc")
+        check("debug(): assignment visible", s.expect(r"^42\s*$") is not None)
+        s.expect(D)
+        s.send("ac\t")
+        check("debug(): TAB completes locals", s.expect(r"acc") is not None)
+        s.interrupt()
+        s.expect(D)
+        s.eof()
+        check("debug(): Ctrl-D continues, the script sees the new value", s.expect(r"result=126") is not None)
+        check("debug(): script exits 0", s.wait() == 0)
+    finally:
+        s.close()
+
+
+def post_mortem():
+    s = Session([lutra, "--repl-on-error", os.path.join(tmp, "fail.lua")], env=env)
+    try:
+        check("--repl-on-error: message", s.expect(r"fail\.lua:3: division by zero: 42") is not None)
+        check("--repl-on-error: traceback", s.expect(r"stack traceback:") is not None)
+        check("--repl-on-error: at the failing frame", s.expect(r"fail\.lua:3: in function 'divide'") is not None)
+        s.expect(D)
+        s.line("num, den, q")
+        check("--repl-on-error: locals readable", s.expect(r"^42\t0\tinf\s*$") is not None)
+        s.expect(D)
+        s.line(".bt")
+        check("--repl-on-error: .bt", s.expect(r"->.*fail\.lua:3: in function 'divide'") is not None)
+        s.expect(D)
+        s.eof()
+        check("--repl-on-error: exit status 1 after the REPL", s.wait() == 1)
+    finally:
+        s.close()
+
+
+for name, fn in [("basics", basics), ("completion", completion), ("history", history),
+                 ("debug", debug_repl), ("post-mortem", post_mortem)]:
+    scenario(name, fn)
+sys.exit(summary())
+PYEOF
