@@ -157,6 +157,12 @@ static int64_t *check_inputs(const char *op, const lt_tensor *logits, const lt_t
 
 /* ---- forward ----------------------------------------------------------------------- */
 
+/* losses and lse are f32; for f64 logits a caller may pass them already defined as f64 to keep
+ * full precision (gradient checks). */
+static int row_dtype(const lt_tensor *logits, const lt_tensor *t) {
+  return logits->dtype == LT_F64 && t->storage && t->dtype == LT_F64 ? LT_F64 : LT_F32;
+}
+
 int lt_cross_entropy_forward(lt_tensor *losses, lt_tensor *lse, const lt_tensor *logits, const lt_tensor *targets,
                              int64_t ignore_index) {
   const char *op = "cross_entropy";
@@ -171,10 +177,10 @@ int lt_cross_entropy_forward(lt_tensor *losses, lt_tensor *lse, const lt_tensor 
     goto done;
   }
   if (!xc || lt_contiguous(xc, logits)) goto done;
-  if (!(lw = out_begin(op, losses, 1, nshape, LT_F32))) goto done;
-  if (lse && !(sw = out_begin(op, lse, 1, nshape, LT_F32))) goto done;
+  if (!(lw = out_begin(op, losses, 1, nshape, row_dtype(logits, losses)))) goto done;
+  if (lse && !(sw = out_begin(op, lse, 1, nshape, row_dtype(logits, lse)))) goto done;
   const void *xp = lt_data_ptr(xc);
-  float *lp = lt_data_ptr(lw), *sp = sw ? lt_data_ptr(sw) : NULL;
+  void *lp = lt_data_ptr(lw), *sp = sw ? lt_data_ptr(sw) : NULL;
 #pragma omp parallel if (N * V >= LT_PAR_GRAIN && N > 1)
   {
     float *scratch = dtype == LT_BF16 || dtype == LT_F16 ? malloc((size_t)V * sizeof(float)) : NULL;
@@ -195,8 +201,8 @@ int lt_cross_entropy_forward(lt_tensor *losses, lt_tensor *lse, const lt_tensor 
         s = row_lse_f32(x, V);
         xt = tgt[i] == ignore_index ? 0 : x[tgt[i]];
       }
-      lp[i] = tgt[i] == ignore_index ? 0.0f : (float)(s - xt);
-      if (sp) sp[i] = (float)s;
+      lt_store_f64(lp, lw->dtype, i, tgt[i] == ignore_index ? 0.0 : s - xt);
+      if (sp) lt_store_f64(sp, sw->dtype, i, s);
     }
     free(scratch);
   }
@@ -242,7 +248,7 @@ int lt_cross_entropy_backward(lt_tensor *dlogits, const lt_tensor *dlosses, cons
   void *dl = row_values(op, "dlosses", dlosses, N, cdtype), *ls = NULL;
   if (!xc || !dl || lt_contiguous(xc, logits)) goto done;
   if (lt_check_defined(op, "lse", lse)) goto done;
-  if (lse->dtype != LT_F32) { /* lse is what forward saved: f32 only */
+  if (lse->dtype != LT_F32 && lse->dtype != LT_F64) { /* lse is what forward saved */
     rc = lt_errorf("%s: lse is %s, expected f32 [%lld]", op, lt_desc(d, lse), (long long)N);
     goto done;
   }

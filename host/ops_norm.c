@@ -14,7 +14,7 @@
 
 /* y (C) = (x - mu) * rstd * w + b with mu = mean(x) when center, else 0. */
 static void norm_row_forward_f32(float *y, const float *x, const float *w, const float *b, int64_t C, float eps,
-                                 int center, float *mean_out, float *rstd_out) {
+                                 int center, double *mean_out, double *rstd_out) {
   float mu = 0, ss = 0;
   if (center) {
     float s = 0;
@@ -31,7 +31,7 @@ static void norm_row_forward_f32(float *y, const float *x, const float *w, const
 }
 
 static void norm_row_forward_f64(double *y, const double *x, const double *w, const double *b, int64_t C,
-                                 double eps, int center, float *mean_out, float *rstd_out) {
+                                 double eps, int center, double *mean_out, double *rstd_out) {
   double mu = 0, ss = 0;
   if (center) {
     double s = 0;
@@ -43,8 +43,8 @@ static void norm_row_forward_f64(double *y, const double *x, const double *w, co
   for (int64_t j = 0; j < C; j++) ss += (x[j] - mu) * (x[j] - mu);
   double rs = 1.0 / sqrt(ss / (double)C + eps);
   for (int64_t j = 0; j < C; j++) y[j] = (x[j] - mu) * rs * w[j] + b[j];
-  *mean_out = (float)mu;
-  *rstd_out = (float)rs;
+  *mean_out = mu;
+  *rstd_out = rs;
 }
 
 /* With xhat = (x - mu) * rstd and g = dy * w:
@@ -178,6 +178,12 @@ static int check_x(const char *op, const lt_tensor *x, int64_t *N, int64_t *C) {
 
 /* ---- forward ------------------------------------------------------------------------ */
 
+/* Saved statistics are f32; for f64 x a caller may pass them already defined as f64 to keep
+ * full precision through backward (gradient checks). */
+static int stat_dtype(const lt_tensor *x, const lt_tensor *stat) {
+  return x->dtype == LT_F64 && stat->storage && stat->dtype == LT_F64 ? LT_F64 : LT_F32;
+}
+
 static int norm_forward(const char *op, lt_tensor *out, lt_tensor *mean, lt_tensor *rstd, const lt_tensor *x,
                         const lt_tensor *weight, const lt_tensor *bias, double eps, int center) {
   int64_t N, C;
@@ -189,11 +195,11 @@ static int norm_forward(const char *op, lt_tensor *out, lt_tensor *mean, lt_tens
   void *b = w ? param_buffer(op, "bias", bias, x, C, 0.0) : NULL;
   if (!xc || !w || !b || lt_contiguous(xc, x)) goto done;
   if (!(y = out_begin(op, out, x->ndim, x->shape, dtype))) goto done;
-  if (mean && !(mu_t = out_begin(op, mean, 1, nshape, LT_F32))) goto done;
-  if (rstd && !(rs_t = out_begin(op, rstd, 1, nshape, LT_F32))) goto done;
+  if (mean && !(mu_t = out_begin(op, mean, 1, nshape, stat_dtype(x, mean)))) goto done;
+  if (rstd && !(rs_t = out_begin(op, rstd, 1, nshape, stat_dtype(x, rstd)))) goto done;
   const void *xp = lt_data_ptr(xc);
   void *yp = lt_data_ptr(y);
-  float *mup = mu_t ? lt_data_ptr(mu_t) : NULL, *rsp = rs_t ? lt_data_ptr(rs_t) : NULL;
+  void *mup = mu_t ? lt_data_ptr(mu_t) : NULL, *rsp = rs_t ? lt_data_ptr(rs_t) : NULL;
   int failed = 0;
 #pragma omp parallel if (N * C >= LT_PAR_GRAIN && N > 1)
   {
@@ -204,7 +210,7 @@ static int norm_forward(const char *op, lt_tensor *out, lt_tensor *mean, lt_tens
     }
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < N; i++) {
-      float m, r;
+      double m, r;
       if (dtype == LT_F64) {
         norm_row_forward_f64((double *)yp + i * C, (const double *)xp + i * C, w, b, C, eps, center, &m, &r);
       } else if (dtype == LT_F32) {
@@ -215,8 +221,8 @@ static int norm_forward(const char *op, lt_tensor *out, lt_tensor *mean, lt_tens
         norm_row_forward_f32(scratch + C, xr, w, b, C, (float)eps, center, &m, &r);
         store_row_f32(yp, dtype, i * C, scratch + C, C);
       }
-      if (mup) mup[i] = m;
-      if (rsp) rsp[i] = r;
+      if (mup) lt_store_f64(mup, mu_t->dtype, i, m);
+      if (rsp) lt_store_f64(rsp, rs_t->dtype, i, r);
     }
     free(scratch);
   }
@@ -242,12 +248,12 @@ int lt_rmsnorm_forward(lt_tensor *out, lt_tensor *rstd, const lt_tensor *x, cons
 
 /* ---- backward ----------------------------------------------------------------------- */
 
-/* A saved statistic: f32 with N elements, made contiguous into tc. */
+/* A saved statistic: f32 (or f64) with N elements, made contiguous into tc. */
 static int check_stat(const char *op, const char *what, const lt_tensor *t, int64_t N, lt_tensor *tc) {
   LT_TRY(lt_check_defined(op, what, t));
   LT_TRY(check_cpu(op, t));
   char d[LT_DESC_STR];
-  if (t->dtype != LT_F32 || lt_numel(t) != N)
+  if ((t->dtype != LT_F32 && t->dtype != LT_F64) || lt_numel(t) != N)
     return lt_errorf("%s: %s is %s, expected f32 [%lld] (one per row of x)", op, what, lt_desc(d, t), (long long)N);
   return lt_contiguous(tc, t);
 }
@@ -296,7 +302,7 @@ static int norm_backward(const char *op, lt_tensor *dx, lt_tensor *dweight, lt_t
     goto done;
   }
   const void *xp = lt_data_ptr(xc), *dyp = lt_data_ptr(dyc);
-  const float *mup = center ? lt_data_ptr(muc) : NULL, *rsp = lt_data_ptr(rsc);
+  const void *mup = center ? lt_data_ptr(muc) : NULL, *rsp = lt_data_ptr(rsc);
   void *dxp = dxw ? lt_data_ptr(dxw) : NULL;
 #pragma omp parallel if (N * C >= LT_PAR_GRAIN && nchunks > 1)
   {
@@ -311,19 +317,19 @@ static int norm_backward(const char *op, lt_tensor *dx, lt_tensor *dweight, lt_t
       char *pw = dww ? partial + (size_t)(k * C * csize) : NULL;
       char *pb = dbw ? partial + (size_t)((nchunks + k) * C * csize) : NULL;
       for (int64_t i = i0; i < i1; i++) {
-        float mu = center ? mup[i] : 0.0f;
+        double mu = center ? lt_load_f64(mup, muc->dtype, i) : 0.0, rs = lt_load_f64(rsp, rsc->dtype, i);
         if (is64) {
           double *dxr = dxp ? (double *)dxp + i * C : NULL;
           norm_row_backward_f64(dxr, (double *)pw, (double *)pb, (const double *)dyp + i * C,
-                                (const double *)xp + i * C, w, C, mu, rsp[i], center);
+                                (const double *)xp + i * C, w, C, mu, rs, center);
         } else if (dtype == LT_F32) {
           float *dxr = dxp ? (float *)dxp + i * C : NULL;
           norm_row_backward_f32(dxr, (float *)pw, (float *)pb, (const float *)dyp + i * C,
-                                (const float *)xp + i * C, w, C, mu, rsp[i], center);
+                                (const float *)xp + i * C, w, C, mu, rs, center);
         } else if (scratch) {
           const float *xr = load_row_f32(xp, dtype, i * C, C, scratch);
           const float *dyr = load_row_f32(dyp, dtype, i * C, C, scratch + C);
-          norm_row_backward_f32(dxp ? scratch + 2 * C : NULL, (float *)pw, (float *)pb, dyr, xr, w, C, mu, rsp[i],
+          norm_row_backward_f32(dxp ? scratch + 2 * C : NULL, (float *)pw, (float *)pb, dyr, xr, w, C, mu, rs,
                                 center);
           if (dxp) store_row_f32(dxp, dtype, i * C, scratch + 2 * C, C);
         }

@@ -44,7 +44,7 @@ static void test_forward(int dtype, int tdtype, int64_t N, int64_t V, double off
   double *xv = to_doubles(x0), want[64], wlse[64];
   ref_ce(want, wlse, xv, t, N, V, IGNORE);
   /* losses are f32 differences of values near `offset`: tolerance relative to the logit scale */
-  double tol = 4e-6 * (fabs(offset) + 8 + log((double)V)), worst = 0;
+  double tol = 1e-6 * (fabs(offset) + 8 + log((double)V)), worst = 0;
   int bad = 0;
   for (int64_t i = 0; i < N; i++) {
     double got = check_at(losses, i), gl = check_at(lse, i);
@@ -70,6 +70,8 @@ static double ref_functional(const double *x, const int64_t *t, const double *R,
 
 static double op_functional(const lt_tensor *x, const lt_tensor *tg, const double *R) {
   lt_tensor *losses = lt_tensor_new();
+  int64_t nshape[1] = {x->shape[0]};
+  lt_empty(losses, 1, nshape, LT_F64, LT_DEVICE_CPU); /* f64 losses: full precision for differences */
   lt_cross_entropy_forward(losses, NULL, x, tg, IGNORE);
   double s = 0;
   for (int64_t i = 0; i < lt_numel(losses); i++) s += check_at(losses, i) * R[i];
@@ -77,14 +79,19 @@ static double op_functional(const lt_tensor *x, const lt_tensor *tg, const doubl
   return s;
 }
 
-/* dlogits in f64 against central differences: tightly against the double reference (h = 1e-5),
- * and against the op's own forward (its losses are f32, so h = 1e-2 and a looser tolerance). */
-static void test_backward_fd(int64_t N, int64_t V) {
+/* dlogits in f64 against central differences (h = 1e-5) of the double reference and of the op's
+ * own forward (with f64 losses; lse saved as f64 too, or as the default f32, which limits
+ * dlogits to ~1e-7 relative). */
+static void test_backward_fd(int64_t N, int64_t V, int lse_dtype) {
   int64_t shape[2] = {N, V}, nshape[1] = {N}, t[64];
   lt_tensor *x = check_random(2, shape, LT_F64, -3, 3), *tg = make_targets(N, V, LT_I64, IGNORE, 1, t);
   lt_tensor *dl = check_random(1, nshape, LT_F32, -1, 1), *losses = lt_tensor_new(), *lse = lt_tensor_new();
   lt_tensor *dx = lt_tensor_new();
+  double rtol = lse_dtype == LT_F64 ? 1e-8 : 1e-6;
+  if (lse_dtype == LT_F64) lt_empty(lse, 1, nshape, LT_F64, LT_DEVICE_CPU);
   CHECK_OK(lt_cross_entropy_forward(losses, lse, x, tg, IGNORE));
+  CHECK(lse->dtype == lse_dtype && losses->dtype == LT_F32, "saved lse %s, losses %s", lt_dtype_name(lse->dtype),
+        lt_dtype_name(losses->dtype));
   CHECK_OK(lt_cross_entropy_backward(dx, dl, x, tg, lse, IGNORE));
   double *R = to_doubles(dl), *p = lt_data_ptr(x), worst_ref = 0, worst_op = 0;
   int bad_ref = 0, bad_op = 0;
@@ -94,18 +101,19 @@ static void test_backward_fd(int64_t N, int64_t V) {
     double fp = ref_functional(p, t, R, N, V);
     p[i] = keep - 1e-5;
     double fm = ref_functional(p, t, R, N, V);
-    p[i] = keep + 1e-2;
+    p[i] = keep + 1e-5;
     double gp = op_functional(x, tg, R);
-    p[i] = keep - 1e-2;
+    p[i] = keep - 1e-5;
     double gm = op_functional(x, tg, R);
     p[i] = keep;
-    double fd = (fp - fm) / 2e-5, fd_op = (gp - gm) / 2e-2;
-    if (!check_close(got, fd, 1e-6, 1e-8)) bad_ref++;
-    if (!check_close(got, fd_op, 1e-3, 1e-4)) bad_op++;
+    double fd = (fp - fm) / 2e-5, fd_op = (gp - gm) / 2e-5;
+    if (!check_close(got, fd, rtol, rtol / 100)) bad_ref++;
+    if (!check_close(got, fd_op, rtol, rtol / 100)) bad_op++;
     worst_ref = fmax(worst_ref, fabs(got - fd)), worst_op = fmax(worst_op, fabs(got - fd_op));
   }
-  CHECK(bad_ref == 0 && bad_op == 0, "cross_entropy dlogits [%lld,%lld] vs differences: %d/%d bad, max err %g / %g",
-        (long long)N, (long long)V, bad_ref, bad_op, worst_ref, worst_op);
+  CHECK(bad_ref == 0 && bad_op == 0,
+        "cross_entropy dlogits [%lld,%lld] lse %s vs differences: %d/%d bad, max err %g / %g", (long long)N,
+        (long long)V, lt_dtype_name(lse_dtype), bad_ref, bad_op, worst_ref, worst_op);
   for (int64_t i = 0; i < N; i++) /* ignored rows: exactly zero */
     for (int64_t j = 0; t[i] == IGNORE && j < V; j++) CHECK(check_at(dx, i * V + j) == 0, "ignored row %lld", (long long)i);
   free(R);
@@ -185,8 +193,8 @@ static void test_bad_inputs(void) {
   CHECK_ERR(lt_cross_entropy_forward(l, s, x, t3, IGNORE), "targets is [3] i64 cpu, expected [4]");
   CHECK_ERR(lt_cross_entropy_forward(l, s, x1, tg, -1), "logits is [4] f32 cpu, expected (N, V)");
   CHECK_ERR(lt_cross_entropy_forward(NULL, s, x, tg, -1), "losses is NULL");
-  CHECK_ERR(lt_cross_entropy_forward(s64, NULL, x, tg, -1), "out is [4] f64 cpu, expected [4] f32");
-  CHECK_ERR(lt_cross_entropy_backward(dx, l, x, tg, s64, -1), "lse is [4] f64 cpu, expected f32 [4]");
+  CHECK_ERR(lt_cross_entropy_forward(s64, NULL, x, tg, -1), "out is [4] f64 cpu, expected [4] f32"); /* f32 logits */
+  CHECK_ERR(lt_cross_entropy_backward(dx, l, x, tg, t3, -1), "lse is [3] i64 cpu, expected f32 [4]");
   CHECK_ERR(lt_cross_entropy_backward(dx, dl3, x, tg, s, -1), "dlosses is [3] f32 cpu, expected [4]");
   CHECK_ERR(lt_cross_entropy_backward(dx, l, x, tg, NULL, -1), "lse is NULL");
   x->device = 0; /* claims cuda:0, never dereferenced */
@@ -206,9 +214,10 @@ int main(void) {
       if (dtypes[d] != LT_F16) test_forward(dtypes[d], LT_I64, N, vocab[k], dtypes[d] == LT_BF16 ? 64 : 300, 0);
     }
   test_forward(LT_F32, LT_I32, 64, 5000, 0, 0); /* large enough for the parallel path */
-  test_backward_fd(3, 1);
-  test_backward_fd(4, 7);
-  test_backward_fd(5, 33);
+  test_backward_fd(3, 1, LT_F64);
+  test_backward_fd(4, 7, LT_F64);
+  test_backward_fd(5, 33, LT_F64);
+  test_backward_fd(5, 33, LT_F32);
   for (int d = 0; d < 4; d++) {
     test_backward_dtype(dtypes[d], 9, 33, 0);
     test_backward_dtype(dtypes[d], 40, 1000, 1);
