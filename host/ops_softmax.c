@@ -3,22 +3,22 @@
  * Work goes row by row, a row being the n elements along `dim`. Rows that lie contiguous
  * in f32 or f64 are used in place; others (a dim that is not innermost, 16-bit dtypes) are
  * gathered into per-thread f32/f64 scratch and scattered back. Numerically stable: the
- * row max is subtracted before exp; sums accumulate in double. */
+ * row max is subtracted before exp. 16-bit dtypes compute in f32, f64 in f64. */
 #include "internal.h"
 #include <stdlib.h>
 
-/* Let GCC if-convert the float compares in exp_f32 so the row loops vectorise; nothing
+/* Let GCC if-convert the float compares in exp_nonpos_f32 so the row loops vectorise; nothing
  * here reads floating-point exception flags. */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("no-trapping-math")
 #endif
 
-/* exp(x) in float arithmetic that vectorises (glibc's expf does not without -ffast-math):
- * x = k ln2 + r with |r| <= ln2/2, a degree-6 polynomial for e^r (Cephes expf), 2^k built
- * in the exponent bits. About 2 ulp on [-87, 88]; 0 below -87 (so -inf gives 0), NaN stays NaN. */
-static inline float exp_f32(float x) {
+/* exp(x) for x <= 0 in float arithmetic that vectorises (glibc's expf does not without
+ * -ffast-math): x = k ln2 + r with |r| <= ln2/2, a degree-6 polynomial for e^r (Cephes expf),
+ * 2^k built in the exponent bits. About 2 ulp; 0 below -87 (so -inf gives 0). NaN also
+ * gives 0: callers deal with NaN rows before (it saves the exp loop a blend). */
+static inline float exp_nonpos_f32(float x) {
   float keep = x >= -87.0f ? 1.0f : 0.0f, t = x >= -87.0f ? x : -87.0f;
-  t = t <= 88.0f ? t : 88.0f;
   const float round_magic = 12582912.0f; /* 1.5 * 2^23: adding and subtracting it rounds */
   float k = (t * 1.44269504088896341f + round_magic) - round_magic;
   float r = t - k * 0.693359375f + k * 2.12194440e-4f;
@@ -32,51 +32,61 @@ static inline float exp_f32(float x) {
   int32_t bits = ((int32_t)k + 127) << 23;
   float scale;
   memcpy(&scale, &bits, 4);
-  float y = e * scale * keep;
-  return x != x ? x : y;
+  return e * scale * keep;
 }
+
+/* Sums of exp run in float lanes over blocks of this many elements, blocks add in double:
+ * as fast as a float sum, as accurate as a double one for long rows. */
+enum { SUM_BLOCK = 512 };
 
 typedef enum { SOFTMAX, LOG_SOFTMAX, SOFTMAX_BACKWARD, LOG_SOFTMAX_BACKWARD } softmax_kind;
 
 /* ---- row kernels: forward out = f(x); backward out = grad_in from x = grad_out, y ------- */
 
+/* s += the sum of EXPR over i in [0, n): float lanes within blocks of SUM_BLOCK, blocks in double. */
+#define BLOCK_SUM(s, n, i, EXPR)                                                                                     \
+  for (int64_t i0_ = 0; i0_ < (n); i0_ += SUM_BLOCK) {                                                              \
+    int64_t i1_ = (n) - i0_ < SUM_BLOCK ? (n) : i0_ + SUM_BLOCK;                                                     \
+    float part_ = 0;                                                                                                 \
+    _Pragma("omp simd reduction(+ : part_)") for (int64_t i = i0_; i < i1_; i++) part_ += (EXPR);                    \
+    s += part_;                                                                                                      \
+  }
+
 static void row_f32(softmax_kind kind, float *out, const float *x, const float *y, int64_t n) {
   float m = -INFINITY;
   double s = 0;
+  int nan = 0;
   switch (kind) {
   case SOFTMAX:
   case LOG_SOFTMAX:
-#pragma omp simd reduction(max : m)
-    for (int64_t i = 0; i < n; i++) m = x[i] > m ? x[i] : m;
-    if (kind == SOFTMAX) {
-#pragma omp simd reduction(+ : s)
-      for (int64_t i = 0; i < n; i++) {
-        float e = exp_f32(x[i] - m);
-        out[i] = e;
-        s += e;
-      }
+#pragma omp simd reduction(max : m) reduction(| : nan)
+    for (int64_t i = 0; i < n; i++) {
+      m = x[i] > m ? x[i] : m;
+      nan |= x[i] != x[i];
+    }
+    if (nan) { /* a NaN spreads over its row, as in torch */
+      for (int64_t i = 0; i < n; i++) out[i] = NAN;
+    } else if (kind == SOFTMAX) {
+      BLOCK_SUM(s, n, i, out[i] = exp_nonpos_f32(x[i] - m));
       float inv = (float)(1.0 / s);
 #pragma omp simd
       for (int64_t i = 0; i < n; i++) out[i] *= inv;
     } else {
-#pragma omp simd reduction(+ : s)
-      for (int64_t i = 0; i < n; i++) s += exp_f32(x[i] - m);
+      BLOCK_SUM(s, n, i, exp_nonpos_f32(x[i] - m));
       float lse = m + (float)log(s);
 #pragma omp simd
       for (int64_t i = 0; i < n; i++) out[i] = x[i] - lse;
     }
     break;
   case SOFTMAX_BACKWARD: /* grad_in = y * (grad_out - sum(grad_out * y)) */
-#pragma omp simd reduction(+ : s)
-    for (int64_t i = 0; i < n; i++) s += (double)x[i] * y[i];
+    BLOCK_SUM(s, n, i, x[i] * y[i]);
 #pragma omp simd
     for (int64_t i = 0; i < n; i++) out[i] = y[i] * (x[i] - (float)s);
     break;
   case LOG_SOFTMAX_BACKWARD: /* grad_in = grad_out - exp(y) * sum(grad_out) */
-#pragma omp simd reduction(+ : s)
-    for (int64_t i = 0; i < n; i++) s += x[i];
+    BLOCK_SUM(s, n, i, x[i]);
 #pragma omp simd
-    for (int64_t i = 0; i < n; i++) out[i] = x[i] - exp_f32(y[i]) * (float)s;
+    for (int64_t i = 0; i < n; i++) out[i] = x[i] - (y[i] != y[i] ? y[i] : exp_nonpos_f32(y[i])) * (float)s;
     break;
   }
 }
@@ -87,10 +97,11 @@ static void row_f64(softmax_kind kind, double *out, const double *x, const doubl
   case SOFTMAX:
   case LOG_SOFTMAX:
     for (int64_t i = 0; i < n; i++) m = x[i] > m ? x[i] : m;
-    for (int64_t i = 0; i < n; i++) s += exp(x[i] - m);
     if (kind == SOFTMAX) {
-      for (int64_t i = 0; i < n; i++) out[i] = exp(x[i] - m) / s;
+      for (int64_t i = 0; i < n; i++) s += out[i] = exp(x[i] - m);
+      for (int64_t i = 0; i < n; i++) out[i] /= s;
     } else {
+      for (int64_t i = 0; i < n; i++) s += exp(x[i] - m);
       double lse = m + log(s);
       for (int64_t i = 0; i < n; i++) out[i] = x[i] - lse;
     }
@@ -106,64 +117,77 @@ static void row_f64(softmax_kind kind, double *out, const double *x, const doubl
   }
 }
 
-/* ---- moving rows in and out of scratch ------------------------------------------------ */
-
-/* The row at p (element stride `stride`) as f32/f64 (wide = f64): p itself when it already
- * is, else converted into buf. */
-static const void *row_in(void *buf, const char *p, int dtype, int64_t n, int64_t stride) {
-  if ((dtype == LT_F32 || dtype == LT_F64) && (stride == 1 || n == 1)) return p;
-  if (dtype == LT_F64) {
-    for (int64_t i = 0; i < n; i++) ((double *)buf)[i] = ((const double *)p)[i * stride];
-  } else if (dtype == LT_F32) {
-    for (int64_t i = 0; i < n; i++) ((float *)buf)[i] = ((const float *)p)[i * stride];
-  } else if (dtype == LT_BF16) {
-    for (int64_t i = 0; i < n; i++) ((float *)buf)[i] = lt_bf16_to_f32(((const uint16_t *)p)[i * stride]);
-  } else {
-    for (int64_t i = 0; i < n; i++) ((float *)buf)[i] = lt_f16_to_f32(((const uint16_t *)p)[i * stride]);
-  }
-  return buf;
-}
-
-static void row_out(char *p, int dtype, int64_t n, int64_t stride, const void *buf) {
-  if (dtype == LT_F64) {
-    for (int64_t i = 0; i < n; i++) ((double *)p)[i * stride] = ((const double *)buf)[i];
-  } else if (dtype == LT_F32) {
-    for (int64_t i = 0; i < n; i++) ((float *)p)[i * stride] = ((const float *)buf)[i];
-  } else if (dtype == LT_BF16) {
-    for (int64_t i = 0; i < n; i++) ((uint16_t *)p)[i * stride] = lt_f32_to_bf16(((const float *)buf)[i]);
-  } else {
-    for (int64_t i = 0; i < n; i++) ((uint16_t *)p)[i * stride] = lt_f32_to_f16(((const float *)buf)[i]);
-  }
-}
-
 /* ---- the driver ------------------------------------------------------------------------- */
+
+/* Rows are handled BLOCK at a time. A row that is not contiguous f32/f64 is gathered into
+ * scratch; gathering a block element-major (element i of every row, then i + 1) reads
+ * neighbouring rows together, which is what makes a softmax over dim 0 of (N, C) cheap:
+ * its rows are the columns, adjacent in memory. */
+enum { BLOCK = 16 };
 
 /* Operand k (0 out, 1 x, 2 y): its stride along dim and over the other dims. */
 typedef struct softmax_plan {
   softmax_kind kind;
   int dtype, esize, nops, nrest;
+  bool direct; /* every operand is contiguous f32/f64 along dim: rows are used in place */
   int64_t n, rows;
   int64_t rest_shape[LT_MAX_DIMS], rest_stride[3][LT_MAX_DIMS], dim_stride[3];
   char *base[3];
 } softmax_plan;
 
-static void softmax_rows(const softmax_plan *P, int64_t r0, int64_t r1, char *scratch) {
+/* buf[j * n + i] = row j's element i (as f32, or f64 for f64) for the nr rows at p[j]. */
+static void gather_block(void *buf, char *const *p, int nr, int64_t n, int dtype, int64_t stride) {
+#define GATHER(T, W, LOAD)                                                                                           \
+  for (int64_t i = 0; i < n; i++)                                                                                    \
+    for (int j = 0; j < nr; j++) ((W *)buf)[j * n + i] = LOAD(((const T *)p[j])[i * stride]);
+#define AS_IS(x) (x)
+  switch (dtype) {
+  case LT_F64: GATHER(double, double, AS_IS); break;
+  case LT_F32: GATHER(float, float, AS_IS); break;
+  case LT_BF16: GATHER(uint16_t, float, lt_bf16_to_f32); break;
+  default: GATHER(uint16_t, float, lt_f16_to_f32); break;
+  }
+}
+
+static void scatter_block(char *const *p, const void *buf, int nr, int64_t n, int dtype, int64_t stride) {
+#define SCATTER(T, W, STORE)                                                                                         \
+  for (int64_t i = 0; i < n; i++)                                                                                    \
+    for (int j = 0; j < nr; j++) ((T *)p[j])[i * stride] = STORE(((const W *)buf)[j * n + i]);
+  switch (dtype) {
+  case LT_F64: SCATTER(double, double, AS_IS); break;
+  case LT_F32: SCATTER(float, float, AS_IS); break;
+  case LT_BF16: SCATTER(uint16_t, float, lt_f32_to_bf16); break;
+  default: SCATTER(uint16_t, float, lt_f32_to_f16); break;
+  }
+}
+
+/* Rows [r0, r0 + nr), nr <= BLOCK; scratch holds 3 * BLOCK * n doubles. */
+static void softmax_block(const softmax_plan *P, int64_t r0, int nr, char *scratch) {
   int64_t n = P->n;
   bool wide = P->dtype == LT_F64;
-  for (int64_t r = r0; r < r1; r++) {
-    const void *in[3] = {NULL, NULL, NULL};
-    char *p[3];
+  char *p[3][BLOCK] = {{NULL}};
+  for (int j = 0; j < nr; j++)
     for (int k = 0; k < P->nops; k++)
-      p[k] = P->base[k] + lt_offset_of(r, P->nrest, P->rest_shape, P->rest_stride[k]) * P->esize;
-    for (int k = 1; k < P->nops; k++) in[k] = row_in(scratch + k * n * 8, p[k], P->dtype, n, P->dim_stride[k]);
-    bool direct = (P->dtype == LT_F32 || P->dtype == LT_F64) && (P->dim_stride[0] == 1 || n == 1);
-    void *out = direct ? p[0] : scratch;
-    if (wide)
-      row_f64(P->kind, out, in[1], in[2], n);
-    else
-      row_f32(P->kind, out, in[1], in[2], n);
-    if (!direct) row_out(p[0], P->dtype, n, P->dim_stride[0], scratch);
+      p[k][j] = P->base[k] + lt_offset_of(r0 + j, P->nrest, P->rest_shape, P->rest_stride[k]) * P->esize;
+  if (P->direct) {
+    for (int j = 0; j < nr; j++) {
+      if (wide)
+        row_f64(P->kind, (double *)p[0][j], (const double *)p[1][j], (const double *)p[2][j], n);
+      else
+        row_f32(P->kind, (float *)p[0][j], (const float *)p[1][j], (const float *)p[2][j], n);
+    }
+    return;
   }
+  int64_t w = wide ? 8 : 4, slot = BLOCK * n * w;
+  for (int k = 1; k < P->nops; k++) gather_block(scratch + k * slot, p[k], nr, n, P->dtype, P->dim_stride[k]);
+  for (int j = 0; j < nr; j++) {
+    char *o = scratch + j * n * w, *x = scratch + slot + j * n * w, *y = scratch + 2 * slot + j * n * w;
+    if (wide)
+      row_f64(P->kind, (double *)o, (const double *)x, (const double *)y, n);
+    else
+      row_f32(P->kind, (float *)o, (const float *)x, (const float *)y, n);
+  }
+  scatter_block(p[0], scratch, nr, n, P->dtype, P->dim_stride[0]);
 }
 
 static int softmax_run(const char *op, softmax_kind kind, lt_tensor *out, const lt_tensor *x, const lt_tensor *y,
@@ -200,20 +224,25 @@ static int softmax_run(const char *op, softmax_kind kind, lt_tensor *out, const 
   }
   P.rows = lt_shape_numel(P.nrest, P.rest_shape);
   if (P.rows == 0 || P.n == 0) return 0;
+  P.direct = P.dtype == LT_F32 || P.dtype == LT_F64;
+  for (int k = 0; k < P.nops; k++) P.direct &= P.dim_stride[k] == 1 || P.n == 1;
+  int64_t nblocks = (P.rows + BLOCK - 1) / BLOCK;
   int failed = 0;
-#pragma omp parallel if (P.rows > 1 && P.rows * P.n >= LT_PAR_GRAIN)
+#pragma omp parallel if (nblocks > 1 && P.rows * P.n >= LT_PAR_GRAIN)
   {
-    char *scratch = malloc((size_t)(3 * P.n * 8));
-    if (!scratch) {
+    char *scratch = P.direct ? NULL : malloc((size_t)(3 * BLOCK * P.n * 8));
+    if (!P.direct && !scratch) {
 #pragma omp atomic write
       failed = 1;
     }
 #pragma omp for schedule(static)
-    for (int64_t r = 0; r < P.rows; r++)
-      if (scratch) softmax_rows(&P, r, r + 1, scratch);
+    for (int64_t b = 0; b < nblocks; b++) {
+      int nr = (int)(P.rows - b * BLOCK < BLOCK ? P.rows - b * BLOCK : BLOCK);
+      if (P.direct || scratch) softmax_block(&P, b * BLOCK, nr, scratch);
+    }
     free(scratch);
   }
-  return failed ? lt_errorf("%s: out of host memory for a row of %lld", op, (long long)P.n) : 0;
+  return failed ? lt_errorf("%s: out of host memory for rows of %lld", op, (long long)P.n) : 0;
 }
 
 int lt_softmax(lt_tensor *out, const lt_tensor *a, int dim) { return softmax_run("softmax", SOFTMAX, out, a, NULL, dim); }
