@@ -20,11 +20,11 @@
 #endif
 
 typedef struct adamw_scalars {
-  double decay;      /* 1 - lr * weight_decay */
-  double lerp_w;     /* 1 - beta1 */
+  double decay;  /* 1 - lr * weight_decay */
+  double lerp_w; /* 1 - beta1 */
   double beta2, one_minus_beta2;
-  double step_size;  /* lr / (1 - beta1^step) */
-  double bc2_sqrt;   /* sqrt(1 - beta2^step) */
+  double step_size; /* lr / (1 - beta1^step) */
+  double bc2_sqrt;  /* sqrt(1 - beta2^step) */
   double eps;
 } adamw_scalars;
 
@@ -118,7 +118,8 @@ int lt_adamw_step(lt_tensor *param, const lt_tensor *grad, lt_tensor *m, lt_tens
   LT_TRY(lt_check_defined("adamw", "param", param));
   if (param->device != LT_DEVICE_CPU) return lt_errorf("adamw: not implemented on cuda yet");
   int pdtype = param->dtype;
-  if (!lt_dtype_is_float(pdtype)) return lt_errorf("adamw: param is %s, expected a floating dtype", lt_dtype_name(pdtype));
+  if (!lt_dtype_is_float(pdtype))
+    return lt_errorf("adamw: param is %s, expected a floating dtype", lt_dtype_name(pdtype));
   if (step < 1) return lt_errorf("adamw: step must be >= 1 for bias correction, got %lld", (long long)step);
   if (!(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1))
     return lt_errorf("adamw: betas must be in [0, 1), got (%g, %g)", beta1, beta2);

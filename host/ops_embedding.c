@@ -90,8 +90,7 @@ int lt_embedding_forward(lt_tensor *out, const lt_tensor *weight, const lt_tenso
   char *op_ = lt_data_ptr(o);
   int64_t row_stride = wc->stride[0];
 #pragma omp parallel for schedule(static) if (n * C >= LT_PAR_GRAIN)
-  for (int64_t i = 0; i < n; i++)
-    memcpy(op_ + i * C * esize, wp + id[i] * row_stride * esize, (size_t)(C * esize));
+  for (int64_t i = 0; i < n; i++) memcpy(op_ + i * C * esize, wp + id[i] * row_stride * esize, (size_t)(C * esize));
   rc = 0;
 done:
   rc = out_finish(out, o, rc);

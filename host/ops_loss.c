@@ -122,8 +122,8 @@ static int out_finish(lt_tensor *out, lt_tensor *work, int rc) {
 
 /* Checks logits (N, V) and targets (N) and reads the targets into a new int64 array (NULL on
  * error); a target outside [0, V) that is not ignore_index is an error naming the row. */
-static int64_t *check_inputs(const char *op, const lt_tensor *logits, const lt_tensor *targets,
-                             int64_t ignore_index, int64_t *N, int64_t *V) {
+static int64_t *check_inputs(const char *op, const lt_tensor *logits, const lt_tensor *targets, int64_t ignore_index,
+                             int64_t *N, int64_t *V) {
   char d1[LT_DESC_STR], d2[LT_DESC_STR];
   if (lt_check_defined(op, "logits", logits) || lt_check_defined(op, "targets", targets)) return NULL;
   if (check_cpu(op, logits) || check_cpu(op, targets)) return NULL;
@@ -133,8 +133,8 @@ static int64_t *check_inputs(const char *op, const lt_tensor *logits, const lt_t
   }
   *N = logits->shape[0], *V = logits->shape[1];
   if (targets->ndim != 1 || targets->shape[0] != *N || (targets->dtype != LT_I32 && targets->dtype != LT_I64)) {
-    lt_errorf("%s: targets is %s, expected [%lld] i32 or i64 for logits %s", op, lt_desc(d1, targets),
-              (long long)*N, lt_desc(d2, logits));
+    lt_errorf("%s: targets is %s, expected [%lld] i32 or i64 for logits %s", op, lt_desc(d1, targets), (long long)*N,
+              lt_desc(d2, logits));
     return NULL;
   }
   int64_t *t = malloc((size_t)(*N > 0 ? *N : 1) * sizeof(int64_t));
@@ -222,8 +222,7 @@ static void *row_values(const char *op, const char *what, const lt_tensor *t, in
   char d[LT_DESC_STR];
   if (lt_check_defined(op, what, t) || check_cpu(op, t)) return NULL;
   if (lt_numel(t) != N || !lt_dtype_is_float(t->dtype)) {
-    lt_errorf("%s: %s is %s, expected [%lld] floating (one per row of logits)", op, what, lt_desc(d, t),
-              (long long)N);
+    lt_errorf("%s: %s is %s, expected [%lld] floating (one per row of logits)", op, what, lt_desc(d, t), (long long)N);
     return NULL;
   }
   void *buf = malloc((size_t)(N > 0 ? N : 1) * (size_t)lt_dtype_size(dtype));
@@ -268,8 +267,7 @@ int lt_cross_entropy_backward(lt_tensor *dlogits, const lt_tensor *dlosses, cons
       if (tgt[i] == ignore_index) {
         memset((char *)gp + i * V * lt_dtype_size(dtype), 0, (size_t)(V * lt_dtype_size(dtype)));
       } else if (dtype == LT_F64) {
-        row_grad_f64((double *)gp + i * V, (const double *)xp + i * V, V, ((double *)ls)[i], ((double *)dl)[i],
-                     tgt[i]);
+        row_grad_f64((double *)gp + i * V, (const double *)xp + i * V, V, ((double *)ls)[i], ((double *)dl)[i], tgt[i]);
       } else if (dtype == LT_F32) {
         row_grad_f32((float *)gp + i * V, (const float *)xp + i * V, V, ((float *)ls)[i], ((float *)dl)[i], tgt[i]);
       } else if (scratch) {

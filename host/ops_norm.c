@@ -30,8 +30,8 @@ static void norm_row_forward_f32(float *y, const float *x, const float *w, const
   *rstd_out = rs;
 }
 
-static void norm_row_forward_f64(double *y, const double *x, const double *w, const double *b, int64_t C,
-                                 double eps, int center, double *mean_out, double *rstd_out) {
+static void norm_row_forward_f64(double *y, const double *x, const double *w, const double *b, int64_t C, double eps,
+                                 int center, double *mean_out, double *rstd_out) {
   double mu = 0, ss = 0;
   if (center) {
     double s = 0;
@@ -237,8 +237,8 @@ done:
   return rc;
 }
 
-int lt_layernorm_forward(lt_tensor *out, lt_tensor *mean, lt_tensor *rstd, const lt_tensor *x,
-                         const lt_tensor *weight, const lt_tensor *bias, double eps) {
+int lt_layernorm_forward(lt_tensor *out, lt_tensor *mean, lt_tensor *rstd, const lt_tensor *x, const lt_tensor *weight,
+                         const lt_tensor *bias, double eps) {
   return norm_forward("layernorm", out, mean, rstd, x, weight, bias, eps, 1);
 }
 
@@ -324,13 +324,12 @@ static int norm_backward(const char *op, lt_tensor *dx, lt_tensor *dweight, lt_t
                                 (const double *)xp + i * C, w, C, mu, rs, center);
         } else if (dtype == LT_F32) {
           float *dxr = dxp ? (float *)dxp + i * C : NULL;
-          norm_row_backward_f32(dxr, (float *)pw, (float *)pb, (const float *)dyp + i * C,
-                                (const float *)xp + i * C, w, C, mu, rs, center);
+          norm_row_backward_f32(dxr, (float *)pw, (float *)pb, (const float *)dyp + i * C, (const float *)xp + i * C, w,
+                                C, mu, rs, center);
         } else if (scratch) {
           const float *xr = load_row_f32(xp, dtype, i * C, C, scratch);
           const float *dyr = load_row_f32(dyp, dtype, i * C, C, scratch + C);
-          norm_row_backward_f32(dxp ? scratch + 2 * C : NULL, (float *)pw, (float *)pb, dyr, xr, w, C, mu, rs,
-                                center);
+          norm_row_backward_f32(dxp ? scratch + 2 * C : NULL, (float *)pw, (float *)pb, dyr, xr, w, C, mu, rs, center);
           if (dxp) store_row_f32(dxp, dtype, i * C, scratch + 2 * C, C);
         }
       }
@@ -370,8 +369,7 @@ done:
 }
 
 int lt_layernorm_backward(lt_tensor *dx, lt_tensor *dweight, lt_tensor *dbias, const lt_tensor *dout,
-                          const lt_tensor *x, const lt_tensor *weight, const lt_tensor *mean,
-                          const lt_tensor *rstd) {
+                          const lt_tensor *x, const lt_tensor *weight, const lt_tensor *mean, const lt_tensor *rstd) {
   return norm_backward("layernorm_backward", dx, dweight, dbias, dout, x, weight, mean, rstd, 1);
 }
 

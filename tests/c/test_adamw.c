@@ -67,7 +67,7 @@ static void test_steps(int pdtype, int gdtype, int64_t rows, int64_t cols, int s
       if (pdtype == LT_BF16 || pdtype == LT_F16) tol[0] = pdtype == LT_BF16 ? 4e-3 : 5e-4; /* one rounding */
       for (int k = 0; k < 3; k++) {
         /* p moves by ~lr per step: measure its error against lr; m against its terms (it may cancel) */
-        double scale = k == 0 ? fmax(fabs(want[0]), h.lr * 10)
+        double scale = k == 0   ? fmax(fabs(want[0]), h.lr * 10)
                        : k == 1 ? fabs(want[1]) + (1 - h.beta1) * fabs(g[i]) + 1e-12
                                 : fabs(want[2]) + 1e-12;
         double err = fabs(got[k] - want[k]) / scale;
@@ -111,6 +111,8 @@ static void test_bad_inputs(void) {
   lt_tensor *g7 = check_random(1, s7, LT_F32, -1, 1), *g64 = check_random(1, s8, LT_F64, -1, 1);
   lt_tensor *m64 = check_random(1, s8, LT_F64, 0, 1), *pi = check_random(1, s8, LT_I32, 0, 3);
   lt_tensor *pb = check_random(1, s8, LT_BF16, -1, 1), *undef = lt_tensor_new();
+  double p_before[8], m_before[8];
+  for (int i = 0; i < 8; i++) p_before[i] = check_at(p, i), m_before[i] = check_at(m, i);
   CHECK_ERR(lt_adamw_step(p, g, m, v, 1e-3, 0.9, 0.999, 1e-8, 0.1, 0), "step must be >= 1 for bias correction, got 0");
   CHECK_ERR(lt_adamw_step(p, g, m, v, 1e-3, 0.9, 0.999, 1e-8, 0.1, -3), "got -3");
   CHECK_ERR(lt_adamw_step(p, g, m, v, 1e-3, 1.0, 0.999, 1e-8, 0.1, 1), "betas must be in [0, 1), got (1, 0.999)");
@@ -126,8 +128,9 @@ static void test_bad_inputs(void) {
   p->device = 0; /* claims cuda:0, never dereferenced */
   CHECK_ERR(lt_adamw_step(p, g, m, v, 1e-3, 0.9, 0.999, 1e-8, 0.1, 1), "adamw: not implemented on cuda yet");
   p->device = LT_DEVICE_CPU;
-  double before = check_at(p, 0);
-  CHECK(before == check_at(p, 0), "a failed step must not touch param");
+  int untouched = 1;
+  for (int i = 0; i < 8; i++) untouched &= check_at(p, i) == p_before[i] && check_at(m, i) == m_before[i];
+  CHECK(untouched, "a failed step must not touch param or m");
   lt_release(p), lt_release(g), lt_release(m), lt_release(v), lt_release(g7), lt_release(g64), lt_release(m64);
   lt_release(pi), lt_release(pb), lt_release(undef);
 }

@@ -13,8 +13,8 @@ static double *to_doubles(const lt_tensor *t) {
  * or rows of a wider table (row stride C + 3, unit column stride). */
 static lt_tensor *make_weight(int64_t V, int64_t C, int dtype, int layout) {
   int64_t shape[2] = {V, C}, tshape[2] = {C, V}, wide[2] = {V, C + 3};
-  lt_tensor *w = lt_tensor_new(), *base;
   if (layout == 0) return check_random(2, shape, dtype, -2, 2);
+  lt_tensor *w = lt_tensor_new(), *base;
   if (layout == 1) {
     base = check_random(2, tshape, dtype, -2, 2);
     lt_transpose(w, base, 0, 1);

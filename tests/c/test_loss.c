@@ -12,8 +12,7 @@ static double *to_doubles(const lt_tensor *t) {
 }
 
 /* losses[i] = logsumexp(x[i]) - x[i][t[i]], 0 for ignored rows; lse[i] for every row. */
-static void ref_ce(double *loss, double *lse, const double *x, const int64_t *t, int64_t N, int64_t V,
-                   int64_t ignore) {
+static void ref_ce(double *loss, double *lse, const double *x, const int64_t *t, int64_t N, int64_t V, int64_t ignore) {
   for (int64_t i = 0; i < N; i++) {
     double mx = -INFINITY, s = 0;
     for (int64_t j = 0; j < V; j++) mx = fmax(mx, x[i * V + j]);
@@ -115,7 +114,8 @@ static void test_backward_fd(int64_t N, int64_t V, int lse_dtype) {
         "cross_entropy dlogits [%lld,%lld] lse %s vs differences: %d/%d bad, max err %g / %g", (long long)N,
         (long long)V, lt_dtype_name(lse_dtype), bad_ref, bad_op, worst_ref, worst_op);
   for (int64_t i = 0; i < N; i++) /* ignored rows: exactly zero */
-    for (int64_t j = 0; t[i] == IGNORE && j < V; j++) CHECK(check_at(dx, i * V + j) == 0, "ignored row %lld", (long long)i);
+    for (int64_t j = 0; t[i] == IGNORE && j < V; j++)
+      CHECK(check_at(dx, i * V + j) == 0, "ignored row %lld", (long long)i);
   free(R);
   lt_release(x), lt_release(tg), lt_release(dl), lt_release(losses), lt_release(lse), lt_release(dx);
 }

@@ -29,20 +29,21 @@ static void ref_norm(double *y, double *mu, double *rs, const double *x, const d
   }
 }
 
-static int forward(int center, lt_tensor *out, lt_tensor *mean, lt_tensor *rstd, const lt_tensor *x,
-                   const lt_tensor *w, const lt_tensor *b) {
+static int forward(int center, lt_tensor *out, lt_tensor *mean, lt_tensor *rstd, const lt_tensor *x, const lt_tensor *w,
+                   const lt_tensor *b) {
   return center ? lt_layernorm_forward(out, mean, rstd, x, w, b, EPS) : lt_rmsnorm_forward(out, rstd, x, w, EPS);
 }
 
-static int backward(int center, lt_tensor *dx, lt_tensor *dw, lt_tensor *db, const lt_tensor *dout,
-                    const lt_tensor *x, const lt_tensor *w, const lt_tensor *mean, const lt_tensor *rstd) {
+static int backward(int center, lt_tensor *dx, lt_tensor *dw, lt_tensor *db, const lt_tensor *dout, const lt_tensor *x,
+                    const lt_tensor *w, const lt_tensor *mean, const lt_tensor *rstd) {
   return center ? lt_layernorm_backward(dx, dw, db, dout, x, w, mean, rstd)
                 : lt_rmsnorm_backward(dx, dw, dout, x, w, rstd);
 }
 
 /* Forward of every dtype (weight of x's dtype or f32), with and without weight/bias, on a
  * non-contiguous x and a non-contiguous out, against the double reference. */
-static void test_forward(int center, int dtype, int wdtype, int64_t B, int64_t T, int64_t C, int with_w, int noncontig) {
+static void test_forward(int center, int dtype, int wdtype, int64_t B, int64_t T, int64_t C, int with_w,
+                         int noncontig) {
   const char *name = center ? "layernorm" : "rmsnorm";
   int64_t shape[3] = {B, T, C}, N = B * T, cshape[1] = {C};
   lt_tensor *x0 = check_random(3, shape, dtype, -2, 3);
@@ -75,8 +76,8 @@ static void test_forward(int center, int dtype, int wdtype, int64_t B, int64_t T
     if (center && !check_close(check_at(mean, i), mu[i], stol, stol)) bad++;
     if (!check_close(check_at(rstd, i), rs[i], stol, 0)) bad++;
   }
-  CHECK(bad == 0 && rstd->dtype == LT_F32 && rstd->ndim == 1 && rstd->shape[0] == N, "%s %s saved stats: %d bad",
-        name, lt_dtype_name(dtype), bad);
+  CHECK(bad == 0 && rstd->dtype == LT_F32 && rstd->ndim == 1 && rstd->shape[0] == N, "%s %s saved stats: %d bad", name,
+        lt_dtype_name(dtype), bad);
   free(xv), free(wv), free(bv), free(want);
   if (x != x0) lt_release(x);
   lt_release(x0), lt_release(w), lt_release(b), lt_release(out), lt_release(mean), lt_release(rstd), lt_release(tmp);
@@ -122,7 +123,8 @@ static void test_backward_fd(int center, int64_t N, int64_t C, int stat_dtype) {
   lt_tensor *b = center ? check_random(1, cshape, LT_F64, -1, 1) : NULL, *dout = check_random(2, shape, LT_F64, -1, 1);
   lt_tensor *out = lt_tensor_new(), *mean = lt_tensor_new(), *rstd = lt_tensor_new();
   lt_tensor *dx = lt_tensor_new(), *dw = lt_tensor_new(), *db = center ? lt_tensor_new() : NULL;
-  if (stat_dtype == LT_F64) lt_empty(mean, 1, nshape, LT_F64, LT_DEVICE_CPU), lt_empty(rstd, 1, nshape, LT_F64, LT_DEVICE_CPU);
+  if (stat_dtype == LT_F64)
+    lt_empty(mean, 1, nshape, LT_F64, LT_DEVICE_CPU), lt_empty(rstd, 1, nshape, LT_F64, LT_DEVICE_CPU);
   CHECK_OK(forward(center, out, mean, rstd, x, w, b));
   CHECK(rstd->dtype == stat_dtype, "saved rstd is %s", lt_dtype_name(rstd->dtype));
   CHECK_OK(backward(center, dx, dw, db, dout, x, w, mean, rstd));
