@@ -189,8 +189,10 @@ static int read_plain_line(lua_State *L) {
     int interrupted = errno == EINTR && got_sigint;
     free(buf);
     clearerr(stdin);
-    if (interrupted) lua_pushboolean(L, 0);
-    else lua_pushnil(L);
+    if (interrupted)
+      lua_pushboolean(L, 0);
+    else
+      lua_pushnil(L);
     return 1;
   }
   if (n > 0 && buf[n - 1] == '\n') n--;

@@ -149,15 +149,24 @@ static int collect_args(int argc, char **argv, int *flags) {
   for (i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (a[0] != '-') return i;
-    if (strcmp(a, "--repl-on-error") == 0) repl_on_error = 1;
-    else if (strcmp(a, "--version") == 0) *flags |= FLAG_VERSION;
-    else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) *flags |= FLAG_HELP;
-    else if (strcmp(a, "--") == 0) return i + 1;
-    else if (strcmp(a, "-") == 0) return i;
-    else if (strcmp(a, "-i") == 0) *flags |= FLAG_INTERACTIVE;
-    else if (strcmp(a, "-v") == 0) *flags |= FLAG_VERSION;
-    else if (strcmp(a, "-E") == 0) *flags |= FLAG_NOENV;
-    else if (a[1] == 'O') continue;
+    if (strcmp(a, "--repl-on-error") == 0)
+      repl_on_error = 1;
+    else if (strcmp(a, "--version") == 0)
+      *flags |= FLAG_VERSION;
+    else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)
+      *flags |= FLAG_HELP;
+    else if (strcmp(a, "--") == 0)
+      return i + 1;
+    else if (strcmp(a, "-") == 0)
+      return i;
+    else if (strcmp(a, "-i") == 0)
+      *flags |= FLAG_INTERACTIVE;
+    else if (strcmp(a, "-v") == 0)
+      *flags |= FLAG_VERSION;
+    else if (strcmp(a, "-E") == 0)
+      *flags |= FLAG_NOENV;
+    else if (a[1] == 'O')
+      continue;
     else if (a[1] == 'e' || a[1] == 'l' || a[1] == 'j') {
       if (a[1] == 'e') *flags |= FLAG_EXEC;
       if (a[2] == '\0' && ++i >= argc) return -1;
@@ -169,15 +178,14 @@ static int collect_args(int argc, char **argv, int *flags) {
 }
 
 /* -j cmd and -O opts, as luajit does: jit.<cmd>(opts...) or require("jit.<cmd>").start(opts...). */
-static const char jit_command_lua[] =
-    "local kind, cmd = ...\n"
-    "local name, opts = 'opt', cmd\n"
-    "if kind == 'j' then name, opts = cmd:match('^([^=]*)=?(.*)$') end\n"
-    "local f = kind == 'j' and jit[name]\n"
-    "if type(f) ~= 'function' then f = require('jit.' .. name).start end\n"
-    "local args = {}\n"
-    "for a in (opts .. ','):gmatch('([^,]*),') do args[#args + 1] = a end\n"
-    "if opts == '' then f() else f(unpack(args)) end\n";
+static const char jit_command_lua[] = "local kind, cmd = ...\n"
+                                      "local name, opts = 'opt', cmd\n"
+                                      "if kind == 'j' then name, opts = cmd:match('^([^=]*)=?(.*)$') end\n"
+                                      "local f = kind == 'j' and jit[name]\n"
+                                      "if type(f) ~= 'function' then f = require('jit.' .. name).start end\n"
+                                      "local args = {}\n"
+                                      "for a in (opts .. ','):gmatch('([^,]*),') do args[#args + 1] = a end\n"
+                                      "if opts == '' then f() else f(unpack(args)) end\n";
 
 static int do_jit_command(lua_State *L, const char *kind, const char *cmd) {
   int status = luaL_loadbuffer(L, jit_command_lua, strlen(jit_command_lua), "=(jit command)");
@@ -315,10 +323,12 @@ static int run_main(lua_State *L, int argc, char **argv) {
   create_arg_table(L, argc, argv, script);
   if (flags & FLAG_VERSION) print_version(L);
   if (run_options(L, argv, script)) return 1;
-  if (script < argc && run_script(L, argc, argv, script)) return 1;
+  /* As python -i: after a failed script, -i still opens the REPL (the exit status stays 1). */
+  int failed = script < argc && run_script(L, argc, argv, script);
+  if (failed && !(flags & FLAG_INTERACTIVE)) return 1;
   if ((flags & FLAG_INTERACTIVE) || (script == argc && !(flags & (FLAG_EXEC | FLAG_VERSION))))
-    return run_repl(L, script == argc && !(flags & FLAG_INTERACTIVE)) ? 1 : 0;
-  return 0;
+    failed |= run_repl(L, script == argc && !(flags & FLAG_INTERACTIVE));
+  return failed ? 1 : 0;
 }
 
 int main(int argc, char **argv) {

@@ -6,6 +6,7 @@
 LUTRA=$(realpath "${1:?usage: test_cli.sh path/to/lutra path/to/liblutra.so}")
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 T=$(mktemp -d)
+VERSION_LUA='local ffi = require "ffi" ffi.cdef "const char *lt_version(void);" io.write(ffi.string(ffi.C.lt_version()))'
 trap 'rm -rf "$T"' EXIT
 pass=0
 fail=0
@@ -54,13 +55,16 @@ true"
 expect_eq "- runs stdin" "$(echo 'print(arg[0], ...)' | "$LUTRA" - u v)" "-	u	v"
 echo 'zz = 41' >"$T/setz.lua"
 expect_eq "-i runs the script then the REPL" "$(printf 'zz + 1\n' | "$LUTRA" -i "$T/setz.lua" 2>/dev/null)" "42"
+echo 'zz = 41; error("script fails")' >"$T/ifail.lua"
+out=$(printf 'zz + 1\n' | "$LUTRA" -i "$T/ifail.lua" 2>/dev/null)
+expect_eq "-i opens the REPL after a failed script, exit status 1" "$out:$?" "42:1"
 expect_eq "-j and -O options" "$("$LUTRA" -joff -O3 -e 'print((jit.status()))')" "false"
 
 # ---- versions and help ---------------------------------------------------------------------
 v=$("$LUTRA" --version)
 expect_grep "--version" "$v" '^lutra [0-9]+\.[0-9]+\.[0-9]+ \(LuaJIT 2\.[0-9]'
 expect_eq "-v same as --version" "$("$LUTRA" -v)" "$v"
-expect_grep "--version has liblutra's version" "$v" "lutra $("$LUTRA" -e 'local ffi = require "ffi" ffi.cdef "const char *lt_version(void);" io.write(ffi.string(ffi.C.lt_version()))') "
+expect_grep "--version has liblutra's version" "$v" "lutra $("$LUTRA" -e "$VERSION_LUA") "
 h=$("$LUTRA" --help)
 st=$?
 expect_eq "--help exit status" "$st" "0"

@@ -6,6 +6,9 @@
 LUTRA=$(realpath "${1:?usage: test_ffi.sh path/to/lutra path/to/liblutra.so}")
 LIB=$(realpath "${2:?usage: test_ffi.sh path/to/lutra path/to/liblutra.so}")
 T=$(mktemp -d)
+HAS_C_LUA='local ffi = require "ffi" ffi.cdef "const char *lt_version(void);"
+  io.write(tostring(pcall(function() return ffi.C.lt_version end)))'
+VERSION_LUA='local ffi = require "ffi" ffi.cdef "const char *lt_version(void);" io.write(ffi.string(ffi.C.lt_version()))'
 trap 'rm -rf "$T"' EXIT
 pass=0
 fail=0
@@ -42,7 +45,7 @@ numel 12 value 2.5
 bad -1 msg"
 expect_eq "ffi.C resolves the API inside lutra" "$("$LUTRA" "$T/api.lua" 2>&1)" "$want"
 expect_eq "ffi.C.lt_version in lutra -e" \
-  "$("$LUTRA" -e 'local ffi = require "ffi" ffi.cdef "const char *lt_version(void);" io.write(ffi.string(ffi.C.lt_version()))' 2>&1)" \
+  "$("$LUTRA" -e "$VERSION_LUA" 2>&1)" \
   "$version"
 # symbols are reachable from the process: dlsym on the default namespace finds them
 expect_eq "lt_version is found by dlsym(RTLD_DEFAULT)" "$("$LUTRA" -e '
@@ -53,7 +56,7 @@ io.write(tostring(ffi.C.dlsym(nil, "lt_version") ~= nil), " ", tostring(ffi.C.dl
 if command -v luajit >/dev/null; then
   expect_eq "plain luajit ffi.load of liblutra" "$(luajit "$T/api.lua" "$LIB" 2>&1)" "$want"
   expect_eq "plain luajit: ffi.C does not have it (so the check above means something)" \
-    "$(luajit -e 'local ffi = require "ffi" ffi.cdef "const char *lt_version(void);" io.write(tostring(pcall(function() return ffi.C.lt_version end)))' 2>&1)" \
+    "$(luajit -e "$HAS_C_LUA" 2>&1)" \
     "false"
 else
   bad "luajit not found in PATH"

@@ -62,6 +62,8 @@ print(lutra.zeros and tostring(lutra.zeros(2)))'
     n=$(printf '%s\n' "$out" | wc -l)
     half=$((n / 2))
     expect_eq "a tensor prints as its tostring" "$(printf '%s\n' "$out" | head -n "$half")" "$(printf '%s\n' "$out" | tail -n "$half")"
+    repl '{w = lutra.zeros(2, 3), n = 1}'
+    expect_eq "a tensor inside a table prints its shape and dtype" "$out" "{n = 1, w = <tensor [2, 3] f32>}"
   fi
 else
   expect_grep "lutra global is nil only when require fails" "$(cat "$T/err")" 'require "lutra" failed'
