@@ -59,53 +59,75 @@ typedef enum { DIST_UNIFORM, DIST_NORMAL, DIST_INT, DIST_BERNOULLI } dist_kind;
 
 typedef struct dist {
   dist_kind kind;
-  double a, b;     /* uniform: lo, hi; normal: mean, std; bernoulli: p */
-  int64_t ilo;     /* rand_int: lo */
-  uint64_t range;  /* rand_int: hi - lo */
-  uint32_t key[2]; /* the seed */
+  double a, b;        /* uniform: lo, hi; normal: mean, std */
+  uint64_t first_top; /* uniform: the smallest integer draw whose value rounds up to >= hi */
+  uint32_t below;     /* bernoulli: w0 >> 8 < below  <=>  (w0 >> 8) * 2^-24 < p */
+  int64_t ilo;        /* rand_int: lo */
+  uint64_t range;     /* rand_int: hi - lo */
+  uint32_t key[2];    /* the seed */
 } dist;
 
-/* Rounds v (double) into a floating dtype as the recipe says; with below set, a value that
- * rounded up to >= below is replaced by fallback. */
-static inline void store_real(void *p, int dtype, int64_t off, double v, bool clamp, double below, double fallback) {
+/* v rounded into a floating dtype as the recipe says: double -> f32 -> bf16/f16. */
+static inline double round_to(double v, int dtype) {
   switch (dtype) {
-  case LT_F64: ((double *)p)[off] = (clamp && v >= below) ? fallback : v; return;
-  case LT_F32: {
-    float f = (float)v;
-    ((float *)p)[off] = (clamp && f >= below) ? (float)fallback : f;
-    return;
-  }
-  case LT_BF16: {
-    uint16_t h = lt_f32_to_bf16((float)v);
-    if (clamp && lt_bf16_to_f32(h) >= below) h = lt_f32_to_bf16((float)fallback);
-    ((uint16_t *)p)[off] = h;
-    return;
-  }
-  case LT_F16: {
-    uint16_t h = lt_f32_to_f16((float)v);
-    if (clamp && lt_f16_to_f32(h) >= below) h = lt_f32_to_f16((float)fallback);
-    ((uint16_t *)p)[off] = h;
-    return;
-  }
-  default: return;
+  case LT_F32: return (float)v;
+  case LT_BF16: return lt_bf16_to_f32(lt_f32_to_bf16((float)v));
+  case LT_F16: return lt_f16_to_f32(lt_f32_to_f16((float)v));
+  default: return v;
   }
 }
 
-static inline void store_int(void *p, int dtype, int64_t off, int64_t v) {
-  switch (dtype) {
-  case LT_I32: ((int32_t *)p)[off] = (int32_t)v; return;
-  case LT_I64: ((int64_t *)p)[off] = v; return;
-  case LT_U8:
-  case LT_BOOL: ((uint8_t *)p)[off] = (uint8_t)v; return;
-  default: lt_store_f64(p, dtype, off, (double)v); return;
+/* Uniform draws are integers k < 2^bits with u = k 2^-bits. The stored value rounded(fma(hi - lo,
+ * u, lo)) never decreases with k, so "rounds up onto hi, store lo" is exactly k >= the first such k,
+ * found once by bisection; the per-element loop is then free of float compares and vectorises. */
+static uint64_t first_top(double lo, double hi, int dtype) {
+  int bits = dtype == LT_F64 ? 53 : 24;
+  uint64_t a = 0, e = (uint64_t)1 << bits; /* answer in [a, e]; e: no draw reaches hi */
+  while (a < e) {
+    uint64_t mid = a + (e - a) / 2;
+    if (round_to(fma(hi - lo, ldexp((double)mid, -bits), lo), dtype) >= hi)
+      e = mid;
+    else
+      a = mid + 1;
   }
+  return a;
 }
 
 enum { RNG_CHUNK = 64 };
 
+/* Stores n values (double or int64) at base[j * stride] (element strides) in out's dtype. */
+static void store_values(char *base, int dtype, int64_t stride, const double *v, const int64_t *iv, int n) {
+  switch (dtype) {
+  case LT_F64:
+    for (int j = 0; j < n; j++) ((double *)base)[j * stride] = iv ? (double)iv[j] : v[j];
+    return;
+  case LT_F32:
+    for (int j = 0; j < n; j++) ((float *)base)[j * stride] = iv ? (float)iv[j] : (float)v[j];
+    return;
+  case LT_BF16:
+    for (int j = 0; j < n; j++) ((uint16_t *)base)[j * stride] = lt_f32_to_bf16(iv ? (float)iv[j] : (float)v[j]);
+    return;
+  case LT_F16:
+    for (int j = 0; j < n; j++) ((uint16_t *)base)[j * stride] = lt_f32_to_f16(iv ? (float)iv[j] : (float)v[j]);
+    return;
+  case LT_I32:
+    for (int j = 0; j < n; j++) ((int32_t *)base)[j * stride] = (int32_t)iv[j];
+    return;
+  case LT_I64:
+    for (int j = 0; j < n; j++) ((int64_t *)base)[j * stride] = iv[j];
+    return;
+  default: /* u8, bool */
+    for (int j = 0; j < n; j++) ((uint8_t *)base)[j * stride] = (uint8_t)iv[j];
+    return;
+  }
+}
+
 /* Fills n elements at base[j * stride] (element strides) with elements counter0 + j of the stream. */
 static void fill_run(char *base, int dtype, int64_t stride, int64_t n, uint64_t counter0, const dist *d) {
   uint32_t w0[RNG_CHUNK], w1[RNG_CHUNK];
+  double v[RNG_CHUNK];
+  int64_t iv[RNG_CHUNK];
+  const double lo = d->a, span = d->b - d->a;
   for (int64_t j0 = 0; j0 < n; j0 += RNG_CHUNK) {
     int m = n - j0 < RNG_CHUNK ? (int)(n - j0) : RNG_CHUNK;
     for (int j = 0; j < m; j++) { /* the generator: independent lanes, vectorisable */
@@ -115,39 +137,42 @@ static void fill_run(char *base, int dtype, int64_t stride, int64_t n, uint64_t 
       w0[j] = w[0];
       w1[j] = w[1];
     }
-    int64_t off = j0 * stride;
+    bool ints = false;
     switch (d->kind) {
     case DIST_UNIFORM:
-      for (int j = 0; j < m; j++, off += stride) {
-        double u = dtype == LT_F64 ? (double)((((uint64_t)w1[j] << 32) | w0[j]) >> 11) * 0x1p-53
-                                   : (double)(w0[j] >> 8) * 0x1p-24;
-        store_real(base, dtype, off, fma(d->b - d->a, u, d->a), true, d->b, d->a);
+      if (dtype == LT_F64) {
+        for (int j = 0; j < m; j++) {
+          uint64_t k = (((uint64_t)w1[j] << 32) | w0[j]) >> 11;
+          double x = fma(span, (double)(int64_t)k * 0x1p-53, lo);
+          v[j] = k >= d->first_top ? lo : x;
+        }
+      } else {
+        for (int j = 0; j < m; j++) {
+          uint32_t k = w0[j] >> 8;
+          double x = fma(span, (double)(int32_t)k * 0x1p-24, lo);
+          v[j] = k >= d->first_top ? lo : x;
+        }
       }
       break;
     case DIST_NORMAL:
-      for (int j = 0; j < m; j++, off += stride) {
+      for (int j = 0; j < m; j++) {
         double u1 = ((double)w0[j] + 1.0) * 0x1p-32, u2 = (double)w1[j] * 0x1p-32;
-        double z = sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-        store_real(base, dtype, off, fma(d->b, z, d->a), false, 0, 0);
+        v[j] = fma(d->b, sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2), d->a);
       }
       break;
     case DIST_INT:
-      for (int j = 0; j < m; j++, off += stride) {
+      for (int j = 0; j < m; j++) {
         uint64_t x = ((uint64_t)w1[j] << 32) | w0[j];
-        uint64_t r = (uint64_t)(((unsigned __int128)x * d->range) >> 64);
-        store_int(base, dtype, off, (int64_t)((uint64_t)d->ilo + r));
+        iv[j] = (int64_t)((uint64_t)d->ilo + (uint64_t)(((unsigned __int128)x * d->range) >> 64));
       }
+      ints = true;
       break;
     case DIST_BERNOULLI:
-      for (int j = 0; j < m; j++, off += stride) {
-        int hit = (double)(w0[j] >> 8) * 0x1p-24 < d->a;
-        if (lt_dtype_is_float(dtype))
-          store_real(base, dtype, off, hit, false, 0, 0);
-        else
-          store_int(base, dtype, off, hit);
-      }
+      for (int j = 0; j < m; j++) iv[j] = (w0[j] >> 8) < d->below;
+      ints = true;
       break;
     }
+    store_values(base + j0 * stride * lt_dtype_size(dtype), dtype, stride, v, ints ? iv : NULL, m);
   }
 }
 
@@ -188,7 +213,7 @@ int lt_rand_uniform(lt_tensor *out, uint64_t seed, uint64_t offset, double lo, d
                      lt_dtype_name(out->dtype));
   if (!isfinite(lo) || !isfinite(hi) || !isfinite(hi - lo) || !(hi > lo))
     return lt_errorf("rand_uniform: need finite lo < hi, got lo=%g hi=%g", lo, hi);
-  dist d = {.kind = DIST_UNIFORM, .a = lo, .b = hi};
+  dist d = {.kind = DIST_UNIFORM, .a = lo, .b = hi, .first_top = first_top(lo, hi, out->dtype)};
   return fill(out, seed, offset, &d);
 }
 
@@ -220,6 +245,7 @@ int lt_rand_int(lt_tensor *out, uint64_t seed, uint64_t offset, int64_t lo, int6
 int lt_rand_bernoulli(lt_tensor *out, uint64_t seed, uint64_t offset, double p) {
   LT_TRY(check_out("rand_bernoulli", out));
   if (!(p >= 0 && p <= 1)) return lt_errorf("rand_bernoulli: need 0 <= p <= 1, got p=%g", p);
-  dist d = {.kind = DIST_BERNOULLI, .a = p};
+  /* k * 2^-24 < p  <=>  k < ceil(p * 2^24), p * 2^24 being exact */
+  dist d = {.kind = DIST_BERNOULLI, .below = (uint32_t)ceil(p * 0x1p24)};
   return fill(out, seed, offset, &d);
 }
