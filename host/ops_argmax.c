@@ -15,8 +15,55 @@ typedef struct arg_best {
 
 static bool better_f(double v, double best, bool is_max) { return v != v || (is_max ? v > best : v < best); }
 
+/* Folds the best of a later chunk into cur: strict comparisons keep the first occurrence. */
+static void merge_best(arg_best *cur, const arg_best *next, bool is_int, bool is_max) {
+  if (next->idx < 0) return;
+  if (cur->idx < 0) {
+    *cur = *next;
+  } else if (is_int) {
+    if (is_max ? next->i > cur->i : next->i < cur->i) *cur = *next;
+  } else if (cur->f == cur->f && better_f(next->f, cur->f, is_max)) {
+    *cur = *next;
+  }
+}
+
+/* Index of the first max (min) of a contiguous f32 run, n >= 1, or of its first NaN: the
+ * extreme value in one vectorised pass, then a search for it 64 elements at a time. */
+static int64_t argbest_f32(const float *p, int64_t n, bool is_max) {
+  float m = is_max ? -INFINITY : INFINITY;
+  int nan = 0;
+  if (is_max) {
+#pragma omp simd reduction(max : m) reduction(| : nan)
+    for (int64_t i = 0; i < n; i++) m = p[i] > m ? p[i] : m, nan |= p[i] != p[i];
+  } else {
+#pragma omp simd reduction(min : m) reduction(| : nan)
+    for (int64_t i = 0; i < n; i++) m = p[i] < m ? p[i] : m, nan |= p[i] != p[i];
+  }
+  for (int64_t i0 = 0; i0 < n; i0 += 64) {
+    int64_t i1 = n - i0 < 64 ? n : i0 + 64;
+    int hit = 0;
+    if (nan) {
+#pragma omp simd reduction(| : hit)
+      for (int64_t i = i0; i < i1; i++) hit |= p[i] != p[i];
+    } else {
+#pragma omp simd reduction(| : hit)
+      for (int64_t i = i0; i < i1; i++) hit |= p[i] == m;
+    }
+    if (hit)
+      for (int64_t i = i0; i < i1; i++)
+        if (nan ? p[i] != p[i] : p[i] == m) return i;
+  }
+  return 0;
+}
+
 /* Scans n elements at element stride `stride`; element k has index idx0 + k. */
 static void scan_run(arg_best *b, const char *p, int dtype, int64_t n, int64_t stride, int64_t idx0, bool is_max) {
+  if (dtype == LT_F32 && stride == 1 && n > 0) {
+    int64_t k = argbest_f32((const float *)p, n, is_max);
+    arg_best local = {((const float *)p)[k], 0, idx0 + k};
+    merge_best(b, &local, false, is_max);
+    return;
+  }
 #define SCAN_F(T, LOAD)                                                                                              \
   for (int64_t k = 0; k < n && b->f == b->f; k++) {                                                                  \
     double v = LOAD(((const T *)p)[k * stride]);                                                                     \
@@ -39,15 +86,18 @@ static void scan_run(arg_best *b, const char *p, int dtype, int64_t n, int64_t s
   }
 }
 
-/* Folds the best of a later chunk into cur: strict comparisons keep the first occurrence. */
-static void merge_best(arg_best *cur, const arg_best *next, bool is_int, bool is_max) {
-  if (next->idx < 0) return;
-  if (cur->idx < 0) {
-    *cur = *next;
-  } else if (is_int) {
-    if (is_max ? next->i > cur->i : next->i < cur->i) *cur = *next;
-  } else if (cur->f == cur->f && better_f(next->f, cur->f, is_max)) {
-    *cur = *next;
+/* Row r of contiguous f32 compared into nc float bests, branch-free so that it vectorises. */
+static void scan_row_f32(float *bf, int64_t *idx, const float *p, int64_t nc, int64_t r, bool is_max) {
+  if (is_max) {
+    for (int64_t j = 0; j < nc; j++) {
+      bool take = p[j] > bf[j] || (p[j] != p[j] && bf[j] == bf[j]);
+      bf[j] = take ? p[j] : bf[j], idx[j] = take ? r : idx[j];
+    }
+  } else {
+    for (int64_t j = 0; j < nc; j++) {
+      bool take = p[j] < bf[j] || (p[j] != p[j] && bf[j] == bf[j]);
+      bf[j] = take ? p[j] : bf[j], idx[j] = take ? r : idx[j];
+    }
   }
 }
 
@@ -110,6 +160,14 @@ static void arg_outer(const reduce_geom *g, const char *base, int dtype, bool is
     int64_t off = lt_offset_of(o, g->nkept - 1, g->kshape, g->kstride) + c0 * cs;
     double bf[COLS];
     int64_t bi[COLS];
+    if (dtype == LT_F32 && cs == 1) {
+      float b32[COLS];
+      memcpy(b32, base + off * esize, sizeof(float) * nc);
+      for (int64_t j = 0; j < nc; j++) res[o * C + c0 + j] = 0;
+      for (int64_t r = 1; r < n; r++)
+        scan_row_f32(b32, res + o * C + c0, (const float *)(base + (off + r * rs) * esize), nc, r, is_max);
+      continue;
+    }
     for (int64_t r = 0; r < n; r++)
       scan_row(bf, bi, res + o * C + c0, base + (off + r * rs) * esize, dtype, nc, cs, r, is_max);
   }
