@@ -196,6 +196,7 @@ int lt_arange(lt_tensor *out, double start, double end, double step, int dtype, 
   if (step == 0 || isnan(step)) return lt_errorf("arange: step must be nonzero");
   if (!isfinite(start) || !isfinite(end)) return lt_errorf("arange: start and end must be finite");
   double span = (end - start) / step;
+  if (span > 0x1p62) return lt_errorf("arange: [%g, %g) in steps of %g has too many elements", start, end, step);
   int64_t n = span > 0 ? (int64_t)ceil(span) : 0;
   return fill_sequence("arange", out, n, start, step, dtype, device);
 }
@@ -212,6 +213,7 @@ int lt_copy_from_buffer(lt_tensor *dst, const void *src, int src_dtype, int64_t 
     return lt_errorf("copy_from_buffer: %lld values given for a tensor of %lld elements", (long long)count,
                      (long long)lt_numel(dst));
   if (lt_dtype_size(src_dtype) == 0) return lt_errorf("copy_from_buffer: unknown dtype %d", src_dtype);
+  if (!src && count > 0) return lt_errorf("copy_from_buffer: buffer is NULL");
   lt_storage st = {(void *)src, count * lt_dtype_size(src_dtype), 1, LT_DEVICE_CPU};
   lt_tensor view = {.storage = &st, .ndim = dst->ndim, .dtype = src_dtype, .device = LT_DEVICE_CPU, .refcount = 1};
   memcpy(view.shape, dst->shape, sizeof view.shape);
@@ -225,6 +227,7 @@ int lt_copy_to_buffer(const lt_tensor *src, void *dst, int dst_dtype, int64_t co
     return lt_errorf("copy_to_buffer: buffer of %lld values for a tensor of %lld elements", (long long)count,
                      (long long)lt_numel(src));
   if (lt_dtype_size(dst_dtype) == 0) return lt_errorf("copy_to_buffer: unknown dtype %d", dst_dtype);
+  if (!dst && count > 0) return lt_errorf("copy_to_buffer: buffer is NULL");
   lt_storage st = {dst, count * lt_dtype_size(dst_dtype), 1, LT_DEVICE_CPU};
   lt_tensor view = {.storage = &st, .ndim = src->ndim, .dtype = dst_dtype, .device = LT_DEVICE_CPU, .refcount = 1};
   memcpy(view.shape, src->shape, sizeof view.shape);

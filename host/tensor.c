@@ -1,5 +1,6 @@
 /* tensor.c — tensor lifecycle, geometry helpers, output preparation, element access. */
 #include "internal.h"
+#include <stdio.h>
 #include <stdlib.h>
 
 lt_tensor *lt_tensor_new(void) {
@@ -124,7 +125,12 @@ int lt_set(lt_tensor *out, const lt_tensor *src) {
 
 int lt_prepare_out(const char *op, lt_tensor *out, int ndim, const int64_t *shape, int dtype, int device) {
   if (!out) return lt_errorf("%s: out is NULL", op);
-  if (!out->storage) return lt_empty(out, ndim, shape, dtype, device) ? lt_errorf("%s: %s", op, lt_last_error()) : 0;
+  if (!out->storage) {
+    if (lt_empty(out, ndim, shape, dtype, device) == 0) return 0;
+    char why[512]; /* the message is re-prefixed: copy it out of the buffer lt_errorf writes to */
+    snprintf(why, sizeof why, "%s", lt_last_error());
+    return lt_errorf("%s: %s", op, why);
+  }
   char want[LT_SHAPE_STR], have[LT_DESC_STR], dev[16];
   bool same = out->ndim == ndim && out->dtype == dtype && out->device == device;
   for (int d = 0; same && d < ndim; d++) same = out->shape[d] == shape[d];
