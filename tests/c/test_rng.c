@@ -82,6 +82,22 @@ static void test_formulas(void) {
     lt_release(u);
     lt_release(n);
   }
+  /* bf16 and f16 draws that round up onto hi are stored as lo (often, in these ranges) */
+  int clamp_dt[2] = {LT_BF16, LT_F16};
+  double clamp_lo[2] = {1, 1000}, clamp_hi[2] = {2, 1001};
+  for (int k = 0; k < 2; k++) {
+    int64_t n = 20000, clamped = 0, bad = 0;
+    lt_tensor *u = empty(1, &n, clamp_dt[k]);
+    CHECK_OK(lt_rand_uniform(u, 99, 5, clamp_lo[k], clamp_hi[k]));
+    for (int64_t i = 0; i < n; i++) {
+      double w = rounded(want_uniform(99, 5 + (uint64_t)i, clamp_lo[k], clamp_hi[k], clamp_dt[k]), clamp_dt[k]);
+      if (w >= clamp_hi[k]) w = clamp_lo[k], clamped++;
+      bad += check_at(u, i) != w;
+    }
+    CHECK(bad == 0 && clamped > 0, "%s uniform clamp at hi: %lld differ, %lld clamped", lt_dtype_name(clamp_dt[k]),
+          (long long)bad, (long long)clamped);
+    lt_release(u);
+  }
   /* rand_int and bernoulli, element by element */
   int64_t shape[1] = {5000};
   lt_tensor *r = empty(1, shape, LT_I64), *b = empty(1, shape, LT_U8);
