@@ -130,6 +130,7 @@ static void on_line(char *line) {
 static int read_terminal_line(lua_State *L, const char *prompt) {
   rl_finished = 0;
   rl_result = NULL;
+  rl_outstream = (!isatty(1) && isatty(2)) ? stderr : stdout; /* stdout may be a log file */
   rl_callback_handler_install(prompt, on_line);
   int fd = fileno(rl_instream ? rl_instream : stdin);
   int interrupted = 0, failure = 0;
@@ -163,8 +164,8 @@ static int read_terminal_line(lua_State *L, const char *prompt) {
     rl_callback_sigcleanup();
     rl_cleanup_after_signal();
     rl_callback_handler_remove();
-    fputs("^C\n", stdout);
-    fflush(stdout);
+    fputs("^C\n", rl_outstream);
+    fflush(rl_outstream);
   } else if (failure) {
     rl_callback_handler_remove();
   }

@@ -40,7 +40,9 @@ static void print_usage(FILE *f) {
           "  -h, --help        print this help\n"
           "  --                stop handling options\n"
           "  -                 execute stdin as a script\n"
-          "Inside a script, require('lutra').debug() opens the REPL in the caller's frame.\n",
+          "Inside a script, require('lutra').debug() opens the REPL in the caller's frame.\n"
+          "Environment: LUTRA_HISTORY (REPL history file, default ~/.lutra_history; empty: none),\n"
+          "  LUA_PATH, LUA_CPATH, LUA_INIT (as luajit).\n",
           progname, progname, progname);
 }
 
@@ -327,7 +329,7 @@ static int run_main(lua_State *L, int argc, char **argv) {
   int failed = script < argc && run_script(L, argc, argv, script);
   if (failed && !(flags & FLAG_INTERACTIVE)) return 1;
   if ((flags & FLAG_INTERACTIVE) || (script == argc && !(flags & (FLAG_EXEC | FLAG_VERSION))))
-    failed |= run_repl(L, script == argc && !(flags & FLAG_INTERACTIVE));
+    failed |= run_repl(L, script == argc);
   return failed ? 1 : 0;
 }
 

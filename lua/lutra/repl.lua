@@ -68,21 +68,23 @@ local function short_traceback(err, chunk)
   return msg .. "\nstack traceback:\n\t" .. table.concat(lines, "\n\t")
 end
 
--- Runs a compiled chunk and prints its values (to stdout) or its error (to stderr).
-function M.eval_print(fn, is_expr)
+-- Runs a compiled chunk and prints its values (to `out`, default stdout) or its error
+-- (to stderr).
+function M.eval_print(fn, is_expr, out)
+  out = out or io.stdout
   local function handler(e) return short_traceback(e, fn) end
   local res = {xpcall(fn, handler)}
   local n = table.maxn(res)
   if res[1] and is_expr and type(res[2]) == "table" then
     res = res[2]
     n = res.n
-    if n > 0 then io.stdout:write(cli.format_values(n, unpack(res, 1, n)), "\n") end
+    if n > 0 then out:write(cli.format_values(n, unpack(res, 1, n)), "\n") end
   elseif res[1] then
-    if n > 1 then io.stdout:write(cli.format_values(n - 1, unpack(res, 2, n)), "\n") end
+    if n > 1 then out:write(cli.format_values(n - 1, unpack(res, 2, n)), "\n") end
   else
     io.stderr:write(tostring(res[2]), "\n")
   end
-  io.stdout:flush()
+  out:flush()
   io.stderr:flush()
   return res[1]
 end
@@ -287,12 +289,15 @@ end
 local function loop(ctx)
   open_history()
   local interactive = host and host.isatty(0)
+  -- with stdout redirected (`lutra train.lua | tee log`) but a terminal on stderr, the
+  -- REPL talks on stderr (readline puts its prompt there too)
+  local out = interactive and not host.isatty(1) and host.isatty(2) and io.stderr or io.stdout
   local function completer(line) return M.complete(line, ctx.env, ctx.root_names) end
   local buffer
   while true do
     local line = read_line(buffer and ">> " or ctx.prompt or "> ", completer)
     if line == nil then
-      if interactive then io.stdout:write("\n") end
+      if interactive then out:write("\n") end
       break
     elseif line == false then
       buffer = nil -- Ctrl-C drops the pending chunk
@@ -307,7 +312,7 @@ local function loop(ctx)
       if fn or not incomplete then
         add_history(buffer)
         buffer = nil
-        if fn then M.eval_print(fn, is_expr) else io.stderr:write(is_expr, "\n") end
+        if fn then M.eval_print(fn, is_expr, out) else io.stderr:write(is_expr, "\n") end
       end
     end
   end
@@ -334,8 +339,8 @@ function M.main(opts)
   loop {}
 end
 
-local function frame_repl(height, banner, prompt)
-  local frame = {height = height, top = height, active = true}
+local function frame_repl(height, top, banner, prompt)
+  local frame = {height = height, top = top, active = true}
   io.stderr:write(banner, describe(frame), "\n  (.help for commands)\n")
   local env = frame_env(frame)
   loop {env = env, frame = frame, prompt = prompt, root_names = function() return frame_names(frame) end}
@@ -345,21 +350,38 @@ end
 -- Opens the REPL in the caller's frame; Ctrl-D continues the script.
 function M.debug()
   local height = depth() - 1 -- the caller of debug()
-  frame_repl(height, "lutra.debug: Ctrl-D continues. Stopped at ", "debug> ")
+  frame_repl(height, height, "lutra.debug: Ctrl-D continues. Stopped at ", "debug> ")
+end
+
+-- Files of the lutra library: an error raised inside it opens at the caller's frame.
+local LIBRARY_PREFIX = debug.getinfo(1, "S").source:match("^(@.*[/\\])[^/\\]+$")
+
+local function in_library(info)
+  return LIBRARY_PREFIX ~= nil and info.source:sub(1, #LIBRARY_PREFIX) == LIBRARY_PREFIX
 end
 
 -- Called by the host's error handler (before the stack unwinds): opens the REPL in the
--- innermost Lua frame of the error.
+-- innermost Lua frame of the error, or in the innermost one outside the lutra library
+-- when the library raised it (.down then reaches the library's frames).
 function M.post_mortem(msg)
+  local _ = msg -- the host has printed it already
   local h, level = depth(), 2
+  local innermost, user
   while true do
     local info = debug.getinfo(level, "S")
-    if not info then return end
-    if info.what ~= "C" then break end
+    if not info then break end
+    if info.what ~= "C" then
+      innermost = innermost or level
+      if not in_library(info) then
+        user = level
+        break
+      end
+    end
     level = level + 1
   end
-  local _ = msg
-  frame_repl(h - level + 1, "post-mortem REPL at the error; Ctrl-D exits. Stopped at ", "debug> ")
+  if not innermost then return end
+  frame_repl(h - (user or innermost) + 1, h - innermost + 1,
+             "post-mortem REPL at the error; Ctrl-D exits. Stopped at ", "debug> ")
 end
 
 return M

@@ -251,5 +251,24 @@ t' --repl-on-error "$T/rt.lua"
 expect_eq "--repl-on-error on a runtime error" "$out:$st" "missing
 {}:1"
 
+if "$LUTRA" -e 'require "lutra"' 2>/dev/null; then
+  cat >"$T/libfail.lua" <<'EOF'
+local lt = require "lutra"
+local function build(n)
+  local x = lt.zeros(n)
+  local y = x:view(n + 1)
+  return y
+end
+build(2)
+EOF
+  repl 'n
+tostring(x.shape[1])
+.down' --repl-on-error "$T/libfail.lua"
+  expect_eq "--repl-on-error: a library error opens at the user's frame" "$out:$st" "2
+2:1"
+  expect_grep "--repl-on-error: user's frame named" "$err" "Stopped at .*libfail.lua:4: in function 'build'"
+  expect_grep "--repl-on-error: .down reaches the library" "$err" "^/.*/lutra/[a-z_]+\.lua:[0-9]+: in function"
+fi
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -201,6 +201,23 @@ def debug_repl():
         s.close()
 
 
+def debug_stdout_redirected():
+    # `lutra script.lua | tee log`: the REPL must still talk to the terminal (on stderr)
+    log = os.path.join(tmp, "log")
+    s = Session(["/bin/sh", "-c", '"$0" "$1" | cat > "$2"', lutra, os.path.join(tmp, "dbg.lua"), log], env=env)
+    try:
+        s.expect(D)
+        s.line("acc + 1")
+        check("stdout redirected: value shown on the terminal", s.expect(r"^41\s*$") is not None)
+        s.expect(D)
+        s.eof()
+        check("stdout redirected: exit 0", s.wait() == 0)
+        check("stdout redirected: the script's output went to the pipe", open(log).read() == "result=120\n",
+              repr(open(log).read()))
+    finally:
+        s.close()
+
+
 def post_mortem():
     s = Session([lutra, "--repl-on-error", os.path.join(tmp, "fail.lua")], env=env)
     try:
@@ -221,7 +238,8 @@ def post_mortem():
 
 
 for name, fn in [("basics", basics), ("completion", completion), ("history", history),
-                 ("debug", debug_repl), ("post-mortem", post_mortem)]:
+                 ("debug", debug_repl), ("debug-redirected", debug_stdout_redirected),
+                 ("post-mortem", post_mortem)]:
     scenario(name, fn)
 sys.exit(summary())
 PYEOF
