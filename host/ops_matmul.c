@@ -91,10 +91,6 @@ static void gemm_one(const gemm_plan *p, int64_t batch, int64_t m) {
   }
 }
 
-/* Below this many multiply-adds per gemm OpenBLAS runs single-threaded anyway (its own
- * threshold is 64^3), so many of them are spread over OpenMP threads instead. */
-enum { SMALL_GEMM = 64 * 64 * 64 };
-
 static void run_gemms(const gemm_plan *p) {
   if (p->nbatch > 1 && rows_fold(&p->A, p->nb, p->bshape, p->M) && !p->ta &&
       rows_fold(&p->C, p->nb, p->bshape, p->M) && p->M * p->nbatch <= INT_MAX) {
@@ -102,8 +98,8 @@ static void run_gemms(const gemm_plan *p) {
     for (int i = 0; i < p->nb; i++) b_shared &= p->B.batch_stride[i] == 0;
     if (b_shared) return gemm_one(p, 0, p->M * p->nbatch);
   }
-  bool small = p->M * p->N * p->K <= SMALL_GEMM;
-#pragma omp parallel for schedule(dynamic, 1) if (small && p->nbatch >= 4)
+  /* One gemm after another. Spreading small gemms over OpenMP threads (OpenBLAS set to one
+   * thread) was measured 2-30x slower here (OpenBLAS 0.3.21 pthreads, 2 cores): not kept. */
   for (int64_t i = 0; i < p->nbatch; i++) gemm_one(p, i, p->M);
 }
 
