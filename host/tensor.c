@@ -55,6 +55,7 @@ void lt_contiguous_strides(int ndim, const int64_t *shape, int64_t *stride) {
 }
 
 int lt_is_contiguous(const lt_tensor *t) {
+  if (!t) return 0;
   int64_t s = 1;
   for (int d = t->ndim - 1; d >= 0; d--) {
     if (t->shape[d] != 1 && t->stride[d] != s) return 0;
@@ -76,7 +77,8 @@ void *lt_data_ptr(const lt_tensor *t) {
 }
 
 static int check_shape(const char *op, int ndim, const int64_t *shape) {
-  if (ndim < 0 || ndim > LT_MAX_DIMS) return lt_errorf("%s: %d dims requested, at most %d supported", op, ndim, LT_MAX_DIMS);
+  if (ndim < 0 || ndim > LT_MAX_DIMS)
+    return lt_errorf("%s: %d dims requested, at most %d supported", op, ndim, LT_MAX_DIMS);
   if (ndim > 0 && !shape) return lt_errorf("%s: shape is NULL", op);
   int64_t n = 1;
   for (int d = 0; d < ndim; d++) {
@@ -212,6 +214,7 @@ void lt_loop_row_offsets(const lt_strided_loop *L, int64_t r, int64_t *offsets) 
 
 static int element_offset(const char *op, const lt_tensor *t, const int64_t *index, int64_t *off) {
   LT_TRY(lt_check_defined(op, "tensor", t));
+  if (t->ndim > 0 && !index) return lt_errorf("%s: index is NULL", op);
   if (t->device != LT_DEVICE_CPU) {
     char d[16];
     return lt_errorf("%s: tensor is on %s; copy it to the cpu first", op, lt_device_str(d, t->device));

@@ -27,7 +27,9 @@ static int make_view(lt_tensor *out, const lt_tensor *src, int ndim, const int64
 
 /* Resolves a single -1 in shape against numel; checks the total matches. */
 static int infer_shape(const char *op, const lt_tensor *src, int ndim, const int64_t *shape, int64_t *out) {
-  if (ndim < 0 || ndim > LT_MAX_DIMS) return lt_errorf("%s: %d dims requested, at most %d supported", op, ndim, LT_MAX_DIMS);
+  if (ndim < 0 || ndim > LT_MAX_DIMS)
+    return lt_errorf("%s: %d dims requested, at most %d supported", op, ndim, LT_MAX_DIMS);
+  if (ndim > 0 && !shape) return lt_errorf("%s: shape is NULL", op);
   int infer = -1;
   int64_t known = 1, numel = lt_numel(src);
   char s[LT_SHAPE_STR], want[LT_SHAPE_STR];
@@ -131,6 +133,7 @@ int lt_transpose(lt_tensor *out, const lt_tensor *src, int dim0, int dim1) {
 int lt_permute(lt_tensor *out, const lt_tensor *src, int ndim, const int64_t *dims) {
   LT_TRY(lt_check_defined("permute", "input", src));
   if (ndim != src->ndim) return lt_errorf("permute: %d dims given for a %d-d tensor", ndim, src->ndim);
+  if (ndim > 0 && !dims) return lt_errorf("permute: dims is NULL");
   int64_t sh[LT_MAX_DIMS], st[LT_MAX_DIMS];
   bool seen[LT_MAX_DIMS] = {false};
   for (int i = 0; i < ndim; i++) {
@@ -198,6 +201,7 @@ int lt_expand(lt_tensor *out, const lt_tensor *src, int ndim, const int64_t *sha
   char a[LT_SHAPE_STR], b[LT_SHAPE_STR];
   if (ndim < src->ndim || ndim > LT_MAX_DIMS)
     return lt_errorf("expand: cannot expand shape %s to %d dims", lt_shape_str(a, src->ndim, src->shape), ndim);
+  if (ndim > 0 && !shape) return lt_errorf("expand: shape is NULL");
   int64_t sh[LT_MAX_DIMS], st[LT_MAX_DIMS];
   for (int i = 0; i < ndim; i++) {
     int d = src->ndim - ndim + i;
@@ -242,9 +246,9 @@ int lt_unsqueeze(lt_tensor *out, const lt_tensor *src, int dim) {
 
 int lt_squeeze(lt_tensor *out, const lt_tensor *src, int dim) {
   LT_TRY(lt_check_defined("squeeze", "input", src));
-  if (src->ndim == 0) return lt_set(out, src);
   int d;
-  LT_TRY(lt_wrap_dim("squeeze", dim, src->ndim, &d));
+  LT_TRY(lt_wrap_dim("squeeze", dim, src->ndim, &d)); /* a 0-d tensor takes dim 0 or -1 */
+  if (src->ndim == 0) return lt_set(out, src);
   if (src->shape[d] != 1) {
     char s[LT_SHAPE_STR];
     return lt_errorf("squeeze: dim %d of shape %s has size %lld, not 1", d, lt_shape_str(s, src->ndim, src->shape),

@@ -123,11 +123,20 @@ static void test_view_ops(void) {
   CHECK_OK(lt_unsqueeze(v, t, 1));
   CHECK(has_shape(v, 4, (int64_t[]){2, 1, 3, 4}) && v->stride[1] == 12, "unsqueeze 1");
   CHECK_ERR(lt_unsqueeze(v, t, 4), "unsqueeze: dim 4 out of range for a 4-d result");
+  CHECK_ERR(lt_view(v, t, 2, NULL), "view: shape is NULL");
+  CHECK_ERR(lt_permute(v, t, 3, NULL), "permute: dims is NULL");
+  CHECK_ERR(lt_expand(e, col, 2, NULL), "expand: shape is NULL");
+  CHECK(lt_is_contiguous(NULL) == 0 && lt_numel(NULL) == 0 && !lt_is_defined(NULL), "queries on NULL");
   lt_tensor *sq = lt_tensor_new();
   CHECK_OK(lt_squeeze(sq, v, 1));
   CHECK(has_shape(sq, 3, s) && lt_is_contiguous(sq), "squeeze 1");
   CHECK_ERR(lt_squeeze(sq, v, 2), "squeeze: dim 2 of shape [2,1,3,4] has size 3, not 1");
   lt_tensor *ones = new_empty(4, (int64_t[]){1, 3, 1, 1}, LT_F32);
+  lt_tensor *scalar = new_empty(0, NULL, LT_F32);
+  CHECK_OK(lt_squeeze(sq, scalar, -1));
+  CHECK(sq->ndim == 0 && sq->storage == scalar->storage, "squeeze of a 0-d tensor");
+  CHECK_ERR(lt_squeeze(sq, scalar, 3), "squeeze: dim 3 out of range for a 0-d tensor");
+  lt_release(scalar);
   CHECK_OK(lt_squeeze_all(sq, ones));
   CHECK(has_shape(sq, 1, (int64_t[]){3}), "squeeze_all");
   /* an op may write its view into its own input */
@@ -234,6 +243,7 @@ static void test_access_and_prepare_out(void) {
   CHECK_ERR(lt_set_at(t, (int64_t[]){0, -1}, 1), "set: index -1 out of range for dim 1");
   CHECK_OK(lt_set_at(t, (int64_t[]){1, 2}, -7.25));
   CHECK(lt_get_at(t, (int64_t[]){1, 2}, &v) == 0 && v == -7.25, "set_at then get_at");
+  CHECK_ERR(lt_get_at(t, NULL, &v), "get: index is NULL");
   lt_tensor *und = lt_tensor_new();
   CHECK_ERR(lt_item(und, &v), "item: tensor is undefined");
   CHECK_ERR(lt_get_at(NULL, s, &v), "get: tensor is NULL");
