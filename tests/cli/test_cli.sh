@@ -27,6 +27,7 @@ while arg[hi + 1] ~= nil do hi = hi + 1 end
 for i = lo, hi do io.write(i, "=", i == lo and "INTERP" or arg[i], "\n") end
 io.write("n=", select("#", ...), " ", table.concat({...}, ","), "\n")
 EOF
+command -v luajit >/dev/null || bad "luajit not in PATH: the arg table is compared with it"
 for opts in "" "-e x=1" "-e x=1 -e y=2 --"; do
   # shellcheck disable=SC2086
   got=$("$LUTRA" $opts "$T/args.lua" a "b c" "" -x 2>&1)
