@@ -64,15 +64,15 @@ static void scan_run(arg_best *b, const char *p, int dtype, int64_t n, int64_t s
     merge_best(b, &local, false, is_max);
     return;
   }
-#define SCAN_F(T, LOAD)                                                                                              \
-  for (int64_t k = 0; k < n && b->f == b->f; k++) {                                                                  \
-    double v = LOAD(((const T *)p)[k * stride]);                                                                     \
-    if (b->idx < 0 || better_f(v, b->f, is_max)) b->f = v, b->idx = idx0 + k;                                       \
+#define SCAN_F(T, LOAD)                                                                                                \
+  for (int64_t k = 0; k < n && b->f == b->f; k++) {                                                                    \
+    double v = LOAD(((const T *)p)[k * stride]);                                                                       \
+    if (b->idx < 0 || better_f(v, b->f, is_max)) b->f = v, b->idx = idx0 + k;                                          \
   }
-#define SCAN_I(T)                                                                                                    \
-  for (int64_t k = 0; k < n; k++) {                                                                                  \
-    int64_t v = ((const T *)p)[k * stride];                                                                          \
-    if (b->idx < 0 || (is_max ? v > b->i : v < b->i)) b->i = v, b->idx = idx0 + k;                                  \
+#define SCAN_I(T)                                                                                                      \
+  for (int64_t k = 0; k < n; k++) {                                                                                    \
+    int64_t v = ((const T *)p)[k * stride];                                                                            \
+    if (b->idx < 0 || (is_max ? v > b->i : v < b->i)) b->i = v, b->idx = idx0 + k;                                     \
   }
 #define AS_IS(x) (x)
   switch (dtype) {
@@ -102,17 +102,17 @@ static void scan_row_f32(float *bf, int64_t *idx, const float *p, int64_t nc, in
 }
 
 /* Row r compared into the bests of nc columns (element stride cs). */
-static void scan_row(double *bf, int64_t *bi, int64_t *idx, const char *p, int dtype, int64_t nc, int64_t cs,
-                     int64_t r, bool is_max) {
-#define ROW_F(T, LOAD)                                                                                               \
-  for (int64_t j = 0; j < nc; j++) {                                                                                 \
-    double v = LOAD(((const T *)p)[j * cs]);                                                                         \
-    if (r == 0 || (bf[j] == bf[j] && better_f(v, bf[j], is_max))) bf[j] = v, idx[j] = r;                             \
+static void scan_row(double *bf, int64_t *bi, int64_t *idx, const char *p, int dtype, int64_t nc, int64_t cs, int64_t r,
+                     bool is_max) {
+#define ROW_F(T, LOAD)                                                                                                 \
+  for (int64_t j = 0; j < nc; j++) {                                                                                   \
+    double v = LOAD(((const T *)p)[j * cs]);                                                                           \
+    if (r == 0 || (bf[j] == bf[j] && better_f(v, bf[j], is_max))) bf[j] = v, idx[j] = r;                               \
   }
-#define ROW_I(T)                                                                                                     \
-  for (int64_t j = 0; j < nc; j++) {                                                                                 \
-    int64_t v = ((const T *)p)[j * cs];                                                                              \
-    if (r == 0 || (is_max ? v > bi[j] : v < bi[j])) bi[j] = v, idx[j] = r;                                           \
+#define ROW_I(T)                                                                                                       \
+  for (int64_t j = 0; j < nc; j++) {                                                                                   \
+    int64_t v = ((const T *)p)[j * cs];                                                                                \
+    if (r == 0 || (is_max ? v > bi[j] : v < bi[j])) bi[j] = v, idx[j] = r;                                             \
   }
   switch (dtype) {
   case LT_F32: ROW_F(float, AS_IS); break;

@@ -86,14 +86,14 @@ static void gemm_one(const gemm_plan *p, int64_t batch, int64_t m) {
                 p->beta, (double *)lt_data_ptr(p->C.t) + oc, (int)p->C.ld);
   } else {
     const float *a = (const float *)lt_data_ptr(p->A.t) + oa, *b = (const float *)lt_data_ptr(p->B.t) + ob;
-    cblas_sgemm(CblasRowMajor, ta, tb, (int)m, (int)p->N, (int)p->K, (float)p->alpha, a, (int)p->A.ld, b,
-                (int)p->B.ld, (float)p->beta, (float *)lt_data_ptr(p->C.t) + oc, (int)p->C.ld);
+    cblas_sgemm(CblasRowMajor, ta, tb, (int)m, (int)p->N, (int)p->K, (float)p->alpha, a, (int)p->A.ld, b, (int)p->B.ld,
+                (float)p->beta, (float *)lt_data_ptr(p->C.t) + oc, (int)p->C.ld);
   }
 }
 
 static void run_gemms(const gemm_plan *p) {
-  if (p->nbatch > 1 && rows_fold(&p->A, p->nb, p->bshape, p->M) && !p->ta &&
-      rows_fold(&p->C, p->nb, p->bshape, p->M) && p->M * p->nbatch <= INT_MAX) {
+  if (p->nbatch > 1 && rows_fold(&p->A, p->nb, p->bshape, p->M) && !p->ta && rows_fold(&p->C, p->nb, p->bshape, p->M) &&
+      p->M * p->nbatch <= INT_MAX) {
     bool b_shared = true;
     for (int i = 0; i < p->nb; i++) b_shared &= p->B.batch_stride[i] == 0;
     if (b_shared) return gemm_one(p, 0, p->M * p->nbatch);
@@ -114,8 +114,8 @@ static void scale_out(lt_tensor *out, double beta) {
 
 static bool shares_storage(const lt_tensor *x, const lt_tensor *y) { return x->storage == y->storage; }
 
-static int check_args(lt_tensor *out, const lt_tensor *a, const lt_tensor *b, int trans_a, int trans_b,
-                      double beta, int64_t *M, int64_t *N, int64_t *K, int *nb, int64_t *bshape) {
+static int check_args(lt_tensor *out, const lt_tensor *a, const lt_tensor *b, int trans_a, int trans_b, double beta,
+                      int64_t *M, int64_t *N, int64_t *K, int *nb, int64_t *bshape) {
   LT_TRY(lt_check_defined("matmul", "a", a));
   LT_TRY(lt_check_defined("matmul", "b", b));
   if (a->device != LT_DEVICE_CPU || b->device != LT_DEVICE_CPU)
@@ -128,7 +128,8 @@ static int check_args(lt_tensor *out, const lt_tensor *a, const lt_tensor *b, in
   if (a->ndim < 2 || b->ndim < 2)
     return lt_errorf("matmul: needs at least 2 dims on each side, got %s @ %s", lt_shape_str(sa, a->ndim, a->shape),
                      lt_shape_str(sb, b->ndim, b->shape));
-  int64_t a0 = a->shape[a->ndim - 2], a1 = a->shape[a->ndim - 1], b0 = b->shape[b->ndim - 2], b1 = b->shape[b->ndim - 1];
+  int64_t a0 = a->shape[a->ndim - 2], a1 = a->shape[a->ndim - 1], b0 = b->shape[b->ndim - 2],
+          b1 = b->shape[b->ndim - 1];
   *M = trans_a ? a1 : a0, *K = trans_a ? a0 : a1, *N = trans_b ? b0 : b1;
   if (*K != (trans_b ? b1 : b0))
     return lt_errorf("matmul: inner dims differ: %s%s @ %s%s", lt_shape_str(sa, a->ndim, a->shape), trans_a ? "^T" : "",
@@ -161,8 +162,15 @@ int lt_matmul(lt_tensor *out, const lt_tensor *a, const lt_tensor *b, int trans_
   bool half = a->dtype == LT_BF16 || a->dtype == LT_F16;
   int wdtype = half ? LT_F32 : a->dtype;
   lt_tensor *ta = NULL, *tb = NULL, *tc = NULL;
-  gemm_plan p = {.f64 = a->dtype == LT_F64, .M = M, .N = N, .K = K, .nbatch = nbatch, .nb = nb, .bshape = shape,
-                 .alpha = alpha, .beta = beta};
+  gemm_plan p = {.f64 = a->dtype == LT_F64,
+                 .M = M,
+                 .N = N,
+                 .K = K,
+                 .nbatch = nbatch,
+                 .nb = nb,
+                 .bshape = shape,
+                 .alpha = alpha,
+                 .beta = beta};
   if (half || !operand_layout(&p.A, a, nb, shape)) {
     if (!(ta = contiguous_as(a, wdtype))) goto done;
     operand_layout(&p.A, ta, nb, shape);

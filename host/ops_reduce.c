@@ -59,71 +59,67 @@ static int64_t combine_i(acc_op op, int64_t x, int64_t y) {
 
 /* ---- float kernels: a contiguous block of f32 or f64, accumulated in double --------- */
 
-#define BLOCK_REDUCE(T)                                                                                              \
-  static double block_##T(const T *p, int64_t n, acc_op op, double center) {                                        \
-    double s = 0, prod = 1;                                                                                          \
-    T m = op == ACC_MAX ? -INFINITY : INFINITY;                                                                      \
-    int nan = 0;                                                                                                     \
-    switch (op) {                                                                                                    \
-    case ACC_SUM:                                                                                                    \
-      _Pragma("omp simd reduction(+ : s)") for (int64_t i = 0; i < n; i++) s += p[i];                                \
-      return s;                                                                                                      \
-    case ACC_SUMSQ:                                                                                                  \
-      _Pragma("omp simd reduction(+ : s)") for (int64_t i = 0; i < n; i++) s += (double)p[i] * p[i];                 \
-      return s;                                                                                                      \
-    case ACC_SQDEV:                                                                                                  \
-      _Pragma("omp simd reduction(+ : s)") for (int64_t i = 0; i < n; i++) {                                         \
-        double d = p[i] - center;                                                                                    \
-        s += d * d;                                                                                                  \
-      }                                                                                                              \
-      return s;                                                                                                      \
-    case ACC_PROD:                                                                                                   \
-      _Pragma("omp simd reduction(* : prod)") for (int64_t i = 0; i < n; i++) prod *= p[i];                          \
-      return prod;                                                                                                   \
-    case ACC_MAX:                                                                                                    \
-      _Pragma("omp simd reduction(max : m) reduction(| : nan)") for (int64_t i = 0; i < n; i++) {                    \
-        m = p[i] > m ? p[i] : m;                                                                                     \
-        nan |= p[i] != p[i];                                                                                         \
-      }                                                                                                              \
-      return nan ? NAN : m;                                                                                          \
-    case ACC_MIN:                                                                                                    \
-      _Pragma("omp simd reduction(min : m) reduction(| : nan)") for (int64_t i = 0; i < n; i++) {                    \
-        m = p[i] < m ? p[i] : m;                                                                                     \
-        nan |= p[i] != p[i];                                                                                         \
-      }                                                                                                              \
-      return nan ? NAN : m;                                                                                          \
-    }                                                                                                                \
-    return 0;                                                                                                        \
+#define BLOCK_REDUCE(T)                                                                                                \
+  static double block_##T(const T *p, int64_t n, acc_op op, double center) {                                           \
+    double s = 0, prod = 1;                                                                                            \
+    T m = op == ACC_MAX ? -INFINITY : INFINITY;                                                                        \
+    int nan = 0;                                                                                                       \
+    switch (op) {                                                                                                      \
+    case ACC_SUM: _Pragma("omp simd reduction(+ : s)") for (int64_t i = 0; i < n; i++) s += p[i]; return s;            \
+    case ACC_SUMSQ:                                                                                                    \
+      _Pragma("omp simd reduction(+ : s)") for (int64_t i = 0; i < n; i++) s += (double)p[i] * p[i];                   \
+      return s;                                                                                                        \
+    case ACC_SQDEV:                                                                                                    \
+      _Pragma("omp simd reduction(+ : s)") for (int64_t i = 0; i < n; i++) {                                           \
+        double d = p[i] - center;                                                                                      \
+        s += d * d;                                                                                                    \
+      }                                                                                                                \
+      return s;                                                                                                        \
+    case ACC_PROD: _Pragma("omp simd reduction(* : prod)") for (int64_t i = 0; i < n; i++) prod *= p[i]; return prod;  \
+    case ACC_MAX:                                                                                                      \
+      _Pragma("omp simd reduction(max : m) reduction(| : nan)") for (int64_t i = 0; i < n; i++) {                      \
+        m = p[i] > m ? p[i] : m;                                                                                       \
+        nan |= p[i] != p[i];                                                                                           \
+      }                                                                                                                \
+      return nan ? NAN : m;                                                                                            \
+    case ACC_MIN:                                                                                                      \
+      _Pragma("omp simd reduction(min : m) reduction(| : nan)") for (int64_t i = 0; i < n; i++) {                      \
+        m = p[i] < m ? p[i] : m;                                                                                       \
+        nan |= p[i] != p[i];                                                                                           \
+      }                                                                                                                \
+      return nan ? NAN : m;                                                                                            \
+    }                                                                                                                  \
+    return 0;                                                                                                          \
   }
 BLOCK_REDUCE(float)
 BLOCK_REDUCE(double)
 
 /* acc[j] op= p[j] for a block of columns. */
-#define ROWS_ACCUMULATE(T)                                                                                           \
-  static void accumulate_##T(double *acc, const T *p, int64_t n, acc_op op, const double *center) {                 \
-    switch (op) {                                                                                                    \
-    case ACC_SUM:                                                                                                    \
-      for (int64_t j = 0; j < n; j++) acc[j] += p[j];                                                                \
-      break;                                                                                                         \
-    case ACC_SUMSQ:                                                                                                  \
-      for (int64_t j = 0; j < n; j++) acc[j] += (double)p[j] * p[j];                                                 \
-      break;                                                                                                         \
-    case ACC_SQDEV:                                                                                                  \
-      for (int64_t j = 0; j < n; j++) {                                                                              \
-        double d = p[j] - center[j];                                                                                 \
-        acc[j] += d * d;                                                                                             \
-      }                                                                                                              \
-      break;                                                                                                         \
-    case ACC_PROD:                                                                                                   \
-      for (int64_t j = 0; j < n; j++) acc[j] *= p[j];                                                                \
-      break;                                                                                                         \
-    case ACC_MAX: /* once acc[j] is NaN nothing compares above it */                                                 \
-      for (int64_t j = 0; j < n; j++) acc[j] = (p[j] > acc[j] || p[j] != p[j]) ? p[j] : acc[j];                      \
-      break;                                                                                                         \
-    case ACC_MIN:                                                                                                    \
-      for (int64_t j = 0; j < n; j++) acc[j] = (p[j] < acc[j] || p[j] != p[j]) ? p[j] : acc[j];                      \
-      break;                                                                                                         \
-    }                                                                                                                \
+#define ROWS_ACCUMULATE(T)                                                                                             \
+  static void accumulate_##T(double *acc, const T *p, int64_t n, acc_op op, const double *center) {                    \
+    switch (op) {                                                                                                      \
+    case ACC_SUM:                                                                                                      \
+      for (int64_t j = 0; j < n; j++) acc[j] += p[j];                                                                  \
+      break;                                                                                                           \
+    case ACC_SUMSQ:                                                                                                    \
+      for (int64_t j = 0; j < n; j++) acc[j] += (double)p[j] * p[j];                                                   \
+      break;                                                                                                           \
+    case ACC_SQDEV:                                                                                                    \
+      for (int64_t j = 0; j < n; j++) {                                                                                \
+        double d = p[j] - center[j];                                                                                   \
+        acc[j] += d * d;                                                                                               \
+      }                                                                                                                \
+      break;                                                                                                           \
+    case ACC_PROD:                                                                                                     \
+      for (int64_t j = 0; j < n; j++) acc[j] *= p[j];                                                                  \
+      break;                                                                                                           \
+    case ACC_MAX: /* once acc[j] is NaN nothing compares above it */                                                   \
+      for (int64_t j = 0; j < n; j++) acc[j] = (p[j] > acc[j] || p[j] != p[j]) ? p[j] : acc[j];                        \
+      break;                                                                                                           \
+    case ACC_MIN:                                                                                                      \
+      for (int64_t j = 0; j < n; j++) acc[j] = (p[j] < acc[j] || p[j] != p[j]) ? p[j] : acc[j];                        \
+      break;                                                                                                           \
+    }                                                                                                                  \
   }
 ROWS_ACCUMULATE(float)
 ROWS_ACCUMULATE(double)
@@ -177,19 +173,19 @@ static void accumulate_f(double *acc, const char *row, int dtype, int64_t n, int
 
 /* ---- integer kernels (sum, prod, max, min in int64) ---------------------------------- */
 
-#define INT_LOOP(T, BODY)                                                                                            \
-  do {                                                                                                               \
-    const T *p = (const T *)base;                                                                                    \
-    for (int64_t i = 0; i < n; i++) {                                                                                \
-      int64_t x = p[i * stride];                                                                                     \
-      BODY;                                                                                                          \
-    }                                                                                                                \
+#define INT_LOOP(T, BODY)                                                                                              \
+  do {                                                                                                                 \
+    const T *p = (const T *)base;                                                                                      \
+    for (int64_t i = 0; i < n; i++) {                                                                                  \
+      int64_t x = p[i * stride];                                                                                       \
+      BODY;                                                                                                            \
+    }                                                                                                                  \
   } while (0)
-#define INT_DISPATCH(BODY)                                                                                           \
-  switch (dtype) {                                                                                                   \
-  case LT_I32: INT_LOOP(int32_t, BODY); break;                                                                       \
-  case LT_I64: INT_LOOP(int64_t, BODY); break;                                                                       \
-  default: INT_LOOP(uint8_t, BODY); break;                                                                           \
+#define INT_DISPATCH(BODY)                                                                                             \
+  switch (dtype) {                                                                                                     \
+  case LT_I32: INT_LOOP(int32_t, BODY); break;                                                                         \
+  case LT_I64: INT_LOOP(int64_t, BODY); break;                                                                         \
+  default: INT_LOOP(uint8_t, BODY); break;                                                                             \
   }
 
 static int64_t run_i(const char *base, int dtype, int64_t n, int64_t stride, acc_op op) {
@@ -343,8 +339,7 @@ static int run_reduction(const reduce_job *J, double *resf, int64_t *resi) {
 /* ---- entry points ---------------------------------------------------------------------- */
 
 /* Writes results (kept-linear order) into out through its own strides. */
-static void store_results(lt_tensor *out, const reduce_geom *g, const double *resf, const int64_t *resi,
-                          bool is_int) {
+static void store_results(lt_tensor *out, const reduce_geom *g, const double *resf, const int64_t *resi, bool is_int) {
   char *base = lt_data_ptr(out);
   int dtype = out->dtype;
 #pragma omp parallel for schedule(static) if (g->n_out >= LT_PAR_GRAIN)
@@ -363,8 +358,8 @@ static void store_results(lt_tensor *out, const reduce_geom *g, const double *re
 }
 
 /* Checks a, plans the geometry and prepares out; buffers of n_out results are returned. */
-static int reduce_setup(const char *op, lt_tensor *out, const lt_tensor *a, int ndims, const int64_t *dims,
-                        int keepdim, bool empty_is_error, reduce_geom *g, double **resf, int64_t **resi) {
+static int reduce_setup(const char *op, lt_tensor *out, const lt_tensor *a, int ndims, const int64_t *dims, int keepdim,
+                        bool empty_is_error, reduce_geom *g, double **resf, int64_t **resi) {
   LT_TRY(lt_check_defined(op, "input", a));
   if (a->device != LT_DEVICE_CPU) return lt_errorf("%s: not implemented on cuda yet", op);
   LT_TRY(reduce_geom_plan(op, g, a, ndims, dims));

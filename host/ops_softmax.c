@@ -44,12 +44,12 @@ typedef enum { SOFTMAX, LOG_SOFTMAX, SOFTMAX_BACKWARD, LOG_SOFTMAX_BACKWARD } so
 /* ---- row kernels: forward out = f(x); backward out = grad_in from x = grad_out, y ------- */
 
 /* s += the sum of EXPR over i in [0, n): float lanes within blocks of SUM_BLOCK, blocks in double. */
-#define BLOCK_SUM(s, n, i, EXPR)                                                                                     \
-  for (int64_t i0_ = 0; i0_ < (n); i0_ += SUM_BLOCK) {                                                              \
-    int64_t i1_ = (n) - i0_ < SUM_BLOCK ? (n) : i0_ + SUM_BLOCK;                                                     \
-    float part_ = 0;                                                                                                 \
-    _Pragma("omp simd reduction(+ : part_)") for (int64_t i = i0_; i < i1_; i++) part_ += (EXPR);                    \
-    s += part_;                                                                                                      \
+#define BLOCK_SUM(s, n, i, EXPR)                                                                                       \
+  for (int64_t i0_ = 0; i0_ < (n); i0_ += SUM_BLOCK) {                                                                 \
+    int64_t i1_ = (n)-i0_ < SUM_BLOCK ? (n) : i0_ + SUM_BLOCK;                                                         \
+    float part_ = 0;                                                                                                   \
+    _Pragma("omp simd reduction(+ : part_)") for (int64_t i = i0_; i < i1_; i++) part_ += (EXPR);                      \
+    s += part_;                                                                                                        \
   }
 
 static void row_f32(softmax_kind kind, float *out, const float *x, const float *y, int64_t n) {
@@ -78,13 +78,11 @@ static void row_f32(softmax_kind kind, float *out, const float *x, const float *
       for (int64_t i = 0; i < n; i++) out[i] = x[i] - lse;
     }
     break;
-  case SOFTMAX_BACKWARD: /* grad_in = y * (grad_out - sum(grad_out * y)) */
-    BLOCK_SUM(s, n, i, x[i] * y[i]);
+  case SOFTMAX_BACKWARD: /* grad_in = y * (grad_out - sum(grad_out * y)) */ BLOCK_SUM(s, n, i, x[i] * y[i]);
 #pragma omp simd
     for (int64_t i = 0; i < n; i++) out[i] = y[i] * (x[i] - (float)s);
     break;
-  case LOG_SOFTMAX_BACKWARD: /* grad_in = grad_out - exp(y) * sum(grad_out) */
-    BLOCK_SUM(s, n, i, x[i]);
+  case LOG_SOFTMAX_BACKWARD: /* grad_in = grad_out - exp(y) * sum(grad_out) */ BLOCK_SUM(s, n, i, x[i]);
 #pragma omp simd
     for (int64_t i = 0; i < n; i++) out[i] = x[i] - (y[i] != y[i] ? y[i] : exp_nonpos_f32(y[i])) * (float)s;
     break;
@@ -137,8 +135,8 @@ typedef struct softmax_plan {
 
 /* buf[j * n + i] = row j's element i (as f32, or f64 for f64) for the nr rows at p[j]. */
 static void gather_block(void *buf, char *const *p, int nr, int64_t n, int dtype, int64_t stride) {
-#define GATHER(T, W, LOAD)                                                                                           \
-  for (int64_t i = 0; i < n; i++)                                                                                    \
+#define GATHER(T, W, LOAD)                                                                                             \
+  for (int64_t i = 0; i < n; i++)                                                                                      \
     for (int j = 0; j < nr; j++) ((W *)buf)[j * n + i] = LOAD(((const T *)p[j])[i * stride]);
 #define AS_IS(x) (x)
   switch (dtype) {
@@ -150,8 +148,8 @@ static void gather_block(void *buf, char *const *p, int nr, int64_t n, int dtype
 }
 
 static void scatter_block(char *const *p, const void *buf, int nr, int64_t n, int dtype, int64_t stride) {
-#define SCATTER(T, W, STORE)                                                                                         \
-  for (int64_t i = 0; i < n; i++)                                                                                    \
+#define SCATTER(T, W, STORE)                                                                                           \
+  for (int64_t i = 0; i < n; i++)                                                                                      \
     for (int j = 0; j < nr; j++) ((T *)p[j])[i * stride] = STORE(((const W *)buf)[j * n + i]);
   switch (dtype) {
   case LT_F64: SCATTER(double, double, AS_IS); break;
@@ -245,7 +243,9 @@ static int softmax_run(const char *op, softmax_kind kind, lt_tensor *out, const 
   return failed ? lt_errorf("%s: out of host memory for rows of %lld", op, (long long)P.n) : 0;
 }
 
-int lt_softmax(lt_tensor *out, const lt_tensor *a, int dim) { return softmax_run("softmax", SOFTMAX, out, a, NULL, dim); }
+int lt_softmax(lt_tensor *out, const lt_tensor *a, int dim) {
+  return softmax_run("softmax", SOFTMAX, out, a, NULL, dim);
+}
 int lt_log_softmax(lt_tensor *out, const lt_tensor *a, int dim) {
   return softmax_run("log_softmax", LOG_SOFTMAX, out, a, NULL, dim);
 }

@@ -20,8 +20,7 @@ typedef struct reduce_geom {
 } reduce_geom;
 
 /* Marks the reduced dims (ndims == 0: all); errors on bad, out-of-range or repeated dims. */
-static inline int reduce_geom_plan(const char *op, reduce_geom *g, const lt_tensor *a, int ndims,
-                                   const int64_t *dims) {
+static inline int reduce_geom_plan(const char *op, reduce_geom *g, const lt_tensor *a, int ndims, const int64_t *dims) {
   memset(g, 0, sizeof *g);
   if (ndims < 0 || ndims > LT_MAX_DIMS) return lt_errorf("%s: %d dims given, expected 0 to %d", op, ndims, LT_MAX_DIMS);
   if (ndims > 0 && !dims) return lt_errorf("%s: dims is NULL", op);

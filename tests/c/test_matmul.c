@@ -88,8 +88,8 @@ static void check_case(int dtype, int nba, const int64_t *ba, int nbb, const int
           worst = err > worst ? err : worst;
         }
     CHECK(worst <= tol, "matmul %s %s%s @ %s%s alpha %g beta %g layouts %d %d %d: rel err %g", lt_dtype_name(dtype),
-          lt_shape_str(s1, nba + 2, sa), trans_a ? "^T" : "", lt_shape_str(s2, nbb + 2, sb), trans_b ? "^T" : "",
-          alpha, beta, layout_a, layout_b, layout_out, worst);
+          lt_shape_str(s1, nba + 2, sa), trans_a ? "^T" : "", lt_shape_str(s2, nbb + 2, sb), trans_b ? "^T" : "", alpha,
+          beta, layout_a, layout_b, layout_out, worst);
   }
   lt_release(a0), lt_release(b0), lt_release(o0), lt_release(a), lt_release(b), lt_release(out);
 }
@@ -106,25 +106,26 @@ static void test_random(void) {
     for (int d = 0; d < nbb; d++) bb[d] = check_uniform() < 0.3 ? 1 : full[2 - nbb + d];
     int64_t M = check_randint(1, 10), N = check_randint(1, 10), K = check_randint(1, 10);
     double beta = trial % 3 == 0 ? 0 : check_uniform() * 2 - 1, alpha = trial % 5 == 0 ? 1 : check_uniform() * 3 - 1.5;
-    int la = (int)check_randint(0, 5), lb = (int)check_randint(0, 5), lo = trial % 4 == 1 ? (int)check_randint(0, 5) : 0;
-    check_case(dtype, nba, ba, nbb, bb, M, N, K, (int)check_randint(0, 2), (int)check_randint(0, 2), alpha, beta, la, lb,
-               lo);
+    int la = (int)check_randint(0, 5), lb = (int)check_randint(0, 5),
+        lo = trial % 4 == 1 ? (int)check_randint(0, 5) : 0;
+    check_case(dtype, nba, ba, nbb, bb, M, N, K, (int)check_randint(0, 2), (int)check_randint(0, 2), alpha, beta, la,
+               lb, lo);
   }
 }
 
 static void test_shapes(void) {
   int64_t b3[1] = {3}, b64[1] = {64}, b21[2] = {2, 1}, b13[2] = {1, 3};
-  check_case(LT_F32, 1, b3, 0, NULL, 5, 4, 7, 0, 0, 1, 0, 0, 0, 0);       /* x (3,5,7) @ w (7,4): folded rows */
-  check_case(LT_F32, 1, b3, 0, NULL, 5, 4, 7, 0, 1, 1, 0.5, 0, 0, 0);     /* x @ w^T, as nn.Linear */
-  check_case(LT_F32, 0, NULL, 1, b3, 5, 4, 7, 1, 0, 1, 0, 0, 0, 0);       /* a 2-D against a batch of b */
-  check_case(LT_F64, 2, b21, 2, b13, 3, 2, 4, 0, 0, 2, 0, 1, 2, 0);       /* (2,1) with (1,3) batches */
-  check_case(LT_F32, 1, b64, 1, b64, 8, 8, 8, 0, 0, 1, 0, 0, 0, 0);       /* many small gemms in parallel */
-  check_case(LT_F32, 1, b64, 1, b64, 8, 6, 5, 1, 1, 1, 1, 1, 1, 1);       /* ... with every layout flip */
-  check_case(LT_F32, 0, NULL, 0, NULL, 65, 66, 70, 0, 0, 1, 0, 0, 0, 0);  /* threaded OpenBLAS */
-  check_case(LT_BF16, 1, b3, 0, NULL, 33, 17, 40, 0, 1, 1, 1, 4, 1, 2);   /* 16-bit through f32 scratch */
-  check_case(LT_F16, 1, b3, 1, b3, 1, 1, 40, 1, 0, 1, 0, 0, 3, 0);        /* 1x1 results */
-  check_case(LT_F32, 0, NULL, 0, NULL, 1, 9, 4, 0, 0, 1, 0, 3, 2, 1);     /* a single row */
-  check_case(LT_F64, 1, b3, 0, NULL, 4, 1, 6, 0, 0, 1, -1, 1, 1, 3);      /* a single column */
+  check_case(LT_F32, 1, b3, 0, NULL, 5, 4, 7, 0, 0, 1, 0, 0, 0, 0);      /* x (3,5,7) @ w (7,4): folded rows */
+  check_case(LT_F32, 1, b3, 0, NULL, 5, 4, 7, 0, 1, 1, 0.5, 0, 0, 0);    /* x @ w^T, as nn.Linear */
+  check_case(LT_F32, 0, NULL, 1, b3, 5, 4, 7, 1, 0, 1, 0, 0, 0, 0);      /* a 2-D against a batch of b */
+  check_case(LT_F64, 2, b21, 2, b13, 3, 2, 4, 0, 0, 2, 0, 1, 2, 0);      /* (2,1) with (1,3) batches */
+  check_case(LT_F32, 1, b64, 1, b64, 8, 8, 8, 0, 0, 1, 0, 0, 0, 0);      /* many small gemms in parallel */
+  check_case(LT_F32, 1, b64, 1, b64, 8, 6, 5, 1, 1, 1, 1, 1, 1, 1);      /* ... with every layout flip */
+  check_case(LT_F32, 0, NULL, 0, NULL, 65, 66, 70, 0, 0, 1, 0, 0, 0, 0); /* threaded OpenBLAS */
+  check_case(LT_BF16, 1, b3, 0, NULL, 33, 17, 40, 0, 1, 1, 1, 4, 1, 2);  /* 16-bit through f32 scratch */
+  check_case(LT_F16, 1, b3, 1, b3, 1, 1, 40, 1, 0, 1, 0, 0, 3, 0);       /* 1x1 results */
+  check_case(LT_F32, 0, NULL, 0, NULL, 1, 9, 4, 0, 0, 1, 0, 3, 2, 1);    /* a single row */
+  check_case(LT_F64, 1, b3, 0, NULL, 4, 1, 6, 0, 0, 1, -1, 1, 1, 3);     /* a single column */
 }
 
 static void test_special(void) {

@@ -115,7 +115,8 @@ static void check_all_ops(const lt_tensor *a, int ndims, const int64_t *dims, co
       lt_release(out);
       continue;
     }
-    CHECK(out->dtype == a->dtype && lt_numel(out) == n_out && out->ndim == (keepdim ? a->ndim : a->ndim - (ndims ? ndims : a->ndim)),
+    CHECK(out->dtype == a->dtype && lt_numel(out) == n_out &&
+              out->ndim == (keepdim ? a->ndim : a->ndim - (ndims ? ndims : a->ndim)),
           "%s: out is %s ndim %d", name, lt_dtype_name(out->dtype), out->ndim);
     int bad = 0;
     for (int64_t o = 0; o < n_out && bad < 3; o++) {
@@ -151,7 +152,8 @@ static void test_random_reductions(void) {
     for (int d = 0; d < ndim; d++) shape[d] = check_randint(1, 8);
     bool is_int = trial % 4 == 3;
     int dtype = is_int ? int_dtypes[trial / 4 % 3] : float_dtypes[trial % 4 == 3 ? 0 : trial / 4 % 4];
-    lt_tensor *a = is_int ? check_random(ndim, shape, dtype, dtype == LT_U8 ? 0 : -3, 4) : check_random(ndim, shape, dtype, 0.5, 1.5);
+    lt_tensor *a = is_int ? check_random(ndim, shape, dtype, dtype == LT_U8 ? 0 : -3, 4)
+                          : check_random(ndim, shape, dtype, 0.5, 1.5);
     if (!is_int && trial % 5 == 0) { /* mixed signs for sums, means and norms */
       lt_tensor *b = check_random(ndim, shape, dtype, -2, 2);
       lt_release(a), a = b;
@@ -175,7 +177,7 @@ static void test_paths(void) {
     int ndims;
     int64_t dims[2];
   } cases[] = {
-      {2, {70000, 3}, 1, {0}},  {2, {3, 70000}, 1, {1}}, {1, {300001}, 0, {0}}, {2, {300, 1000}, 1, {0}},
+      {2, {70000, 3}, 1, {0}},   {2, {3, 70000}, 1, {1}},      {1, {300001}, 0, {0}},       {2, {300, 1000}, 1, {0}},
       {3, {40, 50, 30}, 1, {1}}, {3, {20, 30, 40}, 2, {0, 2}}, {3, {5, 600, 7}, 2, {2, 1}}, {2, {1500, 1}, 1, {0}},
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -195,14 +197,16 @@ static void test_paths(void) {
         CHECK_OK(lt_reduce(out, v, ops[k], cases[c].ndims, cases[c].dims, 0));
         double worst = 0;
         for (int64_t o = 0; o < n_out; o++) {
-          double want = ops[k] == LT_SUM ? r.sum[o] : ops[k] == LT_MAX ? r.max[o] : ops[k] == LT_MIN ? r.min[o]
-                                                                                                      : sqrt(r.sq[o]);
+          double want = ops[k] == LT_SUM   ? r.sum[o]
+                        : ops[k] == LT_MAX ? r.max[o]
+                        : ops[k] == LT_MIN ? r.min[o]
+                                           : sqrt(r.sq[o]);
           double scale = ops[k] == LT_SUM ? r.abs[o] : fabs(want);
           double err = fabs(check_at(out, o) - want) / (scale + 1e-30);
           worst = err > worst ? err : worst;
         }
-        CHECK(worst <= check_tol(dtype), "case %zu %s %s: rel err %g", c, lt_reduce_name(ops[k]),
-              lt_dtype_name(dtype), worst);
+        CHECK(worst <= check_tol(dtype), "case %zu %s %s: rel err %g", c, lt_reduce_name(ops[k]), lt_dtype_name(dtype),
+              worst);
         lt_release(out);
       }
       lt_tensor *out = lt_tensor_new();
@@ -269,7 +273,8 @@ static void test_empty_and_special(void) {
   lt_release(out), lt_release(a);
 
   /* a scalar reduces to itself; NaN wins max */
-  lt_tensor *s = check_random(0, NULL, LT_F64, 2, 3), *v = lt_tensor_new(), *nan = check_random(1, (int64_t[]){5}, LT_F32, 0, 1);
+  lt_tensor *s = check_random(0, NULL, LT_F64, 2, 3), *v = lt_tensor_new(),
+            *nan = check_random(1, (int64_t[]){5}, LT_F32, 0, 1);
   CHECK_OK(lt_reduce(v, s, LT_SUM, 1, &dim0, 1));
   CHECK(v->ndim == 0 && check_at(v, 0) == check_at(s, 0), "scalar sum");
   lt_release(v), v = lt_tensor_new();
