@@ -5,6 +5,7 @@
  * summed by one thread in position order, so the result does not depend on the thread
  * count (and rows never race). */
 #include "internal.h"
+#include <stdio.h>
 #include <stdlib.h>
 
 static int check_cpu(const char *op, const lt_tensor *t) {
@@ -14,12 +15,15 @@ static int check_cpu(const char *op, const lt_tensor *t) {
 
 /* A contiguous tensor to compute a result into: `out` itself when it is contiguous (allocated
  * if undefined), else a temporary that out_finish copies back. NULL on error. */
-static lt_tensor *out_begin(const char *op, lt_tensor *out, int ndim, const int64_t *shape, int dtype) {
-  if (lt_prepare_out(op, out, ndim, shape, dtype, LT_DEVICE_CPU)) return NULL;
+static lt_tensor *out_begin(const char *op, const char *what, lt_tensor *out, int ndim, const int64_t *shape,
+                            int dtype) {
+  char name[96]; /* errors name the output: "layernorm (rstd): out is ..." */
+  snprintf(name, sizeof name, "%s (%s)", op, what);
+  if (lt_prepare_out(strcmp(what, "out") ? name : op, out, ndim, shape, dtype, LT_DEVICE_CPU)) return NULL;
   if (lt_is_contiguous(out)) return lt_retain(out), out;
   for (int d = 0; d < out->ndim; d++)
     if (out->stride[d] == 0 && out->shape[d] > 1) {
-      lt_errorf("%s: out is an expanded view (its elements overlap)", op);
+      lt_errorf("%s: out is an expanded view (its elements overlap)", strcmp(what, "out") ? name : op);
       return NULL;
     }
   lt_tensor *t = lt_tensor_new();
@@ -85,7 +89,7 @@ int lt_embedding_forward(lt_tensor *out, const lt_tensor *weight, const lt_tenso
   if (!wc) goto done;
   /* rows with unit column stride are read in place; other layouts are made contiguous */
   if (weight->stride[1] == 1 || C == 1 ? lt_set(wc, weight) : lt_contiguous(wc, weight)) goto done;
-  if (!(o = out_begin(op, out, ids->ndim + 1, shape, weight->dtype))) goto done;
+  if (!(o = out_begin(op, "out", out, ids->ndim + 1, shape, weight->dtype))) goto done;
   const char *wp = lt_data_ptr(wc);
   char *op_ = lt_data_ptr(o);
   int64_t row_stride = wc->stride[0];
@@ -125,7 +129,7 @@ int lt_embedding_backward(lt_tensor *dweight, const lt_tensor *dout, const lt_te
     goto done;
   }
   if (!dc || lt_contiguous(dc, dout)) goto done;
-  if (!(g = out_begin(op, dweight, 2, dweight->shape, dtype))) goto done;
+  if (!(g = out_begin(op, "dweight", dweight, 2, dweight->shape, dtype))) goto done;
   /* stable counting sort: positions of id v are order[start[v] .. start[v+1]), increasing */
   start = calloc((size_t)(V + 1), sizeof(int64_t));
   order = malloc((size_t)(n > 0 ? n : 1) * sizeof(int64_t));

@@ -5,6 +5,7 @@
  * stores probabilities. f32/bf16/f16 rows compute in f32 (16-bit rows converted to
  * scratch), f64 rows in f64. */
 #include "internal.h"
+#include <stdio.h>
 #include <stdlib.h>
 
 /* Let GCC if-convert float compares (the clamps in exp_f32) so the row loops vectorise;
@@ -99,12 +100,15 @@ static int check_cpu(const char *op, const lt_tensor *t) {
 
 /* A contiguous tensor to compute a result into: `out` itself when it is contiguous (allocated
  * if undefined), else a temporary that out_finish copies back. NULL on error. */
-static lt_tensor *out_begin(const char *op, lt_tensor *out, int ndim, const int64_t *shape, int dtype) {
-  if (lt_prepare_out(op, out, ndim, shape, dtype, LT_DEVICE_CPU)) return NULL;
+static lt_tensor *out_begin(const char *op, const char *what, lt_tensor *out, int ndim, const int64_t *shape,
+                            int dtype) {
+  char name[96]; /* errors name the output: "layernorm (rstd): out is ..." */
+  snprintf(name, sizeof name, "%s (%s)", op, what);
+  if (lt_prepare_out(strcmp(what, "out") ? name : op, out, ndim, shape, dtype, LT_DEVICE_CPU)) return NULL;
   if (lt_is_contiguous(out)) return lt_retain(out), out;
   for (int d = 0; d < out->ndim; d++)
     if (out->stride[d] == 0 && out->shape[d] > 1) {
-      lt_errorf("%s: out is an expanded view (its elements overlap)", op);
+      lt_errorf("%s: out is an expanded view (its elements overlap)", strcmp(what, "out") ? name : op);
       return NULL;
     }
   lt_tensor *t = lt_tensor_new();
@@ -177,8 +181,8 @@ int lt_cross_entropy_forward(lt_tensor *losses, lt_tensor *lse, const lt_tensor 
     goto done;
   }
   if (!xc || lt_contiguous(xc, logits)) goto done;
-  if (!(lw = out_begin(op, losses, 1, nshape, row_dtype(logits, losses)))) goto done;
-  if (lse && !(sw = out_begin(op, lse, 1, nshape, row_dtype(logits, lse)))) goto done;
+  if (!(lw = out_begin(op, "losses", losses, 1, nshape, row_dtype(logits, losses)))) goto done;
+  if (lse && !(sw = out_begin(op, "lse", lse, 1, nshape, row_dtype(logits, lse)))) goto done;
   const void *xp = lt_data_ptr(xc);
   void *lp = lt_data_ptr(lw), *sp = sw ? lt_data_ptr(sw) : NULL;
 #pragma omp parallel if (N * V >= LT_PAR_GRAIN && N > 1)
@@ -252,7 +256,7 @@ int lt_cross_entropy_backward(lt_tensor *dlogits, const lt_tensor *dlosses, cons
     goto done;
   }
   if (!(ls = row_values(op, "lse", lse, N, cdtype))) goto done;
-  if (!(gw = out_begin(op, dlogits, 2, logits->shape, dtype))) goto done;
+  if (!(gw = out_begin(op, "dlogits", dlogits, 2, logits->shape, dtype))) goto done;
   const void *xp = lt_data_ptr(xc);
   void *gp = lt_data_ptr(gw);
 #pragma omp parallel if (N * V >= LT_PAR_GRAIN && N > 1)

@@ -8,6 +8,7 @@
  * not by the thread count) and the chunk partials are added in chunk order, so results
  * are bitwise reproducible for any number of threads. */
 #include "internal.h"
+#include <stdio.h>
 #include <stdlib.h>
 
 /* ---- row kernels: one for float, one for double ------------------------------------ */
@@ -115,9 +116,17 @@ static int check_cpu(const char *op, const lt_tensor *t) {
 
 /* A contiguous tensor to compute a result into: `out` itself when it is contiguous (allocated
  * if undefined), else a temporary that out_finish copies back. NULL on error. */
-static lt_tensor *out_begin(const char *op, lt_tensor *out, int ndim, const int64_t *shape, int dtype) {
-  if (lt_prepare_out(op, out, ndim, shape, dtype, LT_DEVICE_CPU)) return NULL;
+static lt_tensor *out_begin(const char *op, const char *what, lt_tensor *out, int ndim, const int64_t *shape,
+                            int dtype) {
+  char name[96]; /* errors name the output: "layernorm (rstd): out is ..." */
+  snprintf(name, sizeof name, "%s (%s)", op, what);
+  if (lt_prepare_out(strcmp(what, "out") ? name : op, out, ndim, shape, dtype, LT_DEVICE_CPU)) return NULL;
   if (lt_is_contiguous(out)) return lt_retain(out), out;
+  for (int d = 0; d < out->ndim; d++)
+    if (out->stride[d] == 0 && out->shape[d] > 1) {
+      lt_errorf("%s: out is an expanded view (its elements overlap)", strcmp(what, "out") ? name : op);
+      return NULL;
+    }
   lt_tensor *t = lt_tensor_new();
   if (t && lt_empty(t, ndim, shape, dtype, LT_DEVICE_CPU) == 0) return t;
   lt_release(t);
@@ -194,9 +203,9 @@ static int norm_forward(const char *op, lt_tensor *out, lt_tensor *mean, lt_tens
   void *w = param_buffer(op, "weight", weight, x, C, 1.0);
   void *b = w ? param_buffer(op, "bias", bias, x, C, 0.0) : NULL;
   if (!xc || !w || !b || lt_contiguous(xc, x)) goto done;
-  if (!(y = out_begin(op, out, x->ndim, x->shape, dtype))) goto done;
-  if (mean && !(mu_t = out_begin(op, mean, 1, nshape, stat_dtype(x, mean)))) goto done;
-  if (rstd && !(rs_t = out_begin(op, rstd, 1, nshape, stat_dtype(x, rstd)))) goto done;
+  if (!(y = out_begin(op, "out", out, x->ndim, x->shape, dtype))) goto done;
+  if (mean && !(mu_t = out_begin(op, "mean", mean, 1, nshape, stat_dtype(x, mean)))) goto done;
+  if (rstd && !(rs_t = out_begin(op, "rstd", rstd, 1, nshape, stat_dtype(x, rstd)))) goto done;
   const void *xp = lt_data_ptr(xc);
   void *yp = lt_data_ptr(y);
   void *mup = mu_t ? lt_data_ptr(mu_t) : NULL, *rsp = rs_t ? lt_data_ptr(rs_t) : NULL;
@@ -292,9 +301,9 @@ static int norm_backward(const char *op, lt_tensor *dx, lt_tensor *dweight, lt_t
   if (!xc || !dyc || !muc || !rsc || !w) goto done;
   if (center && check_stat(op, "mean", mean, N, muc)) goto done;
   if (check_stat(op, "rstd", rstd, N, rsc) || lt_contiguous(xc, x) || lt_contiguous(dyc, dout)) goto done;
-  if (dx && !(dxw = out_begin(op, dx, x->ndim, x->shape, dtype))) goto done;
-  if (dweight && !(dww = out_begin(op, dweight, 1, cshape, weight->dtype))) goto done;
-  if (dbias && !(dbw = out_begin(op, dbias, 1, cshape, dbias_dtype))) goto done;
+  if (dx && !(dxw = out_begin(op, "dx", dx, x->ndim, x->shape, dtype))) goto done;
+  if (dweight && !(dww = out_begin(op, "dweight", dweight, 1, cshape, weight->dtype))) goto done;
+  if (dbias && !(dbw = out_begin(op, "dbias", dbias, 1, cshape, dbias_dtype))) goto done;
   /* partials: chunk k's dweight sums at [k*C], its dbias sums at [(nchunks + k)*C] */
   partial = calloc((size_t)(2 * nchunks * C + 1), (size_t)csize);
   if (!partial) {

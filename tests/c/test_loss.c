@@ -193,7 +193,8 @@ static void test_bad_inputs(void) {
   CHECK_ERR(lt_cross_entropy_forward(l, s, x, t3, IGNORE), "targets is [3] i64 cpu, expected [4]");
   CHECK_ERR(lt_cross_entropy_forward(l, s, x1, tg, -1), "logits is [4] f32 cpu, expected (N, V)");
   CHECK_ERR(lt_cross_entropy_forward(NULL, s, x, tg, -1), "losses is NULL");
-  CHECK_ERR(lt_cross_entropy_forward(s64, NULL, x, tg, -1), "out is [4] f64 cpu, expected [4] f32"); /* f32 logits */
+  CHECK_ERR(lt_cross_entropy_forward(s64, NULL, x, tg, -1),
+            "cross_entropy (losses): out is [4] f64 cpu, expected [4] f32");
   CHECK_ERR(lt_cross_entropy_backward(dx, l, x, tg, t3, -1), "lse is [3] i64 cpu, expected f32 [4]");
   CHECK_ERR(lt_cross_entropy_backward(dx, dl3, x, tg, s, -1), "dlosses is [3] f32 cpu, expected [4]");
   CHECK_ERR(lt_cross_entropy_backward(dx, l, x, tg, NULL, -1), "lse is NULL");

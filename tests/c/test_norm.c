@@ -221,6 +221,12 @@ static void test_bad_inputs(void) {
   CHECK_ERR(lt_layernorm_forward(out, mean, rstd, NULL, w, NULL, EPS), "x is NULL");
   CHECK_ERR(lt_layernorm_forward(out, mean, rstd, undef, w, NULL, EPS), "x is undefined");
   CHECK_ERR(lt_layernorm_forward(wrong_out, mean, rstd, x, w, NULL, EPS), "out is [4,8] f64 cpu, expected [4,8] f32");
+  CHECK_ERR(lt_layernorm_forward(out, mean, r4d, x, w, NULL, EPS),
+            "layernorm (rstd): out is [4] i32 cpu, expected [4] f32");
+  lt_tensor *row = check_random(1, c8, LT_F32, 0, 1), *expanded = lt_tensor_new();
+  lt_expand(expanded, row, 2, shape);
+  CHECK_ERR(lt_layernorm_forward(expanded, NULL, NULL, x, w, NULL, EPS), "layernorm: out is an expanded view");
+  lt_release(row), lt_release(expanded);
   CHECK_OK(lt_layernorm_forward(out, mean, rstd, x, w, NULL, EPS));
   CHECK_ERR(lt_layernorm_backward(dx, NULL, NULL, d3, x, w, mean, rstd), "dout is [8] f32 cpu, expected the shape");
   CHECK_ERR(lt_layernorm_backward(dx, NULL, NULL, x, x, w, mean, r5), "rstd is [5] f32 cpu, expected f32 [4]");
