@@ -8,7 +8,9 @@
  * or segments) gets out 0 and lse -inf (the log of an empty sum: merging it by lse weights it 0).
  * Backward recomputes P = exp(score - lse) and, with delta_t = dout_t . out_t:
  *   dV = P^T dO, dP = dO V^T, dS = P * (dP - delta), dQ = scale dS K, dK = scale dS^T Q,
- * dK and dV summed over the H / Hkv query heads of a kv head.
+ * dK and dV summed over the H / Hkv query heads of a kv head. The saved lse is f32, so in f64 the
+ * backward recomputes it in double (the dQ pass sees whole rows anyway) to keep f64 gradients exact.
+ * lse may be NULL in the forward (inference: nothing saved).
  *
  * Work split, the same results for any thread count (every output row is written by one task,
  * which sums in a fixed order):

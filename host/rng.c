@@ -10,15 +10,22 @@
  *
  * uniform(lo, hi), out f32/bf16/f16: u = (w0 >> 8) * 2^-24, in [0, 1).
  *                  out f64:          u = (((uint64)w1 << 32 | w0) >> 11) * 2^-53, in [0, 1).
- *   v = fma(hi - lo, u, lo) in double (one rounding: an explicit fused multiply-add), rounded to nearest-even to f32
- * (f32, bf16, f16 outs) and from there to bf16 or f16. If the rounded value is >= hi (it rounded up onto hi), lo is
- * stored instead: results always lie in [lo, hi). normal(mean, std): Box-Muller in double. u1 = (w0 + 1) * 2^-32 in (0,
- * 1] (never log(0)), u2 = w1 * 2^-32 in [0, 1), z = sqrt(-2 log(u1)) * cos(6.283185307179586 * u2), v = fma(std, z,
- * mean), rounded as for uniform (double -> f32 -> bf16/f16). log and cos are libm's here and libdevice's on the GPU
- * (both faithful in double), so an f64 result may differ in its last bit between devices; f32 and narrower agree unless
- * v falls within an ulp of a rounding tie. rand_int(lo, hi), values in [lo, hi): x = (uint64)w1 << 32 | w0, r =
- * ((uint128)x * (hi - lo)) >> 64 (Lemire's multiply-shift: no division, bias at most (hi - lo) / 2^64), v = lo + r.
- * bernoulli(p): v = 1 if (w0 >> 8) * 2^-24 < p (compared in double) else 0, in out's dtype.
+ *   v = fma(hi - lo, u, lo) in double (an explicit fused multiply-add: one rounding), rounded to
+ *   nearest-even to f32 (f32, bf16, f16 outs) and from there to bf16 or f16. If the rounded value
+ *   is >= hi (it rounded up onto hi), lo is stored instead: results always lie in [lo, hi).
+ *
+ * normal(mean, std): Box-Muller in double. u1 = (w0 + 1) * 2^-32 in (0, 1] (never log(0)),
+ *   u2 = w1 * 2^-32 in [0, 1), z = sqrt(-2 log(u1)) * cos(6.283185307179586 * u2),
+ *   v = fma(std, z, mean), rounded as for uniform (double -> f32 -> bf16/f16). log and cos are
+ *   libm's here and libdevice's on the GPU (both faithful in double), so an f64 result may differ
+ *   in its last bit between devices; f32 and narrower agree unless v falls within an ulp of a tie.
+ *
+ * rand_int(lo, hi), values in [lo, hi): x = (uint64)w1 << 32 | w0,
+ *   v = lo + (((uint128)x * (hi - lo)) >> 64) (Lemire's multiply-shift: no division; the bias is at
+ *   most (hi - lo) / 2^64 per value). Integer outs i32/i64/u8, or floats (rounded from the integer).
+ *
+ * bernoulli(p): v = 1 if (w0 >> 8) * 2^-24 < p (exactly: (w0 >> 8) < ceil(p * 2^24)), else 0,
+ *   in out's dtype (bool, u8, any).
  */
 #include "internal.h"
 
