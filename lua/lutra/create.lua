@@ -55,8 +55,11 @@ function M.empty(...)
   return empty(n, a, dt, dev)
 end
 
-function M.full(...)
-  local n, a, value, opts = shape.parse("full", ...)
+-- full(shape_list, value, opts): the shape is a list, as torch's tuple, so that the
+-- value is never mistaken for a size.
+function M.full(sizes, value, opts)
+  if type(sizes) ~= "table" then raise("full: the shape must be a list, e.g. lutra.full({2, 3}, 7)") end
+  local n, a = shape.from_list("full", sizes, 1)
   if type(value) == "boolean" then
     local dt, dev = options("full", opts, dtype.BOOL, dtype.CPU)
     value = value and 1 or 0
