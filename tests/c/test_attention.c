@@ -164,7 +164,14 @@ static void run_case(shape z, int dtype, int causal, int seg_kind, int layout, b
   CHECK(bad_lse == 0, "forward lse: %s", what);
 
   if (backward) {
-    lt_tensor *dq = lt_tensor_new(), *dk = lt_tensor_new(), *dv = lt_tensor_new();
+    lt_tensor *dq = lt_tensor_new(), *dk = lt_tensor_new(), *dv = lt_tensor_new(), *dfused = NULL;
+    if (layout == 1) { /* gradients written into views of one fused (B, T, H + 2 Hkv, D) buffer */
+      int64_t fs[4] = {z.B, z.T, z.H + 2 * z.Hkv, z.D};
+      dfused = check_random(4, fs, dtype, -1, 1);
+      lt_narrow(dq, dfused, 2, 0, z.H);
+      lt_narrow(dk, dfused, 2, z.H, z.Hkv);
+      lt_narrow(dv, dfused, 2, z.H + z.Hkv, z.Hkv);
+    }
     CHECK_OK(lt_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, seg, scale, causal));
     /* bf16/f16 gradients sum many rounded terms: compare against the largest magnitude */
     double gtol = dtype == LT_F32 ? 1e-4 : dtype == LT_F64 ? 1e-9 : tol * 4, scale_q = 0, scale_k = 0;
@@ -173,7 +180,7 @@ static void run_case(shape z, int dtype, int causal, int seg_kind, int layout, b
     CHECK(count_bad("dq", dq, wdq, gtol, gtol * fmax(1, scale_q)) == 0, "backward dq: %s", what);
     CHECK(count_bad("dk", dk, wdk, gtol, gtol * fmax(1, scale_k)) == 0, "backward dk: %s", what);
     CHECK(count_bad("dv", dv, wdv, gtol, gtol * fmax(1, scale_k)) == 0, "backward dv: %s", what);
-    lt_release(dq), lt_release(dk), lt_release(dv);
+    lt_release(dq), lt_release(dk), lt_release(dv), lt_release(dfused);
   }
   free(want), free(want_lse), free(wdq), free(wdk), free(wdv);
   lt_release(q), lt_release(k), lt_release(v), lt_release(fused), lt_release(seg), lt_release(out);
