@@ -133,7 +133,7 @@ static int arg_inner(const reduce_geom *g, const char *base, int dtype, bool is_
   arg_best *parts = malloc(sizeof(arg_best) * n_out * nsplit);
   if (!parts) return lt_errorf("argmax: out of host memory");
   int64_t ntasks = n_out * nsplit;
-#pragma omp parallel for schedule(dynamic, 1) if (ntasks > 1 && n_out * n >= LT_PAR_GRAIN)
+#pragma omp parallel for schedule(static) if (ntasks > 1 && n_out * n >= LT_PAR_GRAIN)
   for (int64_t t = 0; t < ntasks; t++) {
     int64_t o = t / nsplit, s = t % nsplit, k0 = n * s / nsplit, k1 = n * (s + 1) / nsplit;
     int64_t off = lt_offset_of(o, g->nkept, g->kshape, g->kstride) + k0 * rs;
@@ -154,7 +154,7 @@ static void arg_outer(const reduce_geom *g, const char *base, int dtype, bool is
   int esize = lt_dtype_size(dtype);
   int64_t C = g->kshape[g->nkept - 1], cs = g->kstride[g->nkept - 1], O = g->n_out / C;
   int64_t ncb = (C + COLS - 1) / COLS, n = g->rshape[0], rs = g->rstride[0];
-#pragma omp parallel for schedule(dynamic, 1) if (O * ncb > 1 && g->n_out * n >= LT_PAR_GRAIN)
+#pragma omp parallel for schedule(static) if (O * ncb > 1 && g->n_out * n >= LT_PAR_GRAIN)
   for (int64_t t = 0; t < O * ncb; t++) {
     int64_t o = t / ncb, c0 = t % ncb * COLS, nc = C - c0 < COLS ? C - c0 : COLS;
     int64_t off = lt_offset_of(o, g->nkept - 1, g->kshape, g->kstride) + c0 * cs;

@@ -254,7 +254,7 @@ static int reduce_inner(const reduce_job *J, double *resf, int64_t *resi) {
     if (!pf || !pi) return free(pf), free(pi), lt_errorf("reduce: out of host memory for partial results");
   }
   int64_t ntasks = n_out * nsplit;
-#pragma omp parallel for schedule(dynamic, 1) if (ntasks > 1 && n_out * n_red >= LT_PAR_GRAIN)
+#pragma omp parallel for schedule(static) if (ntasks > 1 && n_out * n_red >= LT_PAR_GRAIN)
   for (int64_t t = 0; t < ntasks; t++) {
     int64_t o = t / nsplit, s = t % nsplit;
     int64_t in_off = lt_offset_of(o, g->nkept, g->kshape, g->kstride);
@@ -293,7 +293,7 @@ static int reduce_outer(const reduce_job *J, double *resf, int64_t *resi) {
     if (!pf || !pi) return free(pf), free(pi), lt_errorf("reduce: out of host memory for partial results");
   }
   int64_t ntasks = O * ncb * nsplit;
-#pragma omp parallel for schedule(dynamic, 1) if (ntasks > 1 && g->n_out * n_red >= LT_PAR_GRAIN)
+#pragma omp parallel for schedule(static) if (ntasks > 1 && g->n_out * n_red >= LT_PAR_GRAIN)
   for (int64_t t = 0; t < ntasks; t++) {
     int64_t o = t / (ncb * nsplit), cb = t / nsplit % ncb, s = t % nsplit;
     int64_t c0 = cb * COLS, nc = C - c0 < COLS ? C - c0 : COLS;

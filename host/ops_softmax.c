@@ -45,12 +45,24 @@ typedef enum { SOFTMAX, LOG_SOFTMAX, SOFTMAX_BACKWARD, LOG_SOFTMAX_BACKWARD } so
 
 /* s += the sum of EXPR over i in [0, n): float lanes within blocks of SUM_BLOCK, blocks in double. */
 #define BLOCK_SUM(s, n, i, EXPR)                                                                                       \
-  for (int64_t i0_ = 0; i0_ < (n); i0_ += SUM_BLOCK) {                                                                 \
-    int64_t i1_ = (n)-i0_ < SUM_BLOCK ? (n) : i0_ + SUM_BLOCK;                                                         \
-    float part_ = 0;                                                                                                   \
-    _Pragma("omp simd reduction(+ : part_)") for (int64_t i = i0_; i < i1_; i++) part_ += (EXPR);                      \
-    s += part_;                                                                                                        \
-  }
+  do {                                                                                                                 \
+    for (int64_t i0_ = 0; i0_ < (n); i0_ += SUM_BLOCK) {                                                               \
+      int64_t i1_ = (n)-i0_ < SUM_BLOCK ? (n) : i0_ + SUM_BLOCK;                                                       \
+      float part_ = 0;                                                                                                 \
+      _Pragma("omp simd reduction(+ : part_)") for (int64_t i = i0_; i < i1_; i++) part_ += (EXPR);                    \
+      s += part_;                                                                                                      \
+    }                                                                                                                  \
+  } while (0)
+
+/* sum(x * y), or sum(x) when y is NULL. */
+static double dot_f32(const float *x, const float *y, int64_t n) {
+  double s = 0;
+  if (y)
+    BLOCK_SUM(s, n, i, x[i] * y[i]);
+  else
+    BLOCK_SUM(s, n, i, x[i]);
+  return s;
+}
 
 static void row_f32(softmax_kind kind, float *out, const float *x, const float *y, int64_t n) {
   float m = -INFINITY;
@@ -78,11 +90,13 @@ static void row_f32(softmax_kind kind, float *out, const float *x, const float *
       for (int64_t i = 0; i < n; i++) out[i] = x[i] - lse;
     }
     break;
-  case SOFTMAX_BACKWARD: /* grad_in = y * (grad_out - sum(grad_out * y)) */ BLOCK_SUM(s, n, i, x[i] * y[i]);
+  /* softmax: grad_in = y * (grad_out - sum(grad_out * y)) */
+  case SOFTMAX_BACKWARD: s = dot_f32(x, y, n);
 #pragma omp simd
     for (int64_t i = 0; i < n; i++) out[i] = y[i] * (x[i] - (float)s);
     break;
-  case LOG_SOFTMAX_BACKWARD: /* grad_in = grad_out - exp(y) * sum(grad_out) */ BLOCK_SUM(s, n, i, x[i]);
+  /* log_softmax: grad_in = grad_out - exp(y) * sum(grad_out) */
+  case LOG_SOFTMAX_BACKWARD: s = dot_f32(x, NULL, n);
 #pragma omp simd
     for (int64_t i = 0; i < n; i++) out[i] = x[i] - (y[i] != y[i] ? y[i] : exp_nonpos_f32(y[i])) * (float)s;
     break;
@@ -117,7 +131,7 @@ static void row_f64(softmax_kind kind, double *out, const double *x, const doubl
 
 /* ---- the driver ------------------------------------------------------------------------- */
 
-/* Rows are handled BLOCK at a time. A row that is not contiguous f32/f64 is gathered into
+/* Rows are handled up to BLOCK at a time. A row that is not contiguous f32/f64 is gathered into
  * scratch; gathering a block element-major (element i of every row, then i + 1) reads
  * neighbouring rows together, which is what makes a softmax over dim 0 of (N, C) cheap:
  * its rows are the columns, adjacent in memory. */
@@ -128,6 +142,7 @@ typedef struct softmax_plan {
   softmax_kind kind;
   int dtype, esize, nops, nrest;
   bool direct; /* every operand is contiguous f32/f64 along dim: rows are used in place */
+  int block;   /* rows per block: BLOCK, fewer for long rows so that scratch stays a few MB */
   int64_t n, rows;
   int64_t rest_shape[LT_MAX_DIMS], rest_stride[3][LT_MAX_DIMS], dim_stride[3];
   char *base[3];
@@ -159,7 +174,7 @@ static void scatter_block(char *const *p, const void *buf, int nr, int64_t n, in
   }
 }
 
-/* Rows [r0, r0 + nr), nr <= BLOCK; scratch holds 3 * BLOCK * n doubles. */
+/* Rows [r0, r0 + nr), nr <= P->block; scratch holds 3 * P->block * n doubles. */
 static void softmax_block(const softmax_plan *P, int64_t r0, int nr, char *scratch) {
   int64_t n = P->n;
   bool wide = P->dtype == LT_F64;
@@ -176,7 +191,7 @@ static void softmax_block(const softmax_plan *P, int64_t r0, int nr, char *scrat
     }
     return;
   }
-  int64_t w = wide ? 8 : 4, slot = BLOCK * n * w;
+  int64_t w = wide ? 8 : 4, slot = P->block * n * w;
   for (int k = 1; k < P->nops; k++) gather_block(scratch + k * slot, p[k], nr, n, P->dtype, P->dim_stride[k]);
   for (int j = 0; j < nr; j++) {
     char *o = scratch + j * n * w, *x = scratch + slot + j * n * w, *y = scratch + 2 * slot + j * n * w;
@@ -224,19 +239,20 @@ static int softmax_run(const char *op, softmax_kind kind, lt_tensor *out, const 
   if (P.rows == 0 || P.n == 0) return 0;
   P.direct = P.dtype == LT_F32 || P.dtype == LT_F64;
   for (int k = 0; k < P.nops; k++) P.direct &= P.dim_stride[k] == 1 || P.n == 1;
-  int64_t nblocks = (P.rows + BLOCK - 1) / BLOCK;
+  P.block = P.n >= (1 << 18) / BLOCK ? (int)((1 << 18) / P.n > 1 ? (1 << 18) / P.n : 1) : BLOCK;
+  int64_t nblocks = (P.rows + P.block - 1) / P.block;
   int failed = 0;
 #pragma omp parallel if (nblocks > 1 && P.rows * P.n >= LT_PAR_GRAIN)
   {
-    char *scratch = P.direct ? NULL : malloc((size_t)(3 * BLOCK * P.n * 8));
+    char *scratch = P.direct ? NULL : malloc((size_t)(3 * P.block * P.n * 8));
     if (!P.direct && !scratch) {
 #pragma omp atomic write
       failed = 1;
     }
 #pragma omp for schedule(static)
     for (int64_t b = 0; b < nblocks; b++) {
-      int nr = (int)(P.rows - b * BLOCK < BLOCK ? P.rows - b * BLOCK : BLOCK);
-      if (P.direct || scratch) softmax_block(&P, b * BLOCK, nr, scratch);
+      int nr = (int)(P.rows - b * P.block < P.block ? P.rows - b * P.block : P.block);
+      if (P.direct || scratch) softmax_block(&P, b * P.block, nr, scratch);
     }
     free(scratch);
   }
