@@ -172,6 +172,15 @@ static void test_special_values(void) {
   CHECK(eo->shape[0] == 4 && eo->shape[1] == 0, "empty softmax keeps the shape");
   lt_release(sc), lt_release(o), lt_release(lo), lt_release(ex), lt_release(eo);
 
+  /* long strided rows (softmax over dim 0 of (20000, 3)) take fewer rows per scratch block */
+  int64_t tall[2] = {20000, 3};
+  lt_tensor *t = check_random(2, tall, LT_F32, -8, 8), *ts = lt_tensor_new(), *tl = lt_tensor_new();
+  CHECK_OK(lt_softmax(ts, t, 0));
+  check_against_reference(0, ts, t, NULL, 0, "tall");
+  CHECK_OK(lt_log_softmax(tl, t, -2));
+  check_against_reference(1, tl, t, NULL, -2, "tall");
+  lt_release(t), lt_release(ts), lt_release(tl);
+
   /* one long row sums to 1 */
   int64_t n = 1 << 20;
   lt_tensor *big = check_random(1, &n, LT_F32, -10, 10), *p = lt_tensor_new();
