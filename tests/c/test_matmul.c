@@ -53,7 +53,8 @@ static void check_case(int dtype, int nba, const int64_t *ba, int nbb, const int
                        int64_t K, int trans_a, int trans_b, double alpha, double beta, int layout_a, int layout_b,
                        int layout_out) {
   int64_t sa[LT_MAX_DIMS], sb[LT_MAX_DIMS], so[LT_MAX_DIMS], bshape[LT_MAX_DIMS];
-  memcpy(sa, ba, sizeof(int64_t) * nba), memcpy(sb, bb, sizeof(int64_t) * nbb);
+  for (int d = 0; d < nba; d++) sa[d] = ba[d];
+  for (int d = 0; d < nbb; d++) sb[d] = bb[d];
   sa[nba] = trans_a ? K : M, sa[nba + 1] = trans_a ? M : K;
   sb[nbb] = trans_b ? N : K, sb[nbb + 1] = trans_b ? K : N;
   int nb;
