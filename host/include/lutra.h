@@ -235,8 +235,10 @@ int lt_softmax_backward(lt_tensor *grad_in, const lt_tensor *grad_out, const lt_
 int lt_log_softmax_backward(lt_tensor *grad_in, const lt_tensor *grad_out, const lt_tensor *y, int dim);
 
 /* ---- fused transformer kernels --------------------------------------------------
- * x is (..., C) and N = numel / C rows. Saved statistics are f32 (N). weight and
- * bias may be NULL. Backward overwrites dx, dweight, dbias (those not NULL).     */
+ * x is (..., C) and N = numel / C rows. Saved statistics are f32 (N) when allocated
+ * by the op; pass them already allocated as f64 to keep f64 precision (gradient
+ * checks). weight and bias may be NULL; so may the saved statistics when not needed.
+ * Backward overwrites dx, dweight, dbias (those not NULL).                          */
 
 int lt_layernorm_forward(lt_tensor *out, lt_tensor *mean, lt_tensor *rstd, const lt_tensor *x,
                          const lt_tensor *weight, const lt_tensor *bias, double eps);
