@@ -168,13 +168,17 @@ function M.arange(a, b, c, opts)
   local dt, dev = options("arange", opts, integral and dtype.I64 or dtype.F32, dtype.CPU)
   local out = new()
   if C.lt_arange(out, a, b, c, dt, dev) ~= 0 then fail() end
+  if dev >= 0 then memory.note_cuda() end
   return out
 end
 
 function M.linspace(start, stop, steps, opts)
+  if type(start) ~= "number" or type(stop) ~= "number" then raise("linspace: start and end must be numbers") end
+  errors.int_arg("linspace", steps, "steps")
   local dt, dev = options("linspace", opts, dtype.F32, dtype.CPU)
   local out = new()
   if C.lt_linspace(out, start, stop, steps, dt, dev) ~= 0 then fail() end
+  if dev >= 0 then memory.note_cuda() end
   return out
 end
 

@@ -46,4 +46,25 @@ function M.check_alive(t, op)
   if t.storage == nil then error(op .. ": tensor was freed (by free() or lutra.tidy)", user_level()) end
 end
 
+-- Argument checks for the places where a wrong type would otherwise reach the FFI,
+-- whose conversion error would point inside lutra.
+local Tensor = ffi.typeof("lt_tensor")
+local istype, floor = ffi.istype, math.floor
+
+function M.tensor_arg(op, x, what)
+  if type(x) ~= "cdata" or not istype(Tensor, x) then
+    error(string.format("%s: %s must be a tensor, got %s", op, what, type(x)), user_level())
+  end
+  return x
+end
+
+-- An integer (nil allowed when `optional`).
+function M.int_arg(op, v, what, optional)
+  if v == nil and optional then return v end
+  if type(v) ~= "number" or v ~= floor(v) then
+    error(string.format("%s: %s must be an integer, got %s", op, what, v == nil and "nothing" or tostring(v)), user_level())
+  end
+  return v
+end
+
 return M

@@ -29,8 +29,15 @@ local ffi, C = lt.ffi, lt.C
 
 local M = {}
 
--- every method as a module function: lt.exp(x) == x:exp()
-for name, fn in pairs(tensor.methods) do M[name] = fn end
+-- every method as a module function: lt.exp(x) == x:exp(). Called as a method, the
+-- first argument is a tensor by construction; as a function it is checked here.
+for name, fn in pairs(tensor.methods) do
+  M[name] = function(t, ...)
+    if not ops.is_tensor(t) then errors.raise(name .. ": expected a tensor, got " .. type(t)) end
+    return fn(t, ...)
+  end
+end
+M.matmul = ops.matmul -- checks both operands itself
 -- random fills as methods: t:uniform_(lo, hi), t:normal_(mean, std), t:random_(lo, hi), t:bernoulli_(p)
 for _, name in ipairs {"uniform_", "normal_", "random_", "bernoulli_"} do tensor.methods[name] = create[name] end
 for name, fn in pairs(create) do
@@ -63,6 +70,10 @@ M.set_num_threads = function(n)
   if C.lt_set_num_threads(n) ~= 0 then errors.fail() end
 end
 M.C, M.ffi = C, ffi -- the raw API, for code that needs it
+
+-- Opens the REPL in the caller's frame (a tail call, so that the caller's frame is
+-- the one the debugger sees); Ctrl-D continues.
+function M.debug() return require("lutra.repl").debug() end
 
 M.cuda = {
   is_available = function() return C.lt_cuda_device_count() > 0 end,

@@ -14,6 +14,7 @@ local ffi, C = lt.ffi, lt.C
 local M = {}
 
 local new, fail, raise = memory.new, errors.fail, errors.raise
+local tensor_arg, int_arg = errors.tensor_arg, errors.int_arg
 local type, istype, tonumber = type, ffi.istype, tonumber
 local Tensor = ffi.typeof("lt_tensor")
 local C_binary, C_binary_scalar, C_unary = lt.fn("lt_binary"), lt.fn("lt_binary_scalar"), lt.fn("lt_unary")
@@ -145,6 +146,8 @@ end
 -- lo or hi may be nil (no bound).
 function M.clamp(a, lo, hi, out)
   check_out("clamp", out)
+  if lo ~= nil and type(lo) ~= "number" then raise("clamp: lo must be a number or nil, got " .. type(lo)) end
+  if hi ~= nil and type(hi) ~= "number" then raise("clamp: hi must be a number or nil, got " .. type(hi)) end
   if out == nil then out = new() end
   if C.lt_clamp(out, a, lo or -math.huge, hi or math.huge) ~= 0 then fail() end
   return out
@@ -226,6 +229,7 @@ function M.min(a, dims, keepdim, out) return max_min(a, dims, keepdim, out, REDU
 function M.var(a, dims, keepdim, correction, out)
   check_out("var", out)
   if correction == nil or correction == true then correction = 1 elseif correction == false then correction = 0 end
+  int_arg("var", correction, "correction")
   local n, arr = shape.dims("var", dims)
   if out == nil then out = new() end
   if C.lt_var(out, a, n, arr, correction, keepdim and 1 or 0) ~= 0 then fail() end
@@ -241,6 +245,8 @@ end
 
 -- a (..., M, K) @ b (..., K, N) -> (..., M, N), batch dims broadcast.
 function M.matmul(a, b, out)
+  tensor_arg("matmul", a, "a")
+  tensor_arg("matmul", b, "b")
   check_out("matmul", out)
   if out == nil then out = new() end
   if C.lt_matmul(out, a, b, 0, 0, 1.0, 0.0) ~= 0 then fail() end
@@ -252,6 +258,8 @@ end
 function M.gemm(a, b, opts)
   opts = opts or {}
   local out = opts.out
+  tensor_arg("gemm", a, "a")
+  tensor_arg("gemm", b, "b")
   check_out("gemm", out)
   if out == nil then out = new() end
   local rc = C.lt_matmul(out, a, b, opts.trans_a and 1 or 0, opts.trans_b and 1 or 0, opts.alpha or 1.0,
@@ -261,6 +269,7 @@ function M.gemm(a, b, opts)
 end
 
 function M.softmax(a, dim, out)
+  int_arg("softmax", dim, "dim", true)
   check_out("softmax", out)
   if out == nil then out = new() end
   if C.lt_softmax(out, a, dim or -1) ~= 0 then fail() end
@@ -268,6 +277,7 @@ function M.softmax(a, dim, out)
 end
 
 function M.log_softmax(a, dim, out)
+  int_arg("log_softmax", dim, "dim", true)
   check_out("log_softmax", out)
   if out == nil then out = new() end
   if C.lt_log_softmax(out, a, dim or -1) ~= 0 then fail() end

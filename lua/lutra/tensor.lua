@@ -23,6 +23,7 @@ local ffi, C = lt.ffi, lt.C
 local M = {}
 
 local new, fail, raise, check_alive = memory.new, errors.fail, errors.raise, errors.check_alive
+local tensor_arg, int_arg = errors.tensor_arg, errors.int_arg
 local type, tonumber = type, tonumber
 local is_tensor = ops.is_tensor
 local shape_table = shape.shape_table
@@ -101,10 +102,12 @@ function methods.reshape(t, ...)
   return out
 end
 
-function methods.view_as(t, other) return methods.view(t, shape_table(other)) end
-function methods.reshape_as(t, other) return methods.reshape(t, shape_table(other)) end
+function methods.view_as(t, other) return methods.view(t, shape_table(tensor_arg("view_as", other, "other"))) end
+function methods.reshape_as(t, other) return methods.reshape(t, shape_table(tensor_arg("reshape_as", other, "other"))) end
 
 function methods.transpose(t, d0, d1)
+  int_arg("transpose", d0, "dim0")
+  int_arg("transpose", d1, "dim1")
   local out = new()
   if C.lt_transpose(out, t, d0, d1) ~= 0 then fail() end
   return out
@@ -125,6 +128,9 @@ function methods.permute(t, ...)
 end
 
 function methods.narrow(t, dim, start, length)
+  int_arg("narrow", dim, "dim")
+  int_arg("narrow", start, "start")
+  int_arg("narrow", length, "length")
   local out = new()
   if C.lt_narrow(out, t, dim, start, length) ~= 0 then fail() end
   return out
@@ -132,12 +138,18 @@ end
 
 -- Elements start, start + step, ... below stop along dim (stop nil: to the end).
 function methods.slice(t, dim, start, stop, step)
+  int_arg("slice", dim, "dim")
+  int_arg("slice", start, "start", true)
+  int_arg("slice", stop, "stop", true)
+  int_arg("slice", step, "step", true)
   local out = new()
   if C.lt_slice(out, t, dim, start or 0, stop or 2 ^ 62, step or 1) ~= 0 then fail() end
   return out
 end
 
 function methods.select(t, dim, i)
+  int_arg("select", dim, "dim")
+  int_arg("select", i, "index")
   local out = new()
   if C.lt_select(out, t, dim, i) ~= 0 then fail() end
   return out
@@ -151,12 +163,14 @@ function methods.expand(t, ...)
 end
 
 function methods.expand_as(t, other)
+  tensor_arg("expand_as", other, "other")
   local out = new()
   if C.lt_expand(out, t, other.ndim, other.shape_) ~= 0 then fail() end
   return out
 end
 
 function methods.unsqueeze(t, dim)
+  int_arg("unsqueeze", dim, "dim")
   local out = new()
   if C.lt_unsqueeze(out, t, dim) ~= 0 then fail() end
   return out
@@ -164,6 +178,7 @@ end
 
 -- Drops dim (which must have size 1), or every dim of size 1 when dim is nil.
 function methods.squeeze(t, dim)
+  int_arg("squeeze", dim, "dim", true)
   local out = new()
   local rc = dim == nil and C.lt_squeeze_all(out, t) or C.lt_squeeze(out, t, dim)
   if rc ~= 0 then fail() end
@@ -264,7 +279,7 @@ for name, dt in pairs {float = "f32", double = "f64", bf16 = "bf16", bfloat16 = 
 end
 function methods.cpu(t) return methods.to(t, "cpu") end
 function methods.cuda(t, k) return methods.to(t, k or 0) end
-function methods.type_as(t, other) return methods.to(t, dtype.name(other.dtype_)) end
+function methods.type_as(t, other) return methods.to(t, dtype.name(tensor_arg("type_as", other, "other").dtype_)) end
 
 -- ---- values ------------------------------------------------------------------------
 
@@ -338,6 +353,7 @@ mt.__index = function(t, k)
   if p ~= nil then return p(t) end
   local tk = type(k)
   if tk == "number" or tk == "table" then return index_get(t, k) end
+  if tk == "cdata" and tonumber(k) then return index_get(t, tonumber(k)) end -- an int64 index
   raise("tensor has no method or property '" .. tostring(k) .. "'")
 end
 mt.__newindex = function(t, k, v)
