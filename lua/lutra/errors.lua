@@ -37,7 +37,9 @@ end
 -- gone was freed from Lua (free(), tidy()): Lua never hands out undefined tensors.
 function M.fail()
   local msg = ffi.string(C.lt_last_error())
-  msg = msg:gsub(" is undefined %(freed, or never allocated%)", " tensor was freed (by free() or lutra.tidy)")
+  msg = msg:gsub("(%S+) is undefined %(freed, or never allocated%)", function(what)
+    return (what == "tensor" and "" or what .. " ") .. "tensor was freed (by free() or lutra.tidy)"
+  end)
   error(msg, user_level())
 end
 

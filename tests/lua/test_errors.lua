@@ -194,3 +194,13 @@ test("wrong argument types are reported at the user's line, not inside the FFI",
   line, msg = here(), fails(function() local _ = lt.linspace(0, 1, 2.5) end)
   check(msg, line, "linspace: steps must be an integer")
 end)
+
+test("cuda without a usable device is a clear error", function()
+  if lt.cuda.device_count() > 0 then return end -- covered by `lutra selftest` on GPU machines
+  local line, msg = here(), fails(function() local _ = lt.zeros(2, {device = "cuda"}) end)
+  check(msg, line, "cuda:0 is not available")
+  line, msg = here(), fails(function() local _ = lt.ones(2):cuda() end)
+  check(msg, line, "cuda:0 is not available")
+  line, msg = here(), fails(function() local _ = lt.ones(2):to("cuda:1", "f64") end)
+  check(msg, line, "cuda:1 is not available")
+end)
