@@ -101,7 +101,7 @@ __host__ __device__ static inline uint16_t lt_dev_f32_to_f16(float f) { /* round
   memcpy(&u, &f, 4);
   uint32_t sign = (u >> 16) & 0x8000u;
   uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u); /* NaN */
+  if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);  /* NaN */
   if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* overflow to inf */
   if (a < 0x38800000u) {                                   /* subnormal or zero in f16 */
     if (a < 0x33000000u) return (uint16_t)sign;
@@ -172,14 +172,10 @@ template <> struct lt_dev_dtype<lt_bool_byte> {
 };
 
 /* A run of N elements moved with one 128-bit (or narrower) load or store. */
-template <typename T, int N> struct alignas(sizeof(T) * N) lt_dev_vec {
-  T v[N];
-};
+template <typename T, int N> struct alignas(sizeof(T) * N) lt_dev_vec { T v[N]; };
 
 /* Calls f(lt_dev_type_tag<T>{}) with T the element type of dtype; false if unknown. */
-template <typename T> struct lt_dev_type_tag {
-  using type = T;
-};
+template <typename T> struct lt_dev_type_tag { using type = T; };
 template <typename F> static inline bool lt_with_dtype(int dtype, F &&f) {
   switch (dtype) {
   case LT_F32: f(lt_dev_type_tag<float>{}); return true;

@@ -148,9 +148,9 @@ extern "C" int lt_cuda_convert_on_host(void *dst, int dst_dtype, const void *src
 
 /* add has kernels for f32, f64, bf16, f16, i32, i64 */
 template <typename T>
-constexpr bool add_supported = std::is_floating_point<T>::value || std::is_same<T, lt_bf16_bits>::value ||
-                               std::is_same<T, lt_f16_bits>::value || std::is_same<T, int32_t>::value ||
-                               std::is_same<T, int64_t>::value;
+constexpr bool add_supported =
+    std::is_floating_point<T>::value || std::is_same<T, lt_bf16_bits>::value || std::is_same<T, lt_f16_bits>::value ||
+    std::is_same<T, int32_t>::value || std::is_same<T, int64_t>::value;
 static bool add_supported_dtype(int dtype) {
   bool ok = false;
   lt_with_dtype(dtype, [&](auto tag) { ok = add_supported<typename decltype(tag)::type>; });

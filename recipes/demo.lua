@@ -48,7 +48,8 @@ assert(not ok and tostring(err):find("matmul"), "the shape mismatch was not repo
 if lt.cuda.is_available() then
   local g = x:cuda()
   local back = (g + g):cpu()
-  print(string.format("\nx + x on %s matches the CPU: %s", g.device, tostring((back - (x + x)):abs():max():item() == 0)))
+  local same = (back - (x + x)):abs():max():item() == 0
+  print(string.format("\nx + x on %s matches the CPU: %s", g.device, tostring(same)))
 end
 
 print("\ndemo: done")

@@ -9,19 +9,17 @@
 #include "check.h"
 
 /* kernels/ exports (present only in a CUDA build; weak so that a CPU build links) */
-__attribute__((weak)) int lt_cuda_convert_on_host(void *dst, int dst_dtype, const void *src, int src_dtype,
-                                                  int64_t n);
+__attribute__((weak)) int lt_cuda_convert_on_host(void *dst, int dst_dtype, const void *src, int src_dtype, int64_t n);
 __attribute__((weak)) int lt_cuda_add_on_host(void *out, const void *a, const void *b, int dtype, int64_t n);
-__attribute__((weak)) int lt_cuda_add_contig(int device, void *out, const void *a, const void *b, int dtype,
-                                             int64_t n);
+__attribute__((weak)) int lt_cuda_add_contig(int device, void *out, const void *a, const void *b, int dtype, int64_t n);
 
 static const int add_dtypes[] = {LT_F32, LT_F64, LT_BF16, LT_F16, LT_I32, LT_I64};
 
 /* Values that stress conversions: ties, subnormals, infinities, NaN, big and negative. */
 static double special_value(int64_t i, int src_dtype, int dst_dtype) {
-  static const double floats[] = {0.0,   -0.0,     1.0,     -1.5,      2.5,    65504.0, 65520.0, 1e-8,
-                                  6e-8,  3e-5,     1.00390625, 1.005859375, 3.4e38, -1e30,  1e-40, 0.1,
-                                  255.0, -128.75, 300.0,   INFINITY,  -INFINITY, NAN};
+  static const double floats[] = {0.0,   -0.0,    1.0,        -1.5,        2.5,       65504.0, 65520.0, 1e-8,
+                                  6e-8,  3e-5,    1.00390625, 1.005859375, 3.4e38,    -1e30,   1e-40,   0.1,
+                                  255.0, -128.75, 300.0,      INFINITY,    -INFINITY, NAN};
   static const double ints[] = {0, 1, -1, 2, 127, -128, 255, 256, 1000, -70000, 16777217, 2147483647, -2147483647};
   /* float -> int of an out-of-range value is undefined in C: those stay in range (f16 too) */
   static const double small_ints[] = {0, 1, -1, 2, 127, -128, 255, 256, 1000, -60000};
@@ -202,7 +200,8 @@ static void test_gpu(void) {
         lt_tensor *want = lt_tensor_new();
         CHECK_OK(lt_empty(want, 1, shape, dt, LT_DEVICE_CPU));
         CHECK_OK(lt_cuda_add_on_host(lt_data_ptr(want), lt_data_ptr(a), lt_data_ptr(b), dt, n));
-        lt_tensor *da = cuda_tensor(n, dt, skip, a), *db = cuda_tensor(n, dt, 0, b), *dout = cuda_tensor(n, dt, 0, NULL);
+        lt_tensor *da = cuda_tensor(n, dt, skip, a), *db = cuda_tensor(n, dt, 0, b),
+                  *dout = cuda_tensor(n, dt, 0, NULL);
         CHECK_OK(lt_cuda_add_contig(0, lt_data_ptr(dout), lt_data_ptr(da), lt_data_ptr(db), dt, n));
         CHECK_OK(lt_cuda_add_contig(0, lt_data_ptr(db), lt_data_ptr(da), lt_data_ptr(db), dt, n)); /* in place */
         lt_tensor *got = to_cpu(dout), *got_inplace = to_cpu(db);
