@@ -1,6 +1,11 @@
 /* ops_binary.c — out = a op b with broadcasting, the scalar variants, and where.
  * Floats compute in their own type (f64 in double), bf16/f16 in f32 by blocks;
  * integers wrap on overflow as in two's complement. */
+/* Float compare-and-select (clamping, NaN checks, maximum, relu) and sqrt only vectorise when
+ * the compiler may ignore FP exception flags and errno, which nothing here reads. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math", "no-math-errno")
+#endif
 #include "ops_elementwise.h"
 #include <stdio.h>
 

@@ -1,6 +1,7 @@
 /* ops_elementwise.c — the loop driver of the elementwise ops (runs along the innermost
  * dim, split across threads) and the 16-bit float block conversions they share. */
 #include "ops_elementwise.h"
+#include <stdlib.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -36,17 +37,65 @@ static int coalesce(int ndim, const int64_t *shape, int nops, const int64_t (*st
   return n;
 }
 
+/* Element offsets of each operand at index r of the dims [0, nd) (row-major). */
+static void offsets_of(int64_t r, int nd, const int64_t *sh, int nops, int64_t (*st)[LT_MAX_DIMS], int64_t *off) {
+  for (int k = 0; k < nops; k++) off[k] = 0;
+  for (int d = nd - 1; d >= 0; d--) {
+    int64_t i = r % sh[d];
+    r /= sh[d];
+    for (int k = 0; k < nops; k++) off[k] += i * st[k][d];
+  }
+}
+
+enum { TILE_ROWS = 32, TILE_COLS = 256 };
+
+/* True when an operand walks the innermost dim with a large stride but the one before it
+ * with a small one (a transpose): row-by-row runs would touch a new cache line per element. */
+static bool wants_tiles(int nd, const int64_t *sh, int nops, int64_t (*st)[LT_MAX_DIMS]) {
+  if (nd < 2 || sh[nd - 1] < TILE_COLS || sh[nd - 2] < TILE_ROWS) return false;
+  for (int k = 0; k < nops; k++) {
+    int64_t inner = llabs(st[k][nd - 1]), outer = llabs(st[k][nd - 2]);
+    if (inner >= 16 && outer < inner) return true;
+  }
+  return false;
+}
+
+/* The last two dims in tiles of TILE_ROWS x TILE_COLS: the lines a tile reads of the
+ * transposed operand stay in cache while its rows are walked. */
+static void execute_tiled(int nd, const int64_t *sh, int nops, char *const *base, const int *esize,
+                          int64_t (*st)[LT_MAX_DIMS], ew_kernel kernel, const void *ctx, int nthreads) {
+  int64_t nrows = sh[nd - 2], ncols = sh[nd - 1], outer = lt_shape_numel(nd - 2, sh);
+  int64_t row_tiles = (nrows + TILE_ROWS - 1) / TILE_ROWS, col_tiles = (ncols + TILE_COLS - 1) / TILE_COLS;
+  int64_t tasks = outer * row_tiles * col_tiles;
+#pragma omp parallel for schedule(static) if (nthreads > 1)
+  for (int64_t t = 0; t < tasks; t++) {
+    int64_t r = t / (row_tiles * col_tiles), i0 = (t / col_tiles) % row_tiles * TILE_ROWS;
+    int64_t j0 = t % col_tiles * TILE_COLS, n = ncols - j0 < TILE_COLS ? ncols - j0 : TILE_COLS;
+    int64_t off[EW_MAX_OPERANDS], step[EW_MAX_OPERANDS];
+    offsets_of(r, nd - 2, sh, nops, st, off);
+    char *ptr[EW_MAX_OPERANDS];
+    for (int64_t i = i0; i < nrows && i < i0 + TILE_ROWS; i++) {
+      for (int k = 0; k < nops; k++) {
+        step[k] = st[k][nd - 1];
+        ptr[k] = base[k] + (off[k] + i * st[k][nd - 2] + j0 * step[k]) * esize[k];
+      }
+      kernel(ctx, ptr, step, n);
+    }
+  }
+}
+
 void ew_execute(int ndim, const int64_t *shape, int nops, char *const *base, const int *esize,
                 const int64_t (*strides)[LT_MAX_DIMS], ew_kernel kernel, const void *ctx, int64_t grain) {
   int64_t sh[LT_MAX_DIMS], st[EW_MAX_OPERANDS][LT_MAX_DIMS];
   int nd = coalesce(ndim, shape, nops, strides, sh, st);
   if (nd == 0) return;
   int64_t inner = sh[nd - 1], rows = lt_shape_numel(nd - 1, sh), numel = rows * inner;
-  /* Long runs are cut into chunks so that a few long rows still spread over all threads. */
   int nthreads = 1;
 #ifdef _OPENMP
   if (numel >= grain) nthreads = omp_get_max_threads();
 #endif
+  if (wants_tiles(nd, sh, nops, st)) return execute_tiled(nd, sh, nops, base, esize, st, kernel, ctx, nthreads);
+  /* Long runs are cut into chunks so that a few long rows still spread over all threads. */
   int64_t chunk = inner;
   if (nthreads > 1 && rows < 4 * nthreads) {
     int64_t want = (numel + 4 * nthreads - 1) / (4 * nthreads);
@@ -58,12 +107,8 @@ void ew_execute(int ndim, const int64_t *shape, int nops, char *const *base, con
   for (int64_t t = 0; t < tasks; t++) {
     int64_t r = t / per_row, i0 = (t % per_row) * chunk;
     int64_t n = inner - i0 < chunk ? inner - i0 : chunk;
-    int64_t off[EW_MAX_OPERANDS] = {0}, step[EW_MAX_OPERANDS];
-    for (int d = nd - 2; d >= 0; d--) {
-      int64_t i = r % sh[d];
-      r /= sh[d];
-      for (int k = 0; k < nops; k++) off[k] += i * st[k][d];
-    }
+    int64_t off[EW_MAX_OPERANDS], step[EW_MAX_OPERANDS];
+    offsets_of(r, nd - 1, sh, nops, st, off);
     char *ptr[EW_MAX_OPERANDS];
     for (int k = 0; k < nops; k++) {
       step[k] = st[k][nd - 1];

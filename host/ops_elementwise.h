@@ -32,6 +32,45 @@ int64_t ew_load_f32(float *dst, const char *src, int dtype, int64_t stride, int6
  * nearest even. */
 void ew_store_f32(char *dst, int dtype, int64_t stride, const float *src, int64_t n);
 
+/* ---- f32 exp and tanh in plain arithmetic, so that loops calling them vectorise (libm's
+ * expf/tanhf are scalar calls). Cephes polynomials: about 1 ulp over the whole range, with
+ * overflow to inf, gradual underflow to 0, and NaN kept. */
+
+static inline float ew_bits_to_f32(uint32_t u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+static inline float ew_expf(float x) {
+  float xc = x > 89.0f ? 89.0f : x;
+  xc = xc < -104.0f ? -104.0f : xc;
+  float xn = xc == xc ? xc : 0.0f;                                   /* NaN: keep the integer part defined */
+  float n = (xn * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round(x / ln 2) */
+  float r = (xc - n * 0.693359375f) + n * 2.12194440e-4f;            /* x - n ln 2 in two parts */
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  int32_t k = (int32_t)n, k1 = k / 2, k2 = k - k1; /* 2^n in two factors: no exponent overflow */
+  return p * ew_bits_to_f32((uint32_t)(k1 + 127) << 23) * ew_bits_to_f32((uint32_t)(k2 + 127) << 23);
+}
+
+static inline float ew_tanhf(float x) {
+  float ax = x < 0 ? -x : x;
+  float big = 1.0f - 2.0f / (ew_expf(2.0f * ax) + 1.0f); /* no cancellation for |x| >= 0.625 */
+  big = x < 0 ? -big : big;
+  float z = x * x; /* odd polynomial for small |x| */
+  float small = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z + 1.33314422036e-1f) * z -
+                 3.33332819422e-1f) *
+                    z * x +
+                x;
+  return ax < 0.625f ? small : big;
+}
+
 static inline bool ew_is_int(int dtype) { return dtype == LT_I32 || dtype == LT_I64 || dtype == LT_U8; }
 static inline bool ew_is_half(int dtype) { return dtype == LT_BF16 || dtype == LT_F16; }
 

@@ -1,6 +1,11 @@
 /* ops_unary.c — out = op(a), its gradient, and clamp. Floats compute in their own
  * type (f64 in double), bf16/f16 in f32 by blocks; neg, abs, relu and square also
  * run on integers (wrapping on overflow). */
+/* Float compare-and-select (clamping, NaN checks, maximum, relu) and sqrt only vectorise when
+ * the compiler may ignore FP exception flags and errno, which nothing here reads. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math", "no-math-errno")
+#endif
 #include "ops_elementwise.h"
 #include <stdio.h>
 
@@ -26,7 +31,7 @@ static bool is_cheap_unary(int op) { return is_int_unary(op) || op == LT_RECIPRO
     T t = TANH((T)GELU_K * (x + (T)GELU_C * x * x * x));                                                               \
     return (T)0.5 * (1 + t) + (T)0.5 * x * (1 - t * t) * (T)GELU_K * (1 + 3 * (T)GELU_C * x * x);                      \
   }
-DEFINE_SCALAR_FNS(float, f, expf, tanhf)
+DEFINE_SCALAR_FNS(float, f, ew_expf, ew_tanhf)
 DEFINE_SCALAR_FNS(double, d, exp, tanh)
 
 /* ---- forward runs: o[i*so] = f(a[i*sa]) ------------------------------------------ */
@@ -70,7 +75,7 @@ DEFINE_SCALAR_FNS(double, d, exp, tanh)
     case LT_RECIPROCAL: UNARY_RUN(T, 1 / x); break;                                                                    \
     }                                                                                                                  \
   }
-DEFINE_FLOAT_UNARY(unary_f32, float, f, expf, logf, sqrtf, tanhf, fabsf, sinf, cosf)
+DEFINE_FLOAT_UNARY(unary_f32, float, f, ew_expf, logf, sqrtf, ew_tanhf, fabsf, sinf, cosf)
 DEFINE_FLOAT_UNARY(unary_f64, double, d, exp, log, sqrt, tanh, fabs, sin, cos)
 
 #define DEFINE_INT_UNARY(NAME, T, UT)                                                                                  \
@@ -192,7 +197,7 @@ int lt_unary(lt_tensor *out, const lt_tensor *a, int op) {
     case LT_RECIPROCAL: BACKWARD_RUN(T, -g / (x * x)); break;                                                          \
     }                                                                                                                  \
   }
-DEFINE_FLOAT_BACKWARD(backward_f32, float, f, expf, sqrtf, tanhf, sinf, cosf)
+DEFINE_FLOAT_BACKWARD(backward_f32, float, f, ew_expf, sqrtf, ew_tanhf, sinf, cosf)
 DEFINE_FLOAT_BACKWARD(backward_f64, double, d, exp, sqrt, tanh, sin, cos)
 
 static void backward_kernel(const void *ctx, char *const *p, const int64_t *s, int64_t n) {

@@ -108,6 +108,23 @@ static void test_binary_large(void) {
       lt_release(a), lt_release(r), lt_release(c), lt_release(o), lt_release(p);
     }
   }
+  /* a transposed operand (walked in tiles), with partial tiles on both dims and an outer dim */
+  int64_t ts[3] = {3, 300, 521}, tts[3] = {3, 521, 300}, n = 3 * 300 * 521;
+  for (int dt = 0; dt < 2; dt++) {
+    int dtype = dt ? LT_F16 : LT_F32;
+    lt_tensor *a = check_random(3, ts, dtype, -2, 2), *b = check_random(3, tts, dtype, -2, 2);
+    lt_tensor *bt = lt_tensor_new(), *o = lt_tensor_new(), *u = make_out(3, ts, dtype, true);
+    CHECK_OK(lt_transpose(bt, b, 1, 2));
+    double *want = malloc(sizeof(double) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) want[i] = check_at(a, i) - check_at(bt, i);
+    CHECK_OK(lt_binary(o, a, bt, LT_SUB));
+    expect("large sub with a transposed operand", o, want, tol(dtype));
+    for (int64_t i = 0; i < n; i++) want[i] = ref_unary(LT_SIGMOID, check_at(bt, i));
+    CHECK_OK(lt_unary(u, bt, LT_SIGMOID)); /* transposed input into a transposed out */
+    expect("large sigmoid of a transposed operand", u, want, tol(dtype));
+    free(want);
+    lt_release(a), lt_release(b), lt_release(bt), lt_release(o), lt_release(u);
+  }
 }
 
 /* ---- unary ------------------------------------------------------------------------------- */
