@@ -1,6 +1,7 @@
 /* runtime.c — version, build information, threads, and the CUDA probe. */
 #include "internal.h"
 #include <cblas.h>
+#include <pthread.h>
 #include <stdio.h>
 #ifdef LUTRA_HAVE_MPI
 #include <mpi.h>
@@ -38,11 +39,11 @@ int lt_set_num_threads(int n) {
 
 /* ---- CUDA probe: done once, never fails ------------------------------------------- */
 
-static int cuda_count = -1;
+static int cuda_count = 0;
 static char cuda_status_text[256];
+static pthread_once_t cuda_probe_once = PTHREAD_ONCE_INIT;
 
-static void probe_cuda(void) {
-  if (cuda_count >= 0) return;
+static void probe_cuda_once(void) {
 #ifdef LUTRA_HAVE_CUDA
   int n = 0;
   if (lt_cuda_init_devices(&n, cuda_status_text, sizeof cuda_status_text) != 0) n = 0;
@@ -52,6 +53,8 @@ static void probe_cuda(void) {
   snprintf(cuda_status_text, sizeof cuda_status_text, "built without CUDA");
 #endif
 }
+
+static void probe_cuda(void) { pthread_once(&cuda_probe_once, probe_cuda_once); }
 
 int lt_cuda_device_count(void) {
   probe_cuda();
