@@ -294,6 +294,61 @@ int lt_rand_bernoulli(lt_tensor *out, uint64_t seed, uint64_t offset, double p);
 /* The raw generator, for tests: 4 words of Philox4x32-10 at (key, counter). */
 int lt_philox4x32(uint64_t key, uint64_t counter, uint32_t *out4);
 
+/* ---- token files ---------------------------------------------------------------
+ * A corpus tokenized once (host/tokfile.c): a 128-byte little-endian header, then
+ * `count` tokens of `token_bytes` each (u16 when vocab_size <= 65536, else u32):
+ *   0 "LUTRATOK"  8 u32 version (1)  12 u32 token_bytes  16 u64 count  24 u64 vocab_size
+ *   32 u64 tokenizer_hash  40 u64 tokens_hash (FNV-1a 64 of the token bytes)
+ *   48 u64 source_bytes  56 u64 source_hash (FNV-1a 64 of the text)  64 i64 source_mtime_ns
+ *   72..128 zeros. The file size is exactly 128 + count * token_bytes.
+ * Writing streams (open, append any number of times, finish) into a temporary file that
+ * finish renames into place, so a reader never sees a partial file. Reading maps the
+ * file (read-only, MAP_SHARED) after validating the header; errors name the file. */
+
+typedef struct lt_tokfile_info {
+  uint32_t version;
+  uint32_t token_bytes;
+  int64_t count;
+  int64_t vocab_size;
+  uint64_t tokenizer_hash;
+  uint64_t tokens_hash;
+  int64_t source_bytes;
+  uint64_t source_hash;
+  int64_t source_mtime_ns;
+} lt_tokfile_info;
+
+typedef struct lt_tokwriter lt_tokwriter; /* opaque */
+typedef struct lt_tokfile lt_tokfile;     /* opaque: a mapped token file */
+
+int lt_tokwriter_open(lt_tokwriter **out, const char *path, int64_t vocab_size, uint64_t tokenizer_hash);
+/* ids: count values of ids_dtype (LT_I32 or LT_I64), each in [0, vocab_size). */
+int lt_tokwriter_append(lt_tokwriter *w, const void *ids, int ids_dtype, int64_t count);
+/* Both end the writer and free it: finish writes the header and renames the file into
+ * place; abort removes the temporary file (NULL is ok). */
+int lt_tokwriter_finish(lt_tokwriter *w, int64_t source_bytes, uint64_t source_hash, int64_t source_mtime_ns);
+int lt_tokwriter_abort(lt_tokwriter *w);
+
+int lt_tokfile_open(lt_tokfile **out, const char *path);
+int lt_tokfile_close(lt_tokfile *f); /* NULL is ok */
+int lt_tokfile_get_info(const lt_tokfile *f, lt_tokfile_info *info);
+/* Reads and validates the header of the file at path, as open does, without mapping it. */
+int lt_tokfile_read_header(const char *path, lt_tokfile_info *info);
+/* Recomputes the tokens checksum: an error names the file when it differs. */
+int lt_tokfile_verify(const lt_tokfile *f);
+/* out (count) = tokens [start, start + count): I64 or I32 (undefined: allocated I64). */
+int lt_tokfile_tokens(lt_tensor *out, const lt_tokfile *f, int64_t start, int64_t count);
+/* Row b of a batch is the window of T + 1 tokens at starts[b], with 0 <= starts[b] and
+ * starts[b] + T + 1 <= count. With y: x (B, T) = tokens[s, s + T) and y (B, T) =
+ * tokens[s + 1, s + T + 1) (the next-token targets); with y NULL: x (B, T + 1) holds the
+ * whole window. x and y are I64 or I32 (undefined: allocated I64). */
+int lt_tokfile_batch(lt_tensor *x, lt_tensor *y, const lt_tokfile *f, const int64_t *starts, int64_t batch,
+                     int64_t seq_len);
+
+/* FNV-1a 64 of nbytes at data, continuing from *hash (start from 0xcbf29ce484222325). */
+int lt_hash64(const void *data, int64_t nbytes, uint64_t *hash);
+/* Size in bytes and modification time (ns since the epoch) of the file at path. */
+int lt_file_stat(const char *path, int64_t *size, int64_t *mtime_ns);
+
 #ifdef __cplusplus
 }
 #endif
