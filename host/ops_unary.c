@@ -25,7 +25,10 @@ static bool is_cheap_unary(int op) { return is_int_unary(op) || op == LT_RECIPRO
 /* Scalar functions and derivatives shared by forward and backward, for float (S = f)
  * and double (S = d). */
 #define DEFINE_SCALAR_FNS(T, S, EXP, TANH)                                                                             \
-  static inline T sigmoid_##S(T x) { return 1 / (1 + EXP(-x)); }                                                       \
+  static inline T sigmoid_##S(T x) { /* exp of -|x| only: no overflow, tiny results kept */                            \
+    T e = EXP(x < 0 ? x : -x);                                                                                         \
+    return (x < 0 ? e : 1) / (1 + e);                                                                                  \
+  }                                                                                                                    \
   static inline T gelu_##S(T x) { return (T)0.5 * x * (1 + TANH((T)GELU_K * (x + (T)GELU_C * x * x * x))); }           \
   static inline T gelu_grad_##S(T x) {                                                                                 \
     T t = TANH((T)GELU_K * (x + (T)GELU_C * x * x * x));                                                               \

@@ -58,6 +58,32 @@ static lt_tensor *vec(int dtype, int64_t n, const double *v) {
   return t;
 }
 
+/* f32 exp and tanh over their whole range: within 2 ulp of the double result, overflow to
+ * inf, underflow to 0, NaN kept, tiny arguments exact. */
+static void test_f32_exp_tanh_range(void) {
+  enum { N = 4001 };
+  static double xs[N + 8];
+  for (int i = 0; i < N; i++) xs[i] = -104 + 193.0 * i / (N - 1);
+  double specials[8] = {INFINITY, -INFINITY, NAN, 1e-30, -3e-6, 1e-40, 0.6249, 0.6251};
+  memcpy(xs + N, specials, sizeof specials);
+  lt_tensor *x = vec(LT_F32, N + 8, xs), *e = lt_tensor_new(), *t = lt_tensor_new(), *s = lt_tensor_new();
+  CHECK_OK(lt_unary(e, x, LT_EXP));
+  CHECK_OK(lt_unary(t, x, LT_TANH));
+  CHECK_OK(lt_unary(s, x, LT_SIGMOID));
+  int64_t bad_e = -1, bad_t = -1, bad_s = -1;
+  for (int64_t i = 0; i < N + 8; i++) {
+    double xi = check_at(x, i), we = exp(xi), wt = tanh(xi), ws = 1 / (1 + exp(-xi));
+    if (we > 3.4028234663852886e38) we = INFINITY;
+    if (bad_e < 0 && !check_close(check_at(e, i), we, 2.4e-7, 1.5e-45)) bad_e = i;
+    if (bad_t < 0 && !check_close(check_at(t, i), wt, 2.4e-7, 1e-45)) bad_t = i;
+    if (bad_s < 0 && !check_close(check_at(s, i), ws, 3.6e-7, 3e-45)) bad_s = i;
+  }
+  CHECK(bad_e < 0, "f32 exp(%.9g) = %.9g", bad_e < 0 ? 0 : check_at(x, bad_e), bad_e < 0 ? 0 : check_at(e, bad_e));
+  CHECK(bad_t < 0, "f32 tanh(%.9g) = %.9g", bad_t < 0 ? 0 : check_at(x, bad_t), bad_t < 0 ? 0 : check_at(t, bad_t));
+  CHECK(bad_s < 0, "f32 sigmoid(%.9g) = %.9g", bad_s < 0 ? 0 : check_at(x, bad_s), bad_s < 0 ? 0 : check_at(s, bad_s));
+  lt_release(x), lt_release(e), lt_release(t), lt_release(s);
+}
+
 static void test_special_values(void) {
   double nan = NAN, xs[4] = {nan, 1, -2, nan}, ys[4] = {0, nan, 5, nan};
   for (int k = 0; k < 4; k++) {
@@ -183,6 +209,7 @@ int main(void) {
   test_names();
   test_unary_backward();
   test_special_values();
+  test_f32_exp_tanh_range();
   test_bad_input();
   return check_summary();
 }
