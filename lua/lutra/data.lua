@@ -1,0 +1,424 @@
+-- lutra.data — a corpus tokenized once into a token file, and loaders of (B, T) batches.
+--
+--   local data = require "lutra.data"
+--   local train = data.text("corpus.txt", tok, {seq_len = 64, batch = 12, seed = 1337})
+--   local val = train:with{split = "val"}
+--   local x, y = train:next()           -- (B, T) i64: inputs and next-token targets
+--   local st = train:state()            -- {seed=, step=, epoch=}: save it in a checkpoint
+--   train:set_state(st)                 -- resumes exactly
+--
+-- Token files (host/tokfile.c, layout in lutra.h): a 128-byte header ("LUTRATOK",
+-- version, u16/u32 width, count, vocab size, tokenizer fingerprint, size, mtime and
+-- FNV-1a hash of the text) then the tokens, memory-mapped when read.
+--
+-- Split: as ../shared/peers/torch_charlm.py, the first floor((1 - val_fraction) * N)
+-- tokens are train and the rest val (default val_fraction 0.1: n = int(0.9 * N)).
+--
+-- Sampling (shuffle = true, the default): random windows, as the peer's get_batch. Row
+-- r of step s starts at lo + u with u uniform in [0, len - T - 1) (the peer's range:
+-- torch.randint(len - T - 1)), drawn by lt_rand_int (Philox4x32-10) under key
+-- seed (+ 0x9E3779B97F4A7C15 for the val split) at counter s * B + r. A batch depends only
+-- on (seed, split, step), so a loader resumes exactly from its state, and the global batch
+-- is the same for any data-parallel size: rank k of dp_size takes rows
+-- [k * B / dp_size, (k + 1) * B / dp_size) of it (B is the global batch).
+-- shuffle = false: consecutive windows lo + ((s * B + r) mod W) * T, W = floor((len - 1) / T),
+-- which covers the split in order (for evaluation over all of it).
+-- epoch in the state is informational: windows drawn * T / len (shuffled) or passes
+-- over the W windows (sequential).
+local lt = require "lutra.ffi"
+local errors = require "lutra.errors"
+local memory = require "lutra.memory"
+local dtype = require "lutra.dtype"
+require "lutra.tensor" -- the tensor metatype, for the batches this returns
+local ffi, C = lt.ffi, lt.C
+
+local M = {}
+
+local raise, fail, new = errors.raise, errors.fail, memory.new
+local floor = math.floor
+
+local FNV_BASIS = 0xcbf29ce484222325ULL
+local VAL_SALT = 0x9E3779B97F4A7C15ULL
+
+local function hash_string(s, h)
+  local out = ffi.new("uint64_t[1]", h or FNV_BASIS)
+  if C.lt_hash64(s, #s, out) ~= 0 then fail() end
+  return out[0]
+end
+
+local function hex(u) return bit.tohex(u, 16) end
+
+local function stat(path)
+  local size, mtime = ffi.new("int64_t[1]"), ffi.new("int64_t[1]")
+  if C.lt_file_stat(path, size, mtime) ~= 0 then return nil, ffi.string(C.lt_last_error()) end
+  return tonumber(size[0]), mtime[0]
+end
+
+local function info_table(c)
+  return {version = c.version, token_bytes = c.token_bytes, count = tonumber(c.count),
+          vocab_size = tonumber(c.vocab_size), tokenizer_hash = hex(c.tokenizer_hash),
+          tokens_hash = hex(c.tokens_hash), source_bytes = tonumber(c.source_bytes),
+          source_hash = hex(c.source_hash), source_mtime_ns = c.source_mtime_ns}
+end
+
+-- ---- token files ------------------------------------------------------------------------
+
+local TokenFile = {}
+TokenFile.__index = TokenFile
+
+-- Opens (maps) a token file. Fields: path, count, vocab_size, token_bytes, info (the header).
+function M.open(path)
+  if type(path) ~= "string" then raise("data.open: path must be a string, got " .. type(path)) end
+  local p = ffi.new("lt_tokfile *[1]")
+  if C.lt_tokfile_open(p, path) ~= 0 then fail() end
+  local handle = ffi.gc(p[0], C.lt_tokfile_close)
+  local c = ffi.new("lt_tokfile_info")
+  C.lt_tokfile_get_info(handle, c)
+  local info = info_table(c)
+  return setmetatable({path = path, handle = handle, info = info, count = info.count,
+                       vocab_size = info.vocab_size, token_bytes = info.token_bytes}, TokenFile)
+end
+
+-- The header of a token file, validated, without mapping it (nil, message when invalid).
+function M.read_header(path)
+  local c = ffi.new("lt_tokfile_info")
+  if C.lt_tokfile_read_header(path, c) ~= 0 then return nil, ffi.string(C.lt_last_error()) end
+  return info_table(c)
+end
+
+-- tokens [start, start + count) as a 1-d tensor (i64, or dtype "i32").
+function TokenFile:tokens(start, count, dt)
+  local out = new()
+  if dt then
+    if C.lt_empty(out, 1, ffi.new("int64_t[1]", count), dtype.id(dt), dtype.CPU) ~= 0 then fail() end
+  end
+  if C.lt_tokfile_tokens(out, self.handle, start, count) ~= 0 then fail() end
+  return out
+end
+
+-- x, y (B, T) for a list of B 0-based start offsets: x = tokens[s, s + T), y = x shifted by one.
+function TokenFile:batch(starts, seq_len)
+  if type(starts) ~= "table" or #starts == 0 then raise("batch: starts must be a non-empty list of offsets") end
+  local buf = ffi.new("int64_t[?]", #starts)
+  for i = 1, #starts do buf[i - 1] = errors.int_arg("batch", starts[i], "a start") end
+  local x, y = new(), new()
+  if C.lt_tokfile_batch(x, y, self.handle, buf, #starts, errors.int_arg("batch", seq_len, "seq_len")) ~= 0 then fail() end
+  return x, y
+end
+
+function TokenFile:verify()
+  if C.lt_tokfile_verify(self.handle) ~= 0 then fail() end
+  return true
+end
+
+function TokenFile:close()
+  if self.handle ~= nil then C.lt_tokfile_close(ffi.gc(self.handle, nil)) end
+  self.handle = nil
+end
+
+-- ---- tokenizing a corpus -----------------------------------------------------------------
+
+-- A text that exercises spaces, newlines, digits, punctuation and multi-byte UTF-8.
+local PROBE = "Hello, World! It's 2024: 3.14159 x=y+1;\n\n  indented\ttab  ünïcödé 日本語 🙂 <|endoftext|>"
+
+-- A tokenizer's fingerprint (uint64): a hash of tok:fingerprint() when it has that method,
+-- else of vocab_size, decode({id}) for every id, and the encoding of a probe text.
+local function fingerprint(tok)
+  local ok_index, fn = pcall(function() return tok.fingerprint end)
+  if ok_index and type(fn) == "function" then return hash_string("fp:" .. tostring(tok:fingerprint())) end
+  local V = tok.vocab_size
+  if type(V) ~= "number" then raise("data: the tokenizer has no numeric vocab_size") end
+  local h = hash_string("lutra-tokenizer-fingerprint-1;" .. V .. ";")
+  for id = 0, V - 1 do
+    local ok, s = pcall(tok.decode, tok, {id})
+    s = ok and tostring(s) or "<error>"
+    h = hash_string(#s .. ":" .. s, h)
+  end
+  local ok, ids = pcall(tok.encode, tok, PROBE)
+  return hash_string(ok and type(ids) == "table" and table.concat(ids, ",") or "<error>", h)
+end
+
+-- The fingerprint as 16 hex digits (as token file headers show it).
+function M.fingerprint(tok)
+  local ok = pcall(function() return tok.encode end)
+  if not ok or tok == nil then raise("data.fingerprint: expected a tokenizer, got " .. type(tok)) end
+  return hex(fingerprint(tok))
+end
+
+-- Where a cut keeps the tokens of a whole-text encoding: after a newline that a
+-- non-space follows (pre-tokenizers of the GPT-2 family never join across it).
+local function cut_point(buf)
+  local from = #buf > 65536 and #buf - 65536 or 1
+  while true do
+    local last, pos = nil, from
+    while true do
+      local i = buf:find("\n[^%s]", pos)
+      if not i then break end
+      last, pos = i, i + 1
+    end
+    if last then return last end
+    if from == 1 then return nil end
+    from = 1
+  end
+end
+
+-- Tokenizes text_path once into a token file (default: text_path .. ".tok-<fp8>.bin"), and
+-- reuses that file while its header says it was made by the same tokenizer from a text of
+-- the same size and modification time (and it is not older than the text).
+-- opts: force = true (tokenize again), chunk_bytes (text read per encode call, default 4 MiB),
+-- quiet = true. Returns out_path and the header table (with .reused).
+function M.tokenize_file(text_path, tok, out_path, opts)
+  if type(out_path) == "table" and opts == nil then out_path, opts = nil, out_path end
+  opts = opts or {}
+  if type(text_path) ~= "string" then raise("data.tokenize_file: text_path must be a string, got " .. type(text_path)) end
+  local ok_index, encode_fn = pcall(function() return tok.encode end)
+  if not ok_index or type(encode_fn) ~= "function" then
+    raise("data.tokenize_file: expected a tokenizer with :encode(), got " .. type(tok))
+  end
+  local size, mtime = stat(text_path)
+  if not size then raise("data.tokenize_file: cannot read the text: " .. mtime) end
+  local fp_u64 = fingerprint(tok)
+  local fp = hex(fp_u64)
+  out_path = out_path or (text_path .. ".tok-" .. fp:sub(1, 8) .. ".bin")
+  if not opts.force then
+    local info = M.read_header(out_path)
+    local _, out_mtime = stat(out_path)
+    if info and info.tokenizer_hash == fp and info.source_bytes == size and info.source_mtime_ns == mtime
+        and out_mtime >= mtime then
+      info.reused = true
+      return out_path, info
+    end
+  end
+  local V = tok.vocab_size
+  if type(V) ~= "number" then raise("data.tokenize_file: the tokenizer has no numeric vocab_size") end
+  local f, err = io.open(text_path, "rb")
+  if not f then raise("data.tokenize_file: cannot read the text: " .. tostring(err)) end
+  local w = ffi.new("lt_tokwriter *[1]")
+  if C.lt_tokwriter_open(w, out_path, V, fp_u64) ~= 0 then
+    f:close()
+    fail()
+  end
+  local writer = w[0]
+  local chunk_bytes = opts.chunk_bytes or 4 * 1024 * 1024
+  local show = not opts.quiet and size > 64 * 1024 * 1024 and io.stderr
+  local source_hash, done, buf = FNV_BASIS, 0, ""
+  local ok, msg = pcall(function()
+    local ids32, cap = nil, 0
+    local function encode(piece)
+      local ids = tok:encode(piece)
+      local n = #ids
+      if n > cap then ids32, cap = ffi.new("int32_t[?]", n), n end
+      for i = 1, n do ids32[i - 1] = ids[i] end
+      if C.lt_tokwriter_append(writer, ids32, dtype.I32, n) ~= 0 then error(ffi.string(C.lt_last_error()), 0) end
+      source_hash = hash_string(piece, source_hash)
+      done = done + #piece
+      if show then show:write(string.format("\rtokenizing %s: %d%%", text_path, floor(100 * done / size))) end
+    end
+    while true do
+      local chunk = f:read(chunk_bytes)
+      if not chunk then break end
+      buf = buf .. chunk
+      local cut = cut_point(buf)
+      if not cut and #buf >= 4 * chunk_bytes then -- no safe cut: end at a UTF-8 character boundary
+        cut = #buf
+        while cut > 1 and floor(buf:byte(cut) / 64) == 2 do cut = cut - 1 end
+        cut = cut - 1
+      end
+      if cut then
+        encode(buf:sub(1, cut))
+        buf = buf:sub(cut + 1)
+      end
+    end
+    if #buf > 0 then encode(buf) end
+  end)
+  f:close()
+  if show then show:write("\n") end
+  if not ok then
+    C.lt_tokwriter_abort(writer)
+    raise("data.tokenize_file: " .. text_path .. ": " .. tostring(msg))
+  end
+  if C.lt_tokwriter_finish(writer, done, source_hash, mtime) ~= 0 then fail() end
+  local info = M.read_header(out_path)
+  info.reused = false
+  return out_path, info
+end
+
+-- ---- the split ------------------------------------------------------------------------
+
+-- Token ranges [lo, hi) of the train and val splits of n tokens.
+function M.split(n, val_fraction)
+  val_fraction = val_fraction or 0.1
+  if type(val_fraction) ~= "number" or val_fraction < 0 or val_fraction >= 1 then
+    raise("data.split: val_fraction must be in [0, 1), got " .. tostring(val_fraction))
+  end
+  local n_train = floor((1 - val_fraction) * n)
+  return {train = {0, n_train}, val = {n_train, n}, all = {0, n}}
+end
+
+-- ---- loaders ------------------------------------------------------------------------------
+
+local Loader = {}
+Loader.__index = Loader
+
+local function int_opt(opts, key, default, min)
+  local v = opts[key]
+  if v == nil then v = default end
+  if type(v) ~= "number" or v ~= floor(v) or v < min then
+    raise(string.format("data: %s must be an integer >= %d, got %s", key, min, tostring(v)))
+  end
+  return v
+end
+
+-- A field of a mesh that is a number or a method.
+local function mesh_value(obj, key)
+  local v = obj and obj[key]
+  if type(v) == "function" then v = v(obj) end
+  return v
+end
+
+-- A loader over an existing token file (see the top of this file for opts).
+function M.tokens(path, opts)
+  opts = opts or {}
+  local file = type(path) == "table" and getmetatable(path) == TokenFile and path or M.open(path)
+  local T = int_opt(opts, "seq_len", nil, 1)
+  local B = int_opt(opts, "batch", nil, 1)
+  local seed = int_opt(opts, "seed", 1337, 0)
+  local split = opts.split or "train"
+  if split ~= "train" and split ~= "val" and split ~= "all" then
+    raise("data: split must be \"train\", \"val\" or \"all\", got " .. tostring(split))
+  end
+  local rank, size = opts.dp_rank, opts.dp_size
+  if opts.mesh then
+    local dp = opts.mesh.dp
+    rank = rank or mesh_value(opts.mesh, "dp_rank") or mesh_value(dp, "rank")
+    size = size or mesh_value(opts.mesh, "dp_size") or mesh_value(dp, "size")
+  end
+  local ranks = {dp_rank = rank or 0, dp_size = size or 1}
+  local dp_size, dp_rank = int_opt(ranks, "dp_size", 1, 1), int_opt(ranks, "dp_rank", 0, 0)
+  if dp_rank >= dp_size then raise(string.format("data: dp_rank %d is not below dp_size %d", dp_rank, dp_size)) end
+  if B % dp_size ~= 0 then
+    raise(string.format("data: the global batch %d does not divide among %d data-parallel ranks", B, dp_size))
+  end
+  local range = M.split(file.count, opts.val_fraction)[split]
+  local lo, hi = range[1], range[2]
+  local shuffle = opts.shuffle ~= false
+  local need = shuffle and T + 2 or T + 1
+  if hi - lo < need then
+    raise(string.format("data: the %s split of '%s' has %d tokens, fewer than the %d that seq_len %d needs", split,
+      file.path, hi - lo, need, T))
+  end
+  local out_dtype = dtype.id(opts.dtype or "i64")
+  if out_dtype ~= dtype.I64 and out_dtype ~= dtype.I32 then raise("data: dtype must be i64 or i32") end
+  local local_batch = B / dp_size
+  local p = C.lt_tensor_new() -- the start offsets, outside any tidy scope
+  local starts = ffi.gc(p[0], C.lt_release)
+  if C.lt_empty(starts, 1, ffi.new("int64_t[1]", local_batch), dtype.I64, dtype.CPU) ~= 0 then fail() end
+  local self = setmetatable({
+    file = file, path = file.path, seq_len = T, batch = B, local_batch = local_batch, seed = seed, step = 0,
+    split = split, shuffle = shuffle, dp_rank = dp_rank, dp_size = dp_size, lo = lo, hi = hi, ntokens = hi - lo,
+    vocab_size = file.vocab_size, tokens_per_step = B * T, windows = floor((hi - lo - 1) / T),
+    opts = opts, dtype = out_dtype, starts = starts, starts_ptr = ffi.cast("int64_t *", C.lt_data_ptr(starts)),
+  }, Loader)
+  return self
+end
+
+-- Tokenizes (or reuses) the text's token file, then a loader over it. opts as M.tokens,
+-- plus cache = the token file path and force/chunk_bytes/quiet for tokenize_file.
+function M.text(path, tok, opts)
+  opts = opts or {}
+  local bin = M.tokenize_file(path, tok, opts.cache, opts)
+  local loader = M.tokens(bin, opts)
+  loader.text_path = path
+  return loader
+end
+
+-- Fills self.starts with the start offsets of this rank's rows of the batch of step s.
+local function fill_starts(self, s)
+  local Bl, T = self.local_batch, self.seq_len
+  local first = s * self.batch + self.dp_rank * Bl -- this rank's first row of the global batch
+  if self.shuffle then
+    local key = ffi.new("uint64_t", self.seed) + (self.split == "val" and VAL_SALT or 0ULL)
+    if C.lt_rand_int(self.starts, key, first, self.lo, self.hi - T - 1) ~= 0 then fail() end
+  else
+    local ptr, W = self.starts_ptr, self.windows
+    for r = 0, Bl - 1 do ptr[r] = self.lo + ((first + r) % W) * T end
+  end
+end
+
+-- The next batch: x, y (local_batch, seq_len).
+function Loader:next()
+  local Bl, T = self.local_batch, self.seq_len
+  fill_starts(self, self.step)
+  local x, y = new(), new()
+  if self.dtype ~= dtype.I64 then
+    local shape = ffi.new("int64_t[2]", Bl, T)
+    if C.lt_empty(x, 2, shape, self.dtype, dtype.CPU) ~= 0 or C.lt_empty(y, 2, shape, self.dtype, dtype.CPU) ~= 0 then
+      fail()
+    end
+  end
+  if C.lt_tokfile_batch(x, y, self.file.handle, self.starts_ptr, Bl, T) ~= 0 then fail() end
+  self.step = self.step + 1
+  return x, y
+end
+
+-- The 0-based start offsets (in the token file) of the rows the next call returns, or of step s.
+function Loader:peek_starts(s)
+  fill_starts(self, s or self.step)
+  local out = {}
+  for r = 0, self.local_batch - 1 do out[r + 1] = tonumber(self.starts_ptr[r]) end
+  return out
+end
+
+function Loader:epoch()
+  local drawn = self.step * self.batch
+  if self.shuffle then return floor(drawn * self.seq_len / self.ntokens) end
+  return floor(drawn / self.windows)
+end
+
+function Loader:state() return {seed = self.seed, step = self.step, epoch = self:epoch()} end
+
+function Loader:set_state(st)
+  if type(st) ~= "table" then raise("set_state: expected a table {seed=, step=}, got " .. type(st)) end
+  local step = st.step
+  if type(step) ~= "number" or step < 0 or step ~= floor(step) then
+    raise("set_state: step must be a non-negative integer, got " .. tostring(step))
+  end
+  if st.seed ~= nil then self.seed = int_opt(st, "seed", nil, 0) end
+  self.step = step
+  return self
+end
+
+function Loader:reset()
+  self.step = 0
+  return self
+end
+
+-- A loader over the same token file with some options changed: loader:with{split = "val"}.
+function Loader:with(overrides)
+  local opts = {}
+  for k, v in pairs(self.opts) do opts[k] = v end
+  opts.seed = self.seed
+  for k, v in pairs(overrides or {}) do opts[k] = v end
+  local loader = M.tokens(self.file, opts)
+  loader.text_path = self.text_path
+  return loader
+end
+
+-- for x, y in loader:batches(n) do ... end
+function Loader:batches(n)
+  local i = 0
+  return function()
+    if n and i >= n then return nil end
+    i = i + 1
+    return self:next()
+  end
+end
+
+function Loader:__tostring()
+  return string.format("lutra.data loader: %s, %s split (%d tokens), batch %d x %d, %s, seed %d, step %d%s",
+    self.path, self.split, self.ntokens, self.batch, self.seq_len, self.shuffle and "random windows" or "in order",
+    self.seed, self.step, self.dp_size > 1 and string.format(", dp rank %d of %d", self.dp_rank, self.dp_size) or "")
+end
+
+M.Loader, M.TokenFile = Loader, TokenFile
+return M
