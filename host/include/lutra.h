@@ -294,6 +294,59 @@ int lt_rand_bernoulli(lt_tensor *out, uint64_t seed, uint64_t offset, double p);
 /* The raw generator, for tests: 4 words of Philox4x32-10 at (key, counter). */
 int lt_philox4x32(uint64_t key, uint64_t counter, uint32_t *out4);
 
+/* ---- tokenizer -------------------------------------------------------------------
+ * An opaque handle: byte-level BPE (as GPT-2's) or char-level. Token ids are int32,
+ * 0 .. vocab_size-1. Decoding any encoding gives back the text byte for byte (any bytes:
+ * NUL, invalid UTF-8). Special tokens are matched in the text before pre-tokenization
+ * when allow_special != 0 and decode to their text; merges never produce them. A handle
+ * is not safe for concurrent calls (encode keeps a cache of words).
+ * special_tokens: num_special NUL-terminated UTF-8 strings (may be NULL when 0). */
+typedef struct lt_tokenizer lt_tokenizer;
+
+/* BPE trained on text (len bytes) to vocab_size tokens in all: the 256 bytes, the merges,
+ * then the special tokens. Fewer when the corpus runs out of pairs. Deterministic: the
+ * most frequent pair merges first, ties to the smallest (left id, right id). */
+int lt_tokenizer_train_bpe(lt_tokenizer **out, const char *text, int64_t len, int32_t vocab_size,
+                           const char *const *special_tokens, int32_t num_special);
+int lt_tokenizer_train_bpe_file(lt_tokenizer **out, const char *path, int32_t vocab_size,
+                                const char *const *special_tokens, int32_t num_special);
+/* Char-level: one token per distinct code point of text in code point order (as Python's
+ * sorted(set(text))), then one per byte that is not valid UTF-8, then the special tokens. */
+int lt_tokenizer_new_char(lt_tokenizer **out, const char *text, int64_t len, const char *const *special_tokens,
+                          int32_t num_special);
+/* Hugging Face tokenizer.json (a BPE model with a ByteLevel pre-tokenizer and decoder,
+ * as GPT-2's), or lutra's own JSON for char tokenizers. Post-processors (BOS/EOS
+ * templates), truncation and padding are ignored; anything else unsupported is an error
+ * naming the key. */
+int lt_tokenizer_load(lt_tokenizer **out, const char *path);
+int lt_tokenizer_load_json(lt_tokenizer **out, const char *json, int64_t len);
+int lt_tokenizer_save(const lt_tokenizer *tok, const char *path);
+int lt_tokenizer_free(lt_tokenizer *tok); /* NULL is ok */
+
+int lt_tokenizer_vocab_size(const lt_tokenizer *tok);
+const char *lt_tokenizer_kind_name(const lt_tokenizer *tok); /* "bpe" or "char" */
+/* Writes the ids of text into ids[0 .. capacity) and their number to *count. Fails when
+ * capacity is too small (*count still gets the number needed); capacity >= len always
+ * suffices. Errors on a character (char) or byte (bpe, no unk token) not in the vocab. */
+int lt_tokenizer_encode(lt_tokenizer *tok, const char *text, int64_t len, int allow_special, int32_t *ids,
+                        int64_t capacity, int64_t *count);
+/* The same into out: a 1-d i32 tensor of the ids (the `out` convention applies). */
+int lt_tokenizer_encode_tensor(lt_tensor *out, lt_tokenizer *tok, const char *text, int64_t len, int allow_special);
+/* Writes the bytes of ids into buf[0 .. capacity) and their number to *len. buf may be
+ * NULL with capacity 0 to get the length only; otherwise a short buf is an error. */
+int lt_tokenizer_decode(const lt_tokenizer *tok, const int32_t *ids, int64_t n, char *buf, int64_t capacity,
+                        int64_t *len);
+/* The bytes of one token (valid while tok lives and no token is added). */
+int lt_tokenizer_token(const lt_tokenizer *tok, int32_t id, const char **bytes, int64_t *len);
+/* The id of the token with exactly these bytes (special tokens included), -1 if none. */
+int lt_tokenizer_token_id(const lt_tokenizer *tok, const char *bytes, int64_t len, int32_t *id);
+int lt_tokenizer_is_special(const lt_tokenizer *tok, int32_t id); /* 1 or 0 (also for bad ids) */
+/* Adds a special token (or returns the id of the one with this text). */
+int lt_tokenizer_add_special(lt_tokenizer *tok, const char *text, int32_t *id);
+int lt_tokenizer_num_merges(const lt_tokenizer *tok);
+/* Merge `rank`: tokens a and b join into token out. */
+int lt_tokenizer_merge(const lt_tokenizer *tok, int32_t rank, int32_t *a, int32_t *b, int32_t *out);
+
 /* ---- token files ---------------------------------------------------------------
  * A corpus tokenized once (host/tokfile.c): a 128-byte little-endian header, then
  * `count` tokens of `token_bytes` each (u16 when vocab_size <= 65536, else u32):
