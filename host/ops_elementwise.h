@@ -43,10 +43,14 @@ static inline float ew_bits_to_f32(uint32_t u) {
 }
 
 static inline float ew_expf(float x) {
-  float xc = x > 89.0f ? 89.0f : x;
+  float xc = x > 89.0f ? 89.0f : x; /* NaN passes through both */
   xc = xc < -104.0f ? -104.0f : xc;
-  float xn = xc == xc ? xc : 0.0f;                                   /* NaN: keep the integer part defined */
-  float n = (xn * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round(x / ln 2) */
+  /* n = round(x / ln 2) by the 1.5 * 2^23 trick; its bits hold n as an integer (no float to
+   * int conversion, which would be undefined for NaN) */
+  float t = xc * 1.44269504088896341f + 12582912.0f, n = t - 12582912.0f;
+  uint32_t tb;
+  memcpy(&tb, &t, 4);
+  int32_t k = (int32_t)(tb - 0x4B400000u), k1 = k >> 1, k2 = k - k1; /* 2^n in two factors: no overflow */
   float r = (xc - n * 0.693359375f) + n * 2.12194440e-4f;            /* x - n ln 2 in two parts */
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
@@ -55,7 +59,6 @@ static inline float ew_expf(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  int32_t k = (int32_t)n, k1 = k / 2, k2 = k - k1; /* 2^n in two factors: no exponent overflow */
   return p * ew_bits_to_f32((uint32_t)(k1 + 127) << 23) * ew_bits_to_f32((uint32_t)(k2 + 127) << 23);
 }
 
