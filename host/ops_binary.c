@@ -181,6 +181,8 @@ static int binary_cuda(lt_tensor *out, const lt_tensor *a, const lt_tensor *b, i
     return lt_errorf("%s: not implemented on cuda yet", name);
   if (lt_is_defined(out) && !lt_is_contiguous(out)) return lt_errorf("%s: not implemented on cuda yet", name);
   LT_TRY(ew_prepare_out(name, out, a->ndim, a->shape, a->dtype, a->device));
+  LT_TRY(ew_check_overlap(name, out, a, "a"));
+  LT_TRY(ew_check_overlap(name, out, b, "b"));
   return lt_cuda_add_contig(a->device, lt_data_ptr(out), lt_data_ptr(a), lt_data_ptr(b), a->dtype, lt_numel(a));
 }
 #endif
@@ -204,6 +206,8 @@ int lt_binary(lt_tensor *out, const lt_tensor *a, const lt_tensor *b, int op) {
 #endif
   }
   LT_TRY(ew_prepare_out(name, out, ndim, shape, is_comparison(op) ? LT_BOOL : a->dtype, a->device));
+  LT_TRY(ew_check_overlap(name, out, a, "a"));
+  LT_TRY(ew_check_overlap(name, out, b, "b"));
   binary_cpu(out, a, b, op, a->dtype);
   return 0;
 }
@@ -239,6 +243,7 @@ int lt_binary_scalar(lt_tensor *out, const lt_tensor *a, double s, int op, int r
   int sdtype = a->dtype;
   LT_TRY(scalar_operand(name, a->dtype, s, buf, &sdtype));
   LT_TRY(ew_prepare_out(name, out, a->ndim, a->shape, is_comparison(op) ? LT_BOOL : a->dtype, a->device));
+  LT_TRY(ew_check_overlap(name, out, a, "a"));
   lt_storage st = {buf, 8, 1, LT_DEVICE_CPU};
   lt_tensor scalar = {.storage = &st, .ndim = 0, .dtype = sdtype, .device = LT_DEVICE_CPU, .refcount = 1};
   if (reverse)
@@ -289,6 +294,9 @@ int lt_where(lt_tensor *out, const lt_tensor *cond, const lt_tensor *a, const lt
   LT_TRY(broadcast_pair("where", cond, &ab_shape, &ndim, shape));
   LT_TRY(ew_check_cpu("where", a));
   LT_TRY(ew_prepare_out("where", out, ndim, shape, a->dtype, a->device));
+  LT_TRY(ew_check_overlap("where", out, cond, "cond"));
+  LT_TRY(ew_check_overlap("where", out, a, "a"));
+  LT_TRY(ew_check_overlap("where", out, b, "b"));
   int64_t st[4][LT_MAX_DIMS];
   const lt_tensor *ops[4] = {out, cond, a, b};
   char *base[4];

@@ -129,6 +129,18 @@ int ew_prepare_out(const char *op, lt_tensor *out, int ndim, const int64_t *shap
   return 0;
 }
 
+int ew_check_overlap(const char *op, const lt_tensor *out, const lt_tensor *in, const char *what) {
+  /* As torch: decided only for contiguous pairs, where byte ranges say it exactly. */
+  if (out->storage != in->storage || !lt_is_contiguous(out) || !lt_is_contiguous(in)) return 0;
+  int64_t out_end = out->offset + lt_numel(out) * lt_dtype_size(out->dtype);
+  int64_t in_end = in->offset + lt_numel(in) * lt_dtype_size(in->dtype);
+  if (out->offset >= in_end || in->offset >= out_end || lt_numel(out) == 0 || lt_numel(in) == 0) return 0;
+  if (out->offset == in->offset && out_end == in_end && out->dtype == in->dtype) return 0; /* in place */
+  char a[LT_DESC_STR], b[LT_DESC_STR];
+  return lt_errorf("%s: out %s partly overlaps %s %s (views of one storage); copy the input first", op, lt_desc(a, out),
+                   what, lt_desc(b, in));
+}
+
 int ew_check_cpu(const char *op, const lt_tensor *t) {
   if (t->device == LT_DEVICE_CPU) return 0;
   return lt_errorf("%s: not implemented on cuda yet", op);

@@ -21,6 +21,10 @@ void ew_execute(int ndim, const int64_t *shape, int noperands, char *const *base
  * refuses an out whose elements overlap (an expanded view). */
 int ew_prepare_out(const char *op, lt_tensor *out, int ndim, const int64_t *shape, int dtype, int device);
 
+/* Refuses an input that shares memory with out without being out itself (a row of out,
+ * a shifted view): the result would depend on the order of the loops. */
+int ew_check_overlap(const char *op, const lt_tensor *out, const lt_tensor *in, const char *what);
+
 /* Error "<op>: not implemented on cuda yet" when t is on a CUDA device. */
 int ew_check_cpu(const char *op, const lt_tensor *t);
 

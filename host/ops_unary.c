@@ -150,6 +150,7 @@ int lt_unary(lt_tensor *out, const lt_tensor *a, int op) {
   LT_TRY(check_unary_dtype(name, op, a->dtype));
   LT_TRY(ew_check_cpu(name, a));
   LT_TRY(ew_prepare_out(name, out, a->ndim, a->shape, a->dtype, a->device));
+  LT_TRY(ew_check_overlap(name, out, a, "input"));
   int64_t st[2][LT_MAX_DIMS];
   unary_strides(out, a, st);
   char *base[2] = {lt_data_ptr(out), lt_data_ptr(a)};
@@ -237,6 +238,8 @@ int lt_unary_backward(lt_tensor *grad_in, const lt_tensor *grad_out, const lt_te
   }
   LT_TRY(ew_check_cpu(name, x));
   LT_TRY(ew_prepare_out(name, grad_in, x->ndim, x->shape, x->dtype, x->device));
+  LT_TRY(ew_check_overlap(name, grad_in, grad_out, "grad_out"));
+  LT_TRY(ew_check_overlap(name, grad_in, x, "x"));
   int64_t st[3][LT_MAX_DIMS];
   lt_broadcast_strides(grad_in, x->ndim, x->shape, st[0]);
   lt_broadcast_strides(grad_out, x->ndim, x->shape, st[1]);
@@ -304,6 +307,7 @@ int lt_clamp(lt_tensor *out, const lt_tensor *a, double lo, double hi) {
     c.hi = fmin(fmax(floor(hi), tmin), tmax);
   }
   LT_TRY(ew_prepare_out("clamp", out, a->ndim, a->shape, a->dtype, a->device));
+  LT_TRY(ew_check_overlap("clamp", out, a, "input"));
   int64_t st[2][LT_MAX_DIMS];
   unary_strides(out, a, st);
   char *base[2] = {lt_data_ptr(out), lt_data_ptr(a)};

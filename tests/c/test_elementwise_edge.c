@@ -186,6 +186,21 @@ static void test_bad_input(void) {
   CHECK_ERR(lt_where(o, bl, f, f5), "not broadcastable");
   CHECK_ERR(lt_clamp(o, f, NAN, 1), "clamp: bounds must not be NaN");
   CHECK_ERR(lt_clamp(o, bl, 0, 1), "clamp: not supported for bool");
+  /* out partly overlapping an input: refused; disjoint views of one storage are fine */
+  lt_tensor *row0 = lt_tensor_new(), *lo = lt_tensor_new(), *hi = lt_tensor_new();
+  CHECK_OK(lt_select(row0, f, 0, 0));
+  CHECK_ERR(lt_binary(f, f, row0, LT_SUB), "sub: out [3,4] f32 cpu partly overlaps b [4] f32 cpu");
+  CHECK_OK(lt_narrow(lo, f, 0, 0, 1));
+  CHECK_OK(lt_narrow(hi, f, 0, 1, 1));
+  CHECK_OK(lt_unary(lo, hi, LT_NEG));
+  CHECK(check_at(lo, 2) == -check_at(hi, 2), "neg of a disjoint view of the same storage");
+  CHECK_OK(lt_narrow(hi, f, 0, 1, 2));
+  CHECK_OK(lt_narrow(lo, f, 0, 0, 2));
+  CHECK_ERR(lt_unary(lo, hi, LT_NEG), "neg: out [2,4] f32 cpu partly overlaps input");
+  CHECK_ERR(lt_clamp(lo, hi, 0, 1), "clamp: out");
+  CHECK_ERR(lt_binary_scalar(lo, hi, 1, LT_ADD, 0), "partly overlaps a");
+  CHECK_ERR(lt_unary_backward(lo, hi, lo, LT_TANH), "partly overlaps grad_out");
+  lt_release(row0), lt_release(lo), lt_release(hi);
   /* tensors that claim to live on a CUDA device: no crash, clear errors */
   lt_tensor fake = *f;
   fake.device = 0;
