@@ -102,7 +102,8 @@ function TokenFile:batch(starts, seq_len)
   local buf = ffi.new("int64_t[?]", #starts)
   for i = 1, #starts do buf[i - 1] = errors.int_arg("batch", starts[i], "a start") end
   local x, y = new(), new()
-  if C.lt_tokfile_batch(x, y, self.handle, buf, #starts, errors.int_arg("batch", seq_len, "seq_len")) ~= 0 then fail() end
+  seq_len = errors.int_arg("batch", seq_len, "seq_len")
+  if C.lt_tokfile_batch(x, y, self.handle, buf, #starts, seq_len) ~= 0 then fail() end
   return x, y
 end
 
@@ -170,7 +171,9 @@ end
 function M.tokenize_file(text_path, tok, out_path, opts)
   if type(out_path) == "table" and opts == nil then out_path, opts = nil, out_path end
   opts = opts or {}
-  if type(text_path) ~= "string" then raise("data.tokenize_file: text_path must be a string, got " .. type(text_path)) end
+  if type(text_path) ~= "string" then
+    raise("data.tokenize_file: text_path must be a string, got " .. type(text_path))
+  end
   local ok_index, encode_fn = pcall(function() return tok.encode end)
   if not ok_index or type(encode_fn) ~= "function" then
     raise("data.tokenize_file: expected a tokenizer with :encode(), got " .. type(tok))

@@ -309,7 +309,8 @@ test("loader: data-parallel ranks split the global batch; union = single process
       local single = data.tokens(bin, {seq_len = 9, batch = 8, seed = 5, shuffle = shuffle})
       local ranks = {}
       for r = 0, dp - 1 do
-        ranks[r + 1] = data.tokens(bin, {seq_len = 9, batch = 8, seed = 5, shuffle = shuffle, dp_rank = r, dp_size = dp})
+        ranks[r + 1] = data.tokens(bin, {seq_len = 9, batch = 8, seed = 5, shuffle = shuffle, dp_rank = r,
+                                         dp_size = dp})
       end
       for _ = 1, 3 do
         local x, y = single:next()
@@ -330,7 +331,8 @@ test("loader: data-parallel ranks split the global batch; union = single process
   m = data.tokens(bin, {seq_len = 9, batch = 8, mesh = {dp = {rank = function() return 3 end, size = 4}}})
   equal({m.dp_rank, m.dp_size, m.local_batch}, {3, 4, 2})
   fails("does not divide among 3", function() data.tokens(bin, {seq_len = 9, batch = 8, dp_size = 3}) end)
-  fails("dp_rank 2 is not below dp_size 2", function() data.tokens(bin, {seq_len = 9, batch = 8, dp_size = 2, dp_rank = 2}) end)
+  fails("dp_rank 2 is not below dp_size 2",
+    function() data.tokens(bin, {seq_len = 9, batch = 8, dp_size = 2, dp_rank = 2}) end)
 end)
 
 test("loader: option errors", function()
