@@ -244,6 +244,11 @@ int lt_binary_scalar(lt_tensor *out, const lt_tensor *a, double s, int op, int r
   LT_TRY(scalar_operand(name, a->dtype, s, buf, &sdtype));
   LT_TRY(ew_prepare_out(name, out, a->ndim, a->shape, is_comparison(op) ? LT_BOOL : a->dtype, a->device));
   LT_TRY(ew_check_overlap(name, out, a, "a"));
+  /* powers with a cheaper exact form, as torch: x^2, x^0.5, x^-0.5, x^-1 */
+  if (op == LT_POW && !reverse && lt_dtype_is_float(a->dtype)) {
+    int uop = s == 2 ? LT_SQUARE : s == 0.5 ? LT_SQRT : s == -0.5 ? LT_RSQRT : s == -1 ? LT_RECIPROCAL : -1;
+    if (uop >= 0) return lt_unary(out, a, uop);
+  }
   lt_storage st = {buf, 8, 1, LT_DEVICE_CPU};
   lt_tensor scalar = {.storage = &st, .ndim = 0, .dtype = sdtype, .device = LT_DEVICE_CPU, .refcount = 1};
   if (reverse)
@@ -262,6 +267,12 @@ int lt_binary_scalar(lt_tensor *out, const lt_tensor *a, double s, int op, int r
     const T *a_ = (const T *)p[2], *b_ = (const T *)p[3];                                                              \
     if (s[0] == 1 && s[1] == 1 && s[2] == 1 && s[3] == 1) {                                                            \
       _Pragma("omp simd") for (int64_t i = 0; i < n; i++) o_[i] = c_[i] ? a_[i] : b_[i];                               \
+    } else if (s[0] == 1 && s[1] == 1 && s[2] == 1 && s[3] == 0) { /* masked fill: b a scalar */                       \
+      const T b0 = b_[0];                                                                                              \
+      _Pragma("omp simd") for (int64_t i = 0; i < n; i++) o_[i] = c_[i] ? a_[i] : b0;                                  \
+    } else if (s[0] == 1 && s[1] == 1 && s[2] == 0 && s[3] == 1) {                                                     \
+      const T a0 = a_[0];                                                                                              \
+      _Pragma("omp simd") for (int64_t i = 0; i < n; i++) o_[i] = c_[i] ? a0 : b_[i];                                  \
     } else {                                                                                                           \
       for (int64_t i = 0; i < n; i++) o_[i * s[0]] = c_[i * s[1]] ? a_[i * s[2]] : b_[i * s[3]];                       \
     }                                                                                                                  \

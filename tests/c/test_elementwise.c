@@ -43,8 +43,9 @@ static void test_binary_case(int op, int dtype, int variant) {
   CHECK_OK(lt_binary(out, a, b, op));
   if (lt_is_defined(out)) expect(what, out, want, tol(odtype));
   lt_release(out);
-  /* scalar forms: a op s and s op a */
-  double s = is_float(dtype) ? 0.75 : dtype == LT_BOOL ? 1 : 3;
+  /* scalar forms: a op s and s op a; pow has fast paths for some exponents */
+  const double pows[5] = {0.75, 2, 0.5, -0.5, -1};
+  double s = is_float(dtype) ? pows[op == LT_POW ? variant + (int)check_randint(0, 3) : 0] : dtype == LT_BOOL ? 1 : 3;
   for (int reverse = 0; reverse < 2; reverse++) {
     lt_tensor *o = lt_tensor_new();
     n = lt_numel(a);
@@ -53,7 +54,7 @@ static void test_binary_case(int op, int dtype, int variant) {
       want[i] = is_float(odtype) ? r : wrap(odtype, r);
     }
     CHECK_OK(lt_binary_scalar(o, a, s, op, reverse));
-    snprintf(what, sizeof what, "%s %s scalar reverse %d", lt_binary_name(op), lt_dtype_name(dtype), reverse);
+    snprintf(what, sizeof what, "%s %s scalar %g reverse %d", lt_binary_name(op), lt_dtype_name(dtype), s, reverse);
     if (lt_is_defined(o)) expect(what, o, want, tol(odtype));
     lt_release(o);
   }
@@ -188,6 +189,24 @@ static void test_unary(void) {
  * (non-contiguous and in place too), and against central differences of lt_unary in f64. *//* ---- where, clamp ----------------------------------------------------------------------- */
 
 static void test_where(void) {
+  /* masked fill: a scalar a or b with full-shape cond and other operand */
+  int64_t ms[2] = {37, 129}, mn = 37 * 129;
+  for (int k = 0; k < 4; k++) {
+    int dtype = float_dtypes[k];
+    lt_tensor *c = check_random(2, ms, LT_BOOL, 0, 2), *x = check_random(2, ms, dtype, -1, 1);
+    lt_tensor *z = check_random(0, NULL, dtype, 5, 6), *o1 = lt_tensor_new(), *o2 = lt_tensor_new();
+    double *w1 = malloc(sizeof(double) * (size_t)mn), *w2 = malloc(sizeof(double) * (size_t)mn), zv = check_at(z, 0);
+    for (int64_t i = 0; i < mn; i++) {
+      w1[i] = check_at(c, i) ? check_at(x, i) : zv;
+      w2[i] = check_at(c, i) ? zv : check_at(x, i);
+    }
+    CHECK_OK(lt_where(o1, c, x, z));
+    expect("where(c, x, scalar)", o1, w1, 0);
+    CHECK_OK(lt_where(o2, c, z, x));
+    expect("where(c, scalar, x)", o2, w2, 0);
+    free(w1), free(w2);
+    lt_release(c), lt_release(x), lt_release(z), lt_release(o1), lt_release(o2);
+  }
   for (size_t k = 0; k < sizeof all_dtypes / sizeof all_dtypes[0]; k++) {
     for (int trial = 0; trial < 6; trial++) {
       int dtype = all_dtypes[k], ndim, nc, na, nb;
