@@ -274,3 +274,31 @@ int lt_tok_add_specials(const char *op, lt_tokenizer *tok, const char *const *sp
   }
   return 0;
 }
+
+// FNV-1a over a stream of fields.
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+  const uint8_t *b = p;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001B3ull;
+  return h;
+}
+
+int lt_tokenizer_fingerprint(const lt_tokenizer *tok, uint64_t *out) {
+  LT_TRY(check_tok("fingerprint", tok));
+  if (!out) return lt_errorf("fingerprint: out is NULL");
+  int32_t head[6] = {tok->kind, tok->pretok, tok->add_prefix_space, tok->ignore_merges, tok->unk_id, tok->vocab_size};
+  uint64_t h = fnv(0xCBF29CE484222325ull, head, sizeof head);
+  h = fnv(h, tok->tok_off, (size_t)(tok->vocab_size + 1) * sizeof *tok->tok_off);
+  h = fnv(h, tok->tok_flags, (size_t)tok->vocab_size);
+  h = fnv(h, tok->tok_data, (size_t)tok->tok_off[tok->vocab_size]);
+  for (int32_t r = 0; r < tok->n_merges; r++) {
+    int32_t m[3] = {tok->merge_a[r], tok->merge_b[r], tok->merge_out[r]};
+    h = fnv(h, m, sizeof m);
+  }
+  for (int32_t k = 0; k < tok->n_added; k++) {
+    const lt_tok_added *a = &tok->added[k];
+    uint8_t spec[5] = {a->special, a->lstrip, a->rstrip, a->normalized, a->single_word};
+    h = fnv(fnv(h, &a->id, sizeof a->id), spec, sizeof spec);
+  }
+  *out = h;
+  return 0;
+}

@@ -346,6 +346,8 @@ int lt_tokenizer_add_special(lt_tokenizer *tok, const char *text, int32_t *id);
 int lt_tokenizer_num_merges(const lt_tokenizer *tok);
 /* Merge `rank`: tokens a and b join into token out. */
 int lt_tokenizer_merge(const lt_tokenizer *tok, int32_t rank, int32_t *a, int32_t *b, int32_t *out);
+/* A hash of everything that decides the ids (tokens, merges, added tokens, options). */
+int lt_tokenizer_fingerprint(const lt_tokenizer *tok, uint64_t *out);
 
 /* ---- token files ---------------------------------------------------------------
  * A corpus tokenized once (host/tokfile.c): a 128-byte little-endian header, then
