@@ -167,7 +167,8 @@ end
 -- reuses that file while its header says it was made by the same tokenizer from a text of
 -- the same size and modification time (and it is not older than the text).
 -- opts: force = true (tokenize again), chunk_bytes (text read per encode call, default 4 MiB),
--- quiet = true. Returns out_path and the header table (with .reused).
+-- quiet = true. Uses tok:encode_ids(s) -> (int32_t[n], n) when the tokenizer has it, else
+-- tok:encode(s) -> list. Returns out_path and the header table (with .reused).
 function M.tokenize_file(text_path, tok, out_path, opts)
   if type(out_path) == "table" and opts == nil then out_path, opts = nil, out_path end
   opts = opts or {}
@@ -207,12 +208,19 @@ function M.tokenize_file(text_path, tok, out_path, opts)
   local source_hash, done, buf = FNV_BASIS, 0, ""
   local ok, msg = pcall(function()
     local ids32, cap = nil, 0
+    local encode_ids = type(tok.encode_ids) == "function" and tok.encode_ids -- (int32_t[n], n): no Lua list
     local function encode(piece)
-      local ids = tok:encode(piece)
-      local n = #ids
-      if n > cap then ids32, cap = ffi.new("int32_t[?]", n), n end
-      for i = 1, n do ids32[i - 1] = ids[i] end
-      if C.lt_tokwriter_append(writer, ids32, dtype.I32, n) ~= 0 then error(ffi.string(C.lt_last_error()), 0) end
+      local arr, n = nil, nil
+      if encode_ids then
+        arr, n = encode_ids(tok, piece)
+      else
+        local ids = tok:encode(piece)
+        n = #ids
+        if n > cap then ids32, cap = ffi.new("int32_t[?]", n), n end
+        for i = 1, n do ids32[i - 1] = ids[i] end
+        arr = ids32
+      end
+      if C.lt_tokwriter_append(writer, arr, dtype.I32, n) ~= 0 then error(ffi.string(C.lt_last_error()), 0) end
       source_hash = hash_string(piece, source_hash)
       done = done + #piece
       if show then show:write(string.format("\rtokenizing %s: %d%%", text_path, floor(100 * done / size))) end

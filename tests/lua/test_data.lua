@@ -105,6 +105,16 @@ test("tokenize_file: chunked encoding equals the whole text's, header fields", f
   local t2 = char_tokenizer(line)
   local b2 = data.tokenize_file(dir .. "/line.txt", t2, {chunk_bytes = 500})
   equal(data.open(b2):tokens(0, #line):tolist(), t2:encode(line))
+  -- tokenizers with encode_ids (an int32_t array and its length) skip the Lua list
+  local fast, calls = char_tokenizer(text), 0
+  fast.encode_ids = function(self, s)
+    calls = calls + 1
+    local ids = self:encode(s)
+    return ffi.new("int32_t[?]", #ids + 1, ids), #ids -- a table without [0] fills from ids[1]
+  end
+  local b3 = data.tokenize_file(path, fast, dir .. "/fast.bin", {chunk_bytes = 4000})
+  equal(data.open(b3):tokens(0, #text):tolist(), tok:encode(text))
+  assert(calls > 1, "encode_ids was used")
   equal(list_tmp_files(dir), {})
 end)
 
