@@ -75,6 +75,10 @@ M.C, M.ffi = C, ffi -- the raw API, for code that needs it
 -- the one the debugger sees); Ctrl-D continues.
 function M.debug() return require("lutra.repl").debug() end
 
+-- Issue 3's modules; each loads without requiring "lutra" itself.
+M.data = require "lutra.data"
+M.config = require "lutra.config" -- callable: lt.config{...}; also lt.config.optional/number/one_of
+
 M.cuda = {
   is_available = function() return C.lt_cuda_device_count() > 0 end,
   device_count = function() return C.lt_cuda_device_count() end,
