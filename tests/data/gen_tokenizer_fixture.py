@@ -55,6 +55,7 @@ TEXTS = [
     "unseen: zqxj ЖЖЖ ꙮ 𝔘𝔫𝔦𝔠𝔬𝔡𝔢",
     "a <mask> b <mask>c d<mask> e",
     "added word: lutra lutra's lutrae",
+    "Unicode 16 letters \u1c89\u1c8a\U000105c0 and separators x\x1cy\x1fz \x85next\u2029",
     "",
     "   ",
     "\n",

@@ -1,13 +1,18 @@
 #!/usr/bin/env python3
 """Writes host/tokenizer_unicode.c: the Unicode classes the GPT-2 pre-tokenizer needs.
 
-    python3 tests/data/gen_unicode_tables.py > host/tokenizer_unicode.c
+    pip install unicodedata2==16.0.0 && python3 tests/data/gen_unicode_tables.py > host/tokenizer_unicode.c
 
 Classes: letter (\\p{L}), number (\\p{N}), whitespace (\\s, the White_Space property, as
 Oniguruma and Python's regex module read it) and other. Only code points >= 0x80 are
-listed; ASCII is classified inline. Uses the Unicode version of this Python's unicodedata.
+listed; ASCII is classified inline. Uses unicodedata2 when it is installed, else this Python's
+unicodedata. Unicode 16.0 is what Hugging Face's tokenizers 0.23 uses: with it, our splits
+equal that library's ByteLevel pre-tokenizer for every code point (checked in context).
 """
-import unicodedata
+try:
+    import unicodedata2 as unicodedata
+except ImportError:
+    import unicodedata
 
 WHITE_SPACE = {*range(0x09, 0x0E), 0x20, 0x85, 0xA0, 0x1680, *range(0x2000, 0x200B), 0x2028, 0x2029, 0x202F,
                0x205F, 0x3000}
