@@ -57,6 +57,13 @@ static void convert_run(void *dst, int dst_dtype, int64_t ds, const void *src, i
   for (int64_t i = 0; i < n; i++) lt_store_f64(dst, dst_dtype, i * ds, lt_load_f64(src, src_dtype, i * ss));
 }
 
+static inline void copy_row(const lt_strided_loop *L, int64_t r, char *dbase, int ddtype, int dsz, int64_t ds,
+                            const char *sbase, int sdtype, int ssz, int64_t ss, int64_t inner) {
+  int64_t off[2];
+  lt_loop_row_offsets(L, r, off);
+  convert_run(dbase + off[0] * dsz, ddtype, ds, sbase + off[1] * ssz, sdtype, ss, inner);
+}
+
 /* CPU strided copy with conversion; shapes already broadcast-checked. */
 static void copy_cpu(lt_tensor *dst, const lt_tensor *src) {
   int64_t sstride[LT_MAX_DIMS];
@@ -78,11 +85,11 @@ static void copy_cpu(lt_tensor *dst, const lt_tensor *src) {
     }
     return;
   }
-#pragma omp parallel for schedule(static) if (rows * inner >= LT_PAR_GRAIN && rows > 1)
-  for (int64_t r = 0; r < rows; r++) {
-    int64_t off[2];
-    lt_loop_row_offsets(&L, r, off);
-    convert_run(dbase + off[0] * dsz, dst->dtype, ds, sbase + off[1] * ssz, src->dtype, ss, inner);
+  if (rows * inner >= LT_PAR_GRAIN && rows > 1) { /* no omp construct at all for small copies: see ew_execute */
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; r++) copy_row(&L, r, dbase, dst->dtype, dsz, ds, sbase, src->dtype, ssz, ss, inner);
+  } else {
+    for (int64_t r = 0; r < rows; r++) copy_row(&L, r, dbase, dst->dtype, dsz, ds, sbase, src->dtype, ssz, ss, inner);
   }
 }
 

@@ -84,6 +84,22 @@ static void execute_tiled(int nd, const int64_t *sh, int nops, char *const *base
   }
 }
 
+/* One task of ew_execute: `chunk` elements of row t / per_row. */
+static inline void run_task(int64_t t, int64_t per_row, int64_t chunk, int64_t inner, int nd, const int64_t *sh,
+                            int nops, char *const *base, const int *esize, int64_t (*st)[LT_MAX_DIMS],
+                            ew_kernel kernel, const void *ctx) {
+  int64_t r = t / per_row, i0 = (t % per_row) * chunk;
+  int64_t n = inner - i0 < chunk ? inner - i0 : chunk;
+  int64_t off[EW_MAX_OPERANDS], step[EW_MAX_OPERANDS];
+  offsets_of(r, nd - 1, sh, nops, st, off);
+  char *ptr[EW_MAX_OPERANDS];
+  for (int k = 0; k < nops; k++) {
+    step[k] = st[k][nd - 1];
+    ptr[k] = base[k] + (off[k] + i0 * step[k]) * esize[k];
+  }
+  kernel(ctx, ptr, step, n);
+}
+
 void ew_execute(int ndim, const int64_t *shape, int nops, char *const *base, const int *esize,
                 const int64_t (*strides)[LT_MAX_DIMS], ew_kernel kernel, const void *ctx, int64_t grain) {
   int64_t sh[LT_MAX_DIMS], st[EW_MAX_OPERANDS][LT_MAX_DIMS];
@@ -103,18 +119,13 @@ void ew_execute(int ndim, const int64_t *shape, int nops, char *const *base, con
     if (chunk > inner) chunk = inner;
   }
   int64_t per_row = (inner + chunk - 1) / chunk, tasks = rows * per_row;
-#pragma omp parallel for schedule(static) if (nthreads > 1 && tasks > 1)
-  for (int64_t t = 0; t < tasks; t++) {
-    int64_t r = t / per_row, i0 = (t % per_row) * chunk;
-    int64_t n = inner - i0 < chunk ? inner - i0 : chunk;
-    int64_t off[EW_MAX_OPERANDS], step[EW_MAX_OPERANDS];
-    offsets_of(r, nd - 1, sh, nops, st, off);
-    char *ptr[EW_MAX_OPERANDS];
-    for (int k = 0; k < nops; k++) {
-      step[k] = st[k][nd - 1];
-      ptr[k] = base[k] + (off[k] + i0 * step[k]) * esize[k];
-    }
-    kernel(ctx, ptr, step, n);
+  /* A parallel construct costs a team set-up even when `if` turns it off (libgomp
+   * allocates), which dominates tiny ops: stay serial unless there is real work. */
+  if (nthreads > 1 && tasks > 1) {
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < tasks; t++) run_task(t, per_row, chunk, inner, nd, sh, nops, base, esize, st, kernel, ctx);
+  } else {
+    for (int64_t t = 0; t < tasks; t++) run_task(t, per_row, chunk, inner, nd, sh, nops, base, esize, st, kernel, ctx);
   }
 }
 
