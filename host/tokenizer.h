@@ -12,7 +12,7 @@
 
 enum { LT_TOK_BPE = 0, LT_TOK_CHAR = 1 };
 /* How a segment of text (between added tokens) splits into words before BPE. */
-enum { LT_PRETOK_GPT2 = 0, LT_PRETOK_NONE = 1 };
+enum { LT_PRETOK_GPT2 = 0, LT_PRETOK_NONE = 1, LT_PRETOK_CL100K = 2, LT_PRETOK_QWEN2 = 3, LT_TOK_NUM_PATTERNS = 4 };
 enum { LT_CLASS_OTHER = 0, LT_CLASS_LETTER = 1, LT_CLASS_NUMBER = 2, LT_CLASS_SPACE = 3 };
 /* Token flags. */
 enum { LT_TOKF_ADDED = 1, LT_TOKF_SPECIAL = 2, LT_TOKF_UNUSED = 4 };
@@ -31,6 +31,15 @@ int lt_tok_utf8_decode(const uint8_t *s, int64_t n, uint32_t *cp);
 int lt_tok_utf8_encode(uint32_t cp, uint8_t *out);
 /* End of the GPT-2 pre-token that starts at s[pos], pos < n. */
 int64_t lt_tok_gpt2_next(const uint8_t *s, int64_t n, int64_t pos);
+/* The same for the Llama 3 / cl100k pattern (max_digits 3) and Qwen2's (max_digits 1). */
+int64_t lt_tok_cl100k_next(const uint8_t *s, int64_t n, int64_t pos, int max_digits);
+/* The regex of each mode as tokenizer.json writes it (NULL for NONE). */
+extern const char *const lt_tok_patterns[LT_TOK_NUM_PATTERNS];
+/* The same for the tokenizer's pre-tokenizer mode (LT_PRETOK_*, not NONE). */
+static inline int64_t lt_tok_next_word(int pretok, const uint8_t *s, int64_t n, int64_t pos) {
+  return pretok == LT_PRETOK_GPT2 ? lt_tok_gpt2_next(s, n, pos)
+                                  : lt_tok_cl100k_next(s, n, pos, pretok == LT_PRETOK_CL100K ? 3 : 1);
+}
 /* GPT-2's byte <-> unicode mapping that makes every byte a printable character. */
 uint32_t lt_tok_byte_to_unicode(uint8_t b);
 int lt_tok_unicode_to_byte(uint32_t cp); /* -1 if cp is not in the image */
@@ -88,7 +97,8 @@ struct lt_tokenizer {
   int32_t n_merges, merge_cap;
   int32_t *merge_a, *merge_b, *merge_out;
   lt_tok_pairmap merge_rank; /* (a, b) -> rank */
-  int pretok, add_prefix_space, ignore_merges;
+  int pretok, ignore_merges;
+  int add_prefix_space; /* 1: a space before each segment that lacks one; 2: before each word */
   int32_t unk_id; /* -1: a byte without a token is an error */
   /* added tokens, in the order added; added_order sorts them by (first byte, length desc) */
   int32_t n_added, added_cap;

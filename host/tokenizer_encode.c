@@ -159,11 +159,22 @@ static int encode_word(lt_tokenizer *tok, const uint8_t *w, int64_t n, lt_tok_ou
   return rc;
 }
 
+// A ByteLevel(add_prefix_space=True) after a Split puts a space before every word that lacks one.
+static int encode_spaced_word(lt_tokenizer *tok, const uint8_t *w, int64_t n, lt_tok_out *out) {
+  uint8_t small[LT_TOK_CACHE_MAX_WORD + 1], *buf = n < LT_TOK_CACHE_MAX_WORD ? small : malloc((size_t)n + 1);
+  if (!buf) return lt_errorf("encode: out of memory");
+  buf[0] = ' ';
+  memcpy(buf + 1, w, (size_t)n);
+  int rc = encode_word(tok, buf, n + 1, out);
+  if (buf != small) free(buf);
+  return rc;
+}
+
 static int encode_segment(lt_tokenizer *tok, const uint8_t *s, int64_t n, int64_t base, lt_tok_out *out) {
   if (n == 0) return 0;
   if (tok->kind == LT_TOK_CHAR) return lt_tok_char_encode_segment(tok, s, n, base, out);
   uint8_t *spaced = NULL;
-  if (tok->add_prefix_space && s[0] != ' ') { // as Hugging Face's ByteLevel(add_prefix_space=True)
+  if (tok->add_prefix_space == 1 && s[0] != ' ') { // as Hugging Face's ByteLevel(add_prefix_space=True)
     if (!(spaced = malloc((size_t)n + 1))) return lt_errorf("encode: out of memory");
     spaced[0] = ' ';
     memcpy(spaced + 1, s, (size_t)n);
@@ -174,8 +185,9 @@ static int encode_segment(lt_tokenizer *tok, const uint8_t *s, int64_t n, int64_
     rc = encode_word(tok, s, n, out);
   } else {
     for (int64_t pos = 0, end; pos < n && !rc; pos = end) {
-      end = lt_tok_gpt2_next(s, n, pos);
-      rc = encode_word(tok, s + pos, end - pos, out);
+      end = lt_tok_next_word(tok->pretok, s, n, pos);
+      rc = tok->add_prefix_space == 2 && s[pos] != ' ' ? encode_spaced_word(tok, s + pos, end - pos, out)
+                                                        : encode_word(tok, s + pos, end - pos, out);
     }
   }
   free(spaced);

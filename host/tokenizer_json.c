@@ -56,8 +56,11 @@ static int64_t from_byte_level(const char *s, uint8_t *buf) {
   return m;
 }
 
-static const char *const gpt2_pattern =
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+static int split_mode(const char *pattern) {
+  for (int mode = 0; mode < LT_TOK_NUM_PATTERNS; mode++)
+    if (lt_tok_patterns[mode] && strcmp(pattern, lt_tok_patterns[mode]) == 0) return mode;
+  return -1;
+}
 
 static int parse_pre_tokenizer(lt_tokenizer *tok, const cJSON *pt) {
   if (absent(pt)) return E("pre_tokenizer is null; only ByteLevel (as GPT-2's) is supported");
@@ -72,19 +75,22 @@ static int parse_pre_tokenizer(lt_tokenizer *tok, const cJSON *pt) {
              type);
   const cJSON *list = get(pt, "pretokenizers");
   int n = cJSON_GetArraySize(list);
-  if (!cJSON_IsArray(list) || n < 1 || n > 2) return E("pre_tokenizer.pretokenizers: expected [ByteLevel] or [Split, ByteLevel]");
+  if (!cJSON_IsArray(list) || n < 1 || n > 2)
+    return E("pre_tokenizer.pretokenizers: expected [ByteLevel] or [Split, ByteLevel]");
   if (n == 1) return parse_pre_tokenizer(tok, cJSON_GetArrayItem(list, 0));
   const cJSON *split = cJSON_GetArrayItem(list, 0), *bl = cJSON_GetArrayItem(list, 1);
   if (strcmp(type_of(split), "Split") != 0 || strcmp(type_of(bl), "ByteLevel") != 0)
     return E("pre_tokenizer.pretokenizers: expected [Split, ByteLevel], got [%s, %s]", type_of(split), type_of(bl));
   const cJSON *pattern = get(get(split, "pattern"), "Regex"), *behavior = get(split, "behavior");
-  if (!cJSON_IsString(pattern) || strcmp(pattern->valuestring, gpt2_pattern) != 0)
-    return E("pre_tokenizer.pretokenizers[0].pattern: only GPT-2's regex is supported (%s)", gpt2_pattern);
+  int mode = cJSON_IsString(pattern) ? split_mode(pattern->valuestring) : -1;
+  if (mode < 0)
+    return E("pre_tokenizer.pretokenizers[0].pattern: only the regexes of GPT-2, Llama 3 (cl100k) and Qwen2 are "
+             "supported");
   if (!cJSON_IsString(behavior) || strcmp(behavior->valuestring, "Isolated") != 0 || flag(split, "invert", 0))
     return E("pre_tokenizer.pretokenizers[0]: only behavior 'Isolated' without invert is supported");
   if (flag(bl, "use_regex", 1)) return E("pre_tokenizer.pretokenizers[1].use_regex: must be false after a Split");
-  tok->pretok = LT_PRETOK_GPT2;
-  tok->add_prefix_space = flag(bl, "add_prefix_space", 1);
+  tok->pretok = mode;
+  tok->add_prefix_space = flag(bl, "add_prefix_space", 1) ? 2 : 0; // after a Split: before every word
   return 0;
 }
 

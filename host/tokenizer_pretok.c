@@ -128,6 +128,59 @@ int64_t lt_tok_gpt2_next(const uint8_t *s, int64_t n, int64_t pos) {
   return last;
 }
 
+/* The pattern of Llama 3 and GPT-4's cl100k (max_digits 3), or Qwen2 (max_digits 1):
+ *   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|
+ *   \s*[\r\n]+|\s+(?!\S)|\s+                                                                  */
+int64_t lt_tok_cl100k_next(const uint8_t *s, int64_t n, int64_t pos, int max_digits) {
+  uint8_t c0 = s[pos];
+  if (c0 == '\'' && pos + 1 < n) { // contractions, ASCII case-insensitive
+    uint8_t c1 = s[pos + 1] | 0x20, c2 = pos + 2 < n ? s[pos + 2] | 0x20 : 0;
+    if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') return pos + 2;
+    if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l')) return pos + 3;
+    if (s[pos + 1] == 0xC5 && pos + 2 < n && s[pos + 2] == 0xBF) return pos + 3; // U+017F long s folds to 's'
+  }
+  int len0, k0 = class_at(s, n, pos, &len0);
+  if (k0 == LT_CLASS_LETTER) return run_of(s, n, pos + len0, LT_CLASS_LETTER);
+  if (k0 != LT_CLASS_NUMBER && c0 != '\r' && c0 != '\n' && pos + len0 < n) { // one non-letter before letters
+    int len1;
+    if (class_at(s, n, pos + len0, &len1) == LT_CLASS_LETTER) return run_of(s, n, pos + len0 + len1, LT_CLASS_LETTER);
+  }
+  if (k0 == LT_CLASS_NUMBER) { // at most max_digits numbers
+    int64_t i = pos + len0;
+    for (int d = 1, len; d < max_digits && i < n && class_at(s, n, i, &len) == LT_CLASS_NUMBER; d++) i += len;
+    return i;
+  }
+  int64_t i = pos;
+  int k = k0, len = len0;
+  if (c0 == ' ' && pos + 1 < n) {
+    int len1, k1 = class_at(s, n, pos + 1, &len1);
+    if (k1 == LT_CLASS_OTHER) i = pos + 1, k = k1, len = len1;
+  }
+  if (k == LT_CLASS_OTHER) { // ' ?[^\s\p{L}\p{N}]+[\r\n]*'
+    i = run_of(s, n, i + len, LT_CLASS_OTHER);
+    while (i < n && (s[i] == '\r' || s[i] == '\n')) i++;
+    return i;
+  }
+  // whitespace: up to the last newline of the run, else as GPT-2
+  int64_t last = pos, newline_end = -1;
+  while (i < n && class_at(s, n, i, &len) == LT_CLASS_SPACE) {
+    last = i;
+    i += len;
+    if (s[last] == '\r' || s[last] == '\n') newline_end = i;
+  }
+  if (newline_end > 0) return newline_end;
+  if (i == n || last == pos) return i;
+  return last;
+}
+
+const char *const lt_tok_patterns[LT_TOK_NUM_PATTERNS] = {
+    [LT_PRETOK_GPT2] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+",
+    [LT_PRETOK_CL100K] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+                         "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+    [LT_PRETOK_QWEN2] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+                        "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+};
+
 /* GPT-2's bytes_to_unicode: the printable bytes '!'..'~', 0xA1..0xAC and 0xAE..0xFF map to
  * themselves, the other 68 to U+0100.. in byte order. */
 static inline int printable(uint32_t b) {

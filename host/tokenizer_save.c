@@ -59,6 +59,35 @@ static int add(cJSON *obj, const char *key, cJSON *item) {
   return cJSON_AddItemToObject(obj, key, item) ? 0 : (cJSON_Delete(item), -1);
 }
 
+// ByteLevel alone (GPT-2's regex or none), or Sequence[Split(regex), ByteLevel(use_regex=false)].
+static cJSON *pre_tokenizer(const lt_tokenizer *tok) {
+  if (tok->pretok == LT_PRETOK_NONE || (tok->pretok == LT_PRETOK_GPT2 && tok->add_prefix_space != 2))
+    return byte_level(tok->add_prefix_space, tok->pretok == LT_PRETOK_GPT2);
+  // every node first; attaching with constant keys cannot fail
+  cJSON *node[9] = {cJSON_CreateObject(), cJSON_CreateArray(), cJSON_CreateObject(), cJSON_CreateObject(),
+                    byte_level(tok->add_prefix_space == 2, 0), cJSON_CreateString("Sequence"),
+                    cJSON_CreateString("Split"), cJSON_CreateString(lt_tok_patterns[tok->pretok]),
+                    cJSON_CreateString("Isolated")};
+  cJSON *seq = node[0], *list = node[1], *split = node[2], *pattern = node[3], *invert = cJSON_CreateFalse();
+  int ok = invert != NULL;
+  for (int i = 0; i < 9; i++) ok &= node[i] != NULL;
+  if (!ok) {
+    for (int i = 0; i < 9; i++) cJSON_Delete(node[i]);
+    cJSON_Delete(invert);
+    return NULL;
+  }
+  cJSON_AddItemToObjectCS(seq, "type", node[5]);
+  cJSON_AddItemToObjectCS(seq, "pretokenizers", list);
+  cJSON_AddItemToArray(list, split);
+  cJSON_AddItemToArray(list, node[4]);
+  cJSON_AddItemToObjectCS(split, "type", node[6]);
+  cJSON_AddItemToObjectCS(split, "pattern", pattern);
+  cJSON_AddItemToObjectCS(pattern, "Regex", node[7]);
+  cJSON_AddItemToObjectCS(split, "behavior", node[8]);
+  cJSON_AddItemToObjectCS(split, "invert", invert);
+  return seq;
+}
+
 static cJSON *bpe_model(const lt_tokenizer *tok, char *buf) {
   cJSON *model = cJSON_CreateObject(), *vocab = cJSON_CreateObject(), *merges = cJSON_CreateArray();
   if (!model || add(model, "type", cJSON_CreateString("BPE")) || add(model, "dropout", cJSON_CreateNull()) ||
@@ -124,7 +153,7 @@ static cJSON *to_json(const lt_tokenizer *tok, char *buf) {
     rc = add(root, "version", cJSON_CreateString("1.0")) || add(root, "truncation", cJSON_CreateNull()) ||
          add(root, "padding", cJSON_CreateNull()) || add(root, "added_tokens", added_tokens(tok, buf)) ||
          add(root, "normalizer", cJSON_CreateNull()) ||
-         add(root, "pre_tokenizer", byte_level(tok->add_prefix_space, tok->pretok == LT_PRETOK_GPT2)) ||
+         add(root, "pre_tokenizer", pre_tokenizer(tok)) ||
          add(root, "post_processor", cJSON_CreateNull()) || add(root, "decoder", byte_level(1, 1)) ||
          add(root, "model", bpe_model(tok, buf));
   }

@@ -87,13 +87,33 @@ static void test_pretokenize(void) {
     split_words(cases[i][0], out);
     CHECK(strcmp(out, cases[i][1]) == 0, "case %zu: got '%s' want '%s'", i, out, cases[i][1]);
   }
+  // Llama 3's pattern (cl100k): case-insensitive contractions, one non-letter joins letters, numbers by
+  // threes, punctuation takes the newlines after it, whitespace up to its last newline
+  static const char *const cl100k[][2] = {
+      {"a 1234567", "a| |123|456|7"},      {"WE'RE x'Ve", "WE|'RE| x|'Ve"},
+      {"(word) ((x))", "(word|)| ((|x|))"}, {"x\n\n  y", "x|\n\n| | y"},
+      {" \r\n\r\n  y", " \r\n\r\n| | y"}, {"hi!\n\nok", "hi|!\n\n|ok"},
+      {"\tab", "\tab"},                   {"a'\xC5\xBF" "b", "a|'\xC5\xBF|b"}, // long s folds to s
+  };
+  for (size_t i = 0; i < sizeof cl100k / sizeof *cl100k; i++) {
+    const char *text = cl100k[i][0];
+    int64_t n = (int64_t)strlen(text), m = 0;
+    for (int64_t pos = 0, end; pos < n; pos = end) {
+      end = lt_tok_cl100k_next((const uint8_t *)text, n, pos, 3);
+      if (pos) out[m++] = '|';
+      memcpy(out + m, text + pos, (size_t)(end - pos));
+      m += end - pos;
+    }
+    out[m] = 0;
+    CHECK(strcmp(out, cl100k[i][1]) == 0, "cl100k case %zu: got '%s' want '%s'", i, out, cl100k[i][1]);
+  }
   // any bytes split into words that cover the text exactly
   uint8_t text[2000];
   for (int rep = 0; rep < 20; rep++) {
     int64_t n = check_randint(1, 2000), pos = 0, words = 0, ok = 1;
     for (int64_t i = 0; i < n; i++) text[i] = (uint8_t)check_randint(0, 256);
     while (pos < n && ok) {
-      int64_t end = lt_tok_gpt2_next(text, n, pos);
+      int64_t end = rep % 2 ? lt_tok_gpt2_next(text, n, pos) : lt_tok_cl100k_next(text, n, pos, 1 + rep % 3);
       ok = end > pos && end <= n;
       pos = end, words++;
     }

@@ -201,7 +201,7 @@ static void test_minimal_and_unsupported(void) {
        "id 7 is used twice"},
       {"{\"model\":{" VOCAB "},\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\","
        "\"pattern\":{\"Regex\":\"\\\\w+\"},\"behavior\":\"Isolated\"},{\"type\":\"ByteLevel\",\"use_regex\":false}]}}",
-       "pretokenizers[0].pattern: only GPT-2's regex"},
+       "pretokenizers[0].pattern: only the regexes of GPT-2, Llama 3 (cl100k) and Qwen2"},
       {"{\"lutra_tokenizer\":2,\"type\":\"char\",\"codepoints\":[]}", "lutra_tokenizer: unknown version"},
       {"{\"lutra_tokenizer\":1,\"type\":\"char\",\"codepoints\":[98,97]}", "not sorted"},
       {"{\"lutra_tokenizer\":1,\"type\":\"char\",\"codepoints\":[97],\"added_tokens\":[{\"id\":5,\"content\":\"x\"}]}",

@@ -11,6 +11,9 @@ Outputs (committed, so that the tests need no Python):
                                (the older format), plus a non-special added token.
   tokenizer_hf_prefix.json     ByteLevel(add_prefix_space=true) and an lstrip/rstrip special
                                token, as RoBERTa's <mask>.
+  tokenizer_hf_llama3.json     Sequence[Split(Llama 3's regex), ByteLevel] and ignore_merges.
+  tokenizer_hf_qwen2_prefix.json  Qwen2's regex, ByteLevel(add_prefix_space=true): a space before
+                               every word.
   tokenizer_hf_expected.txt    one line per (file, text): file, the text in hex, the ids the
                                library gives (comma-separated).
 """
@@ -22,6 +25,9 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_token
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+LLAMA3_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"""
+                  r"""\s*[\r\n]+|\s+(?!\S)|\s+""")
+QWEN2_PATTERN = LLAMA3_PATTERN.replace(r"\p{N}{1,3}", r"\p{N}")
 
 CORPUS = [
     "First Citizen: Before we proceed any further, hear me speak.",
@@ -55,6 +61,7 @@ TEXTS = [
     "unseen: zqxj ЖЖЖ ꙮ 𝔘𝔫𝔦𝔠𝔬𝔡𝔢",
     "a <mask> b <mask>c d<mask> e",
     "added word: lutra lutra's lutrae",
+    "CAPS WE'RE HE'S THEY'LL I'M x'Ve 1234567 12 (word) ((x)) \r\n\r\n  y\n\n\n z \t\n",
     "Unicode 16 letters \u1c89\u1c8a\U000105c0 and separators x\x1cy\x1fz \x85next\u2029",
     "",
     "   ",
@@ -62,8 +69,8 @@ TEXTS = [
 ]
 
 
-def train(pre_tokenizer, specials):
-    tok = Tokenizer(models.BPE())
+def train(pre_tokenizer, specials, **bpe):
+    tok = Tokenizer(models.BPE(**bpe))
     tok.pre_tokenizer = pre_tokenizer
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=500, special_tokens=specials, show_progress=False,
@@ -87,6 +94,16 @@ def main():
     prefix.add_special_tokens([AddedToken("<mask>", lstrip=True, rstrip=True, special=True)])
     out["tokenizer_hf_prefix.json"] = prefix
 
+    llama = train(pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]), ["<|begin_of_text|>"], ignore_merges=True)
+    out["tokenizer_hf_llama3.json"] = llama
+
+    qwen = train(pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=True, use_regex=False)]), ["<|im_start|>"])
+    out["tokenizer_hf_qwen2_prefix.json"] = qwen
+
     lines = []
     for name, tok in out.items():
         path = os.path.join(HERE, name)
@@ -100,7 +117,7 @@ def main():
         tok = Tokenizer.from_file(path)  # the ids of the file as written
         for text in TEXTS:
             ids = tok.encode(text, add_special_tokens=False).ids
-            assert tok.decode(ids, skip_special_tokens=False) == text or name == "tokenizer_hf_prefix.json", (name, text)
+            assert tok.decode(ids, skip_special_tokens=False) == text or "prefix" in name, (name, text)
             lines.append(f"{name} {text.encode().hex() or '-'} {','.join(map(str, ids)) or '-'}")
     with open(os.path.join(HERE, "tokenizer_hf_expected.txt"), "w") as f:
         f.write(f"# written by gen_tokenizer_fixture.py with tokenizers {tokenizers.__version__}\n")
