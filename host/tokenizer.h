@@ -72,8 +72,8 @@ typedef struct lt_tok_pairmap {
   int64_t mask, n;
 } lt_tok_pairmap;
 static inline uint64_t lt_tok_pair(int32_t a, int32_t b) { return ((uint64_t)(uint32_t)a << 32) | (uint32_t)b; }
-int32_t lt_tok_pairmap_get(const lt_tok_pairmap *m, uint64_t key); /* -1 if absent */
-int lt_tok_pairmap_put(lt_tok_pairmap *m, uint64_t key, int32_t val);   /* 0, -1: OOM */
+int32_t lt_tok_pairmap_get(const lt_tok_pairmap *m, uint64_t key);    /* -1 if absent */
+int lt_tok_pairmap_put(lt_tok_pairmap *m, uint64_t key, int32_t val); /* 0, -1: OOM */
 void lt_tok_pairmap_free(lt_tok_pairmap *m);
 
 /* ---- the tokenizer ----------------------------------------------------------------- */
@@ -99,7 +99,7 @@ struct lt_tokenizer {
   lt_tok_pairmap merge_rank; /* (a, b) -> rank */
   int pretok, ignore_merges;
   int add_prefix_space; /* 1: a space before each segment that lacks one; 2: before each word */
-  int32_t unk_id; /* -1: a byte without a token is an error */
+  int32_t unk_id;       /* -1: a byte without a token is an error */
   /* added tokens, in the order added; added_order sorts them by (first byte, length desc) */
   int32_t n_added, added_cap;
   lt_tok_added *added;

@@ -71,7 +71,8 @@ int lt_tok_append(lt_tokenizer *tok, const uint8_t *bytes, int64_t len, int flag
   if (!(flags & (LT_TOKF_ADDED | LT_TOKF_UNUSED))) {
     if (len == 1 && tok->byte_id[bytes[0]] < 0) tok->byte_id[bytes[0]] = id;
     uint64_t h = lt_tok_hash(bytes, len);
-    if (lt_tok_strmap_find(&tok->tok_index, bytes, len, h) < 0 && lt_tok_strmap_add(&tok->tok_index, bytes, len, h, id) < 0)
+    if (lt_tok_strmap_find(&tok->tok_index, bytes, len, h) < 0 &&
+        lt_tok_strmap_add(&tok->tok_index, bytes, len, h, id) < 0)
       return lt_errorf("tokenizer: out of memory");
   }
   return 0;

@@ -9,7 +9,8 @@ int lt_tok_char_build(lt_tokenizer *tok, const uint32_t *sorted_cps, int32_t n) 
   if (!tok->chars) return lt_errorf("char tokenizer: out of memory");
   for (int32_t i = 0; i < n; i++) {
     uint32_t cp = sorted_cps[i];
-    if (cp >= LT_TOK_RAW_BYTE + 256 || (cp >= 0xD800 && cp < 0xE000) || (cp >= LT_TOK_RAW_BYTE && cp < LT_TOK_RAW_BYTE + 0x80))
+    if (cp >= LT_TOK_RAW_BYTE + 256 || (cp >= 0xD800 && cp < 0xE000) ||
+        (cp >= LT_TOK_RAW_BYTE && cp < LT_TOK_RAW_BYTE + 0x80))
       return lt_errorf("char tokenizer: code point %u is not a character or a byte >= 0x80", cp);
     if (i && cp <= sorted_cps[i - 1]) return lt_errorf("char tokenizer: code points are not sorted and distinct");
     uint8_t buf[4];
@@ -28,8 +29,10 @@ static int32_t char_id(const lt_tokenizer *tok, uint32_t cp) {
   while (lo <= hi) {
     int32_t mid = (lo + hi) / 2;
     if (tok->chars[mid] == cp) return mid;
-    if (tok->chars[mid] < cp) lo = mid + 1;
-    else hi = mid - 1;
+    if (tok->chars[mid] < cp)
+      lo = mid + 1;
+    else
+      hi = mid - 1;
   }
   return -1;
 }

@@ -187,7 +187,7 @@ static int encode_segment(lt_tokenizer *tok, const uint8_t *s, int64_t n, int64_
     for (int64_t pos = 0, end; pos < n && !rc; pos = end) {
       end = lt_tok_next_word(tok->pretok, s, n, pos);
       rc = tok->add_prefix_space == 2 && s[pos] != ' ' ? encode_spaced_word(tok, s + pos, end - pos, out)
-                                                        : encode_word(tok, s + pos, end - pos, out);
+                                                       : encode_word(tok, s + pos, end - pos, out);
     }
   }
   free(spaced);

@@ -71,8 +71,7 @@ static int parse_pre_tokenizer(lt_tokenizer *tok, const cJSON *pt) {
     return 0;
   }
   if (strcmp(type, "Sequence") != 0)
-    return E("pre_tokenizer.type '%s' is not supported (only ByteLevel, or a Sequence of a Split and ByteLevel)",
-             type);
+    return E("pre_tokenizer.type '%s' is not supported (only ByteLevel, or a Sequence of a Split and ByteLevel)", type);
   const cJSON *list = get(pt, "pretokenizers");
   int n = cJSON_GetArraySize(list);
   if (!cJSON_IsArray(list) || n < 1 || n > 2)
@@ -103,8 +102,8 @@ static int check_pipeline(const cJSON *root, const cJSON *model) {
   if (!absent(dec) && strcmp(type_of(dec), "ByteLevel") != 0)
     return E("decoder '%s' is not supported (only ByteLevel)", type_of(dec));
   const cJSON *post = get(root, "post_processor");
-  static const char *const ignored_posts[] = {"ByteLevel", "TemplateProcessing", "RobertaProcessing",
-                                              "BertProcessing", "Sequence"};
+  static const char *const ignored_posts[] = {"ByteLevel", "TemplateProcessing", "RobertaProcessing", "BertProcessing",
+                                              "Sequence"};
   int ok = absent(post);
   for (size_t i = 0; i < sizeof ignored_posts / sizeof *ignored_posts && !ok; i++)
     ok = strcmp(type_of(post), ignored_posts[i]) == 0;
@@ -130,8 +129,10 @@ static int check_added(const cJSON *added, int64_t *max_id) {
   for (const cJSON *a = added->child; a; a = a->next, k++) {
     int64_t id;
     const cJSON *content = get(a, "content");
-    if (int_of(get(a, "id"), 0, MAX_ID - 1, &id)) return E("added_tokens[%d].id is not an integer in [0, %d)", k, MAX_ID);
-    if (!cJSON_IsString(content) || !content->valuestring[0]) return E("added_tokens[%d].content is not a non-empty string", k);
+    if (int_of(get(a, "id"), 0, MAX_ID - 1, &id))
+      return E("added_tokens[%d].id is not an integer in [0, %d)", k, MAX_ID);
+    if (!cJSON_IsString(content) || !content->valuestring[0])
+      return E("added_tokens[%d].content is not a non-empty string", k);
     if (id > *max_id) *max_id = id;
   }
   return k;
@@ -141,8 +142,10 @@ static int register_added(lt_tokenizer *tok, const cJSON *added) {
   for (const cJSON *a = added ? added->child : NULL; a; a = a->next) {
     int64_t id = 0;
     int_of(get(a, "id"), 0, MAX_ID - 1, &id);
-    lt_tok_added spec = {.special = (uint8_t)flag(a, "special", 0), .lstrip = (uint8_t)flag(a, "lstrip", 0),
-                         .rstrip = (uint8_t)flag(a, "rstrip", 0), .normalized = (uint8_t)flag(a, "normalized", 0),
+    lt_tok_added spec = {.special = (uint8_t)flag(a, "special", 0),
+                         .lstrip = (uint8_t)flag(a, "lstrip", 0),
+                         .rstrip = (uint8_t)flag(a, "rstrip", 0),
+                         .normalized = (uint8_t)flag(a, "normalized", 0),
                          .single_word = (uint8_t)flag(a, "single_word", 0)};
     LT_TRY(lt_tok_register_added(tok, (int32_t)id, &spec));
   }
@@ -190,9 +193,12 @@ static int load_merges(lt_tokenizer *tok, const cJSON *merges) {
         memcpy(buf + la, bb, (size_t)lb);
         z = lt_tok_find(tok, buf, la + lb);
       }
-      if (a < 0 || b < 0) rc = E("model.merges[%d]: '%s' is not in the vocab", k, a < 0 ? left : right);
-      else if (z < 0) rc = E("model.merges[%d]: '%s' + '%s' is not in the vocab", k, left, right);
-      else rc = lt_tok_add_merge(tok, a, b, (int32_t)z);
+      if (a < 0 || b < 0)
+        rc = E("model.merges[%d]: '%s' is not in the vocab", k, a < 0 ? left : right);
+      else if (z < 0)
+        rc = E("model.merges[%d]: '%s' + '%s' is not in the vocab", k, left, right);
+      else
+        rc = lt_tok_add_merge(tok, a, b, (int32_t)z);
     }
     free(copy);
     if (rc) {
@@ -262,15 +268,16 @@ static int load_bpe(lt_tokenizer *tok, const cJSON *root) {
     if (is_added[i]) {
       memcpy(buf, s, (size_t)n);
     } else if ((n = from_byte_level(s, buf)) < 0) {
-      E("model.vocab: token '%s' (id %lld) has a character outside the byte-level alphabet (not a byte-level BPE?)",
-        s, (long long)i);
+      E("model.vocab: token '%s' (id %lld) has a character outside the byte-level alphabet (not a byte-level BPE?)", s,
+        (long long)i);
       goto done;
     }
     if (lt_tok_append(tok, buf, n, is_added[i] ? LT_TOKF_ADDED : 0)) goto done;
   }
   if (register_added(tok, added) || load_merges(tok, get(model, "merges"))) goto done;
   const cJSON *unk = get(model, "unk_token");
-  if (cJSON_IsString(unk) && lt_tokenizer_token_id(tok, unk->valuestring, (int64_t)strlen(unk->valuestring), &tok->unk_id))
+  if (cJSON_IsString(unk) &&
+      lt_tokenizer_token_id(tok, unk->valuestring, (int64_t)strlen(unk->valuestring), &tok->unk_id))
     goto done;
   rc = 0;
 done:
@@ -304,7 +311,8 @@ static int load_char(lt_tokenizer *tok, const cJSON *root) {
   for (const cJSON *a = added ? added->child : NULL; a; a = a->next) { // ids must follow the chars densely
     int64_t id = 0;
     int_of(get(a, "id"), 0, MAX_ID - 1, &id);
-    if (id != tok->vocab_size) return E("added_tokens: id %lld should be %d (after the chars)", (long long)id, tok->vocab_size);
+    if (id != tok->vocab_size)
+      return E("added_tokens: id %lld should be %d (after the chars)", (long long)id, tok->vocab_size);
     const char *s = get(a, "content")->valuestring;
     LT_TRY(lt_tok_append(tok, (const uint8_t *)s, (int64_t)strlen(s), LT_TOKF_ADDED));
   }
@@ -325,7 +333,10 @@ int lt_tokenizer_load_json(lt_tokenizer **out, const char *json, int64_t len) {
   }
   int is_char = get(root, "lutra_tokenizer") != NULL;
   lt_tokenizer *tok = cJSON_IsObject(root) ? lt_tok_alloc(is_char ? LT_TOK_CHAR : LT_TOK_BPE) : NULL;
-  int rc = !cJSON_IsObject(root) ? E("the top level is not an object") : !tok ? -1 : is_char ? load_char(tok, root) : load_bpe(tok, root);
+  int rc = !cJSON_IsObject(root) ? E("the top level is not an object")
+           : !tok                ? -1
+           : is_char             ? load_char(tok, root)
+                                 : load_bpe(tok, root);
   cJSON_Delete(root);
   if (rc) {
     lt_tokenizer_free(tok);

@@ -25,12 +25,12 @@ int lt_tok_utf8_decode(const uint8_t *s, int64_t n, uint32_t *cp) {
     len = 2, c = b0 & 0x1F;
   } else if (b0 >= 0xE0 && b0 <= 0xEF) {
     len = 3, c = b0 & 0x0F;
-    if (b0 == 0xE0) lo = 0xA0;  // overlong
-    if (b0 == 0xED) hi = 0x9F;  // surrogates
+    if (b0 == 0xE0) lo = 0xA0; // overlong
+    if (b0 == 0xED) hi = 0x9F; // surrogates
   } else if (b0 >= 0xF0 && b0 <= 0xF4) {
     len = 4, c = b0 & 0x07;
-    if (b0 == 0xF0) lo = 0x90;  // overlong
-    if (b0 == 0xF4) hi = 0x8F;  // above U+10FFFF
+    if (b0 == 0xF0) lo = 0x90; // overlong
+    if (b0 == 0xF4) hi = 0x8F; // above U+10FFFF
   } else {
     goto invalid;
   }
@@ -175,10 +175,12 @@ int64_t lt_tok_cl100k_next(const uint8_t *s, int64_t n, int64_t pos, int max_dig
 
 const char *const lt_tok_patterns[LT_TOK_NUM_PATTERNS] = {
     [LT_PRETOK_GPT2] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+",
-    [LT_PRETOK_CL100K] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
-                         "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
-    [LT_PRETOK_QWEN2] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
-                        "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+    [LT_PRETOK_CL100K] =
+        "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+        "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+    [LT_PRETOK_QWEN2] =
+        "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+        "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
 };
 
 /* GPT-2's bytes_to_unicode: the printable bytes '!'..'~', 0xA1..0xAC and 0xAE..0xFF map to

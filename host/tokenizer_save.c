@@ -64,9 +64,14 @@ static cJSON *pre_tokenizer(const lt_tokenizer *tok) {
   if (tok->pretok == LT_PRETOK_NONE || (tok->pretok == LT_PRETOK_GPT2 && tok->add_prefix_space != 2))
     return byte_level(tok->add_prefix_space, tok->pretok == LT_PRETOK_GPT2);
   // every node first; attaching with constant keys cannot fail
-  cJSON *node[9] = {cJSON_CreateObject(), cJSON_CreateArray(), cJSON_CreateObject(), cJSON_CreateObject(),
-                    byte_level(tok->add_prefix_space == 2, 0), cJSON_CreateString("Sequence"),
-                    cJSON_CreateString("Split"), cJSON_CreateString(lt_tok_patterns[tok->pretok]),
+  cJSON *node[9] = {cJSON_CreateObject(),
+                    cJSON_CreateArray(),
+                    cJSON_CreateObject(),
+                    cJSON_CreateObject(),
+                    byte_level(tok->add_prefix_space == 2, 0),
+                    cJSON_CreateString("Sequence"),
+                    cJSON_CreateString("Split"),
+                    cJSON_CreateString(lt_tok_patterns[tok->pretok]),
                     cJSON_CreateString("Isolated")};
   cJSON *seq = node[0], *list = node[1], *split = node[2], *pattern = node[3], *invert = cJSON_CreateFalse();
   int ok = invert != NULL;
@@ -91,9 +96,11 @@ static cJSON *pre_tokenizer(const lt_tokenizer *tok) {
 static cJSON *bpe_model(const lt_tokenizer *tok, char *buf) {
   cJSON *model = cJSON_CreateObject(), *vocab = cJSON_CreateObject(), *merges = cJSON_CreateArray();
   if (!model || add(model, "type", cJSON_CreateString("BPE")) || add(model, "dropout", cJSON_CreateNull()) ||
-      add(model, "unk_token", tok->unk_id >= 0 ? cJSON_CreateString(text_of(tok, tok->unk_id, buf)) : cJSON_CreateNull()) ||
-      add(model, "continuing_subword_prefix", cJSON_CreateNull()) || add(model, "end_of_word_suffix", cJSON_CreateNull()) ||
-      add(model, "fuse_unk", cJSON_CreateFalse()) || add(model, "byte_fallback", cJSON_CreateFalse()) ||
+      add(model, "unk_token",
+          tok->unk_id >= 0 ? cJSON_CreateString(text_of(tok, tok->unk_id, buf)) : cJSON_CreateNull()) ||
+      add(model, "continuing_subword_prefix", cJSON_CreateNull()) ||
+      add(model, "end_of_word_suffix", cJSON_CreateNull()) || add(model, "fuse_unk", cJSON_CreateFalse()) ||
+      add(model, "byte_fallback", cJSON_CreateFalse()) ||
       add(model, "ignore_merges", cJSON_CreateBool(tok->ignore_merges)))
     goto oom;
   for (int32_t id = 0; id < tok->vocab_size; id++) {
@@ -152,8 +159,7 @@ static cJSON *to_json(const lt_tokenizer *tok, char *buf) {
   } else {
     rc = add(root, "version", cJSON_CreateString("1.0")) || add(root, "truncation", cJSON_CreateNull()) ||
          add(root, "padding", cJSON_CreateNull()) || add(root, "added_tokens", added_tokens(tok, buf)) ||
-         add(root, "normalizer", cJSON_CreateNull()) ||
-         add(root, "pre_tokenizer", pre_tokenizer(tok)) ||
+         add(root, "normalizer", cJSON_CreateNull()) || add(root, "pre_tokenizer", pre_tokenizer(tok)) ||
          add(root, "post_processor", cJSON_CreateNull()) || add(root, "decoder", byte_level(1, 1)) ||
          add(root, "model", bpe_model(tok, buf));
   }
@@ -191,8 +197,10 @@ int lt_tokenizer_save(const lt_tokenizer *tok, const char *path) {
       size_t len = strlen(text);
       int bad = fwrite(text, 1, len, f) != len || fputc('\n', f) == EOF;
       bad |= fclose(f) != 0;
-      if (bad) rc = lt_errorf("save: error writing '%s' (disk full?)", tmp);
-      else if (rename(tmp, path) != 0) rc = lt_errorf("save: cannot rename '%s' to '%s'", tmp, path);
+      if (bad)
+        rc = lt_errorf("save: error writing '%s' (disk full?)", tmp);
+      else if (rename(tmp, path) != 0)
+        rc = lt_errorf("save: cannot rename '%s' to '%s'", tmp, path);
       if (rc) remove(tmp);
     }
   }

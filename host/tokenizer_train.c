@@ -123,8 +123,10 @@ static int count_words(const lt_tokenizer *specials, const uint8_t *text, int64_
       e = lt_tok_gpt2_next(text, start, p);
       uint64_t h = lt_tok_hash(text + p, e - p);
       int64_t k = lt_tok_strmap_find(words, text + p, e - p, h);
-      if (k >= 0) words->value[k]++;
-      else if (lt_tok_strmap_add(words, text + p, e - p, h, 1) < 0) return oom();
+      if (k >= 0)
+        words->value[k]++;
+      else if (lt_tok_strmap_add(words, text + p, e - p, h, 1) < 0)
+        return oom();
     }
     pos = end;
   }
@@ -168,11 +170,14 @@ static int apply_merge(trainer *T, int32_t pab, int32_t a, int32_t b, int32_t z,
     for (int32_t i = 0; i + 1 < n && !found; i++) found = s[i] == a && s[i + 1] == b;
     if (!found) continue; // stale entry: merged away by an earlier step
     int64_t c = T->word_count[w];
-    for (int32_t i = 0; i + 1 < n; i++) T->pair_count[lt_tok_pairmap_get(&T->pair_index, lt_tok_pair(s[i], s[i + 1]))] -= c;
+    for (int32_t i = 0; i + 1 < n; i++)
+      T->pair_count[lt_tok_pairmap_get(&T->pair_index, lt_tok_pair(s[i], s[i + 1]))] -= c;
     int32_t m = 0;
     for (int32_t i = 0; i < n;) {
-      if (i + 1 < n && s[i] == a && s[i + 1] == b) s[m++] = z, i += 2;
-      else s[m++] = s[i++];
+      if (i + 1 < n && s[i] == a && s[i + 1] == b)
+        s[m++] = z, i += 2;
+      else
+        s[m++] = s[i++];
     }
     T->word_len[w] = m;
     for (int32_t i = 0; i + 1 < m; i++) {
@@ -239,7 +244,8 @@ int lt_tokenizer_train_bpe(lt_tokenizer **out, const char *text, int64_t len, in
   if (!out) return lt_errorf("train_bpe: out is NULL");
   *out = NULL;
   if (len < 0 || (!text && len)) return lt_errorf("train_bpe: text is NULL or len < 0");
-  if (num_special < 0 || num_special > (1 << 20)) return lt_errorf("train_bpe: num_special %d out of range", num_special);
+  if (num_special < 0 || num_special > (1 << 20))
+    return lt_errorf("train_bpe: num_special %d out of range", num_special);
   if (vocab_size < 256 + num_special || vocab_size > (1 << 28))
     return lt_errorf("train_bpe: vocab_size %d out of range [%d, %d] (256 bytes + %d special tokens at least)",
                      vocab_size, 256 + num_special, 1 << 28, num_special);

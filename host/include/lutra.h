@@ -326,8 +326,9 @@ int lt_tokenizer_free(lt_tokenizer *tok); /* NULL is ok */
 int lt_tokenizer_vocab_size(const lt_tokenizer *tok);
 const char *lt_tokenizer_kind_name(const lt_tokenizer *tok); /* "bpe" or "char" */
 /* Writes the ids of text into ids[0 .. capacity) and their number to *count. Fails when
- * capacity is too small (*count still gets the number needed); capacity >= len always
- * suffices. Errors on a character (char) or byte (bpe, no unk token) not in the vocab. */
+ * capacity is too small (*count still gets the number needed); capacity >= 2 * len + 1
+ * always suffices (len + 1 unless the tokenizer adds prefix spaces). Errors on a character
+ * (char) or byte (bpe, no unk token) not in the vocab. */
 int lt_tokenizer_encode(lt_tokenizer *tok, const char *text, int64_t len, int allow_special, int32_t *ids,
                         int64_t capacity, int64_t *count);
 /* The same into out: a 1-d i32 tensor of the ids (the `out` convention applies). */

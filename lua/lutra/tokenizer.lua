@@ -178,27 +178,36 @@ local function check_self(op, tok)
   return tok.handle
 end
 
+-- Encodes s into buf (int32_t[cap]), or into a larger array when buf is too small (a prefix
+-- space per word can give more ids than bytes); returns the array used and the count.
+local function encode_into(op, tok, s, opts, buf, cap)
+  local h = check_self(op, tok)
+  if type(s) ~= "string" then raise(op .. ": expected a string, got " .. type(s)) end
+  local allow = allow_of(op, opts)
+  if C.lt_tokenizer_encode(h, s, #s, allow, buf, cap, count) ~= 0 then
+    local need = tonumber(count[0])
+    if need <= cap then fail() end
+    buf, cap = ffi.new("int32_t[?]", need), need
+    if C.lt_tokenizer_encode(h, s, #s, allow, buf, cap, count) ~= 0 then fail() end
+  end
+  return buf, tonumber(count[0])
+end
+
 -- The ids of s as (int32_t[n] cdata, n); the array is fresh (GC-managed).
 function Tokenizer.encode_ids(tok, s, opts)
-  local h = check_self("encode_ids", tok)
-  if type(s) ~= "string" then raise("encode: expected a string, got " .. type(s)) end
-  local cap = #s + 1 -- never more ids than bytes
-  local ids = ffi.new("int32_t[?]", cap)
-  if C.lt_tokenizer_encode(h, s, #s, allow_of("encode", opts), ids, cap, count) ~= 0 then fail() end
-  return ids, tonumber(count[0])
+  local cap = type(s) == "string" and #s + 1 or 1
+  return encode_into("encode_ids", tok, s, opts, ffi.new("int32_t[?]", cap), cap)
 end
 
 -- The ids of s as a Lua list (1-based list of 0-based ids).
 function Tokenizer.encode(tok, s, opts)
-  local h = check_self("encode", tok)
-  if type(s) ~= "string" then raise("encode: expected a string, got " .. type(s)) end
-  if #s + 1 > ids_cap then
+  if type(s) == "string" and #s + 1 > ids_cap then
     ids_cap = math.max(#s + 1, 2 * ids_cap, 4096)
     ids_buf = ffi.new("int32_t[?]", ids_cap)
   end
-  if C.lt_tokenizer_encode(h, s, #s, allow_of("encode", opts), ids_buf, ids_cap, count) ~= 0 then fail() end
+  local buf, n = encode_into("encode", tok, s, opts, ids_buf, ids_cap)
   local out = {}
-  for i = 1, tonumber(count[0]) do out[i] = ids_buf[i - 1] end
+  for i = 1, n do out[i] = buf[i - 1] end
   return out
 end
 

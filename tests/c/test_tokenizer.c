@@ -14,7 +14,9 @@ static void test_utf8(void) {
     int len;
     uint32_t cp;
   } cases[] = {
-      {"A", 1, 'A'},           {"\xC3\xA9", 2, 0xE9},          {"\xE4\xB8\xAD", 3, 0x4E2D},
+      {"A", 1, 'A'},
+      {"\xC3\xA9", 2, 0xE9},
+      {"\xE4\xB8\xAD", 3, 0x4E2D},
       {"\xF0\x9F\x99\x82", 4, 0x1F642},
       {"\xC0\x80", 1, LT_TOK_RAW_BYTE + 0xC0},         // overlong NUL
       {"\xE0\x80\xAF", 1, LT_TOK_RAW_BYTE + 0xE0},     // overlong '/'
@@ -74,13 +76,17 @@ static void test_pretokenize(void) {
       {"tab\tx", "tab|\t|x"},
       {"abc123 456def", "abc|123| 456|def"},
       {"hi!!! ?? (x)", "hi|!!!| ??| (|x|)"},
-      {"caf\xC3\xA9 na\xC3\xAFve", "caf\xC3\xA9| na\xC3\xAFve"},                    // é, ï are letters
+      {"caf\xC3\xA9 na\xC3\xAFve", "caf\xC3\xA9| na\xC3\xAFve"},                                   // é, ï are letters
       {"\xE4\xB8\xAD\xE6\x96\x87 \xD9\xA1\xD9\xA2", "\xE4\xB8\xAD\xE6\x96\x87| \xD9\xA1\xD9\xA2"}, // CJK, Arabic digits
-      {"a\xC2\xA0" "b", "a|\xC2\xA0|b"},                                               // NBSP is whitespace
-      {"a\xE3\x80\x80\xE3\x80\x80" "b", "a|\xE3\x80\x80|\xE3\x80\x80|b"},            // U+3000: backs off a whole char
-      {"x\xFF\xFEy", "x|\xFF\xFE|y"},                                                  // invalid bytes: "other"
-      {"\xC2\xBD\xC2\xB2", "\xC2\xBD\xC2\xB2"},                                        // ½ ² are numbers
-      {"\xF0\x9F\x99\x82!", "\xF0\x9F\x99\x82!"},                                      // emoji + punct: other
+      {"a\xC2\xA0"
+       "b",
+       "a|\xC2\xA0|b"}, // NBSP is whitespace
+      {"a\xE3\x80\x80\xE3\x80\x80"
+       "b",
+       "a|\xE3\x80\x80|\xE3\x80\x80|b"},          // U+3000: backs off a whole char
+      {"x\xFF\xFEy", "x|\xFF\xFE|y"},             // invalid bytes: "other"
+      {"\xC2\xBD\xC2\xB2", "\xC2\xBD\xC2\xB2"},   // ½ ² are numbers
+      {"\xF0\x9F\x99\x82!", "\xF0\x9F\x99\x82!"}, // emoji + punct: other
   };
   char out[256];
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -90,10 +96,16 @@ static void test_pretokenize(void) {
   // Llama 3's pattern (cl100k): case-insensitive contractions, one non-letter joins letters, numbers by
   // threes, punctuation takes the newlines after it, whitespace up to its last newline
   static const char *const cl100k[][2] = {
-      {"a 1234567", "a| |123|456|7"},      {"WE'RE x'Ve", "WE|'RE| x|'Ve"},
-      {"(word) ((x))", "(word|)| ((|x|))"}, {"x\n\n  y", "x|\n\n| | y"},
-      {" \r\n\r\n  y", " \r\n\r\n| | y"}, {"hi!\n\nok", "hi|!\n\n|ok"},
-      {"\tab", "\tab"},                   {"a'\xC5\xBF" "b", "a|'\xC5\xBF|b"}, // long s folds to s
+      {"a 1234567", "a| |123|456|7"},
+      {"WE'RE x'Ve", "WE|'RE| x|'Ve"},
+      {"(word) ((x))", "(word|)| ((|x|))"},
+      {"x\n\n  y", "x|\n\n| | y"},
+      {" \r\n\r\n  y", " \r\n\r\n| | y"},
+      {"hi!\n\nok", "hi|!\n\n|ok"},
+      {"\tab", "\tab"},
+      {"a'\xC5\xBF"
+       "b",
+       "a|'\xC5\xBF|b"}, // long s folds to s
   };
   for (size_t i = 0; i < sizeof cl100k / sizeof *cl100k; i++) {
     const char *text = cl100k[i][0];
@@ -167,8 +179,10 @@ static void ref_train(const char *text, int64_t len, int32_t vocab, ref_merges *
     for (int64_t w = 0; w < nwords; w++) {
       int32_t *s = sym + woff[w], m = 0;
       for (int32_t i = 0; i < wlen[w];) {
-        if (i + 1 < wlen[w] && s[i] == ba && s[i + 1] == bb) s[m++] = z, i += 2;
-        else s[m++] = s[i++];
+        if (i + 1 < wlen[w] && s[i] == ba && s[i + 1] == bb)
+          s[m++] = z, i += 2;
+        else
+          s[m++] = s[i++];
       }
       wlen[w] = m;
     }
@@ -319,7 +333,10 @@ static void test_encode(void) {
   for (int rep = 0; rep < 30; rep++) {
     int64_t n = check_randint(0, 5000);
     char *t = malloc((size_t)n + 1);
-    for (int64_t i = 0; i < n; i++) t[i] = (char)(rep % 3 == 0 ? check_randint(0, 256) : rep % 3 == 1 ? "\0\xFF\xC3\xA9 a\n"[check_randint(0, 8)] : corpus[check_randint(0, 30000)]);
+    for (int64_t i = 0; i < n; i++)
+      t[i] = (char)(rep % 3 == 0   ? check_randint(0, 256)
+                    : rep % 3 == 1 ? "\0\xFF\xC3\xA9 a\n"[check_randint(0, 8)]
+                                   : corpus[check_randint(0, 30000)]);
     int32_t *ids;
     int64_t m = encode_all(tok, t, n, 1, &ids);
     CHECK(m >= 0 && m <= n && round_trips(tok, t, n, ids, m), "round trip rep %d (%lld bytes)", rep, (long long)n);

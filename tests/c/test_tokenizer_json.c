@@ -12,8 +12,10 @@ static void find_data_dir(void) { // tests/c/<this file> -> tests/data
   char *slash = strrchr(data_dir, '/');
   if (slash) *slash = 0;
   slash = strrchr(data_dir, '/');
-  if (slash) strcpy(slash, "/data");
-  else strcpy(data_dir, "../tests/data");
+  if (slash)
+    strcpy(slash, "/data");
+  else
+    strcpy(data_dir, "../tests/data");
 }
 
 static char *read_all(const char *path, int64_t *len) {
@@ -80,9 +82,8 @@ static void test_fixtures(int resave) {
     int32_t want[4096], got[4096];
     int64_t n = parse_ids(list, want);
     int ok = lt_tokenizer_encode(tok, text, len, 1, got, 4096, &count) == 0;
-    CHECK(ok && count == n && memcmp(got, want, (size_t)n * sizeof *got) == 0,
-          "%s%s: '%.*s': %lld ids, want %lld (%s)", resave ? "resaved " : "", file, (int)len, text, (long long)count,
-          (long long)n, ok ? "" : lt_last_error());
+    CHECK(ok && count == n && memcmp(got, want, (size_t)n * sizeof *got) == 0, "%s%s: '%.*s': %lld ids, want %lld (%s)",
+          resave ? "resaved " : "", file, (int)len, text, (long long)count, (long long)n, ok ? "" : lt_last_error());
     if (!strstr(file, "prefix")) CHECK(decodes_to(tok, want, n, text, len), "%s: decode '%.*s'", file, (int)len, text);
     lt_tokenizer_free(tok);
     cases++;
@@ -95,7 +96,8 @@ static void test_round_trip(void) {
   // a trained tokenizer with special tokens: save, load, same tokens, merges and ids; saving again is identical
   char corpus[20000];
   for (int i = 0; i < 20000; i++) corpus[i] = "ab cd\n\xC3\xA9\xFF'zz"[check_randint(0, 12)];
-  const char *specials[] = {"<|endoftext|>", "<|caf\xC3\xA9 sp\xC3\xA9" "cial|>"};
+  const char *specials[] = {"<|endoftext|>", "<|caf\xC3\xA9 sp\xC3\xA9"
+                                             "cial|>"};
   lt_tokenizer *tok = NULL, *back = NULL;
   CHECK_OK(lt_tokenizer_train_bpe(&tok, corpus, 20000, 500, specials, 2));
   CHECK_OK(lt_tokenizer_save(tok, "/tmp/lutra_test_tokenizer_a.json"));
@@ -108,7 +110,8 @@ static void test_round_trip(void) {
     int64_t la, lb;
     lt_tokenizer_token(tok, id, &a, &la);
     lt_tokenizer_token(back, id, &b, &lb);
-    same = la == lb && memcmp(a, b, (size_t)la) == 0 && lt_tokenizer_is_special(tok, id) == lt_tokenizer_is_special(back, id);
+    same = la == lb && memcmp(a, b, (size_t)la) == 0 &&
+           lt_tokenizer_is_special(tok, id) == lt_tokenizer_is_special(back, id);
   }
   for (int r = 0; same && r < lt_tokenizer_num_merges(tok); r++) {
     int32_t a[2], b[2], z[2];
@@ -117,7 +120,12 @@ static void test_round_trip(void) {
     same = a[0] == a[1] && b[0] == b[1] && z[0] == z[1];
   }
   CHECK(same, "tokens or merges differ after save/load");
-  static const char text[] = "ab<|endoftext|>cd \xFF\xFE\x00zz<|caf\xC3\xA9 sp\xC3\xA9" "cial|>";
+  uint64_t fp1 = 0, fp2 = 1, fp3 = 2;
+  CHECK_OK(lt_tokenizer_fingerprint(tok, &fp1));
+  CHECK_OK(lt_tokenizer_fingerprint(back, &fp2));
+  CHECK(fp1 == fp2, "fingerprints differ after save/load");
+  static const char text[] = "ab<|endoftext|>cd \xFF\xFE\x00zz<|caf\xC3\xA9 sp\xC3\xA9"
+                             "cial|>";
   int64_t len = sizeof text - 1, n1, n2;
   int32_t ids1[64], ids2[64];
   CHECK_OK(lt_tokenizer_encode(tok, text, len, 1, ids1, 64, &n1));
@@ -126,6 +134,11 @@ static void test_round_trip(void) {
             ids2[n2 - 1] == lt_tokenizer_vocab_size(tok) - 1,
         "ids after save/load");
   CHECK_OK(lt_tokenizer_save(back, "/tmp/lutra_test_tokenizer_b.json"));
+  int32_t extra;
+  CHECK_OK(lt_tokenizer_add_special(back, "<|extra|>", &extra));
+  CHECK_OK(lt_tokenizer_fingerprint(back, &fp3));
+  CHECK(fp3 != fp1, "a new special token keeps the fingerprint");
+  CHECK_ERR(lt_tokenizer_fingerprint(NULL, &fp3), "tokenizer is NULL");
   int64_t la, lb;
   char *a = read_all("/tmp/lutra_test_tokenizer_a.json", &la), *b = read_all("/tmp/lutra_test_tokenizer_b.json", &lb);
   CHECK(a && b && la == lb && memcmp(a, b, (size_t)la) == 0, "saving a loaded tokenizer changes the file");
@@ -136,7 +149,8 @@ static void test_round_trip(void) {
   CHECK_OK(lt_tokenizer_save(tok, "/tmp/lutra_test_tokenizer_c.json"));
   CHECK_OK(lt_tokenizer_load(&back, "/tmp/lutra_test_tokenizer_c.json"));
   if (tok && back) {
-    CHECK(strcmp(lt_tokenizer_kind_name(back), "char") == 0 && lt_tokenizer_vocab_size(back) == lt_tokenizer_vocab_size(tok),
+    CHECK(strcmp(lt_tokenizer_kind_name(back), "char") == 0 &&
+              lt_tokenizer_vocab_size(back) == lt_tokenizer_vocab_size(tok),
           "char tokenizer after save/load");
     CHECK_OK(lt_tokenizer_encode(tok, corpus, 60, 1, ids1, 64, &n1));
     CHECK_OK(lt_tokenizer_encode(back, corpus, 60, 1, ids2, 64, &n2));
@@ -148,7 +162,9 @@ static void test_round_trip(void) {
   remove("/tmp/lutra_test_tokenizer_c.json"), remove("/tmp/lutra_test_tokenizer_resave.json");
 }
 
-static int load_str(lt_tokenizer **tok, const char *json) { return lt_tokenizer_load_json(tok, json, (int64_t)strlen(json)); }
+static int load_str(lt_tokenizer **tok, const char *json) {
+  return lt_tokenizer_load_json(tok, json, (int64_t)strlen(json));
+}
 
 #define PT "\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false}"
 #define VOCAB "\"vocab\":{\"a\":0,\"b\":1,\"ab\":2,\"\xC4\xA0\":3}"
@@ -160,7 +176,8 @@ static void test_minimal_and_unsupported(void) {
   // the smallest file of the family; merges in both forms; a missing byte is an error without unk
   CHECK_OK(load_str(&tok, "{\"model\":{\"type\":\"BPE\"," VOCAB ",\"merges\":[\"a b\"]}," PT "}"));
   if (tok) {
-    CHECK(lt_tokenizer_encode(tok, "ab a", 4, 1, ids, 8, &n) == 0 && n == 3 && ids[0] == 2 && ids[1] == 3 && ids[2] == 0,
+    CHECK(lt_tokenizer_encode(tok, "ab a", 4, 1, ids, 8, &n) == 0 && n == 3 && ids[0] == 2 && ids[1] == 3 &&
+              ids[2] == 0,
           "minimal file: %lld ids", (long long)n);
     CHECK_ERR(lt_tokenizer_encode(tok, "abc", 3, 1, ids, 8, &n), "byte 0x63 has no token");
     lt_tokenizer_free(tok);

@@ -63,6 +63,8 @@ TEXTS = [
     "added word: lutra lutra's lutrae",
     "CAPS WE'RE HE'S THEY'LL I'M x'Ve 1234567 12 (word) ((x)) \r\n\r\n  y\n\n\n z \t\n",
     "Unicode 16 letters \u1c89\u1c8a\U000105c0 and separators x\x1cy\x1fz \x85next\u2029",
+    "0987654321",  # with a prefix space per word: more ids than bytes
+    "7",
     "",
     "   ",
     "\n",

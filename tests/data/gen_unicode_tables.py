@@ -2,6 +2,7 @@
 """Writes host/tokenizer_unicode.c: the Unicode classes the GPT-2 pre-tokenizer needs.
 
     pip install unicodedata2==16.0.0 && python3 tests/data/gen_unicode_tables.py > host/tokenizer_unicode.c
+    clang-format -i --style="{BasedOnStyle: LLVM, ColumnLimit: 120}" host/tokenizer_unicode.c
 
 Classes: letter (\\p{L}), number (\\p{N}), whitespace (\\s, the White_Space property, as
 Oniguruma and Python's regex module read it) and other. Only code points >= 0x80 are

@@ -124,6 +124,14 @@ test("Hugging Face fixtures: the ids the tokenizers library gave", function()
   end
   f:close()
   assert(cases >= 40, "fixture cases: " .. cases)
+  -- a prefix space before every word: more ids than bytes, encode retries with a larger buffer
+  local qwen = toks["tokenizer_hf_qwen2_prefix.json"]
+  local ids = qwen:encode("7")
+  equal(#ids, 2)
+  equal(qwen:decode(ids), " 7")
+  local arr, n = qwen:encode_ids("0987654321")
+  assert(n > 11, n)
+  equal(qwen:decode(arr, n), " 0 9 8 7 6 5 4 3 2 1")
 end)
 
 test("save and load: the same tokenizer, and the same file again", function()
