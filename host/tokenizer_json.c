@@ -228,6 +228,8 @@ static int load_bpe(lt_tokenizer *tok, const cJSON *root) {
     if (int_of(v, 0, MAX_ID - 1, &id)) return E("model.vocab['%s'] is not an integer id in [0, %d)", v->string, MAX_ID);
     if (id > max_id) max_id = id;
   }
+  if (max_id >= 2 * ((int64_t)k + n_added) + 256) // a gap is an unused token: a few are fine, not millions
+    return E("model.vocab: the ids are sparse (max id %lld for %d tokens)", (long long)max_id, k + n_added);
   // the key of each id: an added token's text, or a vocab entry's byte-level string
   const cJSON **slot = calloc((size_t)max_id + 2, sizeof *slot);
   char *is_added = calloc((size_t)max_id + 2, 1);

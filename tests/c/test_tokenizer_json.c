@@ -188,6 +188,14 @@ static void test_minimal_and_unsupported(void) {
           "array merges and unk: %lld ids", (long long)n);
     lt_tokenizer_free(tok);
   }
+  CHECK_OK(load_str(&tok, "{\"model\":{\"vocab\":{\"a\":0,\"b\":2}}," PT "}")); // id 1 is a gap
+  if (tok) {
+    int64_t len;
+    ids[0] = 2, ids[1] = 1;
+    CHECK_ERR(lt_tokenizer_decode(tok, ids, 2, NULL, 0, &len), "id 1 at position 1 is not a token (a gap");
+    CHECK(lt_tokenizer_encode(tok, "ba", 2, 1, ids, 8, &n) == 0 && n == 2 && ids[0] == 2 && ids[1] == 0, "gap vocab");
+    lt_tokenizer_free(tok);
+  }
   static const char *const bad[][2] = {
       {"{\"model\":{\"type\":\"WordPiece\"," VOCAB "}," PT "}", "model.type 'WordPiece'"},
       {"{\"model\":{" VOCAB "},\"normalizer\":{\"type\":\"Lowercase\"}," PT "}", "normalizer 'Lowercase'"},
@@ -207,6 +215,7 @@ static void test_minimal_and_unsupported(void) {
       {"{\"model\":{\"vocab\":{\"a\":\"x\"}}," PT "}", "model.vocab['a'] is not an integer"},
       {"{\"model\":{\"vocab\":{\"a\":-1}}," PT "}", "model.vocab['a'] is not an integer"},
       {"{\"model\":{\"vocab\":{\"a\":0,\"b\":0}}," PT "}", "id 0 is used by 'a' and 'b'"},
+      {"{\"model\":{\"vocab\":{\"a\":0,\"b\":268000000}}," PT "}", "the ids are sparse"},
       {"{\"model\":{\"vocab\":{\"\xE2\x82\xAC\":0}}," PT "}", "outside the byte-level alphabet"},
       {"{\"model\":{\"vocab\":[]}," PT "}", "model.vocab is missing"},
       {"{\"model\":5}", "no \"model\" object"},
