@@ -147,7 +147,26 @@ int lt_tok_register_added(lt_tokenizer *tok, int32_t id, const lt_tok_added *spe
   return 0;
 }
 
-static inline int is_ascii_space(uint8_t c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+static int is_space_cp(uint32_t cp) {
+  if (cp < 0x80) return cp == ' ' || (cp >= '\t' && cp <= '\r');
+  return cp < LT_TOK_RAW_BYTE && lt_tok_unicode_class(cp) == LT_CLASS_SPACE;
+}
+
+// Start of the whitespace character that ends at t[i-1] (not before lo), or -1.
+static int64_t space_before(const uint8_t *t, int64_t lo, int64_t i) {
+  int64_t s = i - 1;
+  while (s > lo && i - s < 4 && (t[s] & 0xC0) == 0x80) s--;
+  uint32_t cp;
+  if (s < lo || lt_tok_utf8_decode(t + s, i - s, &cp) != i - s || !is_space_cp(cp)) return -1;
+  return s;
+}
+
+// End of the whitespace character that starts at t[i], or -1.
+static int64_t space_at(const uint8_t *t, int64_t i, int64_t n) {
+  uint32_t cp;
+  int len = lt_tok_utf8_decode(t + i, n - i, &cp);
+  return is_space_cp(cp) ? i + len : -1;
+}
 
 // A "word" character for single_word added tokens: a letter, a number or '_'.
 static inline int word_cp(uint32_t cp) {
@@ -184,10 +203,8 @@ int lt_tok_match_added(const lt_tokenizer *tok, const uint8_t *text, int64_t pos
       if (a->single_word && ((i > 0 && word_char_before(text, i)) || (i + len < n && word_char_at(text, i + len, n))))
         continue;
       int64_t s = i, e = i + len;
-      if (a->lstrip)
-        while (s > pos && is_ascii_space(text[s - 1])) s--;
-      if (a->rstrip)
-        while (e < n && is_ascii_space(text[e])) e++;
+      for (int64_t b; a->lstrip && s > pos && (b = space_before(text, pos, s)) >= 0;) s = b; // Unicode whitespace
+      for (int64_t b; a->rstrip && e < n && (b = space_at(text, e, n)) >= 0;) e = b;
       *start = s, *end = e, *id = a->id;
       return 1;
     }

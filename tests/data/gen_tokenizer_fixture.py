@@ -9,8 +9,8 @@ Outputs (committed, so that the tests need no Python):
   tokenizer_hf_sequence.json   the same model behind Sequence[Split(GPT-2 regex),
                                ByteLevel(use_regex=false)], merges rewritten as "a b" strings
                                (the older format), plus a non-special added token.
-  tokenizer_hf_prefix.json     ByteLevel(add_prefix_space=true) and an lstrip/rstrip special
-                               token, as RoBERTa's <mask>.
+  tokenizer_hf_prefix.json     ByteLevel(add_prefix_space=true), an lstrip/rstrip special token
+                               as RoBERTa's <mask>, an rstrip one and a single_word added token.
   tokenizer_hf_llama3.json     Sequence[Split(Llama 3's regex), ByteLevel] and ignore_merges.
   tokenizer_hf_qwen2_prefix.json  Qwen2's regex, ByteLevel(add_prefix_space=true): a space before
                                every word.
@@ -63,6 +63,8 @@ TEXTS = [
     "added word: lutra lutra's lutrae",
     "CAPS WE'RE HE'S THEY'LL I'M x'Ve 1234567 12 (word) ((x)) \r\n\r\n  y\n\n\n z \t\n",
     "Unicode 16 letters \u1c89\u1c8a\U000105c0 and separators x\x1cy\x1fz \x85next\u2029",
+    "lut lutra xlut lut. _lut lut_ \u00e9lut 1lut lut1 (lut)",
+    "a\u3000<mask>b a\u00a0\u00a0<mask>\u3000 b x [R]\u3000\t y[R]z",
     "0987654321",  # with a prefix space per word: more ids than bytes
     "7",
     "",
@@ -93,7 +95,9 @@ def main():
     out["tokenizer_hf_sequence.json"] = seq
 
     prefix = train(pre_tokenizers.ByteLevel(add_prefix_space=True), ["<|endoftext|>"])
-    prefix.add_special_tokens([AddedToken("<mask>", lstrip=True, rstrip=True, special=True)])
+    prefix.add_special_tokens([AddedToken("<mask>", lstrip=True, rstrip=True, special=True),
+                               AddedToken("[R]", rstrip=True, special=True)])
+    prefix.add_tokens([AddedToken("lut", single_word=True)])
     out["tokenizer_hf_prefix.json"] = prefix
 
     llama = train(pre_tokenizers.Sequence([
