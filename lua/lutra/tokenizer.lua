@@ -127,7 +127,8 @@ end
 -- Trains a tokenizer for the corpus at path once and caches it as JSON next to the corpus
 -- (or in opts.dir); later calls load the cache while the corpus keeps its size and
 -- modification time. opts: kind = "bpe" (default) or "char", vocab, special_tokens, dir,
--- force = true (train again).
+-- force = true (train again). Returns the tokenizer and the cache's path (nil when it could
+-- not be written).
 function M.load_or_train(path, opts)
   opts = check_opts("load_or_train", opts, {kind = true, vocab = true, special_tokens = true, dir = true, force = true})
   if type(path) ~= "string" then raise("load_or_train: path must be a string, got " .. type(path)) end
@@ -136,29 +137,36 @@ function M.load_or_train(path, opts)
   local size, mtime = stat(path)
   if not size then raise("load_or_train: cannot open the corpus '" .. path .. "'") end
   local specials = opts.special_tokens or {}
-  specials_arg("load_or_train", specials)
+  local sp, nsp = specials_arg("load_or_train", specials)
   local vocab = opts.vocab or 4096
+  if type(vocab) ~= "number" or vocab ~= math.floor(vocab) then
+    raise("load_or_train: vocab must be an integer, got " .. tostring(vocab))
+  end
   local key = table.concat({kind, vocab, size, mtime, table.concat(specials, "\0")}, "\1")
   local dir, base = path:match("^(.*)/([^/]*)$")
   if not dir then dir, base = ".", path end
-  dir = opts.dir or dir
+  dir = opts.dir or (dir == "" and "/" or dir)
   local name = kind == "bpe" and ("%s.bpe%d-%s.tokenizer.json"):format(base, vocab, fnv_hex(key))
     or ("%s.char-%s.tokenizer.json"):format(base, fnv_hex(key))
-  local cache = (dir == "" and "." or dir) .. "/" .. name
+  local cache = dir .. "/" .. name
   if not opts.force then
     local ok, tok = pcall(M.load, cache)
     if ok then return tok, cache end
   end
   local tok
   if kind == "bpe" then
-    tok = M.train_bpe(path, {vocab = vocab, special_tokens = specials})
+    tok = wrap(C.lt_tokenizer_train_bpe_file(handle_out, path, vocab, sp, nsp))
   else
     local f = io.open(path, "rb")
+    if not f then raise("load_or_train: cannot open the corpus '" .. path .. "'") end
     local text = f:read("*a")
     f:close()
     tok = M.char(text, {special_tokens = specials})
   end
-  tok:save(cache)
+  if C.lt_tokenizer_save(tok.handle, cache) ~= 0 then -- a read-only place: work on, without a cache
+    io.stderr:write("lutra.tokenizer: cannot cache the tokenizer (" .. ffi.string(C.lt_last_error()) .. ")\n")
+    return tok, nil
+  end
   return tok, cache
 end
 

@@ -195,6 +195,9 @@ test("load_or_train: trains once, then loads the cache; a changed corpus trains 
   local changed, cache3 = tokenizer.load_or_train(path, {vocab = 280})
   assert(cache3 ~= cache, "the cache name must follow the corpus")
   equal(changed:decode(changed:encode("zzz")), "zzz")
+  local nocache, where = tokenizer.load_or_train(path, {vocab = 270, dir = "/nonexistent/dir"}) -- warns, works
+  equal(where, nil)
+  equal(nocache.vocab_size, 270)
   os.execute("rm -rf " .. dir)
 end)
 
