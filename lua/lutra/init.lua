@@ -77,6 +77,7 @@ function M.debug() return require("lutra.repl").debug() end
 
 -- Issue 3's modules; each loads without requiring "lutra" itself.
 M.data = require "lutra.data"
+M.tokenizer = require "lutra.tokenizer"
 M.config = require "lutra.config" -- callable: lt.config{...}; also lt.config.optional/number/one_of
 
 M.cuda = {
