@@ -1,0 +1,120 @@
+-- lutra.models — the model zoo, built from config tables.
+--
+--   local models = require "lutra.models"
+--   local model = models.build{arch = "llama", n_layer = 4, n_head = 4, n_kv_head = 2, d_model = 128,
+--                              vocab_size = 4096, block_size = 256}
+--   local logits, loss = model(idx, targets)        -- idx, targets (B, T) i64
+--
+-- Keys (each arch fills in the ones not given; lutra/models/gpt2.lua, llama.lua):
+--   arch          "gpt2" | "llama"
+--   n_layer, n_head, d_model, vocab_size, block_size   sizes (positive integers)
+--   n_kv_head     key/value heads (divides n_head): GQA, or MQA with 1; default n_head
+--   ffn_hidden    the MLP's hidden width (gpt2: 4 d_model; llama: 8/3 d_model rounded up to 32)
+--   dropout       probability, on embeddings, attention and MLP outputs
+--   bias          biases in linear layers and LayerNorms
+--   norm_eps      the norms' epsilon
+--   rope_theta    RoPE's base (used when pos = "rope")
+--   pos           "learned" | "rope";  norm "layernorm" | "rmsnorm";  mlp "gelu" | "swiglu"
+--   tie_embeddings   lm_head uses wte.weight
+--   init_std      the std of the initial weights (0.02)
+--   dtype, device    where the parameters live ("f32", "cpu" by default)
+-- Every key applies to every arch (pos, norm, mlp and tie_embeddings are what make an
+-- arch), so a config can switch arch alone. An unknown key or a bad value is an error
+-- that names the key.
+local errors = require "lutra.errors"
+local dtype = require "lutra.dtype"
+local Transformer = require "lutra.models.transformer"
+local SwiGLU = require "lutra.nn.swiglu"
+
+local raise = errors.raise
+
+local M = {}
+
+M.archs = {gpt2 = require "lutra.models.gpt2", llama = require "lutra.models.llama"}
+M.Transformer = Transformer
+
+local function posint(v) return type(v) == "number" and v == math.floor(v) and v >= 1 and v < 2 ^ 53 end
+local function posnum(v) return type(v) == "number" and v > 0 and v < math.huge end
+local function choice(...)
+  local set, list = {}, {...}
+  for _, c in ipairs(list) do set[c] = true end
+  return function(v) return set[v] == true end, "one of \"" .. table.concat(list, "\", \"") .. "\""
+end
+
+local CHECKS = {
+  n_layer = {posint, "a positive integer"}, n_head = {posint, "a positive integer"},
+  n_kv_head = {posint, "a positive integer"}, d_model = {posint, "a positive integer"},
+  vocab_size = {posint, "a positive integer"}, block_size = {posint, "a positive integer"},
+  ffn_hidden = {posint, "a positive integer"},
+  dropout = {function(v) return type(v) == "number" and v >= 0 and v < 1 end, "a number in [0, 1)"},
+  bias = {function(v) return type(v) == "boolean" end, "true or false"},
+  tie_embeddings = {function(v) return type(v) == "boolean" end, "true or false"},
+  norm_eps = {posnum, "a positive number"}, rope_theta = {posnum, "a positive number"},
+  init_std = {function(v) return type(v) == "number" and v >= 0 and v < math.huge end, "a number >= 0"},
+  pos = {choice("learned", "rope")}, norm = {choice("layernorm", "rmsnorm")}, mlp = {choice("gelu", "swiglu")},
+  dtype = {function(v) return v == "f32" or v == "f64" or v == "bf16" or v == "f16" end,
+           "a floating-point dtype (\"f32\", \"f64\", \"bf16\", \"f16\")"},
+  device = {function(v) return pcall(dtype.device_id, v) and v ~= nil end, "\"cpu\", \"cuda\" or \"cuda:k\""},
+}
+M.keys = {"arch"}
+for k in pairs(CHECKS) do M.keys[#M.keys + 1] = k end
+table.sort(M.keys)
+
+local function nearest(key)
+  local best, best_d = nil, math.huge
+  local dist = require("lutra.config").edit_distance
+  for _, k in ipairs(M.keys) do
+    local d = dist(key, k)
+    if d < best_d then best, best_d = k, d end
+  end
+  if best and best_d <= math.max(2, #key / 3) then return best end
+end
+
+local function show(v) return type(v) == "string" and string.format("%q", v) or tostring(v) end
+
+-- The complete config: cfg's keys over the arch's defaults, checked. Errors name the key.
+function M.config(cfg)
+  if type(cfg) ~= "table" then raise("models.build: expected a config table, got " .. type(cfg)) end
+  local names = {}
+  for name in pairs(M.archs) do names[#names + 1] = name end
+  table.sort(names)
+  local arch = M.archs[cfg.arch]
+  if arch == nil then
+    raise(string.format("models.build: arch must be one of %s; got %s", table.concat(names, ", "), show(cfg.arch)))
+  end
+  local out = {arch = cfg.arch}
+  for k, v in pairs(cfg) do
+    if k ~= "arch" then
+      local check = CHECKS[k]
+      if check == nil then
+        local near = type(k) == "string" and nearest(k)
+        raise(string.format("models.build: unknown key '%s'%s", tostring(k), near and (" (did you mean '" .. near .. "'?)") or ""))
+      end
+      if not check[1](v) then raise(string.format("models.build: %s must be %s, got %s", k, check[2], show(v))) end
+      out[k] = v
+    end
+  end
+  for k, v in pairs(arch.defaults) do
+    if out[k] == nil then out[k] = v end
+  end
+  out.n_kv_head = out.n_kv_head or out.n_head
+  if out.ffn_hidden == nil then
+    out.ffn_hidden = out.mlp == "swiglu" and SwiGLU.default_hidden(out.d_model) or 4 * out.d_model
+  end
+  if out.d_model % out.n_head ~= 0 then
+    raise(string.format("models.build: d_model %d is not a multiple of n_head %d", out.d_model, out.n_head))
+  end
+  if out.n_head % out.n_kv_head ~= 0 then
+    raise(string.format("models.build: n_head %d is not a multiple of n_kv_head %d", out.n_head, out.n_kv_head))
+  end
+  if out.pos == "rope" and (out.d_model / out.n_head) % 2 ~= 0 then
+    raise(string.format("models.build: rope needs an even head dim; d_model / n_head = %d", out.d_model / out.n_head))
+  end
+  return out
+end
+
+-- A new model, initialised from lutra's generator (lutra.manual_seed first for a
+-- reproducible one).
+function M.build(cfg) return Transformer(M.config(cfg)) end
+
+return M

@@ -1,0 +1,139 @@
+-- lutra.models.Transformer — the decoder-only language model that the zoo's
+-- architectures configure (gpt2.lua, llama.lua): token embeddings (wte), learned
+-- positions (wpe) or RoPE, dropout, n_layer pre-norm blocks, a final norm (ln_f) and
+-- the head (lm_head, whose weight is wte.weight itself when embeddings are tied).
+--
+-- cfg is a complete, checked config (lutra.models.build makes one). Parameter names:
+--   wte.weight (V, C), wpe.weight (block_size, C),
+--   blocks.i.ln_1.*, blocks.i.attn.qkv.*, blocks.i.attn.proj.*, blocks.i.ln_2.*,
+--   blocks.i.mlp.fc.* and mlp.proj.* (GELU) or mlp.gate/up/proj.* (SwiGLU),
+--   ln_f.*, lm_head.weight (V, C)
+-- Initialisation (GPT-2's, nanoGPT's): every Linear and Embedding weight N(0, init_std),
+-- the projections back into the residual stream (attn.proj, mlp.proj) N(0,
+-- init_std / sqrt(2 n_layer)), biases zero, norm weights one.
+local Module = require "lutra.nn.module"
+local Linear = require "lutra.nn.linear"
+local Embedding = require "lutra.nn.embedding"
+local LayerNorm = require "lutra.nn.layer_norm"
+local RMSNorm = require "lutra.nn.rms_norm"
+local Dropout = require "lutra.nn.dropout"
+local Block = require "lutra.nn.block"
+local create = require "lutra.create"
+local ops = require "lutra.ops"
+local F = require "lutra.functional"
+local dtype = require "lutra.dtype"
+local errors = require "lutra.errors"
+local grad = require "lutra.nn.grad"
+
+local raise, is_tensor = errors.raise, ops.is_tensor
+
+local Transformer = Module:extend("Transformer")
+
+function Transformer:init(cfg)
+  rawset(self, "cfg", cfg)
+  local C, V = cfg.d_model, cfg.vocab_size
+  local fo = {dtype = cfg.dtype, device = cfg.device}
+  self.wte = Embedding(V, C, fo)
+  if cfg.pos == "learned" then self.wpe = Embedding(cfg.block_size, C, fo) end
+  self.drop = Dropout(cfg.dropout)
+  local blocks = {}
+  for i = 1, cfg.n_layer do
+    blocks[i] = Block {d_model = C, n_head = cfg.n_head, n_kv_head = cfg.n_kv_head, norm = cfg.norm,
+                       norm_eps = cfg.norm_eps, mlp = cfg.mlp, ffn_hidden = cfg.ffn_hidden, bias = cfg.bias,
+                       dropout = cfg.dropout, rope = cfg.pos == "rope", rope_theta = cfg.rope_theta,
+                       dtype = cfg.dtype, device = cfg.device}
+  end
+  self.blocks = Module.ModuleList(blocks)
+  if cfg.norm == "rmsnorm" then
+    self.ln_f = RMSNorm(C, {eps = cfg.norm_eps, dtype = cfg.dtype, device = cfg.device})
+  else
+    self.ln_f = LayerNorm(C, {eps = cfg.norm_eps, bias = cfg.bias, dtype = cfg.dtype, device = cfg.device})
+  end
+  self.lm_head = Linear(C, V, {bias = false, dtype = cfg.dtype, device = cfg.device})
+  if cfg.tie_embeddings then self.lm_head.weight = self.wte.weight end
+  self:init_weights()
+end
+
+-- Draws the initial weights again (from lutra's generator, in parameter order).
+function Transformer:init_weights()
+  local std = self.cfg.init_std
+  local resid_std = std / math.sqrt(2 * self.cfg.n_layer)
+  local done = {}
+  local function fill(t, fn, a, b)
+    if done[t] then return end
+    done[t] = true
+    grad.no_grad(fn, t, a, b)
+  end
+  local residual = {}
+  for _, block in ipairs(self.blocks) do
+    residual[block.attn.proj.weight], residual[block.mlp.proj.weight] = true, true
+  end
+  for _, m in ipairs(self:modules()) do
+    local cls = getmetatable(m)
+    if cls == Linear or cls == Embedding then
+      fill(m.weight, create.normal_, 0, residual[m.weight] and resid_std or std)
+      if m.bias ~= nil then fill(m.bias, create.fill_, 0) end
+    elseif cls == LayerNorm or cls == RMSNorm then
+      if m.weight ~= nil then fill(m.weight, create.fill_, 1) end
+      if m.bias ~= nil then fill(m.bias, create.fill_, 0) end
+    end
+  end
+  return self
+end
+
+local function check_ids(what, t, B, T)
+  if not is_tensor(t) then raise("Transformer: " .. what .. " must be a tensor, got " .. type(t)) end
+  local dt = dtype.name(t.dtype_)
+  if dt ~= "i64" and dt ~= "i32" then raise("Transformer: " .. what .. " must be i64 or i32, got " .. dt) end
+  if t.ndim ~= 2 or (B and (t:size(0) ~= B or t:size(1) ~= T)) then
+    raise(string.format("Transformer: %s must be (B, T)%s, got [%s]", what,
+      B and string.format(" = (%d, %d)", B, T) or "", table.concat(t.shape, ", ")))
+  end
+end
+
+-- idx (B, T) token ids -> logits (B, T, V); with targets (B, T) (-100: ignored), also
+-- the mean cross-entropy loss. opts.cache (from kv_cache) decodes incrementally.
+function Transformer:forward(idx, targets, opts)
+  check_ids("idx", idx)
+  local B, T = idx:size(0), idx:size(1)
+  if targets ~= nil then check_ids("targets", targets, B, T) end
+  local cache = opts and opts.cache
+  local pos = cache and cache.pos or 0
+  local limit = cache and cache.len or self.cfg.block_size
+  if pos + T > limit then
+    raise(string.format("Transformer: %d positions%s do not fit the %s of %d", T,
+      pos > 0 and string.format(" after %d", pos) or "", cache and "cache" or "block_size", limit))
+  end
+  local x = self.wte(idx)
+  if self.wpe ~= nil then x = x + self.wpe(create.arange(pos, pos + T)) end
+  x = self.drop(x)
+  for i, block in ipairs(self.blocks) do x = block(x, cache and cache.layers[i], pos) end
+  local logits = self.lm_head(self.ln_f(x))
+  if cache then cache.pos = pos + T end
+  if targets == nil then return logits end
+  local loss = F.cross_entropy(logits, targets, {ignore_index = -100})
+  return logits, loss
+end
+
+-- A key/value cache for incremental decoding of `batch` sequences of up to `len`
+-- (default block_size) positions: {pos = 0, len =, layers = {...}}. Pass it as
+-- forward(idx, nil, {cache = c}) under lutra.no_grad; each call appends its T positions.
+function Transformer:kv_cache(batch, len)
+  len = len or self.cfg.block_size
+  if len > self.cfg.block_size and self.wpe ~= nil then
+    raise(string.format("Transformer: kv_cache of %d positions exceeds the learned positions (%d)", len,
+      self.cfg.block_size))
+  end
+  local layers = {}
+  for i, block in ipairs(self.blocks) do layers[i] = block.attn:new_cache(batch, len) end
+  return {pos = 0, len = len, layers = layers}
+end
+
+function Transformer:extra_repr()
+  local c = self.cfg
+  local s = string.format("%s: %d layers, d_model %d, %d heads", c.arch, c.n_layer, c.d_model, c.n_head)
+  if c.n_kv_head ~= c.n_head then s = s .. string.format(" (%d kv)", c.n_kv_head) end
+  return s .. string.format(", vocab %d, block %d", c.vocab_size, c.block_size)
+end
+
+return Transformer

@@ -1,0 +1,96 @@
+-- nn.CausalSelfAttention{d_model =, n_head =, n_kv_head = n_head, bias = true,
+--   dropout = 0, rope = false, rope_theta = 10000, dtype =, device =}
+--
+-- Multi-head causal self-attention, x (B, T, C) -> (B, T, C), C = d_model. n_kv_head
+-- below n_head shares each key/value head among n_head / n_kv_head query heads: GQA,
+-- or MQA with n_kv_head = 1. One fused projection makes q, k and v:
+--   qkv.weight is (H*D + 2*Hkv*D, C): rows [q heads | k heads | v heads], D = C / H;
+-- proj.weight (C, H*D) maps the heads back. rope = true rotates q and k by their
+-- positions (the "rotate half" convention of Hugging Face's Llama); otherwise the
+-- model adds learned positions to its input. Dropout applies to the output (the fused
+-- attention kernel has no dropout on the attention weights).
+--
+-- forward(x, cache, pos): with a cache {k =, v =} (B, S_max, Hkv, D) tensors (made by
+-- the model's kv_cache), the new keys and values are written at positions
+-- [pos, pos + T) and the queries attend to everything up to there: incremental
+-- decoding. Use it under lutra.no_grad.
+local Module = require "lutra.nn.module"
+local create = require "lutra.create"
+local F = require "lutra.functional"
+local errors = require "lutra.errors"
+local O = require "lutra.nn.options"
+local Linear = require "lutra.nn.linear"
+local Dropout = require "lutra.nn.dropout"
+
+local raise = errors.raise
+
+local Attention = Module:extend("CausalSelfAttention")
+
+local KEYS = {"d_model", "n_head", "n_kv_head", "bias", "dropout", "rope", "rope_theta", "dtype", "device"}
+
+function Attention:init(cfg)
+  local name = "CausalSelfAttention"
+  cfg = O.check(name, cfg, KEYS)
+  local C = O.positive_int(name, "d_model", cfg.d_model)
+  local H = O.positive_int(name, "n_head", cfg.n_head)
+  local Hkv = O.positive_int(name, "n_kv_head", cfg.n_kv_head or H)
+  if C % H ~= 0 then raise(string.format("%s: d_model %d is not a multiple of n_head %d", name, C, H)) end
+  if H % Hkv ~= 0 then raise(string.format("%s: n_head %d is not a multiple of n_kv_head %d", name, H, Hkv)) end
+  local D = C / H
+  self.d_model, self.n_head, self.n_kv_head, self.head_dim = C, H, Hkv, D
+  self.rope = O.boolean(name, "rope", cfg.rope, false)
+  if self.rope then
+    if D % 2 ~= 0 then raise(string.format("%s: rope needs an even head dim, got %d", name, D)) end
+    self.rope_theta = O.positive(name, "rope_theta", cfg.rope_theta or 10000)
+  end
+  local lin = {bias = O.boolean(name, "bias", cfg.bias, true), dtype = cfg.dtype, device = cfg.device}
+  self.qkv = Linear(C, (H + 2 * Hkv) * D, lin)
+  self.proj = Linear(H * D, C, lin)
+  self.drop = Dropout(cfg.dropout or 0)
+end
+
+local arange = create.arange
+
+function Attention:forward(x, cache, pos)
+  if x.ndim ~= 3 or x:size(2) ~= self.d_model then
+    raise(string.format("CausalSelfAttention: expected x (B, T, %d), got [%s]", self.d_model,
+      table.concat(x.shape, ", ")))
+  end
+  local B, T = x:size(0), x:size(1)
+  local H, Hkv, D = self.n_head, self.n_kv_head, self.head_dim
+  pos = pos or 0
+  local qkv = self.qkv(x):view(B, T, H + 2 * Hkv, D)
+  local q, k, v = qkv:narrow(2, 0, H), qkv:narrow(2, H, Hkv), qkv:narrow(2, H + Hkv, Hkv)
+  if self.rope then
+    local positions = pos > 0 and arange(pos, pos + T) or nil
+    q = F.rope(q, positions, self.rope_theta)
+    k = F.rope(k, positions, self.rope_theta)
+  end
+  if cache ~= nil then
+    local S_max = cache.k:size(1)
+    if pos + T > S_max then
+      raise(string.format("CausalSelfAttention: the cache holds %d positions; %d + %d do not fit", S_max, pos, T))
+    end
+    cache.k:narrow(1, pos, T):copy_(k)
+    cache.v:narrow(1, pos, T):copy_(v)
+    k, v = cache.k:narrow(1, 0, pos + T), cache.v:narrow(1, 0, pos + T)
+  end
+  local y = F.scaled_dot_product_attention {q, k, v, causal = true}
+  return self.drop(self.proj(y:view(B, T, H * D)))
+end
+
+-- Empty key/value buffers for `batch` sequences of up to `len` positions.
+function Attention:new_cache(batch, len)
+  local opts = {dtype = self.qkv.weight.dtype, device = self.qkv.weight.device}
+  return {k = create.zeros(batch, len, self.n_kv_head, self.head_dim, opts),
+          v = create.zeros(batch, len, self.n_kv_head, self.head_dim, opts)}
+end
+
+function Attention:extra_repr()
+  local s = string.format("d_model=%d, n_head=%d", self.d_model, self.n_head)
+  if self.n_kv_head ~= self.n_head then s = s .. ", n_kv_head=" .. self.n_kv_head end
+  if self.rope then s = s .. string.format(", rope_theta=%g", self.rope_theta) end
+  return s
+end
+
+return Attention

@@ -1,0 +1,56 @@
+-- nn.Block{d_model =, n_head =, n_kv_head =, norm = "layernorm" | "rmsnorm", norm_eps =,
+--   mlp = "gelu" | "swiglu", ffn_hidden =, bias = true, dropout = 0, rope = false,
+--   rope_theta =, dtype =, device =}
+-- The pre-norm transformer block: x + attn(ln_1(x)), then + mlp(ln_2(x)).
+-- forward(x, cache, pos) passes the key/value cache to the attention.
+local Module = require "lutra.nn.module"
+local errors = require "lutra.errors"
+local O = require "lutra.nn.options"
+local LayerNorm = require "lutra.nn.layer_norm"
+local RMSNorm = require "lutra.nn.rms_norm"
+local Attention = require "lutra.nn.attention"
+local MLP = require "lutra.nn.mlp"
+local SwiGLU = require "lutra.nn.swiglu"
+
+local raise = errors.raise
+
+local Block = Module:extend("Block")
+
+local KEYS = {"d_model", "n_head", "n_kv_head", "norm", "norm_eps", "mlp", "ffn_hidden", "bias", "dropout", "rope",
+              "rope_theta", "dtype", "device"}
+
+function Block:init(cfg)
+  cfg = O.check("Block", cfg, KEYS)
+  local bias = O.boolean("Block", "bias", cfg.bias, true)
+  local function norm()
+    local opts = {eps = cfg.norm_eps, dtype = cfg.dtype, device = cfg.device}
+    if cfg.norm == nil or cfg.norm == "layernorm" then
+      opts.bias = bias
+      return LayerNorm(cfg.d_model, opts)
+    elseif cfg.norm == "rmsnorm" then
+      return RMSNorm(cfg.d_model, opts)
+    end
+    raise("Block: norm must be \"layernorm\" or \"rmsnorm\", got " .. tostring(cfg.norm))
+  end
+  self.ln_1 = norm()
+  self.attn = Attention {d_model = cfg.d_model, n_head = cfg.n_head, n_kv_head = cfg.n_kv_head, bias = bias,
+                         dropout = cfg.dropout, rope = cfg.rope, rope_theta = cfg.rope_theta, dtype = cfg.dtype,
+                         device = cfg.device}
+  self.ln_2 = norm()
+  local ffn = {d_model = cfg.d_model, hidden = cfg.ffn_hidden, bias = bias, dropout = cfg.dropout, dtype = cfg.dtype,
+               device = cfg.device}
+  if cfg.mlp == nil or cfg.mlp == "gelu" then
+    self.mlp = MLP(ffn)
+  elseif cfg.mlp == "swiglu" then
+    self.mlp = SwiGLU(ffn)
+  else
+    raise("Block: mlp must be \"gelu\" or \"swiglu\", got " .. tostring(cfg.mlp))
+  end
+end
+
+function Block:forward(x, cache, pos)
+  x = x + self.attn(self.ln_1(x), cache, pos)
+  return x + self.mlp(self.ln_2(x))
+end
+
+return Block

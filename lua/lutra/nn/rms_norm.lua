@@ -1,0 +1,23 @@
+-- nn.RMSNorm(dim, {eps = 1e-6, affine = true, dtype =, device =}):
+-- x / sqrt(mean(x^2) + eps) * weight over the last dim (weight starts at one).
+local Module = require "lutra.nn.module"
+local create = require "lutra.create"
+local F = require "lutra.functional"
+local O = require "lutra.nn.options"
+
+local RMSNorm = Module:extend("RMSNorm")
+
+function RMSNorm:init(dim, opts)
+  opts = O.check("RMSNorm", opts, {"eps", "affine", "dtype", "device"})
+  self.dim = O.positive_int("RMSNorm", "dim", dim)
+  self.eps = O.positive("RMSNorm", "eps", opts.eps or 1e-6)
+  if O.boolean("RMSNorm", "affine", opts.affine, true) then self.weight = create.ones(dim, O.factory(opts)) end
+end
+
+function RMSNorm:forward(x) return (F.rms_norm(x, self.weight, self.eps)) end
+
+function RMSNorm:extra_repr()
+  return string.format("%d, eps=%g%s", self.dim, self.eps, self.weight == nil and ", affine=false" or "")
+end
+
+return RMSNorm
