@@ -405,6 +405,18 @@ int lt_hash64(const void *data, int64_t nbytes, uint64_t *hash);
 /* Size in bytes and modification time (ns since the epoch) of the file at path. */
 int lt_file_stat(const char *path, int64_t *size, int64_t *mtime_ns);
 
+/* ---- training runtime: wall clock, Ctrl-C as a flag (host/interrupt.c) ---------- */
+
+/* Seconds on a monotonic clock (for rates and ETAs). */
+double lt_wall_time(void);
+/* While armed, SIGINT only sets a flag that lt_interrupt_pending reads (clear = 1 also
+ * resets it), so a loop can stop between steps. A second SIGINT while the flag is set
+ * restores the handler that was in force before arming and re-raises the signal to it.
+ * lt_interrupt_disarm restores that handler too. */
+int lt_interrupt_arm(void);
+int lt_interrupt_pending(int clear);
+int lt_interrupt_disarm(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,365 @@
+-- lutra.train — the training loop.
+--
+--   local result = lutra.train{model = model, data = train_loader, config = cfg}
+--   -- optional: optimizer = opt, loss_fn = function(model, batch) -> loss [, {name = number}],
+--   --           val_data = loader, tokenizer = tok (for samples), log = function(record)
+--
+-- One step: grad_accum micro-batches, each loss scaled by 1 / grad_accum before backward,
+-- then the gradient is clipped to grad_clip (global norm; 0: no clipping, the norm is
+-- still measured) and the optimizer steps at the schedule's lr for that step. The
+-- default loss is the model's next-token loss: select(2, model:forward(x, y)). A batch
+-- handed to loss_fn is {x =, y =, x, y} (or the loader's own table when it returns one).
+--
+-- Config keys (any missing one takes the default in DEFAULTS below): steps, grad_accum,
+-- grad_clip, lr, min_lr, warmup, schedule ("cosine", "linear", "constant", "wsd"),
+-- optimizer ("adamw", "sgd", "lion"), weight_decay, betas, eps, eval_every, eval_iters,
+-- sample_every, sample_tokens, sample_prompt, temperature, top_k, top_p, log_every,
+-- run_dir (metrics.jsonl, config.lua and checkpoints go there; "" for none), ckpt_every,
+-- ckpt_keep, resume ("" none, "auto" the latest checkpoint of run_dir, or a path).
+--
+-- Each step runs inside lutra.tidy: activations, gradients and temporaries are freed when
+-- it ends (the optimizer's state and the parameters are kept), so memory stays flat.
+-- Ctrl-C (when the C core's interrupt flag is available) ends the run after the current
+-- step, saving a checkpoint when run_dir is set; a second Ctrl-C interrupts at once.
+-- Resume restores weights, optimizer state, step (the schedule is a function of it), the
+-- RNG and both loaders' positions: a resumed run continues bitwise like a straight one.
+local lt = require "lutra.ffi"
+local errors = require "lutra.errors"
+local memory = require "lutra.memory"
+local ops = require "lutra.ops"
+local create = require "lutra.create"
+local grad = require "lutra.nn.grad"
+local schedule_mod = require "lutra.optim.schedule"
+local ckpt = require "lutra.train.state"
+local progress = require "lutra.train.progress"
+local metrics = require "lutra.train.metrics"
+local interrupt = require "lutra.train.interrupt"
+local generate = require "lutra.generate"
+
+local raise, is_tensor = errors.raise, ops.is_tensor
+local tidy = memory.tidy
+
+local M = {}
+
+M.DEFAULTS = {
+  steps = 1000, grad_accum = 1, grad_clip = 1.0, lr = 1e-3, min_lr = 1e-4, warmup = 100, schedule = "cosine",
+  decay_frac = 0.2, optimizer = "adamw", weight_decay = 0.1, betas = {0.9, 0.95}, eps = 1e-8, momentum = 0.9,
+  eval_every = 250, eval_iters = 20, sample_every = 0, sample_tokens = 200, sample_prompt = "", temperature = 0.8,
+  top_k = 0, top_p = 0.95, log_every = 1, run_dir = "", ckpt_every = 0, ckpt_keep = 2, resume = "",
+}
+
+local now = interrupt.now
+
+-- cfg value with a default (config tables from lutra.config are plain tables).
+local function getter(cfg)
+  return function(key)
+    local v = cfg[key]
+    if v == nil then v = M.DEFAULTS[key] end
+    return v
+  end
+end
+
+local function params_of(model)
+  local ps = model:parameters()
+  if type(ps) ~= "table" then raise("train: model:parameters() must return a list of tensors") end
+  return ps
+end
+
+-- ---- optimizer, schedule, clipping ---------------------------------------------------------------
+
+local function make_schedule(get)
+  local kind = get "schedule"
+  if type(kind) ~= "string" then return kind end -- a function or schedule object
+  local opts = {kind = kind, lr = get "lr", warmup = get "warmup"}
+  if kind ~= "constant" then
+    opts.min_lr, opts.total = get "min_lr", get "steps"
+    if opts.total <= opts.warmup then opts.warmup = 0 end
+  end
+  if kind == "wsd" then opts.decay_frac = get "decay_frac" end
+  return schedule_mod.make(opts)
+end
+
+local function make_optimizer(model, get)
+  local optim = require "lutra.optim"
+  local name = get "optimizer"
+  local no_decay = nil
+  local nd = get "no_decay"
+  if nd == "matrices" then no_decay = {} end -- decay every matrix, embeddings too (nanoGPT, the peer)
+  if name == "adamw" then
+    local b = get "betas"
+    return optim.AdamW(model, {lr = get "lr", betas = {b[1], b[2]}, eps = get "eps", weight_decay = get "weight_decay",
+                               no_decay = no_decay})
+  elseif name == "lion" then
+    local b = get "betas"
+    return optim.Lion(model, {lr = get "lr", betas = {b[1], b[2]}, weight_decay = get "weight_decay", no_decay = no_decay})
+  elseif name == "sgd" then
+    return optim.SGD(model, {lr = get "lr", momentum = get "momentum", weight_decay = get "weight_decay",
+                             no_decay = no_decay})
+  end
+  raise("train: unknown optimizer '" .. tostring(name) .. "' (adamw, sgd, lion)")
+end
+
+-- The global gradient norm, after clipping to max_norm (> 0) as torch's clip_grad_norm_.
+local function clip_grad_norm(params, max_norm)
+  local ok, optim = pcall(require, "lutra.optim")
+  if ok and type(optim) == "table" and optim.clip_grad_norm then
+    return optim.clip_grad_norm(params, max_norm > 0 and max_norm or math.huge)
+  end
+  return grad.no_grad(function()
+    local sq = 0
+    for _, p in ipairs(params) do
+      local g = p.grad
+      if g ~= nil then sq = sq + (g:float() * g:float()):sum():item() end
+    end
+    local norm = math.sqrt(sq)
+    if max_norm > 0 then
+      local coef = max_norm / (norm + 1e-6)
+      if coef < 1 then
+        for _, p in ipairs(params) do
+          if p.grad ~= nil then p.grad:mul_(coef) end
+        end
+      end
+    end
+    return norm
+  end)
+end
+
+-- ---- batches and losses ------------------------------------------------------------------------
+
+local function next_batch(loader)
+  local a, b = loader:next()
+  if type(a) == "table" and not is_tensor(a) then return a end
+  return {x = a, y = b, a, b}
+end
+
+local function default_loss(model, batch)
+  local _, loss = model:forward(batch.x, batch.y)
+  if loss == nil then raise("train: model:forward(x, y) returned no loss (give loss_fn for other models)") end
+  return loss
+end
+
+local function batch_tokens(batch)
+  local x = batch.x or batch[1]
+  if is_tensor(x) then return x:numel() end
+  return 0
+end
+
+local function to_number(loss)
+  if type(loss) == "number" then return loss end
+  return loss:item()
+end
+
+-- The mean loss over n batches of the val loader (no grad, eval mode).
+local function evaluate(model, val, n, loss_fn)
+  if type(model.eval) == "function" then model:eval() end
+  local sum = 0
+  local ok, err = pcall(function()
+    for _ = 1, n do
+      sum = sum + grad.no_grad(tidy, function() return to_number(loss_fn(model, next_batch(val))) end)
+    end
+  end)
+  if type(model.train) == "function" then model:train() end
+  if not ok then error(err, 0) end
+  return sum / n
+end
+
+-- ---- checkpoints ---------------------------------------------------------------------------
+
+local function state_of(run)
+  return {step = run.step, tokens = run.tokens, model = run.model:state_dict(),
+          optimizer = run.opt:state_dict(), rng = create.get_rng_state(), loader = run.data:state(),
+          val_loader = run.val and run.val:state() or nil, best_val = run.best_val,
+          config = run.cfg_plain}
+end
+
+local function save(run)
+  local dir = string.format("%s/ckpt/step_%06d", run.run_dir, run.step)
+  ckpt.save(dir, state_of(run))
+  ckpt.prune(run.run_dir .. "/ckpt", run.get "ckpt_keep")
+  return dir
+end
+
+local function restore(run, path)
+  local st = ckpt.load(path)
+  run.model:load_state_dict(st.model)
+  run.opt:load_state_dict(st.optimizer)
+  create.set_rng_state(st.rng)
+  run.data:set_state(st.loader)
+  if run.val and st.val_loader then run.val:set_state(st.val_loader) end
+  run.step, run.tokens, run.best_val = st.step, st.tokens or 0, st.best_val
+end
+
+-- ---- the loop ----------------------------------------------------------------------------
+
+local function one_step(run, lr)
+  local k, loss_fn, params = run.grad_accum, run.loss_fn, run.params
+  local loss_sum, tokens, extras = 0, 0, nil
+  local clip = run.get "grad_clip"
+  local norm = tidy(function()
+    run.opt:zero_grad()
+    for _ = 1, k do
+      local batch = next_batch(run.data)
+      tokens = tokens + batch_tokens(batch)
+      local loss, extra = loss_fn(run.model, batch)
+      if not is_tensor(loss) and type(loss) ~= "table" then
+        raise("train: the loss must be a tensor, got " .. type(loss))
+      end
+      loss_sum = loss_sum + to_number(loss)
+      if k > 1 then loss = loss * (1 / k) end
+      loss:backward()
+      if type(extra) == "table" then
+        extras = extras or {}
+        for name, v in pairs(extra) do extras[name] = (extras[name] or 0) + to_number(v) / k end
+      end
+    end
+    local n = clip_grad_norm(params, clip)
+    run.opt:step{lr = lr}
+    run.opt:zero_grad() -- gradients die with this scope: drop them (set_to_none)
+    return n, run.opt.state -- the optimizer's state outlives the scope
+  end)
+  return loss_sum / k, tokens, norm, extras
+end
+
+function M.train(args)
+  if type(args) ~= "table" then raise("train: expected a table {model =, data =, config =}") end
+  local model, data = args.model, args.data
+  if type(model) ~= "table" or type(model.parameters) ~= "function" then
+    raise("train: model = must be a module (with parameters())")
+  end
+  if type(data) ~= "table" or type(data.next) ~= "function" then raise("train: data = must be a loader with :next()") end
+  local cfg = args.config or {}
+  local get = getter(cfg)
+  local run = {model = model, data = data, get = get, params = params_of(model), step = 0, tokens = 0}
+  run.loss_fn = args.loss_fn or default_loss
+  run.grad_accum = get "grad_accum"
+  if type(run.grad_accum) ~= "number" or run.grad_accum < 1 then raise("train: grad_accum must be >= 1") end
+  run.val = args.val_data
+  if run.val == nil and type(data.with) == "function" and get "eval_every" > 0 then
+    local ok, v = pcall(data.with, data, {split = "val"})
+    if ok then run.val = v end
+  end
+  local sched = args.schedule or make_schedule(get)
+  run.opt = args.optimizer or make_optimizer(model, get)
+  run.cfg_plain = type(cfg.plain) == "function" and cfg:plain() or nil
+  local total = get "steps"
+  local run_dir = get "run_dir"
+  if run_dir == "" then run_dir = nil end
+  run.run_dir = run_dir
+  local quiet = args.quiet
+  local bar = progress.new{total = total, out = args.out or io.stdout, tty = args.tty}
+  local say = quiet and function() end or function(s) bar:print(s) end
+
+  -- resume
+  local resume = args.resume or get "resume"
+  if resume and resume ~= "" then
+    local path = resume
+    if resume == "auto" then path = run_dir and ckpt.latest(run_dir .. "/ckpt") end
+    if path then
+      restore(run, path)
+      say(string.format("resumed from %s at step %d", path, run.step))
+    end
+  end
+
+  local log
+  if run_dir then
+    ckpt.mkdir_p(run_dir)
+    if type(cfg.save) == "function" then pcall(cfg.save, cfg, run_dir .. "/config.lua") end
+    log = metrics.open(run_dir .. "/metrics.jsonl", run.step == 0 and "w" or "a")
+  end
+  local function record(r)
+    if log then log:write(r) end
+    if args.log then args.log(r) end
+  end
+
+  local eval_every, eval_iters = get "eval_every", get "eval_iters"
+  local sample_every = get "sample_every"
+  local log_every, ckpt_every = get "log_every", get "ckpt_every"
+  local losses, val_losses = {}, {}
+  local last_loss, last_val = nil, nil
+  local t_start, tok_start = now(), run.tokens
+  local t_window, tok_window = t_start, run.tokens
+  local interrupted = false
+  local armed = not args.no_interrupt and interrupt.arm()
+
+  local function sample()
+    local tok = args.tokenizer
+    if not tok then return end
+    local rng = create.get_rng_state() -- sampling draws must not move the training stream
+    local ok, text = pcall(generate.text, model, tok, get "sample_prompt",
+      {max_new_tokens = get "sample_tokens", temperature = get "temperature", top_k = get "top_k", top_p = get "top_p"})
+    create.set_rng_state(rng)
+    if ok then
+      say(string.format("---- sample at step %d ----\n%s\n----", run.step, text))
+      if run_dir then
+        local f = io.open(run_dir .. "/samples.txt", "a")
+        if f then
+          f:write(string.format("---- step %d ----\n%s\n", run.step, text))
+          f:close()
+        end
+      end
+    else
+      say("sample failed: " .. tostring(text))
+    end
+  end
+
+  local ok, err = pcall(function()
+    while true do
+      local done = run.step >= total or interrupted
+      if run.val and eval_every > 0 and (run.step % eval_every == 0 or run.step == total) and not interrupted then
+        local v = evaluate(model, run.val, eval_iters, run.loss_fn)
+        last_val = v
+        if run.best_val == nil or v < run.best_val then run.best_val = v end
+        val_losses[#val_losses + 1] = {step = run.step, loss = v}
+        record{step = run.step, val_loss = v}
+        say(string.format("step %d: val loss %.4f", run.step, v))
+      end
+      if sample_every > 0 and run.step > 0 and (run.step % sample_every == 0 or done) then sample() end
+      if done then break end
+
+      local lr = sched(run.step)
+      local t0 = now()
+      local loss, tokens, norm, extras = one_step(run, lr)
+      local dt = now() - t0
+      run.step = run.step + 1
+      run.tokens = run.tokens + tokens
+      losses[#losses + 1] = loss
+      last_loss = loss
+      if interrupt.pending() then interrupted = true end
+
+      local t = now()
+      local r = {step = run.step, loss = loss, lr = lr, grad_norm = norm, tokens = run.tokens,
+                 step_ms = dt * 1000, tokens_per_s = (run.tokens - tok_window) / math.max(t - t_window, 1e-9)}
+      if extras then
+        for name, v in pairs(extras) do r[name] = v end
+      end
+      local rate = (run.tokens - tok_start) / math.max(t - t_start, 1e-9)
+      r.eta = (total - run.step) * tokens / math.max(rate, 1e-9)
+      if run.step % log_every == 0 or run.step == total or interrupted then
+        record(r)
+        if not quiet then bar:update(r) end
+        t_window, tok_window = t, run.tokens
+      end
+      if run_dir and ((ckpt_every > 0 and run.step % ckpt_every == 0) or interrupted) then save(run) end
+    end
+  end)
+  if armed then interrupt.disarm() end
+  bar:finish()
+  if log then log:close() end
+  if not ok then error(err, 0) end
+  if interrupted then say(string.format("interrupted: stopped after step %d", run.step)) end
+  local elapsed = now() - t_start
+  local result = {step = run.step, loss = last_loss, val_loss = last_val, best_val = run.best_val, losses = losses,
+                  val_losses = val_losses, interrupted = interrupted, seconds = elapsed, tokens = run.tokens,
+                  tokens_per_s = (run.tokens - tok_start) / math.max(elapsed, 1e-9), optimizer = run.opt}
+  if run_dir and ckpt_every > 0 and not interrupted and run.step % ckpt_every ~= 0 then
+    result.checkpoint = save(run)
+  end
+  return result
+end
+
+-- Exposed for recipes and tests.
+M.evaluate = evaluate
+M.clip_grad_norm = clip_grad_norm
+M.checkpoint = ckpt
+
+return setmetatable(M, {__call = function(_, args) return M.train(args) end})

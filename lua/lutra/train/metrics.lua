@@ -1,0 +1,95 @@
+-- lutra.train.metrics — metrics as JSON lines: one object per record, appended to
+-- RUN_DIR/metrics.jsonl and flushed, so that a crash loses nothing and `tail -f` works.
+--
+--   local metrics = require "lutra.train.metrics"
+--   local log = metrics.open("runs/x/metrics.jsonl")       -- appends (a resumed run continues it)
+--   log:write{step = 10, loss = 3.2, lr = 1e-3}             -- {"loss":3.2,"lr":0.001,"step":10}
+--   log:close()
+--   metrics.read("runs/x/metrics.jsonl")                    -- the records, as tables
+local M = {}
+
+local function encode_string(s)
+  return '"' .. s:gsub('[%c"\\]', function(c)
+    local map = {['"'] = '\\"', ["\\"] = "\\\\", ["\n"] = "\\n", ["\r"] = "\\r", ["\t"] = "\\t"}
+    return map[c] or string.format("\\u%04x", c:byte())
+  end) .. '"'
+end
+
+local function encode_number(v)
+  if v ~= v or v == math.huge or v == -math.huge then return "null" end -- JSON has no NaN/Inf
+  if v == math.floor(v) and math.abs(v) < 2 ^ 53 then return string.format("%d", v) end
+  return string.format("%.17g", v)
+end
+
+-- A flat or nested table of numbers, strings, booleans as JSON (keys sorted).
+function M.encode(v)
+  local t = type(v)
+  if t == "number" then return encode_number(v) end
+  if t == "string" then return encode_string(v) end
+  if t == "boolean" then return tostring(v) end
+  if t == "nil" then return "null" end
+  if t == "table" then
+    if #v > 0 then
+      local parts = {}
+      for i = 1, #v do parts[i] = M.encode(v[i]) end
+      return "[" .. table.concat(parts, ",") .. "]"
+    end
+    local keys = {}
+    for k in pairs(v) do keys[#keys + 1] = tostring(k) end
+    table.sort(keys)
+    local parts = {}
+    for _, k in ipairs(keys) do parts[#parts + 1] = encode_string(k) .. ":" .. M.encode(v[k]) end
+    return "{" .. table.concat(parts, ",") .. "}"
+  end
+  return encode_string(tostring(v))
+end
+
+local Log = {}
+Log.__index = Log
+
+function M.open(path, mode)
+  local f, err = io.open(path, mode or "a")
+  if not f then error("metrics: cannot open " .. tostring(err), 0) end
+  return setmetatable({path = path, file = f}, Log)
+end
+
+function Log:write(record)
+  self.file:write(M.encode(record), "\n")
+  self.file:flush()
+end
+
+function Log:close()
+  if self.file then self.file:close() end
+  self.file = nil
+end
+
+-- Decodes the flat JSON objects this module writes (numbers, strings, booleans, null).
+function M.decode_line(line)
+  local out = {}
+  for k, v in line:gmatch('"([^"]+)":([^,}]+)') do
+    if v == "true" then
+      out[k] = true
+    elseif v == "false" then
+      out[k] = false
+    elseif v:sub(1, 1) == '"' then
+      out[k] = v:sub(2, -2)
+    elseif v ~= "null" then
+      out[k] = tonumber(v)
+    end
+  end
+  return out
+end
+
+-- Every record of a metrics file.
+function M.read(path)
+  local f = io.open(path, "r")
+  if not f then return {} end
+  local out = {}
+  for line in f:lines() do
+    if line:match("%S") then out[#out + 1] = M.decode_line(line) end
+  end
+  f:close()
+  return out
+end
+
+return M
