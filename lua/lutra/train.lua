@@ -2,7 +2,9 @@
 --
 --   local result = lutra.train{model = model, data = train_loader, config = cfg}
 --   -- optional: optimizer = opt, loss_fn = function(model, batch) -> loss [, {name = number}],
---   --           val_data = loader, tokenizer = tok (for samples), log = function(record)
+--   --           val_data = loader, tokenizer = tok (for samples), log = function(record),
+--   --           until_step = n (stop after step n, saving a checkpoint when run_dir is set: the
+--   --           schedule still spans config.steps), resume = path | "auto", quiet = true
 --
 -- One step: grad_accum micro-batches, each loss scaled by 1 / grad_accum before backward,
 -- then the gradient is clipped to grad_clip (global norm; 0: no clipping, the norm is
@@ -279,6 +281,8 @@ function M.train(args)
   local t_start, tok_start = now(), run.tokens
   local t_window, tok_window = t_start, run.tokens
   local interrupted = false
+  local stop_at = args.until_step or total -- stop (and save) there, as an interrupt would
+  local result_ckpt = nil
   local armed = not args.no_interrupt and interrupt.arm()
 
   local function sample()
@@ -304,8 +308,8 @@ function M.train(args)
 
   local ok, err = pcall(function()
     while true do
-      local done = run.step >= total or interrupted
-      if run.val and eval_every > 0 and (run.step % eval_every == 0 or run.step == total) and not interrupted then
+      local done = run.step >= total
+      if run.val and eval_every > 0 and (run.step % eval_every == 0 or done) then
         local v = evaluate(model, run.val, eval_iters, run.loss_fn)
         last_val = v
         if run.best_val == nil or v < run.best_val then run.best_val = v end
@@ -339,7 +343,11 @@ function M.train(args)
         if not quiet then bar:update(r) end
         t_window, tok_window = t, run.tokens
       end
-      if run_dir and ((ckpt_every > 0 and run.step % ckpt_every == 0) or interrupted) then save(run) end
+      local stopping = interrupted or (run.step >= stop_at and run.step < total)
+      if run_dir and ((ckpt_every > 0 and run.step % ckpt_every == 0) or stopping) then
+        result_ckpt = save(run)
+      end
+      if stopping then break end -- before the next evaluation: a resumed run does that one
     end
   end)
   if armed then interrupt.disarm() end
@@ -351,7 +359,8 @@ function M.train(args)
   local result = {step = run.step, loss = last_loss, val_loss = last_val, best_val = run.best_val, losses = losses,
                   val_losses = val_losses, interrupted = interrupted, seconds = elapsed, tokens = run.tokens,
                   tokens_per_s = (run.tokens - tok_start) / math.max(elapsed, 1e-9), optimizer = run.opt}
-  if run_dir and ckpt_every > 0 and not interrupted and run.step % ckpt_every ~= 0 then
+  result.checkpoint = result_ckpt
+  if run_dir and ckpt_every > 0 and run.step == total and run.step % ckpt_every ~= 0 then
     result.checkpoint = save(run)
   end
   return result

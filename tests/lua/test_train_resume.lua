@@ -1,0 +1,125 @@
+-- lutra.train: exact resume. N steps, save, resume in a fresh model and optimizer, N more
+-- steps: the losses (training and validation) are exactly those of a straight 2N-step run
+-- (compared with ==), with dropout (the RNG), gradient accumulation, clipping, a cosine
+-- schedule, AdamW state and both loaders' positions in play.
+local lt = require "lutra"
+local train = require "lutra.train"
+local models = require "lutra.models"
+local ckpt = require "lutra.train.state"
+local T = require "lutra.testing"
+local equal, fails = T.assert_equal, T.assert_error
+
+local dir = os.tmpname()
+os.remove(dir)
+os.execute("mkdir -p " .. dir)
+local text_path = dir .. "/corpus.txt"
+do -- a small corpus: varied enough for a loss that moves
+  local words = {"the", "king", "queen", "of", "a", "fair", "night", "and", "my", "lord", "shall", "be", "so"}
+  local parts = {}
+  T.seed(7)
+  for i = 1, 3000 do
+    parts[#parts + 1] = words[T.randint(1, #words + 1)]
+    if i % 11 == 0 then parts[#parts + 1] = ".\n" end
+  end
+  local f = assert(io.open(text_path, "w"))
+  f:write(table.concat(parts, " "))
+  f:close()
+end
+
+local tok = lt.tokenizer.char(assert(io.open(text_path)):read("*a"))
+
+local function setup(seed, arch)
+  lt.manual_seed(seed)
+  local data = lt.data.text(text_path, tok, {seq_len = 16, batch = 4, seed = 1234, cache = dir .. "/corpus.bin",
+                                             quiet = true})
+  local model = models.build{arch = arch or "gpt2", n_layer = 2, n_head = 2, d_model = 32, vocab_size = tok.vocab_size,
+                             block_size = 16, dropout = 0.1}
+  return model, data
+end
+
+local function config(run_dir, extra)
+  local cfg = {steps = 8, warmup = 2, lr = 3e-3, min_lr = 3e-4, grad_accum = 2, grad_clip = 0.5, eval_every = 2,
+               eval_iters = 2, betas = {0.9, 0.99}, weight_decay = 0.1, run_dir = run_dir or "", ckpt_every = 0}
+  for k, v in pairs(extra or {}) do cfg[k] = v end
+  return cfg
+end
+
+local function val_list(r)
+  local out = {}
+  for i, v in ipairs(r.val_losses) do out[i] = {v.step, v.loss} end
+  return out
+end
+
+for _, arch in ipairs {"gpt2", "llama"} do
+  test(arch .. ": 4 steps, save, resume, 4 more == 8 straight steps (bitwise)", function()
+    local model, data = setup(1, arch)
+    local straight = train{model = model, data = data, config = config(), quiet = true}
+    equal(#straight.losses, 8)
+    equal(straight.step, 8)
+
+    local run_dir = dir .. "/run_" .. arch
+    model, data = setup(1, arch)
+    local first = train{model = model, data = data, config = config(run_dir), quiet = true, until_step = 4}
+    equal(first.step, 4)
+    equal(first.checkpoint, run_dir .. "/ckpt/step_000004")
+    equal(ckpt.latest(run_dir .. "/ckpt"), run_dir .. "/ckpt/step_000004")
+
+    -- a fresh model (other weights), optimizer and loader, and a moved RNG: all restored
+    model, data = setup(99, arch)
+    lt.randn(100)
+    local second = train{model = model, data = data, config = config(run_dir, {resume = "auto"}), quiet = true}
+    equal(second.step, 8)
+    for i = 1, 4 do
+      assert(first.losses[i] == straight.losses[i],
+        string.format("step %d: %.17g vs %.17g", i, first.losses[i], straight.losses[i]))
+      assert(second.losses[i] == straight.losses[4 + i],
+        string.format("step %d: %.17g vs %.17g", 4 + i, second.losses[i], straight.losses[4 + i]))
+    end
+    -- validation: steps 0, 2, 4 in the first part (4 is the resumed run's), 4, 6, 8 after
+    local sv, fv, rv = val_list(straight), val_list(first), val_list(second)
+    equal(#sv, 5)
+    equal(fv, {sv[1], sv[2]})
+    equal(rv, {sv[3], sv[4], sv[5]})
+    -- the losses fell
+    assert(straight.losses[8] < straight.losses[1], "the loss did not fall")
+    -- the weights are bitwise the same too
+    local a, b = model:state_dict(), nil
+    model, data = setup(1, arch)
+    train{model = model, data = data, config = config(), quiet = true}
+    b = model:state_dict()
+    for name, t in pairs(a) do equal(t:tolist(), b[name]:tolist(), name) end
+  end)
+end
+
+test("resume from an explicit path; metrics.jsonl continues", function()
+  local run_dir = dir .. "/run_path"
+  local model, data = setup(3)
+  train{model = model, data = data, config = config(run_dir, {ckpt_every = 2}), quiet = true, until_step = 3}
+  -- ckpt_every 2: step 2, then the stop at 3; keep 2
+  equal(ckpt.latest(run_dir .. "/ckpt"), run_dir .. "/ckpt/step_000003")
+  model, data = setup(3)
+  local r = train{model = model, data = data, config = config(run_dir, {resume = run_dir .. "/ckpt/step_000002"}),
+                  quiet = true}
+  equal(#r.losses, 6)
+  local recs = require("lutra.train.metrics").read(run_dir .. "/metrics.jsonl")
+  local steps = {}
+  for _, rec in ipairs(recs) do
+    if rec.loss then steps[#steps + 1] = rec.step end
+  end
+  equal(steps, {1, 2, 3, 3, 4, 5, 6, 7, 8}) -- appended: the resumed run redid step 3
+end)
+
+test("resume errors: a missing checkpoint, another optimizer's state", function()
+  local model, data = setup(4)
+  fails("no checkpoint at", function()
+    train{model = model, data = data, config = config(nil, {resume = dir .. "/nowhere"}), quiet = true}
+  end)
+  local run_dir = dir .. "/run_sgd"
+  train{model = model, data = data, config = config(run_dir, {optimizer = "sgd"}), quiet = true, until_step = 1}
+  model, data = setup(4)
+  fails("optimizer 'sgd'", function()
+    train{model = model, data = data, config = config(run_dir, {resume = "auto"}), quiet = true}
+  end)
+end)
+
+test("cleanup", function() os.execute("rm -rf " .. dir) end)
