@@ -110,7 +110,7 @@ local function compare(case, tol)
     if r > worst_rel then worst_rel, worst_name = r, case.names[i] end
   end
   assert(off == #s, case.name .. ": grads.bin has more data than the parameters")
-  print(string.format("  %-11s loss %.10f (torch %.10f)  %d grads: max abs err %.3g, max rel err %.3g (%s)",
+  print(string.format("  %-13s loss %.10f (torch %.10f)  %d grads: max abs err %.3g, max rel err %.3g (%s)",
     case.name, loss, ref_loss, #case.params, worst_abs, worst_rel, worst_name))
 end
 

@@ -310,7 +310,7 @@ function Module:to(a, b)
     local want_dev = dev or t.device_
     local n = t
     if want_dt ~= t.dtype_ or want_dev ~= t.device_ then
-      n = grad.no_grad(function() return grad.detach(t):to(want_dev, want_dt) end)
+      n = grad.no_grad(function() return grad.detach(t):to(dtype.device_name(want_dev), dtype.name(want_dt)) end)
       if is_param then grad.set_requires_grad(n, grad.requires_grad(t)) end
     end
     done[t] = n
