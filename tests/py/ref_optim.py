@@ -8,6 +8,7 @@ total norm torch.nn.utils.clip_grad_norm_ returned (clipping cases) and the para
 after each step, as text lines (values printed exactly, %.17g):
   case NAME KIND DTYPE STEPS CLIP        (CLIP: max_norm, or 0 for none)
   setting KEY V...                       (the optimizer's settings)
+  schedule cosine LR MIN_LR WARMUP TOTAL (when the lr follows the peer's schedule)
   param I GROUP WD NDIM SHAPE... ; init I V...
   lr STEP V ; grad STEP I V... (absent: no gradient) ; norm STEP V ; after STEP I V...
   end
@@ -67,7 +68,10 @@ def values(t):
 SHAPES = [((4, 3), 0), ((5,), 1), ((2, 2, 3), 0)]  # (shape, group): group 1 has no weight decay
 
 
-def run(out, name, kind, dtype, steps, settings, group_wd, sched=None, clip=0.0, grad_scale=None, missing=()):
+SCHED = (1e-2, 1e-3, 3, 12)
+
+
+def run(out, name, kind, dtype, steps, settings, group_wd, sched=False, clip=0.0, grad_scale=None, missing=()):
     params = [torch.randn(s, dtype=torch.float64).to(dtype).requires_grad_() for s, _ in SHAPES]
     groups = [{"params": [p for p, (_, g) in zip(params, SHAPES) if g == gi], "weight_decay": group_wd[gi]}
               for gi in range(2)]
@@ -82,11 +86,13 @@ def run(out, name, kind, dtype, steps, settings, group_wd, sched=None, clip=0.0,
     for k, v in settings.items():
         vs = v if isinstance(v, (tuple, list)) else [v]
         out.write("setting %s %s\n" % (k, " ".join(str(x).lower() if isinstance(x, bool) else "%.17g" % x for x in vs)))
+    if sched:
+        out.write("schedule cosine %.17g %.17g %d %d\n" % SCHED)
     for i, (p, (s, g)) in enumerate(zip(params, SHAPES)):
         out.write("param %d %d %.17g %d %s\n" % (i + 1, g + 1, group_wd[g], len(s), " ".join(map(str, s))))
         out.write("init %d %s\n" % (i + 1, values(p)))
     for it in range(steps):
-        lr = sched(it) if sched else settings["lr"]
+        lr = peer_lr(it, *SCHED) if sched else settings["lr"]
         for g in opt.param_groups:
             g["lr"] = lr
         out.write("lr %d %.17g\n" % (it, lr))
@@ -110,13 +116,12 @@ def main():
     if len(sys.argv) != 2:
         sys.exit("usage: ref_optim.py OUT_FILE")
     with open(sys.argv[1], "w") as out:
-        cosine = lambda it: peer_lr(it, 1e-2, 1e-3, 3, 12)
         adamw = dict(lr=1e-2, betas=(0.9, 0.99), eps=1e-8)
         for dt, name in [(torch.float32, "adamw_f32"), (torch.float64, "adamw_f64")]:
-            run(out, name, "adamw", dt, 12, adamw, (0.1, 0.0), sched=cosine)
+            run(out, name, "adamw", dt, 12, adamw, (0.1, 0.0), sched=True)
         run(out, "adamw_defaults", "adamw", torch.float32, 6, dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8),
             (0.01, 0.01))
-        run(out, "adamw_clip", "adamw", torch.float32, 10, adamw, (0.1, 0.0), sched=cosine, clip=1.0,
+        run(out, "adamw_clip", "adamw", torch.float32, 10, adamw, (0.1, 0.0), sched=True, clip=1.0,
             grad_scale=lambda it: [0.05, 2.0, 0.1, 5.0][it % 4], missing={(2, 1), (5, 2)})
         sgd_cases = [
             ("sgd_plain", torch.float32, dict(lr=0.05, momentum=0.0, dampening=0.0, nesterov=False), (0.0, 0.0)),
@@ -127,7 +132,7 @@ def main():
         for name, dt, settings, wd in sgd_cases:
             run(out, name, "sgd", dt, 8, settings, wd, missing={(3, 0)})
         for dt, name in [(torch.float32, "lion_f32"), (torch.float64, "lion_f64")]:
-            run(out, name, "lion", dt, 10, dict(lr=3e-3, betas=(0.9, 0.99)), (0.1, 0.0), sched=cosine)
+            run(out, name, "lion", dt, 10, dict(lr=3e-3, betas=(0.9, 0.99)), (0.1, 0.0), sched=True)
 
 
 if __name__ == "__main__":
