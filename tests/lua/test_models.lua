@@ -39,7 +39,8 @@ test("config: arch defaults, every key checked, errors name the key", function()
   fails("d_model must be a positive integer, got 32.5", function() models.build(small("gpt2", {d_model = 32.5})) end)
   fails("dropout must be a number in [0, 1), got 1", function() models.build(small("gpt2", {dropout = 1})) end)
   fails("bias must be true or false, got \"yes\"", function() models.build(small("gpt2", {bias = "yes"})) end)
-  fails("pos must be one of \"learned\", \"rope\", got \"alibi\"", function() models.build(small("gpt2", {pos = "alibi"})) end)
+  fails("pos must be one of \"learned\", \"rope\", got \"alibi\"",
+    function() models.build(small("gpt2", {pos = "alibi"})) end)
   fails("dtype must be a floating-point dtype", function() models.build(small("gpt2", {dtype = "i32"})) end)
   fails("d_model 30 is not a multiple of n_head 4", function() models.build(small("gpt2", {d_model = 30})) end)
   fails("n_head 4 is not a multiple of n_kv_head 3", function() models.build(small("llama", {n_kv_head = 3})) end)
@@ -72,7 +73,8 @@ test("llama: RMSNorm, SwiGLU, GQA and MQA shapes, no biases, untied head", funct
   local m = models.build(small("llama"))
   local names = names_of(m)
   equal(names, {"wte.weight", "blocks.0.ln_1.weight", "blocks.0.attn.qkv.weight", "blocks.0.attn.proj.weight",
-                "blocks.0.ln_2.weight", "blocks.0.mlp.gate.weight", "blocks.0.mlp.up.weight", "blocks.0.mlp.proj.weight",
+                "blocks.0.ln_2.weight", "blocks.0.mlp.gate.weight", "blocks.0.mlp.up.weight",
+                "blocks.0.mlp.proj.weight",
                 "blocks.1.ln_1.weight", "blocks.1.attn.qkv.weight", "blocks.1.attn.proj.weight", "blocks.1.ln_2.weight",
                 "blocks.1.mlp.gate.weight", "blocks.1.mlp.up.weight", "blocks.1.mlp.proj.weight", "ln_f.weight",
                 "lm_head.weight"})
@@ -189,7 +191,8 @@ test("kv cache: incremental decoding gives the logits of the full forward", func
     fails("5 positions after 12 do not fit the cache of 16",
       function() lt.no_grad(function() m(idx:narrow(1, 0, 5), nil, {cache = cache}) end) end)
   end
-  fails("kv_cache of 32 positions exceeds the learned positions (16)", function() models.build(small("gpt2")):kv_cache(1, 32) end)
+  fails("kv_cache of 32 positions exceeds the learned positions (16)",
+    function() models.build(small("gpt2")):kv_cache(1, 32) end)
   equal(models.build(small("llama")):kv_cache(1, 32).len, 32) -- RoPE has no position table
 end)
 
@@ -208,7 +211,8 @@ test("state_dict round trip between two models; a different config is refused", 
   -- llama's layers with learned positions: one key more
   local learned = models.build(small("llama", {pos = "learned"}))
   fails("unexpected keys: wpe.weight", function() b:load_state_dict(learned:state_dict()) end)
-  equal(b:load_state_dict(learned:state_dict(), {strict = false}), {missing_keys = {}, unexpected_keys = {"wpe.weight"}})
+  equal(b:load_state_dict(learned:state_dict(), {strict = false}),
+    {missing_keys = {}, unexpected_keys = {"wpe.weight"}})
   close(b.blocks[2].mlp.up.weight, learned.blocks[2].mlp.up.weight, {rtol = 0, atol = 0})
   fails("missing keys: wpe.weight", function() learned:load_state_dict(a:state_dict()) end)
 end)

@@ -107,6 +107,7 @@ test("CausalSelfAttention: incremental decoding with the cache equals the full f
       return {a, b, c}
     end)
     close(lt.cat(parts, 1), full, TOL)
+    fails("the key/value cache is for inference: run under lutra.no_grad", function() attn(x, cache, 0) end)
     fails("the cache holds 10 positions; 9 + 2 do not fit",
       function() lt.no_grad(function() attn(x:narrow(1, 0, 2), cache, 9) end) end)
   end

@@ -88,7 +88,8 @@ function M.config(cfg)
       local check = CHECKS[k]
       if check == nil then
         local near = type(k) == "string" and nearest(k)
-        raise(string.format("models.build: unknown key '%s'%s", tostring(k), near and (" (did you mean '" .. near .. "'?)") or ""))
+        raise(string.format("models.build: unknown key '%s'%s", tostring(k),
+          near and (" (did you mean '" .. near .. "'?)") or ""))
       end
       if not check[1](v) then raise(string.format("models.build: %s must be %s, got %s", k, check[2], show(v))) end
       out[k] = v

@@ -21,6 +21,7 @@ local errors = require "lutra.errors"
 local O = require "lutra.nn.options"
 local Linear = require "lutra.nn.linear"
 local Dropout = require "lutra.nn.dropout"
+local grad = require "lutra.nn.grad"
 
 local raise = errors.raise
 
@@ -67,6 +68,9 @@ function Attention:forward(x, cache, pos)
     k = F.rope(k, positions, self.rope_theta)
   end
   if cache ~= nil then
+    if grad.grad_enabled() and (k.requires_grad or v.requires_grad) then
+      raise("CausalSelfAttention: the key/value cache is for inference: run under lutra.no_grad")
+    end
     local S_max = cache.k:size(1)
     if pos + T > S_max then
       raise(string.format("CausalSelfAttention: the cache holds %d positions; %d + %d do not fit", S_max, pos, T))

@@ -15,7 +15,9 @@ function Linear:init(n_in, n_out, opts)
   self.out_features = O.positive_int("Linear", "out_features", n_out)
   local bound, fo = 1 / math.sqrt(n_in), O.factory(opts)
   self.weight = create.uniform_(create.empty(n_out, n_in, fo), -bound, bound)
-  if O.boolean("Linear", "bias", opts.bias, true) then self.bias = create.uniform_(create.empty(n_out, fo), -bound, bound) end
+  if O.boolean("Linear", "bias", opts.bias, true) then
+    self.bias = create.uniform_(create.empty(n_out, fo), -bound, bound)
+  end
 end
 
 function Linear:forward(x) return F.linear(x, self.weight, self.bias) end

@@ -24,7 +24,9 @@ return function(Module, declare)
   end
 
   function ModuleList:init(list)
-    if list ~= nil and type(list) ~= "table" then raise("ModuleList: expected a list of modules, got " .. type(list)) end
+    if list ~= nil and type(list) ~= "table" then
+      raise("ModuleList: expected a list of modules, got " .. type(list))
+    end
     for i, m in ipairs(list or {}) do put(self, i, m) end
   end
 
