@@ -457,6 +457,8 @@ test("bad settings and arguments raise clear errors", function()
   fails("Nesterov momentum needs momentum > 0 and dampening 0", optim.SGD, {p},
     {lr = 1, nesterov = true, momentum = 0.9, dampening = 0.1})
   fails("a parameter appears twice", optim.AdamW, {p, p})
+  fails("two parameters are named 'w'", optim.AdamW, {{named = {{"w", p}}}, {named = {{"w", lt.randn(2)}}}})
+  fails("either every group has parameter names or none has", optim.AdamW, {{named = {{"w", p}}}, {params = {lt.randn(2)}}})
   fails("no parameters given", optim.AdamW, {})
   fails("expected parameters", optim.AdamW, 3)
   fails("unknown optimizer adam", optim.create, "adam", {p})

@@ -97,7 +97,7 @@ function Optimizer.new(kind, params, opts)
                              param_groups = {}, keys = {}, params = {}, impl = kind}, Optimizer)
   local auto = {no_decay = opts.no_decay}
   local groups = groups_mod.normalize(who, params, auto)
-  local seen, named, unnamed = {}, 0, 0
+  local seen, seen_names, named, unnamed = {}, {}, 0, 0
   for gi, src in ipairs(groups) do
     local g = {}
     for k, v in pairs(src) do g[k] = v end
@@ -120,8 +120,8 @@ function Optimizer.new(kind, params, opts)
       local key = g.names and g.names[j] or #self.keys + 1
       local where = seen[p]
       if where then raise(string.format("%s: a parameter appears twice (%s and %s)", who, where, tostring(key))) end
-      if g.names and self.keys[key] then raise(string.format("%s: two parameters are named '%s'", who, key)) end
-      seen[p] = tostring(key)
+      if seen_names[key] then raise(string.format("%s: two parameters are named '%s'", who, tostring(key))) end
+      seen[p], seen_names[key] = tostring(key), true
       self.keys[#self.keys + 1] = key
       self.params[#self.params + 1] = p
     end
