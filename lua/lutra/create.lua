@@ -1,8 +1,9 @@
 -- lutra.create — making tensors: from Lua values, filled, ranges, random, cat/stack.
 --
 -- Shapes are numbers or one list: lutra.zeros(2, 3) == lutra.zeros{2, 3}. Options
--- come last, as a table {dtype=, device=} or a dtype/device name:
--- lutra.zeros(2, 3, {dtype = "bf16", device = "cuda"}), lutra.ones(4, "f64").
+-- come last, as a table {dtype=, device=, requires_grad=} or a dtype/device name:
+-- lutra.zeros(2, 3, {dtype = "bf16", device = "cuda"}), lutra.ones(4, "f64"),
+-- lutra.randn(3, 3, {requires_grad = true}) (a leaf that autograd follows).
 -- Float results default to f32.
 --
 -- Random numbers come from one default generator (seed, offset): element i of a
@@ -15,6 +16,7 @@ local memory = require "lutra.memory"
 local shape = require "lutra.shape"
 local dtype = require "lutra.dtype"
 local ops = require "lutra.ops"
+local S = require "lutra.autograd.state"
 local ffi, C = lt.ffi, lt.C
 
 local M = {}
@@ -34,6 +36,12 @@ local function options(op, opts, dt, dev)
 end
 M.options = options
 
+-- Applies the requires_grad option to a freshly made tensor.
+local function finish(out, opts)
+  if type(opts) == "table" and opts.requires_grad then S.set_requires_grad(out, true) end
+  return out
+end
+
 local function empty(ndim, sizes, dt, dev)
   local out = new()
   if C.lt_empty(out, ndim, sizes, dt, dev) ~= 0 then fail() end
@@ -52,7 +60,7 @@ end
 function M.empty(...)
   local n, a, opts = shape.parse("empty", ...)
   local dt, dev = options("empty", opts, dtype.F32, dtype.CPU)
-  return empty(n, a, dt, dev)
+  return finish(empty(n, a, dt, dev), opts)
 end
 
 -- full(shape_list, value, opts): the shape is a list, as torch's tuple, so that the
@@ -71,7 +79,7 @@ function M.full(sizes, value, opts)
   local dt, dev = options("full", opts, dtype.F32, dtype.CPU)
   local out = empty(n, a, dt, dev)
   if C.lt_fill(out, value) ~= 0 then fail() end
-  return out
+  return finish(out, opts)
 end
 
 local function filled(op, value)
@@ -80,7 +88,7 @@ local function filled(op, value)
     local dt, dev = options(op, opts, dtype.F32, dtype.CPU)
     local out = empty(n, a, dt, dev)
     if C.lt_fill(out, value) ~= 0 then fail() end
-    return out
+    return finish(out, opts)
   end
 end
 M.zeros, M.ones = filled("zeros", 0), filled("ones", 1)
@@ -91,13 +99,16 @@ local function like(op, t, opts)
   return empty(t.ndim, t.shape_, dt, dev)
 end
 
-function M.empty_like(t, opts) return like("empty_like", t, opts) end
-function M.zeros_like(t, opts) return M.fill_(like("zeros_like", t, opts), 0) end
-function M.ones_like(t, opts) return M.fill_(like("ones_like", t, opts), 1) end
-function M.full_like(t, value, opts) return M.fill_(like("full_like", t, opts), value) end
+function M.empty_like(t, opts) return finish(like("empty_like", t, opts), opts) end
+function M.zeros_like(t, opts) return finish(M.fill_(like("zeros_like", t, opts), 0), opts) end
+function M.ones_like(t, opts) return finish(M.fill_(like("ones_like", t, opts), 1), opts) end
+function M.full_like(t, value, opts) return finish(M.fill_(like("full_like", t, opts), value), opts) end
 
 function M.fill_(t, v)
+  ops.before_write("fill_", t)
   if C.lt_fill(t, v) ~= 0 then fail() end
+  if S.enabled then S.clear(t) end
+  S.bump(t)
   return t
 end
 
@@ -110,7 +121,7 @@ function M.tensor(data, opts)
     local dt, dev = options("tensor", opts, data.dtype_, data.device_)
     local out = empty(data.ndim, data.shape_, dt, dev)
     if C.lt_copy(out, data) ~= 0 then fail() end
-    return out
+    return finish(out, opts) -- a copy that does not take part in data's graph, as torch.tensor
   end
   local sizes, leaf = {}, data
   while type(leaf) == "table" do
@@ -153,7 +164,7 @@ function M.tensor(data, opts)
   for i = 1, nd do sh[i - 1] = sizes[i] end
   local out = empty(nd, sh, dt, dev)
   if C.lt_copy_from_buffer(out, buf, dtype.F64, n) ~= 0 then fail() end
-  return out
+  return finish(out, opts)
 end
 
 -- ---- ranges ----------------------------------------------------------------------------
@@ -169,7 +180,7 @@ function M.arange(a, b, c, opts)
   local out = new()
   if C.lt_arange(out, a, b, c, dt, dev) ~= 0 then fail() end
   if dev >= 0 then memory.note_cuda() end
-  return out
+  return finish(out, opts)
 end
 
 function M.linspace(start, stop, steps, opts)
@@ -179,7 +190,7 @@ function M.linspace(start, stop, steps, opts)
   local out = new()
   if C.lt_linspace(out, start, stop, steps, dt, dev) ~= 0 then fail() end
   if dev >= 0 then memory.note_cuda() end
-  return out
+  return finish(out, opts)
 end
 
 -- ---- random numbers -----------------------------------------------------------------------
@@ -204,9 +215,12 @@ end
 
 -- Fills t in place from the default generator and advances it.
 local function draw(t, fn, a, b)
+  ops.before_write("random fill", t)
   local offset = rng.offset
   if fn(t, rng.seed, offset, a, b) ~= 0 then fail() end
   rng.offset = offset + numel(t)
+  if S.enabled then S.clear(t) end
+  S.bump(t)
   return t
 end
 
@@ -214,9 +228,12 @@ function M.uniform_(t, lo, hi) return draw(t, C.lt_rand_uniform, lo or 0, hi or 
 function M.normal_(t, mean, std) return draw(t, C.lt_rand_normal, mean or 0, std or 1) end
 function M.random_(t, lo, hi) return draw(t, C.lt_rand_int, lo, hi) end
 function M.bernoulli_(t, p)
+  ops.before_write("bernoulli_", t)
   local offset = rng.offset
   if C.lt_rand_bernoulli(t, rng.seed, offset, p or 0.5) ~= 0 then fail() end
   rng.offset = offset + numel(t)
+  if S.enabled then S.clear(t) end
+  S.bump(t)
   return t
 end
 
@@ -224,13 +241,13 @@ end
 function M.rand(...)
   local n, a, opts = shape.parse("rand", ...)
   local dt, dev = options("rand", opts, dtype.F32, dtype.CPU)
-  return draw(empty(n, a, dt, dev), C.lt_rand_uniform, 0, 1)
+  return finish(draw(empty(n, a, dt, dev), C.lt_rand_uniform, 0, 1), opts)
 end
 
 function M.randn(...)
   local n, a, opts = shape.parse("randn", ...)
   local dt, dev = options("randn", opts, dtype.F32, dtype.CPU)
-  return draw(empty(n, a, dt, dev), C.lt_rand_normal, 0, 1)
+  return finish(draw(empty(n, a, dt, dev), C.lt_rand_normal, 0, 1), opts)
 end
 
 -- randint(high, shape, opts) or randint(low, high, shape, opts): integers in
@@ -244,8 +261,8 @@ function M.randint(low, high, sizes, opts)
   return draw(empty(n, a, dt, dev), C.lt_rand_int, low, high)
 end
 
-function M.rand_like(t, opts) return draw(like("rand_like", t, opts), C.lt_rand_uniform, 0, 1) end
-function M.randn_like(t, opts) return draw(like("randn_like", t, opts), C.lt_rand_normal, 0, 1) end
+function M.rand_like(t, opts) return finish(draw(like("rand_like", t, opts), C.lt_rand_uniform, 0, 1), opts) end
+function M.randn_like(t, opts) return finish(draw(like("randn_like", t, opts), C.lt_rand_normal, 0, 1), opts) end
 
 -- ---- joining ---------------------------------------------------------------------------------
 
@@ -289,6 +306,14 @@ function M.cat(list, dim)
   end
   C.lt_release(part)
   if rc ~= 0 then fail() end
+  if S.enabled then
+    for i = 1, #list do
+      if list[i].ag_ ~= 0 then
+        S.cat(out, list, d, false)
+        break
+      end
+    end
+  end
   return out
 end
 
@@ -307,7 +332,17 @@ function M.stack(list, dim)
     if C.lt_unsqueeze(u, t, dim) ~= 0 then fail() end
     parts[i] = u
   end
-  return M.cat(parts, dim < 0 and dim + list[1].ndim + 1 or dim)
+  local d = dim < 0 and dim + list[1].ndim + 1 or dim
+  local out = M.cat(parts, d) -- the parts have no autograd data: recorded as one stack node below
+  if S.enabled then
+    for i = 1, #list do
+      if list[i].ag_ ~= 0 then
+        S.cat(out, list, d, true)
+        break
+      end
+    end
+  end
+  return out
 end
 
 return M

@@ -18,11 +18,15 @@
 -- Backward kernels, for autograd: layer_norm_backward, rms_norm_backward,
 -- cross_entropy_backward, embedding_backward, rope_backward, attention_backward,
 -- softmax_backward, log_softmax_backward, unary_backward.
+-- Autograd records the first result of each op (y, loss, out) when an input requires
+-- grad; the extra results (statistics, per-row losses, lse) are not differentiable.
+-- For f64 inputs the saved statistics are f64 too (exact gradient checks).
 local lt = require "lutra.ffi"
 local errors = require "lutra.errors"
 local memory = require "lutra.memory"
 local ops = require "lutra.ops"
 local dtype = require "lutra.dtype"
+local S = require "lutra.autograd.state"
 local ffi, C = lt.ffi, lt.C
 
 local F = {}
@@ -37,6 +41,33 @@ end
 
 local function need(op, what, t)
   if not is_tensor(t) then raise(string.format("%s: %s must be a tensor, got %s", op, what, type(t))) end
+  return t
+end
+
+local function grad_of(a) return a ~= nil and a.ag_ ~= 0 end
+
+-- True when autograd records this op (grad mode on, an input requires grad).
+local function tracked(a, b, c)
+  return S.enabled and (grad_of(a) or grad_of(b) or grad_of(c))
+end
+
+-- A caller's `out` is written in place: checked, versioned, and cleared when untracked.
+local function writing(op, out, a, b, c)
+  if out == nil then return end
+  ops.before_write(op, out, a, b)
+  if c ~= nil then ops.before_write(op, out, c) end
+  S.bump(out)
+  if S.enabled then S.clear(out) end
+end
+
+-- Per-row statistics (N) of x (..., C): f64 when x is, else left to the C op (f32).
+local function row_stats(x)
+  local t = new()
+  if x.dtype_ == dtype.F64 and x.ndim > 0 then
+    local n = 1
+    for d = 0, x.ndim - 2 do n = n * tonumber(x.shape_[d]) end
+    if C.lt_empty(t, 1, ffi.new("int64_t[1]", n), dtype.F64, x.device_) ~= 0 then fail() end
+  end
   return t
 end
 
@@ -56,9 +87,11 @@ function F.layer_norm(x, ...)
   local weight, bias, eps, out = skip_normalized_shape("layer_norm", x, ...)
   tensor_or_nil("layer_norm", "weight", weight)
   tensor_or_nil("layer_norm", "bias", bias)
+  writing("layer_norm", out, x, weight, bias)
   out = out or new()
-  local mean, rstd = new(), new()
+  local mean, rstd = row_stats(x), row_stats(x)
   if C.lt_layernorm_forward(out, mean, rstd, x, weight, bias, eps or 1e-5) ~= 0 then fail() end
+  if tracked(x, weight, bias) then S.layer_norm(out, x, weight, bias, mean, rstd) end
   return out, mean, rstd
 end
 
@@ -72,9 +105,11 @@ function F.rms_norm(x, ...)
   need("rms_norm", "x", x)
   local weight, eps, out = skip_normalized_shape("rms_norm", x, ...)
   tensor_or_nil("rms_norm", "weight", weight)
+  writing("rms_norm", out, x, weight)
   out = out or new()
-  local rstd = new()
+  local rstd = row_stats(x)
   if C.lt_rmsnorm_forward(out, rstd, x, weight, eps or 1e-6) ~= 0 then fail() end
+  if tracked(x, weight) then S.rms_norm(out, x, weight, rstd) end
   return out, rstd
 end
 
@@ -89,9 +124,11 @@ function F.linear(x, weight, bias, out)
   need("linear", "x", x)
   need("linear", "weight", weight)
   tensor_or_nil("linear", "bias", bias)
+  writing("linear", out, x, weight, bias)
   local y = out or new()
   if C.lt_matmul(y, x, weight, 0, 1, 1.0, 0.0) ~= 0 then fail() end
   if bias ~= nil and C.lt_binary(y, y, bias, ops.BINARY.add) ~= 0 then fail() end
+  if tracked(x, weight, bias) then S.linear(y, x, weight, bias) end
   return y
 end
 
@@ -113,18 +150,29 @@ function F.cross_entropy(logits, targets, opts)
   need("cross_entropy", "logits", logits)
   need("cross_entropy", "targets", targets)
   local ignore_index, reduction, out = ce_options(opts)
-  local l2, t1 = flat_rows(logits, targets)
-  local losses, lse = new(), new()
-  if C.lt_cross_entropy_forward(losses, lse, l2, t1, ignore_index) ~= 0 then fail() end
-  if reduction == "none" then
-    if out then out:copy_(losses) end
-    return out or losses, losses, lse
+  if reduction ~= "none" and reduction ~= "sum" and reduction ~= "mean" then
+    raise("cross_entropy: reduction must be \"mean\", \"sum\" or \"none\", got " .. tostring(reduction))
   end
-  local total = ops.sum(losses, nil, false, out)
-  if reduction == "sum" then return total, losses, lse end
-  if reduction ~= "mean" then raise("cross_entropy: reduction must be \"mean\", \"sum\" or \"none\", got " .. tostring(reduction)) end
-  local valid = ops.sum(ops.ne(t1, ignore_index):to("f32"))
-  return ops.div(total, valid, total), losses, lse
+  local track = tracked(logits)
+  local enabled = S.enabled
+  S.enabled = false -- the pieces below are one recorded op
+  local ok, loss, losses, lse, valid = pcall(function()
+    local l2, t1 = flat_rows(logits, targets)
+    local losses, lse = row_stats(l2), row_stats(l2)
+    if C.lt_cross_entropy_forward(losses, lse, l2, t1, ignore_index) ~= 0 then fail() end
+    if reduction == "none" then
+      if out then out:copy_(losses) end
+      return out or losses, losses, lse
+    end
+    local total = ops.sum(losses, nil, false, out)
+    if reduction == "sum" then return total, losses, lse end
+    local valid = ops.sum(ops.ne(t1, ignore_index):to(dtype.name(losses.dtype_)))
+    return ops.div(total, valid, total), losses, lse, valid
+  end)
+  S.enabled = enabled
+  if not ok then error(loss, 0) end
+  if track then S.cross_entropy(loss, logits, targets, lse, ignore_index, reduction, valid) end
+  return loss, losses, lse
 end
 
 -- dlogits (N, V) from dlosses (N); logits and targets as given to the forward.
@@ -140,8 +188,10 @@ end
 function F.embedding(ids, weight, out)
   need("embedding", "ids", ids)
   need("embedding", "weight", weight)
+  writing("embedding", out, weight)
   out = out or new()
   if C.lt_embedding_forward(out, weight, ids) ~= 0 then fail() end
+  if tracked(weight) then S.embedding(out, ids, weight) end
   return out
 end
 
@@ -160,8 +210,10 @@ end
 function F.rope(x, positions, theta, out)
   need("rope", "x", x)
   tensor_or_nil("rope", "positions", positions)
+  writing("rope", out, x)
   out = out or new()
   if C.lt_rope(out, x, positions, theta or 10000.0, 0) ~= 0 then fail() end
+  if tracked(x) then S.rope(out, x, positions, theta or 10000.0) end
   return out
 end
 
@@ -188,8 +240,10 @@ end
 
 function F.scaled_dot_product_attention(args)
   local q, k, v, scale, causal, seg = attention_args(args)
+  writing("scaled_dot_product_attention", args.out, q, k, v)
   local out, lse = args.out or new(), new()
   if C.lt_attention_forward(out, lse, q, k, v, seg, scale, causal) ~= 0 then fail() end
+  if tracked(q, k, v) then S.attention(out, lse, q, k, v, seg, scale, causal) end
   return out, lse
 end
 
@@ -211,6 +265,9 @@ function F.adamw_step(param, grad, m, v, opts)
   local rc = C.lt_adamw_step(param, grad, m, v, opts.lr, opts.beta1 or 0.9, opts.beta2 or 0.999, opts.eps or 1e-8,
     opts.weight_decay or 0.01, opts.step)
   if rc ~= 0 then fail() end
+  S.bump(param) -- an optimizer update: graphs that saved param see it changed
+  S.bump(m)
+  S.bump(v)
   return param
 end
 

@@ -16,6 +16,7 @@ local lt = require "lutra.ffi"
 local errors = require "lutra.errors"
 local memory = require "lutra.memory"
 local dtype = require "lutra.dtype"
+local S = require "lutra.autograd.state"
 local ffi, C = lt.ffi, lt.C
 
 local M = {}
@@ -66,9 +67,26 @@ end
 -- t[key]: a view.
 function M.get(t, key)
   local out = memory.new()
+  local slot = out.slot_ -- the C view functions zero the tag
   if not apply(out, t, key) then errors.fail() end
+  out.slot_ = slot
+  out.view_ = 1
+  if t.ag_ ~= 0 and S.enabled then S.view(out, t, "index", M.copy_key(key)) end
   return out
 end
+
+-- A copy of a key (the caller may change its tables later).
+function M.copy_key(key)
+  if type(key) ~= "table" then return key end
+  local k = {}
+  for i = 1, #key do
+    local e = key[i]
+    if type(e) == "table" then e = {e[1], e[2], e[3]} end
+    k[i] = e
+  end
+  return k
+end
+
 
 local at = ffi.new("int64_t[1]")
 
@@ -89,14 +107,26 @@ local function select_and_assign(view, t, key, value)
   return assign(view, value)
 end
 
+-- Autograd around t[key] = value: checks before, record and version bump after.
+local function tracked(t, value)
+  return S.enabled and (t.ag_ ~= 0 or (type(value) == "cdata" and istype(Tensor, value) and value.ag_ ~= 0))
+end
+
+local function written(t, key, value, track)
+  S.bump(t)
+  if track then S.index_put(t, M.copy_key(key), value) end
+end
+
 -- t[key] = value.
 function M.set(t, key, value)
+  local track = tracked(t, value)
+  if track then S.check_inplace("index assignment", t, type(value) == "cdata" and value or nil) end
   -- one element of a CPU vector: no view needed
   if type(key) == "number" and type(value) == "number" and t.ndim == 1 and t.device_ == dtype.CPU then
     local i = check_int(key, "an index")
     at[0] = i < 0 and i + t.shape_[0] or i
     if C.lt_set_at(t, at, value) ~= 0 then errors.fail() end
-    return
+    return written(t, key, value, track)
   end
   local view = C.lt_tensor_new()
   if view == nil then errors.fail() end
@@ -105,6 +135,7 @@ function M.set(t, key, value)
   if not ok then error(done, 0) end
   if err then raise(err) end
   if not done then errors.fail() end
+  return written(t, key, value, track)
 end
 
 return M

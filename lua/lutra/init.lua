@@ -13,6 +13,8 @@
 --   ops        every tensor method as a function too (lt.exp(x), lt.matmul(a, b), lt.where(c, a, b))
 --   nn         lt.F: fused kernels (layer_norm, rms_norm, cross_entropy, embedding, rope,
 --              scaled_dot_product_attention, adamw_step) and their backwards
+--   autograd   t.requires_grad, t.grad, t.grad_fn, t:backward(), no_grad, enable_grad,
+--              zero_grad, checkpoint, lt.autograd.backward/grad (see lutra/autograd.lua)
 --   memory     tidy, keep, memory_stats, reset_peak_memory_stats, empty_cache, collectgarbage
 --   runtime    version, build_info, get_num_threads, set_num_threads, cuda.*
 --   types      is_tensor, Tensor (the methods table), dtype names as lt.float32 = "f32", ...
@@ -25,6 +27,7 @@ local tensor = require "lutra.tensor"
 local create = require "lutra.create"
 local ops = require "lutra.ops"
 local F = require "lutra.functional"
+local autograd = require "lutra.autograd"
 local ffi, C = lt.ffi, lt.C
 
 local M = {}
@@ -45,6 +48,12 @@ for name, fn in pairs(create) do
 end
 M.where, M.gemm, M.is_tensor = ops.where, ops.gemm, ops.is_tensor
 M.F = F
+
+-- ---- autograd -------------------------------------------------------------------------------
+M.autograd = autograd
+M.no_grad, M.enable_grad, M.set_grad_enabled, M.is_grad_enabled = autograd.no_grad, autograd.enable_grad,
+  autograd.set_grad_enabled, autograd.is_grad_enabled
+M.zero_grad, M.checkpoint = autograd.zero_grad, autograd.checkpoint
 M.Tensor, M.tensor_properties = tensor.methods, tensor.properties
 
 -- ---- memory ---------------------------------------------------------------------------------

@@ -13,8 +13,18 @@
 --                       ends, so wrap one step, not a whole training loop.
 --   GC pressure         new() reads the C allocation counter (a plain memory
 --                       load): past max(256 MiB, bytes live after the last
---                       collection) it runs a full collectgarbage(), whose
---                       finalizers release the unreachable tensors.
+--                       collection) it runs a full collectgarbage(), which
+--                       releases the unreachable tensors.
+--
+-- How unreachable tensors are released: not with one ffi.gc finalizer per tensor
+-- (LuaJIT calls each C finalizer through the interpreter: ~0.3 us per tensor, as
+-- much as a small op), but through a registry. new() appends the C pointer (as a
+-- number) to a plain list and the tensor to a parallel weak-valued list; once per
+-- GC cycle a sentinel's finalizer walks the lists and lt_release()s the pointers
+-- whose tensor the GC cleared. Weak values are cleared after everything that
+-- finalizers can still reach is marked, so a tensor is released only when no Lua
+-- code can see it any more. A full collectgarbage() runs the sweep before it
+-- returns, as finalizers did.
 local lt = require "lutra.ffi"
 local errors = require "lutra.errors"
 local dtype = require "lutra.dtype"
@@ -22,7 +32,7 @@ local ffi, C = lt.ffi, lt.C
 
 local M = {}
 
-local ffi_gc, C_new, C_release, C_free_storage = ffi.gc, C.lt_tensor_new, C.lt_release, C.lt_free_storage
+local C_new, C_release, C_free_storage = C.lt_tensor_new, C.lt_release, C.lt_free_storage
 local collectgarbage, max, tonumber, type = collectgarbage, math.max, tonumber, type
 
 local MIN_THRESHOLD = 256 * 1024 * 1024
@@ -62,20 +72,92 @@ function M.note_cuda()
   cuda_active = cuda_count > 0
 end
 
--- A new undefined tensor (an op's `out`), released when the GC collects it.
+-- ---- the registry of live tensors ------------------------------------------------------
+
+local tensor_ptr = ffi.typeof("lt_tensor *")
+local cast = ffi.cast
+local addresses = {} -- addresses[i]: the lt_tensor * of registered tensor i, as a number
+local tensors = setmetatable({}, {__mode = "v"}) -- tensors[i]: that tensor, until the GC clears it
+local records = {} -- records[i]: autograd's record of tensor i (t.slot_ == i), see lutra.autograd.state
+local registered = 0
+M.records = records
+
+-- Releases the C tensors whose Lua tensor is gone, and compacts the lists (moving the
+-- autograd records along and telling each tensor its new slot).
+local function sweep()
+  local kept_n = 0
+  for i = 1, registered do
+    local t = tensors[i]
+    if t == nil then
+      C_release(cast(tensor_ptr, addresses[i]))
+    else
+      kept_n = kept_n + 1
+      if kept_n ~= i then
+        addresses[kept_n] = addresses[i]
+        tensors[kept_n] = t
+        records[kept_n] = records[i]
+        if t.slot_ ~= 0 then t.slot_ = kept_n end
+      end
+    end
+  end
+  for i = kept_n + 1, registered do
+    addresses[i] = nil
+    tensors[i] = nil
+    records[i] = nil
+  end
+  registered = kept_n
+end
+M.sweep = sweep
+
+-- A userdata whose finalizer sweeps, then arms the next one: one sweep per GC cycle.
+local function arm_sweeper()
+  local sentinel = newproxy(true)
+  getmetatable(sentinel).__gc = function()
+    sweep()
+    arm_sweeper()
+  end
+end
+arm_sweeper()
+
+-- Set by autograd while backward runs: every tensor made then is recorded in it.
+local owner = nil
+function M.set_owner(tbl)
+  local previous = owner
+  owner = tbl
+  return previous
+end
+
+-- A new undefined tensor (an op's `out`), released once the GC finds it unreachable.
 local function new()
   if cpu_counters.since_collect > cpu_threshold then collect() end
   if cuda_active then cuda_pressure() end
   local p = C_new()
   if p == nil then errors.fail() end
-  local t = ffi_gc(p[0], C_release)
+  local t = p[0]
+  local n = registered + 1
+  registered = n
+  addresses[n] = tonumber(cast("uintptr_t", p))
+  tensors[n] = t
+  t.slot_ = n
   if scope then
     scope_n = scope_n + 1
     scope[scope_n] = t
   end
+  if owner then owner[t] = true end
   return t
 end
 M.new = new
+
+-- Takes a tensor made elsewhere (lt_tensor_new()[0]) under the registry.
+function M.adopt(p)
+  local t = p[0]
+  local n = registered + 1
+  registered = n
+  addresses[n] = tonumber(cast("uintptr_t", p))
+  tensors[n] = t
+  t.slot_ = n
+  return t
+end
 
 -- ---- free / tidy / keep ------------------------------------------------------------
 

@@ -4,14 +4,34 @@
 --
 -- The binary ops take a tensor or a number on either side; both tensors must have
 -- the same dtype (no implicit promotion: convert with t:to(dtype) first).
+--
+-- Autograd: after the C call, an op whose input has autograd data (t.ag_ ~= 0) while
+-- grad mode is on hands its output to a record function of lutra.autograd.state (R.*),
+-- which attaches the node. Writing into a given `out` (in-place forms included) is
+-- checked first (S.check_inplace), bumps out's version counter, and is recorded with
+-- S.dest = out, so that an input saved from out's storage is known to be overwritten.
 local lt = require "lutra.ffi"
 local errors = require "lutra.errors"
 local memory = require "lutra.memory"
 local shape = require "lutra.shape"
 local dtype = require "lutra.dtype"
+local S = require "lutra.autograd.state"
 local ffi, C = lt.ffi, lt.C
 
 local M = {}
+
+local R = S -- record functions: R.binary[op], R.scalar[op], R.unary[op], R.<name>
+local REC_BINARY, REC_SCALAR, REC_UNARY = S.binary, S.scalar, S.unary
+local bump, clear = S.bump, S.clear
+
+-- Before writing into a caller's tensor `out` (an in-place op or out=): autograd refuses
+-- writes it cannot follow (S.check_inplace raises).
+local function before_write(name, out, a, b)
+  if S.enabled and (out.ag_ ~= 0 or (a ~= nil and a.ag_ ~= 0) or (b ~= nil and b.ag_ ~= 0)) then
+    S.check_inplace(name, out, a, b)
+  end
+end
+M.before_write = before_write
 
 local new, fail, raise = memory.new, errors.fail, errors.raise
 local tensor_arg, int_arg = errors.tensor_arg, errors.int_arg
@@ -46,43 +66,78 @@ local function scalar_of(x)
   return nil
 end
 
+-- The general case: scalars of any kind (booleans, int64 cdata), a given out.
 local function binary_slow(a, b, op, out)
   local name = binary_names[op]
   check_out(name, out)
+  local given = out
   local sa, sb = scalar_of(a), scalar_of(b)
+  local t, s, reverse
   if sb ~= nil and is_tensor(a) then
+    t, s, reverse = a, sb, 0
+  elseif sa ~= nil and is_tensor(b) then
+    t, s, reverse = b, sa, 1
+  end
+  if t ~= nil then
+    if given ~= nil then before_write(name, given, t) end
     if out == nil then out = new() end
-    if C_binary_scalar(out, a, sb, op, 0) ~= 0 then fail() end
+    if C_binary_scalar(out, t, s, op, reverse) ~= 0 then fail() end
+    if given ~= nil then bump(given) end
+    if S.enabled then
+      if t.ag_ ~= 0 then
+        S.dest = given
+        REC_SCALAR[op](out, t, s, reverse)
+        S.dest = nil
+      elseif given ~= nil then
+        clear(out)
+      end
+    end
     return out
   end
-  if sa ~= nil and is_tensor(b) then
+  if is_tensor(a) and is_tensor(b) then
+    if given ~= nil then before_write(name, given, a, b) end
     if out == nil then out = new() end
-    if C_binary_scalar(out, b, sa, op, 1) ~= 0 then fail() end
+    if C_binary(out, a, b, op) ~= 0 then fail() end
+    if given ~= nil then bump(given) end
+    if S.enabled then
+      if a.ag_ ~= 0 or b.ag_ ~= 0 then
+        S.dest = given
+        REC_BINARY[op](out, a, b)
+        S.dest = nil
+      elseif given ~= nil then
+        clear(out)
+      end
+    end
     return out
   end
   local bad = is_tensor(a) and b or a
   raise(string.format("%s: expected tensors or numbers, got %s", name, type(bad)))
 end
 
--- out = a op b; a or b may be a number. Kept free of allocations but `out`.
+-- out = a op b; a or b may be a number. Kept free of allocations but `out`; with autograd
+-- one ag_ field read per tensor operand when nothing requires grad.
 local function binary(a, b, op, out)
-  if type(b) == "number" then
-    if type(a) == "cdata" and istype(Tensor, a) and (out == nil or istype(Tensor, out)) then
-      if out == nil then out = new() end
-      if C_binary_scalar(out, a, b, op, 0) ~= 0 then fail() end
+  if out == nil then
+    if type(b) == "number" then
+      if type(a) == "cdata" and istype(Tensor, a) then
+        out = new()
+        if C_binary_scalar(out, a, b, op, 0) ~= 0 then fail() end
+        if a.ag_ ~= 0 and S.enabled then REC_SCALAR[op](out, a, b, 0) end
+        return out
+      end
+    elseif type(a) == "number" then
+      if type(b) == "cdata" and istype(Tensor, b) then
+        out = new()
+        if C_binary_scalar(out, b, a, op, 1) ~= 0 then fail() end
+        if b.ag_ ~= 0 and S.enabled then REC_SCALAR[op](out, b, a, 1) end
+        return out
+      end
+    elseif type(a) == "cdata" and type(b) == "cdata" and istype(Tensor, a) and istype(Tensor, b) then
+      out = new()
+      if C_binary(out, a, b, op) ~= 0 then fail() end
+      if (a.ag_ ~= 0 or b.ag_ ~= 0) and S.enabled then REC_BINARY[op](out, a, b) end
       return out
     end
-  elseif type(a) == "number" then
-    if type(b) == "cdata" and istype(Tensor, b) and (out == nil or istype(Tensor, out)) then
-      if out == nil then out = new() end
-      if C_binary_scalar(out, b, a, op, 1) ~= 0 then fail() end
-      return out
-    end
-  elseif type(a) == "cdata" and type(b) == "cdata" and istype(Tensor, a) and istype(Tensor, b)
-      and (out == nil or istype(Tensor, out)) then
-    if out == nil then out = new() end
-    if C_binary(out, a, b, op) ~= 0 then fail() end
-    return out
   end
   return binary_slow(a, b, op, out)
 end
@@ -114,10 +169,29 @@ local UNARY = {
   sin = C.LT_SIN, cos = C.LT_COS, square = C.LT_SQUARE, reciprocal = C.LT_RECIPROCAL,
 }
 M.UNARY = UNARY
+local unary_names = {}
+for name, op in pairs(UNARY) do unary_names[op] = name end
 
+-- out = op(a), recorded for autograd. Internal callers that must not record use C directly.
 local function unary(a, op, out)
-  if out == nil then out = new() end
+  if out == nil then
+    out = new()
+    if C_unary(out, a, op) ~= 0 then fail() end
+    if a.ag_ ~= 0 and S.enabled then REC_UNARY[op](out, a) end
+    return out
+  end
+  before_write(unary_names[op], out, a)
   if C_unary(out, a, op) ~= 0 then fail() end
+  bump(out)
+  if S.enabled then
+    if a.ag_ ~= 0 then
+      S.dest = out
+      REC_UNARY[op](out, a)
+      S.dest = nil
+    else
+      clear(out)
+    end
+  end
   return out
 end
 M.unary = unary
@@ -128,7 +202,10 @@ for name, op in pairs(UNARY) do
     check_out(name, out)
     return unary(a, op, out)
   end
-  M[name .. "_"] = function(a) return unary(a, op, a) end
+  M[name .. "_"] = function(a)
+    if not is_tensor(a) then raise(name .. "_: expected a tensor, got " .. type(a)) end
+    return unary(a, op, a)
+  end
 end
 local NEG = UNARY.neg
 M.metamethods.__unm = function(a) return unary(a, NEG) end
@@ -148,8 +225,20 @@ function M.clamp(a, lo, hi, out)
   check_out("clamp", out)
   if lo ~= nil and type(lo) ~= "number" then raise("clamp: lo must be a number or nil, got " .. type(lo)) end
   if hi ~= nil and type(hi) ~= "number" then raise("clamp: hi must be a number or nil, got " .. type(hi)) end
+  local given = out
+  if given ~= nil then before_write("clamp", given, a) end
   if out == nil then out = new() end
   if C.lt_clamp(out, a, lo or -math.huge, hi or math.huge) ~= 0 then fail() end
+  if given ~= nil then bump(given) end
+  if S.enabled then
+    if a.ag_ ~= 0 then
+      S.dest = given
+      R.clamp(out, a, lo, hi)
+      S.dest = nil
+    elseif given ~= nil then
+      clear(out)
+    end
+  end
   return out
 end
 function M.clamp_(a, lo, hi) return M.clamp(a, lo, hi, a) end
@@ -180,8 +269,20 @@ function M.where(cond, a, b, out)
   elseif not is_tensor(a) or not is_tensor(b) then
     raise("where: a and b must be tensors or numbers")
   end
+  local given = out
+  if given ~= nil then before_write("where", given, a, b) end
   if out == nil then out = new() end
   if C.lt_where(out, cond, a, b) ~= 0 then fail() end
+  if given ~= nil then bump(given) end
+  if S.enabled then
+    if a.ag_ ~= 0 or b.ag_ ~= 0 then
+      S.dest = given
+      R.where(out, cond, a, b)
+      S.dest = nil
+    elseif given ~= nil then
+      clear(out)
+    end
+  end
   return out
 end
 
@@ -193,10 +294,23 @@ local REDUCE = {sum = C.LT_SUM, mean = C.LT_MEAN, max = C.LT_MAX, min = C.LT_MIN
 local function reduce(a, op, name, dims, keepdim, out)
   check_out(name, out)
   local n, arr = shape.dims(name, dims)
+  local given = out
+  if given ~= nil then before_write(name, given, a) end
   if out == nil then out = new() end
   if C.lt_reduce(out, a, op, n, arr, keepdim and 1 or 0) ~= 0 then fail() end
+  if given ~= nil then bump(given) end
+  if S.enabled then
+    if a.ag_ ~= 0 then
+      S.dest = given
+      R.reduce(out, a, op, dims, keepdim)
+      S.dest = nil
+    elseif given ~= nil then
+      clear(out)
+    end
+  end
   return out
 end
+M.REDUCE = REDUCE
 
 for _, name in ipairs {"sum", "mean", "prod", "norm"} do
   local op = REDUCE[name]
@@ -205,6 +319,10 @@ end
 
 local function arg_reduce(fn, name, a, dim, keepdim, out)
   check_out(name, out)
+  if out ~= nil then
+    before_write(name, out)
+    bump(out)
+  end
   if out == nil then out = new() end
   local all = dim == nil
   if not all and type(dim) ~= "number" then raise(name .. ": dim must be a number or nil, got " .. type(dim)) end
@@ -226,20 +344,31 @@ function M.max(a, dims, keepdim, out) return max_min(a, dims, keepdim, out, REDU
 function M.min(a, dims, keepdim, out) return max_min(a, dims, keepdim, out, REDUCE.min, "min", BINARY.minimum, M.argmin) end
 
 -- correction: 1 (unbiased, default) or 0; true/false as torch's `unbiased`.
-function M.var(a, dims, keepdim, correction, out)
-  check_out("var", out)
+local function var_std(name, a, dims, keepdim, correction, out)
+  check_out(name, out)
   if correction == nil or correction == true then correction = 1 elseif correction == false then correction = 0 end
-  int_arg("var", correction, "correction")
-  local n, arr = shape.dims("var", dims)
+  int_arg(name, correction, "correction")
+  local n, arr = shape.dims(name, dims)
+  local given = out
+  if given ~= nil then before_write(name, given, a) end
   if out == nil then out = new() end
   if C.lt_var(out, a, n, arr, correction, keepdim and 1 or 0) ~= 0 then fail() end
+  if name == "std" and C_unary(out, out, UNARY.sqrt) ~= 0 then fail() end
+  if given ~= nil then bump(given) end
+  if S.enabled then
+    if a.ag_ ~= 0 then
+      S.dest = given
+      R.var_std(out, a, name, dims, keepdim, correction)
+      S.dest = nil
+    elseif given ~= nil then
+      clear(out)
+    end
+  end
   return out
 end
 
-function M.std(a, dims, keepdim, correction, out)
-  local v = M.var(a, dims, keepdim, correction, out)
-  return unary(v, UNARY.sqrt, v)
-end
+function M.var(a, dims, keepdim, correction, out) return var_std("var", a, dims, keepdim, correction, out) end
+function M.std(a, dims, keepdim, correction, out) return var_std("std", a, dims, keepdim, correction, out) end
 
 -- ---- matmul, softmax ---------------------------------------------------------------
 
@@ -248,8 +377,20 @@ function M.matmul(a, b, out)
   tensor_arg("matmul", a, "a")
   tensor_arg("matmul", b, "b")
   check_out("matmul", out)
+  local given = out
+  if given ~= nil then before_write("matmul", given, a, b) end
   if out == nil then out = new() end
   if C.lt_matmul(out, a, b, 0, 0, 1.0, 0.0) ~= 0 then fail() end
+  if given ~= nil then bump(given) end
+  if S.enabled then
+    if a.ag_ ~= 0 or b.ag_ ~= 0 then
+      S.dest = given
+      R.gemm(out, a, b, false, false, 1.0, 0.0)
+      S.dest = nil
+    elseif given ~= nil then
+      clear(out)
+    end
+  end
   return out
 end
 
@@ -261,27 +402,47 @@ function M.gemm(a, b, opts)
   tensor_arg("gemm", a, "a")
   tensor_arg("gemm", b, "b")
   check_out("gemm", out)
+  local given = out
+  if given ~= nil then before_write("gemm", given, a, b) end
   if out == nil then out = new() end
-  local rc = C.lt_matmul(out, a, b, opts.trans_a and 1 or 0, opts.trans_b and 1 or 0, opts.alpha or 1.0,
-    opts.beta or 0.0)
+  local alpha, beta = opts.alpha or 1.0, opts.beta or 0.0
+  local old = beta ~= 0 and given ~= nil and given.ag_ ~= 0 and given or nil -- out's old value takes part
+  local rc = C.lt_matmul(out, a, b, opts.trans_a and 1 or 0, opts.trans_b and 1 or 0, alpha, beta)
   if rc ~= 0 then fail() end
+  if given ~= nil then bump(given) end
+  if S.enabled then
+    if a.ag_ ~= 0 or b.ag_ ~= 0 or old ~= nil then
+      S.dest = given
+      R.gemm(out, a, b, opts.trans_a and true or false, opts.trans_b and true or false, alpha, beta, old)
+      S.dest = nil
+    elseif given ~= nil then
+      clear(out)
+    end
+  end
   return out
 end
 
-function M.softmax(a, dim, out)
-  int_arg("softmax", dim, "dim", true)
-  check_out("softmax", out)
+local function softmax(name, fn, a, dim, out)
+  int_arg(name, dim, "dim", true)
+  check_out(name, out)
+  local given = out
+  if given ~= nil then before_write(name, given, a) end
   if out == nil then out = new() end
-  if C.lt_softmax(out, a, dim or -1) ~= 0 then fail() end
+  if fn(out, a, dim or -1) ~= 0 then fail() end
+  if given ~= nil then bump(given) end
+  if S.enabled then
+    if a.ag_ ~= 0 then
+      S.dest = given
+      R.softmax(out, a, name, dim or -1)
+      S.dest = nil
+    elseif given ~= nil then
+      clear(out)
+    end
+  end
   return out
 end
 
-function M.log_softmax(a, dim, out)
-  int_arg("log_softmax", dim, "dim", true)
-  check_out("log_softmax", out)
-  if out == nil then out = new() end
-  if C.lt_log_softmax(out, a, dim or -1) ~= 0 then fail() end
-  return out
-end
+function M.softmax(a, dim, out) return softmax("softmax", C.lt_softmax, a, dim, out) end
+function M.log_softmax(a, dim, out) return softmax("log_softmax", C.lt_log_softmax, a, dim, out) end
 
 return M

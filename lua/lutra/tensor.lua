@@ -18,6 +18,7 @@ local dtype = require "lutra.dtype"
 local ops = require "lutra.ops"
 local index = require "lutra.index"
 local format = require "lutra.format"
+local S = require "lutra.autograd.state"
 local ffi, C = lt.ffi, lt.C
 
 local M = {}
@@ -28,8 +29,27 @@ local type, tonumber = type, tonumber
 local is_tensor = ops.is_tensor
 local shape_table = shape.shape_table
 
-local methods, properties = {}, {}
-M.methods, M.properties = methods, properties -- extension points for other modules
+local methods, properties, setters = {}, {}, {}
+M.methods, M.properties, M.setters = methods, properties, setters -- extension points for other modules
+
+-- Views share the storage of t: marked as such, and recorded for autograd by
+-- R.view(out, t, kind, a, b, c, d) when t has autograd data in grad mode. The C view
+-- functions zero the tag of the view they make, registry slot included: fresh() notes
+-- the slot of the new tensor and viewed() puts it back.
+local R = S
+local pending_slot = 0
+local function fresh()
+  local out = new()
+  pending_slot = out.slot_
+  return out
+end
+local function viewed(out, t, kind, a, b, c, d)
+  out.slot_ = pending_slot
+  if out.storage == t.storage then out.view_ = 1 end -- reshape may have copied
+  if t.ag_ ~= 0 and S.enabled then R.view(out, t, kind, a, b, c, d) end
+  return out
+end
+M.viewed = viewed
 
 -- ---- properties and geometry -------------------------------------------------------
 
@@ -90,16 +110,16 @@ end
 
 function methods.view(t, ...)
   local n, a = shape.parse("view", ...)
-  local out = new()
+  local out = fresh()
   if C.lt_view(out, t, n, a) ~= 0 then fail() end
-  return out
+  return viewed(out, t, "reshape")
 end
 
 function methods.reshape(t, ...)
   local n, a = shape.parse("reshape", ...)
-  local out = new()
+  local out = fresh()
   if C.lt_reshape(out, t, n, a) ~= 0 then fail() end
-  return out
+  return viewed(out, t, "reshape")
 end
 
 function methods.view_as(t, other) return methods.view(t, shape_table(tensor_arg("view_as", other, "other"))) end
@@ -108,9 +128,9 @@ function methods.reshape_as(t, other) return methods.reshape(t, shape_table(tens
 function methods.transpose(t, d0, d1)
   int_arg("transpose", d0, "dim0")
   int_arg("transpose", d1, "dim1")
-  local out = new()
+  local out = fresh()
   if C.lt_transpose(out, t, d0, d1) ~= 0 then fail() end
-  return out
+  return viewed(out, t, "transpose", d0, d1)
 end
 
 -- The transpose of a matrix; tensors of fewer dims are returned as they are.
@@ -122,18 +142,20 @@ end
 
 function methods.permute(t, ...)
   local n, a = shape.parse("permute", ...)
-  local out = new()
+  local dims = {}
+  for i = 1, n do dims[i] = tonumber(a[i - 1]) end
+  local out = fresh()
   if C.lt_permute(out, t, n, a) ~= 0 then fail() end
-  return out
+  return viewed(out, t, "permute", dims)
 end
 
 function methods.narrow(t, dim, start, length)
   int_arg("narrow", dim, "dim")
   int_arg("narrow", start, "start")
   int_arg("narrow", length, "length")
-  local out = new()
+  local out = fresh()
   if C.lt_narrow(out, t, dim, start, length) ~= 0 then fail() end
-  return out
+  return viewed(out, t, "slice", dim, start, start + length)
 end
 
 -- Elements start, start + step, ... below stop along dim (stop nil: to the end).
@@ -142,47 +164,47 @@ function methods.slice(t, dim, start, stop, step)
   int_arg("slice", start, "start", true)
   int_arg("slice", stop, "stop", true)
   int_arg("slice", step, "step", true)
-  local out = new()
+  local out = fresh()
   if C.lt_slice(out, t, dim, start or 0, stop or 2 ^ 62, step or 1) ~= 0 then fail() end
-  return out
+  return viewed(out, t, "slice", dim, start or 0, stop or 2 ^ 62, step or 1)
 end
 
 function methods.select(t, dim, i)
   int_arg("select", dim, "dim")
   int_arg("select", i, "index")
-  local out = new()
+  local out = fresh()
   if C.lt_select(out, t, dim, i) ~= 0 then fail() end
-  return out
+  return viewed(out, t, "select", dim, i)
 end
 
 function methods.expand(t, ...)
   local n, a = shape.parse("expand", ...)
-  local out = new()
+  local out = fresh()
   if C.lt_expand(out, t, n, a) ~= 0 then fail() end
-  return out
+  return viewed(out, t, "expand")
 end
 
 function methods.expand_as(t, other)
   tensor_arg("expand_as", other, "other")
-  local out = new()
+  local out = fresh()
   if C.lt_expand(out, t, other.ndim, other.shape_) ~= 0 then fail() end
-  return out
+  return viewed(out, t, "expand")
 end
 
 function methods.unsqueeze(t, dim)
   int_arg("unsqueeze", dim, "dim")
-  local out = new()
+  local out = fresh()
   if C.lt_unsqueeze(out, t, dim) ~= 0 then fail() end
-  return out
+  return viewed(out, t, "reshape")
 end
 
 -- Drops dim (which must have size 1), or every dim of size 1 when dim is nil.
 function methods.squeeze(t, dim)
   int_arg("squeeze", dim, "dim", true)
-  local out = new()
+  local out = fresh()
   local rc = dim == nil and C.lt_squeeze_all(out, t) or C.lt_squeeze(out, t, dim)
   if rc ~= 0 then fail() end
-  return out
+  return viewed(out, t, "reshape")
 end
 
 -- Merges dims start_dim..end_dim (default: all) into one.
@@ -208,8 +230,9 @@ end
 function methods.contiguous(t)
   check_alive(t, "contiguous")
   if C.lt_is_contiguous(t) ~= 0 then return t end
-  local out = new()
+  local out = fresh()
   if C.lt_contiguous(out, t) ~= 0 then fail() end
+  if t.ag_ ~= 0 and S.enabled then R.copy(out, t) end
   return out
 end
 
@@ -227,6 +250,7 @@ function methods.clone(t)
   check_alive(t, "clone")
   local out = empty_like(t)
   if C.lt_copy(out, t) ~= 0 then fail() end
+  if t.ag_ ~= 0 and S.enabled then R.copy(out, t) end
   return out
 end
 
@@ -234,14 +258,22 @@ end
 function methods.copy_(t, src)
   if type(src) == "number" or type(src) == "boolean" then return methods.fill_(t, src) end
   if not is_tensor(src) then raise("copy_: expected a tensor, got " .. type(src)) end
+  ops.before_write("copy_", t, src)
   if C.lt_copy(t, src) ~= 0 then fail() end
+  S.bump(t)
+  if S.enabled then
+    if src.ag_ ~= 0 then R.copy(t, src) else S.clear(t) end
+  end
   return t
 end
 
 function methods.fill_(t, v)
   if v == true then v = 1 elseif v == false then v = 0 end
   if type(v) ~= "number" then raise("fill_: expected a number, got " .. type(v)) end
+  ops.before_write("fill_", t)
   if C.lt_fill(t, v) ~= 0 then fail() end
+  S.bump(t)
+  if S.enabled then S.clear(t) end
   return t
 end
 
@@ -270,6 +302,7 @@ function methods.to(t, a, b)
   if dt == t.dtype_ and dev == t.device_ then return t end
   local out = empty_like(t, dt, dev)
   if C.lt_copy(out, t) ~= 0 then fail() end
+  if t.ag_ ~= 0 and S.enabled then R.copy(out, t) end
   return out
 end
 
@@ -359,6 +392,8 @@ end
 mt.__newindex = function(t, k, v)
   local tk = type(k)
   if tk == "number" or tk == "table" then return index_set(t, k, v) end
+  local set = setters[k]
+  if set then return set(t, v) end
   raise("cannot set '" .. tostring(k) .. "' on a tensor")
 end
 mt.__len = function(t)

@@ -1,0 +1,290 @@
+-- lutra.autograd — reverse-mode automatic differentiation, define-by-run.
+--
+--   local x = lutra.randn(3, 4, {requires_grad = true})   -- or x.requires_grad = true
+--   local loss = (x * x):sum()
+--   loss:backward()                    -- x.grad == 2 x; grads accumulate across calls
+--   x:zero_grad()                      -- or lutra.zero_grad(params)
+--   lutra.no_grad(function() ... end)  -- nothing is recorded inside
+--   y:detach(), y:register_hook(fn), y:retain_grad(), lutra.checkpoint(fn, ...)
+--
+-- Every op on a tensor that requires grad, in grad mode, attaches a node to its result
+-- (t.grad_fn names it); backward walks the nodes from the result back to the leaves.
+-- How nodes are attached, saved tensors held and released: lutra/autograd/state.lua;
+-- the backward pass: lutra/autograd/engine.lua; the formulas:
+-- lutra/autograd/{elementwise,reduce,views,nn}.lua.
+--
+-- In-place ops (add_, copy_, t[k] = v, out=) on tensors that take part in autograd:
+--   - on a leaf that requires grad: an error in grad mode (use lutra.no_grad);
+--   - on a view made in grad mode from a tensor that requires grad, or writing a value
+--     that requires grad into any view: an error (compute it out of place);
+--   - otherwise recorded (the tensor's node is replaced), and a tensor saved for
+--     backward that is written in place afterwards makes backward fail with "a tensor
+--     needed for backward was modified in place" (version counters).
+local S = require "lutra.autograd.state"
+local engine = require "lutra.autograd.engine"
+local U = require "lutra.autograd.util"
+local tensor = require "lutra.tensor"
+local ops = require "lutra.ops"
+local create = require "lutra.create"
+local dtype = require "lutra.dtype"
+local memory = require "lutra.memory"
+local errors = require "lutra.errors"
+local shape = require "lutra.shape"
+require "lutra.autograd.elementwise"
+require "lutra.autograd.reduce"
+require "lutra.autograd.views"
+require "lutra.autograd.nn"
+
+local M = {}
+
+local record, set_record, raise, is_tensor = S.record, S.set_record, errors.raise, ops.is_tensor
+local methods, properties, setters = tensor.methods, tensor.properties, tensor.setters
+
+-- Aliases that nodes own (engine frees them after use).
+S.alias = function(t)
+  local a = U.alias(t)
+  engine.aliases[a] = true
+  return a
+end
+
+-- ---- grad mode ---------------------------------------------------------------------------
+
+function M.is_grad_enabled() return S.enabled end
+
+function M.set_grad_enabled(on)
+  local previous = S.enabled
+  S.enabled = on and true or false
+  return previous
+end
+
+local function with_grad_mode(on, fn, ...)
+  if type(fn) ~= "function" and not (type(fn) == "table" and getmetatable(fn) and getmetatable(fn).__call) then
+    raise((on and "enable_grad" or "no_grad") .. ": expected a function, got " .. type(fn))
+  end
+  local previous = S.enabled
+  S.enabled = on
+  local res = {pcall(fn, ...)}
+  S.enabled = previous
+  if not res[1] then error(res[2], 0) end
+  return unpack(res, 2, table.maxn(res))
+end
+
+-- Runs fn(...) with grad mode off (nothing recorded); returns what fn returns.
+function M.no_grad(fn, ...) return with_grad_mode(false, fn, ...) end
+-- Runs fn(...) with grad mode on (inside no_grad, for example).
+function M.enable_grad(fn, ...) return with_grad_mode(true, fn, ...) end
+
+-- ---- requires_grad, grad, grad_fn, is_leaf ---------------------------------------------------
+
+local function set_requires_grad(t, on)
+  if on then
+    if t.ag_ ~= 0 then return t end
+    if not dtype.is_float(t.dtype_) then
+      raise("requires_grad: only floating point tensors can require gradients, got " .. dtype.name(t.dtype_))
+    end
+    local rec = record(t)
+    if rec == nil then
+      rec = {leaf = true}
+      set_record(t, rec)
+    end
+    t.ag_ = 1
+  else
+    if t.ag_ == 2 then
+      raise("requires_grad: only leaf tensors can stop requiring grad (this one is the result of "
+        .. record(t).cls.name .. "); use detach()")
+    end
+    t.ag_ = 0
+  end
+  return t
+end
+S.set_requires_grad = set_requires_grad
+
+properties.requires_grad = function(t) return t.ag_ ~= 0 end
+setters.requires_grad = function(t, v) set_requires_grad(t, v) end
+function methods.requires_grad_(t, on)
+  if on == nil then on = true end
+  return set_requires_grad(t, on)
+end
+
+properties.is_leaf = function(t) return t.ag_ ~= 2 end
+properties.grad_fn = function(t)
+  if t.ag_ ~= 2 then return nil end
+  return record(t).cls.name
+end
+properties.grad = function(t)
+  local rec = record(t)
+  return rec and rec.grad
+end
+setters.grad = function(t, g)
+  if g ~= nil and not is_tensor(g) then raise("grad: expected a tensor or nil, got " .. type(g)) end
+  if g ~= nil and not engine.same_shape(g, t) then
+    raise("grad: assigned a gradient of shape " .. shape.shape_string(g) .. " to a tensor of shape "
+      .. shape.shape_string(t))
+  end
+  local rec = record(t)
+  if rec == nil then
+    if g == nil then return end
+    rec = {leaf = true}
+    set_record(t, rec)
+  end
+  rec.grad = g
+end
+
+-- Sets .grad to nil (set_to_none, the default) or zeroes it in place.
+function methods.zero_grad(t, set_to_none)
+  local rec = record(t)
+  if rec == nil or rec.grad == nil then return t end
+  if set_to_none == false then
+    M.no_grad(rec.grad.zero_, rec.grad)
+  else
+    rec.grad = nil
+  end
+  return t
+end
+
+-- zero_grad of every tensor in params (a list, a table of named tensors, or anything
+-- with a :parameters() method).
+function M.zero_grad(params, set_to_none)
+  if type(params) == "table" and type(params.parameters) == "function" then params = params:parameters() end
+  if type(params) ~= "table" then raise("zero_grad: expected a list of tensors, got " .. type(params)) end
+  for _, p in pairs(params) do
+    if is_tensor(p) then methods.zero_grad(p, set_to_none) end
+  end
+end
+
+-- A tensor sharing t's storage that autograd does not follow.
+function methods.detach(t)
+  errors.check_alive(t, "detach")
+  return U.alias(t)
+end
+
+-- Makes t a leaf that does not require grad (its graph is dropped).
+function methods.detach_(t)
+  if t.ag_ == 2 then set_record(t, nil) end
+  t.ag_ = 0
+  return t
+end
+
+-- A non-leaf keeps its gradient in .grad after backward.
+function methods.retain_grad(t)
+  if t.ag_ == 0 then raise("retain_grad: the tensor does not require grad") end
+  if t.ag_ == 2 then record(t).retains = true end
+  return t
+end
+
+-- ---- hooks -------------------------------------------------------------------------------------
+
+-- fn(grad) runs when the gradient of t is computed (before it accumulates into a leaf's
+-- .grad or flows on); it may return a tensor of the same shape to use instead. Returns
+-- a handle whose :remove() unregisters it.
+function methods.register_hook(t, fn)
+  if t.ag_ == 0 then raise("register_hook: cannot register a hook on a tensor that does not require grad") end
+  if type(fn) ~= "function" and not (type(fn) == "table" and getmetatable(fn) and getmetatable(fn).__call) then
+    raise("register_hook: expected a function, got " .. type(fn))
+  end
+  local rec = record(t)
+  rec.hooks = rec.hooks or {}
+  local hooks = rec.hooks
+  local i = #hooks + 1
+  hooks[i] = fn
+  return {remove = function() hooks[i] = false end}
+end
+
+-- ---- in-place checks ---------------------------------------------------------------------------
+
+S.check_inplace = function(op, out, a, b)
+  if out.ag_ == 1 then
+    raise(op .. ": a leaf tensor that requires grad cannot be modified in place (or written as out=) while grad "
+      .. "mode is on; do it inside lutra.no_grad (as optimizer updates do), or on a detach()ed tensor")
+  end
+  if out.view_ == 1 and (out.ag_ ~= 0 or (a ~= nil and a.ag_ ~= 0) or (b ~= nil and b.ag_ ~= 0)) then
+    raise(op .. ": in-place write into a view that takes part in autograd is not supported; compute the result "
+      .. "out of place (e.g. lutra.cat, or x = x + y)")
+  end
+end
+
+-- ---- backward ----------------------------------------------------------------------------------
+
+local function root_grad(t, grad, op)
+  if grad == nil then
+    local n = 1
+    for d = 0, t.ndim - 1 do n = n * tonumber(t.shape_[d]) end
+    if n ~= 1 then
+      raise(string.format("%s: grad can be implicitly created only for scalar outputs (this one has shape %s); "
+        .. "pass a gradient of that shape", op, shape.shape_string(t)))
+    end
+    return create.ones_like(t), true
+  end
+  if not is_tensor(grad) then raise(op .. ": the gradient must be a tensor, got " .. type(grad)) end
+  if not engine.same_shape(grad, t) then
+    raise(string.format("%s: the gradient has shape %s, the tensor %s", op, shape.shape_string(grad),
+      shape.shape_string(t)))
+  end
+  if grad.dtype_ ~= t.dtype_ or grad.device_ ~= t.device_ then
+    return grad:to(dtype.name(t.dtype_), dtype.device_name(t.device_)), true
+  end
+  return grad, false
+end
+
+-- backward(tensors, grads, opts): tensors a tensor or a list; grads likewise (nil
+-- entries for one-element tensors). opts: retain_graph.
+function M.backward(tensors, grads, opts)
+  if is_tensor(tensors) then tensors, grads = {tensors}, {grads} end
+  grads = grads or {}
+  opts = opts or {}
+  local roots, root_grads, owned = {}, {}, {}
+  for i, t in ipairs(tensors) do
+    if not is_tensor(t) then raise("backward: expected tensors, got " .. type(t)) end
+    if t.ag_ == 0 then
+      raise("backward: the tensor does not require grad and has no grad_fn (did an op run under no_grad, "
+        .. "or on tensors that do not require grad?)")
+    end
+    local g, made = root_grad(t, grads[i], "backward")
+    if made then owned[g] = true end
+    roots[#roots + 1] = record(t)
+    root_grads[#root_grads + 1] = g
+  end
+  engine.run(roots, root_grads, {retain_graph = opts.retain_graph, owned = owned})
+end
+
+-- t:backward([grad], [opts]) or t:backward{retain_graph = true}.
+function methods.backward(t, grad, opts)
+  if type(grad) == "table" and not is_tensor(grad) then grad, opts = nil, grad end
+  M.backward({t}, {grad}, opts)
+end
+
+-- The gradients of outputs with respect to inputs (lists, or single tensors), without
+-- touching any .grad. grad_outputs as for backward. opts: retain_graph, allow_unused.
+function M.grad(outputs, inputs, grad_outputs, opts)
+  local single = is_tensor(inputs)
+  if is_tensor(outputs) then outputs, grad_outputs = {outputs}, {grad_outputs} end
+  if single then inputs = {inputs} end
+  grad_outputs = grad_outputs or {}
+  opts = opts or {}
+  local roots, root_grads, owned, capture = {}, {}, {}, {}
+  for i, t in ipairs(outputs) do
+    if t.ag_ == 0 then raise("grad: output " .. i .. " does not require grad and has no grad_fn") end
+    local g, made = root_grad(t, grad_outputs[i], "grad")
+    if made then owned[g] = true end
+    roots[#roots + 1] = record(t)
+    root_grads[#root_grads + 1] = g
+  end
+  for i, x in ipairs(inputs) do
+    if not is_tensor(x) or x.ag_ == 0 then raise("grad: input " .. i .. " does not require grad") end
+    capture[record(x)] = true
+  end
+  local captured = engine.run(roots, root_grads, {retain_graph = opts.retain_graph, owned = owned, capture = capture})
+  local result = {}
+  for i, x in ipairs(inputs) do
+    result[i] = captured[record(x)]
+    if result[i] == nil and not opts.allow_unused then
+      raise("grad: input " .. i .. " was not used to compute the outputs (pass {allow_unused = true})")
+    end
+  end
+  if single then return result[1] end
+  return result
+end
+
+require("lutra.autograd.checkpoint")(M)
+
+return M

@@ -1,0 +1,221 @@
+-- lutra.autograd.state — what the op wrappers (ops, tensor, functional, index, create)
+-- share with autograd, with no dependency on them, so that they can require it while
+-- autograd's formulas require them.
+--
+-- Per tensor (fields of the C struct's free `tag`, see lutra/ffi.lua):
+--   t.ag_    0: no autograd; 1: a leaf that requires grad; 2: the result of a recorded op.
+--   t.view_  1: made by a view op (shares another tensor's storage).
+--   t.slot_  its index in lutra.memory's registry of live tensors.
+-- A tensor that has autograd data has a record: the leaf record {leaf = true, grad =,
+-- hooks =} or the node of the op that made it. Records live in the registry next to
+-- the tensor (memory.records[t.slot_]: an array store, no hashing), and the registry's
+-- sweep drops them with the tensor. (A weak-keyed table keyed by the tensor cdata works
+-- too, and is the fallback for the rare tensor without a slot, but inserting into one
+-- costs as much as the op itself.)
+--
+-- A record lives as long as its tensor, and a tensor as long as something holds it. A
+-- node that held a tensor which itself has a record (the result of a recorded op)
+-- would keep that tensor, its node, the tensors that node holds, ... alive one GC cycle
+-- per level of the graph once the graph is dropped. So nodes never hold such tensors:
+-- save() keeps results of recorded ops (ag_ 2) through an alias (a new tensor sharing
+-- the storage, with no record), owned by the node and freed once backward used it.
+-- Leaves and plain tensors are held as they are.
+--
+-- A node is a table {edge_1, edge_2, ..., cls = class}: edge_i is the record of input i
+-- (false when input i does not require grad); saved tensors are named fields listed by
+-- the class, each with its version at save time in field "ver_" .. name.
+--
+-- Versions: in-place writes bump a counter per storage (views share it), kept in a
+-- table keyed by the storage's address for storages that were saved for backward (a
+-- saved tensor keeps its storage, so the address cannot be reused while it matters).
+local ffi = require "ffi"
+local memory = require "lutra.memory"
+
+local M = {}
+
+M.enabled = true -- grad mode (lutra.no_grad turns it off)
+
+local records = memory.records
+local unslotted = setmetatable({}, {__mode = "k"}) -- records of tensors whose slot_ is 0
+
+-- t's record (nil when it has none).
+local function record(t)
+  local s = t.slot_
+  if s ~= 0 then return records[s] end
+  return unslotted[t]
+end
+M.record = record
+
+local function set_record(t, rec)
+  local s = t.slot_
+  if s ~= 0 then
+    records[s] = rec
+  else
+    unslotted[t] = rec
+  end
+end
+M.set_record = set_record
+
+local cast, tonumber = ffi.cast, tonumber
+local uintptr = ffi.typeof("uintptr_t")
+
+-- ---- versions ------------------------------------------------------------------------
+
+local versions = {} -- storage address -> version
+local saved_refs = setmetatable({}, {__mode = "v"}) -- saved tensors, to prune versions
+local n_refs, prune_at = 0, 4096
+
+local function storage_key(t)
+  return tonumber(cast(uintptr, t.storage))
+end
+
+-- Notes an in-place write into t (any tensor: only saved storages are counted).
+function M.bump(t)
+  if t.storage ~= nil then
+    local k = tonumber(cast(uintptr, t.storage))
+    local v = versions[k]
+    if v ~= nil then versions[k] = v + 1 end
+  end
+end
+
+-- Keeps the entries of storages that saved tensors still hold.
+local function prune()
+  local kept, live = 0, {}
+  for i = 1, n_refs do
+    local t = saved_refs[i]
+    saved_refs[i] = nil
+    if t ~= nil and t.storage ~= nil then
+      kept = kept + 1
+      saved_refs[kept] = t
+      local k = storage_key(t)
+      live[k] = versions[k]
+    end
+  end
+  versions = live
+  n_refs = kept
+  prune_at = kept * 2 > 4096 and kept * 2 or 4096
+end
+
+-- The current version of t's storage (registering it).
+local function version_of(t)
+  local k = tonumber(cast(uintptr, t.storage))
+  local v = versions[k]
+  if v == nil then
+    v = 0
+    versions[k] = 0
+  end
+  return v
+end
+
+local function remember(t)
+  n_refs = n_refs + 1
+  saved_refs[n_refs] = t
+  if n_refs > prune_at then prune() end
+end
+
+-- True when the storage of saved tensor t was written in place since version v (-1:
+-- the op that saved it overwrote it).
+function M.modified(t, v)
+  if v == -1 then return true end
+  if t.storage == nil then return false end -- freed: the op reports it
+  local now = versions[storage_key(t)]
+  return now ~= nil and now ~= v
+end
+
+-- ---- saving tensors for backward ------------------------------------------------------
+
+-- Set by lutra.autograd: alias(t) -> a new tensor sharing t's storage and geometry.
+M.alias = nil
+
+-- The caller's tensor an op is writing into (in place, or out=) while the op records,
+-- else nil: an input saved from its storage is overwritten by the op itself.
+M.dest = nil
+
+-- The tensor to hold for backward in place of t (an alias for results of recorded ops,
+-- see the header) and its version.
+function M.save_value(t)
+  if t.ag_ == 2 then t = M.alias(t) end
+  local dest, v = M.dest, nil
+  if dest ~= nil and dest.storage == t.storage then
+    v = -1
+  else
+    v = version_of(t)
+  end
+  remember(t)
+  return t, v
+end
+local save_value = M.save_value
+
+-- Saves tensor t in node[field], with its version in node[vfield] ("ver_" .. field).
+function M.save(node, field, vfield, t)
+  local s, v = save_value(t)
+  node[field] = s
+  node[vfield] = v
+  return s
+end
+
+-- Saves the output of the op being recorded (always through an alias: out becomes a
+-- key of meta once the node is attached).
+function M.save_output(node, field, vfield, out)
+  local a = M.alias(out)
+  node[field] = a
+  node[vfield] = version_of(a)
+  remember(a)
+  return a
+end
+
+-- ---- classes --------------------------------------------------------------------------
+
+local classes = {}
+M.classes = classes
+
+-- A new class of nodes named `name` (names are unique). saves lists the node fields that
+-- hold saved tensors (checked against their versions before backward uses them, and
+-- dropped after; those that are aliases are freed). The formula files set
+-- cls.backward(node, grad) -> the gradients of the inputs (or a list of them).
+function M.class(name, saves)
+  if classes[name] then error("autograd: node class " .. name .. " defined twice", 2) end
+  local cls = {name = name, saves = saves or {}, versions = {}}
+  for i, f in ipairs(cls.saves) do cls.versions[i] = "ver_" .. f end
+  classes[name] = cls
+  return cls
+end
+
+-- The record of t as an edge: its node or leaf record, or false.
+function M.edge(t)
+  if t.ag_ ~= 0 then return record(t) or false end
+  return false
+end
+
+-- Makes node the record of out.
+function M.attach(out, node)
+  set_record(out, node)
+  out.ag_ = 2
+  return out
+end
+
+-- The tensor's record lost meaning (its values were overwritten by something that does
+-- not depend on tensors that require grad): it becomes a plain tensor again.
+function M.clear(t)
+  if t.ag_ == 2 then
+    set_record(t, nil)
+    t.ag_ = 0
+  end
+end
+
+-- ---- record slots (filled by lutra/autograd/*.lua) --------------------------------------
+-- binary[op](out, a, b), scalar[op](out, a, s, reverse), unary[op](out, a): called by the
+-- op wrappers after the C call when grad mode is on and an input has ag_ ~= 0; the other
+-- record functions (view, copy, reduce, ...) are fields of M.
+M.binary, M.scalar, M.unary = {}, {}, {}
+
+-- Raised by the wrappers before an in-place write (or a write into `out`) when grad mode
+-- is on and the target or an input has autograd data. Filled by autograd.
+M.check_inplace = function() end
+
+-- Marks out as a view (it shares another tensor's storage).
+function M.mark_view(out)
+  out.view_ = 1
+end
+
+return M
