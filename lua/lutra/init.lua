@@ -87,6 +87,8 @@ function M.debug() return require("lutra.repl").debug() end
 -- Issue 3's modules; each loads without requiring "lutra" itself.
 M.data = require "lutra.data"
 M.tokenizer = require "lutra.tokenizer"
+M.nn = require "lutra.nn"
+M.models = require "lutra.models"
 M.config = require "lutra.config" -- callable: lt.config{...}; also lt.config.optional/number/one_of
 
 M.cuda = {
