@@ -1,0 +1,98 @@
+-- recipes/pretrain.lua — pretrain a GPT on a text file, on the CPU in a few minutes.
+--
+--   ./build/lutra recipes/pretrain.lua                          -- the defaults: char-level GPT-2
+--   ./build/lutra recipes/pretrain.lua --data=corpus.txt --tokenizer=bpe --vocab=4096
+--   ./build/lutra recipes/pretrain.lua --model.arch=llama --model.n_kv_head=2 --steps=1000
+--   ./build/lutra recipes/pretrain.lua --resume=auto           -- continue the last run
+--   ./build/lutra recipes/pretrain.lua --help                  -- every option
+--
+-- Data: any text file (--data); by default the fortune cookies of Debian's `fortunes`
+-- package, joined into runs/data/fortunes.txt (recipes/data/fortunes.lua). The text is
+-- tokenized once (char-level, or byte-level BPE trained on it) into a token file next to
+-- it; the first 90% is train, the rest val.
+--
+-- The defaults take a few minutes on a 2-core CPU and the loss falls from ~4.4 (uniform
+-- over the characters) to below 2.5. nanoGPT's CPU baby run, as
+-- ../shared/peers/torch_charlm.py does it (4 layers, 4 heads, 128 dim, block 64, batch 12,
+-- 2000 iterations, AdamW 1e-3 with warmup 100 and cosine to 1e-4, betas 0.9/0.99, wd 0.1
+-- on every matrix, clip 1.0, eval every 250 on 50 batches):
+--   ./build/lutra recipes/pretrain.lua --data=tinyshakespeare.txt --steps=2000 --warmup=100 \
+--       --eval_every=250 --eval_iters=50 --no_decay=matrices
+-- Ctrl-C stops after the current step and saves a checkpoint; --resume=auto continues.
+local lt = require "lutra"
+local config = lt.config
+local train = require "lutra.train"
+local generate = require "lutra.generate"
+local models = require "lutra.models"
+
+local cfg = config {
+  data = "",                          -- a text file; "" = the fortunes corpus (recipes/data/fortunes.lua)
+  data_dir = "runs/data",             -- where the default corpus is written
+  tokenizer = config.one_of({"char", "bpe"}, "char"),
+  vocab = 1024,                       -- BPE vocabulary size
+  model = {
+    arch = config.one_of({"gpt2", "llama"}, "gpt2"),
+    n_layer = 4, n_head = 4, n_kv_head = 0, -- 0: as many as n_head (llama: GQA below it)
+    d_model = 128, block_size = 64, dropout = config.number(0),
+  },
+  batch = 12, grad_accum = 1, steps = 300, seed = 1337,
+  optimizer = config.one_of({"adamw", "lion", "sgd"}, "adamw"),
+  lr = 1e-3, min_lr = 1e-4, warmup = 30, schedule = config.one_of({"cosine", "linear", "constant", "wsd"}, "cosine"),
+  betas = {0.9, 0.99}, weight_decay = 0.1, grad_clip = config.number(1),
+  no_decay = config.one_of({"default", "matrices"}, "default"), -- matrices: decay embeddings too (nanoGPT)
+  eval_every = 100, eval_iters = 20,
+  sample_every = 0, sample_tokens = 300, sample_prompt = "", temperature = 0.8, top_k = 0, top_p = 0.95,
+  log_every = 1, run_dir = "runs/pretrain", ckpt_every = 0, ckpt_keep = 2, resume = "",
+  threads = 0,                        -- 0: the default (OMP_NUM_THREADS or all cores)
+}
+
+if cfg.threads > 0 then lt.set_num_threads(cfg.threads) end
+print(cfg:dump())
+
+-- ---- data ---------------------------------------------------------------------------------
+local text_path = cfg.data
+if text_path == "" then
+  local here = (arg and arg[0] or ""):match("^(.*)/[^/]+$") or "recipes"
+  local make = dofile(here .. "/data/fortunes.lua")
+  local path, err = make(cfg.data_dir .. "/fortunes.txt")
+  if not path then
+    io.stderr:write("pretrain: ", err, "\n")
+    os.exit(1)
+  end
+  text_path = path
+end
+
+local tok = lt.tokenizer.load_or_train(text_path, {kind = cfg.tokenizer, vocab = cfg.vocab})
+local data = lt.data.text(text_path, tok, {seq_len = cfg.model.block_size, batch = cfg.batch, seed = cfg.seed})
+print(string.format("data: %s, %s tokenizer (%d tokens), %d train / %d val tokens", text_path, tok.kind,
+                    tok.vocab_size, data.ntokens, data.file.count - data.ntokens))
+
+-- ---- model -----------------------------------------------------------------------------------
+lt.manual_seed(cfg.seed)
+local m = cfg.model
+local model = models.build{arch = m.arch, n_layer = m.n_layer, n_head = m.n_head,
+                           n_kv_head = m.n_kv_head > 0 and m.n_kv_head or nil, d_model = m.d_model,
+                           block_size = m.block_size, dropout = m.dropout, vocab_size = tok.vocab_size}
+local nparams = 0
+for _, p in ipairs(model:parameters()) do nparams = nparams + p:numel() end
+print(string.format("model: %s, %d layers, %d heads, d_model %d: %.2fM parameters", m.arch, m.n_layer, m.n_head,
+                    m.d_model, nparams / 1e6))
+
+-- ---- train ----------------------------------------------------------------------------------
+local result = train{model = model, data = data, config = cfg, tokenizer = tok}
+
+local first = result.losses[1]
+print(string.format("trained %d steps in %.1f s: loss %s -> %s, val loss %s, %.0f tokens/s", result.step,
+                    result.seconds, first and string.format("%.4f", first) or "-",
+                    result.loss and string.format("%.4f", result.loss) or "-",
+                    result.val_loss and string.format("%.4f", result.val_loss) or "-", result.tokens_per_s))
+if result.val_loss then
+  print(string.format("final_val=%.4f seconds=%.1f tokens_per_s=%.1f", result.val_loss, result.seconds,
+                      result.tokens_per_s))
+end
+
+-- ---- a sample ----------------------------------------------------------------------------
+local text = generate.text(model, tok, cfg.sample_prompt, {max_new_tokens = cfg.sample_tokens,
+                                                          temperature = cfg.temperature, top_k = cfg.top_k,
+                                                          top_p = cfg.top_p})
+print("---- sample ----\n" .. text .. "\n----------------")
