@@ -216,7 +216,15 @@ local function one_step(run, lr)
     end
     local n = clip_grad_norm(params, clip)
     run.opt:step{lr = lr}
-    run.opt:zero_grad() -- gradients die with this scope: drop them (set_to_none)
+    -- Drop the gradients now (set_to_none) and free their memory: tensors made by backward
+    -- are not in this tidy scope, and would otherwise wait for the GC.
+    for _, p in ipairs(params) do
+      local g = p.grad
+      if g ~= nil then
+        p.grad = nil
+        g:free()
+      end
+    end
     return n, run.opt.state -- the optimizer's state outlives the scope
   end)
   return loss_sum / k, tokens, norm, extras

@@ -1,0 +1,353 @@
+-- lutra.train and its parts: the checkpoint directory format, metrics lines, the progress
+-- line, sampling (top-k, top-p, KV cache against recomputation), and the loop itself
+-- (gradient accumulation, clipping, schedule, evaluation, metrics, Ctrl-C, memory, errors).
+local ffi = require "ffi"
+local lt = require "lutra"
+local train = require "lutra.train"
+local ckpt = require "lutra.train.state"
+local metrics = require "lutra.train.metrics"
+local progress = require "lutra.train.progress"
+local generate = require "lutra.generate"
+local models = require "lutra.models"
+local T = require "lutra.testing"
+local equal, fails, close = T.assert_equal, T.assert_error, T.assert_close
+
+local dir = os.tmpname()
+os.remove(dir)
+os.execute("mkdir -p " .. dir)
+
+-- ---- checkpoint format ---------------------------------------------------------------------
+
+test("checkpoint: a tree of numbers, strings, booleans and tensors round-trips exactly", function()
+  local a = lt.randn(3, 5)
+  local tree = {
+    step = 12, x = 0.1, tiny = 5e-324, big = 2 ^ 60 + 2 ^ 8, neg = -1 / 3, inf = 1 / 0, ninf = -1 / 0,
+    s = "line1\nline2 \"quoted\" \\ \0 end", flag = true, off = false, list = {1, 2.5, "three"},
+    nested = {deeper = {t = lt.arange(10):to("i32")}}, ["odd key"] = 1, [7] = "seven",
+    tensors = {f32 = a, f64 = lt.randn(4, {dtype = "f64"}), bf16 = lt.randn(6):to("bf16"), i64 = lt.arange(5),
+               u8 = lt.tensor({1, 2, 255}, {dtype = "u8"}), noncontig = a:t(), scalar = lt.tensor(3.5)},
+    tied1 = a, tied2 = a,
+  }
+  local path = ckpt.save(dir .. "/ck/step_000001", tree)
+  equal(path, dir .. "/ck/step_000001")
+  local back = ckpt.load(path)
+  for _, k in ipairs {"step", "x", "tiny", "big", "neg", "inf", "ninf", "s", "flag", "off", "odd key", 7} do
+    assert(back[k] == tree[k], "key " .. tostring(k) .. ": " .. tostring(back[k]))
+  end
+  equal(back.list, {1, 2.5, "three"})
+  equal(back.nested.deeper.t.dtype, "i32")
+  equal(back.nested.deeper.t:tolist(), tree.nested.deeper.t:tolist())
+  for name, t in pairs(tree.tensors) do
+    equal(back.tensors[name].dtype, t.dtype, name)
+    equal(back.tensors[name].shape, t.shape, name)
+    equal(back.tensors[name]:tolist(), t:tolist(), name)
+  end
+  -- one file for a tensor saved under two names
+  local n = 0
+  for _ in io.popen("ls " .. path .. "/*.bin"):lines() do n = n + 1 end
+  equal(n, 8)
+  equal(ckpt.latest(dir .. "/ck"), path)
+end)
+
+test("checkpoint: replacing, latest, prune, errors", function()
+  local root = dir .. "/ck2"
+  for s = 1, 4 do ckpt.save(string.format("%s/step_%06d", root, s), {step = s}) end
+  ckpt.save(root .. "/step_000004", {step = 44}) -- replaces the older one
+  equal(ckpt.load(root .. "/step_000004").step, 44)
+  equal(ckpt.latest(root), root .. "/step_000004")
+  ckpt.prune(root, 2)
+  assert(not ckpt.exists(root .. "/step_000001/manifest.lua"))
+  assert(not ckpt.exists(root .. "/step_000002/manifest.lua"))
+  assert(ckpt.exists(root .. "/step_000003/manifest.lua"))
+  equal(ckpt.latest(dir .. "/nothing"), nil)
+  fails("no checkpoint at", ckpt.load, dir .. "/nothing")
+  fails("cannot save", ckpt.save, root .. "/bad", {f = function() end})
+  assert(not ckpt.exists(root .. "/bad/manifest.lua"), "a failed save leaves nothing")
+  -- corrupt manifest, wrong format, truncated tensor file
+  local p = ckpt.save(root .. "/step_000009", {t = lt.ones(4)})
+  local f = assert(io.open(p .. "/t00001.bin", "wb"))
+  f:write("abc")
+  f:close()
+  fails("has 3 bytes", ckpt.load, p)
+  f = assert(io.open(p .. "/manifest.lua", "w"))
+  f:write("return {format = 'other'}")
+  f:close()
+  fails("is not a lutra-train-checkpoint", ckpt.load, p)
+  f = assert(io.open(p .. "/manifest.lua", "w"))
+  f:write("return {{{")
+  f:close()
+  fails("corrupt manifest", ckpt.load, p)
+end)
+
+-- ---- metrics, progress ---------------------------------------------------------------------
+
+test("metrics: JSON lines, appended and read back", function()
+  equal(metrics.encode{step = 3, loss = 0.5, name = "a\"b\n", ok = true, bad = 0 / 0},
+    '{"bad":null,"loss":0.5,"name":"a\\"b\\n","ok":true,"step":3}')
+  local path = dir .. "/m.jsonl"
+  local log = metrics.open(path, "w")
+  log:write{step = 1, loss = 2.25}
+  log:write{step = 2, loss = 1 / 3, val_loss = 1.5}
+  log:close()
+  local recs = metrics.read(path)
+  equal(#recs, 2)
+  equal(recs[2].loss, 1 / 3)
+  equal(recs[2].val_loss, 1.5)
+end)
+
+local function sink()
+  local s = {buf = {}}
+  function s:write(...)
+    for _, v in ipairs {...} do self.buf[#self.buf + 1] = v end
+  end
+  function s:flush() end
+  function s:text() return table.concat(self.buf) end
+  return s
+end
+
+test("progress: in place on a terminal, plain lines otherwise", function()
+  local r = {step = 5, loss = 2.5, lr = 1e-3, grad_norm = 0.75, tokens_per_s = 12345, eta = 75}
+  local out = sink()
+  local bar = progress.new{total = 100, out = out, tty = true}
+  bar:update(r)
+  bar:update(r)
+  bar:print("val")
+  bar:finish()
+  local s = out:text()
+  assert(s:find("^\rstep   5/100 | loss 2.5000 | lr 1.00e%-03 | norm 0.750 | 12.3k tok/s | eta 1m15s\27%[K\r"), s)
+  assert(s:find("\r\27%[Kval\n$"), s)
+  out = sink()
+  bar = progress.new{total = 100, out = out, tty = false}
+  bar:update(r)
+  bar:print("val")
+  equal(out:text(), "step   5/100 | loss 2.5000 | lr 1.00e-03 | norm 0.750 | 12.3k tok/s | eta 1m15s\nval\n")
+  equal(progress.duration(3725), "1h02m")
+  equal(type(progress.isatty(1)), "boolean")
+end)
+
+-- ---- sampling ------------------------------------------------------------------------------
+
+local function logits_of(list)
+  local a = ffi.new("float[?]", #list)
+  for i, v in ipairs(list) do a[i - 1] = v end
+  return a, #list
+end
+
+test("choose: greedy, top-k, top-p, and the distribution", function()
+  local a, V = logits_of {1.0, 3.0, 2.0, -1.0}
+  equal(generate.choose(a, V, {temperature = 0}, 0.99), 1)
+  equal(generate.choose(a, V, {top_k = 1}, 0.99), 1)
+  equal(generate.choose(a, V, {top_p = 0.01}, 0.99), 1)
+  -- softmax of the logits: quantiles of u give exactly the inverse CDF
+  local p, z = {}, 0
+  for i = 0, V - 1 do
+    p[i] = math.exp(a[i])
+    z = z + p[i]
+  end
+  local N, counts = 4000, {[0] = 0, 0, 0, 0}
+  for k = 0, N - 1 do
+    local id = generate.choose(a, V, {temperature = 1}, (k + 0.5) / N)
+    counts[id] = counts[id] + 1
+  end
+  for i = 0, V - 1 do close(counts[i] / N, p[i] / z, {atol = 1 / N + 1e-9, rtol = 0}) end
+  -- top-k 2: only ids 1 and 2, renormalised
+  counts = {[0] = 0, 0, 0, 0}
+  for k = 0, N - 1 do
+    local id = generate.choose(a, V, {top_k = 2}, (k + 0.5) / N)
+    counts[id] = counts[id] + 1
+  end
+  equal(counts[0] + counts[3], 0)
+  close(counts[1] / N, p[1] / (p[1] + p[2]), {atol = 1 / N + 1e-9, rtol = 0})
+  -- top-p 0.8 keeps ids 1 and 2 (0.665 + 0.245 >= 0.8)
+  counts = {[0] = 0, 0, 0, 0}
+  for k = 0, N - 1 do
+    local id = generate.choose(a, V, {top_p = 0.8}, (k + 0.5) / N)
+    counts[id] = counts[id] + 1
+  end
+  equal(counts[0] + counts[3], 0)
+  -- temperature sharpens
+  local hot = generate.choose(a, V, {temperature = 0.05}, 0.9)
+  equal(hot, 1)
+end)
+
+local function tiny_model(arch, seed)
+  lt.manual_seed(seed or 5)
+  return models.build{arch = arch, n_layer = 2, n_head = 2, d_model = 16, vocab_size = 11, block_size = 12}
+end
+
+test("generate: the KV cache gives the same tokens as recomputing", function()
+  for _, arch in ipairs {"gpt2", "llama"} do
+    local model = tiny_model(arch)
+    local greedy_cached, used = generate(model, {1, 2, 3}, {max_new_tokens = 20, temperature = 0})
+    equal(used, true)
+    local greedy_plain, used2 = generate(model, {1, 2, 3}, {max_new_tokens = 20, temperature = 0, cache = false})
+    equal(used2, false)
+    equal(#greedy_cached, 23)
+    equal(greedy_cached, greedy_plain) -- 23 > block_size 12: both slide past the block
+    lt.manual_seed(9)
+    local s1 = generate(model, {4}, {max_new_tokens = 8, temperature = 1, top_k = 5})
+    lt.manual_seed(9)
+    local s2 = generate(model, {4}, {max_new_tokens = 8, temperature = 1, top_k = 5, cache = false})
+    equal(s1, s2)
+    equal(model.training, true) -- the mode is restored
+  end
+  fails("prompt is empty", generate, tiny_model("gpt2"), {})
+  fails("temperature must be", generate, tiny_model("gpt2"), {1}, {temperature = -1})
+end)
+
+-- ---- the loop --------------------------------------------------------------------------------
+
+-- A loader of fixed random batches (B, T) over vocab 11, with state.
+local function fixed_loader(nbatches, B, Tn, seed)
+  local batches = {}
+  lt.manual_seed(seed or 3)
+  for i = 1, nbatches do
+    local w = lt.randint(0, 11, {B, Tn + 1})
+    batches[i] = {w:narrow(1, 0, Tn):contiguous(), w:narrow(1, 1, Tn):contiguous()}
+  end
+  local L = {step = 0}
+  function L:next()
+    local b = batches[self.step % nbatches + 1]
+    self.step = self.step + 1
+    return b[1], b[2]
+  end
+  function L:state() return {step = self.step} end
+  function L:set_state(s) self.step = s.step end
+  return L, batches
+end
+
+local function sgd_cfg(extra)
+  local c = {steps = 1, optimizer = "sgd", momentum = 0, weight_decay = 0, lr = 0.5, warmup = 0,
+             schedule = "constant", grad_clip = 0, eval_every = 0}
+  for k, v in pairs(extra or {}) do c[k] = v end
+  return c
+end
+
+test("gradient accumulation: one step over k micro-batches is the step on their mean loss", function()
+  local model = tiny_model("gpt2", 11)
+  local loader, batches = fixed_loader(2, 3, 6)
+  local r = train{model = model, data = loader, config = sgd_cfg{grad_accum = 2}, quiet = true}
+  equal(r.tokens, 2 * 3 * 6)
+  local ref = tiny_model("gpt2", 11)
+  local _, l1 = ref:forward(batches[1][1], batches[1][2])
+  local _, l2 = ref:forward(batches[2][1], batches[2][2])
+  close(r.losses[1], (l1:item() + l2:item()) / 2, {rtol = 1e-6})
+  local mean = (l1 + l2) * 0.5
+  mean:backward()
+  local got = model:state_dict()
+  for name, p in pairs(ref:state_dict()) do
+    local expect = lt.no_grad(function() return p - p.grad * 0.5 end)
+    close(got[name], expect, {rtol = 1e-5, atol = 1e-6, msg = name})
+  end
+end)
+
+test("clipping: the update of a clipped step has norm lr * grad_clip; the norm is the unclipped one", function()
+  local model = tiny_model("gpt2", 12)
+  local before = {}
+  for name, p in pairs(model:state_dict()) do before[name] = p:clone() end
+  local r = train{model = model, data = fixed_loader(1, 2, 5), config = sgd_cfg{grad_clip = 1e-3, lr = 1},
+                  quiet = true, log = function(rec) assert(rec.grad_norm > 1e-3) end}
+  local sq = 0
+  for name, p in pairs(model:state_dict()) do
+    if name ~= "lm_head.weight" then sq = sq + ((p - before[name]) ^ 2):sum():item() end
+  end
+  close(math.sqrt(sq), 1e-3, {rtol = 1e-3})
+  assert(r.step == 1)
+  -- without clipping the norm is reported and the update is larger
+  model = tiny_model("gpt2", 12)
+  local norm
+  train{model = model, data = fixed_loader(1, 2, 5), config = sgd_cfg{grad_clip = 0}, quiet = true,
+        log = function(rec) norm = rec.grad_norm end}
+  assert(norm > 1e-3)
+end)
+
+test("schedule, evaluation, metrics.jsonl, samples and config in the run directory", function()
+  local model = tiny_model("gpt2", 13)
+  local run_dir = dir .. "/run_m"
+  local recs = {}
+  local tok = lt.tokenizer.char("abcdefghijk")
+  local r = train{model = model, data = fixed_loader(3, 2, 6), val_data = fixed_loader(2, 2, 6, 8), tokenizer = tok,
+                  config = {steps = 6, warmup = 2, lr = 1e-2, min_lr = 1e-3, eval_every = 3, eval_iters = 2,
+                            sample_every = 3, sample_tokens = 5, run_dir = run_dir},
+                  quiet = true, log = function(rec) recs[#recs + 1] = rec end}
+  local sched = require("lutra.optim.schedule").cosine{lr = 1e-2, min_lr = 1e-3, warmup = 2, total = 6}
+  local file = metrics.read(run_dir .. "/metrics.jsonl")
+  equal(#file, #recs)
+  local steps, vals = {}, {}
+  for _, rec in ipairs(file) do
+    if rec.loss then
+      steps[#steps + 1] = rec.step
+      equal(rec.lr, sched(rec.step - 1))
+      assert(rec.grad_norm > 0 and rec.tokens_per_s > 0, "grad_norm and tokens_per_s")
+    else
+      vals[#vals + 1] = rec.step
+      assert(rec.val_loss > 0)
+    end
+  end
+  equal(steps, {1, 2, 3, 4, 5, 6})
+  equal(vals, {0, 3, 6})
+  equal(#r.val_losses, 3)
+  local f = assert(io.open(run_dir .. "/samples.txt"))
+  local samples = f:read("*a")
+  f:close()
+  assert(samples:find("---- step 3 ----") and samples:find("---- step 6 ----"), samples)
+end)
+
+test("loss_fn: a custom loss and extra metrics", function()
+  local model = tiny_model("gpt2", 14)
+  local seen = {}
+  train{model = model, data = fixed_loader(2, 2, 4), quiet = true, config = {steps = 2, eval_every = 0, warmup = 0},
+        loss_fn = function(m, batch)
+          local _, loss = m:forward(batch.x, batch.y)
+          return loss * 2, {aux = 0.25}
+        end, log = function(rec) seen[#seen + 1] = rec end}
+  equal(seen[1].aux, 0.25)
+  fails("the loss must be a tensor", train, {model = model, data = fixed_loader(1, 1, 4), quiet = true,
+    config = {steps = 1, eval_every = 0}, loss_fn = function() return "x" end})
+end)
+
+test("Ctrl-C stops after the current step and saves a checkpoint", function()
+  pcall(ffi.cdef, "int raise(int sig);")
+  local model = tiny_model("gpt2", 15)
+  local run_dir = dir .. "/run_int"
+  local calls = 0
+  local r = train{model = model, data = fixed_loader(2, 2, 4), quiet = true,
+                  config = {steps = 10, eval_every = 0, warmup = 0, run_dir = run_dir},
+                  loss_fn = function(m, batch)
+                    calls = calls + 1
+                    if calls == 3 then ffi.C.raise(2) end -- SIGINT in the middle of step 3
+                    local _, loss = m:forward(batch.x, batch.y)
+                    return loss
+                  end}
+  equal(r.interrupted, true)
+  equal(r.step, 3)
+  equal(r.checkpoint, run_dir .. "/ckpt/step_000003")
+  equal(ckpt.load(r.checkpoint).step, 3)
+  equal(lt.C.lt_interrupt_pending(0), 0) -- disarmed and cleared
+end)
+
+test("memory stays flat across steps", function()
+  local model = tiny_model("gpt2", 16)
+  local loader = fixed_loader(2, 4, 8)
+  local cfg = {steps = 30, eval_every = 0, warmup = 0}
+  local live = {}
+  lt.collectgarbage()
+  train{model = model, data = loader, quiet = true, config = cfg,
+        log = function(rec) live[rec.step] = lt.memory_stats().allocated end}
+  equal(live[30], live[3])
+end)
+
+test("bad arguments", function()
+  local model = tiny_model("gpt2", 17)
+  fails("expected a table", train, nil)
+  fails("model = must be a module", train, {model = {}, data = fixed_loader(1, 1, 4)})
+  fails("data = must be a loader", train, {model = model, data = {}})
+  fails("unknown optimizer", train, {model = model, data = fixed_loader(1, 1, 4), config = {optimizer = "adam"}})
+  fails("grad_accum must be", train, {model = model, data = fixed_loader(1, 1, 4), config = {grad_accum = 0}})
+  local stub_opt = {step = function() end, zero_grad = function() end, state = {}}
+  fails("returned no loss", train, {model = {parameters = function() return {} end, forward = function() end},
+                                    data = fixed_loader(1, 1, 4), optimizer = stub_opt,
+                                    config = {steps = 1, eval_every = 0}, quiet = true})
+end)
+
+test("cleanup", function() os.execute("rm -rf " .. dir) end)
