@@ -42,7 +42,7 @@ local cfg = config {
   no_decay = config.one_of({"default", "matrices"}, "default"), -- matrices: decay embeddings too (nanoGPT)
   eval_every = 100, eval_iters = 20,
   sample_every = 0, sample_tokens = 300, sample_prompt = "", temperature = 0.8, top_k = 0, top_p = 0.95,
-  log_every = 1, run_dir = "runs/pretrain", ckpt_every = 0, ckpt_keep = 2, resume = "",
+  log_every = 1, print_every = 0, run_dir = "runs/pretrain", ckpt_every = 0, ckpt_keep = 2, resume = "",
   threads = 0,                        -- 0: the default (OMP_NUM_THREADS or all cores)
 }
 

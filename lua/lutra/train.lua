@@ -15,7 +15,9 @@
 -- Config keys (any missing one takes the default in DEFAULTS below): steps, grad_accum,
 -- grad_clip, lr, min_lr, warmup, schedule ("cosine", "linear", "constant", "wsd"),
 -- optimizer ("adamw", "sgd", "lion"), weight_decay, betas, eps, eval_every, eval_iters,
--- sample_every, sample_tokens, sample_prompt, temperature, top_k, top_p, log_every,
+-- sample_every, sample_tokens, sample_prompt, temperature, top_k, top_p, log_every (metrics
+-- records and the progress line), print_every (plain progress lines when stdout is not a
+-- terminal; 0: steps / 50),
 -- run_dir (metrics.jsonl, config.lua and checkpoints go there; "" for none), ckpt_every,
 -- ckpt_keep, resume ("" none, "auto" the latest checkpoint of run_dir, or a path).
 --
@@ -47,7 +49,7 @@ M.DEFAULTS = {
   steps = 1000, grad_accum = 1, grad_clip = 1.0, lr = 1e-3, min_lr = 1e-4, warmup = 100, schedule = "cosine",
   decay_frac = 0.2, optimizer = "adamw", weight_decay = 0.1, betas = {0.9, 0.95}, eps = 1e-8, momentum = 0.9,
   eval_every = 250, eval_iters = 20, sample_every = 0, sample_tokens = 200, sample_prompt = "", temperature = 0.8,
-  top_k = 0, top_p = 0.95, log_every = 1, run_dir = "", ckpt_every = 0, ckpt_keep = 2, resume = "",
+  top_k = 0, top_p = 0.95, log_every = 1, print_every = 0, run_dir = "", ckpt_every = 0, ckpt_keep = 2, resume = "",
 }
 
 local now = interrupt.now
@@ -284,6 +286,10 @@ function M.train(args)
   local eval_every, eval_iters = get "eval_every", get "eval_iters"
   local sample_every = get "sample_every"
   local log_every, ckpt_every = get "log_every", get "ckpt_every"
+  -- plain lines (not a terminal): every print_every steps, by default about 50 lines a run
+  local print_every = get "print_every"
+  if print_every == 0 then print_every = math.max(1, math.floor(total / 50)) end
+  print_every = math.max(print_every, log_every)
   local losses, val_losses = {}, {}
   local last_loss, last_val = nil, nil
   local t_start, tok_start = now(), run.tokens
@@ -348,7 +354,9 @@ function M.train(args)
       r.eta = (total - run.step) * tokens / math.max(rate, 1e-9)
       if run.step % log_every == 0 or run.step == total or interrupted then
         record(r)
-        if not quiet then bar:update(r) end
+        if not quiet and (bar.tty or run.step % print_every == 0 or run.step == total or interrupted) then
+          bar:update(r)
+        end
         t_window, tok_window = t, run.tokens
       end
       local stopping = interrupted or (run.step >= stop_at and run.step < total)
