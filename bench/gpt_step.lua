@@ -1,0 +1,78 @@
+-- bench/gpt_step.lua — one GPT-2 training step, timed: the same model, step and options
+-- as ../shared/peers/torch_gpt.py (GPT-2 block: pre-LayerNorm, causal MHA, GELU MLP 4x,
+-- tied embeddings, learned positions; AdamW lr 3e-4, wd 0.1 on every parameter, as the
+-- peer; fp32; random tokens).
+--   lutra bench/gpt_step.lua [--layers 4] [--heads 4] [--dim 256] [--seq 256] [--vocab 4096]
+--                            [--batch 8] [--steps 8] [--warmup 2] [--threads 2]
+-- Prints: params=<int> tokens_per_s=<float> tflops=<float> peak_rss_mb=<float>
+-- (peak RSS is getrusage's ru_maxrss of this process, as the peer reports it).
+local lt = require "lutra"
+local optim = require "lutra.optim"
+local ffi = require "ffi"
+
+local a = {layers = 4, heads = 4, dim = 256, seq = 256, vocab = 4096, batch = 8, steps = 8, warmup = 2, threads = 2}
+local i = 1
+while i <= #arg do
+  local key, val = arg[i]:match("^%-%-([%w_]+)=(.*)$")
+  if key == nil then
+    key, val = arg[i]:match("^%-%-([%w_]+)$"), arg[i + 1]
+    i = i + 1
+  end
+  if key == nil or a[key] == nil or tonumber(val) == nil then
+    io.stderr:write("gpt_step: bad option " .. tostring(arg[i]) .. "\n")
+    os.exit(2)
+  end
+  a[key] = tonumber(val)
+  i = i + 1
+end
+
+ffi.cdef [[
+struct lt_bench_timespec { long tv_sec; long tv_nsec; };
+int clock_gettime(int clk, struct lt_bench_timespec *ts);
+struct lt_bench_rusage { long utime[2]; long stime[2]; long maxrss; long rest[13]; };
+int getrusage(int who, struct lt_bench_rusage *usage);
+]]
+local ts = ffi.new("struct lt_bench_timespec")
+local function now()
+  ffi.C.clock_gettime(1, ts) -- CLOCK_MONOTONIC
+  return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
+end
+local function peak_rss_mb()
+  local ru = ffi.new("struct lt_bench_rusage")
+  ffi.C.getrusage(0, ru) -- RUSAGE_SELF; ru_maxrss in KiB on Linux
+  return tonumber(ru.maxrss) / 1024
+end
+
+lt.set_num_threads(a.threads)
+lt.manual_seed(0)
+
+local model = lt.models.build {arch = "gpt2", n_layer = a.layers, n_head = a.heads, d_model = a.dim,
+                               vocab_size = a.vocab, block_size = a.seq, dropout = 0}
+local params = model:parameters()
+local opt = optim.AdamW(params, {lr = 3e-4, weight_decay = 0.1})
+local idx = lt.randint(0, a.vocab, {a.batch, a.seq})
+local tgt = lt.randint(0, a.vocab, {a.batch, a.seq})
+
+local function step()
+  opt:zero_grad(true)
+  local loss = lt.tidy(function()
+    local _, loss = model(idx, tgt)
+    loss:backward()
+    return loss:item()
+  end)
+  opt:step()
+  return loss
+end
+
+for _ = 1, a.warmup do step() end
+local t0 = now()
+for _ = 1, a.steps do step() end
+local dt = now() - t0
+
+local nparams = 0
+for _, p in ipairs(params) do nparams = nparams + p:numel() end
+local tps = a.batch * a.seq * a.steps / dt
+-- model FLOPs per token, as the peer counts them: 6N (N without the position table) + 12 L T d
+local flops_tok = 6 * (nparams - a.seq * a.dim) + 12 * a.layers * a.seq * a.dim
+print(string.format("params=%d tokens_per_s=%.1f tflops=%.3f peak_rss_mb=%.1f", nparams, tps,
+  tps * flops_tok / 1e12, peak_rss_mb()))
