@@ -35,12 +35,12 @@ local cfg = config {
     n_layer = 4, n_head = 4, n_kv_head = 0, -- 0: as many as n_head (llama: GQA below it)
     d_model = 128, block_size = 64, dropout = config.number(0),
   },
-  batch = 12, grad_accum = 1, steps = 300, seed = 1337,
+  batch = 12, grad_accum = 1, steps = 600, seed = 1337,
   optimizer = config.one_of({"adamw", "lion", "sgd"}, "adamw"),
-  lr = 1e-3, min_lr = 1e-4, warmup = 30, schedule = config.one_of({"cosine", "linear", "constant", "wsd"}, "cosine"),
+  lr = 1e-3, min_lr = 1e-4, warmup = 50, schedule = config.one_of({"cosine", "linear", "constant", "wsd"}, "cosine"),
   betas = {0.9, 0.99}, weight_decay = 0.1, grad_clip = config.number(1),
   no_decay = config.one_of({"default", "matrices"}, "default"), -- matrices: decay embeddings too (nanoGPT)
-  eval_every = 100, eval_iters = 20,
+  eval_every = 200, eval_iters = 20,
   sample_every = 0, sample_tokens = 300, sample_prompt = "", temperature = 0.8, top_k = 0, top_p = 0.95,
   log_every = 1, print_every = 0, run_dir = "runs/pretrain", ckpt_every = 0, ckpt_keep = 2, resume = "",
   threads = 0,                        -- 0: the default (OMP_NUM_THREADS or all cores)
@@ -82,8 +82,8 @@ print(string.format("model: %s, %d layers, %d heads, d_model %d: %.2fM parameter
 local result = train{model = model, data = data, config = cfg, tokenizer = tok}
 
 local first = result.losses[1]
-print(string.format("trained %d steps in %.1f s: loss %s -> %s, val loss %s, %.0f tokens/s", result.step,
-                    result.seconds, first and string.format("%.4f", first) or "-",
+print(string.format("trained %d steps in %.1f s: loss %s -> %s, val loss %s, %.0f tokens/s (training steps)",
+                    result.step, result.seconds, first and string.format("%.4f", first) or "-",
                     result.loss and string.format("%.4f", result.loss) or "-",
                     result.val_loss and string.format("%.4f", result.val_loss) or "-", result.tokens_per_s))
 if result.val_loss then

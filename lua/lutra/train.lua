@@ -295,6 +295,7 @@ function M.train(args)
   local t_start, tok_start = now(), run.tokens
   local t_window, tok_window = t_start, run.tokens
   local interrupted = false
+  local train_seconds = 0 -- in training steps only (not evaluation, samples, checkpoints)
   local stop_at = args.until_step or total -- stop (and save) there, as an interrupt would
   local result_ckpt = nil
   local armed = not args.no_interrupt and interrupt.arm()
@@ -338,6 +339,7 @@ function M.train(args)
       local t0 = now()
       local loss, tokens, norm, extras = one_step(run, lr)
       local dt = now() - t0
+      train_seconds = train_seconds + dt
       run.step = run.step + 1
       run.tokens = run.tokens + tokens
       losses[#losses + 1] = loss
@@ -374,7 +376,8 @@ function M.train(args)
   local elapsed = now() - t_start
   local result = {step = run.step, loss = last_loss, val_loss = last_val, best_val = run.best_val, losses = losses,
                   val_losses = val_losses, interrupted = interrupted, seconds = elapsed, tokens = run.tokens,
-                  tokens_per_s = (run.tokens - tok_start) / math.max(elapsed, 1e-9), optimizer = run.opt}
+                  train_seconds = train_seconds, optimizer = run.opt,
+                  tokens_per_s = (run.tokens - tok_start) / math.max(train_seconds, 1e-9)}
   result.checkpoint = result_ckpt
   if run_dir and ckpt_every > 0 and run.step == total and run.step % ckpt_every ~= 0 then
     result.checkpoint = save(run)
