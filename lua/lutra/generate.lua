@@ -25,6 +25,7 @@ local errors = require "lutra.errors"
 local ops = require "lutra.ops"
 local create = require "lutra.create"
 local grad = require "lutra.nn.grad"
+local memory = require "lutra.memory"
 
 local raise, is_tensor = errors.raise, ops.is_tensor
 local exp, floor = math.exp, math.floor
@@ -170,9 +171,8 @@ function M.generate(model, prompt, opts)
   end
   local was_training = rawget(model, "training")
   if type(model.eval) == "function" then model:eval() end
-  local memory = require "lutra.memory"
   local ok, ids, used = pcall(grad.no_grad, memory.tidy, run, model, prompt, opts)
-  if was_training ~= false and type(model.train) == "function" then model:train(was_training ~= false) end
+  if type(model.train) == "function" then model:train(was_training ~= false) end -- the mode it had
   if not ok then error(ids, 0) end
   return ids, used
 end

@@ -170,26 +170,37 @@ test("choose: greedy, top-k, top-p, and the distribution", function()
   equal(hot, 1)
 end)
 
-local function tiny_model(arch, seed)
+local function tiny_model(arch, seed, init_std)
   lt.manual_seed(seed or 5)
-  return models.build{arch = arch, n_layer = 2, n_head = 2, d_model = 16, vocab_size = 11, block_size = 12}
+  return models.build{arch = arch, n_layer = 2, n_head = 2, d_model = 16, vocab_size = 11, block_size = 12,
+                      init_std = init_std}
 end
 
 test("generate: the KV cache gives the same tokens as recomputing", function()
   for _, arch in ipairs {"gpt2", "llama"} do
-    local model = tiny_model(arch)
-    local greedy_cached, used = generate(model, {1, 2, 3}, {max_new_tokens = 20, temperature = 0})
+    local model = tiny_model(arch, 5, 0.5) -- large weights: greedy decoding that varies with the context
+    -- within block_size (12) both see the whole context: the same tokens
+    local greedy_cached, used = generate(model, {1, 2, 3}, {max_new_tokens = 9, temperature = 0})
     equal(used, true)
-    local greedy_plain, used2 = generate(model, {1, 2, 3}, {max_new_tokens = 20, temperature = 0, cache = false})
+    local greedy_plain, used2 = generate(model, {1, 2, 3}, {max_new_tokens = 9, temperature = 0, cache = false})
     equal(used2, false)
-    equal(#greedy_cached, 23)
-    equal(greedy_cached, greedy_plain) -- 23 > block_size 12: both slide past the block
+    equal(#greedy_cached, 12)
+    equal(greedy_cached, greedy_plain)
+    -- past it, both go on (the cache restarts from the last half block, recomputing crops to the block)
+    equal(#generate(model, {1, 2, 3}, {max_new_tokens = 30, temperature = 0}), 33)
+    equal(#generate(model, {1, 2, 3}, {max_new_tokens = 30, temperature = 0, cache = false}), 33)
+    local ids = generate(model, {1, 2, 3}, {max_new_tokens = 30, temperature = 0})
+    for i = 1, 12 do equal(ids[i], greedy_cached[i]) end
+    for _, id in ipairs(ids) do assert(id >= 0 and id < 11) end
     lt.manual_seed(9)
     local s1 = generate(model, {4}, {max_new_tokens = 8, temperature = 1, top_k = 5})
     lt.manual_seed(9)
     local s2 = generate(model, {4}, {max_new_tokens = 8, temperature = 1, top_k = 5, cache = false})
     equal(s1, s2)
     equal(model.training, true) -- the mode is restored
+    model:eval()
+    generate(model, {4}, {max_new_tokens = 2})
+    equal(model.training, false)
   end
   fails("prompt is empty", generate, tiny_model("gpt2"), {})
   fails("temperature must be", generate, tiny_model("gpt2"), {1}, {temperature = -1})
