@@ -6,7 +6,8 @@
 -- (or exceed 1e8, or go below 1e-4); columns align to the widest value. Integers
 -- print as integers, bools as true/false. Past 1000 elements only the first and
 -- last 3 items of each long dim are shown, with "..." between, and the shape is
--- added. The dtype is always shown, the device when it is not the CPU. CUDA
+-- added. The dtype is always shown, the device when it is not the CPU, and
+-- requires_grad=true or grad_fn=<...> when autograd follows the tensor. CUDA
 -- tensors are copied to the CPU to print.
 local lt = require "lutra.ffi"
 local dtype = require "lutra.dtype"
@@ -195,6 +196,12 @@ function M.tostring(t)
   end
   suffix[#suffix + 1] = "dtype=" .. dtype.name(t.dtype_)
   if t.device_ ~= dtype.CPU then suffix[#suffix + 1] = "device=" .. dtype.device_name(t.device_) end
+  if t.ag_ == 1 then
+    suffix[#suffix + 1] = "requires_grad=true"
+  elseif t.ag_ == 2 then
+    local rec = require("lutra.autograd.state").record(t)
+    suffix[#suffix + 1] = "grad_fn=<" .. (rec and rec.cls and rec.cls.name or "?") .. ">"
+  end
   return "tensor(" .. text .. ", " .. table.concat(suffix, ", ") .. ")"
 end
 

@@ -73,39 +73,33 @@ function M.note_cuda()
 end
 
 -- ---- the registry of live tensors ------------------------------------------------------
+-- Slot i holds one live tensor: addresses[i] its lt_tensor * (a number), tensors[i] the
+-- tensor itself in a weak-valued list, records[i] autograd's record of it. A tensor keeps
+-- its slot for life (t.slot_); the sweep releases the C tensors of the slots whose tensor
+-- the GC cleared and puts those slots on a free list. GC steps (and so the sweep, a
+-- finalizer) only run where Lua allocates, which new() does before it touches the lists.
 
 local tensor_ptr = ffi.typeof("lt_tensor *")
+local uintptr = ffi.typeof("uintptr_t")
 local cast = ffi.cast
-local addresses = {} -- addresses[i]: the lt_tensor * of registered tensor i, as a number
-local tensors = setmetatable({}, {__mode = "v"}) -- tensors[i]: that tensor, until the GC clears it
-local records = {} -- records[i]: autograd's record of tensor i (t.slot_ == i), see lutra.autograd.state
-local registered = 0
+local addresses = {}
+local tensors = setmetatable({}, {__mode = "v"})
+local records = {}
+local free_slots, nfree, top = {}, 0, 0
 M.records = records
 
--- Releases the C tensors whose Lua tensor is gone, and compacts the lists (moving the
--- autograd records along and telling each tensor its new slot).
+-- Releases the C tensors whose Lua tensor is gone; their slots become free.
 local function sweep()
-  local kept_n = 0
-  for i = 1, registered do
-    local t = tensors[i]
-    if t == nil then
-      C_release(cast(tensor_ptr, addresses[i]))
-    else
-      kept_n = kept_n + 1
-      if kept_n ~= i then
-        addresses[kept_n] = addresses[i]
-        tensors[kept_n] = t
-        records[kept_n] = records[i]
-        if t.slot_ ~= 0 then t.slot_ = kept_n end
-      end
+  for i = 1, top do
+    local a = addresses[i]
+    if a ~= nil and tensors[i] == nil then
+      addresses[i] = nil
+      records[i] = nil
+      nfree = nfree + 1
+      free_slots[nfree] = i
+      C_release(cast(tensor_ptr, a))
     end
   end
-  for i = kept_n + 1, registered do
-    addresses[i] = nil
-    tensors[i] = nil
-    records[i] = nil
-  end
-  registered = kept_n
 end
 M.sweep = sweep
 
@@ -118,6 +112,24 @@ local function arm_sweeper()
   end
 end
 arm_sweeper()
+
+-- Registers tensor t (= p[0]) in a slot.
+local function register(p, t)
+  local address = tonumber(cast(uintptr, p)) -- may allocate (and so run the sweep): before the lists change
+  local slot
+  if nfree > 0 then
+    slot = free_slots[nfree]
+    free_slots[nfree] = nil
+    nfree = nfree - 1
+  else
+    slot = top + 1
+    top = slot
+  end
+  tensors[slot] = t
+  addresses[slot] = address
+  t.slot_ = slot
+  return t
+end
 
 -- Set by autograd while backward runs: every tensor made then is recorded in it.
 local owner = nil
@@ -133,12 +145,7 @@ local function new()
   if cuda_active then cuda_pressure() end
   local p = C_new()
   if p == nil then errors.fail() end
-  local t = p[0]
-  local n = registered + 1
-  registered = n
-  addresses[n] = tonumber(cast("uintptr_t", p))
-  tensors[n] = t
-  t.slot_ = n
+  local t = register(p, p[0])
   if scope then
     scope_n = scope_n + 1
     scope[scope_n] = t
@@ -148,15 +155,9 @@ local function new()
 end
 M.new = new
 
--- Takes a tensor made elsewhere (lt_tensor_new()[0]) under the registry.
+-- Takes a tensor made elsewhere (lt_tensor_new(), not yet owned by Lua) under the registry.
 function M.adopt(p)
-  local t = p[0]
-  local n = registered + 1
-  registered = n
-  addresses[n] = tonumber(cast("uintptr_t", p))
-  tensors[n] = t
-  t.slot_ = n
-  return t
+  return register(p, p[0])
 end
 
 -- ---- free / tidy / keep ------------------------------------------------------------

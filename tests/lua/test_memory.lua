@@ -147,3 +147,26 @@ test("empty_cache hands cached blocks back", function()
   -- reserved covers live storages only (small ones are not cached)
   assert(s.reserved - s.allocated < MiB, "cache not emptied: " .. (s.reserved - s.allocated))
 end)
+
+test("the registry: tensors made while GC steps sweep keep their storage and a slot of their own", function()
+  local function churn()
+    local kept = {}
+    for i = 1, 30000 do
+      local t = lt.full({2}, i)
+      if i % 7 == 0 then kept[#kept + 1] = t end
+      if i % 500 == 0 then collectgarbage("step", 20) end
+    end
+    local slots = {}
+    for k, t in ipairs(kept) do
+      local v = t:tolist()
+      equal(v, {7 * k, 7 * k}) -- a released and reused tensor would hold another value
+      assert(t.slot_ > 0 and not slots[t.slot_], "slot shared or missing")
+      slots[t.slot_] = true
+    end
+  end
+  jit.off(churn) -- the interpreter allocates in more places than compiled code
+  churn()
+  jit.on(churn)
+  churn()
+  collectgarbage()
+end)
