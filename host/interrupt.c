@@ -31,33 +31,28 @@ static void on_sigint(int sig) {
 }
 
 int lt_interrupt_arm(void) {
-  if (interrupt_armed)
-    return 0;
+  if (interrupt_armed) return 0;
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_sigint;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
   interrupt_pending = 0;
-  if (sigaction(SIGINT, &sa, &previous_action) != 0)
-    return lt_errorf("interrupt_arm: sigaction failed");
+  if (sigaction(SIGINT, &sa, &previous_action) != 0) return lt_errorf("interrupt_arm: sigaction failed");
   interrupt_armed = 1;
   return 0;
 }
 
 int lt_interrupt_pending(int clear) {
   int p = interrupt_pending;
-  if (clear)
-    interrupt_pending = 0;
+  if (clear) interrupt_pending = 0;
   return p;
 }
 
 int lt_interrupt_disarm(void) {
-  if (!interrupt_armed)
-    return 0;
+  if (!interrupt_armed) return 0;
   interrupt_armed = 0;
   interrupt_pending = 0;
-  if (sigaction(SIGINT, &previous_action, NULL) != 0)
-    return lt_errorf("interrupt_disarm: sigaction failed");
+  if (sigaction(SIGINT, &previous_action, NULL) != 0) return lt_errorf("interrupt_disarm: sigaction failed");
   return 0;
 }
