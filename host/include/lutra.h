@@ -282,6 +282,12 @@ int lt_attention_backward(lt_tensor *dq, lt_tensor *dk, lt_tensor *dv, const lt_
 int lt_adamw_step(lt_tensor *param, const lt_tensor *grad, lt_tensor *m, lt_tensor *v, double lr, double beta1,
                   double beta2, double eps, double weight_decay, int64_t step);
 
+/* One Lion step in one pass (lucidrains' lion-pytorch order): param *= 1 - lr * weight_decay;
+ * param -= lr * sign(beta1 * m + (1 - beta1) * grad); m = beta2 * m + (1 - beta2) * grad.
+ * m is f32 (f64 for an f64 param); a bf16/f16 param takes a grad of its dtype or f32. */
+int lt_lion_step(lt_tensor *param, const lt_tensor *grad, lt_tensor *m, double lr, double beta1, double beta2,
+                 double weight_decay);
+
 /* ---- random numbers: counter-based (Philox4x32-10) ------------------------------
  * Element i (in row-major order of out) draws from counter (offset + i) under key
  * seed, so results depend only on (seed, offset, i): the same on CPU and GPU, and
