@@ -9,6 +9,11 @@
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+void openblas_set_num_threads(int n);
 
 /* BLAS sees a (rows, cols) matrix with element strides (rs, cs) as row-major with leading
  * dim *ld, or, when *transposed, as the row-major (cols, rows) matrix of its transpose. */
@@ -75,19 +80,59 @@ typedef struct gemm_plan {
   double alpha, beta;
 } gemm_plan;
 
-static void gemm_one(const gemm_plan *p, int64_t batch, int64_t m) {
-  int64_t oa = lt_offset_of(batch, p->nb, p->bshape, p->A.batch_stride);
-  int64_t ob = lt_offset_of(batch, p->nb, p->bshape, p->B.batch_stride);
-  int64_t oc = lt_offset_of(batch, p->nb, p->bshape, p->C.batch_stride);
+/* C's block of rows [m0, m0 + m) and columns [n0, n0 + n) of gemm `batch`. */
+static void gemm_block(const gemm_plan *p, int64_t batch, int64_t m0, int64_t m, int64_t n0, int64_t n) {
+  int64_t oa = lt_offset_of(batch, p->nb, p->bshape, p->A.batch_stride) + (p->ta ? m0 : m0 * p->A.ld);
+  int64_t ob = lt_offset_of(batch, p->nb, p->bshape, p->B.batch_stride) + (p->tb ? n0 * p->B.ld : n0);
+  int64_t oc = lt_offset_of(batch, p->nb, p->bshape, p->C.batch_stride) + m0 * p->C.ld + n0;
   enum CBLAS_TRANSPOSE ta = p->ta ? CblasTrans : CblasNoTrans, tb = p->tb ? CblasTrans : CblasNoTrans;
   if (p->f64) {
     const double *a = (const double *)lt_data_ptr(p->A.t) + oa, *b = (const double *)lt_data_ptr(p->B.t) + ob;
-    cblas_dgemm(CblasRowMajor, ta, tb, (int)m, (int)p->N, (int)p->K, p->alpha, a, (int)p->A.ld, b, (int)p->B.ld,
-                p->beta, (double *)lt_data_ptr(p->C.t) + oc, (int)p->C.ld);
+    cblas_dgemm(CblasRowMajor, ta, tb, (int)m, (int)n, (int)p->K, p->alpha, a, (int)p->A.ld, b, (int)p->B.ld, p->beta,
+                (double *)lt_data_ptr(p->C.t) + oc, (int)p->C.ld);
   } else {
     const float *a = (const float *)lt_data_ptr(p->A.t) + oa, *b = (const float *)lt_data_ptr(p->B.t) + ob;
-    cblas_sgemm(CblasRowMajor, ta, tb, (int)m, (int)p->N, (int)p->K, (float)p->alpha, a, (int)p->A.ld, b, (int)p->B.ld,
+    cblas_sgemm(CblasRowMajor, ta, tb, (int)m, (int)n, (int)p->K, (float)p->alpha, a, (int)p->A.ld, b, (int)p->B.ld,
                 (float)p->beta, (float *)lt_data_ptr(p->C.t) + oc, (int)p->C.ld);
+  }
+}
+
+/* Threads. OpenBLAS (the pthreads build) keeps a thread pool of its own, whose idle workers
+ * spin on sched_yield while the OpenMP workers spin waiting for the next parallel region:
+ * on 2 cores the two pools took half of the cycles of a training step. So BLAS runs on
+ * one thread (set at the first gemm, and by lt_set_num_threads), and a gemm big enough for
+ * threads (OpenBLAS's own threshold) is cut here into one block of C per OpenMP thread. */
+#define GEMM_PAR_MNK 262144.0
+
+static int gemm_threads(double mnk) {
+#ifdef _OPENMP
+  static int blas_single = 0;
+  if (!blas_single) {
+    openblas_set_num_threads(1);
+    blas_single = 1;
+  }
+  if (mnk >= GEMM_PAR_MNK && !omp_in_parallel()) return omp_get_max_threads();
+#else
+  (void)mnk;
+#endif
+  return 1;
+}
+
+/* Gemm `batch` with m rows of C, cut over nt threads along M or N (the longer one). */
+static void gemm_one(const gemm_plan *p, int64_t batch, int64_t m) {
+  int nt = gemm_threads((double)m * (double)p->N * (double)p->K);
+  if (nt <= 1) return gemm_block(p, batch, 0, m, 0, p->N);
+  bool by_rows = m >= p->N;
+  int64_t len = by_rows ? m : p->N, align = by_rows ? 16 : 8;
+  int64_t chunk = ((len + nt - 1) / nt + align - 1) / align * align;
+  int nchunks = (int)((len + chunk - 1) / chunk);
+#pragma omp parallel for schedule(static) num_threads(nt)
+  for (int c = 0; c < nchunks; c++) {
+    int64_t s = c * chunk, n = len - s < chunk ? len - s : chunk;
+    if (by_rows)
+      gemm_block(p, batch, s, n, 0, p->N);
+    else
+      gemm_block(p, batch, 0, m, s, n);
   }
 }
 
@@ -98,8 +143,14 @@ static void run_gemms(const gemm_plan *p) {
     for (int i = 0; i < p->nb; i++) b_shared &= p->B.batch_stride[i] == 0;
     if (b_shared) return gemm_one(p, 0, p->M * p->nbatch);
   }
-  /* One gemm after another. Spreading small gemms over OpenMP threads (OpenBLAS set to one
-   * thread) was measured 2-30x slower here (OpenBLAS 0.3.21 pthreads, 2 cores): not kept. */
+  /* many gemms, each too small for threads: the threads share out the batch */
+  double mnk = (double)p->M * (double)p->N * (double)p->K;
+  int nt = mnk < GEMM_PAR_MNK ? gemm_threads(mnk * (double)p->nbatch) : 1;
+  if (nt > 1 && p->nbatch >= nt) {
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int64_t i = 0; i < p->nbatch; i++) gemm_block(p, i, 0, p->M, 0, p->N);
+    return;
+  }
   for (int64_t i = 0; i < p->nbatch; i++) gemm_one(p, i, p->M);
 }
 

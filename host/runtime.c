@@ -31,9 +31,13 @@ int lt_get_num_threads(void) {
 int lt_set_num_threads(int n) {
   if (n < 1) return lt_errorf("set_num_threads: need at least 1 thread, got %d", n);
 #ifdef _OPENMP
+  /* BLAS stays on one thread: lt_matmul cuts big gemms over the OpenMP threads itself
+   * (two spinning thread pools on the same cores fight, see ops_matmul.c) */
   omp_set_num_threads(n);
-#endif
+  openblas_set_num_threads(1);
+#else
   openblas_set_num_threads(n);
+#endif
   return 0;
 }
 

@@ -122,11 +122,17 @@ static void test_shapes(void) {
   check_case(LT_F64, 2, b21, 2, b13, 3, 2, 4, 0, 0, 2, 0, 1, 2, 0);      /* (2,1) with (1,3) batches */
   check_case(LT_F32, 1, b64, 1, b64, 8, 8, 8, 0, 0, 1, 0, 0, 0, 0);      /* many small gemms in parallel */
   check_case(LT_F32, 1, b64, 1, b64, 8, 6, 5, 1, 1, 1, 1, 1, 1, 1);      /* ... with every layout flip */
-  check_case(LT_F32, 0, NULL, 0, NULL, 65, 66, 70, 0, 0, 1, 0, 0, 0, 0); /* threaded OpenBLAS */
-  check_case(LT_BF16, 1, b3, 0, NULL, 33, 17, 40, 0, 1, 1, 1, 4, 1, 2);  /* 16-bit through f32 scratch */
-  check_case(LT_F16, 1, b3, 1, b3, 1, 1, 40, 1, 0, 1, 0, 0, 3, 0);       /* 1x1 results */
-  check_case(LT_F32, 0, NULL, 0, NULL, 1, 9, 4, 0, 0, 1, 0, 3, 2, 1);    /* a single row */
-  check_case(LT_F64, 1, b3, 0, NULL, 4, 1, 6, 0, 0, 1, -1, 1, 1, 3);     /* a single column */
+  check_case(LT_F32, 0, NULL, 0, NULL, 65, 66, 70, 0, 0, 1, 0, 0, 0, 0); /* cut over threads (rows) */
+  /* big gemms cut into blocks of C by rows or columns, with every transpose and layout */
+  check_case(LT_F32, 0, NULL, 0, NULL, 97, 50, 80, 1, 1, 1, 0.5, 1, 2, 1);
+  check_case(LT_F64, 0, NULL, 0, NULL, 37, 131, 90, 1, 0, -2, 0, 2, 1, 3);
+  check_case(LT_F32, 0, NULL, 0, NULL, 41, 99, 100, 0, 1, 1, 1, 0, 0, 0);
+  check_case(LT_F32, 0, NULL, 0, NULL, 41, 99, 100, 1, 1, 1, 0, 1, 1, 2);
+  check_case(LT_F32, 1, b3, 1, b3, 60, 70, 75, 1, 0, 1, 0, 0, 0, 0);    /* a batch of big gemms */
+  check_case(LT_BF16, 1, b3, 0, NULL, 33, 17, 40, 0, 1, 1, 1, 4, 1, 2); /* 16-bit through f32 scratch */
+  check_case(LT_F16, 1, b3, 1, b3, 1, 1, 40, 1, 0, 1, 0, 0, 3, 0);      /* 1x1 results */
+  check_case(LT_F32, 0, NULL, 0, NULL, 1, 9, 4, 0, 0, 1, 0, 3, 2, 1);   /* a single row */
+  check_case(LT_F64, 1, b3, 0, NULL, 4, 1, 6, 0, 0, 1, -1, 1, 1, 3);    /* a single column */
 }
 
 static void test_special(void) {
