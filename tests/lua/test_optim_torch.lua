@@ -2,14 +2,19 @@
 -- torch.optim.SGD, lucidrains' Lion (in torch ops) and clip_grad_norm_ on fixed parameters
 -- and gradients; the same steps here must give the same parameters after every step
 -- (within 1e-6 of each tensor's largest value; AdamW and Lion come out bitwise equal, SGD
--- differs by an ulp where torch's add(alpha=) fuses the multiply-add). Skipped, saying so, when python3 with torch is not installed.
--- LUTRA_PYTHON names the interpreter (default /usr/bin/python3, then python3).
+-- differs by an ulp where torch's add(alpha=) fuses the multiply-add). Skipped, saying so,
+-- when python3 with torch is not installed. LUTRA_PYTHON names the interpreter (default
+-- /usr/bin/python3, then python3).
 local lt = require "lutra"
 local optim = require "lutra.optim"
 local T = require "lutra.testing"
 local equal = T.assert_equal
 
 local REL_TOL = 1e-6
+
+-- tests/py/ref_optim.py, found from this file's path (any working directory)
+local here = debug.getinfo(1, "S").source:match("^@(.*)[/\\][^/\\]+$") or "tests/lua"
+local SCRIPT = here .. "/../py/ref_optim.py"
 
 local function exit_code(a, _, c)
   if type(a) == "number" then return a >= 256 and math.floor(a / 256) or a end
@@ -31,7 +36,7 @@ local function reference()
   local tried = {}
   for _, py in ipairs {os.getenv("LUTRA_PYTHON") or "/usr/bin/python3", "python3"} do
     tried[#tried + 1] = py
-    local code = exit_code(os.execute(string.format("%s tests/py/ref_optim.py %s 2>%s", py, out, err)))
+    local code = exit_code(os.execute(string.format("%s '%s' %s 2>%s", py, SCRIPT, out, err)))
     if code == 0 then
       reference_file = out
       os.remove(err)
@@ -42,7 +47,7 @@ local function reference()
       local msg = f and f:read("*a") or ""
       if f then f:close() end
       os.remove(err)
-      error("tests/py/ref_optim.py failed (exit " .. code .. "):\n" .. msg)
+      error(SCRIPT .. " failed (exit " .. code .. "):\n" .. msg)
     end
   end
   os.remove(err)
