@@ -89,6 +89,7 @@ M.data = require "lutra.data"
 M.tokenizer = require "lutra.tokenizer"
 M.nn = require "lutra.nn"
 M.models = require "lutra.models"
+M.optim = require "lutra.optim"
 M.config = require "lutra.config" -- callable: lt.config{...}; also lt.config.optional/number/one_of
 
 M.cuda = {
