@@ -101,6 +101,8 @@ test("clamp passes the gradient inside [lo, hi] only; one-sided bounds", functio
   local y = lt.tensor({-2, 0, 2}, {dtype = "f64", requires_grad = true})
   y:clamp(-1, 1):sum():backward()
   equal(y.grad:tolist(), {0, 1, 0})
+  -- clamp_ in place on a result: the mask comes from the output
+  check(function(a) return (a * 1):clamp_(-0.5, 0.5), (a * 2):clamp_(0.2) end, {x})
 end)
 
 test("where: gradients masked by cond, broadcast back, scalar branches", function()

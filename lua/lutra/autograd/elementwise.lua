@@ -215,7 +215,13 @@ end
 -- ---- clamp, where -------------------------------------------------------------------------
 
 local Clamp = class("ClampBackward", {"x"})
+local ClampOut = class("InplaceClampBackward", {"y"})
 function S.clamp(out, a, lo, hi)
+  if out == a then -- clamp_: x is gone, the output tells where it was inside (strictly)
+    local node = {edge(a), cls = ClampOut, lo = lo, hi = hi}
+    save_output(node, "y", "ver_y", out)
+    return attach(out, node)
+  end
   local node = {edge(a), cls = Clamp, lo = lo, hi = hi}
   save(node, "x", "ver_x", a)
   attach(out, node)
@@ -223,6 +229,11 @@ end
 function Clamp.backward(n, g) -- passes where lo <= x <= hi
   if n.lo ~= nil then g = where(n.x:lt(n.lo), 0, g) end
   if n.hi ~= nil then g = where(n.x:gt(n.hi), 0, g) end
+  return g
+end
+function ClampOut.backward(n, g)
+  if n.lo ~= nil then g = where(n.y:le(n.lo), 0, g) end
+  if n.hi ~= nil then g = where(n.y:ge(n.hi), 0, g) end
   return g
 end
 

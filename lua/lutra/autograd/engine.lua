@@ -232,6 +232,7 @@ function M.run(roots, root_grads, opts)
         if g ~= nil and rec.retains then
           rec.grad = g
           escaped[g] = true
+          memory.keep(g)
         end
         if cls.keeps_grad and g ~= nil then escaped[g] = true end
         if capture and capture[rec] and g ~= nil then
