@@ -11,8 +11,10 @@
 -- tokenized once (char-level, or byte-level BPE trained on it) into a token file next to
 -- it; the first 90% is train, the rest val.
 --
--- The defaults take a few minutes on a 2-core CPU and the loss falls from ~4.4 (uniform
--- over the characters) to below 2.5. nanoGPT's CPU baby run, as
+-- The defaults (600 steps of 12 x 64 characters: 460k tokens) take a minute or two on an
+-- idle 2-core CPU, and the val loss falls from 4.73 (uniform over the corpus's 113
+-- characters) to about 2.45; the sample at the end has words and the shape of quotes.
+-- nanoGPT's CPU baby run, as
 -- ../shared/peers/torch_charlm.py does it (4 layers, 4 heads, 128 dim, block 64, batch 12,
 -- 2000 iterations, AdamW 1e-3 with warmup 100 and cosine to 1e-4, betas 0.9/0.99, wd 0.1
 -- on every matrix, clip 1.0, eval every 250 on 50 batches):
