@@ -250,8 +250,9 @@ function M.train(args)
     local ok, v = pcall(data.with, data, {split = "val"})
     if ok then run.val = v end
   end
-  local sched = args.schedule or make_schedule(get)
   run.opt = args.optimizer or make_optimizer(model, get)
+  -- the lr of each step: schedule =, else the given optimizer's own schedule, else the config's
+  local sched = args.schedule or (args.optimizer and args.optimizer.schedule) or make_schedule(get)
   run.cfg_plain = type(cfg.plain) == "function" and cfg:plain() or nil
   local total = get "steps"
   local run_dir = get "run_dir"

@@ -317,6 +317,18 @@ test("loss_fn: a custom loss and extra metrics", function()
     config = {steps = 1, eval_every = 0}, loss_fn = function() return "x" end})
 end)
 
+test("a given optimizer and its own schedule", function()
+  local model = tiny_model("gpt2", 18)
+  local S = require "lutra.optim.schedule"
+  local sched = S.linear{lr = 0.01, min_lr = 0, warmup = 1, total = 4}
+  local opt = require("lutra.optim").SGD(model, {lr = 0.01, schedule = sched})
+  local lrs = {}
+  train{model = model, data = fixed_loader(2, 2, 4), optimizer = opt, quiet = true,
+        config = {steps = 4, eval_every = 0}, log = function(rec) lrs[#lrs + 1] = rec.lr end}
+  equal(lrs, {sched(0), sched(1), sched(2), sched(3)})
+  equal(opt.steps, 4)
+end)
+
 test("Ctrl-C stops after the current step and saves a checkpoint", function()
   pcall(ffi.cdef, "int raise(int sig);")
   local model = tiny_model("gpt2", 15)
