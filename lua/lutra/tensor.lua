@@ -232,6 +232,7 @@ function methods.contiguous(t)
   if C.lt_is_contiguous(t) ~= 0 then return t end
   local out = fresh()
   if C.lt_contiguous(out, t) ~= 0 then fail() end
+  out.slot_ = pending_slot
   if t.ag_ ~= 0 and S.enabled then R.copy(out, t) end
   return out
 end

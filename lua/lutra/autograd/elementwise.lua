@@ -22,9 +22,15 @@ local function nothing(out) S.clear(out) end -- comparisons: bool results, no gr
 -- The node of a binary op: edges, and the input shapes when they were broadcast.
 local function binary_node(cls, out, a, b)
   local ea, eb = edge(a), edge(b)
-  local node = {ea, eb, cls = cls}
-  if ea then node.sa = shape_if_broadcast(a, out) end
-  if eb then node.sb = shape_if_broadcast(b, out) end
+  local node = {ea, eb, cls = cls} -- sa/sb only when broadcast: a smaller table in the common case
+  if ea then
+    local sa = shape_if_broadcast(a, out)
+    if sa then node.sa = sa end
+  end
+  if eb then
+    local sb = shape_if_broadcast(b, out)
+    if sb then node.sb = sb end
+  end
   return node, ea, eb
 end
 
