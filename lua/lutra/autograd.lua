@@ -228,10 +228,19 @@ end
 
 -- backward(tensors, grads, opts): tensors a tensor or a list; grads likewise (nil
 -- entries for one-element tensors). opts: retain_graph.
+local function check_opts(op, opts)
+  opts = opts or {}
+  if type(opts) ~= "table" then raise(op .. ": options must be a table, got " .. type(opts)) end
+  if opts.create_graph then
+    raise(op .. ": create_graph (gradients of gradients) is not supported: backward formulas run without recording")
+  end
+  return opts
+end
+
 function M.backward(tensors, grads, opts)
   if is_tensor(tensors) then tensors, grads = {tensors}, {grads} end
   grads = grads or {}
-  opts = opts or {}
+  opts = check_opts("backward", opts)
   local roots, root_grads, owned = {}, {}, {}
   for i, t in ipairs(tensors) do
     if not is_tensor(t) then raise("backward: expected tensors, got " .. type(t)) end
@@ -260,7 +269,7 @@ function M.grad(outputs, inputs, grad_outputs, opts)
   if is_tensor(outputs) then outputs, grad_outputs = {outputs}, {grad_outputs} end
   if single then inputs = {inputs} end
   grad_outputs = grad_outputs or {}
-  opts = opts or {}
+  opts = check_opts("grad", opts)
   local roots, root_grads, owned, capture = {}, {}, {}, {}
   for i, t in ipairs(outputs) do
     if t.ag_ == 0 then raise("grad: output " .. i .. " does not require grad and has no grad_fn") end

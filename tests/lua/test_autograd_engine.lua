@@ -59,6 +59,9 @@ test("backward: scalars, non-scalars with a gradient, errors as torch", function
   equal(w.grad:tolist(), {7})
   -- a non-leaf has no .grad unless retained
   equal(y.grad, nil)
+  fails("create_graph (gradients of gradients) is not supported", function()
+    (x * x):sum():backward{create_graph = true}
+  end)
 end)
 
 test("gradients accumulate across backward calls; zero_grad drops or zeroes them", function()

@@ -93,6 +93,13 @@ test("every unary op", function()
   end
   -- function form and the operator
   check(function(a) return lt.exp(a), -a end, {leaf({3})})
+  -- in place on results of ops: the ops whose derivative their output gives
+  for _, op in ipairs {"exp_", "relu_", "sigmoid_", "tanh_", "sqrt_", "rsqrt_", "reciprocal_", "neg_"} do
+    check(function(a)
+      local y = a * 1
+      return y[op](y)
+    end, {leaf({4}, {positive = true})}, {msg = op})
+  end
 end)
 
 test("clamp passes the gradient inside [lo, hi] only; one-sided bounds", function()
