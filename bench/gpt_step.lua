@@ -3,14 +3,16 @@
 -- tied embeddings, learned positions; AdamW lr 3e-4, wd 0.1 on every parameter, as the
 -- peer; fp32; random tokens).
 --   lutra bench/gpt_step.lua [--layers 4] [--heads 4] [--dim 256] [--seq 256] [--vocab 4096]
---                            [--batch 8] [--steps 8] [--warmup 2] [--threads 2]
+--                            [--batch 8] [--steps 8] [--warmup 2] [--threads 2] [--verbose 1]
 -- Prints: params=<int> tokens_per_s=<float> tflops=<float> peak_rss_mb=<float>
--- (peak RSS is getrusage's ru_maxrss of this process, as the peer reports it).
+-- (peak RSS is getrusage's ru_maxrss of this process, as the peer reports it). --verbose 1
+-- adds the tensor memory figures (lutra.memory_stats: peak, reserved) on stderr.
 local lt = require "lutra"
 local optim = require "lutra.optim"
 local ffi = require "ffi"
 
-local a = {layers = 4, heads = 4, dim = 256, seq = 256, vocab = 4096, batch = 8, steps = 8, warmup = 2, threads = 2}
+local a = {layers = 4, heads = 4, dim = 256, seq = 256, vocab = 4096, batch = 8, steps = 8, warmup = 2, threads = 2,
+           verbose = 0}
 local i = 1
 while i <= #arg do
   local key, val = arg[i]:match("^%-%-([%w_]+)=(.*)$")
@@ -74,5 +76,10 @@ for _, p in ipairs(params) do nparams = nparams + p:numel() end
 local tps = a.batch * a.seq * a.steps / dt
 -- model FLOPs per token, as the peer counts them: 6N (N without the position table) + 12 L T d
 local flops_tok = 6 * (nparams - a.seq * a.dim) + 12 * a.layers * a.seq * a.dim
+if a.verbose ~= 0 then
+  local st = lt.memory_stats()
+  io.stderr:write(string.format("tensors: peak %.1f MB, allocated %.1f MB, reserved %.1f MB, %d allocations\n",
+    st.peak / 2 ^ 20, st.allocated / 2 ^ 20, st.reserved / 2 ^ 20, st.num_allocs))
+end
 print(string.format("params=%d tokens_per_s=%.1f tflops=%.3f peak_rss_mb=%.1f", nparams, tps,
   tps * flops_tok / 1e12, peak_rss_mb()))

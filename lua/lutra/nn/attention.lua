@@ -22,6 +22,9 @@ local O = require "lutra.nn.options"
 local Linear = require "lutra.nn.linear"
 local Dropout = require "lutra.nn.dropout"
 local grad = require "lutra.nn.grad"
+local S = require "lutra.autograd.state"
+local lt = require "lutra.ffi"
+local memory = require "lutra.memory"
 
 local raise = errors.raise
 
@@ -52,6 +55,45 @@ end
 
 local arange = create.arange
 
+-- Attention straight from the fused projection qkv (B, T, H + 2 Hkv, D), recorded as one op
+-- of qkv. Its backward has lt_attention_backward write dq, dk and dv into the three slices
+-- of one dqkv: through the narrow views, autograd would build a zero tensor of qkv's shape
+-- for each of q, k, v and sum the three (4x qkv's size in memory traffic, per layer).
+local QKVAttention = S.class("QKVAttentionBackward", {"qkv", "out", "lse"})
+
+local function split(qkv, H, Hkv)
+  return qkv:narrow(2, 0, H), qkv:narrow(2, H, Hkv), qkv:narrow(2, H + Hkv, Hkv)
+end
+
+local function qkv_attention(qkv, H, Hkv, scale)
+  local enabled = S.enabled
+  S.enabled = false -- the views and the kernel below are one recorded op
+  local ok, y, lse = pcall(function()
+    local q, k, v = split(qkv, H, Hkv)
+    return F.scaled_dot_product_attention {q, k, v, causal = true, scale = scale}
+  end)
+  S.enabled = enabled
+  if not ok then error(y, 0) end
+  if enabled and qkv.ag_ ~= 0 then
+    local node = {S.edge(qkv), cls = QKVAttention, H = H, Hkv = Hkv, scale = scale}
+    S.save(node, "qkv", "ver_qkv", qkv)
+    S.save_output(node, "out", "ver_out", y)
+    S.save(node, "lse", "ver_lse", lse)
+    S.attach(y, node)
+  end
+  return y
+end
+
+function QKVAttention.backward(n, g)
+  local qkv = n.qkv
+  local dqkv = memory.new()
+  if lt.C.lt_empty(dqkv, qkv.ndim, qkv.shape_, qkv.dtype_, qkv.device_) ~= 0 then errors.fail() end
+  local q, k, v = split(qkv, n.H, n.Hkv)
+  local dq, dk, dv = split(dqkv, n.H, n.Hkv)
+  if lt.C.lt_attention_backward(dq, dk, dv, g, q, k, v, n.out, n.lse, nil, n.scale, 1) ~= 0 then errors.fail() end
+  return dqkv
+end
+
 function Attention:forward(x, cache, pos)
   if x.ndim ~= 3 or x:size(2) ~= self.d_model then
     raise(string.format("CausalSelfAttention: expected x (B, T, %d), got [%s]", self.d_model,
@@ -61,7 +103,10 @@ function Attention:forward(x, cache, pos)
   local H, Hkv, D = self.n_head, self.n_kv_head, self.head_dim
   pos = pos or 0
   local qkv = self.qkv(x):view(B, T, H + 2 * Hkv, D)
-  local q, k, v = qkv:narrow(2, 0, H), qkv:narrow(2, H, Hkv), qkv:narrow(2, H + Hkv, Hkv)
+  if not self.rope and cache == nil then
+    return self.drop(self.proj(qkv_attention(qkv, H, Hkv, 1 / math.sqrt(D)):view(B, T, H * D)))
+  end
+  local q, k, v = split(qkv, H, Hkv)
   if self.rope then
     local positions = pos > 0 and arange(pos, pos + T) or nil
     q = F.rope(q, positions, self.rope_theta)
