@@ -40,10 +40,10 @@ local M = {}
 local record, set_record, raise, is_tensor = S.record, S.set_record, errors.raise, ops.is_tensor
 local methods, properties, setters = tensor.methods, tensor.properties, tensor.setters
 
--- Aliases that nodes own (engine frees them after use).
+-- Aliases that nodes own, marked view_ = 2 (the engine frees them after use).
 S.alias = function(t)
   local a = U.alias(t)
-  engine.aliases[a] = true
+  a.view_ = 2
   return a
 end
 

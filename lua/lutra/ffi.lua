@@ -11,7 +11,7 @@
 -- int64 `tag` (free for the Lua layer) is seen as three fields that read as plain
 -- Lua numbers, never as boxed int64s: ag_ (autograd: 0 none, 1 leaf that requires
 -- grad, 2 result of a recorded op), view_ (1: made by a view op, so it shares another
--- tensor's storage) and slot_ (the tensor's index in lutra.memory's registry, where
+-- tensor's storage; 2: an alias autograd keeps of a saved tensor) and slot_ (the tensor's index in lutra.memory's registry, where
 -- autograd keeps its record; 0 when unknown). The C view functions zero the tag of the
 -- view they make; the Lua wrappers restore slot_. The layout is unchanged, so the C
 -- functions see exactly the header's struct.

@@ -33,7 +33,7 @@ end
 local function release(node)
   for i = 1, node.nargs do
     local a = node.args[i]
-    if is_tensor(a) and engine.aliases[a] then a:free() end
+    if is_tensor(a) and a.view_ == 2 then a:free() end
   end
   node.args = nil
 end

@@ -34,8 +34,6 @@ M.FREED = "backward: trying to backward through the graph a second time (or to u
 M.DELIVERED = setmetatable({}, {__tostring = function() return "delivered" end})
 local DELIVERED = M.DELIVERED
 
-local aliases = setmetatable({}, {__mode = "k"}) -- tensors autograd made to save others
-M.aliases = aliases
 
 local function same_shape(a, b)
   local n = a.ndim
@@ -77,7 +75,7 @@ local function release(node)
     local t = node[f]
     if t ~= nil then
       node[f] = nil
-      if aliases[t] then t:free() end
+      if t.view_ == 2 then t:free() end -- an alias autograd made (S.alias)
     end
   end
   if cls.release then cls.release(node) end

@@ -4,7 +4,8 @@
 --
 -- Per tensor (fields of the C struct's free `tag`, see lutra/ffi.lua):
 --   t.ag_    0: no autograd; 1: a leaf that requires grad; 2: the result of a recorded op.
---   t.view_  1: made by a view op (shares another tensor's storage).
+--   t.view_  1: made by a view op (shares another tensor's storage); 2: an alias that
+--            autograd made to save a tensor (freed by the engine after use).
 --   t.slot_  its index in lutra.memory's registry of live tensors.
 -- A tensor that has autograd data has a record: the leaf record {leaf = true, grad =,
 -- hooks =} or the node of the op that made it. Records live in the registry next to
