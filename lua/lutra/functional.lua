@@ -160,6 +160,8 @@ function F.cross_entropy(logits, targets, opts)
     local l2, t1 = flat_rows(logits, targets)
     local losses, lse = row_stats(l2), row_stats(l2)
     if C.lt_cross_entropy_forward(losses, lse, l2, t1, ignore_index) ~= 0 then fail() end
+    -- the flat view is dropped now: a tidy scope would keep the logits' storage to its end
+    if not rawequal(l2, logits) then l2:free() end
     if reduction == "none" then
       if out then out:copy_(losses) end
       return out or losses, losses, lse

@@ -104,11 +104,28 @@ function Transformer:forward(idx, targets, opts)
     raise(string.format("Transformer: %d positions%s do not fit the %s of %d", T,
       pos > 0 and string.format(" after %d", pos) or "", cache and "cache" or "block_size", limit))
   end
+  -- (the intermediates are released as soon as used: see nn.grad.release)
+  local release = grad.release
   local x = self.wte(idx)
-  if self.wpe ~= nil then x = x + self.wpe(create.arange(pos, pos + T)) end
-  x = self.drop(x)
-  for i, block in ipairs(self.blocks) do x = block(x, cache and cache.layers[i], pos) end
-  local logits = self.lm_head(self.ln_f(x))
+  if self.wpe ~= nil then
+    local p = self.wpe(create.arange(pos, pos + T))
+    local e = x
+    x = e + p
+    release(e)
+    release(p)
+  end
+  local d = self.drop(x)
+  release(x, d)
+  x = d
+  for i, block in ipairs(self.blocks) do
+    local y = block(x, cache and cache.layers[i], pos)
+    release(x, y)
+    x = y
+  end
+  local h = self.ln_f(x)
+  release(x, h)
+  local logits = self.lm_head(h)
+  release(h, logits)
   if cache then cache.pos = pos + T end
   if targets == nil then return logits end
   local loss = F.cross_entropy(logits, targets, {ignore_index = -100})

@@ -27,6 +27,7 @@ local lt = require "lutra.ffi"
 local memory = require "lutra.memory"
 
 local raise = errors.raise
+local release = grad.release
 
 local Attention = Module:extend("CausalSelfAttention")
 
@@ -70,7 +71,11 @@ local function qkv_attention(qkv, H, Hkv, scale)
   S.enabled = false -- the views and the kernel below are one recorded op
   local ok, y, lse = pcall(function()
     local q, k, v = split(qkv, H, Hkv)
-    return F.scaled_dot_product_attention {q, k, v, causal = true, scale = scale}
+    local y, lse = F.scaled_dot_product_attention {q, k, v, causal = true, scale = scale}
+    q:free() -- views: qkv keeps the storage
+    k:free()
+    v:free()
+    return y, lse
   end)
   S.enabled = enabled
   if not ok then error(y, 0) end
@@ -102,9 +107,17 @@ function Attention:forward(x, cache, pos)
   local B, T = x:size(0), x:size(1)
   local H, Hkv, D = self.n_head, self.n_kv_head, self.head_dim
   pos = pos or 0
-  local qkv = self.qkv(x):view(B, T, H + 2 * Hkv, D)
+  local lin = self.qkv(x)
+  local qkv = lin:view(B, T, H + 2 * Hkv, D)
+  release(lin, x)
   if not self.rope and cache == nil then
-    return self.drop(self.proj(qkv_attention(qkv, H, Hkv, 1 / math.sqrt(D)):view(B, T, H * D)))
+    local y = qkv_attention(qkv, H, Hkv, 1 / math.sqrt(D))
+    release(qkv, x)
+    local yv = y:view(B, T, H * D)
+    release(y, x)
+    local o = self.proj(yv)
+    release(yv, x)
+    return self.drop(o)
   end
   local q, k, v = split(qkv, H, Hkv)
   if self.rope then

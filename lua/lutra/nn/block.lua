@@ -48,9 +48,22 @@ function Block:init(cfg)
   end
 end
 
+local release = require("lutra.nn.grad").release
+
+-- (the intermediates are released as soon as used: see nn.grad.release)
 function Block:forward(x, cache, pos)
-  x = x + self.attn(self.ln_1(x), cache, pos)
-  return x + self.mlp(self.ln_2(x))
+  local h = self.ln_1(x)
+  local a = self.attn(h, cache, pos)
+  release(h, x, a)
+  local x1 = x + a
+  release(a, x)
+  h = self.ln_2(x1)
+  local m = self.mlp(h)
+  release(h, x1, m)
+  local y = x1 + m
+  release(m, x1)
+  release(x1, x)
+  return y
 end
 
 return Block

@@ -10,6 +10,17 @@ function M.set_requires_grad(t, flag) t:requires_grad_(flag and true or false) e
 function M.detach(t) return t:detach() end
 function M.clear_grad(t) t.grad = nil end
 M.no_grad = ag.no_grad
+
+local S = require "lutra.autograd.state"
+
+-- Drops the storage of `t`, an intermediate of a forward that no caller sees, unless it is
+-- `keep` or `keep2` (an input or a result passed through). Safe where autograd holds its own reference to what it
+-- saved: results of recorded ops (saved through aliases), or anything with grad mode off.
+-- Then backward frees each activation as soon as the node that saved it has run, rather
+-- than when the step's tidy scope ends.
+function M.release(t, keep, keep2)
+  if t ~= nil and not rawequal(t, keep) and not rawequal(t, keep2) and (t.ag_ == 2 or not S.enabled) then t:free() end
+end
 M.grad_enabled = ag.is_grad_enabled
 
 return M

@@ -18,7 +18,16 @@ function MLP:init(cfg)
   self.drop = Dropout(cfg.dropout or 0)
 end
 
-function MLP:forward(x) return self.drop(self.proj(self.fc(x):gelu())) end
+local release = require("lutra.nn.grad").release
+
+function MLP:forward(x)
+  local h = self.fc(x)
+  local g = h:gelu()
+  release(h, x, g)
+  local y = self.proj(g)
+  release(g, x, y)
+  return self.drop(y)
+end
 
 function MLP:extra_repr()
   return string.format("%d -> %d -> %d", self.proj.out_features, self.proj.in_features, self.proj.out_features)
