@@ -20,6 +20,15 @@
 --   - otherwise recorded (the tensor's node is replaced), and a tensor saved for
 --     backward that is written in place afterwards makes backward fail with "a tensor
 --     needed for backward was modified in place" (version counters).
+--
+-- Memory: backward drops every saved tensor once its node ran and frees the aliases
+-- autograd made to hold results of ops, so the activations that only the graph held go
+-- back at once (no GC); gradients are freed as soon as their consumers used them. A
+-- graph dropped without backward goes back to the GC (two cycles: tensors, then the
+-- nodes' aliases). Run a training step inside lutra.tidy to also return, without a GC,
+-- the activations the step's own code held: leaf gradients survive the scope.
+-- Not supported: gradients of gradients (create_graph); backward through in-place writes
+-- into views (refused, see above).
 local S = require "lutra.autograd.state"
 local engine = require "lutra.autograd.engine"
 local U = require "lutra.autograd.util"
