@@ -283,3 +283,41 @@ test("tostring shows requires_grad and grad_fn", function()
   assert(tostring(x * 2):find("grad_fn=<MulScalarBackward>", 1, true), tostring(x * 2))
   assert(not tostring(lt.ones(2)):find("grad", 1, true))
 end)
+
+test("random programs: shared values, broadcasting, reductions and views, against finite differences", function()
+  local unary = {
+    function(x) return x:tanh() end,
+    function(x) return x:sigmoid() * 2 end,
+    function(x) return x:sin() end,
+    function(x) return (x * 0.5):exp() end,
+    function(x) return x:t():contiguous():t() end,
+    function(x) return x:sum(1, true) + x end,
+    function(x) return x:mean(0, true) * x end,
+    function(x) return x:softmax(1) end,
+  }
+  local binary = {
+    function(x, y) return x + y end,
+    function(x, y) return x - y * 0.5 end,
+    function(x, y) return x * y end,
+    function(x, y) return lt.maximum(x, y * 1.1) end,
+    function(x, y) return x / (y * y + 1) end,
+  }
+  for program = 1, 12 do
+    local steps = {}
+    for s = 1, 6 do
+      local use_binary = T.uniform() < 0.5
+      steps[s] = {use_binary, use_binary and T.randint(1, #binary + 1) or T.randint(1, #unary + 1),
+                  T.randint(1, 100), T.randint(1, 100)}
+    end
+    local function run(a, b, c)
+      local values = {a, b, c}
+      for _, st in ipairs(steps) do
+        local x, y = values[(st[3] % #values) + 1], values[(st[4] % #values) + 1]
+        values[#values + 1] = st[1] and binary[st[2]](x, y) or unary[st[2]](x)
+      end
+      return values[#values] + values[#values - 1] * 0.25 -- (3, 4) by broadcasting
+    end
+    T.gradcheck(run, {f64(T.random_list({3, 1})):requires_grad_(), f64(T.random_list({1, 4})):requires_grad_(),
+                      f64(T.random_list({3, 4})):requires_grad_()}, {msg = "program " .. program})
+  end
+end)
