@@ -56,6 +56,11 @@ local idx = lt.randint(0, a.vocab, {a.batch, a.seq})
 local tgt = lt.randint(0, a.vocab, {a.batch, a.seq})
 
 local function step()
+  -- set_to_none, as the peer; the old gradients' memory comes back now (PyTorch frees them
+  -- once unreferenced; here the GC would, later)
+  for _, p in ipairs(params) do
+    if p.grad ~= nil then p.grad:free() end
+  end
   opt:zero_grad(true)
   local loss = lt.tidy(function()
     local logits, loss = model(idx, tgt)

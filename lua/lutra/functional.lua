@@ -177,10 +177,11 @@ function F.cross_entropy(logits, targets, opts)
   return loss, losses, lse
 end
 
--- dlogits (N, V) from dlosses (N); logits and targets as given to the forward.
-function F.cross_entropy_backward(dlosses, logits, targets, lse, ignore_index)
+-- dlogits (N, V) from dlosses (N); logits and targets as given to the forward. out (logits'
+-- shape) may be logits itself: the gradient overwrites them.
+function F.cross_entropy_backward(dlosses, logits, targets, lse, ignore_index, out)
   local l2, t1 = flat_rows(logits, targets)
-  local dlogits = new()
+  local dlogits = out and out:reshape(l2.shape) or new()
   if C.lt_cross_entropy_backward(dlogits, dlosses, l2, t1, lse, ignore_index or -100) ~= 0 then fail() end
   return dlogits:view(logits.shape)
 end

@@ -237,3 +237,44 @@ test("training: a few SGD steps on one batch lower the loss (gpt2 and llama)", f
     assert(last < first - 1, string.format("%s: loss %.3f -> %.3f", arch, first, last))
   end
 end)
+
+test("memory: logits freed by the caller, intermediates released: the same gradients, less memory", function()
+  -- With the logits dropped, cross_entropy's backward writes the gradient over them, and
+  -- every activation goes as soon as backward used it: the gradients must not change.
+  for _, arch in ipairs {"gpt2", "llama"} do
+    local grads = {}
+    for run = 1, 2 do
+      lt.manual_seed(3)
+      local m = models.build(small(arch, {dtype = "f64"}))
+      local idx = lt.randint(0, 64, {2, 16})
+      local tgt = lt.randint(0, 64, {2, 16})
+      lt.tidy(function()
+        local logits, loss = m(idx, tgt)
+        if run == 2 then logits:free() end
+        loss:backward()
+        if run == 1 then logits:sum() end -- still readable when kept
+      end)
+      grads[run] = {}
+      for name, p in m:named_parameters() do grads[run][name] = p.grad end
+    end
+    for name, g in pairs(grads[1]) do close(grads[2][name], g, {rtol = 0, atol = 0, msg = arch .. " " .. name}) end
+  end
+  -- the peak of a step with dropped logits is below that of one that keeps them
+  local peaks = {}
+  for run = 1, 2 do
+    lt.manual_seed(3)
+    local m = models.build {arch = "gpt2", n_layer = 1, n_head = 2, d_model = 64, vocab_size = 4096, block_size = 64}
+    local idx, tgt = lt.randint(0, 4096, {4, 64}), lt.randint(0, 4096, {4, 64})
+    lt.collectgarbage()
+    lt.reset_peak_memory_stats()
+    local base = lt.memory_stats().allocated
+    lt.tidy(function()
+      local logits, loss = m(idx, tgt)
+      if run == 2 then logits:free() end
+      loss:backward()
+    end)
+    peaks[run] = lt.memory_stats().peak - base
+  end
+  local logits_bytes = 4 * 64 * 4096 * 4
+  assert(peaks[2] <= peaks[1] - logits_bytes + 65536, string.format("peaks %d and %d", peaks[1], peaks[2]))
+end)

@@ -143,7 +143,11 @@ function CrossEntropy.backward(n, g)
     if n.reduction == "mean" then g = ops.div(g, n.valid:to(require("lutra.dtype").name(g.dtype_))) end
     dlosses = g:reshape(1):expand(rows):contiguous()
   end
-  return F.cross_entropy_backward(dlosses, n.logits, n.targets, n.lse, n.ignore_index)
+  -- The logits are dead once this node ran: when autograd's alias is all that holds their
+  -- storage, their gradient overwrites them (one logits-sized buffer less at backward's peak).
+  local logits, out = n.logits, nil
+  if logits.view_ == 2 and logits.storage.refcount == 1 and C.lt_is_contiguous(logits) ~= 0 then out = logits end
+  return F.cross_entropy_backward(dlosses, logits, n.targets, n.lse, n.ignore_index, out)
 end
 
 -- ---- embedding, rope -----------------------------------------------------------------------------
