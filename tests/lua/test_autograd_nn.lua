@@ -131,3 +131,21 @@ test("errors: out= with inputs that require grad into a leaf, wrong shapes still
   fails("leaf tensor that requires grad", function() lt.matmul(lt.ones(3, 3), lt.ones(3, 3), w) end)
   fails("inner dims differ", function() lt.matmul(w, lt.ones(2, 2)) end)
 end)
+
+test("F.cross_entropy on logits only the graph holds: the same gradients, also with retain_graph", function()
+  local x = leaf({4, 5})
+  local w = leaf({3, 5})
+  local t = lt.tensor({0, 2, 1, 2}, "i64")
+  local function loss()
+    local logits = F.linear(x, w) -- held by the graph only once this function returns
+    return F.cross_entropy(logits, t)
+  end
+  loss():backward()
+  local once = w.grad:tolist()
+  w.grad = nil
+  local l = loss()
+  collectgarbage()
+  l:backward{retain_graph = true}
+  l:backward() -- the logits were kept for this second pass
+  close(w.grad, lt.tensor(once, {dtype = "f64"}) * 2, {rtol = 1e-12, atol = 1e-14})
+end)

@@ -277,9 +277,10 @@ function M.run(roots, root_grads, opts)
     if g ~= nil and uses[g] ~= nil then drop(g) end
   end
 
-  local enabled = S.enabled
+  local enabled, retaining = S.enabled, S.retain_graph
   local owner = memory.set_owner(nil)
   S.enabled = false
+  S.retain_graph = retain and true or false -- formulas may reuse saved buffers unless set
   local ok, err = pcall(function()
     while nready > 0 do
       local rec = ready[nready]
@@ -288,7 +289,7 @@ function M.run(roots, root_grads, opts)
       process(rec)
     end
   end)
-  S.enabled = enabled
+  S.enabled, S.retain_graph = enabled, retaining
   memory.set_owner(owner)
   if not ok then
     for _, g in pairs(grads) do

@@ -146,7 +146,10 @@ function CrossEntropy.backward(n, g)
   -- The logits are dead once this node ran: when autograd's alias is all that holds their
   -- storage, their gradient overwrites them (one logits-sized buffer less at backward's peak).
   local logits, out = n.logits, nil
-  if logits.view_ == 2 and logits.storage.refcount == 1 and C.lt_is_contiguous(logits) ~= 0 then out = logits end
+  if logits.view_ == 2 and logits.storage.refcount == 1 and C.lt_is_contiguous(logits) ~= 0
+      and not S.retain_graph then
+    out = logits
+  end
   return F.cross_entropy_backward(dlosses, logits, n.targets, n.lse, n.ignore_index, out)
 end
 

@@ -35,6 +35,7 @@ local memory = require "lutra.memory"
 local M = {}
 
 M.enabled = true -- grad mode (lutra.no_grad turns it off)
+M.retain_graph = false -- while backward runs: whether saved tensors must survive it
 
 local records = memory.records
 local unslotted = setmetatable({}, {__mode = "k"}) -- records of tensors whose slot_ is 0
