@@ -90,6 +90,8 @@ M.tokenizer = require "lutra.tokenizer"
 M.nn = require "lutra.nn"
 M.models = require "lutra.models"
 M.optim = require "lutra.optim"
+M.train = require "lutra.train" -- callable: lt.train{model =, data =, config =}
+M.generate = require "lutra.generate" -- callable: lt.generate(model, ids, opts); lt.generate.text(model, tok, prompt, opts)
 M.config = require "lutra.config" -- callable: lt.config{...}; also lt.config.optional/number/one_of
 
 M.cuda = {
