@@ -6,7 +6,9 @@
 # --vocab --batch --steps --warmup --threads; default: the peer's defaults). Prints every
 # run, then the median tokens/s and peak RSS of each and the ratios ours/torch.
 # Environment: LUTRA (default build/lutra, else the first build*/lutra found),
-# TORCH_GPT (the peer script), PYTHON (default /usr/bin/python3).
+# TORCH_GPT (the peer script), PYTHON (default /usr/bin/python3), TORCH_ENV (variables for
+# the peer's runs only, e.g. TORCH_ENV=OMP_WAIT_POLICY=passive: PyTorch's OpenMP workers spin
+# between ops, which costs it much on a machine whose cores are busy with other work).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,13 +34,13 @@ field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<<"$2"; }
 
 ours_tps=() ours_rss=() torch_tps=() torch_rss=()
 echo "ours:  $lutra bench/gpt_step.lua $*"
-echo "torch: $python $peer $*"
+echo "torch: ${TORCH_ENV:+$TORCH_ENV }$python $peer $*"
 for ((r = 1; r <= runs; r++)); do
   line=$("$lutra" bench/gpt_step.lua "$@" | tail -n 1)
   echo "run $r ours:  $line"
   ours_tps+=("$(field tokens_per_s "$line")")
   ours_rss+=("$(field peak_rss_mb "$line")")
-  line=$("$python" "$peer" "$@" | tail -n 1)
+  line=$(env ${TORCH_ENV:-} "$python" "$peer" "$@" | tail -n 1)
   echo "run $r torch: $line"
   torch_tps+=("$(field tokens_per_s "$line")")
   torch_rss+=("$(field peak_rss_mb "$line")")
