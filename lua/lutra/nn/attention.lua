@@ -59,20 +59,34 @@ local arange = create.arange
 -- Attention straight from the fused projection qkv (B, T, H + 2 Hkv, D), recorded as one op
 -- of qkv. Its backward has lt_attention_backward write dq, dk and dv into the three slices
 -- of one dqkv: through the narrow views, autograd would build a zero tensor of qkv's shape
--- for each of q, k, v and sum the three (4x qkv's size in memory traffic, per layer).
+-- for each of q, k, v and sum the three (4x qkv's size in memory traffic, per layer). With
+-- theta, q and k are rotated (RoPE, positions from 0) first; backward rotates them again
+-- rather than keeping them, and rotates their gradients back into dqkv.
 local QKVAttention = S.class("QKVAttentionBackward", {"qkv", "out", "lse"})
 
 local function split(qkv, H, Hkv)
   return qkv:narrow(2, 0, H), qkv:narrow(2, H, Hkv), qkv:narrow(2, H + Hkv, Hkv)
 end
 
-local function qkv_attention(qkv, H, Hkv, scale)
-  local enabled = S.enabled
-  S.enabled = false -- the views and the kernel below are one recorded op
-  local ok, y, lse = pcall(function()
-    local q, k, v = split(qkv, H, Hkv)
-    local y, lse = F.scaled_dot_product_attention {q, k, v, causal = true, scale = scale}
+-- q, k, v of qkv, q and k rotated when theta.
+local function split_rotated(qkv, H, Hkv, theta)
+  local q, k, v = split(qkv, H, Hkv)
+  if theta then
+    local qr, kr = F.rope(q, nil, theta), F.rope(k, nil, theta)
     q:free() -- views: qkv keeps the storage
+    k:free()
+    q, k = qr, kr
+  end
+  return q, k, v
+end
+
+local function qkv_attention(qkv, H, Hkv, scale, theta)
+  local enabled = S.enabled
+  S.enabled = false -- the views and the kernels below are one recorded op
+  local ok, y, lse = pcall(function()
+    local q, k, v = split_rotated(qkv, H, Hkv, theta)
+    local y, lse = F.scaled_dot_product_attention {q, k, v, causal = true, scale = scale}
+    q:free()
     k:free()
     v:free()
     return y, lse
@@ -80,7 +94,7 @@ local function qkv_attention(qkv, H, Hkv, scale)
   S.enabled = enabled
   if not ok then error(y, 0) end
   if enabled and qkv.ag_ ~= 0 then
-    local node = {S.edge(qkv), cls = QKVAttention, H = H, Hkv = Hkv, scale = scale}
+    local node = {S.edge(qkv), cls = QKVAttention, H = H, Hkv = Hkv, scale = scale, theta = theta}
     S.save(node, "qkv", "ver_qkv", qkv)
     S.save_output(node, "out", "ver_out", y)
     S.save(node, "lse", "ver_lse", lse)
@@ -93,9 +107,15 @@ function QKVAttention.backward(n, g)
   local qkv = n.qkv
   local dqkv = memory.new()
   if lt.C.lt_empty(dqkv, qkv.ndim, qkv.shape_, qkv.dtype_, qkv.device_) ~= 0 then errors.fail() end
-  local q, k, v = split(qkv, n.H, n.Hkv)
+  local q, k, v = split_rotated(qkv, n.H, n.Hkv, n.theta)
   local dq, dk, dv = split(dqkv, n.H, n.Hkv)
-  if lt.C.lt_attention_backward(dq, dk, dv, g, q, k, v, n.out, n.lse, nil, n.scale, 1) ~= 0 then errors.fail() end
+  local dqr, dkr = dq, dk
+  if n.theta then dqr, dkr = memory.new(), memory.new() end
+  if lt.C.lt_attention_backward(dqr, dkr, dv, g, q, k, v, n.out, n.lse, nil, n.scale, 1) ~= 0 then errors.fail() end
+  if n.theta then
+    F.rope_backward(dqr, nil, n.theta, dq)
+    F.rope_backward(dkr, nil, n.theta, dk)
+  end
   return dqkv
 end
 
@@ -110,8 +130,8 @@ function Attention:forward(x, cache, pos)
   local lin = self.qkv(x)
   local qkv = lin:view(B, T, H + 2 * Hkv, D)
   release(lin, x)
-  if not self.rope and cache == nil then
-    local y = qkv_attention(qkv, H, Hkv, 1 / math.sqrt(D))
+  if cache == nil then
+    local y = qkv_attention(qkv, H, Hkv, 1 / math.sqrt(D), self.rope and self.rope_theta or nil)
     release(qkv, x)
     local yv = y:view(B, T, H * D)
     release(y, x)
