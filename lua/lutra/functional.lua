@@ -119,6 +119,29 @@ function F.rms_norm_backward(dout, x, weight, rstd)
   return dx, dweight
 end
 
+local linear_shape = ffi.new("int64_t[?]", 16)
+
+-- For a fresh y of x (..., in), weight (out, in) and bias (out), all of one dtype and device:
+-- y is made holding bias in every row, so that the gemm adds into it (beta = 1) instead of
+-- a separate pass adding the bias to y.
+local function linear_bias_first(y, x, weight, bias)
+  local nd = x.ndim
+  if nd < 2 or nd > 16 or weight.ndim ~= 2 or bias.ndim ~= 1 or bias.shape_[0] ~= weight.shape_[0]
+    or x.shape_[nd - 1] ~= weight.shape_[1] or bias.dtype_ ~= x.dtype_ or weight.dtype_ ~= x.dtype_
+    or bias.device_ ~= x.device_ or weight.device_ ~= x.device_ then
+    return false
+  end
+  for d = 0, nd - 2 do linear_shape[d] = x.shape_[d] end
+  linear_shape[nd - 1] = weight.shape_[0]
+  if C.lt_empty(y, nd, linear_shape, x.dtype_, x.device_) ~= 0 then fail() end
+  local rows = new()
+  local rc = C.lt_expand(rows, bias, nd, linear_shape)
+  if rc == 0 then rc = C.lt_copy(y, rows) end
+  memory.free(rows)
+  if rc ~= 0 then fail() end
+  return true
+end
+
 -- x (..., in) @ weight (out, in)^T + bias (out).
 function F.linear(x, weight, bias, out)
   need("linear", "x", x)
@@ -126,8 +149,12 @@ function F.linear(x, weight, bias, out)
   tensor_or_nil("linear", "bias", bias)
   writing("linear", out, x, weight, bias)
   local y = out or new()
-  if C.lt_matmul(y, x, weight, 0, 1, 1.0, 0.0) ~= 0 then fail() end
-  if bias ~= nil and C.lt_binary(y, y, bias, ops.BINARY.add) ~= 0 then fail() end
+  if bias ~= nil and out == nil and linear_bias_first(y, x, weight, bias) then
+    if C.lt_matmul(y, x, weight, 0, 1, 1.0, 1.0) ~= 0 then fail() end
+  else
+    if C.lt_matmul(y, x, weight, 0, 1, 1.0, 0.0) ~= 0 then fail() end
+    if bias ~= nil and C.lt_binary(y, y, bias, ops.BINARY.add) ~= 0 then fail() end
+  end
   if tracked(x, weight, bias) then S.linear(y, x, weight, bias) end
   return y
 end

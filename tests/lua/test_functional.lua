@@ -98,6 +98,20 @@ test("linear", function()
   equal(y.shape, {2, 3, 5})
   close(y, x:matmul(w:t()) + b, TOL64)
   close(F.linear(x, w), x:matmul(w:t()), TOL64)
+  -- the bias goes in first and the gemm adds into it: f32, 2-D and non-contiguous x, and the
+  -- cases that add it after (a broadcast (1, out) bias, an out given); errors as before
+  local x32, w32, b32 = lt.randn(3, 7, 6), lt.randn(9, 6), lt.randn(9)
+  local want = x32:to("f64"):matmul(w32:to("f64"):t()) + b32:to("f64")
+  close(F.linear(x32, w32, b32):to("f64"), want, {rtol = 1e-5, atol = 1e-5})
+  local xt = lt.randn(6, 5):t()
+  close(F.linear(xt, w32, b32):to("f64"), xt:to("f64"):matmul(w32:to("f64"):t()) + b32:to("f64"),
+    {rtol = 1e-5, atol = 1e-5})
+  fails("dtype mismatch", function() F.linear(x32, w32, b32:to("f64")) end)
+  close(F.linear(x32, w32, b32:view(1, 9)):to("f64"), want, {rtol = 1e-5, atol = 1e-5})
+  local out = lt.empty(3, 7, 9)
+  F.linear(x32, w32, b32, out)
+  close(out:to("f64"), want, {rtol = 1e-5, atol = 1e-5})
+  fails("[3,7,9] and [8]", function() F.linear(x32, w32, lt.randn(8)) end)
 end)
 
 test("cross_entropy: mean over non-ignored targets, sum, none, (B, T, V) logits", function()
