@@ -149,7 +149,16 @@ function M.set_owner(tbl)
 end
 
 -- A new undefined tensor (an op's `out`), released once the GC finds it unreachable.
+-- Every 65536 tensors new() also sweeps itself: the finalizer's sweep then runs the
+-- compiled trace of the loop (LuaJIT does not compile code while the GC runs it, and
+-- interpreted, the sweep cost three times as much).
+local until_warm = 0
 local function new()
+  until_warm = until_warm - 1
+  if until_warm <= 0 then
+    until_warm = 65536
+    sweep()
+  end
   if cpu_counters.since_collect > cpu_threshold then collect() end
   if cuda_active then cuda_pressure() end
   local p = C_new()
