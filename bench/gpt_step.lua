@@ -6,7 +6,8 @@
 --                            [--batch 8] [--steps 8] [--warmup 2] [--threads 2] [--verbose 1]
 -- Prints: params=<int> tokens_per_s=<float> tflops=<float> peak_rss_mb=<float>
 -- (peak RSS is getrusage's ru_maxrss of this process, as the peer reports it). --verbose 1
--- adds the tensor memory figures (lutra.memory_stats: peak, reserved) on stderr.
+-- adds the first and last losses and the tensor memory figures (lutra.memory_stats: peak,
+-- reserved) on stderr.
 local lt = require "lutra"
 local optim = require "lutra.optim"
 local ffi = require "ffi"
@@ -72,9 +73,13 @@ local function step()
   return loss
 end
 
-for _ = 1, a.warmup do step() end
+local first_loss, last_loss
+for i = 1, a.warmup do
+  local l = step()
+  if i == 1 then first_loss = l end
+end
 local t0 = now()
-for _ = 1, a.steps do step() end
+for _ = 1, a.steps do last_loss = step() end
 local dt = now() - t0
 
 local nparams = 0
@@ -84,6 +89,7 @@ local tps = a.batch * a.seq * a.steps / dt
 local flops_tok = 6 * (nparams - a.seq * a.dim) + 12 * a.layers * a.seq * a.dim
 if a.verbose ~= 0 then
   local st = lt.memory_stats()
+  io.stderr:write(string.format("loss %.4f (first) -> %.4f (last); ", first_loss or 0, last_loss or 0))
   io.stderr:write(string.format("tensors: peak %.1f MB, allocated %.1f MB, reserved %.1f MB, %d allocations\n",
     st.peak / 2 ^ 20, st.allocated / 2 ^ 20, st.reserved / 2 ^ 20, st.num_allocs))
 end
