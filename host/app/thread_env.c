@@ -4,7 +4,7 @@
  * An idle OpenMP worker spins for GOMP_SPINCOUNT (300000 by default: milliseconds) before it
  * sleeps, so between two ops, while Lua runs the glue, the workers keep the cores busy. On a
  * machine with no spare core (a laptop, or a shared box) the spinning takes the time the main
- * thread needs: the training step of bench/gpt_step.lua ran 1.5-2.5x slower on 2 busy cores.
+ * thread needs: the training step of bench/gpt_step.lua ran 1.5-3x slower on 2 busy cores.
  * A short spin keeps back-to-back ops cheap and lets the workers sleep in the gaps. BLAS runs
  * on one thread (lt_matmul cuts big gemms over the OpenMP threads), so OpenBLAS need not start
  * a pool of its own. A value the user set wins.
