@@ -167,6 +167,20 @@ static inline int64_t lt_load_i64(const void *p, int dtype, int64_t i) {
   }
 }
 
+/* ---- fused CPU kernels (host/fused_util.c) ------------------------------------------ */
+
+/* "<op>: not implemented on cuda yet" for a defined tensor that is not on the CPU. */
+int lt_check_cpu(const char *op, const lt_tensor *t);
+/* Row of n values at element offset off as floats: the data itself for f32, else converted
+ * from bf16/f16 into scratch. */
+const float *lt_load_row_f32(const void *base, int dtype, int64_t off, int64_t n, float *scratch);
+void lt_store_row_f32(void *base, int dtype, int64_t off, const float *src, int64_t n); /* bf16/f16 */
+/* A contiguous tensor to compute a result into: `out` itself when it is contiguous (allocated
+ * if undefined), else a temporary that lt_out_finish copies back and releases. NULL on error;
+ * `what` names the output in errors ("out", "rstd", ...). */
+lt_tensor *lt_out_begin(const char *op, const char *what, lt_tensor *out, int ndim, const int64_t *shape, int dtype);
+int lt_out_finish(lt_tensor *out, lt_tensor *work, int rc);
+
 /* ---- memory and devices --------------------------------------------------------- */
 
 /* Allocates a storage of nbytes on device (CPU: 64-byte aligned). Error on OOM names op. */

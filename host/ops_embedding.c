@@ -8,42 +8,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-static int check_cpu(const char *op, const lt_tensor *t) {
-  if (t && t->storage && t->device != LT_DEVICE_CPU) return lt_errorf("%s: not implemented on cuda yet", op);
-  return 0;
-}
-
-/* A contiguous tensor to compute a result into: `out` itself when it is contiguous (allocated
- * if undefined), else a temporary that out_finish copies back. NULL on error. */
-static lt_tensor *out_begin(const char *op, const char *what, lt_tensor *out, int ndim, const int64_t *shape,
-                            int dtype) {
-  char name[96]; /* errors name the output: "layernorm (rstd): out is ..." */
-  snprintf(name, sizeof name, "%s (%s)", op, what);
-  if (lt_prepare_out(strcmp(what, "out") ? name : op, out, ndim, shape, dtype, LT_DEVICE_CPU)) return NULL;
-  if (lt_is_contiguous(out)) return lt_retain(out), out;
-  for (int d = 0; d < out->ndim; d++)
-    if (out->stride[d] == 0 && out->shape[d] > 1) {
-      lt_errorf("%s: out is an expanded view (its elements overlap)", strcmp(what, "out") ? name : op);
-      return NULL;
-    }
-  lt_tensor *t = lt_tensor_new();
-  if (t && lt_empty(t, ndim, shape, dtype, LT_DEVICE_CPU) == 0) return t;
-  lt_release(t);
-  return NULL;
-}
-
-static int out_finish(lt_tensor *out, lt_tensor *work, int rc) {
-  if (!work) return rc;
-  if (rc == 0 && work != out) rc = lt_copy(out, work);
-  lt_release(work);
-  return rc;
-}
-
 /* Reads ids (any shape, I32/I64) in row-major order into a new int64 array, checking each is
  * in [0, V). NULL on error. */
 static int64_t *read_ids(const char *op, const lt_tensor *ids, int64_t V) {
   char d[LT_DESC_STR];
-  if (lt_check_defined(op, "ids", ids) || check_cpu(op, ids)) return NULL;
+  if (lt_check_defined(op, "ids", ids) || lt_check_cpu(op, ids)) return NULL;
   if (ids->dtype != LT_I32 && ids->dtype != LT_I64) {
     lt_errorf("%s: ids is %s, expected i32 or i64", op, lt_desc(d, ids));
     return NULL;
@@ -76,7 +45,7 @@ int lt_embedding_forward(lt_tensor *out, const lt_tensor *weight, const lt_tenso
   const char *op = "embedding";
   char d[LT_DESC_STR];
   LT_TRY(lt_check_defined(op, "weight", weight));
-  LT_TRY(check_cpu(op, weight));
+  LT_TRY(lt_check_cpu(op, weight));
   if (weight->ndim != 2) return lt_errorf("%s: weight is %s, expected (V, C)", op, lt_desc(d, weight));
   int64_t V = weight->shape[0], C = weight->shape[1];
   int64_t *id = read_ids(op, ids, V);
@@ -89,7 +58,7 @@ int lt_embedding_forward(lt_tensor *out, const lt_tensor *weight, const lt_tenso
   if (!wc) goto done;
   /* rows with unit column stride are read in place; other layouts are made contiguous */
   if (weight->stride[1] == 1 || C == 1 ? lt_set(wc, weight) : lt_contiguous(wc, weight)) goto done;
-  if (!(o = out_begin(op, "out", out, ids->ndim + 1, shape, weight->dtype))) goto done;
+  if (!(o = lt_out_begin(op, "out", out, ids->ndim + 1, shape, weight->dtype))) goto done;
   const char *wp = lt_data_ptr(wc);
   char *op_ = lt_data_ptr(o);
   int64_t row_stride = wc->stride[0];
@@ -97,7 +66,7 @@ int lt_embedding_forward(lt_tensor *out, const lt_tensor *weight, const lt_tenso
   for (int64_t i = 0; i < n; i++) memcpy(op_ + i * C * esize, wp + id[i] * row_stride * esize, (size_t)(C * esize));
   rc = 0;
 done:
-  rc = out_finish(out, o, rc);
+  rc = lt_out_finish(out, o, rc);
   lt_release(wc);
   free(id);
   return rc;
@@ -108,9 +77,9 @@ int lt_embedding_backward(lt_tensor *dweight, const lt_tensor *dout, const lt_te
   char d1[LT_DESC_STR], d2[LT_DESC_STR];
   if (!dweight || !dweight->storage)
     return lt_errorf("%s: dweight must be a defined (V, C) tensor: the vocabulary size is not known from ids", op);
-  LT_TRY(check_cpu(op, dweight));
+  LT_TRY(lt_check_cpu(op, dweight));
   LT_TRY(lt_check_defined(op, "dout", dout));
-  LT_TRY(check_cpu(op, dout));
+  LT_TRY(lt_check_cpu(op, dout));
   if (dweight->ndim != 2 || !lt_dtype_is_float(dweight->dtype))
     return lt_errorf("%s: dweight is %s, expected (V, C) floating", op, lt_desc(d1, dweight));
   int64_t V = dweight->shape[0], C = dweight->shape[1];
@@ -129,7 +98,7 @@ int lt_embedding_backward(lt_tensor *dweight, const lt_tensor *dout, const lt_te
     goto done;
   }
   if (!dc || lt_contiguous(dc, dout)) goto done;
-  if (!(g = out_begin(op, "dweight", dweight, 2, dweight->shape, dtype))) goto done;
+  if (!(g = lt_out_begin(op, "dweight", dweight, 2, dweight->shape, dtype))) goto done;
   /* stable counting sort: positions of id v are order[start[v] .. start[v+1]), increasing */
   start = calloc((size_t)(V + 1), sizeof(int64_t));
   order = malloc((size_t)(n > 0 ? n : 1) * sizeof(int64_t));
@@ -188,7 +157,7 @@ int lt_embedding_backward(lt_tensor *dweight, const lt_tensor *dout, const lt_te
   }
   rc = failed ? lt_errorf("%s: out of host memory", op) : 0;
 done:
-  rc = out_finish(dweight, g, rc);
+  rc = lt_out_finish(dweight, g, rc);
   lt_release(dc);
   free(id);
   free(start);

@@ -75,62 +75,13 @@ static void row_grad_f64(double *dx, const double *x, int64_t V, double lse, dou
 
 /* ---- helpers ----------------------------------------------------------------------- */
 
-static const float *load_row_f32(const void *base, int dtype, int64_t off, int64_t n, float *scratch) {
-  if (dtype == LT_F32) return (const float *)base + off;
-  const uint16_t *h = (const uint16_t *)base + off;
-  if (dtype == LT_BF16)
-    for (int64_t j = 0; j < n; j++) scratch[j] = lt_bf16_to_f32(h[j]);
-  else
-    for (int64_t j = 0; j < n; j++) scratch[j] = lt_f16_to_f32(h[j]);
-  return scratch;
-}
-
-static void store_row_f32(void *base, int dtype, int64_t off, const float *src, int64_t n) {
-  uint16_t *h = (uint16_t *)base + off;
-  if (dtype == LT_BF16)
-    for (int64_t j = 0; j < n; j++) h[j] = lt_f32_to_bf16(src[j]);
-  else if (dtype == LT_F16)
-    for (int64_t j = 0; j < n; j++) h[j] = lt_f32_to_f16(src[j]);
-}
-
-static int check_cpu(const char *op, const lt_tensor *t) {
-  if (t && t->storage && t->device != LT_DEVICE_CPU) return lt_errorf("%s: not implemented on cuda yet", op);
-  return 0;
-}
-
-/* A contiguous tensor to compute a result into: `out` itself when it is contiguous (allocated
- * if undefined), else a temporary that out_finish copies back. NULL on error. */
-static lt_tensor *out_begin(const char *op, const char *what, lt_tensor *out, int ndim, const int64_t *shape,
-                            int dtype) {
-  char name[96]; /* errors name the output: "layernorm (rstd): out is ..." */
-  snprintf(name, sizeof name, "%s (%s)", op, what);
-  if (lt_prepare_out(strcmp(what, "out") ? name : op, out, ndim, shape, dtype, LT_DEVICE_CPU)) return NULL;
-  if (lt_is_contiguous(out)) return lt_retain(out), out;
-  for (int d = 0; d < out->ndim; d++)
-    if (out->stride[d] == 0 && out->shape[d] > 1) {
-      lt_errorf("%s: out is an expanded view (its elements overlap)", strcmp(what, "out") ? name : op);
-      return NULL;
-    }
-  lt_tensor *t = lt_tensor_new();
-  if (t && lt_empty(t, ndim, shape, dtype, LT_DEVICE_CPU) == 0) return t;
-  lt_release(t);
-  return NULL;
-}
-
-static int out_finish(lt_tensor *out, lt_tensor *work, int rc) {
-  if (!work) return rc;
-  if (rc == 0 && work != out) rc = lt_copy(out, work);
-  lt_release(work);
-  return rc;
-}
-
 /* Checks logits (N, V) and targets (N) and reads the targets into a new int64 array (NULL on
  * error); a target outside [0, V) that is not ignore_index is an error naming the row. */
 static int64_t *check_inputs(const char *op, const lt_tensor *logits, const lt_tensor *targets, int64_t ignore_index,
                              int64_t *N, int64_t *V) {
   char d1[LT_DESC_STR], d2[LT_DESC_STR];
   if (lt_check_defined(op, "logits", logits) || lt_check_defined(op, "targets", targets)) return NULL;
-  if (check_cpu(op, logits) || check_cpu(op, targets)) return NULL;
+  if (lt_check_cpu(op, logits) || lt_check_cpu(op, targets)) return NULL;
   if (logits->ndim != 2 || logits->shape[1] < 1 || !lt_dtype_is_float(logits->dtype)) {
     lt_errorf("%s: logits is %s, expected (N, V) with V >= 1 and a floating dtype", op, lt_desc(d1, logits));
     return NULL;
@@ -181,8 +132,8 @@ int lt_cross_entropy_forward(lt_tensor *losses, lt_tensor *lse, const lt_tensor 
     goto done;
   }
   if (!xc || lt_contiguous(xc, logits)) goto done;
-  if (!(lw = out_begin(op, "losses", losses, 1, nshape, row_dtype(logits, losses)))) goto done;
-  if (lse && !(sw = out_begin(op, "lse", lse, 1, nshape, row_dtype(logits, lse)))) goto done;
+  if (!(lw = lt_out_begin(op, "losses", losses, 1, nshape, row_dtype(logits, losses)))) goto done;
+  if (lse && !(sw = lt_out_begin(op, "lse", lse, 1, nshape, row_dtype(logits, lse)))) goto done;
   const void *xp = lt_data_ptr(xc);
   void *lp = lt_data_ptr(lw), *sp = sw ? lt_data_ptr(sw) : NULL;
 #pragma omp parallel if (N * V >= LT_PAR_GRAIN && N > 1)
@@ -201,7 +152,7 @@ int lt_cross_entropy_forward(lt_tensor *losses, lt_tensor *lse, const lt_tensor 
         xt = tgt[i] == ignore_index ? 0 : x[tgt[i]];
       } else {
         if (dtype != LT_F32 && !scratch) continue;
-        const float *x = load_row_f32(xp, dtype, i * V, V, scratch);
+        const float *x = lt_load_row_f32(xp, dtype, i * V, V, scratch);
         s = row_lse_f32(x, V);
         xt = tgt[i] == ignore_index ? 0 : x[tgt[i]];
       }
@@ -212,8 +163,8 @@ int lt_cross_entropy_forward(lt_tensor *losses, lt_tensor *lse, const lt_tensor 
   }
   rc = failed ? lt_errorf("%s: out of host memory", op) : 0;
 done:
-  rc = out_finish(losses, lw, rc);
-  if (lse) rc = out_finish(lse, sw, rc);
+  rc = lt_out_finish(losses, lw, rc);
+  if (lse) rc = lt_out_finish(lse, sw, rc);
   lt_release(xc);
   free(tgt);
   return rc;
@@ -224,7 +175,7 @@ done:
 /* A per-row input (N) of any floating dtype, read into a new buffer of `dtype` (f32 or f64). */
 static void *row_values(const char *op, const char *what, const lt_tensor *t, int64_t N, int dtype) {
   char d[LT_DESC_STR];
-  if (lt_check_defined(op, what, t) || check_cpu(op, t)) return NULL;
+  if (lt_check_defined(op, what, t) || lt_check_cpu(op, t)) return NULL;
   if (lt_numel(t) != N || !lt_dtype_is_float(t->dtype)) {
     lt_errorf("%s: %s is %s, expected [%lld] floating (one per row of logits)", op, what, lt_desc(d, t), (long long)N);
     return NULL;
@@ -256,7 +207,7 @@ int lt_cross_entropy_backward(lt_tensor *dlogits, const lt_tensor *dlosses, cons
     goto done;
   }
   if (!(ls = row_values(op, "lse", lse, N, cdtype))) goto done;
-  if (!(gw = out_begin(op, "dlogits", dlogits, 2, logits->shape, dtype))) goto done;
+  if (!(gw = lt_out_begin(op, "dlogits", dlogits, 2, logits->shape, dtype))) goto done;
   const void *xp = lt_data_ptr(xc);
   void *gp = lt_data_ptr(gw);
 #pragma omp parallel if (N * V >= LT_PAR_GRAIN && N > 1)
@@ -275,16 +226,16 @@ int lt_cross_entropy_backward(lt_tensor *dlogits, const lt_tensor *dlosses, cons
       } else if (dtype == LT_F32) {
         row_grad_f32((float *)gp + i * V, (const float *)xp + i * V, V, ((float *)ls)[i], ((float *)dl)[i], tgt[i]);
       } else if (scratch) {
-        const float *x = load_row_f32(xp, dtype, i * V, V, scratch);
+        const float *x = lt_load_row_f32(xp, dtype, i * V, V, scratch);
         row_grad_f32(scratch + V, x, V, ((float *)ls)[i], ((float *)dl)[i], tgt[i]);
-        store_row_f32(gp, dtype, i * V, scratch + V, V);
+        lt_store_row_f32(gp, dtype, i * V, scratch + V, V);
       }
     }
     free(scratch);
   }
   rc = failed ? lt_errorf("%s: out of host memory", op) : 0;
 done:
-  rc = out_finish(dlogits, gw, rc);
+  rc = lt_out_finish(dlogits, gw, rc);
   lt_release(xc);
   free(tgt);
   free(dl);

@@ -90,62 +90,12 @@ static void norm_row_backward_f64(double *dx, double *dw, double *db, const doub
 
 /* ---- helpers ------------------------------------------------------------------------ */
 
-/* A float view of row data at element offset off: the data itself for f32, else converted into scratch. */
-static const float *load_row_f32(const void *base, int dtype, int64_t off, int64_t C, float *scratch) {
-  if (dtype == LT_F32) return (const float *)base + off;
-  const uint16_t *h = (const uint16_t *)base + off;
-  if (dtype == LT_BF16)
-    for (int64_t j = 0; j < C; j++) scratch[j] = lt_bf16_to_f32(h[j]);
-  else
-    for (int64_t j = 0; j < C; j++) scratch[j] = lt_f16_to_f32(h[j]);
-  return scratch;
-}
-
-static void store_row_f32(void *base, int dtype, int64_t off, const float *src, int64_t C) {
-  uint16_t *h = (uint16_t *)base + off;
-  if (dtype == LT_BF16)
-    for (int64_t j = 0; j < C; j++) h[j] = lt_f32_to_bf16(src[j]);
-  else if (dtype == LT_F16)
-    for (int64_t j = 0; j < C; j++) h[j] = lt_f32_to_f16(src[j]);
-}
-
-static int check_cpu(const char *op, const lt_tensor *t) {
-  if (t && t->storage && t->device != LT_DEVICE_CPU) return lt_errorf("%s: not implemented on cuda yet", op);
-  return 0;
-}
-
-/* A contiguous tensor to compute a result into: `out` itself when it is contiguous (allocated
- * if undefined), else a temporary that out_finish copies back. NULL on error. */
-static lt_tensor *out_begin(const char *op, const char *what, lt_tensor *out, int ndim, const int64_t *shape,
-                            int dtype) {
-  char name[96]; /* errors name the output: "layernorm (rstd): out is ..." */
-  snprintf(name, sizeof name, "%s (%s)", op, what);
-  if (lt_prepare_out(strcmp(what, "out") ? name : op, out, ndim, shape, dtype, LT_DEVICE_CPU)) return NULL;
-  if (lt_is_contiguous(out)) return lt_retain(out), out;
-  for (int d = 0; d < out->ndim; d++)
-    if (out->stride[d] == 0 && out->shape[d] > 1) {
-      lt_errorf("%s: out is an expanded view (its elements overlap)", strcmp(what, "out") ? name : op);
-      return NULL;
-    }
-  lt_tensor *t = lt_tensor_new();
-  if (t && lt_empty(t, ndim, shape, dtype, LT_DEVICE_CPU) == 0) return t;
-  lt_release(t);
-  return NULL;
-}
-
-static int out_finish(lt_tensor *out, lt_tensor *work, int rc) {
-  if (!work) return rc;
-  if (rc == 0 && work != out) rc = lt_copy(out, work);
-  lt_release(work);
-  return rc;
-}
-
 /* Checks weight (or bias) is a (C) vector of x's dtype or f32 and returns it as a contiguous buffer
  * of the compute type (f64 for f64 x, else f32); `fill` stands in when t is NULL. NULL on error. */
 static void *param_buffer(const char *op, const char *what, const lt_tensor *t, const lt_tensor *x, int64_t C,
                           double fill) {
   if (t) {
-    if (lt_check_defined(op, what, t) || check_cpu(op, t)) return NULL;
+    if (lt_check_defined(op, what, t) || lt_check_cpu(op, t)) return NULL;
     char d[LT_DESC_STR];
     if (t->ndim != 1 || t->shape[0] != C) {
       lt_errorf("%s: %s is %s, expected [%lld] for x's last dim", op, what, lt_desc(d, t), (long long)C);
@@ -175,7 +125,7 @@ static void *param_buffer(const char *op, const char *what, const lt_tensor *t, 
 /* Validates x and returns its row count and width. */
 static int check_x(const char *op, const lt_tensor *x, int64_t *N, int64_t *C) {
   LT_TRY(lt_check_defined(op, "x", x));
-  LT_TRY(check_cpu(op, x));
+  LT_TRY(lt_check_cpu(op, x));
   char d[LT_DESC_STR];
   if (!lt_dtype_is_float(x->dtype)) return lt_errorf("%s: x is %s, expected a floating dtype", op, lt_desc(d, x));
   if (x->ndim < 1 || x->shape[x->ndim - 1] < 1)
@@ -203,9 +153,9 @@ static int norm_forward(const char *op, lt_tensor *out, lt_tensor *mean, lt_tens
   void *w = param_buffer(op, "weight", weight, x, C, 1.0);
   void *b = w ? param_buffer(op, "bias", bias, x, C, 0.0) : NULL;
   if (!xc || !w || !b || lt_contiguous(xc, x)) goto done;
-  if (!(y = out_begin(op, "out", out, x->ndim, x->shape, dtype))) goto done;
-  if (mean && !(mu_t = out_begin(op, "mean", mean, 1, nshape, stat_dtype(x, mean)))) goto done;
-  if (rstd && !(rs_t = out_begin(op, "rstd", rstd, 1, nshape, stat_dtype(x, rstd)))) goto done;
+  if (!(y = lt_out_begin(op, "out", out, x->ndim, x->shape, dtype))) goto done;
+  if (mean && !(mu_t = lt_out_begin(op, "mean", mean, 1, nshape, stat_dtype(x, mean)))) goto done;
+  if (rstd && !(rs_t = lt_out_begin(op, "rstd", rstd, 1, nshape, stat_dtype(x, rstd)))) goto done;
   const void *xp = lt_data_ptr(xc);
   void *yp = lt_data_ptr(y);
   void *mup = mu_t ? lt_data_ptr(mu_t) : NULL, *rsp = rs_t ? lt_data_ptr(rs_t) : NULL;
@@ -226,9 +176,9 @@ static int norm_forward(const char *op, lt_tensor *out, lt_tensor *mean, lt_tens
         norm_row_forward_f32((float *)yp + i * C, (const float *)xp + i * C, w, b, C, (float)eps, center, &m, &r);
       } else {
         if (!scratch) continue;
-        const float *xr = load_row_f32(xp, dtype, i * C, C, scratch);
+        const float *xr = lt_load_row_f32(xp, dtype, i * C, C, scratch);
         norm_row_forward_f32(scratch + C, xr, w, b, C, (float)eps, center, &m, &r);
-        store_row_f32(yp, dtype, i * C, scratch + C, C);
+        lt_store_row_f32(yp, dtype, i * C, scratch + C, C);
       }
       if (mup) lt_store_f64(mup, mu_t->dtype, i, m);
       if (rsp) lt_store_f64(rsp, rs_t->dtype, i, r);
@@ -237,9 +187,9 @@ static int norm_forward(const char *op, lt_tensor *out, lt_tensor *mean, lt_tens
   }
   rc = failed ? lt_errorf("%s: out of host memory", op) : 0;
 done:
-  rc = out_finish(out, y, rc);
-  if (mean) rc = out_finish(mean, mu_t, rc);
-  if (rstd) rc = out_finish(rstd, rs_t, rc);
+  rc = lt_out_finish(out, y, rc);
+  if (mean) rc = lt_out_finish(mean, mu_t, rc);
+  if (rstd) rc = lt_out_finish(rstd, rs_t, rc);
   lt_release(xc);
   free(w);
   free(b);
@@ -260,7 +210,7 @@ int lt_rmsnorm_forward(lt_tensor *out, lt_tensor *rstd, const lt_tensor *x, cons
 /* A saved statistic: f32 (or f64) with N elements, made contiguous into tc. */
 static int check_stat(const char *op, const char *what, const lt_tensor *t, int64_t N, lt_tensor *tc) {
   LT_TRY(lt_check_defined(op, what, t));
-  LT_TRY(check_cpu(op, t));
+  LT_TRY(lt_check_cpu(op, t));
   char d[LT_DESC_STR];
   if ((t->dtype != LT_F32 && t->dtype != LT_F64) || lt_numel(t) != N)
     return lt_errorf("%s: %s is %s, expected f32 [%lld] (one per row of x)", op, what, lt_desc(d, t), (long long)N);
@@ -280,7 +230,7 @@ static int norm_backward(const char *op, lt_tensor *dx, lt_tensor *dweight, lt_t
   int64_t N, C;
   LT_TRY(check_x(op, x, &N, &C));
   LT_TRY(lt_check_defined(op, "dout", dout));
-  LT_TRY(check_cpu(op, dout));
+  LT_TRY(lt_check_cpu(op, dout));
   char d1[LT_DESC_STR], d2[LT_DESC_STR];
   if (!lt_same_shape(dout, x) || dout->dtype != x->dtype)
     return lt_errorf("%s: dout is %s, expected the shape and dtype of x (%s)", op, lt_desc(d1, dout), lt_desc(d2, x));
@@ -301,9 +251,9 @@ static int norm_backward(const char *op, lt_tensor *dx, lt_tensor *dweight, lt_t
   if (!xc || !dyc || !muc || !rsc || !w) goto done;
   if (center && check_stat(op, "mean", mean, N, muc)) goto done;
   if (check_stat(op, "rstd", rstd, N, rsc) || lt_contiguous(xc, x) || lt_contiguous(dyc, dout)) goto done;
-  if (dx && !(dxw = out_begin(op, "dx", dx, x->ndim, x->shape, dtype))) goto done;
-  if (dweight && !(dww = out_begin(op, "dweight", dweight, 1, cshape, weight->dtype))) goto done;
-  if (dbias && !(dbw = out_begin(op, "dbias", dbias, 1, cshape, dbias_dtype))) goto done;
+  if (dx && !(dxw = lt_out_begin(op, "dx", dx, x->ndim, x->shape, dtype))) goto done;
+  if (dweight && !(dww = lt_out_begin(op, "dweight", dweight, 1, cshape, weight->dtype))) goto done;
+  if (dbias && !(dbw = lt_out_begin(op, "dbias", dbias, 1, cshape, dbias_dtype))) goto done;
   /* partials: chunk k's dweight sums at [k*C], its dbias sums at [(nchunks + k)*C] */
   partial = calloc((size_t)(2 * nchunks * C + 1), (size_t)csize);
   if (!partial) {
@@ -336,10 +286,10 @@ static int norm_backward(const char *op, lt_tensor *dx, lt_tensor *dweight, lt_t
           norm_row_backward_f32(dxr, (float *)pw, (float *)pb, (const float *)dyp + i * C, (const float *)xp + i * C, w,
                                 C, mu, rs, center);
         } else if (scratch) {
-          const float *xr = load_row_f32(xp, dtype, i * C, C, scratch);
-          const float *dyr = load_row_f32(dyp, dtype, i * C, C, scratch + C);
+          const float *xr = lt_load_row_f32(xp, dtype, i * C, C, scratch);
+          const float *dyr = lt_load_row_f32(dyp, dtype, i * C, C, scratch + C);
           norm_row_backward_f32(dxp ? scratch + 2 * C : NULL, (float *)pw, (float *)pb, dyr, xr, w, C, mu, rs, center);
-          if (dxp) store_row_f32(dxp, dtype, i * C, scratch + 2 * C, C);
+          if (dxp) lt_store_row_f32(dxp, dtype, i * C, scratch + 2 * C, C);
         }
       }
     }
@@ -365,9 +315,9 @@ static int norm_backward(const char *op, lt_tensor *dx, lt_tensor *dweight, lt_t
   }
   rc = 0;
 done:
-  if (dx) rc = out_finish(dx, dxw, rc);
-  if (dweight) rc = out_finish(dweight, dww, rc);
-  if (dbias) rc = out_finish(dbias, dbw, rc);
+  if (dx) rc = lt_out_finish(dx, dxw, rc);
+  if (dweight) rc = lt_out_finish(dweight, dww, rc);
+  if (dbias) rc = lt_out_finish(dbias, dbw, rc);
   lt_release(xc);
   lt_release(dyc);
   lt_release(muc);
