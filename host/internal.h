@@ -74,20 +74,28 @@ void lt_loop_row_offsets(const lt_strided_loop *L, int64_t r, int64_t *offsets);
 
 /* ---- dtype conversion -------------------------------------------------------- */
 
-static inline float lt_bf16_to_f32(uint16_t h) {
+/* The 16-bit conversions compile for the GPU too (kernels/ include this header), so both
+ * sides round identically. */
+#ifdef __CUDACC__
+#define LT_HOST_DEVICE __host__ __device__
+#else
+#define LT_HOST_DEVICE
+#endif
+
+LT_HOST_DEVICE static inline float lt_bf16_to_f32(uint16_t h) {
   uint32_t u = (uint32_t)h << 16;
   float f;
   memcpy(&f, &u, 4);
   return f;
 }
-static inline uint16_t lt_f32_to_bf16(float f) { /* round to nearest even; NaN stays NaN */
+LT_HOST_DEVICE static inline uint16_t lt_f32_to_bf16(float f) { /* round to nearest even; NaN stays NaN */
   uint32_t u;
   memcpy(&u, &f, 4);
   if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
   u += 0x7fffu + ((u >> 16) & 1u);
   return (uint16_t)(u >> 16);
 }
-static inline float lt_f16_to_f32(uint16_t h) {
+LT_HOST_DEVICE static inline float lt_f16_to_f32(uint16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, u;
   if (exp == 0) {
     if (man == 0) {
@@ -109,7 +117,7 @@ static inline float lt_f16_to_f32(uint16_t h) {
   memcpy(&f, &u, 4);
   return f;
 }
-static inline uint16_t lt_f32_to_f16(float f) { /* round to nearest even */
+LT_HOST_DEVICE static inline uint16_t lt_f32_to_f16(float f) { /* round to nearest even */
   uint32_t u;
   memcpy(&u, &f, 4);
   uint32_t sign = (u >> 16) & 0x8000u;

@@ -55,67 +55,9 @@ struct lt_bool_byte {
   uint8_t byte;
 };
 
-/* The same bit-level conversions as host/internal.h (lt_bf16_to_f32, lt_f32_to_bf16,
- * lt_f16_to_f32, lt_f32_to_f16), written for both sides so that a tensor converted on
- * the GPU is bit-identical to one converted on the CPU, NaN payloads included. */
-__host__ __device__ static inline float lt_dev_bf16_to_f32(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
-__host__ __device__ static inline uint16_t lt_dev_f32_to_bf16(float f) { /* round to nearest even */
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
-}
-
-__host__ __device__ static inline float lt_dev_f16_to_f32(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, u;
-  if (exp == 0) {
-    if (man == 0) {
-      u = sign;
-    } else { /* subnormal: normalise */
-      exp = 127 - 15 + 1;
-      while (!(man & 0x400u)) {
-        man <<= 1;
-        exp--;
-      }
-      u = sign | (exp << 23) | ((man & 0x3ffu) << 13);
-    }
-  } else if (exp == 31) {
-    u = sign | 0x7f800000u | (man << 13);
-  } else {
-    u = sign | ((exp + 127 - 15) << 23) | (man << 13);
-  }
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
-__host__ __device__ static inline uint16_t lt_dev_f32_to_f16(float f) { /* round to nearest even */
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  uint32_t sign = (u >> 16) & 0x8000u;
-  uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);  /* NaN */
-  if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* overflow to inf */
-  if (a < 0x38800000u) {                                   /* subnormal or zero in f16 */
-    if (a < 0x33000000u) return (uint16_t)sign;
-    uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u;
-    int shift = 126 - (int)e; /* 14..24 */
-    uint32_t half = 1u << (shift - 1), rem = m & ((1u << shift) - 1), r = m >> shift;
-    if (rem > half || (rem == half && (r & 1u))) r++;
-    return (uint16_t)(sign | r);
-  }
-  uint32_t r = ((a >> 13) - ((127 - 15) << 10));
-  uint32_t rem = a & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) r++;
-  return (uint16_t)(sign | r);
-}
+/* The bit-level conversions lt_bf16_to_f32, lt_f32_to_bf16, lt_f16_to_f32 and lt_f32_to_f16
+ * come from host/internal.h, compiled for both sides (LT_HOST_DEVICE), so that a tensor
+ * converted on the GPU is bit-identical to one converted on the CPU, NaN payloads included. */
 
 /* Float to integer as the host's casts compile on x86-64 (cvttsd2si): truncation toward
  * zero, and NaN or out-of-range gives the "integer indefinite" INT_MIN. The CUDA casts
@@ -142,13 +84,13 @@ template <> struct lt_dev_dtype<double> {
 };
 template <> struct lt_dev_dtype<lt_bf16_bits> {
   static constexpr bool is_float = true, is_int = false;
-  __host__ __device__ static double load(lt_bf16_bits x) { return lt_dev_bf16_to_f32(x.bits); }
-  __host__ __device__ static lt_bf16_bits store(double v) { return {lt_dev_f32_to_bf16((float)v)}; }
+  __host__ __device__ static double load(lt_bf16_bits x) { return lt_bf16_to_f32(x.bits); }
+  __host__ __device__ static lt_bf16_bits store(double v) { return {lt_f32_to_bf16((float)v)}; }
 };
 template <> struct lt_dev_dtype<lt_f16_bits> {
   static constexpr bool is_float = true, is_int = false;
-  __host__ __device__ static double load(lt_f16_bits x) { return lt_dev_f16_to_f32(x.bits); }
-  __host__ __device__ static lt_f16_bits store(double v) { return {lt_dev_f32_to_f16((float)v)}; }
+  __host__ __device__ static double load(lt_f16_bits x) { return lt_f16_to_f32(x.bits); }
+  __host__ __device__ static lt_f16_bits store(double v) { return {lt_f32_to_f16((float)v)}; }
 };
 template <> struct lt_dev_dtype<int32_t> {
   static constexpr bool is_float = false, is_int = true;

@@ -159,9 +159,9 @@ static bool add_supported_dtype(int dtype) {
 
 template <typename T> __host__ __device__ inline T add_one(T a, T b) {
   if constexpr (std::is_same<T, lt_bf16_bits>::value)
-    return {lt_dev_f32_to_bf16(lt_dev_bf16_to_f32(a.bits) + lt_dev_bf16_to_f32(b.bits))};
+    return {lt_f32_to_bf16(lt_bf16_to_f32(a.bits) + lt_bf16_to_f32(b.bits))};
   else if constexpr (std::is_same<T, lt_f16_bits>::value)
-    return {lt_dev_f32_to_f16(lt_dev_f16_to_f32(a.bits) + lt_dev_f16_to_f32(b.bits))};
+    return {lt_f32_to_f16(lt_f16_to_f32(a.bits) + lt_f16_to_f32(b.bits))};
   else if constexpr (std::is_integral<T>::value) /* wraps on overflow, as two's complement does */
     return (T)((typename std::make_unsigned<T>::type)a + (typename std::make_unsigned<T>::type)b);
   else
