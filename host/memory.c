@@ -62,8 +62,11 @@ static void raw_free(int device, void *ptr) {
 
 static void *raw_alloc(int device, int64_t nbytes) {
   if (device == LT_DEVICE_CPU) {
+    /* tiny blocks from plain malloc (16-byte aligned): glibc's aligned_alloc is slow to free
+     * in the batches the Lua GC hands back, and vector loads here are unaligned-safe */
+    if (nbytes <= 256) return malloc(nbytes ? (size_t)nbytes : 1);
     size_t size = (size_t)((nbytes + 63) / 64 * 64);
-    return aligned_alloc(64, size ? size : 64);
+    return aligned_alloc(64, size);
   }
 #ifdef LUTRA_HAVE_CUDA
   void *p = NULL;
