@@ -16,18 +16,8 @@ for i = 1, #arg do
   if arg[i] == "--reps" then reps = tonumber(arg[i + 1]) end
 end
 
-pcall(ffi.cdef, "struct timespec { long tv_sec; long tv_nsec; }; int clock_gettime(int clk, struct timespec *ts);")
-local ts = ffi.new("struct timespec")
-local function now()
-  ffi.C.clock_gettime(1, ts) -- CLOCK_MONOTONIC
-  return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
-end
-
-local function median(xs)
-  table.sort(xs)
-  local n = #xs
-  return n % 2 == 1 and xs[(n + 1) / 2] or (xs[n / 2] + xs[n / 2 + 1]) / 2
-end
+local util = dofile((arg[0]:match("^(.*)/[^/]*$") or ".") .. "/util.lua")
+local now, median = util.now, util.median
 
 lt.set_num_threads(1) -- as the peer
 local a, b = lt.ones(4), lt.ones(4)

@@ -30,16 +30,10 @@ while i <= #arg do
 end
 
 ffi.cdef [[
-struct lt_bench_timespec { long tv_sec; long tv_nsec; };
-int clock_gettime(int clk, struct lt_bench_timespec *ts);
 struct lt_bench_rusage { long utime[2]; long stime[2]; long maxrss; long rest[13]; };
 int getrusage(int who, struct lt_bench_rusage *usage);
 ]]
-local ts = ffi.new("struct lt_bench_timespec")
-local function now()
-  ffi.C.clock_gettime(1, ts) -- CLOCK_MONOTONIC
-  return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
-end
+local now = dofile((arg[0]:match("^(.*)/[^/]*$") or ".") .. "/util.lua").now
 local function peak_rss_mb()
   local ru = ffi.new("struct lt_bench_rusage")
   ffi.C.getrusage(0, ru) -- RUSAGE_SELF; ru_maxrss in KiB on Linux

@@ -14,24 +14,13 @@ for i = 1, #arg do
 end
 
 ffi.cdef [[
-int clock_gettime(int clk, struct timespec *ts);
-struct timespec { long tv_sec; long tv_nsec; };
 void openblas_set_num_threads(int n);
 int openblas_get_num_threads(void);
 void cblas_sgemm(int order, int transa, int transb, int m, int n, int k, float alpha, const float *a, int lda,
                  const float *b, int ldb, float beta, float *c, int ldc);
 ]]
-local ts = ffi.new("struct timespec")
-local function now()
-  ffi.C.clock_gettime(1, ts) -- CLOCK_MONOTONIC
-  return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
-end
-
-local function median(xs)
-  table.sort(xs)
-  local n = #xs
-  return n % 2 == 1 and xs[(n + 1) / 2] or (xs[n / 2] + xs[n / 2 + 1]) / 2
-end
+local util = dofile((arg[0]:match("^(.*)/[^/]*$") or ".") .. "/util.lua")
+local now, median = util.now, util.median
 
 -- Median seconds of fn() over `reps` timed runs after one warm-up.
 local function time_median(fn, n)

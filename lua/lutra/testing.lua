@@ -148,6 +148,24 @@ function M.random_list(shape, gen)
   return build(1)
 end
 
+-- An f64 leaf tensor that requires grad, filled from the testing generator; with
+-- noncontig (and 2+ dims) it is a permuted view of a tensor laid out in reverse dim order.
+function M.random_leaf(shape, noncontig)
+  local lt = require "lutra"
+  local t
+  if noncontig and #shape >= 2 then
+    local rev, dims = {}, {}
+    for i = #shape, 1, -1 do
+      rev[#rev + 1] = shape[i]
+      dims[#dims + 1] = i - 1
+    end
+    t = lt.tensor(M.random_list(rev), {dtype = "f64"}):permute(dims)
+  else
+    t = lt.tensor(M.random_list(shape), {dtype = "f64"})
+  end
+  return t:requires_grad_()
+end
+
 -- Applies fn to every leaf of nested lists (several lists of one shape).
 function M.map(fn, a, ...)
   if type(a) ~= "table" then return fn(a, ...) end

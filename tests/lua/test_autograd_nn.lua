@@ -9,20 +9,7 @@ local T = require "lutra.testing"
 local check, close, equal, fails = T.gradcheck, T.assert_close, T.assert_equal, T.assert_error
 local F = lt.F
 
-local function leaf(shape, noncontig)
-  local t
-  if noncontig and #shape >= 2 then
-    local rev, dims = {}, {}
-    for i = #shape, 1, -1 do
-      rev[#rev + 1] = shape[i]
-      dims[#dims + 1] = i - 1
-    end
-    t = lt.tensor(T.random_list(rev), {dtype = "f64"}):permute(dims)
-  else
-    t = lt.tensor(T.random_list(shape), {dtype = "f64"})
-  end
-  return t:requires_grad_()
-end
+local leaf = T.random_leaf
 
 test("matmul: 2-d, batched, broadcast batch dims, non-contiguous", function()
   check(function(a, b) return a:matmul(b) end, {leaf({3, 4}), leaf({4, 2}, true)})

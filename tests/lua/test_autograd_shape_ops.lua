@@ -9,20 +9,7 @@ local check, equal, fails = T.gradcheck, T.assert_equal, T.assert_error
 
 local function ri(lo, hi) return T.randint(lo, hi + 1) end
 
-local function leaf(shape, noncontig)
-  local t
-  if noncontig and #shape >= 2 then
-    local rev, dims = {}, {}
-    for i = #shape, 1, -1 do
-      rev[#rev + 1] = shape[i]
-      dims[#dims + 1] = i - 1
-    end
-    t = lt.tensor(T.random_list(rev), {dtype = "f64"}):permute(dims)
-  else
-    t = lt.tensor(T.random_list(shape), {dtype = "f64"})
-  end
-  return t:requires_grad_()
-end
+local leaf = T.random_leaf
 
 test("sum and mean over all, one, several and negative dims, keepdim or not", function()
   for trial = 1, 3 do
