@@ -40,32 +40,45 @@ print(string.format("lutra %s, %d threads", lt.version or "?", lt.get_num_thread
 -- state, as the peer script measures it (no large tensors alive yet).
 do
   local a, b = lt.ones(4), lt.ones(4)
+  local ag = lt.ones(4, {requires_grad = true})
   local calls = 1000000
-  local samples = {}
-  for r = 1, 5 do
-    local t0 = now()
-    local c
+  -- two loops written out, as the peer's two lambdas: each gets its own compiled trace
+  local function plain()
+    local t0, c = now()
     for _ = 1, calls do c = a + b end
-    samples[r] = (now() - t0) / calls * 1e6
+    return (now() - t0) / calls * 1e6
   end
-  local ours = median(samples)
-  local line = string.format("tiny add (4 elements) from Lua: lutra %.3f us/call", ours)
+  local function recorded()
+    local t0, c = now()
+    for _ = 1, calls do c = ag + b end
+    return (now() - t0) / calls * 1e6
+  end
+  local s_plain, s_grad = {}, {}
+  for r = 1, 5 do
+    s_plain[r], s_grad[r] = plain(), recorded()
+  end
+  local ours, ours_grad = median(s_plain), median(s_grad)
+  local torch_us, torch_grad_us, why
   local f = io.open(peer, "r")
   if f then
     f:close()
     local p = io.popen("/usr/bin/python3 " .. peer .. " 2>&1")
     local out = p:read("*a")
     p:close()
-    local torch_us = tonumber(out:match("add_us=([%d%.]+)"))
-    if torch_us then
-      line = line .. string.format(", PyTorch eager %.3f us/call, ratio %.3f (goal <= 0.3)", torch_us, ours / torch_us)
-    else
-      line = line .. " (PyTorch peer did not run: " .. out:gsub("\n", " "):sub(1, 120) .. ")"
-    end
+    torch_us, torch_grad_us = tonumber(out:match("add_us=([%d%.]+)")), tonumber(out:match("add_autograd_us=([%d%.]+)"))
+    if not torch_us then why = "PyTorch peer did not run: " .. out:gsub("\n", " "):sub(1, 120) end
   else
-    line = line .. " (peer script not found at " .. peer .. "; pass --peer PATH)"
+    why = "peer script not found at " .. peer .. "; pass --peer PATH"
   end
-  print(line)
+  local function line(what, us, peer_us, goal)
+    local s = string.format("tiny add (4 elements) from Lua%s: lutra %.3f us/call", what, us)
+    if peer_us then
+      return s .. string.format(", PyTorch eager %.3f us/call, ratio %.3f (goal <= %s)", peer_us, us / peer_us, goal)
+    end
+    return s .. " (" .. why .. ")"
+  end
+  print(line("", ours, torch_us, "0.3"))
+  print(line(", recorded for autograd", ours_grad, torch_grad_us, "0.5"))
 end
 
 -- matmul: ours vs OpenBLAS directly, interleaved so both see the same machine noise.
