@@ -242,6 +242,14 @@ static void inner_range(const reduce_job *J, int64_t in_off, int64_t o, int64_t 
   *ri = acci;
 }
 
+/* Task t: split t % nsplit of output t / nsplit, into pf[t], pi[t]. */
+static inline void inner_task(const reduce_job *J, int64_t t, int64_t nsplit, double *pf, int64_t *pi) {
+  const reduce_geom *g = J->g;
+  int64_t o = t / nsplit, s = t % nsplit, n_red = g->n_red;
+  int64_t in_off = lt_offset_of(o, g->nkept, g->kshape, g->kstride);
+  inner_range(J, in_off, o, n_red * s / nsplit, n_red * (s + 1) / nsplit, &pf[t], &pi[t]);
+}
+
 static int reduce_inner(const reduce_job *J, double *resf, int64_t *resi) {
   const reduce_geom *g = J->g;
   int64_t n_out = g->n_out, n_red = g->n_red, nsplit = 1;
@@ -254,11 +262,11 @@ static int reduce_inner(const reduce_job *J, double *resf, int64_t *resi) {
     if (!pf || !pi) return free(pf), free(pi), lt_errorf("reduce: out of host memory for partial results");
   }
   int64_t ntasks = n_out * nsplit;
-#pragma omp parallel for schedule(static) if (ntasks > 1 && n_out * n_red >= LT_PAR_GRAIN)
-  for (int64_t t = 0; t < ntasks; t++) {
-    int64_t o = t / nsplit, s = t % nsplit;
-    int64_t in_off = lt_offset_of(o, g->nkept, g->kshape, g->kstride);
-    inner_range(J, in_off, o, n_red * s / nsplit, n_red * (s + 1) / nsplit, &pf[t], &pi[t]);
+  if (ntasks > 1 && n_out * n_red >= LT_PAR_GRAIN) { /* no omp construct for small work: see ew_execute */
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < ntasks; t++) inner_task(J, t, nsplit, pf, pi);
+  } else {
+    for (int64_t t = 0; t < ntasks; t++) inner_task(J, t, nsplit, pf, pi);
   }
   if (nsplit > 1) { /* combine chunks in order: the result does not depend on the thread count */
     for (int64_t o = 0; o < n_out; o++) {
@@ -275,10 +283,37 @@ static int reduce_inner(const reduce_job *J, double *resf, int64_t *resi) {
   return 0;
 }
 
+/* Task t: column block t / nsplit % ncb of outer row t / (ncb * nsplit), split t % nsplit; writes partial s. */
+static inline void outer_task(const reduce_job *J, int64_t t, int64_t nsplit, double *pf, int64_t *pi) {
+  const reduce_geom *g = J->g;
+  int64_t C = g->kshape[g->nkept - 1], cs = g->kstride[g->nkept - 1];
+  int64_t ncb = (C + COLS - 1) / COLS, n_red = g->n_red;
+  int64_t o = t / (ncb * nsplit), cb = t / nsplit % ncb, s = t % nsplit;
+  int64_t c0 = cb * COLS, nc = C - c0 < COLS ? C - c0 : COLS;
+  int64_t in_off = lt_offset_of(o, g->nkept - 1, g->kshape, g->kstride) + c0 * cs;
+  int64_t dst = s * g->n_out + o * C + c0; /* partial s of output (o, c0..) */
+  double accf[COLS];
+  int64_t acci[COLS];
+  for (int64_t j = 0; j < nc; j++) accf[j] = acc_init_f(J->op), acci[j] = acc_init_i(J->op);
+  const double *center = J->center ? J->center + o * C + c0 : NULL;
+  reduce_odometer it;
+  int64_t r0 = n_red * s / nsplit, r1 = n_red * (s + 1) / nsplit;
+  reduce_odometer_start(&it, g->nred, g->rshape, g->rstride, r0);
+  for (int64_t r = r0; r < r1; r++, reduce_odometer_next(&it)) {
+    const char *row = J->base + (in_off + it.offset) * J->esize;
+    if (J->is_int)
+      accumulate_i(acci, row, J->dtype, nc, cs, J->op);
+    else
+      accumulate_f(accf, row, J->dtype, nc, cs, J->op, center);
+  }
+  memcpy(pf + dst, accf, sizeof(double) * nc);
+  memcpy(pi + dst, acci, sizeof(int64_t) * nc);
+}
+
 /* The innermost kept dim holds C columns; outputs are (O, C) in kept-linear order. */
 static int reduce_outer(const reduce_job *J, double *resf, int64_t *resi) {
   const reduce_geom *g = J->g;
-  int64_t C = g->kshape[g->nkept - 1], cs = g->kstride[g->nkept - 1], O = g->n_out / C;
+  int64_t C = g->kshape[g->nkept - 1], O = g->n_out / C;
   int64_t ncb = (C + COLS - 1) / COLS, n_red = g->n_red, nsplit = 1;
   if (O * ncb < FEW_TASKS && n_red * C > 2 * SPLIT_GRAIN) {
     nsplit = n_red * C / SPLIT_GRAIN;
@@ -293,28 +328,11 @@ static int reduce_outer(const reduce_job *J, double *resf, int64_t *resi) {
     if (!pf || !pi) return free(pf), free(pi), lt_errorf("reduce: out of host memory for partial results");
   }
   int64_t ntasks = O * ncb * nsplit;
-#pragma omp parallel for schedule(static) if (ntasks > 1 && g->n_out * n_red >= LT_PAR_GRAIN)
-  for (int64_t t = 0; t < ntasks; t++) {
-    int64_t o = t / (ncb * nsplit), cb = t / nsplit % ncb, s = t % nsplit;
-    int64_t c0 = cb * COLS, nc = C - c0 < COLS ? C - c0 : COLS;
-    int64_t in_off = lt_offset_of(o, g->nkept - 1, g->kshape, g->kstride) + c0 * cs;
-    int64_t dst = s * g->n_out + o * C + c0; /* partial s of output (o, c0..) */
-    double accf[COLS];
-    int64_t acci[COLS];
-    for (int64_t j = 0; j < nc; j++) accf[j] = acc_init_f(J->op), acci[j] = acc_init_i(J->op);
-    const double *center = J->center ? J->center + o * C + c0 : NULL;
-    reduce_odometer it;
-    int64_t r0 = n_red * s / nsplit, r1 = n_red * (s + 1) / nsplit;
-    reduce_odometer_start(&it, g->nred, g->rshape, g->rstride, r0);
-    for (int64_t r = r0; r < r1; r++, reduce_odometer_next(&it)) {
-      const char *row = J->base + (in_off + it.offset) * J->esize;
-      if (J->is_int)
-        accumulate_i(acci, row, J->dtype, nc, cs, J->op);
-      else
-        accumulate_f(accf, row, J->dtype, nc, cs, J->op, center);
-    }
-    memcpy(pf + dst, accf, sizeof(double) * nc);
-    memcpy(pi + dst, acci, sizeof(int64_t) * nc);
+  if (ntasks > 1 && g->n_out * n_red >= LT_PAR_GRAIN) {
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < ntasks; t++) outer_task(J, t, nsplit, pf, pi);
+  } else {
+    for (int64_t t = 0; t < ntasks; t++) outer_task(J, t, nsplit, pf, pi);
   }
   if (nsplit > 1) {
     for (int64_t o = 0; o < g->n_out; o++) {
@@ -338,22 +356,29 @@ static int run_reduction(const reduce_job *J, double *resf, int64_t *resi) {
 
 /* ---- entry points ---------------------------------------------------------------------- */
 
+static inline void store_one(char *base, int dtype, const reduce_geom *g, int64_t o, const double *resf,
+                             const int64_t *resi, bool is_int) {
+  int64_t off = lt_offset_of(o, g->nkept, g->kshape, g->kout);
+  if (!is_int) {
+    lt_store_f64(base, dtype, off, resf[o]);
+  } else {
+    switch (dtype) {
+    case LT_I32: ((int32_t *)base)[off] = (int32_t)resi[o]; break;
+    case LT_I64: ((int64_t *)base)[off] = resi[o]; break;
+    default: ((uint8_t *)base)[off] = dtype == LT_BOOL ? resi[o] != 0 : (uint8_t)resi[o]; break;
+    }
+  }
+}
+
 /* Writes results (kept-linear order) into out through its own strides. */
 static void store_results(lt_tensor *out, const reduce_geom *g, const double *resf, const int64_t *resi, bool is_int) {
   char *base = lt_data_ptr(out);
   int dtype = out->dtype;
-#pragma omp parallel for schedule(static) if (g->n_out >= LT_PAR_GRAIN)
-  for (int64_t o = 0; o < g->n_out; o++) {
-    int64_t off = lt_offset_of(o, g->nkept, g->kshape, g->kout);
-    if (!is_int) {
-      lt_store_f64(base, dtype, off, resf[o]);
-    } else {
-      switch (dtype) {
-      case LT_I32: ((int32_t *)base)[off] = (int32_t)resi[o]; break;
-      case LT_I64: ((int64_t *)base)[off] = resi[o]; break;
-      default: ((uint8_t *)base)[off] = dtype == LT_BOOL ? resi[o] != 0 : (uint8_t)resi[o]; break;
-      }
-    }
+  if (g->n_out >= LT_PAR_GRAIN) {
+#pragma omp parallel for schedule(static)
+    for (int64_t o = 0; o < g->n_out; o++) store_one(base, dtype, g, o, resf, resi, is_int);
+  } else {
+    for (int64_t o = 0; o < g->n_out; o++) store_one(base, dtype, g, o, resf, resi, is_int);
   }
 }
 
