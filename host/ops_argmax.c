@@ -125,21 +125,29 @@ static void scan_row(double *bf, int64_t *bi, int64_t *idx, const char *p, int d
   }
 }
 
+/* Task t: split t % nsplit of output t / nsplit. */
+static inline arg_best inner_task(const reduce_geom *g, const char *base, int dtype, bool is_max, int64_t t,
+                                  int64_t nsplit) {
+  int64_t n = g->rshape[0], rs = g->rstride[0];
+  int64_t o = t / nsplit, s = t % nsplit, k0 = n * s / nsplit, k1 = n * (s + 1) / nsplit;
+  int64_t off = lt_offset_of(o, g->nkept, g->kshape, g->kstride) + k0 * rs;
+  arg_best b = {0, 0, -1};
+  scan_run(&b, base + off * lt_dtype_size(dtype), dtype, k1 - k0, rs, k0, is_max);
+  return b;
+}
+
 static int arg_inner(const reduce_geom *g, const char *base, int dtype, bool is_max, int64_t *res) {
-  int esize = lt_dtype_size(dtype);
   bool is_int = !lt_dtype_is_float(dtype);
-  int64_t n_out = g->n_out, n = g->rshape[0], rs = g->rstride[0], nsplit = 1;
+  int64_t n_out = g->n_out, n = g->rshape[0], nsplit = 1;
   if (n_out < FEW_TASKS && n > 2 * SPLIT_GRAIN) nsplit = (n + SPLIT_GRAIN - 1) / SPLIT_GRAIN;
   arg_best *parts = malloc(sizeof(arg_best) * n_out * nsplit);
   if (!parts) return lt_errorf("argmax: out of host memory");
   int64_t ntasks = n_out * nsplit;
-#pragma omp parallel for schedule(static) if (ntasks > 1 && n_out * n >= LT_PAR_GRAIN)
-  for (int64_t t = 0; t < ntasks; t++) {
-    int64_t o = t / nsplit, s = t % nsplit, k0 = n * s / nsplit, k1 = n * (s + 1) / nsplit;
-    int64_t off = lt_offset_of(o, g->nkept, g->kshape, g->kstride) + k0 * rs;
-    arg_best b = {0, 0, -1};
-    scan_run(&b, base + off * esize, dtype, k1 - k0, rs, k0, is_max);
-    parts[t] = b;
+  if (ntasks > 1 && n_out * n >= LT_PAR_GRAIN) { /* no omp construct for small work: see ew_execute */
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < ntasks; t++) parts[t] = inner_task(g, base, dtype, is_max, t, nsplit);
+  } else {
+    for (int64_t t = 0; t < ntasks; t++) parts[t] = inner_task(g, base, dtype, is_max, t, nsplit);
   }
   for (int64_t o = 0; o < n_out; o++) {
     arg_best b = parts[o * nsplit];
@@ -150,26 +158,35 @@ static int arg_inner(const reduce_geom *g, const char *base, int dtype, bool is_
   return 0;
 }
 
-static void arg_outer(const reduce_geom *g, const char *base, int dtype, bool is_max, int64_t *res) {
+/* Task t: column block t % ncb of outer row t / ncb. */
+static inline void outer_task(const reduce_geom *g, const char *base, int dtype, bool is_max, int64_t *res, int64_t t) {
   int esize = lt_dtype_size(dtype);
-  int64_t C = g->kshape[g->nkept - 1], cs = g->kstride[g->nkept - 1], O = g->n_out / C;
+  int64_t C = g->kshape[g->nkept - 1], cs = g->kstride[g->nkept - 1];
   int64_t ncb = (C + COLS - 1) / COLS, n = g->rshape[0], rs = g->rstride[0];
-#pragma omp parallel for schedule(static) if (O * ncb > 1 && g->n_out * n >= LT_PAR_GRAIN)
-  for (int64_t t = 0; t < O * ncb; t++) {
-    int64_t o = t / ncb, c0 = t % ncb * COLS, nc = C - c0 < COLS ? C - c0 : COLS;
-    int64_t off = lt_offset_of(o, g->nkept - 1, g->kshape, g->kstride) + c0 * cs;
-    double bf[COLS];
-    int64_t bi[COLS];
-    if (dtype == LT_F32 && cs == 1) {
-      float b32[COLS];
-      memcpy(b32, base + off * esize, sizeof(float) * nc);
-      for (int64_t j = 0; j < nc; j++) res[o * C + c0 + j] = 0;
-      for (int64_t r = 1; r < n; r++)
-        scan_row_f32(b32, res + o * C + c0, (const float *)(base + (off + r * rs) * esize), nc, r, is_max);
-      continue;
-    }
-    for (int64_t r = 0; r < n; r++)
-      scan_row(bf, bi, res + o * C + c0, base + (off + r * rs) * esize, dtype, nc, cs, r, is_max);
+  int64_t o = t / ncb, c0 = t % ncb * COLS, nc = C - c0 < COLS ? C - c0 : COLS;
+  int64_t off = lt_offset_of(o, g->nkept - 1, g->kshape, g->kstride) + c0 * cs;
+  double bf[COLS];
+  int64_t bi[COLS];
+  if (dtype == LT_F32 && cs == 1) {
+    float b32[COLS];
+    memcpy(b32, base + off * esize, sizeof(float) * nc);
+    for (int64_t j = 0; j < nc; j++) res[o * C + c0 + j] = 0;
+    for (int64_t r = 1; r < n; r++)
+      scan_row_f32(b32, res + o * C + c0, (const float *)(base + (off + r * rs) * esize), nc, r, is_max);
+    return;
+  }
+  for (int64_t r = 0; r < n; r++)
+    scan_row(bf, bi, res + o * C + c0, base + (off + r * rs) * esize, dtype, nc, cs, r, is_max);
+}
+
+static void arg_outer(const reduce_geom *g, const char *base, int dtype, bool is_max, int64_t *res) {
+  int64_t C = g->kshape[g->nkept - 1], O = g->n_out / C;
+  int64_t ncb = (C + COLS - 1) / COLS, n = g->rshape[0];
+  if (O * ncb > 1 && g->n_out * n >= LT_PAR_GRAIN) {
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < O * ncb; t++) outer_task(g, base, dtype, is_max, res, t);
+  } else {
+    for (int64_t t = 0; t < O * ncb; t++) outer_task(g, base, dtype, is_max, res, t);
   }
 }
 
