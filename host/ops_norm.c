@@ -8,6 +8,9 @@
  * not by the thread count) and the chunk partials are added in chunk order, so results
  * are bitwise reproducible for any number of threads. */
 #include "internal.h"
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -143,6 +146,64 @@ static int stat_dtype(const lt_tensor *x, const lt_tensor *stat) {
   return x->dtype == LT_F64 && stat->storage && stat->dtype == LT_F64 ? LT_F64 : LT_F32;
 }
 
+typedef struct norm_fwd_job {
+  int dtype;
+  int64_t C, N;
+  double eps;
+  int center;
+  const void *xp;
+  void *yp;
+  const void *w, *b;
+  void *mup;
+  int mu_dtype;
+  void *rsp;
+  int rs_dtype;
+} norm_fwd_job;
+
+static inline int thread_id(void) {
+#ifdef _OPENMP
+  return omp_get_thread_num();
+#else
+  return 0;
+#endif
+}
+
+static inline int num_threads(void) {
+#ifdef _OPENMP
+  return omp_get_num_threads();
+#else
+  return 1;
+#endif
+}
+
+/* Part tid of nth: rows [N*tid/nth, N*(tid+1)/nth). Rows are independent, so the split does not
+ * change results. Returns 1 when the scratch row could not be allocated. */
+static int norm_forward_part(const norm_fwd_job *J, int tid, int nth) {
+  int dtype = J->dtype, center = J->center;
+  int64_t C = J->C, i0 = J->N * tid / nth, i1 = J->N * (tid + 1) / nth;
+  const void *xp = J->xp, *w = J->w, *b = J->b;
+  void *yp = J->yp;
+  if (i0 >= i1) return 0;
+  float *scratch = dtype == LT_BF16 || dtype == LT_F16 ? malloc(2 * (size_t)C * sizeof(float)) : NULL;
+  if (dtype != LT_F32 && dtype != LT_F64 && !scratch) return 1;
+  for (int64_t i = i0; i < i1; i++) {
+    double m, r;
+    if (dtype == LT_F64) {
+      norm_row_forward_f64((double *)yp + i * C, (const double *)xp + i * C, w, b, C, J->eps, center, &m, &r);
+    } else if (dtype == LT_F32) {
+      norm_row_forward_f32((float *)yp + i * C, (const float *)xp + i * C, w, b, C, (float)J->eps, center, &m, &r);
+    } else {
+      const float *xr = lt_load_row_f32(xp, dtype, i * C, C, scratch);
+      norm_row_forward_f32(scratch + C, xr, w, b, C, (float)J->eps, center, &m, &r);
+      lt_store_row_f32(yp, dtype, i * C, scratch + C, C);
+    }
+    if (J->mup) lt_store_f64(J->mup, J->mu_dtype, i, m);
+    if (J->rsp) lt_store_f64(J->rsp, J->rs_dtype, i, r);
+  }
+  free(scratch);
+  return 0;
+}
+
 static int norm_forward(const char *op, lt_tensor *out, lt_tensor *mean, lt_tensor *rstd, const lt_tensor *x,
                         const lt_tensor *weight, const lt_tensor *bias, double eps, int center) {
   int64_t N, C;
@@ -160,30 +221,18 @@ static int norm_forward(const char *op, lt_tensor *out, lt_tensor *mean, lt_tens
   void *yp = lt_data_ptr(y);
   void *mup = mu_t ? lt_data_ptr(mu_t) : NULL, *rsp = rs_t ? lt_data_ptr(rs_t) : NULL;
   int failed = 0;
-#pragma omp parallel if (N * C >= LT_PAR_GRAIN && N > 1)
-  {
-    float *scratch = dtype == LT_BF16 || dtype == LT_F16 ? malloc(2 * (size_t)C * sizeof(float)) : NULL;
-    if (dtype != LT_F32 && dtype != LT_F64 && !scratch) {
+  norm_fwd_job J = {dtype, C, N, eps, center, xp, yp, w, b, mup, mu_t ? mu_t->dtype : 0, rsp, rs_t ? rs_t->dtype : 0};
+  if (N * C >= LT_PAR_GRAIN && N > 1) { /* no omp construct for small work: see ew_execute */
+#pragma omp parallel
+    {
+      int f = norm_forward_part(&J, thread_id(), num_threads());
+      if (f) {
 #pragma omp atomic write
-      failed = 1;
-    }
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < N; i++) {
-      double m, r;
-      if (dtype == LT_F64) {
-        norm_row_forward_f64((double *)yp + i * C, (const double *)xp + i * C, w, b, C, eps, center, &m, &r);
-      } else if (dtype == LT_F32) {
-        norm_row_forward_f32((float *)yp + i * C, (const float *)xp + i * C, w, b, C, (float)eps, center, &m, &r);
-      } else {
-        if (!scratch) continue;
-        const float *xr = lt_load_row_f32(xp, dtype, i * C, C, scratch);
-        norm_row_forward_f32(scratch + C, xr, w, b, C, (float)eps, center, &m, &r);
-        lt_store_row_f32(yp, dtype, i * C, scratch + C, C);
+        failed = 1;
       }
-      if (mup) lt_store_f64(mup, mu_t->dtype, i, m);
-      if (rsp) lt_store_f64(rsp, rs_t->dtype, i, r);
     }
-    free(scratch);
+  } else {
+    failed = norm_forward_part(&J, 0, 1);
   }
   rc = failed ? lt_errorf("%s: out of host memory", op) : 0;
 done:
@@ -222,6 +271,65 @@ static int64_t num_row_chunks(int64_t N, int64_t C) {
   int64_t k = N * C / LT_PAR_GRAIN;
   k = k < 1 ? 1 : k > 64 ? 64 : k;
   return k < N ? k : N;
+}
+
+typedef struct norm_bwd_job {
+  int dtype;
+  int64_t C, N, nchunks;
+  int center;
+  const void *xp, *dyp, *w;
+  const void *mup;
+  int mu_dtype;
+  const void *rsp;
+  int rs_dtype;
+  void *dxp;
+  char *pw_base, *pb_base; /* partials, NULL when not requested */
+} norm_bwd_job;
+
+/* Part tid of nth: row chunks [nchunks*tid/nth, nchunks*(tid+1)/nth). Each chunk writes its own
+ * partials, so the split does not change results. Returns 1 when scratch could not be allocated. */
+static int norm_backward_part(const norm_bwd_job *J, int tid, int nth) {
+  int dtype = J->dtype, is64 = dtype == LT_F64, center = J->center, csize = is64 ? 8 : 4;
+  int64_t C = J->C, N = J->N, nchunks = J->nchunks;
+  int64_t k0 = nchunks * tid / nth, k1 = nchunks * (tid + 1) / nth;
+  const void *xp = J->xp, *dyp = J->dyp, *w = J->w;
+  void *dxp = J->dxp;
+  if (k0 >= k1) return 0;
+  float *scratch = !is64 && dtype != LT_F32 ? malloc(3 * (size_t)C * sizeof(float)) : NULL;
+  if (!is64 && dtype != LT_F32 && !scratch) return 1;
+  for (int64_t k = k0; k < k1; k++) {
+    int64_t i0 = N * k / nchunks, i1 = N * (k + 1) / nchunks;
+    char *pw = J->pw_base ? J->pw_base + (size_t)(k * C * csize) : NULL;
+    char *pb = J->pb_base ? J->pb_base + (size_t)((nchunks + k) * C * csize) : NULL;
+    for (int64_t i = i0; i < i1; i++) {
+      double mu = center ? lt_load_f64(J->mup, J->mu_dtype, i) : 0.0, rs = lt_load_f64(J->rsp, J->rs_dtype, i);
+      if (is64) {
+        double *dxr = dxp ? (double *)dxp + i * C : NULL;
+        norm_row_backward_f64(dxr, (double *)pw, (double *)pb, (const double *)dyp + i * C, (const double *)xp + i * C,
+                              w, C, mu, rs, center);
+      } else if (dtype == LT_F32) {
+        float *dxr = dxp ? (float *)dxp + i * C : NULL;
+        norm_row_backward_f32(dxr, (float *)pw, (float *)pb, (const float *)dyp + i * C, (const float *)xp + i * C, w,
+                              C, mu, rs, center);
+      } else {
+        const float *xr = lt_load_row_f32(xp, dtype, i * C, C, scratch);
+        const float *dyr = lt_load_row_f32(dyp, dtype, i * C, C, scratch + C);
+        norm_row_backward_f32(dxp ? scratch + 2 * C : NULL, (float *)pw, (float *)pb, dyr, xr, w, C, mu, rs, center);
+        if (dxp) lt_store_row_f32(dxp, dtype, i * C, scratch + 2 * C, C);
+      }
+    }
+  }
+  free(scratch);
+  return 0;
+}
+
+/* Column j of the chunk partials, summed in fixed chunk order. */
+static inline void sum_partials(void *tp, int tdtype, const char *base, int is64, int64_t nchunks, int64_t C,
+                                int64_t j) {
+  double s = 0;
+  for (int64_t k = 0; k < nchunks; k++)
+    s += is64 ? ((const double *)base)[k * C + j] : (double)((const float *)base)[k * C + j];
+  lt_store_f64(tp, tdtype, j, s);
 }
 
 static int norm_backward(const char *op, lt_tensor *dx, lt_tensor *dweight, lt_tensor *dbias, const lt_tensor *dout,
@@ -263,37 +371,19 @@ static int norm_backward(const char *op, lt_tensor *dx, lt_tensor *dweight, lt_t
   const void *xp = lt_data_ptr(xc), *dyp = lt_data_ptr(dyc);
   const void *mup = center ? lt_data_ptr(muc) : NULL, *rsp = lt_data_ptr(rsc);
   void *dxp = dxw ? lt_data_ptr(dxw) : NULL;
-#pragma omp parallel if (N * C >= LT_PAR_GRAIN && nchunks > 1)
-  {
-    float *scratch = !is64 && dtype != LT_F32 ? malloc(3 * (size_t)C * sizeof(float)) : NULL;
-    if (!is64 && dtype != LT_F32 && !scratch) {
+  norm_bwd_job J = {dtype, C, N, nchunks, center, xp, dyp, w, mup, center ? muc->dtype : 0, rsp, rsc->dtype, dxp,
+                    dww ? partial : NULL, dbw ? partial : NULL};
+  if (N * C >= LT_PAR_GRAIN && nchunks > 1) { /* no omp construct for small work: see ew_execute */
+#pragma omp parallel
+    {
+      int f = norm_backward_part(&J, thread_id(), num_threads());
+      if (f) {
 #pragma omp atomic write
-      failed = 1;
-    }
-#pragma omp for schedule(static)
-    for (int64_t k = 0; k < nchunks; k++) {
-      int64_t i0 = N * k / nchunks, i1 = N * (k + 1) / nchunks;
-      char *pw = dww ? partial + (size_t)(k * C * csize) : NULL;
-      char *pb = dbw ? partial + (size_t)((nchunks + k) * C * csize) : NULL;
-      for (int64_t i = i0; i < i1; i++) {
-        double mu = center ? lt_load_f64(mup, muc->dtype, i) : 0.0, rs = lt_load_f64(rsp, rsc->dtype, i);
-        if (is64) {
-          double *dxr = dxp ? (double *)dxp + i * C : NULL;
-          norm_row_backward_f64(dxr, (double *)pw, (double *)pb, (const double *)dyp + i * C,
-                                (const double *)xp + i * C, w, C, mu, rs, center);
-        } else if (dtype == LT_F32) {
-          float *dxr = dxp ? (float *)dxp + i * C : NULL;
-          norm_row_backward_f32(dxr, (float *)pw, (float *)pb, (const float *)dyp + i * C, (const float *)xp + i * C, w,
-                                C, mu, rs, center);
-        } else if (scratch) {
-          const float *xr = lt_load_row_f32(xp, dtype, i * C, C, scratch);
-          const float *dyr = lt_load_row_f32(dyp, dtype, i * C, C, scratch + C);
-          norm_row_backward_f32(dxp ? scratch + 2 * C : NULL, (float *)pw, (float *)pb, dyr, xr, w, C, mu, rs, center);
-          if (dxp) lt_store_row_f32(dxp, dtype, i * C, scratch + 2 * C, C);
-        }
+        failed = 1;
       }
     }
-    free(scratch);
+  } else {
+    failed = norm_backward_part(&J, 0, 1);
   }
   if (failed) {
     rc = lt_errorf("%s: out of host memory", op);
@@ -305,12 +395,11 @@ static int norm_backward(const char *op, lt_tensor *dx, lt_tensor *dweight, lt_t
     if (!t) continue;
     const char *base = partial + (size_t)(which * nchunks * C * csize);
     void *tp = lt_data_ptr(t);
-#pragma omp parallel for schedule(static) if (nchunks * C >= LT_PAR_GRAIN)
-    for (int64_t j = 0; j < C; j++) {
-      double s = 0;
-      for (int64_t k = 0; k < nchunks; k++)
-        s += is64 ? ((const double *)base)[k * C + j] : (double)((const float *)base)[k * C + j];
-      lt_store_f64(tp, t->dtype, j, s);
+    if (nchunks * C >= LT_PAR_GRAIN) {
+#pragma omp parallel for schedule(static)
+      for (int64_t j = 0; j < C; j++) sum_partials(tp, t->dtype, base, is64, nchunks, C, j);
+    } else {
+      for (int64_t j = 0; j < C; j++) sum_partials(tp, t->dtype, base, is64, nchunks, C, j);
     }
   }
   rc = 0;
