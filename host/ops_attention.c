@@ -26,6 +26,7 @@
 #include "internal.h"
 #include <cblas.h>
 #include <stdlib.h>
+#include "vecmath.h"
 
 enum {
   BLOCK_ROWS = 32, /* query rows per forward / dQ task */
@@ -104,36 +105,10 @@ static void block_queries(const att_ctx *c, int64_t b, int64_t s0, int64_t nc, i
   *qhi = e > a ? e : 0;
 }
 
-/* exp for f32 rows: Cephes' expf polynomial in plain arithmetic, so that loops vectorise (libm's
- * expf does not without -ffast-math). At most 1.5 ulp from exp on [-87, 88] (checked on every
- * float there); x below -87 gives exp(-87) ~ 1.6e-38, NaN stays NaN. The range clamps compare the
- * bit patterns as integers: float compares would block vectorisation under -ftrapping-math. */
-static inline float exp_f32(float x) {
-  uint32_t ux;
-  memcpy(&ux, &x, sizeof ux);
-  ux = ux < 0xC2AE0000u ? ux : 0xC2AE0000u;                         /* x < -87 -> -87 (sign-magnitude) */
-  int32_t ix = (int32_t)ux < 0x42B00000 ? (int32_t)ux : 0x42B00000; /* x > 88 -> 88 */
-  float xc;
-  memcpy(&xc, &ix, sizeof xc);
-  float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
-  float r = xc - n * 0.693359375f + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
-  float scale;
-  memcpy(&scale, &bits, sizeof scale);
-  return p * scale + (x - x); /* + 0, or NaN for NaN */
-}
-
 #define real float
 #define FN(name) name##_f32
 #define GEMM cblas_sgemm
-#define EXP exp_f32
+#define EXP lt_exp_clamp_f32 /* vecmath.h: vectorises under -ftrapping-math, NaN kept */
 #define LOG logf
 #include "ops_attention_kernels.h"
 #undef real

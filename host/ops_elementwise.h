@@ -3,6 +3,7 @@
 #ifndef LUTRA_OPS_ELEMENTWISE_H
 #define LUTRA_OPS_ELEMENTWISE_H
 #include "internal.h"
+#include "vecmath.h"
 
 /* One run of n elements: operand k starts at ptr[k] and steps stride[k] elements
  * (0 for a broadcast operand). Operand 0 is the output. */
@@ -37,34 +38,10 @@ int64_t ew_load_f32(float *dst, const char *src, int dtype, int64_t stride, int6
 void ew_store_f32(char *dst, int dtype, int64_t stride, const float *src, int64_t n);
 
 /* ---- f32 exp and tanh in plain arithmetic, so that loops calling them vectorise (libm's
- * expf/tanhf are scalar calls). Cephes polynomials: about 1 ulp over the whole range, with
- * overflow to inf, gradual underflow to 0, and NaN kept. */
+ * expf/tanhf are scalar calls): about 1 ulp over the whole range, with overflow to inf, gradual
+ * underflow to 0, and NaN kept (exp: vecmath.h's lt_exp_f32). */
 
-static inline float ew_bits_to_f32(uint32_t u) {
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
-static inline float ew_expf(float x) {
-  float xc = x > 89.0f ? 89.0f : x; /* NaN passes through both */
-  xc = xc < -104.0f ? -104.0f : xc;
-  /* n = round(x / ln 2) by the 1.5 * 2^23 trick; its bits hold n as an integer (no float to
-   * int conversion, which would be undefined for NaN) */
-  float t = xc * 1.44269504088896341f + 12582912.0f, n = t - 12582912.0f;
-  uint32_t tb;
-  memcpy(&tb, &t, 4);
-  int32_t k = (int32_t)(tb - 0x4B400000u), k1 = k >> 1, k2 = k - k1; /* 2^n in two factors: no overflow */
-  float r = (xc - n * 0.693359375f) + n * 2.12194440e-4f;            /* x - n ln 2 in two parts */
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  return p * ew_bits_to_f32((uint32_t)(k1 + 127) << 23) * ew_bits_to_f32((uint32_t)(k2 + 127) << 23);
-}
+static inline float ew_expf(float x) { return lt_exp_f32(x); }
 
 static inline float ew_tanhf(float x) {
   float ax = x < 0 ? -x : x;

@@ -8,35 +8,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-/* Let GCC if-convert float compares (the clamps in exp_f32) so the row loops vectorise;
+/* Let GCC if-convert float compares (the clamps in lt_exp_flush_f32) so the row loops vectorise;
  * nothing here reads floating-point exception flags. */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("no-trapping-math")
 #endif
-
-/* exp(x) in plain float arithmetic that vectorises (glibc's expf does not without
- * -ffast-math): x = n ln2 + r with |r| <= ln2/2, a degree-6 polynomial for e^r
- * (Cephes expf), 2^n built in the exponent bits. About 2 ulp for x in [-87, 88];
- * below -87 (including -inf) it returns 0. Callers pass x <= 0 up to rounding. */
-static inline float exp_f32(float x) {
-  float keep = x >= -87.0f ? 1.0f : 0.0f;
-  x = x >= -87.0f ? x : -87.0f;
-  x = x <= 88.0f ? x : 88.0f;
-  const float round_magic = 12582912.0f; /* 1.5 * 2^23: adding and subtracting it rounds to an integer */
-  float n = (x * 1.44269504088896341f + round_magic) - round_magic;
-  float r = x - n * 0.693359375f + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  float e = p * r * r + r + 1.0f;
-  int32_t bits = ((int32_t)n + 127) << 23;
-  float scale;
-  memcpy(&scale, &bits, 4);
-  return e * scale * keep;
-}
+#include "vecmath.h"
 
 /* ---- row kernels ------------------------------------------------------------------- */
 
@@ -47,7 +24,7 @@ static float row_lse_f32(const float *x, int64_t V) {
   for (int64_t j = 0; j < V; j++) mx = x[j] > mx ? x[j] : mx;
   if (isinf(mx)) return mx; /* all -inf (or a +inf logit): no finite normaliser */
 #pragma omp simd reduction(+ : s)
-  for (int64_t j = 0; j < V; j++) s += exp_f32(x[j] - mx);
+  for (int64_t j = 0; j < V; j++) s += lt_exp_flush_f32(x[j] - mx);
   return mx + logf(s);
 }
 
@@ -63,8 +40,8 @@ static double row_lse_f64(const double *x, int64_t V) {
 static void row_grad_f32(float *dx, const float *x, int64_t V, float lse, float dl, int64_t t) {
   float xt = x[t];
 #pragma omp simd
-  for (int64_t j = 0; j < V; j++) dx[j] = dl * exp_f32(x[j] - lse);
-  dx[t] = dl * (exp_f32(xt - lse) - 1.0f);
+  for (int64_t j = 0; j < V; j++) dx[j] = dl * lt_exp_flush_f32(x[j] - lse);
+  dx[t] = dl * (lt_exp_flush_f32(xt - lse) - 1.0f);
 }
 
 static void row_grad_f64(double *dx, const double *x, int64_t V, double lse, double dl, int64_t t) {

@@ -7,33 +7,12 @@
 #include "internal.h"
 #include <stdlib.h>
 
-/* Let GCC if-convert the float compares in exp_nonpos_f32 so the row loops vectorise; nothing
+/* Let GCC if-convert the float compares in lt_exp_nonpos_f32 so the row loops vectorise; nothing
  * here reads floating-point exception flags. */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("no-trapping-math")
 #endif
-
-/* exp(x) for x <= 0 in float arithmetic that vectorises (glibc's expf does not without
- * -ffast-math): x = k ln2 + r with |r| <= ln2/2, a degree-6 polynomial for e^r (Cephes expf),
- * 2^k built in the exponent bits. About 2 ulp; 0 below -87 (so -inf gives 0). NaN also
- * gives 0: callers deal with NaN rows before (it saves the exp loop a blend). */
-static inline float exp_nonpos_f32(float x) {
-  float keep = x >= -87.0f ? 1.0f : 0.0f, t = x >= -87.0f ? x : -87.0f;
-  const float round_magic = 12582912.0f; /* 1.5 * 2^23: adding and subtracting it rounds */
-  float k = (t * 1.44269504088896341f + round_magic) - round_magic;
-  float r = t - k * 0.693359375f + k * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  float e = p * r * r + r + 1.0f;
-  int32_t bits = ((int32_t)k + 127) << 23;
-  float scale;
-  memcpy(&scale, &bits, 4);
-  return e * scale * keep;
-}
+#include "vecmath.h"
 
 /* Sums of exp run in float lanes over blocks of this many elements, blocks add in double:
  * as fast as a float sum, as accurate as a double one for long rows. */
@@ -79,12 +58,12 @@ static void row_f32(softmax_kind kind, float *out, const float *x, const float *
     if (nan) { /* a NaN spreads over its row, as in torch */
       for (int64_t i = 0; i < n; i++) out[i] = NAN;
     } else if (kind == SOFTMAX) {
-      BLOCK_SUM(s, n, i, out[i] = exp_nonpos_f32(x[i] - m));
+      BLOCK_SUM(s, n, i, out[i] = lt_exp_nonpos_f32(x[i] - m));
       float inv = (float)(1.0 / s);
 #pragma omp simd
       for (int64_t i = 0; i < n; i++) out[i] *= inv;
     } else {
-      BLOCK_SUM(s, n, i, exp_nonpos_f32(x[i] - m));
+      BLOCK_SUM(s, n, i, lt_exp_nonpos_f32(x[i] - m));
       float lse = m + (float)log(s);
 #pragma omp simd
       for (int64_t i = 0; i < n; i++) out[i] = x[i] - lse;
@@ -98,7 +77,7 @@ static void row_f32(softmax_kind kind, float *out, const float *x, const float *
   /* log_softmax: grad_in = grad_out - exp(y) * sum(grad_out) */
   case LOG_SOFTMAX_BACKWARD: s = dot_f32(x, NULL, n);
 #pragma omp simd
-    for (int64_t i = 0; i < n; i++) out[i] = x[i] - (y[i] != y[i] ? y[i] : exp_nonpos_f32(y[i])) * (float)s;
+    for (int64_t i = 0; i < n; i++) out[i] = x[i] - (y[i] != y[i] ? y[i] : lt_exp_nonpos_f32(y[i])) * (float)s;
     break;
   }
 }
