@@ -62,14 +62,54 @@ int lt_embedding_forward(lt_tensor *out, const lt_tensor *weight, const lt_tenso
   const char *wp = lt_data_ptr(wc);
   char *op_ = lt_data_ptr(o);
   int64_t row_stride = wc->stride[0];
-#pragma omp parallel for schedule(static) if (n * C >= LT_PAR_GRAIN)
-  for (int64_t i = 0; i < n; i++) memcpy(op_ + i * C * esize, wp + id[i] * row_stride * esize, (size_t)(C * esize));
+  size_t row_bytes = (size_t)(C * esize);
+  if (n * C >= LT_PAR_GRAIN) { /* no omp construct for small work: see ew_execute */
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) memcpy(op_ + i * C * esize, wp + id[i] * row_stride * esize, row_bytes);
+  } else {
+    for (int64_t i = 0; i < n; i++) memcpy(op_ + i * C * esize, wp + id[i] * row_stride * esize, row_bytes);
+  }
   rc = 0;
 done:
   rc = lt_out_finish(out, o, rc);
   lt_release(wc);
   free(id);
   return rc;
+}
+
+/* dweight row v = sum of the dout rows of id v, in increasing position order; acc (C) is f32
+ * scratch for 16-bit dtypes. */
+static inline void grad_row(void *gp, int dtype, const void *dp, int64_t C, const int64_t *start, const int64_t *order,
+                            int64_t v, float *acc) {
+  if (dtype == LT_F32) {
+    float *row = (float *)gp + v * C;
+    memset(row, 0, (size_t)C * sizeof(float));
+    for (int64_t k = start[v]; k < start[v + 1]; k++) {
+      const float *src = (const float *)dp + order[k] * C;
+      for (int64_t j = 0; j < C; j++) row[j] += src[j];
+    }
+  } else if (dtype == LT_F64) {
+    double *row = (double *)gp + v * C;
+    memset(row, 0, (size_t)C * sizeof(double));
+    for (int64_t k = start[v]; k < start[v + 1]; k++) {
+      const double *src = (const double *)dp + order[k] * C;
+      for (int64_t j = 0; j < C; j++) row[j] += src[j];
+    }
+  } else { /* 16-bit: sum in f32, round once */
+    memset(acc, 0, (size_t)C * sizeof(float));
+    for (int64_t k = start[v]; k < start[v + 1]; k++) {
+      const uint16_t *src = (const uint16_t *)dp + order[k] * C;
+      if (dtype == LT_BF16)
+        for (int64_t j = 0; j < C; j++) acc[j] += lt_bf16_to_f32(src[j]);
+      else
+        for (int64_t j = 0; j < C; j++) acc[j] += lt_f16_to_f32(src[j]);
+    }
+    uint16_t *row = (uint16_t *)gp + v * C;
+    if (dtype == LT_BF16)
+      for (int64_t j = 0; j < C; j++) row[j] = lt_f32_to_bf16(acc[j]);
+    else
+      for (int64_t j = 0; j < C; j++) row[j] = lt_f32_to_f16(acc[j]);
+  }
 }
 
 int lt_embedding_backward(lt_tensor *dweight, const lt_tensor *dout, const lt_tensor *ids) {
@@ -114,45 +154,24 @@ int lt_embedding_backward(lt_tensor *dweight, const lt_tensor *dout, const lt_te
   const void *dp = lt_data_ptr(dc);
   void *gp = lt_data_ptr(g);
   int failed = 0;
-#pragma omp parallel if ((n + V) * C >= LT_PAR_GRAIN)
-  {
-    float *acc = dtype == LT_BF16 || dtype == LT_F16 ? malloc((size_t)(C > 0 ? C : 1) * sizeof(float)) : NULL;
-    if ((dtype == LT_BF16 || dtype == LT_F16) && !acc) {
+  bool need_acc = dtype == LT_BF16 || dtype == LT_F16;
+  if ((n + V) * C >= LT_PAR_GRAIN) { /* no omp construct for small work: see ew_execute */
+#pragma omp parallel
+    {
+      float *acc = need_acc ? malloc((size_t)(C > 0 ? C : 1) * sizeof(float)) : NULL;
+      if (need_acc && !acc) {
 #pragma omp atomic write
-      failed = 1;
-    }
-#pragma omp for schedule(dynamic, 16)
-    for (int64_t v = 0; v < V; v++) {
-      if (dtype == LT_F32) {
-        float *row = (float *)gp + v * C;
-        memset(row, 0, (size_t)C * sizeof(float));
-        for (int64_t k = start[v]; k < start[v + 1]; k++) {
-          const float *src = (const float *)dp + order[k] * C;
-          for (int64_t j = 0; j < C; j++) row[j] += src[j];
-        }
-      } else if (dtype == LT_F64) {
-        double *row = (double *)gp + v * C;
-        memset(row, 0, (size_t)C * sizeof(double));
-        for (int64_t k = start[v]; k < start[v + 1]; k++) {
-          const double *src = (const double *)dp + order[k] * C;
-          for (int64_t j = 0; j < C; j++) row[j] += src[j];
-        }
-      } else if (acc) { /* 16-bit: sum in f32, round once */
-        memset(acc, 0, (size_t)C * sizeof(float));
-        for (int64_t k = start[v]; k < start[v + 1]; k++) {
-          const uint16_t *src = (const uint16_t *)dp + order[k] * C;
-          if (dtype == LT_BF16)
-            for (int64_t j = 0; j < C; j++) acc[j] += lt_bf16_to_f32(src[j]);
-          else
-            for (int64_t j = 0; j < C; j++) acc[j] += lt_f16_to_f32(src[j]);
-        }
-        uint16_t *row = (uint16_t *)gp + v * C;
-        if (dtype == LT_BF16)
-          for (int64_t j = 0; j < C; j++) row[j] = lt_f32_to_bf16(acc[j]);
-        else
-          for (int64_t j = 0; j < C; j++) row[j] = lt_f32_to_f16(acc[j]);
+        failed = 1;
       }
+#pragma omp for schedule(dynamic, 16)
+      for (int64_t v = 0; v < V; v++)
+        if (!need_acc || acc) grad_row(gp, dtype, dp, C, start, order, v, acc);
+      free(acc);
     }
+  } else {
+    float *acc = need_acc ? malloc((size_t)(C > 0 ? C : 1) * sizeof(float)) : NULL;
+    if (need_acc && !acc) failed = 1;
+    for (int64_t v = 0; v < V && !failed; v++) grad_row(gp, dtype, dp, C, start, order, v, acc);
     free(acc);
   }
   rc = failed ? lt_errorf("%s: out of host memory", op) : 0;
