@@ -55,6 +55,58 @@ static void rotate_f64(double *restrict y, const double *restrict x, const doubl
   }
 }
 
+typedef struct rope_job {
+  const lt_tensor *x, *out, *positions;
+  const char *pos_base;
+  char *cos_tab, *sin_tab; /* (tab_rows, half), f64 or f32 */
+  const double *freq;
+  int64_t T, H, D, half;
+  double sign;
+  bool f64, per_batch;
+} rope_job;
+
+/* Table row r: cos and sin of the angles of position row r. */
+static inline void table_row(const rope_job *J, int64_t r) {
+  const lt_tensor *positions = J->positions;
+  int64_t half = J->half;
+  double p = (double)r;
+  if (positions) {
+    int64_t off = J->per_batch ? (r / J->T) * positions->stride[0] + (r % J->T) * positions->stride[1]
+                               : r * positions->stride[0];
+    p = (double)lt_load_i64(J->pos_base, positions->dtype, off);
+  }
+  for (int64_t i = 0; i < half; i++) {
+    double angle = p * J->freq[i], c = cos(angle), s = J->sign * sin(angle);
+    if (J->f64) {
+      ((double *)J->cos_tab)[r * half + i] = c;
+      ((double *)J->sin_tab)[r * half + i] = s;
+    } else {
+      ((float *)J->cos_tab)[r * half + i] = (float)c;
+      ((float *)J->sin_tab)[r * half + i] = (float)s;
+    }
+  }
+}
+
+/* Rotates (b, t, h) row r of x into out through buf (2 D elements of f64 or f32). */
+static inline void rotate_row(const rope_job *J, int64_t r, char *buf) {
+  const lt_tensor *x = J->x, *out = J->out;
+  int64_t T = J->T, H = J->H, D = J->D, half = J->half, xsz = lt_dtype_size(x->dtype);
+  int64_t b = r / (T * H), t = (r / H) % T, h = r % H, tr = J->per_batch ? b * T + t : t;
+  const char *xr = (const char *)lt_data_ptr(x) + (b * x->stride[0] + t * x->stride[1] + h * x->stride[2]) * xsz;
+  char *orow = (char *)lt_data_ptr(out) + (b * out->stride[0] + t * out->stride[1] + h * out->stride[2]) * xsz;
+  if (J->f64) {
+    double *in = (double *)buf, *res = in + D;
+    for (int64_t i = 0; i < D; i++) in[i] = ((const double *)xr)[i * x->stride[3]];
+    rotate_f64(res, in, (const double *)J->cos_tab + tr * half, (const double *)J->sin_tab + tr * half, half);
+    for (int64_t i = 0; i < D; i++) ((double *)orow)[i * out->stride[3]] = res[i];
+  } else {
+    float *in = (float *)buf, *res = in + D;
+    load_row_f32(in, xr, x->dtype, x->stride[3], D);
+    rotate_f32(res, in, (const float *)J->cos_tab + tr * half, (const float *)J->sin_tab + tr * half, half);
+    store_row_f32(orow, out->dtype, out->stride[3], res, D);
+  }
+}
+
 static int check_positions(const lt_tensor *pos, const lt_tensor *x) {
   if (!pos) return 0;
   char a[LT_DESC_STR], b[LT_DESC_STR];
@@ -92,56 +144,34 @@ int lt_rope(lt_tensor *out, const lt_tensor *x, const lt_tensor *positions, doub
   for (int64_t i = 0; i < half; i++) freq[i] = pow(theta, -(double)(2 * i) / (double)D);
   const char *pos_base = positions ? lt_data_ptr(positions) : NULL;
   const double sign = inverse ? -1.0 : 1.0;
-#pragma omp parallel for schedule(static) if (tab_rows * half >= LT_PAR_GRAIN / 16)
-  for (int64_t r = 0; r < tab_rows; r++) {
-    double p = (double)r;
-    if (positions) {
-      int64_t off =
-          per_batch ? (r / T) * positions->stride[0] + (r % T) * positions->stride[1] : r * positions->stride[0];
-      p = (double)lt_load_i64(pos_base, positions->dtype, off);
-    }
-    for (int64_t i = 0; i < half; i++) {
-      double angle = p * freq[i], c = cos(angle), s = sign * sin(angle);
-      if (f64) {
-        ((double *)cos_tab)[r * half + i] = c;
-        ((double *)sin_tab)[r * half + i] = s;
-      } else {
-        ((float *)cos_tab)[r * half + i] = (float)c;
-        ((float *)sin_tab)[r * half + i] = (float)s;
-      }
-    }
+  rope_job J = {x, out, positions, pos_base, cos_tab, sin_tab, freq, T, H, D, half, sign, f64, per_batch};
+  if (tab_rows * half >= LT_PAR_GRAIN / 16) { /* no omp construct for small work: see ew_execute */
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < tab_rows; r++) table_row(&J, r);
+  } else {
+    for (int64_t r = 0; r < tab_rows; r++) table_row(&J, r);
   }
 
   /* rotate every (b, t, h) row through a scratch row: any strides, any float dtype, in place ok */
-  const char *xbase = lt_data_ptr(x);
-  char *obase = lt_data_ptr(out);
-  const int64_t rows = B * T * H, xsz = lt_dtype_size(x->dtype);
+  const int64_t rows = B * T * H;
   bool oom = false;
-#pragma omp parallel if (rows * D >= LT_PAR_GRAIN)
-  {
-    char *buf = malloc((size_t)(2 * D * esize));
-    if (!buf) {
+  if (rows * D >= LT_PAR_GRAIN) {
+#pragma omp parallel
+    {
+      char *buf = malloc((size_t)(2 * D * esize));
+      if (!buf) {
 #pragma omp atomic write
-      oom = true;
-    }
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
-      if (!buf) continue;
-      int64_t b = r / (T * H), t = (r / H) % T, h = r % H, tr = per_batch ? b * T + t : t;
-      const char *xr = xbase + (b * x->stride[0] + t * x->stride[1] + h * x->stride[2]) * xsz;
-      char *orow = obase + (b * out->stride[0] + t * out->stride[1] + h * out->stride[2]) * xsz;
-      if (f64) {
-        double *in = (double *)buf, *res = in + D;
-        for (int64_t i = 0; i < D; i++) in[i] = ((const double *)xr)[i * x->stride[3]];
-        rotate_f64(res, in, (const double *)cos_tab + tr * half, (const double *)sin_tab + tr * half, half);
-        for (int64_t i = 0; i < D; i++) ((double *)orow)[i * out->stride[3]] = res[i];
-      } else {
-        float *in = (float *)buf, *res = in + D;
-        load_row_f32(in, xr, x->dtype, x->stride[3], D);
-        rotate_f32(res, in, (const float *)cos_tab + tr * half, (const float *)sin_tab + tr * half, half);
-        store_row_f32(orow, out->dtype, out->stride[3], res, D);
+        oom = true;
       }
+#pragma omp for schedule(static)
+      for (int64_t r = 0; r < rows; r++)
+        if (buf) rotate_row(&J, r, buf);
+      free(buf);
     }
+  } else {
+    char *buf = malloc((size_t)(2 * D * esize));
+    oom = !buf;
+    for (int64_t r = 0; r < rows && buf; r++) rotate_row(&J, r, buf);
     free(buf);
   }
   free(cos_tab), free(sin_tab), free(freq);
