@@ -183,6 +183,15 @@ static void fill_run(char *base, int dtype, int64_t stride, int64_t n, uint64_t 
   }
 }
 
+/* Piece t: elements [j0, j0 + chunk) of row t / per_row, j0 = (t % per_row) * chunk. */
+static inline void fill_piece(const lt_strided_loop *L, char *base, int dtype, int64_t inner, int64_t chunk,
+                              uint64_t offset, const dist *d, int64_t t) {
+  int64_t per_row = (inner + chunk - 1) / chunk, stride = L->stride[0][L->ndim - 1];
+  int64_t r = t / per_row, j0 = (t % per_row) * chunk, n = inner - j0 < chunk ? inner - j0 : chunk, roff;
+  lt_loop_row_offsets(L, r, &roff);
+  fill_run(base + (roff + j0 * stride) * lt_dtype_size(dtype), dtype, stride, n, offset + (uint64_t)(r * inner + j0), d);
+}
+
 /* Fills out (any layout) in row-major element order; element i gets counter offset + i. */
 static int fill(lt_tensor *out, uint64_t seed, uint64_t offset, dist *d) {
   d->key[0] = (uint32_t)seed;
@@ -190,19 +199,19 @@ static int fill(lt_tensor *out, uint64_t seed, uint64_t offset, dist *d) {
   const int64_t *strides[1] = {out->stride};
   lt_strided_loop L;
   lt_loop_init(&L, out->ndim, out->shape, 1, strides);
-  int64_t rows = lt_loop_outer_rows(&L), inner = L.shape[L.ndim - 1], stride = L.stride[0][L.ndim - 1];
+  int64_t rows = lt_loop_outer_rows(&L), inner = L.shape[L.ndim - 1];
   char *base = lt_data_ptr(out);
-  int dtype = out->dtype, esize = lt_dtype_size(dtype);
+  int dtype = out->dtype;
   if (lt_numel(out) == 0) return 0;
   /* Split into pieces of at most `chunk` elements of one row: same values for any thread count,
    * since each element's value depends only on its linear index. */
   int64_t chunk = inner < 4096 ? inner : 4096, per_row = (inner + chunk - 1) / chunk;
   int64_t pieces = rows * per_row;
-#pragma omp parallel for schedule(static) if (rows * inner >= LT_PAR_GRAIN / 4)
-  for (int64_t t = 0; t < pieces; t++) {
-    int64_t r = t / per_row, j0 = (t % per_row) * chunk, n = inner - j0 < chunk ? inner - j0 : chunk, roff;
-    lt_loop_row_offsets(&L, r, &roff);
-    fill_run(base + (roff + j0 * stride) * esize, dtype, stride, n, offset + (uint64_t)(r * inner + j0), d);
+  if (rows * inner >= LT_PAR_GRAIN / 4) { /* no omp construct for small work: see ew_execute */
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < pieces; t++) fill_piece(&L, base, dtype, inner, chunk, offset, d, t);
+  } else {
+    for (int64_t t = 0; t < pieces; t++) fill_piece(&L, base, dtype, inner, chunk, offset, d, t);
   }
   return 0;
 }
