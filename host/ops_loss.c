@@ -7,6 +7,9 @@
 #include "internal.h"
 #include <stdio.h>
 #include <stdlib.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 /* Let GCC if-convert float compares (the clamps in lt_exp_flush_f32) so the row loops vectorise;
  * nothing here reads floating-point exception flags. */
@@ -95,6 +98,43 @@ static int row_dtype(const lt_tensor *logits, const lt_tensor *t) {
   return logits->dtype == LT_F64 && t->storage && t->dtype == LT_F64 ? LT_F64 : LT_F32;
 }
 
+/* What the forward rows read and write: logits xp (N, V), targets tgt (N), losses lp (N), lse sp (N) or NULL. */
+typedef struct {
+  int64_t N, V;
+  int dtype;
+  int64_t ignore_index;
+  const int64_t *tgt;
+  const void *xp;
+  void *lp, *sp;
+  int ldtype, sdtype;
+} forward_job;
+
+/* Rows [N tid / nthreads, N (tid + 1) / nthreads): each row alone, so any split gives the same
+ * results. Returns 1 when out of memory for the 16-bit row scratch. */
+static int forward_rows(const forward_job *j, int tid, int nthreads) {
+  int64_t V = j->V, i0 = j->N * tid / nthreads, i1 = j->N * (tid + 1) / nthreads;
+  bool half = j->dtype == LT_BF16 || j->dtype == LT_F16;
+  float *scratch = half && i1 > i0 ? malloc((size_t)V * sizeof(float)) : NULL;
+  if (half && i1 > i0 && !scratch) return 1;
+  for (int64_t i = i0; i < i1; i++) {
+    double s, xt;
+    int64_t t = j->tgt[i];
+    if (j->dtype == LT_F64) {
+      const double *x = (const double *)j->xp + i * V;
+      s = row_lse_f64(x, V);
+      xt = t == j->ignore_index ? 0 : x[t];
+    } else {
+      const float *x = lt_load_row_f32(j->xp, j->dtype, i * V, V, scratch);
+      s = row_lse_f32(x, V);
+      xt = t == j->ignore_index ? 0 : x[t];
+    }
+    lt_store_f64(j->lp, j->ldtype, i, t == j->ignore_index ? 0.0 : s - xt);
+    if (j->sp) lt_store_f64(j->sp, j->sdtype, i, s);
+  }
+  free(scratch);
+  return 0;
+}
+
 int lt_cross_entropy_forward(lt_tensor *losses, lt_tensor *lse, const lt_tensor *logits, const lt_tensor *targets,
                              int64_t ignore_index) {
   const char *op = "cross_entropy";
@@ -113,30 +153,22 @@ int lt_cross_entropy_forward(lt_tensor *losses, lt_tensor *lse, const lt_tensor 
   if (lse && !(sw = lt_out_begin(op, "lse", lse, 1, nshape, row_dtype(logits, lse)))) goto done;
   const void *xp = lt_data_ptr(xc);
   void *lp = lt_data_ptr(lw), *sp = sw ? lt_data_ptr(sw) : NULL;
-#pragma omp parallel if (N * V >= LT_PAR_GRAIN && N > 1)
-  {
-    float *scratch = dtype == LT_BF16 || dtype == LT_F16 ? malloc((size_t)V * sizeof(float)) : NULL;
-    if ((dtype == LT_BF16 || dtype == LT_F16) && !scratch) {
+  forward_job job = {N, V, dtype, ignore_index, tgt, xp, lp, sp, lw->dtype, sw ? sw->dtype : 0};
+  /* A parallel construct costs a team set-up even when `if` turns it off: branch instead. */
+  if (N * V >= LT_PAR_GRAIN && N > 1) {
+#pragma omp parallel
+    {
+      int tid = 0, nthreads = 1;
+#ifdef _OPENMP
+      tid = omp_get_thread_num(), nthreads = omp_get_num_threads();
+#endif
+      if (forward_rows(&job, tid, nthreads)) {
 #pragma omp atomic write
-      failed = 1;
-    }
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < N; i++) {
-      double s, xt;
-      if (dtype == LT_F64) {
-        const double *x = (const double *)xp + i * V;
-        s = row_lse_f64(x, V);
-        xt = tgt[i] == ignore_index ? 0 : x[tgt[i]];
-      } else {
-        if (dtype != LT_F32 && !scratch) continue;
-        const float *x = lt_load_row_f32(xp, dtype, i * V, V, scratch);
-        s = row_lse_f32(x, V);
-        xt = tgt[i] == ignore_index ? 0 : x[tgt[i]];
+        failed = 1;
       }
-      lt_store_f64(lp, lw->dtype, i, tgt[i] == ignore_index ? 0.0 : s - xt);
-      if (sp) lt_store_f64(sp, sw->dtype, i, s);
     }
-    free(scratch);
+  } else {
+    failed = forward_rows(&job, 0, 1);
   }
   rc = failed ? lt_errorf("%s: out of host memory", op) : 0;
 done:
@@ -167,6 +199,45 @@ static void *row_values(const char *op, const char *what, const lt_tensor *t, in
   return NULL;
 }
 
+/* What the backward rows read and write: logits xp (N, V), targets tgt (N), dlogits gp (N, V),
+ * dlosses dl (N) and lse ls (N) in f64 for f64 logits, else f32. */
+typedef struct {
+  int64_t N, V;
+  int dtype;
+  int64_t ignore_index;
+  const int64_t *tgt;
+  const void *xp;
+  void *gp;
+  const void *dl, *ls;
+} backward_job;
+
+/* Rows [N tid / nthreads, N (tid + 1) / nthreads), each alone. Returns 1 when out of memory. */
+static int backward_rows(const backward_job *j, int tid, int nthreads) {
+  int64_t V = j->V, i0 = j->N * tid / nthreads, i1 = j->N * (tid + 1) / nthreads;
+  int dtype = j->dtype;
+  bool half = dtype == LT_BF16 || dtype == LT_F16;
+  float *scratch = half && i1 > i0 ? malloc(2 * (size_t)V * sizeof(float)) : NULL;
+  if (half && i1 > i0 && !scratch) return 1;
+  const float *ls = j->ls, *dl = j->dl;
+  for (int64_t i = i0; i < i1; i++) {
+    int64_t t = j->tgt[i];
+    if (t == j->ignore_index) {
+      memset((char *)j->gp + i * V * lt_dtype_size(dtype), 0, (size_t)(V * lt_dtype_size(dtype)));
+    } else if (dtype == LT_F64) {
+      row_grad_f64((double *)j->gp + i * V, (const double *)j->xp + i * V, V, ((const double *)j->ls)[i],
+                   ((const double *)j->dl)[i], t);
+    } else if (dtype == LT_F32) {
+      row_grad_f32((float *)j->gp + i * V, (const float *)j->xp + i * V, V, ls[i], dl[i], t);
+    } else {
+      const float *x = lt_load_row_f32(j->xp, dtype, i * V, V, scratch);
+      row_grad_f32(scratch + V, x, V, ls[i], dl[i], t);
+      lt_store_row_f32(j->gp, dtype, i * V, scratch + V, V);
+    }
+  }
+  free(scratch);
+  return 0;
+}
+
 int lt_cross_entropy_backward(lt_tensor *dlogits, const lt_tensor *dlosses, const lt_tensor *logits,
                               const lt_tensor *targets, const lt_tensor *lse, int64_t ignore_index) {
   const char *op = "cross_entropy_backward";
@@ -187,28 +258,21 @@ int lt_cross_entropy_backward(lt_tensor *dlogits, const lt_tensor *dlosses, cons
   if (!(gw = lt_out_begin(op, "dlogits", dlogits, 2, logits->shape, dtype))) goto done;
   const void *xp = lt_data_ptr(xc);
   void *gp = lt_data_ptr(gw);
-#pragma omp parallel if (N * V >= LT_PAR_GRAIN && N > 1)
-  {
-    float *scratch = dtype == LT_BF16 || dtype == LT_F16 ? malloc(2 * (size_t)V * sizeof(float)) : NULL;
-    if ((dtype == LT_BF16 || dtype == LT_F16) && !scratch) {
+  backward_job job = {N, V, dtype, ignore_index, tgt, xp, gp, dl, ls};
+  if (N * V >= LT_PAR_GRAIN && N > 1) {
+#pragma omp parallel
+    {
+      int tid = 0, nthreads = 1;
+#ifdef _OPENMP
+      tid = omp_get_thread_num(), nthreads = omp_get_num_threads();
+#endif
+      if (backward_rows(&job, tid, nthreads)) {
 #pragma omp atomic write
-      failed = 1;
-    }
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < N; i++) {
-      if (tgt[i] == ignore_index) {
-        memset((char *)gp + i * V * lt_dtype_size(dtype), 0, (size_t)(V * lt_dtype_size(dtype)));
-      } else if (dtype == LT_F64) {
-        row_grad_f64((double *)gp + i * V, (const double *)xp + i * V, V, ((double *)ls)[i], ((double *)dl)[i], tgt[i]);
-      } else if (dtype == LT_F32) {
-        row_grad_f32((float *)gp + i * V, (const float *)xp + i * V, V, ((float *)ls)[i], ((float *)dl)[i], tgt[i]);
-      } else if (scratch) {
-        const float *x = lt_load_row_f32(xp, dtype, i * V, V, scratch);
-        row_grad_f32(scratch + V, x, V, ((float *)ls)[i], ((float *)dl)[i], tgt[i]);
-        lt_store_row_f32(gp, dtype, i * V, scratch + V, V);
+        failed = 1;
       }
     }
-    free(scratch);
+  } else {
+    failed = backward_rows(&job, 0, 1);
   }
   rc = failed ? lt_errorf("%s: out of host memory", op) : 0;
 done:

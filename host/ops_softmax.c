@@ -6,6 +6,9 @@
  * row max is subtracted before exp. 16-bit dtypes compute in f32, f64 in f64. */
 #include "internal.h"
 #include <stdlib.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 /* Let GCC if-convert the float compares in lt_exp_nonpos_f32 so the row loops vectorise; nothing
  * here reads floating-point exception flags. */
@@ -185,6 +188,21 @@ static void softmax_block(const softmax_plan *P, int64_t r0, int nr, char *scrat
   scatter_block(p[0], scratch, nr, n, P->dtype, P->dim_stride[0]);
 }
 
+/* Blocks [nblocks tid / nthreads, nblocks (tid + 1) / nthreads) of P.block rows: each row alone,
+ * so any split gives the same results. Returns 1 when out of memory for the row scratch. */
+static int softmax_blocks(const softmax_plan *P, int64_t nblocks, int tid, int nthreads) {
+  int64_t b0 = nblocks * tid / nthreads, b1 = nblocks * (tid + 1) / nthreads;
+  if (b1 <= b0) return 0;
+  char *scratch = P->direct ? NULL : malloc((size_t)(3 * P->block * P->n * 8));
+  if (!P->direct && !scratch) return 1;
+  for (int64_t b = b0; b < b1; b++) {
+    int nr = (int)(P->rows - b * P->block < P->block ? P->rows - b * P->block : P->block);
+    softmax_block(P, b * P->block, nr, scratch);
+  }
+  free(scratch);
+  return 0;
+}
+
 static int softmax_run(const char *op, softmax_kind kind, lt_tensor *out, const lt_tensor *x, const lt_tensor *y,
                        int dim) {
   bool backward = kind == SOFTMAX_BACKWARD || kind == LOG_SOFTMAX_BACKWARD;
@@ -224,19 +242,21 @@ static int softmax_run(const char *op, softmax_kind kind, lt_tensor *out, const 
   P.block = P.n >= (1 << 18) / BLOCK ? (int)((1 << 18) / P.n > 1 ? (1 << 18) / P.n : 1) : BLOCK;
   int64_t nblocks = (P.rows + P.block - 1) / P.block;
   int failed = 0;
-#pragma omp parallel if (nblocks > 1 && P.rows * P.n >= LT_PAR_GRAIN)
-  {
-    char *scratch = P.direct ? NULL : malloc((size_t)(3 * P.block * P.n * 8));
-    if (!P.direct && !scratch) {
+  /* A parallel construct costs a team set-up even when `if` turns it off: branch instead. */
+  if (nblocks > 1 && P.rows * P.n >= LT_PAR_GRAIN) {
+#pragma omp parallel
+    {
+      int tid = 0, nthreads = 1;
+#ifdef _OPENMP
+      tid = omp_get_thread_num(), nthreads = omp_get_num_threads();
+#endif
+      if (softmax_blocks(&P, nblocks, tid, nthreads)) {
 #pragma omp atomic write
-      failed = 1;
+        failed = 1;
+      }
     }
-#pragma omp for schedule(static)
-    for (int64_t b = 0; b < nblocks; b++) {
-      int nr = (int)(P.rows - b * P.block < P.block ? P.rows - b * P.block : P.block);
-      if (P.direct || scratch) softmax_block(&P, b * P.block, nr, scratch);
-    }
-    free(scratch);
+  } else {
+    failed = softmax_blocks(&P, nblocks, 0, 1);
   }
   return failed ? lt_errorf("%s: out of host memory for rows of %lld", op, (long long)P.n) : 0;
 }
