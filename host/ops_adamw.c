@@ -113,6 +113,22 @@ static int finish_inplace(lt_tensor *t, lt_tensor *c, int rc) {
   return rc;
 }
 
+enum { ADAMW_CHUNK = 16384 }; /* elements per task, a multiple of HALF_BLOCK */
+
+/* Updates chunk c (elements [c * ADAMW_CHUNK, ...) of n) of param, m, v. */
+static inline void adamw_chunk(char *pp, int pdtype, const char *gp, int gdtype, char *mp, char *vp, int mdtype,
+                               int64_t n, int64_t c, const adamw_scalars *s) {
+  int64_t i0 = c * ADAMW_CHUNK, len = n - i0 < ADAMW_CHUNK ? n - i0 : ADAMW_CHUNK;
+  int psize = lt_dtype_size(pdtype), gsize = lt_dtype_size(gdtype), msize = lt_dtype_size(mdtype);
+  if (pdtype == LT_F32)
+    adamw_f32((float *)pp + i0, (const float *)gp + i0, (float *)mp + i0, (float *)vp + i0, len, s);
+  else if (pdtype == LT_F64)
+    adamw_f64((double *)pp + i0, (const double *)gp + i0, (double *)mp + i0, (double *)vp + i0, len, s);
+  else
+    adamw_half((uint16_t *)(pp + i0 * psize), pdtype, gp + i0 * gsize, gdtype, (float *)(mp + i0 * msize),
+               (float *)(vp + i0 * msize), len, s);
+}
+
 int lt_adamw_step(lt_tensor *param, const lt_tensor *grad, lt_tensor *m, lt_tensor *v, double lr, double beta1,
                   double beta2, double eps, double weight_decay, int64_t step) {
   LT_TRY(lt_check_defined("adamw", "param", param));
@@ -146,18 +162,13 @@ int lt_adamw_step(lt_tensor *param, const lt_tensor *grad, lt_tensor *m, lt_tens
   if (!pc || !mc || !vc || !gc || lt_contiguous(gc, grad)) goto done;
   char *pp = lt_data_ptr(pc), *mp = lt_data_ptr(mc), *vp = lt_data_ptr(vc);
   const char *gp = lt_data_ptr(gc);
-  int gdtype = gc->dtype, psize = lt_dtype_size(pdtype), gsize = lt_dtype_size(gdtype), msize = lt_dtype_size(mdtype);
-  const int64_t chunk = 16384; /* a multiple of HALF_BLOCK */
-#pragma omp parallel for schedule(static) if (n >= 2 * LT_PAR_GRAIN)
-  for (int64_t c = 0; c < (n + chunk - 1) / chunk; c++) {
-    int64_t i0 = c * chunk, len = n - i0 < chunk ? n - i0 : chunk;
-    if (pdtype == LT_F32)
-      adamw_f32((float *)pp + i0, (const float *)gp + i0, (float *)mp + i0, (float *)vp + i0, len, &s);
-    else if (pdtype == LT_F64)
-      adamw_f64((double *)pp + i0, (const double *)gp + i0, (double *)mp + i0, (double *)vp + i0, len, &s);
-    else
-      adamw_half((uint16_t *)(pp + i0 * psize), pdtype, gp + i0 * gsize, gdtype, (float *)(mp + i0 * msize),
-                 (float *)(vp + i0 * msize), len, &s);
+  int gdtype = gc->dtype;
+  int64_t nchunks = (n + ADAMW_CHUNK - 1) / ADAMW_CHUNK;
+  if (n >= 2 * LT_PAR_GRAIN) { /* no omp construct for small work: see ew_execute */
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < nchunks; c++) adamw_chunk(pp, pdtype, gp, gdtype, mp, vp, mdtype, n, c, &s);
+  } else {
+    for (int64_t c = 0; c < nchunks; c++) adamw_chunk(pp, pdtype, gp, gdtype, mp, vp, mdtype, n, c, &s);
   }
   rc = 0;
 done:
