@@ -98,6 +98,21 @@ static int finish_inplace(lt_tensor *t, lt_tensor *c, int rc) {
   return rc;
 }
 
+enum { LION_CHUNK = 16384 }; /* elements per task, a multiple of HALF_BLOCK */
+
+/* Updates chunk c (elements [c * LION_CHUNK, ...) of n) of param and m. */
+static inline void lion_chunk(char *pp, int pdtype, const char *gp, int gdtype, char *mp, int mdtype, int64_t n,
+                              int64_t c, const lion_scalars *s) {
+  int64_t i0 = c * LION_CHUNK, len = n - i0 < LION_CHUNK ? n - i0 : LION_CHUNK;
+  int psize = lt_dtype_size(pdtype), gsize = lt_dtype_size(gdtype), msize = lt_dtype_size(mdtype);
+  if (pdtype == LT_F32)
+    lion_f32((float *)pp + i0, (const float *)gp + i0, (float *)mp + i0, len, s);
+  else if (pdtype == LT_F64)
+    lion_f64((double *)pp + i0, (const double *)gp + i0, (double *)mp + i0, len, s);
+  else
+    lion_half((uint16_t *)(pp + i0 * psize), pdtype, gp + i0 * gsize, gdtype, (float *)(mp + i0 * msize), len, s);
+}
+
 int lt_lion_step(lt_tensor *param, const lt_tensor *grad, lt_tensor *m, double lr, double beta1, double beta2,
                  double weight_decay) {
   LT_TRY(lt_check_defined("lion", "param", param));
@@ -130,17 +145,13 @@ int lt_lion_step(lt_tensor *param, const lt_tensor *grad, lt_tensor *m, double l
     goto done;
   char *pp = lt_data_ptr(pc), *mp = lt_data_ptr(mc);
   const char *gp = lt_data_ptr(gc);
-  int gdtype = gc->dtype, psize = lt_dtype_size(pdtype), gsize = lt_dtype_size(gdtype), msize = lt_dtype_size(mdtype);
-  const int64_t chunk = 16384; /* a multiple of HALF_BLOCK */
-#pragma omp parallel for schedule(static) if (n >= 2 * LT_PAR_GRAIN)
-  for (int64_t c = 0; c < (n + chunk - 1) / chunk; c++) {
-    int64_t i0 = c * chunk, len = n - i0 < chunk ? n - i0 : chunk;
-    if (pdtype == LT_F32)
-      lion_f32((float *)pp + i0, (const float *)gp + i0, (float *)mp + i0, len, &s);
-    else if (pdtype == LT_F64)
-      lion_f64((double *)pp + i0, (const double *)gp + i0, (double *)mp + i0, len, &s);
-    else
-      lion_half((uint16_t *)(pp + i0 * psize), pdtype, gp + i0 * gsize, gdtype, (float *)(mp + i0 * msize), len, &s);
+  int gdtype = gc->dtype;
+  int64_t nchunks = (n + LION_CHUNK - 1) / LION_CHUNK;
+  if (n >= 2 * LT_PAR_GRAIN) { /* no omp construct for small work: see ew_execute */
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < nchunks; c++) lion_chunk(pp, pdtype, gp, gdtype, mp, mdtype, n, c, &s);
+  } else {
+    for (int64_t c = 0; c < nchunks; c++) lion_chunk(pp, pdtype, gp, gdtype, mp, mdtype, n, c, &s);
   }
   rc = 0;
 done:
