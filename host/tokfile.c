@@ -429,6 +429,17 @@ int lt_tokfile_tokens(lt_tensor *out, const lt_tokfile *f, int64_t start, int64_
   return 0;
 }
 
+/* Row b of x (xlen tokens from src) and of y (T tokens from src + one token), when y is given. */
+static inline void batch_row(const lt_tensor *x, const lt_tensor *y, const unsigned char *src, int w, int64_t b,
+                             int64_t xlen, int64_t T) {
+  char *xp = lt_data_ptr(x);
+  copy_tokens(xp + b * x->stride[0] * lt_dtype_size(x->dtype), x->dtype, x->stride[1], src, w, xlen);
+  if (y) {
+    char *yp = lt_data_ptr(y);
+    copy_tokens(yp + b * y->stride[0] * lt_dtype_size(y->dtype), y->dtype, y->stride[1], src + w, w, T);
+  }
+}
+
 int lt_tokfile_batch(lt_tensor *x, lt_tensor *y, const lt_tokfile *f, const int64_t *starts, int64_t batch,
                      int64_t seq_len) {
   const char *op = "tokfile_batch";
@@ -450,13 +461,11 @@ int lt_tokfile_batch(lt_tensor *x, lt_tensor *y, const lt_tokfile *f, const int6
   LT_TRY(prepare_ids_out(op, "x", x, f, 2, xshape));
   if (y) LT_TRY(prepare_ids_out(op, "y", y, f, 2, yshape));
   int w = (int)f->info.token_bytes;
-  char *xp = lt_data_ptr(x), *yp = y ? lt_data_ptr(y) : NULL;
-  int xsize = lt_dtype_size(x->dtype), ysize = y ? lt_dtype_size(y->dtype) : 0;
-#pragma omp parallel for schedule(static) if (batch * T >= LT_PAR_GRAIN)
-  for (int64_t b = 0; b < batch; b++) {
-    const unsigned char *src = f->tokens + starts[b] * w;
-    copy_tokens(xp + b * x->stride[0] * xsize, x->dtype, x->stride[1], src, w, xshape[1]);
-    if (y) copy_tokens(yp + b * y->stride[0] * ysize, y->dtype, y->stride[1], src + w, w, T);
+  if (batch * T >= LT_PAR_GRAIN) { /* no omp construct for small work: see ew_execute */
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < batch; b++) batch_row(x, y, f->tokens + starts[b] * w, w, b, xshape[1], T);
+  } else {
+    for (int64_t b = 0; b < batch; b++) batch_row(x, y, f->tokens + starts[b] * w, w, b, xshape[1], T);
   }
   return 0;
 }
