@@ -26,6 +26,9 @@
 #include "internal.h"
 #include <cblas.h>
 #include <stdlib.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include "vecmath.h"
 
 enum {
@@ -271,33 +274,74 @@ static int64_t *load_segments(att_ctx *c, const lt_tensor *seg) {
 
 /* ---- forward --------------------------------------------------------------------------- */
 
+/* Runs parallel_fn(job, thread id, nthreads) on a thread team when `par`, else once on this
+ * thread: a parallel construct costs a team set-up even when `if` turns it off (libgomp
+ * allocates), which dominates small inputs. */
+static void run_team(void (*parallel_fn)(void *, int, int), void *job, bool par) {
+  if (par) {
+#pragma omp parallel
+    {
+      int tid = 0, nthreads = 1;
+#ifdef _OPENMP
+      tid = omp_get_thread_num(), nthreads = omp_get_num_threads();
+#endif
+      parallel_fn(job, tid, nthreads);
+    }
+  } else {
+    parallel_fn(job, 0, 1);
+  }
+}
+
+/* The next task of a dynamic schedule: a shared counter, so any thread order gives the same
+ * results (every task writes its own rows). */
+static int64_t next_task(int64_t *counter) {
+  int64_t task;
+#pragma omp atomic capture
+  task = (*counter)++;
+  return task;
+}
+
+typedef struct {
+  att_ctx *c;
+  bool f64, oom;
+  int64_t nblk, tasks, next;
+  size_t scratch;
+} forward_job;
+
+/* Forward tasks (b, h, block of BLOCK_ROWS query rows), taken from j->next. */
+static void forward_tasks(void *job, int tid, int nthreads) {
+  (void)tid, (void)nthreads;
+  forward_job *j = job;
+  att_ctx *c = j->c;
+  int64_t nblk = j->nblk;
+  size_t esize = j->f64 ? 8 : 4;
+  char *buf = malloc(j->scratch);
+  if (!buf) {
+#pragma omp atomic write
+    j->oom = true;
+    return;
+  }
+  int64_t *lo = (int64_t *)buf, *hi = lo + BLOCK_ROWS;
+  void *inv = hi + BLOCK_ROWS, *scores = (char *)inv + BLOCK_ROWS * esize;
+  for (int64_t task = next_task(&j->next); task < j->tasks; task = next_task(&j->next)) {
+    int64_t b = task / (c->H * nblk), h = (task / nblk) % c->H, t0 = (task % nblk) * BLOCK_ROWS;
+    int64_t nr = c->T - t0 < BLOCK_ROWS ? c->T - t0 : BLOCK_ROWS;
+    if (j->f64)
+      forward_block_f64(c, b, h, t0, nr, scores, lo, hi, inv);
+    else
+      forward_block_f32(c, b, h, t0, nr, scores, lo, hi, inv);
+  }
+  free(buf);
+}
+
 static int forward_run(att_ctx *c, bool f64) {
   int64_t nblk = (c->T + BLOCK_ROWS - 1) / BLOCK_ROWS, tasks = c->B * c->H * nblk;
   size_t esize = f64 ? 8 : 4, scratch = (size_t)BLOCK_ROWS * ((size_t)c->S * esize + 2 * 8 + esize) + 64;
-  bool oom = false;
-#pragma omp parallel if (tasks > 1 && c->B * c->H * c->T * (c->S + 1) * (c->D + 1) >= 8 * LT_PAR_GRAIN)
-  {
-    char *buf = malloc(scratch);
-    int64_t *lo = (int64_t *)buf, *hi = lo + BLOCK_ROWS;
-    void *inv = hi + BLOCK_ROWS, *scores = (char *)inv + BLOCK_ROWS * esize;
-    if (!buf) {
-#pragma omp atomic write
-      oom = true;
-    }
-#pragma omp for schedule(dynamic)
-    for (int64_t task = 0; task < tasks; task++) {
-      if (!buf) continue;
-      int64_t b = task / (c->H * nblk), h = (task / nblk) % c->H, t0 = (task % nblk) * BLOCK_ROWS;
-      int64_t nr = c->T - t0 < BLOCK_ROWS ? c->T - t0 : BLOCK_ROWS;
-      if (f64)
-        forward_block_f64(c, b, h, t0, nr, scores, lo, hi, inv);
-      else
-        forward_block_f32(c, b, h, t0, nr, scores, lo, hi, inv);
-    }
-    free(buf);
-  }
-  return oom ? lt_errorf("attention_forward: out of memory for a %d x %lld score block", BLOCK_ROWS, (long long)c->S)
-             : 0;
+  forward_job job = {.c = c, .f64 = f64, .nblk = nblk, .tasks = tasks, .scratch = scratch};
+  run_team(forward_tasks, &job, tasks > 1 && c->B * c->H * c->T * (c->S + 1) * (c->D + 1) >= 8 * LT_PAR_GRAIN);
+  return job.oom ? lt_errorf("attention_forward: out of memory for a %d x %lld score block", BLOCK_ROWS,
+                             (long long)c->S)
+                 : 0;
 }
 
 int lt_attention_forward(lt_tensor *out, lt_tensor *lse, const lt_tensor *q, const lt_tensor *k, const lt_tensor *v,
@@ -333,59 +377,84 @@ int lt_attention_forward(lt_tensor *out, lt_tensor *lse, const lt_tensor *q, con
 
 /* ---- backward -------------------------------------------------------------------------- */
 
+typedef struct {
+  att_ctx *c;
+  bool f64, oom;
+  int64_t nblk, kblk, rows, dq_tasks, dkv_tasks, next_dq, next_dkv;
+  size_t scratch;
+} backward_job;
+
+/* The three backward passes with a team barrier between them: delta rows split statically,
+ * then dQ and dK/dV tasks taken from shared counters. No barrier on one thread: called outside
+ * the team (the serial branch), an orphaned barrier would bind to a caller's enclosing team. */
+static void backward_tasks(void *job, int tid, int nthreads) {
+  backward_job *j = job;
+  att_ctx *c = j->c;
+  int64_t nblk = j->nblk, kblk = j->kblk;
+  size_t esize = j->f64 ? 8 : 4;
+  char *buf = malloc(j->scratch);
+  int64_t *lo = (int64_t *)buf, *hi = lo + BLOCK_ROWS + QCHUNK;
+  char *p = (char *)(hi + BLOCK_ROWS + QCHUNK);
+  if (!buf) {
+#pragma omp atomic write
+    j->oom = true;
+  }
+  /* delta = rowsum(dout * out), by chunks of 256 rows */
+  int64_t nchunks = (j->rows + 255) / 256;
+  for (int64_t ci = nchunks * tid / nthreads; ci < nchunks * (tid + 1) / nthreads; ci++) {
+    int64_t r0 = ci * 256, n = j->rows - r0 < 256 ? j->rows - r0 : 256;
+    if (j->f64)
+      delta_rows_f64(c, r0, n);
+    else
+      delta_rows_f32(c, r0, n);
+  }
+  if (nthreads > 1) {
+#pragma omp barrier
+  }
+  /* dQ by query-row blocks (the barrier above makes delta complete); every thread reaches the
+   * barriers, with or without scratch */
+  for (int64_t task = buf ? next_task(&j->next_dq) : j->dq_tasks; task < j->dq_tasks; task = next_task(&j->next_dq)) {
+    int64_t b = task / (c->H * nblk), h = (task / nblk) % c->H, t0 = (task % nblk) * BLOCK_ROWS;
+    int64_t nr = c->T - t0 < BLOCK_ROWS ? c->T - t0 : BLOCK_ROWS;
+    size_t half = (size_t)BLOCK_ROWS * (size_t)c->S * esize;
+    if (j->f64)
+      dq_block_f64(c, b, h, t0, nr, (double *)p, (double *)(p + half), lo, hi);
+    else
+      dq_block_f32(c, b, h, t0, nr, (float *)p, (float *)(p + half), lo, hi);
+  }
+  if (nthreads > 1) {
+#pragma omp barrier
+  }
+  /* dK, dV by key blocks of each kv head */
+  for (int64_t task = buf ? next_task(&j->next_dkv) : j->dkv_tasks; task < j->dkv_tasks;
+       task = next_task(&j->next_dkv)) {
+    int64_t b = task / (c->Hkv * kblk), g = (task / kblk) % c->Hkv, s0 = (task % kblk) * BLOCK_KEYS;
+    int64_t nc = c->S - s0 < BLOCK_KEYS ? c->S - s0 : BLOCK_KEYS;
+    size_t half = (size_t)QCHUNK * BLOCK_KEYS * esize;
+    if (j->f64)
+      dkv_block_f64(c, b, g, s0, nc, (double *)p, (double *)(p + half), lo, hi);
+    else
+      dkv_block_f32(c, b, g, s0, nc, (float *)p, (float *)(p + half), lo, hi);
+  }
+  free(buf);
+}
+
 static int backward_run(att_ctx *c, bool f64) {
   int64_t nblk = (c->T + BLOCK_ROWS - 1) / BLOCK_ROWS, kblk = (c->S + BLOCK_KEYS - 1) / BLOCK_KEYS;
-  int64_t rows = c->B * c->H * c->T, dq_tasks = c->B * c->H * nblk, dkv_tasks = c->B * c->Hkv * kblk;
   size_t esize = f64 ? 8 : 4;
   size_t dq_scratch = 2 * (size_t)BLOCK_ROWS * (size_t)c->S * esize;
   size_t dkv_scratch = 2 * (size_t)QCHUNK * BLOCK_KEYS * esize;
   size_t scratch = (dq_scratch > dkv_scratch ? dq_scratch : dkv_scratch) + 2 * 8 * (BLOCK_ROWS + QCHUNK) + 64;
-  bool par = c->B * c->H * c->T * (c->S + 1) * (c->D + 1) >= 8 * LT_PAR_GRAIN, oom = false;
-#pragma omp parallel if (par)
-  {
-    char *buf = malloc(scratch);
-    int64_t *lo = (int64_t *)buf, *hi = lo + BLOCK_ROWS + QCHUNK;
-    char *p = (char *)(hi + BLOCK_ROWS + QCHUNK);
-    if (!buf) {
-#pragma omp atomic write
-      oom = true;
-    }
-    /* delta = rowsum(dout * out) */
-#pragma omp for schedule(static)
-    for (int64_t r0 = 0; r0 < rows; r0 += 256) {
-      int64_t n = rows - r0 < 256 ? rows - r0 : 256;
-      if (f64)
-        delta_rows_f64(c, r0, n);
-      else
-        delta_rows_f32(c, r0, n);
-    }
-    /* dQ by query-row blocks (the implicit barrier above makes delta complete) */
-#pragma omp for schedule(dynamic)
-    for (int64_t task = 0; task < dq_tasks; task++) {
-      if (!buf) continue;
-      int64_t b = task / (c->H * nblk), h = (task / nblk) % c->H, t0 = (task % nblk) * BLOCK_ROWS;
-      int64_t nr = c->T - t0 < BLOCK_ROWS ? c->T - t0 : BLOCK_ROWS;
-      size_t half = (size_t)BLOCK_ROWS * (size_t)c->S * esize;
-      if (f64)
-        dq_block_f64(c, b, h, t0, nr, (double *)p, (double *)(p + half), lo, hi);
-      else
-        dq_block_f32(c, b, h, t0, nr, (float *)p, (float *)(p + half), lo, hi);
-    }
-    /* dK, dV by key blocks of each kv head */
-#pragma omp for schedule(dynamic)
-    for (int64_t task = 0; task < dkv_tasks; task++) {
-      if (!buf) continue;
-      int64_t b = task / (c->Hkv * kblk), g = (task / kblk) % c->Hkv, s0 = (task % kblk) * BLOCK_KEYS;
-      int64_t nc = c->S - s0 < BLOCK_KEYS ? c->S - s0 : BLOCK_KEYS;
-      size_t half = (size_t)QCHUNK * BLOCK_KEYS * esize;
-      if (f64)
-        dkv_block_f64(c, b, g, s0, nc, (double *)p, (double *)(p + half), lo, hi);
-      else
-        dkv_block_f32(c, b, g, s0, nc, (float *)p, (float *)(p + half), lo, hi);
-    }
-    free(buf);
-  }
-  return oom ? lt_errorf("attention_backward: out of memory for scratch blocks") : 0;
+  backward_job job = {.c = c,
+                      .f64 = f64,
+                      .nblk = nblk,
+                      .kblk = kblk,
+                      .rows = c->B * c->H * c->T,
+                      .dq_tasks = c->B * c->H * nblk,
+                      .dkv_tasks = c->B * c->Hkv * kblk,
+                      .scratch = scratch};
+  run_team(backward_tasks, &job, c->B * c->H * c->T * (c->S + 1) * (c->D + 1) >= 8 * LT_PAR_GRAIN);
+  return job.oom ? lt_errorf("attention_backward: out of memory for scratch blocks") : 0;
 }
 
 int lt_attention_backward(lt_tensor *dq, lt_tensor *dk, lt_tensor *dv, const lt_tensor *dout, const lt_tensor *q,
