@@ -20,9 +20,12 @@ __attribute__((constructor)) static void lutra_thread_env(int argc, char **argv,
   (void)argc, (void)envp;
   int missing = 0;
   if (!getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT")) missing = 1;
-  if (!getenv("OPENBLAS_NUM_THREADS")) missing = 1;
+  if (!getenv("OPENBLAS_NUM_THREADS") || !getenv("OPENBLAS_THREAD_TIMEOUT")) missing = 1;
   if (!missing || !argv || !argv[0]) return;
   if (!getenv("OMP_WAIT_POLICY")) setenv("GOMP_SPINCOUNT", "2000", 0);
   setenv("OPENBLAS_NUM_THREADS", "1", 0);
+  /* 2^4 cycles of spinning (the minimum) instead of 2^28: OpenBLAS's workers, used for very
+   * large gemms only, go to sleep at once rather than take a core from the OpenMP threads */
+  setenv("OPENBLAS_THREAD_TIMEOUT", "4", 0);
   execv("/proc/self/exe", argv); /* returns only on failure: go on with the defaults */
 }
