@@ -1,5 +1,6 @@
-/* fused_util.c — what the fused CPU kernels (norms, cross-entropy, embedding) share:
- * float rows of 16-bit data, and contiguous work buffers for outputs of any layout. */
+/* fused_util.c — what the fused CPU kernels (norms, cross-entropy, embedding, optimizer
+ * steps) share: float rows of 16-bit data, contiguous work buffers for outputs of any
+ * layout, and the operand checks of the optimizer steps. */
 #include "internal.h"
 #include <stdio.h>
 
@@ -47,5 +48,34 @@ int lt_out_finish(lt_tensor *out, lt_tensor *work, int rc) {
   if (!work) return rc;
   if (rc == 0 && work != out) rc = lt_copy(out, work);
   lt_release(work);
+  return rc;
+}
+
+int lt_check_step_operand(const char *op, const char *what, const lt_tensor *t, int64_t n, int dtype_a, int dtype_b,
+                          const lt_tensor *param) {
+  char d[LT_DESC_STR], dp[LT_DESC_STR];
+  LT_TRY(lt_check_defined(op, what, t));
+  if (t->device != LT_DEVICE_CPU) return lt_errorf("%s: not implemented on cuda yet", op);
+  if (lt_numel(t) != n)
+    return lt_errorf("%s: %s is %s, expected %lld elements as param (%s)", op, what, lt_desc(d, t), (long long)n,
+                     lt_desc(dp, param));
+  if (t->dtype != dtype_a && t->dtype != dtype_b)
+    return lt_errorf("%s: %s is %s, expected %s%s%s for param %s", op, what, lt_desc(d, t), lt_dtype_name(dtype_a),
+                     dtype_a == dtype_b ? "" : " or ", dtype_a == dtype_b ? "" : lt_dtype_name(dtype_b),
+                     lt_desc(dp, param));
+  return 0;
+}
+
+lt_tensor *lt_begin_inplace(lt_tensor *t) {
+  lt_tensor *c = lt_tensor_new();
+  if (c && lt_contiguous(c, t) == 0) return c;
+  lt_release(c);
+  return NULL;
+}
+
+int lt_finish_inplace(lt_tensor *t, lt_tensor *c, int rc) {
+  if (!c) return rc;
+  if (rc == 0 && lt_data_ptr(c) != lt_data_ptr(t)) rc = lt_copy(t, c);
+  lt_release(c);
   return rc;
 }

@@ -188,6 +188,13 @@ void lt_store_row_f32(void *base, int dtype, int64_t off, const float *src, int6
  * `what` names the output in errors ("out", "rstd", ...). */
 lt_tensor *lt_out_begin(const char *op, const char *what, lt_tensor *out, int ndim, const int64_t *shape, int dtype);
 int lt_out_finish(lt_tensor *out, lt_tensor *work, int rc);
+/* Optimizer steps: checks one operand (defined, on the CPU, n elements, dtype_a or dtype_b;
+ * errors name `what` and the param), and updates in place through a contiguous tensor:
+ * t itself (a view), or a copy that lt_finish_inplace writes back and releases. */
+int lt_check_step_operand(const char *op, const char *what, const lt_tensor *t, int64_t n, int dtype_a, int dtype_b,
+                          const lt_tensor *param);
+lt_tensor *lt_begin_inplace(lt_tensor *t);
+int lt_finish_inplace(lt_tensor *t, lt_tensor *c, int rc);
 
 /* ---- memory and devices --------------------------------------------------------- */
 

@@ -63,41 +63,6 @@ static void lion_half(uint16_t *p, int pdtype, const void *g, int gdtype, float 
   }
 }
 
-/* Checks one tensor of the step: defined, on the CPU, numel n, dtype_a or dtype_b. */
-static int check_operand(const char *what, const lt_tensor *t, int64_t n, int dtype_a, int dtype_b,
-                         const lt_tensor *param) {
-  char d[LT_DESC_STR], dp[LT_DESC_STR];
-  LT_TRY(lt_check_defined("lion", what, t));
-  if (t->device != LT_DEVICE_CPU)
-    return lt_errorf("lion: not implemented on cuda yet");
-  if (lt_numel(t) != n)
-    return lt_errorf("lion: %s is %s, expected %lld elements as param (%s)", what, lt_desc(d, t), (long long)n,
-                     lt_desc(dp, param));
-  if (t->dtype != dtype_a && t->dtype != dtype_b)
-    return lt_errorf("lion: %s is %s, expected %s%s%s for param %s", what, lt_desc(d, t), lt_dtype_name(dtype_a),
-                     dtype_a == dtype_b ? "" : " or ", dtype_a == dtype_b ? "" : lt_dtype_name(dtype_b),
-                     lt_desc(dp, param));
-  return 0;
-}
-
-/* A contiguous tensor to update in place: t itself, or a copy that finish_inplace writes back. */
-static lt_tensor *begin_inplace(lt_tensor *t) {
-  lt_tensor *c = lt_tensor_new();
-  if (c && lt_contiguous(c, t) == 0)
-    return c;
-  lt_release(c);
-  return NULL;
-}
-
-static int finish_inplace(lt_tensor *t, lt_tensor *c, int rc) {
-  if (!c)
-    return rc;
-  if (rc == 0 && lt_data_ptr(c) != lt_data_ptr(t))
-    rc = lt_copy(t, c);
-  lt_release(c);
-  return rc;
-}
-
 enum { LION_CHUNK = 16384 }; /* elements per task, a multiple of HALF_BLOCK */
 
 /* Updates chunk c (elements [c * LION_CHUNK, ...) of n) of param and m. */
@@ -127,8 +92,8 @@ int lt_lion_step(lt_tensor *param, const lt_tensor *grad, lt_tensor *m, double l
     return lt_errorf("lion: lr and weight_decay must be >= 0, got lr %g weight_decay %g", lr, weight_decay);
   int64_t n = lt_numel(param);
   int half = pdtype == LT_BF16 || pdtype == LT_F16, mdtype = pdtype == LT_F64 ? LT_F64 : LT_F32;
-  LT_TRY(check_operand("grad", grad, n, pdtype, half ? LT_F32 : pdtype, param));
-  LT_TRY(check_operand("m", m, n, mdtype, mdtype, param));
+  LT_TRY(lt_check_step_operand("lion", "grad", grad, n, pdtype, half ? LT_F32 : pdtype, param));
+  LT_TRY(lt_check_step_operand("lion", "m", m, n, mdtype, mdtype, param));
   if (lt_data_ptr(m) == lt_data_ptr(param) || lt_data_ptr(m) == lt_data_ptr(grad))
     return lt_errorf("lion: m must not share memory with param or grad");
   lion_scalars s = {
@@ -140,7 +105,7 @@ int lt_lion_step(lt_tensor *param, const lt_tensor *grad, lt_tensor *m, double l
       .one_minus_beta2 = 1.0 - beta2,
   };
   int rc = -1;
-  lt_tensor *pc = begin_inplace(param), *mc = begin_inplace(m), *gc = lt_tensor_new();
+  lt_tensor *pc = lt_begin_inplace(param), *mc = lt_begin_inplace(m), *gc = lt_tensor_new();
   if (!pc || !mc || !gc || lt_contiguous(gc, grad))
     goto done;
   char *pp = lt_data_ptr(pc), *mp = lt_data_ptr(mc);
@@ -155,8 +120,8 @@ int lt_lion_step(lt_tensor *param, const lt_tensor *grad, lt_tensor *m, double l
   }
   rc = 0;
 done:
-  rc = finish_inplace(param, pc, rc);
-  rc = finish_inplace(m, mc, rc);
+  rc = lt_finish_inplace(param, pc, rc);
+  rc = lt_finish_inplace(m, mc, rc);
   lt_release(gc);
   return rc;
 }
