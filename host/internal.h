@@ -204,6 +204,10 @@ void lt_storage_release(lt_storage *s);
 
 /* Work split for OpenMP: parallelise only when there is enough to do. */
 enum { LT_PAR_GRAIN = 32768 };
+/* Runs part(job, tid, nthreads) on every thread of an OpenMP team when `parallel`, else
+ * once as part(job, 0, 1) with no OpenMP construct at all (host/parallel.c says why).
+ * Returns nonzero when any part did (out of memory, by convention). */
+int lt_run_parts(int (*part)(void *job, int tid, int nthreads), void *job, bool parallel);
 
 /* ---- CUDA bridge (kernels/, present when built with CUDA) ----------------------- */
 #ifdef LUTRA_HAVE_CUDA

@@ -274,24 +274,6 @@ static int64_t *load_segments(att_ctx *c, const lt_tensor *seg) {
 
 /* ---- forward --------------------------------------------------------------------------- */
 
-/* Runs parallel_fn(job, thread id, nthreads) on a thread team when `par`, else once on this
- * thread: a parallel construct costs a team set-up even when `if` turns it off (libgomp
- * allocates), which dominates small inputs. */
-static void run_team(void (*parallel_fn)(void *, int, int), void *job, bool par) {
-  if (par) {
-#pragma omp parallel
-    {
-      int tid = 0, nthreads = 1;
-#ifdef _OPENMP
-      tid = omp_get_thread_num(), nthreads = omp_get_num_threads();
-#endif
-      parallel_fn(job, tid, nthreads);
-    }
-  } else {
-    parallel_fn(job, 0, 1);
-  }
-}
-
 /* The next task of a dynamic schedule: a shared counter, so any thread order gives the same
  * results (every task writes its own rows). */
 static int64_t next_task(int64_t *counter) {
@@ -309,7 +291,7 @@ typedef struct {
 } forward_job;
 
 /* Forward tasks (b, h, block of BLOCK_ROWS query rows), taken from j->next. */
-static void forward_tasks(void *job, int tid, int nthreads) {
+static int forward_tasks(void *job, int tid, int nthreads) {
   (void)tid, (void)nthreads;
   forward_job *j = job;
   att_ctx *c = j->c;
@@ -319,7 +301,7 @@ static void forward_tasks(void *job, int tid, int nthreads) {
   if (!buf) {
 #pragma omp atomic write
     j->oom = true;
-    return;
+    return 0;
   }
   int64_t *lo = (int64_t *)buf, *hi = lo + BLOCK_ROWS;
   void *inv = hi + BLOCK_ROWS, *scores = (char *)inv + BLOCK_ROWS * esize;
@@ -332,13 +314,14 @@ static void forward_tasks(void *job, int tid, int nthreads) {
       forward_block_f32(c, b, h, t0, nr, scores, lo, hi, inv);
   }
   free(buf);
+  return 0; /* a failure is recorded in the job (j->oom) */
 }
 
 static int forward_run(att_ctx *c, bool f64) {
   int64_t nblk = (c->T + BLOCK_ROWS - 1) / BLOCK_ROWS, tasks = c->B * c->H * nblk;
   size_t esize = f64 ? 8 : 4, scratch = (size_t)BLOCK_ROWS * ((size_t)c->S * esize + 2 * 8 + esize) + 64;
   forward_job job = {.c = c, .f64 = f64, .nblk = nblk, .tasks = tasks, .scratch = scratch};
-  run_team(forward_tasks, &job, tasks > 1 && c->B * c->H * c->T * (c->S + 1) * (c->D + 1) >= 8 * LT_PAR_GRAIN);
+  lt_run_parts(forward_tasks, &job, tasks > 1 && c->B * c->H * c->T * (c->S + 1) * (c->D + 1) >= 8 * LT_PAR_GRAIN);
   return job.oom ? lt_errorf("attention_forward: out of memory for a %d x %lld score block", BLOCK_ROWS,
                              (long long)c->S)
                  : 0;
@@ -387,7 +370,7 @@ typedef struct {
 /* The three backward passes with a team barrier between them: delta rows split statically,
  * then dQ and dK/dV tasks taken from shared counters. No barrier on one thread: called outside
  * the team (the serial branch), an orphaned barrier would bind to a caller's enclosing team. */
-static void backward_tasks(void *job, int tid, int nthreads) {
+static int backward_tasks(void *job, int tid, int nthreads) {
   backward_job *j = job;
   att_ctx *c = j->c;
   int64_t nblk = j->nblk, kblk = j->kblk;
@@ -437,6 +420,7 @@ static void backward_tasks(void *job, int tid, int nthreads) {
       dkv_block_f32(c, b, g, s0, nc, (float *)p, (float *)(p + half), lo, hi);
   }
   free(buf);
+  return 0; /* a failure is recorded in the job (j->oom) */
 }
 
 static int backward_run(att_ctx *c, bool f64) {
@@ -453,7 +437,7 @@ static int backward_run(att_ctx *c, bool f64) {
                       .dq_tasks = c->B * c->H * nblk,
                       .dkv_tasks = c->B * c->Hkv * kblk,
                       .scratch = scratch};
-  run_team(backward_tasks, &job, c->B * c->H * c->T * (c->S + 1) * (c->D + 1) >= 8 * LT_PAR_GRAIN);
+  lt_run_parts(backward_tasks, &job, c->B * c->H * c->T * (c->S + 1) * (c->D + 1) >= 8 * LT_PAR_GRAIN);
   return job.oom ? lt_errorf("attention_backward: out of memory for scratch blocks") : 0;
 }
 

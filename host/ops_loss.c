@@ -111,7 +111,8 @@ typedef struct {
 
 /* Rows [N tid / nthreads, N (tid + 1) / nthreads): each row alone, so any split gives the same
  * results. Returns 1 when out of memory for the 16-bit row scratch. */
-static int forward_rows(const forward_job *j, int tid, int nthreads) {
+static int forward_rows(void *job, int tid, int nthreads) {
+  const forward_job *j = job;
   int64_t V = j->V, i0 = j->N * tid / nthreads, i1 = j->N * (tid + 1) / nthreads;
   bool half = j->dtype == LT_BF16 || j->dtype == LT_F16;
   float *scratch = half && i1 > i0 ? malloc((size_t)V * sizeof(float)) : NULL;
@@ -154,22 +155,7 @@ int lt_cross_entropy_forward(lt_tensor *losses, lt_tensor *lse, const lt_tensor 
   const void *xp = lt_data_ptr(xc);
   void *lp = lt_data_ptr(lw), *sp = sw ? lt_data_ptr(sw) : NULL;
   forward_job job = {N, V, dtype, ignore_index, tgt, xp, lp, sp, lw->dtype, sw ? sw->dtype : 0};
-  /* A parallel construct costs a team set-up even when `if` turns it off: branch instead. */
-  if (N * V >= LT_PAR_GRAIN && N > 1) {
-#pragma omp parallel
-    {
-      int tid = 0, nthreads = 1;
-#ifdef _OPENMP
-      tid = omp_get_thread_num(), nthreads = omp_get_num_threads();
-#endif
-      if (forward_rows(&job, tid, nthreads)) {
-#pragma omp atomic write
-        failed = 1;
-      }
-    }
-  } else {
-    failed = forward_rows(&job, 0, 1);
-  }
+  failed = lt_run_parts(forward_rows, &job, N * V >= LT_PAR_GRAIN && N > 1);
   rc = failed ? lt_errorf("%s: out of host memory", op) : 0;
 done:
   rc = lt_out_finish(losses, lw, rc);
@@ -212,7 +198,8 @@ typedef struct {
 } backward_job;
 
 /* Rows [N tid / nthreads, N (tid + 1) / nthreads), each alone. Returns 1 when out of memory. */
-static int backward_rows(const backward_job *j, int tid, int nthreads) {
+static int backward_rows(void *job, int tid, int nthreads) {
+  const backward_job *j = job;
   int64_t V = j->V, i0 = j->N * tid / nthreads, i1 = j->N * (tid + 1) / nthreads;
   int dtype = j->dtype;
   bool half = dtype == LT_BF16 || dtype == LT_F16;
@@ -259,21 +246,7 @@ int lt_cross_entropy_backward(lt_tensor *dlogits, const lt_tensor *dlosses, cons
   const void *xp = lt_data_ptr(xc);
   void *gp = lt_data_ptr(gw);
   backward_job job = {N, V, dtype, ignore_index, tgt, xp, gp, dl, ls};
-  if (N * V >= LT_PAR_GRAIN && N > 1) {
-#pragma omp parallel
-    {
-      int tid = 0, nthreads = 1;
-#ifdef _OPENMP
-      tid = omp_get_thread_num(), nthreads = omp_get_num_threads();
-#endif
-      if (backward_rows(&job, tid, nthreads)) {
-#pragma omp atomic write
-        failed = 1;
-      }
-    }
-  } else {
-    failed = backward_rows(&job, 0, 1);
-  }
+  failed = lt_run_parts(backward_rows, &job, N * V >= LT_PAR_GRAIN && N > 1);
   rc = failed ? lt_errorf("%s: out of host memory", op) : 0;
 done:
   rc = lt_out_finish(dlogits, gw, rc);

@@ -160,25 +160,10 @@ typedef struct norm_fwd_job {
   int rs_dtype;
 } norm_fwd_job;
 
-static inline int thread_id(void) {
-#ifdef _OPENMP
-  return omp_get_thread_num();
-#else
-  return 0;
-#endif
-}
-
-static inline int num_threads(void) {
-#ifdef _OPENMP
-  return omp_get_num_threads();
-#else
-  return 1;
-#endif
-}
-
 /* Part tid of nth: rows [N*tid/nth, N*(tid+1)/nth). Rows are independent, so the split does not
  * change results. Returns 1 when the scratch row could not be allocated. */
-static int norm_forward_part(const norm_fwd_job *J, int tid, int nth) {
+static int norm_forward_part(void *job, int tid, int nth) {
+  const norm_fwd_job *J = job;
   int dtype = J->dtype, center = J->center;
   int64_t C = J->C, i0 = J->N * tid / nth, i1 = J->N * (tid + 1) / nth;
   const void *xp = J->xp, *w = J->w, *b = J->b;
@@ -220,20 +205,8 @@ static int norm_forward(const char *op, lt_tensor *out, lt_tensor *mean, lt_tens
   const void *xp = lt_data_ptr(xc);
   void *yp = lt_data_ptr(y);
   void *mup = mu_t ? lt_data_ptr(mu_t) : NULL, *rsp = rs_t ? lt_data_ptr(rs_t) : NULL;
-  int failed = 0;
   norm_fwd_job J = {dtype, C, N, eps, center, xp, yp, w, b, mup, mu_t ? mu_t->dtype : 0, rsp, rs_t ? rs_t->dtype : 0};
-  if (N * C >= LT_PAR_GRAIN && N > 1) { /* no omp construct for small work: see ew_execute */
-#pragma omp parallel
-    {
-      int f = norm_forward_part(&J, thread_id(), num_threads());
-      if (f) {
-#pragma omp atomic write
-        failed = 1;
-      }
-    }
-  } else {
-    failed = norm_forward_part(&J, 0, 1);
-  }
+  int failed = lt_run_parts(norm_forward_part, &J, N * C >= LT_PAR_GRAIN && N > 1);
   rc = failed ? lt_errorf("%s: out of host memory", op) : 0;
 done:
   rc = lt_out_finish(out, y, rc);
@@ -288,7 +261,8 @@ typedef struct norm_bwd_job {
 
 /* Part tid of nth: row chunks [nchunks*tid/nth, nchunks*(tid+1)/nth). Each chunk writes its own
  * partials, so the split does not change results. Returns 1 when scratch could not be allocated. */
-static int norm_backward_part(const norm_bwd_job *J, int tid, int nth) {
+static int norm_backward_part(void *job, int tid, int nth) {
+  const norm_bwd_job *J = job;
   int dtype = J->dtype, is64 = dtype == LT_F64, center = J->center, csize = is64 ? 8 : 4;
   int64_t C = J->C, N = J->N, nchunks = J->nchunks;
   int64_t k0 = nchunks * tid / nth, k1 = nchunks * (tid + 1) / nth;
@@ -373,18 +347,7 @@ static int norm_backward(const char *op, lt_tensor *dx, lt_tensor *dweight, lt_t
   void *dxp = dxw ? lt_data_ptr(dxw) : NULL;
   norm_bwd_job J = {dtype, C, N, nchunks, center, xp, dyp, w, mup, center ? muc->dtype : 0, rsp, rsc->dtype, dxp,
                     dww ? partial : NULL, dbw ? partial : NULL};
-  if (N * C >= LT_PAR_GRAIN && nchunks > 1) { /* no omp construct for small work: see ew_execute */
-#pragma omp parallel
-    {
-      int f = norm_backward_part(&J, thread_id(), num_threads());
-      if (f) {
-#pragma omp atomic write
-        failed = 1;
-      }
-    }
-  } else {
-    failed = norm_backward_part(&J, 0, 1);
-  }
+  failed = lt_run_parts(norm_backward_part, &J, N * C >= LT_PAR_GRAIN && nchunks > 1);
   if (failed) {
     rc = lt_errorf("%s: out of host memory", op);
     goto done;

@@ -128,6 +128,7 @@ typedef struct softmax_plan {
   int64_t n, rows;
   int64_t rest_shape[LT_MAX_DIMS], rest_stride[3][LT_MAX_DIMS], dim_stride[3];
   char *base[3];
+  int64_t nblocks; /* blocks of `block` rows, shared out by softmax_blocks */
 } softmax_plan;
 
 /* buf[j * n + i] = row j's element i (as f32, or f64 for f64) for the nr rows at p[j]. */
@@ -190,7 +191,9 @@ static void softmax_block(const softmax_plan *P, int64_t r0, int nr, char *scrat
 
 /* Blocks [nblocks tid / nthreads, nblocks (tid + 1) / nthreads) of P.block rows: each row alone,
  * so any split gives the same results. Returns 1 when out of memory for the row scratch. */
-static int softmax_blocks(const softmax_plan *P, int64_t nblocks, int tid, int nthreads) {
+static int softmax_blocks(void *job, int tid, int nthreads) {
+  const softmax_plan *P = job;
+  int64_t nblocks = P->nblocks;
   int64_t b0 = nblocks * tid / nthreads, b1 = nblocks * (tid + 1) / nthreads;
   if (b1 <= b0) return 0;
   char *scratch = P->direct ? NULL : malloc((size_t)(3 * P->block * P->n * 8));
@@ -241,23 +244,8 @@ static int softmax_run(const char *op, softmax_kind kind, lt_tensor *out, const 
   for (int k = 0; k < P.nops; k++) P.direct &= P.dim_stride[k] == 1 || P.n == 1;
   P.block = P.n >= (1 << 18) / BLOCK ? (int)((1 << 18) / P.n > 1 ? (1 << 18) / P.n : 1) : BLOCK;
   int64_t nblocks = (P.rows + P.block - 1) / P.block;
-  int failed = 0;
-  /* A parallel construct costs a team set-up even when `if` turns it off: branch instead. */
-  if (nblocks > 1 && P.rows * P.n >= LT_PAR_GRAIN) {
-#pragma omp parallel
-    {
-      int tid = 0, nthreads = 1;
-#ifdef _OPENMP
-      tid = omp_get_thread_num(), nthreads = omp_get_num_threads();
-#endif
-      if (softmax_blocks(&P, nblocks, tid, nthreads)) {
-#pragma omp atomic write
-        failed = 1;
-      }
-    }
-  } else {
-    failed = softmax_blocks(&P, nblocks, 0, 1);
-  }
+  P.nblocks = nblocks;
+  int failed = lt_run_parts(softmax_blocks, &P, nblocks > 1 && P.rows * P.n >= LT_PAR_GRAIN);
   return failed ? lt_errorf("%s: out of host memory for rows of %lld", op, (long long)P.n) : 0;
 }
 
