@@ -353,46 +353,25 @@ int lt_tokfile_verify(const lt_tokfile *f) {
   return 0;
 }
 
-/* Copies n tokens of `width` bytes from src to dst (I32 or I64) at an element
- * stride. */
+/* Copies n tokens of `width` bytes (2 or 4) from src to dst (I32 or I64) at an element
+ * stride, through an aligned buffer: src may be odd-aligned in the mapped file. */
 static void copy_tokens(void *dst, int dtype, int64_t stride, const unsigned char *src, int width, int64_t n) {
-  if (width == 2) {
-    uint16_t buf[256];
-    for (int64_t i0 = 0; i0 < n; i0 += 256) { /* memcpy into an aligned buffer: src may be odd-aligned */
-      int64_t m = n - i0 < 256 ? n - i0 : 256;
-      memcpy(buf, src + i0 * 2, (size_t)m * 2);
-      if (dtype == LT_I64) {
-        int64_t *d = (int64_t *)dst + i0 * stride;
-        if (stride == 1)
-          for (int64_t i = 0; i < m; i++) d[i] = buf[i];
-        else
-          for (int64_t i = 0; i < m; i++) d[i * stride] = buf[i];
-      } else {
-        int32_t *d = (int32_t *)dst + i0 * stride;
-        if (stride == 1)
-          for (int64_t i = 0; i < m; i++) d[i] = buf[i];
-        else
-          for (int64_t i = 0; i < m; i++) d[i * stride] = buf[i];
-      }
-    }
-  } else {
-    uint32_t buf[256];
-    for (int64_t i0 = 0; i0 < n; i0 += 256) {
-      int64_t m = n - i0 < 256 ? n - i0 : 256;
+  uint32_t buf[256];
+  for (int64_t i0 = 0; i0 < n; i0 += 256) {
+    int64_t m = n - i0 < 256 ? n - i0 : 256;
+    if (width == 2) {
+      uint16_t half[256];
+      memcpy(half, src + i0 * 2, (size_t)m * 2);
+      for (int64_t i = 0; i < m; i++) buf[i] = half[i];
+    } else {
       memcpy(buf, src + i0 * 4, (size_t)m * 4);
-      if (dtype == LT_I64) {
-        int64_t *d = (int64_t *)dst + i0 * stride;
-        if (stride == 1)
-          for (int64_t i = 0; i < m; i++) d[i] = buf[i];
-        else
-          for (int64_t i = 0; i < m; i++) d[i * stride] = buf[i];
-      } else {
-        int32_t *d = (int32_t *)dst + i0 * stride;
-        if (stride == 1)
-          for (int64_t i = 0; i < m; i++) d[i] = (int32_t)buf[i];
-        else
-          for (int64_t i = 0; i < m; i++) d[i * stride] = (int32_t)buf[i];
-      }
+    }
+    if (dtype == LT_I64) {
+      int64_t *d = (int64_t *)dst + i0 * stride;
+      for (int64_t i = 0; i < m; i++) d[i * stride] = buf[i];
+    } else {
+      int32_t *d = (int32_t *)dst + i0 * stride;
+      for (int64_t i = 0; i < m; i++) d[i * stride] = (int32_t)buf[i];
     }
   }
 }
