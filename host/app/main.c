@@ -27,6 +27,7 @@ static void print_usage(FILE *f) {
           "usage: %s [options] [script [args]]\n"
           "       %s doctor              show the build, LuaJIT, BLAS, threads, CUDA, NCCL, MPI\n"
           "       %s selftest [args]     run require('lutra.selftest').main(args)\n"
+          "       %s launch|ckpt|convert|chat|generate ...   see `lutra COMMAND --help`\n"
           "With no script and no -e, opens the REPL (with `lutra` loaded).\n"
           "Options:\n"
           "  -e chunk          execute the string chunk (repeatable)\n"
@@ -43,7 +44,7 @@ static void print_usage(FILE *f) {
           "Inside a script, require('lutra').debug() opens the REPL in the caller's frame.\n"
           "Environment: LUTRA_HISTORY (REPL history file, default ~/.lutra_history; empty: none),\n"
           "  LUA_PATH, LUA_CPATH, LUA_INIT (as luajit).\n",
-          progname, progname, progname);
+          progname, progname, progname, progname);
 }
 
 static void report(lua_State *L, int status) {
@@ -294,6 +295,14 @@ static int run_selftest(lua_State *L, int argc, char **argv) {
   return (lua_isnil(L, -1) || lua_toboolean(L, -1)) ? 0 : 1;
 }
 
+/* Subcommands written in Lua (lua/lutra/commands.lua maps each to its module). */
+static int is_lua_command(const char *word) {
+  static const char *const names[] = {"launch", "ckpt", "convert", "chat", "generate"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (strcmp(word, names[i]) == 0) return 1;
+  return 0;
+}
+
 static int run_main(lua_State *L, int argc, char **argv) {
   if (argc >= 2 && strcmp(argv[1], "doctor") == 0) {
     create_arg_table(L, argc, argv, 1);
@@ -302,6 +311,18 @@ static int run_main(lua_State *L, int argc, char **argv) {
     return status ? 1 : 0;
   }
   if (argc >= 2 && strcmp(argv[1], "selftest") == 0) return run_selftest(L, argc, argv);
+  if (argc >= 2 && is_lua_command(argv[1])) {
+    /* arg[0] is the command's name, arg[1..] its words; lutra.commands.main returns the exit status */
+    create_arg_table(L, argc, argv, 1);
+    lua_pushstring(L, argv[1]);
+    lua_getglobal(L, "arg");
+    if (call_module(L, "lutra.commands", "main", 2, 1)) {
+      report(L, 1);
+      return 1;
+    }
+    if (lua_isnumber(L, -1)) return (int)lua_tointeger(L, -1);
+    return (lua_isnil(L, -1) || lua_toboolean(L, -1)) ? 0 : 1;
+  }
 
   int flags = 0;
   int script = collect_args(argc, argv, &flags);

@@ -199,6 +199,20 @@ function methods.register_hook(t, fn)
   return {remove = function() hooks[i] = false end}
 end
 
+-- fn(grad) runs after a leaf's gradient has accumulated into its .grad during backward (all
+-- of this backward's contributions summed): data parallel launches its all-reduce from
+-- here. Returns a handle whose :remove() unregisters it.
+function methods.register_post_accumulate_grad_hook(t, fn)
+  if t.ag_ ~= 1 then raise("register_post_accumulate_grad_hook: expected a leaf tensor that requires grad") end
+  if type(fn) ~= "function" then raise("register_post_accumulate_grad_hook: expected a function, got " .. type(fn)) end
+  local rec = record(t)
+  rec.post_accumulate = rec.post_accumulate or {}
+  local list = rec.post_accumulate
+  local i = #list + 1
+  list[i] = fn
+  return {remove = function() list[i] = false end}
+end
+
 -- ---- in-place checks ---------------------------------------------------------------------------
 
 S.check_inplace = function(op, out, a, b)

@@ -220,6 +220,12 @@ function M.run(roots, root_grads, opts)
       if g ~= nil then
         if rec.hooks then g = call_hooks(rec, g, escaped) end
         accumulate_leaf(rec, g)
+        local post = rec.post_accumulate
+        if post and not capture then
+          for i = 1, #post do
+            if post[i] then post[i](rec.grad) end
+          end
+        end
       end
     else
       local cls = rec.cls

@@ -128,9 +128,12 @@ function Transformer:forward(idx, targets, opts)
   release(h, logits)
   if cache then cache.pos = pos + T end
   if targets == nil then return logits end
-  local loss = F.cross_entropy(logits, targets, {ignore_index = -100})
-  return logits, loss
+  return logits, self:loss(logits, targets)
 end
+
+-- The mean next-token loss of logits (B, T, V) against targets (B, T), -100 ignored.
+-- Tensor parallel replaces it on a sharded model with the vocab-parallel cross-entropy.
+function Transformer:loss(logits, targets) return F.cross_entropy(logits, targets, {ignore_index = -100}) end
 
 -- A key/value cache for incremental decoding of `batch` sequences of up to `len`
 -- (default block_size) positions: {pos = 0, len =, layers = {...}}. Pass it as
