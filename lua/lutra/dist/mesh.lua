@@ -1,0 +1,118 @@
+-- lutra.dist.mesh — the device mesh: the world's ranks as a (pp, dp, tp) grid.
+--
+--   local mesh = mesh.build({dp = "auto", tp = 2, pp = 1, zero = 0}, comm)
+--
+-- World rank = pp_rank * (dp * tp) + dp_rank * tp + tp_rank: tensor parallel ranks are
+-- neighbours (the most traffic, on one node's fastest links, as Megatron orders them),
+-- then data parallel, then pipeline stages. Groups: tp, dp, pp (the ranks that differ in
+-- that coordinate alone), dp_tp (one pipeline stage), embed (the first and last stage of
+-- one pipeline: tied embeddings), and world. A dim of size 1 still has a group (of one).
+local errors = require "lutra.errors"
+
+local raise = errors.raise
+
+local M = {}
+
+-- The keys of config.parallel, with their defaults and what they mean.
+M.DEFAULTS = {
+  dp = "auto",          -- data-parallel ranks, or "auto": the world / (tp * pp)
+  tp = 1,               -- tensor-parallel ranks
+  pp = 1,               -- pipeline stages
+  zero = 0,             -- ZeRO stage over the dp group: 0 (plain data parallel), 1, 2, 3
+  bucket_mb = 25,       -- gradient buckets (data parallel, ZeRO 2)
+  micro_batches = 0,    -- pipeline micro-batches per step; 0: 2 * pp
+  schedule = "1f1b",    -- pipeline schedule: "1f1b", "gpipe", "interleaved"
+  balance = "params",   -- stages balanced by parameter count, or a list of layers per stage
+  sequence_parallel = false, -- tensor parallel: norms and dropout on sequence shards
+  timeout = 600,        -- seconds before the watchdog aborts a collective
+  debug = false,        -- compare op/shape fingerprints across ranks before each collective
+}
+
+local function posint(v) return type(v) == "number" and v >= 1 and v == math.floor(v) end
+
+-- cfg (config.parallel, a table, possibly a lutra.config node) -> plain checked table.
+function M.options(cfg)
+  cfg = cfg or {}
+  if type(cfg) ~= "table" then raise("dist.init: expected a table {dp =, tp =, pp =, zero =}, got " .. type(cfg)) end
+  local plain = type(cfg.plain) == "function" and cfg:plain() or cfg
+  local out = {}
+  for k, v in pairs(plain) do
+    if M.DEFAULTS[k] == nil then
+      local names = {}
+      for name in pairs(M.DEFAULTS) do names[#names + 1] = name end
+      table.sort(names)
+      raise(string.format("dist.init: unknown parallel key '%s' (known: %s)", tostring(k), table.concat(names, ", ")))
+    end
+    out[k] = v
+  end
+  for k, v in pairs(M.DEFAULTS) do
+    if out[k] == nil then out[k] = v end
+  end
+  for _, k in ipairs {"tp", "pp"} do
+    if not posint(out[k]) then raise(string.format("dist.init: parallel.%s must be a positive integer, got %s", k,
+      tostring(out[k]))) end
+  end
+  if out.dp ~= "auto" and not posint(out.dp) then
+    raise("dist.init: parallel.dp must be a positive integer or \"auto\", got " .. tostring(out.dp))
+  end
+  if out.zero ~= 0 and out.zero ~= 1 and out.zero ~= 2 and out.zero ~= 3 then
+    raise("dist.init: parallel.zero must be 0, 1, 2 or 3, got " .. tostring(out.zero))
+  end
+  if out.schedule ~= "1f1b" and out.schedule ~= "gpipe" and out.schedule ~= "interleaved" then
+    raise("dist.init: parallel.schedule must be \"1f1b\", \"gpipe\" or \"interleaved\", got " .. tostring(out.schedule))
+  end
+  if type(out.timeout) ~= "number" or out.timeout <= 0 then
+    raise("dist.init: parallel.timeout must be a positive number of seconds, got " .. tostring(out.timeout))
+  end
+  return out
+end
+
+-- The mesh of this rank. comm: lutra.dist.comm, initialized.
+function M.build(opts, comm)
+  local size, rank = comm.size(), comm.rank()
+  local tp, pp = opts.tp, opts.pp
+  if size % (tp * pp) ~= 0 then
+    raise(string.format("dist.init: tp %d x pp %d = %d does not divide the world of %d ranks", tp, pp, tp * pp, size))
+  end
+  local dp = opts.dp
+  if dp == "auto" then dp = size / (tp * pp) end
+  if dp * tp * pp ~= size then
+    raise(string.format("dist.init: dp %d x tp %d x pp %d = %d ranks, but the world has %d (use dp = \"auto\")", dp, tp,
+      pp, dp * tp * pp, size))
+  end
+  local tp_rank = rank % tp
+  local dp_rank = math.floor(rank / tp) % dp
+  local pp_rank = math.floor(rank / (tp * dp))
+  local mesh = {rank = rank, size = size, dp_size = dp, tp_size = tp, pp_size = pp, dp_rank = dp_rank,
+                tp_rank = tp_rank, pp_rank = pp_rank, zero = opts.zero, options = opts, world = comm.world}
+  -- Every rank makes every split in the same order (MPI_Comm_split is collective).
+  mesh.tp = comm.split(pp_rank * dp + dp_rank, tp_rank, "tp")
+  mesh.dp = comm.split(pp_rank * tp + tp_rank, dp_rank, "dp")
+  mesh.pp = comm.split(dp_rank * tp + tp_rank, pp_rank, "pp")
+  mesh.dp_tp = comm.split(pp_rank, dp_rank * tp + tp_rank, "dp_tp")
+  if pp > 1 then
+    local ends = pp_rank == 0 or pp_rank == pp - 1
+    mesh.embed = comm.split(ends and dp_rank * tp + tp_rank or -1, pp_rank, "embed")
+  end
+  return setmetatable(mesh, M.Mesh)
+end
+
+M.Mesh = {}
+M.Mesh.__index = M.Mesh
+
+function M.Mesh:is_main() return self.rank == 0 end
+
+-- "dp=2 tp=2 pp=1 zero=0"
+function M.Mesh:layout()
+  return string.format("dp=%d tp=%d pp=%d zero=%d", self.dp_size, self.tp_size, self.pp_size, self.zero)
+end
+
+function M.Mesh:__tostring()
+  return string.format("Mesh(%s; rank %d of %d: dp %d, tp %d, pp %d)", self:layout(), self.rank, self.size,
+    self.dp_rank, self.tp_rank, self.pp_rank)
+end
+
+-- Whether any dim is parallel (a world of one has nothing to do).
+function M.Mesh:parallel() return self.size > 1 end
+
+return M

@@ -1,0 +1,198 @@
+-- lutra.dist.parallelize — one training step's worth of parallelism for the trainer.
+--
+--   local par = parallelize.new(model, mesh, {optimizer = function(named) return optim.AdamW(named, o) end})
+--   per step:  par:zero_grad()
+--              local loss_sum = par:forward_backward(batches, loss_fn)   -- k local batches
+--              local norm = par:finish(max_norm)                           -- sync, clip
+--              par.optimizer:step{lr = lr};  par:after_step()
+--
+-- The model is converted in place, in this order: tensor parallel (tp.parallelize) on
+-- the full model, then pipeline stages (pp.parallelize keeps this rank's layers), then
+-- data parallel over the dp group: ZeRO (zero.new, stage 1-3: the optimizer is built
+-- over the shards) or bucketed all-reduce (ddp.new). Losses are the mean over the global
+-- batch, the same number on every rank; the gradient norm is global (every shard once).
+local errors = require "lutra.errors"
+local create = require "lutra.create"
+local grad = require "lutra.nn.grad"
+local memory = require "lutra.memory"
+local spec = require "lutra.dist.spec"
+local clip = require "lutra.optim.clip"
+local ops = require "lutra.ops"
+
+local raise = errors.raise
+
+local M = {}
+local Par = {}
+Par.__index = Par
+
+local function named_trainable(model)
+  local out = {}
+  for name, p in model:named_parameters() do
+    if p.requires_grad then out[#out + 1] = {name, p} end
+  end
+  return out
+end
+
+-- The rows [i*n/m, (i+1)*n/m) of every tensor of a batch {x =, y =}: m micro-batches.
+local function split_rows(batch, m)
+  local x, y = batch.x or batch[1], batch.y or batch[2]
+  local B = x:size(0)
+  if B % m ~= 0 then
+    raise(string.format("parallel: the local batch of %d rows does not split into %d pipeline micro-batches", B, m))
+  end
+  local rows, out = B / m, {}
+  for i = 0, m - 1 do
+    local xi, yi = x:narrow(0, i * rows, rows):contiguous(), y:narrow(0, i * rows, rows):contiguous()
+    out[i + 1] = {x = xi, y = yi, xi, yi}
+  end
+  return out
+end
+
+function M.new(model, mesh, opts)
+  opts = opts or {}
+  local o = mesh.options
+  local self = setmetatable({mesh = mesh, full_model = model, model = model}, Par)
+  if mesh.tp_size > 1 then
+    self.tp = require "lutra.dist.tp"
+    self.tp.parallelize(model, mesh.tp, {sequence_parallel = o.sequence_parallel})
+  end
+  if mesh.pp_size > 1 then
+    local m = o.micro_batches > 0 and o.micro_batches or 2 * mesh.pp_size
+    self.micro_batches = m
+    self.stage = require("lutra.dist.pp").parallelize(model, mesh,
+      {schedule = o.schedule, micro_batches = m, balance = o.balance})
+    self.model = self.stage.model
+  end
+  local factory = opts.optimizer
+  if mesh.zero > 0 then
+    self.zero = require("lutra.dist.zero").new(self.model, mesh.dp, {stage = mesh.zero, bucket_mb = o.bucket_mb,
+                                                                     optimizer = factory})
+    self.optimizer = self.zero.optimizer
+  else
+    if mesh.dp_size > 1 then
+      self.ddp = require("lutra.dist.ddp").new(named_trainable(self.model), mesh.dp, {bucket_mb = o.bucket_mb})
+    end
+    self.optimizer = factory and factory(named_trainable(self.model)) or nil
+  end
+  return self
+end
+
+-- The parameters whose .grad this rank computes (the local model's).
+function Par:parameters() return self.model:parameters() end
+
+function Par:zero_grad()
+  for _, p in ipairs(self.model:parameters()) do
+    local g = p.grad
+    if g ~= nil then
+      p.grad = nil
+      if g.storage ~= nil then g:free() end
+    end
+  end
+  if self.optimizer then self.optimizer:zero_grad() end
+end
+
+-- Forward and backward of k local batches (gradient accumulation: each loss scaled by
+-- 1/k); communication only after the last. Returns the sum of the k batches' mean losses
+-- over the global batch (the same on every rank) and this rank's count of the tokens.
+function Par:forward_backward(batches, loss_fn)
+  local k = #batches
+  local sum = 0
+  local sync = self.ddp or self.zero
+  for i, batch in ipairs(batches) do
+    local function run()
+      if self.stage then
+        local m = self.micro_batches
+        return self.stage:train_step(split_rows(batch, m), 1 / (m * k)) / m
+      end
+      local loss = loss_fn(self.model, batch)
+      local value = loss:item()
+      if k > 1 then loss = loss * (1 / k) end
+      loss:backward()
+      return value
+    end
+    -- Pipelines run many backwards a batch: their grads are reduced once, by finish().
+    if sync and (i < k or self.stage) then
+      sum = sum + sync:no_sync(run)
+    else
+      sum = sum + run()
+    end
+  end
+  return self:mean_over_dp(sum)
+end
+
+-- The mean of a number over the data-parallel ranks.
+function Par:mean_over_dp(v)
+  local dp = self.mesh.dp
+  if dp.size == 1 then return v end
+  local t = create.tensor({v}, {dtype = "f64"})
+  dp:all_reduce(t, "avg")
+  local r = t:item()
+  t:free()
+  return r
+end
+
+-- Gradient sync (data parallel, tensor-parallel replicas, tied embeddings), then the
+-- global norm and clipping to max_norm (> 0). Returns the norm before clipping.
+function Par:finish(max_norm)
+  if self.ddp then self.ddp:finish() end
+  if self.zero then self.zero:finish() end
+  if self.tp and self.tp.sync_grads then self.tp.sync_grads(self.model) end
+  if self.stage then self.stage:sync_grads() end
+  local params = self.optimizer and self.optimizer.params or self.model:parameters()
+  local grads, n = {}, 0
+  local local_sq = 0
+  for i, p in ipairs(params) do
+    n = i
+    if p.grad ~= nil then
+      grads[i] = p.grad
+      if spec.owned(p) then
+        local norm = clip.total_norm({p.grad}, 2, 1)
+        local_sq = local_sq + norm * norm
+      end
+    end
+  end
+  local mesh = self.mesh
+  local total_sq = local_sq
+  if mesh.size > 1 then
+    local t = create.tensor({local_sq}, {dtype = "f64"})
+    mesh.world:all_reduce(t, "sum")
+    total_sq = t:item()
+    t:free()
+    -- plain data parallel: every dp replica holds the same full gradients
+    if not self.zero then total_sq = total_sq / mesh.dp_size end
+  end
+  local norm = math.sqrt(total_sq)
+  if max_norm and max_norm > 0 and norm == norm then
+    local coef = max_norm / (norm + 1e-6)
+    if coef < 1 then
+      grad.no_grad(function()
+        for i = 1, n do
+          if grads[i] ~= nil then ops.mul(grads[i], coef, grads[i]) end
+        end
+      end)
+    end
+  end
+  return norm
+end
+
+function Par:after_step()
+  if self.zero then self.zero:after_step() end
+end
+
+-- The mean loss of one (local) batch, no grad: the same number on every rank.
+function Par:eval_loss(batch, loss_fn)
+  local v
+  if self.stage then
+    v = self.stage:eval(batch)
+  else
+    v = grad.no_grad(memory.tidy, function()
+      local loss = loss_fn(self.model, batch)
+      return type(loss) == "number" and loss or loss:item()
+    end)
+  end
+  return self:mean_over_dp(v)
+end
+
+function Par:memory() return self.zero and self.zero:memory() or nil end
+
+return M
