@@ -1,0 +1,161 @@
+-- lutra.sft.templates — chat templates: a conversation -> text segments, each marked
+-- with whether it carries the loss.
+--
+--   local templates = require "lutra.sft.templates"
+--   local t = templates.get("chatml")            -- or "llama3", or function(messages, opts) -> segments
+--   local segs = t:render({{role = "user", content = "hi"}, {role = "assistant", content = "hello"}})
+--   -- segs: {{text =, role =, train = bool}, ...}; train is true exactly for the assistant's
+--   -- content and its end-of-turn marker (what SFT learns to produce)
+--   t:text(messages, opts)                       -- the segments joined
+--   t.stop, t.name                               -- the end-of-turn string ("<|im_end|>"), the name
+--   local ids, mask = templates.encode(tok, t, messages, {add_generation_prompt = false})
+--   -- ids: 0-based token ids (a Lua list); mask[i] = 1 where ids[i] carries loss
+--
+-- render opts: add_generation_prompt = true appends the header of an assistant turn (for
+-- generation). Each segment is tokenized on its own, so a loss span never starts or ends
+-- in the middle of a token; special-token strings (<|im_start|>, ...) become one id each
+-- when the tokenizer has them as special tokens, and plain characters otherwise.
+local errors = require "lutra.errors"
+
+local raise = errors.raise
+
+local M = {}
+
+local Template = {}
+Template.__index = Template
+M.Template = Template
+
+local ROLES = {system = true, user = true, assistant = true}
+
+local function check_messages(name, messages)
+  if type(messages) ~= "table" then raise(name .. ": messages must be a list of {role =, content =}, got " .. type(messages)) end
+  for i, m in ipairs(messages) do
+    if type(m) ~= "table" then raise(string.format("%s: messages[%d] must be a table, got %s", name, i, type(m))) end
+    if not ROLES[m.role] then
+      raise(string.format("%s: messages[%d].role must be \"system\", \"user\" or \"assistant\", got %s", name, i,
+        tostring(m.role)))
+    end
+    if type(m.content) ~= "string" then
+      raise(string.format("%s: messages[%d].content must be a string, got %s", name, i, type(m.content)))
+    end
+  end
+end
+
+local function seg(out, text, role, train)
+  if text ~= "" then out[#out + 1] = {text = text, role = role, train = train} end
+end
+
+-- ChatML (Qwen's, OpenAI's): <|im_start|>role\ncontent<|im_end|>\n per message.
+local function chatml(messages, opts)
+  local out = {}
+  for _, m in ipairs(messages) do
+    local train = m.role == "assistant"
+    seg(out, "<|im_start|>" .. m.role .. "\n", m.role, false)
+    seg(out, m.content .. "<|im_end|>", m.role, train)
+    seg(out, "\n", m.role, false)
+  end
+  if opts.add_generation_prompt then seg(out, "<|im_start|>assistant\n", "assistant", false) end
+  return out
+end
+
+local function trim(s) return (s:gsub("^%s+", ""):gsub("%s+$", "")) end
+
+-- Llama 3's: <|begin_of_text|> then <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>
+-- per message, content trimmed (as Meta's template does).
+local function llama3(messages, opts)
+  local out = {}
+  seg(out, "<|begin_of_text|>", "system", false)
+  for _, m in ipairs(messages) do
+    seg(out, "<|start_header_id|>" .. m.role .. "<|end_header_id|>\n\n", m.role, false)
+    seg(out, trim(m.content) .. "<|eot_id|>", m.role, m.role == "assistant")
+  end
+  if opts.add_generation_prompt then
+    seg(out, "<|start_header_id|>assistant<|end_header_id|>\n\n", "assistant", false)
+  end
+  return out
+end
+
+M.builtin = {
+  chatml = {name = "chatml", stop = "<|im_end|>", fn = chatml,
+            special_tokens = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}},
+  llama3 = {name = "llama3", stop = "<|eot_id|>", fn = llama3,
+            special_tokens = {"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"}},
+}
+M.default = "chatml"
+
+-- templates.get(name | function | template [, {name =, stop =}]) -> a template.
+-- A function(messages, opts) returns the segments itself; opts.stop names its end-of-turn
+-- string (for generation).
+function M.get(spec, opts)
+  opts = opts or {}
+  if getmetatable(spec) == Template then return spec end
+  if spec == nil then spec = M.default end
+  if type(spec) == "string" then
+    local b = M.builtin[spec]
+    if b == nil then
+      local names = {}
+      for k in pairs(M.builtin) do names[#names + 1] = k end
+      table.sort(names)
+      raise(string.format("templates.get: unknown template '%s' (expected %s, or a function)", spec,
+        table.concat(names, ", ")))
+    end
+    return setmetatable({name = b.name, stop = b.stop, fn = b.fn, special_tokens = b.special_tokens}, Template)
+  elseif type(spec) == "function" then
+    return setmetatable({name = opts.name or "custom", stop = opts.stop, fn = spec, special_tokens = {}}, Template)
+  end
+  raise("templates.get: expected a template name or a function(messages, opts), got " .. type(spec))
+end
+
+-- The segments of messages; checks what the template function returned.
+function Template:render(messages, opts)
+  opts = opts or {}
+  check_messages("template " .. self.name, messages)
+  local segs = self.fn(messages, opts)
+  if type(segs) ~= "table" then
+    raise(string.format("template %s: the function must return a list of segments, got %s", self.name, type(segs)))
+  end
+  for i, s in ipairs(segs) do
+    if type(s) ~= "table" or type(s.text) ~= "string" then
+      raise(string.format("template %s: segment %d must be {text = string, train = bool}", self.name, i))
+    end
+    s.train = s.train == true
+  end
+  return segs
+end
+
+function Template:text(messages, opts)
+  local parts = {}
+  for i, s in ipairs(self:render(messages, opts)) do parts[i] = s.text end
+  return table.concat(parts)
+end
+
+-- The tokenized segments: ids (0-based, a Lua list) and mask (1 = carries loss).
+function M.encode_segments(tok, segs)
+  local ids, mask = {}, {}
+  for _, s in ipairs(segs) do
+    local m = s.train and 1 or 0
+    for _, id in ipairs(tok:encode(s.text)) do
+      ids[#ids + 1] = id
+      mask[#mask + 1] = m
+    end
+  end
+  return ids, mask
+end
+
+function M.encode(tok, t, messages, opts)
+  if type(tok) ~= "table" or type(tok.encode) ~= "function" then
+    raise("templates.encode: expected a tokenizer first, got " .. type(tok))
+  end
+  return M.encode_segments(tok, M.get(t):render(messages, opts))
+end
+
+-- The id of the template's end-of-turn token when the tokenizer has it as one token, or nil.
+function M.stop_id(tok, t)
+  t = M.get(t)
+  if t.stop == nil or type(tok.token_id) ~= "function" then return nil end
+  local ids = tok:encode(t.stop)
+  if #ids == 1 then return ids[1] end
+  return nil
+end
+
+return M
