@@ -1,0 +1,317 @@
+-- lutra.dist.pp — pipeline parallel: the zoo Transformer's layer stack split into stages,
+-- one per rank of the pipeline group, each rank keeping only its stage's modules.
+--
+--   local pp = require "lutra.dist.pp"
+--   local st = pp.parallelize(model, mesh, {schedule = "1f1b", micro_batches = 4, balance = "params"})
+--   -- or pp.parallelize(model, pp_group, opts) with a Group from comm.split
+--   st.model                          -- the local module: named_parameters keep global names
+--   local sum = st:train_step(batches, 1 / #batches)   -- m micro-batches {x =, y =}: forward and
+--                                     -- backward of each micro loss * scale; the sum of the
+--                                     -- micro losses, the same number on every pp rank
+--   st:sync_grads()                   -- tied embeddings: sums wte.weight's grad of the first
+--                                     -- and last stage (both copies stay equal)
+--   local norm = st:clip_grad_norm(1.0, {mesh.pp, mesh.tp})   -- global norm over stages
+--   local loss = st:eval(batch)       -- forward only, the loss on every pp rank
+--
+-- opts: schedule "1f1b" (default) | "gpipe" | "interleaved"; micro_batches m (default the
+-- pipeline size; what train_step expects); balance "params" (default: contiguous layers,
+-- the most loaded stage as light as possible, counting the embeddings on the first stage
+-- and ln_f + lm_head on the last) or {n_0, n_1, ...} layers per stage (per virtual stage
+-- with interleaving); virtual_stages v (interleaved only, default 2): each rank holds v
+-- chunks, chunk k of rank s being virtual stage (k - 1) * P + s.
+-- The model is converted in place (apply tensor parallel first): the parameters of the
+-- other stages are freed, so use st.model from then on. The last stage calls the model's
+-- own loss (model.loss, which tensor parallel replaces by the vocab-parallel one).
+-- Schedules: lutra/dist/pp_schedule.lua; running them: lutra/dist/pp_exec.lua.
+local Module = require "lutra.nn.module"
+local errors = require "lutra.errors"
+local create = require "lutra.create"
+local grad = require "lutra.nn.grad"
+local spec = require "lutra.dist.spec"
+local schedule = require "lutra.dist.pp_schedule"
+local exec = require "lutra.dist.pp_exec"
+
+local raise = errors.raise
+local release = grad.release
+
+local M = {}
+
+-- ---- the stage module ------------------------------------------------------------------------
+
+-- Holds this rank's modules under the full model's names: wte, wpe, drop (first stage),
+-- blocks.<global index> (a plain container, so that blocks.5 stays blocks.5), ln_f and
+-- lm_head (last stage; with tied embeddings also wte, holding the last stage's copy, so that
+-- the tensor keeps the name wte.weight as in the full model).
+local Stage = Module:extend("PipelineStage")
+
+function Stage:init(parts)
+  rawset(self, "cfg", parts.cfg)
+  rawset(self, "chunks", parts.chunks) -- chunks[k] = list of 1-based block indices
+  rawset(self, "first", parts.first)
+  rawset(self, "last", parts.last)
+  rawset(self, "_loss", parts.loss)
+  if parts.wte then self.wte = parts.wte end
+  if parts.wpe then self.wpe = parts.wpe end
+  if parts.drop then self.drop = parts.drop end
+  local blocks = Module()
+  for _, chunk in ipairs(parts.chunks) do
+    for _, i in ipairs(chunk) do blocks:add(tostring(i - 1), parts.blocks[i]) end
+  end
+  self.blocks = blocks
+  if parts.ln_f then self.ln_f = parts.ln_f end
+  if parts.lm_head then self.lm_head = parts.lm_head end
+end
+
+-- idx (B, T) -> (B, T, C): token (+ position) embeddings and dropout, as Transformer:forward.
+function Stage:embed(idx)
+  local T = idx:size(1)
+  local x = self.wte(idx)
+  if self.wpe ~= nil then
+    local p = self.wpe(create.arange(0, T))
+    local e = x
+    x = e + p
+    release(e)
+    release(p)
+  end
+  local d = self.drop(x)
+  release(x, d)
+  return d
+end
+
+-- x (B, T, C) through the blocks of local chunk k.
+function Stage:run_chunk(k, x)
+  local blocks = self.blocks
+  for _, i in ipairs(self.chunks[k]) do
+    local y = blocks[tostring(i - 1)](x)
+    release(x, y)
+    x = y
+  end
+  return x
+end
+
+-- x (B, T, C), targets (B, T) -> the loss: ln_f, lm_head and the model's loss.
+function Stage:head(x, targets)
+  local h = self.ln_f(x)
+  release(x, h)
+  local logits = self.lm_head(h)
+  release(h, logits)
+  local loss = self:loss(logits, targets)
+  release(logits, loss)
+  return loss
+end
+
+function Stage:loss(logits, targets) return self._loss(self, logits, targets) end
+
+function Stage:forward()
+  raise("PipelineStage: holds one pipeline stage; run it with st:train_step(batches, scale) or st:eval(batch)")
+end
+
+function Stage:extra_repr()
+  local parts = {}
+  for k, chunk in ipairs(self.chunks) do
+    parts[k] = #chunk > 0 and string.format("blocks %d-%d", chunk[1] - 1, chunk[#chunk] - 1) or "no blocks"
+  end
+  return table.concat(parts, ", ")
+end
+
+-- ---- balance -----------------------------------------------------------------------------------
+
+local function numel(t) return t ~= nil and t:numel() or 0 end
+
+-- The layer counts of the V virtual stages that make the heaviest stage lightest (weights:
+-- each block's parameter count, plus emb on stage 1 and head on stage V). Ties: the first.
+function M.balance_by_params(weights, emb, head, V)
+  local n = #weights
+  local prefix = {[0] = 0}
+  for i = 1, n do prefix[i] = prefix[i - 1] + weights[i] end
+  local function cost(j, a, b) -- stage j (1-based) holding layers a..b
+    return prefix[b] - prefix[a - 1] + (j == 1 and emb or 0) + (j == V and head or 0)
+  end
+  -- best[j][b]: the lightest heaviest stage of layers 1..b over stages 1..j; cut[j][b]: where j starts
+  local best, cut = {{}}, {{}}
+  for b = 1, n do best[1][b], cut[1][b] = cost(1, 1, b), 1 end
+  for j = 2, V do
+    best[j], cut[j] = {}, {}
+    for b = j, n do
+      local top, at = math.huge, nil
+      for a = j, b do
+        local c = math.max(best[j - 1][a - 1], cost(j, a, b))
+        if c < top then top, at = c, a end
+      end
+      best[j][b], cut[j][b] = top, at
+    end
+  end
+  local counts, b = {}, n
+  for j = V, 1, -1 do
+    local a = cut[j][b]
+    counts[j] = b - a + 1
+    b = a - 1
+  end
+  return counts
+end
+
+local function layer_counts(model, balance, V, who)
+  local n = #model.blocks
+  if V > n then
+    raise(string.format("%s: %d pipeline stages need at least %d layers (one each), the model has %d (n_layer)", who,
+      V, V, n))
+  end
+  if balance == nil or balance == "params" then
+    local weights = {}
+    for i, block in ipairs(model.blocks) do weights[i] = block:num_parameters() end
+    local emb = numel(model.wte.weight) + (model.wpe ~= nil and numel(model.wpe.weight) or 0)
+    local head = model.ln_f:num_parameters() + numel(model.lm_head.weight)
+    return M.balance_by_params(weights, emb, head, V)
+  end
+  if type(balance) ~= "table" then
+    raise(string.format("%s: balance must be \"params\" or a list of layer counts, got %s", who, tostring(balance)))
+  end
+  if #balance ~= V then
+    raise(string.format("%s: balance has %d entries for %d pipeline stages", who, #balance, V))
+  end
+  local sum = 0
+  for j, c in ipairs(balance) do
+    if type(c) ~= "number" or c < 1 or c ~= math.floor(c) then
+      raise(string.format("%s: balance[%d] must be a positive integer (layers of stage %d), got %s", who, j, j - 1,
+        tostring(c)))
+    end
+    sum = sum + c
+  end
+  if sum ~= n then
+    raise(string.format("%s: balance {%s} sums to %d layers, the model has %d (n_layer)", who,
+      table.concat(balance, ", "), sum, n))
+  end
+  return balance
+end
+
+-- ---- parallelize -------------------------------------------------------------------------------
+
+local Pipeline = {}
+Pipeline.__index = Pipeline
+
+local function group_of(where, who)
+  if type(where) ~= "table" then raise(who .. ": expected a mesh or a pipeline Group, got " .. type(where)) end
+  if type(where.pp) == "table" then return where.pp, where.embed, true end
+  if type(where.size) == "number" and type(where.rank) == "number" then return where, nil, false end
+  raise(who .. ": expected a mesh (with .pp) or a Group (with .size, .rank)")
+end
+
+-- The group of the first and last stage of this pipeline (tied embeddings), made with
+-- comm.split: every rank of the world calls it (each pipeline is one color).
+local function split_embed_group(g, is_end)
+  local comm = require "lutra.dist.comm"
+  local color = is_end and (g.ranks and g.ranks[1] or 0) or -1
+  return comm.split(color, g.rank, "pp_embed")
+end
+
+local OPTS = {schedule = true, micro_batches = true, balance = true, virtual_stages = true}
+
+function M.parallelize(model, where, opts)
+  local who = "pp.parallelize"
+  opts = opts or {}
+  if type(opts) ~= "table" then raise(who .. ": opts must be a table, got " .. type(opts)) end
+  for k in pairs(opts) do
+    if not OPTS[k] then
+      raise(string.format("%s: unknown option '%s' (schedule, micro_batches, balance, virtual_stages)", who, tostring(k)))
+    end
+  end
+  if type(model) ~= "table" or type(model.cfg) ~= "table" or model.blocks == nil or model.wte == nil
+      or model.ln_f == nil or model.lm_head == nil then
+    raise(who .. ": expected a zoo Transformer (wte, blocks, ln_f, lm_head), got " .. tostring(model and model.__name))
+  end
+  local g, embed, is_mesh = group_of(where, who)
+  local P, s = g.size, g.rank
+  local kind = opts.schedule or "1f1b"
+  local m = opts.micro_batches or P
+  local v = schedule.check(kind, P, s, m, opts.virtual_stages, who)
+  local V = P * v
+  local counts = layer_counts(model, opts.balance, V, who)
+
+  -- the layers of each virtual stage, and this rank's chunks
+  local first_layer, ranges = 1, {}
+  for j = 1, V do
+    ranges[j] = {}
+    for i = first_layer, first_layer + counts[j] - 1 do ranges[j][#ranges[j] + 1] = i end
+    first_layer = first_layer + counts[j]
+  end
+  local chunks = {}
+  for k = 1, v do chunks[k] = ranges[(k - 1) * P + s + 1] end
+
+  local first, last = s == 0, s == P - 1
+  local tied = rawequal(model.lm_head.weight, model.wte.weight)
+  local parts = {cfg = model.cfg, chunks = chunks, blocks = model.blocks, first = first, last = last,
+                 loss = model.loss}
+  if first then parts.wte, parts.wpe, parts.drop = model.wte, model.wpe, model.drop end
+  if last then
+    parts.ln_f, parts.lm_head = model.ln_f, model.lm_head
+    if tied then parts.wte = model.wte end
+  end
+  local stage = Stage(parts)
+
+  -- free what this rank does not hold (the model is converted in place)
+  local mine = {}
+  for _, p in ipairs(stage:parameters()) do mine[p] = true end
+  for _, p in ipairs(model:parameters()) do
+    if not mine[p] then p:free() end
+  end
+
+  local self = setmetatable({model = stage, group = g, size = P, stage = s, schedule = kind, micro_batches = m,
+                             virtual_stages = v, counts = counts, tied = tied and P > 1}, Pipeline)
+  if tied and P > 1 then
+    local w = model.wte.weight
+    if last then
+      local old = spec.get(w)
+      spec.set(w, {global = old and old.global or w.shape, offset = old and old.offset, dup = true})
+    end
+    self.tied_weight = (first or last) and w or nil
+    if is_mesh then
+      self.embed_group = (first or last) and embed or nil
+      if (first or last) and embed == nil then raise(who .. ": the mesh has no embed group (first and last stage)") end
+    else
+      self.embed_group = split_embed_group(g, first or last)
+    end
+  end
+  return self
+end
+
+-- ---- running -----------------------------------------------------------------------------------
+
+function Pipeline:train_step(batches, scale)
+  if type(batches) ~= "table" or #batches ~= self.micro_batches then
+    raise(string.format("pp.train_step: expected a list of %d micro-batches {x =, y =}, got %s", self.micro_batches,
+      type(batches) == "table" and (#batches .. " entries") or type(batches)))
+  end
+  local actions = schedule.actions(self.schedule, self.size, self.stage, self.micro_batches, self.virtual_stages)
+  return exec.train(self, actions, batches, scale or 1)
+end
+
+function Pipeline:eval(batch)
+  if type(batch) ~= "table" or batch.x == nil then raise("pp.eval: expected a batch {x =, y =}") end
+  local training = self.model.training
+  self.model:eval()
+  local ok, res = pcall(grad.no_grad, exec.forward_only, self, batch)
+  self.model:train(training)
+  if not ok then error(res, 0) end
+  return res
+end
+
+-- Tied embeddings: the first stage's wte.weight grad and the last stage's copy's grad
+-- summed over the two (after train_step, before clipping and the optimizer step).
+function Pipeline:sync_grads()
+  local eg = self.embed_group
+  if eg == nil or eg.size < 2 then return end
+  local w = self.tied_weight
+  if w.grad == nil then w.grad = create.zeros_like(w) end
+  eg:all_reduce(w.grad, "sum")
+end
+
+-- The global gradient norm over the pipeline (and the given groups: {mesh.pp, mesh.tp}):
+-- squares of the owned parameters' grads (spec dup copies skipped) summed over the groups;
+-- every local grad then scaled by max_norm / (norm + 1e-6) when below 1, as torch does.
+function Pipeline:clip_grad_norm(max_norm, groups)
+  return exec.clip_grad_norm(self, max_norm, groups or {self.group})
+end
+
+M.Stage = Stage
+M.Pipeline = Pipeline
+return M
