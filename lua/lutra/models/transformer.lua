@@ -93,6 +93,10 @@ end
 
 -- idx (B, T) token ids -> logits (B, T, V); with targets (B, T) (-100: ignored), also
 -- the mean cross-entropy loss. opts.cache (from kv_cache) decodes incrementally.
+-- Packed rows (several documents per row, lutra.sft.data): opts.positions (B, T) the
+-- position of each token in its document (learned positions are gathered there, RoPE
+-- rotates by it) and opts.segments (B, T) its document id: attention stays inside each
+-- document, so a packed document's logits are the ones it has alone.
 function Transformer:forward(idx, targets, opts)
   check_ids("idx", idx)
   local B, T = idx:size(0), idx:size(1)
@@ -106,9 +110,14 @@ function Transformer:forward(idx, targets, opts)
   end
   -- (the intermediates are released as soon as used: see nn.grad.release)
   local release = grad.release
+  local positions, segments = opts and opts.positions, opts and opts.segments
+  if positions ~= nil then check_ids("positions", positions, B, T) end
+  if segments ~= nil then check_ids("segments", segments, B, T) end
+  local packed = (positions ~= nil or segments ~= nil) and {positions = positions, segments = segments} or nil
+  if packed and cache then raise("Transformer: positions/segments (packed rows) do not go with a cache") end
   local x = self.wte(idx)
   if self.wpe ~= nil then
-    local p = self.wpe(create.arange(pos, pos + T))
+    local p = self.wpe(positions or create.arange(pos, pos + T))
     local e = x
     x = e + p
     release(e)
@@ -118,7 +127,7 @@ function Transformer:forward(idx, targets, opts)
   release(x, d)
   x = d
   for i, block in ipairs(self.blocks) do
-    local y = block(x, cache and cache.layers[i], pos)
+    local y = block(x, cache and cache.layers[i], pos, packed)
     release(x, y)
     x = y
   end

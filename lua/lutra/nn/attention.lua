@@ -14,6 +14,11 @@
 -- the model's kv_cache), the new keys and values are written at positions
 -- [pos, pos + T) and the queries attend to everything up to there: incremental
 -- decoding. Use it under lutra.no_grad.
+--
+-- forward(x, nil, 0, {positions =, segments =}): packed rows (training, no cache).
+-- positions (B, T) i32/i64 are the RoPE positions of the tokens (restarting at 0 in each
+-- document of a row); segments (B, T) i32/i64 the document of each token: a query only
+-- attends to earlier keys of its own document.
 local Module = require "lutra.nn.module"
 local create = require "lutra.create"
 local F = require "lutra.functional"
@@ -68,11 +73,11 @@ local function split(qkv, H, Hkv)
   return qkv:narrow(2, 0, H), qkv:narrow(2, H, Hkv), qkv:narrow(2, H + Hkv, Hkv)
 end
 
--- q, k, v of qkv, q and k rotated when theta.
-local function split_rotated(qkv, H, Hkv, theta)
+-- q, k, v of qkv, q and k rotated when theta (at positions, or 0..T-1 when nil).
+local function split_rotated(qkv, H, Hkv, theta, positions)
   local q, k, v = split(qkv, H, Hkv)
   if theta then
-    local qr, kr = F.rope(q, nil, theta), F.rope(k, nil, theta)
+    local qr, kr = F.rope(q, positions, theta), F.rope(k, positions, theta)
     q:free() -- views: qkv keeps the storage
     k:free()
     q, k = qr, kr
@@ -80,12 +85,12 @@ local function split_rotated(qkv, H, Hkv, theta)
   return q, k, v
 end
 
-local function qkv_attention(qkv, H, Hkv, scale, theta)
+local function qkv_attention(qkv, H, Hkv, scale, theta, positions, segments)
   local enabled = S.enabled
   S.enabled = false -- the views and the kernels below are one recorded op
   local ok, y, lse = pcall(function()
-    local q, k, v = split_rotated(qkv, H, Hkv, theta)
-    local y, lse = F.scaled_dot_product_attention {q, k, v, causal = true, scale = scale}
+    local q, k, v = split_rotated(qkv, H, Hkv, theta, positions)
+    local y, lse = F.scaled_dot_product_attention {q, k, v, causal = true, scale = scale, segment_ids = segments}
     q:free()
     k:free()
     v:free()
@@ -94,7 +99,8 @@ local function qkv_attention(qkv, H, Hkv, scale, theta)
   S.enabled = enabled
   if not ok then error(y, 0) end
   if enabled and qkv.ag_ ~= 0 then
-    local node = {S.edge(qkv), cls = QKVAttention, H = H, Hkv = Hkv, scale = scale, theta = theta}
+    local node = {S.edge(qkv), cls = QKVAttention, H = H, Hkv = Hkv, scale = scale, theta = theta,
+                  positions = positions, segments = segments}
     S.save(node, "qkv", "ver_qkv", qkv)
     S.save_output(node, "out", "ver_out", y)
     S.save(node, "lse", "ver_lse", lse)
@@ -107,19 +113,35 @@ function QKVAttention.backward(n, g)
   local qkv = n.qkv
   local dqkv = memory.new()
   if lt.C.lt_empty(dqkv, qkv.ndim, qkv.shape_, qkv.dtype_, qkv.device_) ~= 0 then errors.fail() end
-  local q, k, v = split_rotated(qkv, n.H, n.Hkv, n.theta)
+  local q, k, v = split_rotated(qkv, n.H, n.Hkv, n.theta, n.positions)
   local dq, dk, dv = split(dqkv, n.H, n.Hkv)
   local dqr, dkr = dq, dk
   if n.theta then dqr, dkr = memory.new(), memory.new() end
-  if lt.C.lt_attention_backward(dqr, dkr, dv, g, q, k, v, n.out, n.lse, nil, n.scale, 1) ~= 0 then errors.fail() end
+  if lt.C.lt_attention_backward(dqr, dkr, dv, g, q, k, v, n.out, n.lse, n.segments, n.scale, 1) ~= 0 then
+    errors.fail()
+  end
   if n.theta then
-    F.rope_backward(dqr, nil, n.theta, dq)
-    F.rope_backward(dkr, nil, n.theta, dk)
+    F.rope_backward(dqr, n.positions, n.theta, dq)
+    F.rope_backward(dkr, n.positions, n.theta, dk)
   end
   return dqkv
 end
 
-function Attention:forward(x, cache, pos)
+-- packed-row opts: {positions =, segments =} (B, T) integer tensors, or nil.
+local function packed_args(opts, B, T)
+  if opts == nil then return nil, nil end
+  local function check(what, t)
+    if t == nil then return nil end
+    if type(t) ~= "cdata" or t.ndim ~= 2 or t:size(0) ~= B or t:size(1) ~= T then
+      raise(string.format("CausalSelfAttention: %s must be a (B, T) = (%d, %d) integer tensor, got %s", what, B, T,
+        type(t) == "cdata" and "[" .. table.concat(t.shape, ", ") .. "]" or type(t)))
+    end
+    return t
+  end
+  return check("positions", opts.positions), check("segments", opts.segments)
+end
+
+function Attention:forward(x, cache, pos, opts)
   if x.ndim ~= 3 or x:size(2) ~= self.d_model then
     raise(string.format("CausalSelfAttention: expected x (B, T, %d), got [%s]", self.d_model,
       table.concat(x.shape, ", ")))
@@ -127,11 +149,15 @@ function Attention:forward(x, cache, pos)
   local B, T = x:size(0), x:size(1)
   local H, Hkv, D = self.n_head, self.n_kv_head, self.head_dim
   pos = pos or 0
+  local positions, segments = packed_args(opts, B, T)
+  if cache ~= nil and (positions ~= nil or segments ~= nil) then
+    raise("CausalSelfAttention: positions/segments (packed rows) are for training: not with a key/value cache")
+  end
   local lin = self.qkv(x)
   local qkv = lin:view(B, T, H + 2 * Hkv, D)
   release(lin, x)
   if cache == nil then
-    local y = qkv_attention(qkv, H, Hkv, 1 / math.sqrt(D), self.rope and self.rope_theta or nil)
+    local y = qkv_attention(qkv, H, Hkv, 1 / math.sqrt(D), self.rope and self.rope_theta or nil, positions, segments)
     release(qkv, x)
     local yv = y:view(B, T, H * D)
     release(y, x)

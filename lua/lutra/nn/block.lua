@@ -2,7 +2,8 @@
 --   mlp = "gelu" | "swiglu", ffn_hidden =, bias = true, dropout = 0, rope = false,
 --   rope_theta =, dtype =, device =}
 -- The pre-norm transformer block: x + attn(ln_1(x)), then + mlp(ln_2(x)).
--- forward(x, cache, pos) passes the key/value cache to the attention.
+-- forward(x, cache, pos) passes the key/value cache to the attention; forward(x, nil, 0,
+-- {positions =, segments =}) passes packed-row positions and document ids to it.
 local Module = require "lutra.nn.module"
 local errors = require "lutra.errors"
 local O = require "lutra.nn.options"
@@ -51,9 +52,9 @@ end
 local release = require("lutra.nn.grad").release
 
 -- (the intermediates are released as soon as used: see nn.grad.release)
-function Block:forward(x, cache, pos)
+function Block:forward(x, cache, pos, opts)
   local h = self.ln_1(x)
-  local a = self.attn(h, cache, pos)
+  local a = self.attn(h, cache, pos, opts)
   release(h, x, a)
   local x1 = x + a
   release(a, x)
