@@ -303,4 +303,112 @@ test("in-process pipeline, llama, gpipe over 4 stages = the unsplit model", func
   in_process("llama", 4, {schedule = "gpipe", micro_batches = MICRO})
 end)
 
+-- ---- over MPI: one pipeline of world-size stages -------------------------------------------
+
+local comm = require "lutra.dist.comm"
+local dist = require "lutra.dist"
+local world = comm.init()
+local P = world.size
+local mesh = dist.init{pp = P}
+local pp_group = comm.split(0, world.rank, "pp_test") -- the same ranks, as a plain Group
+
+local function mpi_case(name, where, opts, cfg_name)
+  local st, losses = pipelined(CFG[name], where, opts)
+  compare(cfg_name or name, st, losses, string.format("%s pp%d %s stage %d", name, P, opts.schedule, st.stage))
+  -- the loss is the same number on every rank
+  local t = lt.tensor({losses[STEPS]}, {dtype = "f64"})
+  local hi = t:clone()
+  world:all_reduce(t, "min")
+  world:all_reduce(hi, "max")
+  testing.assert_equal(t:item(), hi:item(), "the loss differs between ranks")
+  return st
+end
+
+test("mpirun: gpt2 (tied embeddings) 1f1b over the mesh = the unsplit model", function()
+  local st = mpi_case("gpt2", mesh, {schedule = "1f1b", micro_batches = MICRO})
+  local names = {}
+  for pname in st.model:named_parameters() do names[#names + 1] = pname end
+  local s = st.stage
+  testing.assert_equal(names[1] == "wte.weight", s == 0 or s == P - 1, "wte.weight on the first and last stage")
+  if s == P - 1 and P > 1 then
+    assert(spec.get(st.model.lm_head.weight).dup, "the last stage's tied copy is marked dup")
+    assert(rawequal(st.model.lm_head.weight, st.model.wte.weight), "the copy is lm_head's weight")
+  end
+  -- 4 layers over P stages, named by their global index
+  local per = 4 / P
+  for _, pname in ipairs(names) do
+    local i = pname:match("^blocks%.(%d+)%.")
+    if i then assert(tonumber(i) >= s * per and tonumber(i) < (s + 1) * per, "stage " .. s .. " holds " .. pname) end
+  end
+end)
+
+test("mpirun: gpt2 gpipe over a Group (tied grads over comm.split) = the unsplit model", function()
+  mpi_case("gpt2", pp_group, {schedule = "gpipe", micro_batches = MICRO})
+end)
+
+test("mpirun: llama 1f1b and gpipe = the unsplit model", function()
+  mpi_case("llama", mesh, {schedule = "1f1b", micro_batches = MICRO})
+  mpi_case("llama", mesh, {schedule = "gpipe", micro_batches = MICRO})
+end)
+
+test("mpirun: interleaved 1f1b (2 chunks per rank) = the unsplit model", function()
+  CFG.gpt2_8 = with(CFG.gpt2, {n_layer = 2 * P})
+  mpi_case("gpt2_8", mesh, {schedule = "interleaved", micro_batches = MICRO, virtual_stages = 2})
+end)
+
+test("mpirun: the trace of 1f1b on each stage is the schedule's order", function()
+  local seen = {}
+  exec.trace = function(st, a) seen[#seen + 1] = a end
+  local ok, err = pcall(mpi_case, "llama", mesh, {schedule = "1f1b", micro_batches = MICRO})
+  exec.trace = nil
+  assert(ok, err)
+  local one = {}
+  for i = 1, 2 * MICRO do one[i] = seen[i] end
+  local want = {
+    [1] = {"F1 B1 F2 B2 F3 B3 F4 B4"},
+    [2] = {"F1 B1 F2 B2 F3 B3 F4 B4", "F1 F2 B1 F3 B2 F4 B3 B4"},
+    [4] = {"F1 B1 F2 B2 F3 B3 F4 B4", "F1 F2 B1 F3 B2 F4 B3 B4", "F1 F2 F3 B1 F4 B2 B3 B4", "F1 F2 F3 F4 B1 B2 B3 B4"},
+  }
+  testing.assert_equal(S.describe(one), want[P][P - world.rank], "stage " .. world.rank)
+  testing.assert_equal(#seen, 2 * MICRO * STEPS)
+end)
+
+test("mpirun: eval gives the last stage's loss on every rank", function()
+  local xs, ys = data(3)
+  lt.manual_seed(7)
+  local ref = models.build(CFG.llama)
+  local _, want = lt.no_grad(function() return ref(xs[1], ys[1]) end)
+  lt.manual_seed(7)
+  local st = pp.parallelize(models.build(CFG.llama), mesh, {micro_batches = MICRO})
+  local got = st:eval({x = xs[1], y = ys[1]})
+  testing.assert_close(got, want:item(), {rtol = 1e-6, atol = 0})
+end)
+
+test("bad input: balance, too many stages, options", function()
+  local function build(cfg) lt.manual_seed(7) return models.build(cfg or CFG.llama) end
+  local five = {5}
+  if P > 1 then
+    five = {}
+    for i = 1, P do five[i] = i == P and 5 - (P - 1) or 1 end
+  end
+  testing.assert_error("sums to 5 layers, the model has 4", pp.parallelize, build(), pp_group, {balance = five})
+  testing.assert_error("balance has 3 entries for " .. P .. " pipeline stages", pp.parallelize, build(), mesh,
+    {balance = {1, 1, 2}})
+  testing.assert_error("balance[1] must be a positive integer", pp.parallelize, build(), mesh,
+    {balance = P == 1 and {0} or P == 2 and {0, 4} or {0, 2, 1, 1}})
+  if P > 1 then
+    testing.assert_error(P .. " pipeline stages need at least " .. P .. " layers", pp.parallelize,
+      build(with(CFG.llama, {n_layer = P - 1})), mesh, {})
+  end
+  testing.assert_error(5 * P .. " pipeline stages (" .. P .. " x 5 virtual) need at least", pp.parallelize, build(),
+    mesh, {schedule = "interleaved", micro_batches = P, virtual_stages = 5})
+  testing.assert_error("unknown option 'micro'", pp.parallelize, build(), mesh, {micro = 4})
+  if P > 1 then
+    testing.assert_error("multiple of the pipeline size", pp.parallelize, build(), mesh,
+      {schedule = "interleaved", micro_batches = 2 * P + 1})
+  end
+  local st = pp.parallelize(build(), mesh, {micro_batches = MICRO})
+  testing.assert_error("expected a list of 4 micro-batches", st.train_step, st, {{x = 1, y = 2}})
+end)
+
 return {}

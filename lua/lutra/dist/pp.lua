@@ -150,11 +150,11 @@ function M.balance_by_params(weights, emb, head, V)
   return counts
 end
 
-local function layer_counts(model, balance, V, who)
-  local n = #model.blocks
+local function layer_counts(model, balance, P, v, who)
+  local n, V = #model.blocks, P * v
   if V > n then
-    raise(string.format("%s: %d pipeline stages need at least %d layers (one each), the model has %d (n_layer)", who,
-      V, V, n))
+    raise(string.format("%s: %d pipeline stages%s need at least %d layers (one each), the model has %d (n_layer)", who,
+      V, v > 1 and string.format(" (%d x %d virtual)", P, v) or "", V, n))
   end
   if balance == nil or balance == "params" then
     local weights = {}
@@ -167,7 +167,8 @@ local function layer_counts(model, balance, V, who)
     raise(string.format("%s: balance must be \"params\" or a list of layer counts, got %s", who, tostring(balance)))
   end
   if #balance ~= V then
-    raise(string.format("%s: balance has %d entries for %d pipeline stages", who, #balance, V))
+    raise(string.format("%s: balance has %d entries for %d pipeline stages%s", who, #balance, V,
+      v > 1 and " (virtual: P x virtual_stages)" or ""))
   end
   local sum = 0
   for j, c in ipairs(balance) do
@@ -225,7 +226,7 @@ function M.parallelize(model, where, opts)
   local m = opts.micro_batches or P
   local v = schedule.check(kind, P, s, m, opts.virtual_stages, who)
   local V = P * v
-  local counts = layer_counts(model, opts.balance, V, who)
+  local counts = layer_counts(model, opts.balance, P, v, who)
 
   -- the layers of each virtual stage, and this rank's chunks
   local first_layer, ranges = 1, {}
