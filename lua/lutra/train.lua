@@ -167,6 +167,8 @@ local function evaluate(model, val, n, loss_fn)
   return sum / n
 end
 
+local evaluate_parallel
+
 -- ---- checkpoints ---------------------------------------------------------------------------
 
 local function state_of(run)
@@ -177,6 +179,14 @@ local function state_of(run)
 end
 
 local function save(run)
+  if run.par then
+    -- a parallel layout's state lives in shards on many ranks: the sharded format is issue 6
+    if not run.warned_ckpt then
+      run.warned_ckpt = true
+      io.stderr:write("train: checkpoints of parallel layouts are not written yet (single-process runs only)\n")
+    end
+    return nil
+  end
   local dir = string.format("%s/ckpt/step_%06d", run.run_dir, run.step)
   ckpt.save(dir, state_of(run))
   ckpt.prune(run.run_dir .. "/ckpt", run.get "ckpt_keep")
@@ -191,6 +201,19 @@ local function restore(run, path)
   run.data:set_state(st.loader)
   if run.val and st.val_loader then run.val:set_state(st.val_loader) end
   run.step, run.tokens, run.best_val = st.step, st.tokens or 0, st.best_val
+end
+
+-- The mean loss over n batches of the val loader under a parallel layout.
+evaluate_parallel = function(par, val, n, loss_fn)
+  local model = par.model
+  if type(model.eval) == "function" then model:eval() end
+  local sum = 0
+  local ok, err = pcall(function()
+    for _ = 1, n do sum = sum + par:eval_loss(next_batch(val), loss_fn) end
+  end)
+  if type(model.train) == "function" then model:train() end
+  if not ok then error(err, 0) end
+  return sum / n
 end
 
 -- ---- the loop ----------------------------------------------------------------------------
@@ -232,6 +255,37 @@ local function one_step(run, lr)
   return loss_sum / k, tokens, norm, extras
 end
 
+-- One step of a parallel layout (config.parallel): lutra.dist.parallelize does the
+-- communication; the losses are global means, the same on every rank.
+local function one_step_parallel(run, lr)
+  local k, par = run.grad_accum, run.par
+  local tokens = 0
+  local loss_sum, norm = 0, 0
+  tidy(function()
+    par:zero_grad()
+    local batches = {}
+    for i = 1, k do
+      batches[i] = next_batch(run.data)
+      tokens = tokens + batch_tokens(batches[i])
+    end
+    loss_sum = par:forward_backward(batches, run.loss_fn)
+    norm = par:finish(run.get "grad_clip")
+    par.optimizer:step{lr = lr}
+    par:after_step()
+    par:zero_grad()
+    return par.optimizer.state
+  end)
+  -- tokens of the global batch: every dp rank took its own rows (tp and pp ranks share them)
+  return loss_sum / k, tokens * run.mesh.dp_size, norm, nil
+end
+
+-- The mesh of args.mesh or config.parallel (nil: a single process).
+local function mesh_of(args, cfg)
+  local mesh = args.mesh
+  if mesh == nil and cfg.parallel ~= nil then mesh = require("lutra.dist").init(cfg.parallel) end
+  return mesh
+end
+
 function M.train(args)
   if type(args) ~= "table" then raise("train: expected a table {model =, data =, config =}") end
   local model, data = args.model, args.data
@@ -245,20 +299,42 @@ function M.train(args)
   run.loss_fn = args.loss_fn or default_loss
   run.grad_accum = get "grad_accum"
   if type(run.grad_accum) ~= "number" or run.grad_accum < 1 then raise("train: grad_accum must be >= 1") end
+
+  local mesh = mesh_of(args, cfg)
+  if mesh and mesh.size > 1 then
+    if args.optimizer then
+      raise("train: with a parallel layout the optimizer is built over this rank's shards: give its settings "
+        .. "in the config (optimizer, lr, betas, weight_decay, ...) rather than optimizer =")
+    end
+    run.mesh = mesh
+    -- each data-parallel rank reads its own rows of the global batch
+    if mesh.dp_size > 1 and data.dp_size == 1 and type(data.with) == "function" then
+      data = data:with{dp_rank = mesh.dp_rank, dp_size = mesh.dp_size}
+      run.data = data
+    end
+    run.par = require("lutra.dist").parallelize(model, mesh,
+      {optimizer = function(named) return make_optimizer(named, get) end})
+    run.opt = run.par.optimizer
+    run.params = run.par:parameters()
+  end
+  run.opt = run.opt or args.optimizer or make_optimizer(model, get)
   run.val = args.val_data
   if run.val == nil and type(data.with) == "function" and get "eval_every" > 0 then
     local ok, v = pcall(data.with, data, {split = "val"})
     if ok then run.val = v end
+  elseif run.mesh and run.val and run.mesh.dp_size > 1 and run.val.dp_size == 1 and type(run.val.with) == "function" then
+    run.val = run.val:with{dp_rank = run.mesh.dp_rank, dp_size = run.mesh.dp_size}
   end
-  run.opt = args.optimizer or make_optimizer(model, get)
   -- the lr of each step: schedule =, else the given optimizer's own schedule, else the config's
   local sched = args.schedule or (args.optimizer and args.optimizer.schedule) or make_schedule(get)
   run.cfg_plain = type(cfg.plain) == "function" and cfg:plain() or nil
   local total = get "steps"
   local run_dir = get "run_dir"
   if run_dir == "" then run_dir = nil end
+  local main_rank = run.mesh == nil or run.mesh.rank == 0
+  if not main_rank then run_dir = nil end -- rank 0 alone logs, writes metrics and samples
   run.run_dir = run_dir
-  local quiet = args.quiet
+  local quiet = args.quiet or not main_rank
   local bar = progress.new{total = total, out = args.out or io.stdout, tty = args.tty}
   local say = quiet and function() end or function(s) bar:print(s) end
 
@@ -267,6 +343,7 @@ function M.train(args)
   if resume and resume ~= "" then
     local path = resume
     if resume == "auto" then path = run_dir and ckpt.latest(run_dir .. "/ckpt") end
+    if path and run.par then raise("train: resuming a parallel layout needs sharded checkpoints (not written yet)") end
     if path then
       restore(run, path)
       say(string.format("resumed from %s at step %d", path, run.step))
@@ -326,19 +403,20 @@ function M.train(args)
     while true do
       local done = run.step >= total
       if run.val and eval_every > 0 and (run.step % eval_every == 0 or done) then
-        local v = evaluate(model, run.val, eval_iters, run.loss_fn)
+        local v = run.par and evaluate_parallel(run.par, run.val, eval_iters, run.loss_fn)
+          or evaluate(model, run.val, eval_iters, run.loss_fn)
         last_val = v
         if run.best_val == nil or v < run.best_val then run.best_val = v end
         val_losses[#val_losses + 1] = {step = run.step, loss = v}
         record{step = run.step, val_loss = v}
         say(string.format("step %d: val loss %.4f", run.step, v))
       end
-      if sample_every > 0 and run.step > 0 and (run.step % sample_every == 0 or done) then sample() end
+      if sample_every > 0 and not run.par and run.step > 0 and (run.step % sample_every == 0 or done) then sample() end
       if done then break end
 
       local lr = sched(run.step)
       local t0 = now()
-      local loss, tokens, norm, extras = one_step(run, lr)
+      local loss, tokens, norm, extras = (run.par and one_step_parallel or one_step)(run, lr)
       local dt = now() - t0
       train_seconds = train_seconds + dt
       run.step = run.step + 1
