@@ -423,6 +423,143 @@ int lt_interrupt_arm(void);
 int lt_interrupt_pending(int clear);
 int lt_interrupt_disarm(void);
 
+/* ---- distributed: process groups and collectives (host/dist_*.c) ----------------
+ * Ranks are processes started by mpirun or srun (OpenMPI): lt_comm_init calls
+ * MPI_Init_thread there. Without a launcher (or in a build without MPI) the process
+ * is a singleton: a world of one rank, no MPI at all; collectives are local copies.
+ * A group is an MPI communicator for CPU tensors (and an NCCL communicator, made at
+ * its first CUDA collective, for CUDA tensors). Group ranks are 0-based indices in
+ * the group. Tensors must be contiguous and of one dtype across the group.
+ * Passing req == NULL waits for the result; else *req receives a request that
+ * lt_comm_wait (or lt_comm_test until done) completes and frees; the tensors are
+ * retained until then. Every call is recorded in a per-rank flight recorder, and a
+ * watchdog thread ends the process (status 3) with a report on stderr when a wait
+ * lasts longer than the timeout (env LUTRA_COMM_TIMEOUT, default 600 s). */
+
+typedef struct lt_group lt_group;               /* opaque, lives until exit */
+typedef struct lt_comm_request lt_comm_request; /* opaque async handle */
+
+typedef enum lt_comm_op { LT_COMM_SUM = 0, LT_COMM_AVG, LT_COMM_MAX, LT_COMM_MIN, LT_NUM_COMM_OPS } lt_comm_op;
+typedef enum lt_comm_state { LT_COMM_POSTED = 0, LT_COMM_WAITING, LT_COMM_DONE, LT_COMM_FAILED } lt_comm_state;
+enum { LT_COMM_SEND = 0, LT_COMM_RECV = 1 }; /* kinds in lt_comm_p2p */
+
+/* One flight-recorder entry. start/end are lt_wall_time() seconds (end 0 while pending). */
+typedef struct lt_comm_record {
+  int64_t seq;   /* per group, from 1 */
+  int64_t count; /* elements */
+  double start;
+  double end;
+  int32_t dtype;
+  int32_t state; /* lt_comm_state */
+  int32_t peer;  /* root or peer (group rank), -1 when none */
+  int32_t pad_;
+  char op[24];
+  char group[32];
+  char shape[64];
+} lt_comm_record;
+
+int lt_comm_init(void); /* idempotent */
+int lt_comm_initialized(void);
+int lt_comm_uses_mpi(void); /* 1 when running under MPI, 0 as a singleton */
+int lt_comm_rank(void);
+int lt_comm_size(void);
+int lt_comm_local_rank(void);
+int lt_comm_world(lt_group **out);
+/* Collective over parent (every rank calls it in the same order): the ranks of parent
+ * with the same color form a group ordered by (key, parent rank). *out is NULL where
+ * color < 0. name (up to 31 bytes) is used in messages. */
+int lt_comm_split(lt_group **out, lt_group *parent, int color, int key, const char *name);
+const char *lt_comm_group_name(const lt_group *g);
+int lt_comm_group_rank(const lt_group *g);
+int lt_comm_group_size(const lt_group *g);
+int lt_comm_group_ranks(const lt_group *g, int *world_ranks); /* fills group-size ints */
+
+/* t is reduced in place over the group; AVG needs a floating dtype; bf16/f16 reduce in f32. */
+int lt_comm_all_reduce(lt_group *g, lt_tensor *t, int op, lt_comm_request **req);
+/* inp holds the pieces of every rank, rank-major: counts[i] elements for rank i (counts
+ * NULL: inp's numel / group size each); out (counts[rank]) gets this rank's reduced piece. */
+int lt_comm_reduce_scatter(lt_group *g, lt_tensor *out, const lt_tensor *inp, int op, const int64_t *counts,
+                           lt_comm_request **req);
+/* out = the inps of every rank, rank-major; counts[i] elements from rank i (NULL: equal). */
+int lt_comm_all_gather(lt_group *g, lt_tensor *out, const lt_tensor *inp, const int64_t *counts,
+                       lt_comm_request **req);
+int lt_comm_broadcast(lt_group *g, lt_tensor *t, int root, lt_comm_request **req);
+int lt_comm_send(lt_group *g, const lt_tensor *t, int peer, int tag, lt_comm_request **req);
+int lt_comm_recv(lt_group *g, lt_tensor *t, int peer, int tag, lt_comm_request **req);
+/* n sends and receives (kinds[i] LT_COMM_SEND/RECV with peers[i]) posted together. */
+int lt_comm_p2p(lt_group *g, int n, const int *kinds, lt_tensor *const *tensors, const int *peers, int tag,
+                lt_comm_request **req);
+int lt_comm_barrier(lt_group *g, lt_comm_request **req);
+int lt_comm_wait(lt_comm_request *req);             /* completes and frees req */
+int lt_comm_test(lt_comm_request *req, int *done);  /* done = 1 once complete (still call wait) */
+
+int lt_comm_set_timeout(double seconds); /* watchdog timeout; <= 0 disables it */
+double lt_comm_timeout(void);
+/* hold != 0 disables this rank's watchdog until a matching hold(0) (nests). While held,
+ * the file named by env LUTRA_HOLD_FILE exists, and other ranks' watchdogs keep waiting. */
+int lt_comm_hold(int hold);
+/* Fingerprint mode: before each collective the group compares (op, dtype, count, root,
+ * seq, call site) and every rank fails with the first mismatch. */
+int lt_comm_set_debug(int on);
+int lt_comm_debug(void);
+int lt_comm_set_callsite(const char *where); /* the caller's file:line, for fingerprints */
+/* The last n records, oldest first, into out[0 .. n); *count gets how many there were. */
+int lt_comm_recent(int n, lt_comm_record *out, int *count);
+
+/* ---- storage residency (lutra.dist.zero stage 3) ------------------------------ */
+
+/* Frees the bytes of t's storage but keeps the storage object (its views and the
+ * references autograd saved stay valid); data becomes NULL, nbytes 0. No-op when
+ * already released. Reading t before restoring is a use-after-free. */
+int lt_storage_release_bytes(lt_tensor *t);
+/* Allocates the bytes of a released storage again (at least nbytes, and all that t
+ * reaches), uninitialised; no-op when resident. */
+int lt_storage_restore_bytes(lt_tensor *t, int64_t nbytes);
+int lt_storage_is_resident(const lt_tensor *t); /* 1: t's storage holds its bytes */
+
+/* ---- safetensors: defensive header parsing, tensor reads and writes (host/safetensors*.c) ----
+ * A .safetensors file is an 8-byte little-endian header length N, N bytes of JSON
+ * {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ...,
+ *  "__metadata__": {"key": "value"}} (padded with spaces), then the data section, which
+ * the offsets index. Parsing checks everything before any byte of data is trusted: N is
+ * at most 100 MB and within the file, the JSON is well formed, dtypes are ones lutra has
+ * (F32 F64 BF16 F16 I32 I64 U8 BOOL), shapes are non-negative integers of at most 8 dims
+ * whose byte size does not overflow, offsets lie in the data section, end - begin equals
+ * the byte size, no two tensors overlap, names are unique, and metadata values are
+ * strings. Errors name the file (or "buffer"), the tensor and the problem. */
+
+typedef struct lt_st_header lt_st_header; /* opaque: a validated header (and the open file) */
+
+typedef struct lt_st_info {
+  const char *name;  /* owned by the header */
+  int64_t shape[8];  /* LT_MAX_DIMS */
+  int64_t begin;     /* byte offsets in the data section */
+  int64_t end;
+  int32_t ndim;
+  int32_t dtype;     /* lt_dtype */
+} lt_st_info;
+
+/* Parses the header at the start of buf (len bytes: at least 8 + N) of a file of
+ * file_size bytes. source names it in messages (NULL: "buffer"). */
+int lt_st_parse(lt_st_header **out, const void *buf, int64_t len, int64_t file_size, const char *source);
+/* Opens and parses the file at path; the file stays open for lt_st_load until lt_st_close. */
+int lt_st_open(lt_st_header **out, const char *path);
+int lt_st_close(lt_st_header *h); /* NULL is ok */
+/* Tensors are in name order (byte order of the UTF-8 names), i in [0, count). */
+int lt_st_count(const lt_st_header *h, int64_t *count);
+int lt_st_tensor(const lt_st_header *h, int64_t i, lt_st_info *info);
+int lt_st_find(const lt_st_header *h, const char *name, int64_t *index); /* index -1 when absent */
+int lt_st_data_offset(const lt_st_header *h, int64_t *offset); /* 8 + N: where the data section starts */
+int lt_st_metadata_count(const lt_st_header *h, int64_t *count);
+int lt_st_metadata(const lt_st_header *h, int64_t i, const char **key, const char **value);
+/* Reads tensor i of an opened file into out (undefined: allocated on the CPU with the
+ * stored dtype and shape; defined: must match them, contiguous on the CPU). */
+int lt_st_load(lt_tensor *out, const lt_st_header *h, int64_t i);
+/* Writes n tensors (contiguous, on the CPU) under unique names, sorted by name, with
+ * n_meta metadata string pairs, to a temporary file that is fsync'ed and renamed to path. */
+int lt_st_save(const char *path, int64_t n, const char *const *names, const lt_tensor *const *tensors, int64_t n_meta,
+               const char *const *meta_keys, const char *const *meta_values);
+
 #ifdef __cplusplus
 }
 #endif

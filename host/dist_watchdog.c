@@ -1,0 +1,201 @@
+/* dist_watchdog.c — the flight recorder (the last collectives of this rank) and the
+ * watchdog thread that ends the process, with a report, when a wait lasts too long.
+ *
+ * The main thread records each call (begin, state changes) and marks the one wait in
+ * progress (watch_begin/end); the watchdog thread wakes a few times a second and looks.
+ * Both sides take one mutex: uncontended, it costs tens of nanoseconds per call. */
+#include "dist_internal.h"
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+enum { RING = 64, REPORT_LAST = 16, WATCHDOG_EXIT = 3 };
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static lt_comm_record ring[RING];
+static int64_t ring_index[RING]; /* the global index held by each slot */
+static int64_t next_index;       /* entries recorded so far */
+static int64_t watched = -1;     /* index of the entry being waited for, -1 when none */
+static double watch_since;
+static double timeout_s = -1;    /* < 0: not read from the environment yet */
+static int hold_depth;
+static bool watchdog_running;
+
+static double timeout_locked(void) {
+  if (timeout_s < 0) {
+    const char *v = getenv("LUTRA_COMM_TIMEOUT");
+    timeout_s = v && *v ? atof(v) : 600.0;
+  }
+  return timeout_s;
+}
+
+int64_t lt_flight_begin(const char *op, const lt_group *g, int64_t seq, int dtype, int64_t count, int ndim,
+                        const int64_t *shape, int peer, int state) {
+  char shape_buf[LT_SHAPE_STR];
+  if (shape) lt_shape_str(shape_buf, ndim, shape);
+  else snprintf(shape_buf, sizeof shape_buf, "[%lld]", (long long)count);
+  pthread_mutex_lock(&lock);
+  int64_t index = next_index++;
+  lt_comm_record *r = &ring[index % RING];
+  memset(r, 0, sizeof *r);
+  r->seq = seq, r->count = count, r->start = lt_wall_time(), r->dtype = dtype, r->state = state, r->peer = peer;
+  snprintf(r->op, sizeof r->op, "%s", op);
+  snprintf(r->group, sizeof r->group, "%s", g ? g->name : "?");
+  snprintf(r->shape, sizeof r->shape, "%.63s", shape_buf);
+  ring_index[index % RING] = index;
+  pthread_mutex_unlock(&lock);
+  return index;
+}
+
+void lt_flight_set_state(int64_t index, int state) {
+  pthread_mutex_lock(&lock);
+  if (index >= 0 && ring_index[index % RING] == index) {
+    lt_comm_record *r = &ring[index % RING];
+    r->state = state;
+    if (state == LT_COMM_DONE || state == LT_COMM_FAILED) r->end = lt_wall_time();
+  }
+  pthread_mutex_unlock(&lock);
+}
+
+void lt_watch_begin(int64_t index) {
+  pthread_mutex_lock(&lock);
+  watched = index, watch_since = lt_wall_time();
+  pthread_mutex_unlock(&lock);
+}
+
+void lt_watch_end(void) {
+  pthread_mutex_lock(&lock);
+  watched = -1;
+  pthread_mutex_unlock(&lock);
+}
+
+static const char *state_name(int state) {
+  static const char *const names[] = {"posted", "waiting", "done", "failed"};
+  return state >= 0 && state < 4 ? names[state] : "?";
+}
+
+static void format_record(char *buf, size_t len, const lt_comm_record *r, double now) {
+  double age = (r->end > 0 ? r->end : now) - r->start;
+  char peer[32] = "";
+  if (r->peer >= 0) snprintf(peer, sizeof peer, ", peer/root %d", r->peer);
+  snprintf(buf, len, "seq %lld %s on group %s (%s, %s%s) %s, %.3f s%s", (long long)r->seq, r->op, r->group,
+           lt_dtype_name(r->dtype), r->shape, peer, state_name(r->state), age, r->end > 0 ? "" : " so far");
+}
+
+// Called with the lock held: prints the timed-out wait and the last records, then exits.
+static void report_and_exit(const lt_comm_record *w, double waited) {
+  int rank = lt_comm_rank();
+  double now = lt_wall_time();
+  fprintf(stderr,
+          "lutra watchdog: rank %d: %s on group %s (seq %lld, %s, %s) has not completed after %.0f s "
+          "(LUTRA_COMM_TIMEOUT=%g)\n",
+          rank, w->op, w->group, (long long)w->seq, lt_dtype_name(w->dtype), w->shape, waited, timeout_s);
+  int64_t first = next_index > REPORT_LAST ? next_index - REPORT_LAST : 0;
+  fprintf(stderr, "lutra watchdog: rank %d: last %lld collectives, oldest first:\n", rank,
+          (long long)(next_index - first));
+  for (int64_t i = first; i < next_index; i++) {
+    char line[256];
+    format_record(line, sizeof line, &ring[i % RING], now);
+    fprintf(stderr, "lutra watchdog: rank %d:   %s\n", rank, line);
+  }
+  fflush(stderr);
+  _exit(WATCHDOG_EXIT);
+}
+
+static bool hold_file_exists(void) {
+  const char *path = getenv("LUTRA_HOLD_FILE");
+  struct stat st;
+  return path && *path && stat(path, &st) == 0;
+}
+
+static void *watchdog_main(void *arg) {
+  (void)arg;
+  int64_t held_for = -1; /* the wait for which "held" was printed */
+  for (;;) {
+    usleep(200 * 1000);
+    pthread_mutex_lock(&lock);
+    double limit = timeout_locked(), now = lt_wall_time();
+    if (watched < 0 || limit <= 0 || hold_depth > 0 || now - watch_since <= limit) {
+      pthread_mutex_unlock(&lock);
+      continue;
+    }
+    lt_comm_record w = ring[watched % RING];
+    int64_t this_wait = watched;
+    double waited = now - watch_since;
+    if (hold_file_exists()) {
+      /* another rank is in a debugger: wait on, and count the timeout from when it ends */
+      watch_since = now;
+      pthread_mutex_unlock(&lock);
+      if (held_for != this_wait) {
+        fprintf(stderr, "lutra watchdog: rank %d: held: %s on group %s (seq %lld) waits while %s exists\n",
+                lt_comm_rank(), w.op, w.group, (long long)w.seq, getenv("LUTRA_HOLD_FILE"));
+        fflush(stderr);
+        held_for = this_wait;
+      }
+      continue;
+    }
+    report_and_exit(&w, waited);
+  }
+  return NULL;
+}
+
+int lt_watchdog_start(void) {
+  if (watchdog_running) return 0;
+  pthread_t thread;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  int rc = pthread_create(&thread, &attr, watchdog_main, NULL);
+  pthread_attr_destroy(&attr);
+  if (rc != 0) return lt_errorf("comm.init: cannot start the watchdog thread (%s)", strerror(rc));
+  watchdog_running = true;
+  return 0;
+}
+
+int lt_comm_set_timeout(double seconds) {
+  pthread_mutex_lock(&lock);
+  timeout_s = seconds > 0 ? seconds : 0;
+  pthread_mutex_unlock(&lock);
+  return 0;
+}
+
+double lt_comm_timeout(void) {
+  pthread_mutex_lock(&lock);
+  double t = timeout_locked();
+  pthread_mutex_unlock(&lock);
+  return t;
+}
+
+int lt_comm_hold(int hold) {
+  const char *path = getenv("LUTRA_HOLD_FILE");
+  pthread_mutex_lock(&lock);
+  int before = hold_depth;
+  hold_depth = hold ? hold_depth + 1 : (hold_depth > 0 ? hold_depth - 1 : 0);
+  int after = hold_depth;
+  if (after == 0) watch_since = lt_wall_time();
+  pthread_mutex_unlock(&lock);
+  if (path && *path && before == 0 && after > 0) {
+    FILE *f = fopen(path, "w");
+    if (!f) return lt_errorf("comm.hold: cannot create LUTRA_HOLD_FILE %s: %s", path, strerror(errno));
+    fprintf(f, "rank %d\n", lt_comm_rank());
+    fclose(f);
+  } else if (path && *path && before > 0 && after == 0) {
+    remove(path);
+  }
+  return 0;
+}
+
+int lt_comm_recent(int n, lt_comm_record *out, int *count) {
+  if (!out || !count) return lt_errorf("comm.recent: out or count is NULL");
+  if (n < 0) return lt_errorf("comm.recent: n must be >= 0, got %d", n);
+  pthread_mutex_lock(&lock);
+  int64_t have = next_index < RING ? next_index : RING;
+  if (n > have) n = (int)have;
+  for (int i = 0; i < n; i++) out[i] = ring[(next_index - n + i) % RING];
+  pthread_mutex_unlock(&lock);
+  *count = n;
+  return 0;
+}
