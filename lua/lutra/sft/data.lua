@@ -39,7 +39,7 @@ local function segments_of(row, t, opts, where)
   if type(row) ~= "table" then raise(string.format("sft: %s: expected a JSON object, got %s", where, type(row))) end
   if row.messages ~= nil then
     local ok, segs = pcall(t.render, t, row.messages)
-    if not ok then raise(string.format("sft: %s: %s", where, tostring(segs))) end
+    if not ok then raise(string.format("sft: %s: %s", where, (tostring(segs):gsub("^[^\n]-:%d+: ", "")))) end
     return segs
   end
   if type(row.prompt) == "string" and type(row.completion) == "string" then
