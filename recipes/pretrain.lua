@@ -12,8 +12,10 @@
 -- it; the first 90% is train, the rest val.
 --
 -- The defaults (2000 steps of 12 x 64 characters: 1.5M tokens) take about a minute on an
--- idle 2-core CPU, and the val loss falls from 4.73 (uniform over the corpus's 113
--- characters) to about 2.01; the sample at the end has words, lines and "-- author" tags.
+-- idle 2-core CPU, and the val loss falls from 4.75 (uniform over the corpus's 113
+-- characters and the 3 chat special tokens) to about 2.01; the sample at the end has words,
+-- lines and "-- author" tags. The model is saved as a model directory, runs/pretrain/model
+-- (recipes/sft.lua fine-tunes it; `lutra generate runs/pretrain/model --prompt ...`).
 -- nanoGPT's CPU baby run, as
 -- ../shared/peers/torch_charlm.py does it (4 layers, 4 heads, 128 dim, block 64, batch 12,
 -- 2000 iterations, AdamW 1e-3 with warmup 100 and cosine to 1e-4, betas 0.9/0.99, wd 0.1
@@ -64,7 +66,9 @@ if text_path == "" then
   text_path = path
 end
 
-local tok = lt.tokenizer.load_or_train(text_path, {kind = cfg.tokenizer, vocab = cfg.vocab})
+-- the chat special tokens have ids from the start, so that recipes/sft.lua can fine-tune on ChatML
+local tok = lt.tokenizer.load_or_train(text_path, {kind = cfg.tokenizer, vocab = cfg.vocab,
+                                                   special_tokens = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}})
 local data = lt.data.text(text_path, tok, {seq_len = cfg.model.block_size, batch = cfg.batch, seed = cfg.seed})
 print(string.format("data: %s, %s tokenizer (%d tokens), %d train / %d val tokens", text_path, tok.kind,
                     tok.vocab_size, data.ntokens, data.file.count - data.ntokens))
@@ -91,6 +95,11 @@ print(string.format("trained %d steps in %.1f s: loss %s -> %s, val loss %s, %.0
 if result.val_loss then
   print(string.format("final_val=%.4f seconds=%.1f tokens_per_s=%.1f", result.val_loss, result.seconds,
                       result.tokens_per_s))
+end
+
+-- ---- the model directory (weights, config, tokenizer: what recipes/sft.lua and `lutra chat` load) ----
+if cfg.run_dir ~= "" then
+  print("model: saved to " .. require("lutra.sft.modeldir").save(cfg.run_dir .. "/model", model, tok))
 end
 
 -- ---- a sample ----------------------------------------------------------------------------

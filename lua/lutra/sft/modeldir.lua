@@ -1,0 +1,115 @@
+-- lutra.sft.modeldir — a model directory: weights, architecture, tokenizer and chat template
+-- in one place, written by recipes (pretrain, sft) and read by `lutra chat` / `generate`.
+--
+--   local modeldir = require "lutra.sft.modeldir"
+--   modeldir.save("runs/sft/model", model, tok, {template = "chatml"})
+--   local model, tok, info = modeldir.load("runs/sft/model")   -- info.template, info.format
+--
+-- With lutra.hf (Hugging Face's layout: config.json, model.safetensors, tokenizer.json) the
+-- directory is written by hf.save_pretrained and read by hf.load_pretrained; without it, in
+-- lutra's own format: lutra_model/ (a lutra.train.state tree {model = state dict, config =
+-- the model's config}) and tokenizer.json. Both get chat_template.json: {"lutra_template":
+-- name, "chat_template": Jinja text for other tools}. load also reads either format
+-- whatever is installed, and a trainer checkpoint (manifest.lua with model and config;
+-- the tokenizer then comes from opts.tokenizer, a tokenizer.json path).
+local errors = require "lutra.errors"
+local models = require "lutra.models"
+local state = require "lutra.train.state"
+local tokenizer = require "lutra.tokenizer"
+local templates = require "lutra.sft.templates"
+
+local raise = errors.raise
+
+local M = {}
+
+local JINJA = {
+  chatml = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+    .. "'<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}",
+  llama3 = "{{ '<|begin_of_text|>' }}{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + "
+    .. "'<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}{% endfor %}{% if add_generation_prompt %}"
+    .. "{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}",
+}
+
+local function exists(path)
+  local f = io.open(path, "rb")
+  if f then f:close() end
+  return f ~= nil
+end
+
+local function hf_module()
+  local ok, hf = pcall(require, "lutra.hf")
+  if ok and type(hf) == "table" and hf.save_pretrained and hf.load_pretrained then return hf end
+  return nil
+end
+
+local function write_template(dir, name)
+  local json = require "lutra.json"
+  json.write_file(dir .. "/chat_template.json", {lutra_template = name, chat_template = JINJA[name]}, {indent = 2})
+end
+
+-- save(dir, model, tok, {template =, format = "hf" | "lutra"}) -> dir
+function M.save(dir, model, tok, opts)
+  opts = opts or {}
+  local name = templates.get(opts.template).name
+  os.execute("mkdir -p '" .. dir .. "'")
+  local hf = opts.format ~= "lutra" and hf_module()
+  if hf then
+    hf.save_pretrained(dir, model, tok)
+  else
+    if opts.format == "hf" then raise("modeldir.save: lutra.hf is not available") end
+    state.save(dir .. "/lutra_model", {model = model:state_dict(), config = model.cfg})
+    tok:save(dir .. "/tokenizer.json")
+  end
+  write_template(dir, name)
+  return dir
+end
+
+local function template_of(dir, tok)
+  if exists(dir .. "/chat_template.json") then
+    local ok, t = pcall(function() return require("lutra.json").read_file(dir .. "/chat_template.json") end)
+    if ok and type(t) == "table" and templates.builtin[t.lutra_template] then return t.lutra_template end
+  end
+  if tok and tok:token_id("<|eot_id|>") then return "llama3" end
+  return templates.default
+end
+
+local function build(cfg, sd)
+  local model = models.build(cfg)
+  model:load_state_dict(sd)
+  return model
+end
+
+-- load(dir, {tokenizer = path}) -> model, tok, {template =, format =}
+function M.load(dir, opts)
+  opts = opts or {}
+  if type(dir) ~= "string" then raise("modeldir.load: expected a directory, got " .. type(dir)) end
+  local model, tok, format
+  if exists(dir .. "/config.json") then
+    local hf = hf_module()
+    if not hf then raise("modeldir.load: " .. dir .. " is a Hugging Face directory but lutra.hf is not available") end
+    model, tok = hf.load_pretrained(dir)
+    format = "hf"
+  elseif exists(dir .. "/lutra_model/manifest.lua") then
+    local st = state.load(dir .. "/lutra_model")
+    model, format = build(st.config, st.model), "lutra"
+    tok = tokenizer.load(dir .. "/tokenizer.json")
+  elseif exists(dir .. "/manifest.lua") then -- a trainer checkpoint: the recipe's config, the weights
+    local st = state.load(dir)
+    local m = type(st.config) == "table" and st.config.model
+    if type(m) ~= "table" or st.model == nil then raise("modeldir.load: " .. dir .. ": no model config in this checkpoint") end
+    local known, cfg = {}, {}
+    for _, k in ipairs(models.keys) do known[k] = true end
+    for k, v in pairs(m) do
+      if known[k] and not (k == "n_kv_head" and v == 0) then cfg[k] = v end -- 0: as many as n_head
+    end
+    cfg.vocab_size = st.model["wte.weight"]:size(0)
+    model, format = build(models.config(cfg), st.model), "checkpoint"
+    if not opts.tokenizer then raise("modeldir.load: a checkpoint has no tokenizer: pass its tokenizer.json") end
+    tok = tokenizer.load(opts.tokenizer)
+  else
+    raise("modeldir.load: " .. dir .. " is not a model directory (no config.json, lutra_model/ or manifest.lua)")
+  end
+  return model, tok, {template = opts.template or template_of(dir, tok), format = format}
+end
+
+return M
