@@ -43,10 +43,14 @@ static lt_group *group_new(const char *name, int rank, int size) {
   return g;
 }
 
-static void finalize(void) {
+/* At exit (on_exit, which sees the status): MPI_Finalize after a clean run. After a
+ * failure the other ranks may wait in a collective that this rank will never join, and
+ * MPI_Finalize would wait for them: the rank ends without it and mpirun ends the job. */
+static void finalize(int status, void *arg) {
+  (void)arg;
   lt_nccl_free_all();
 #ifdef LUTRA_HAVE_MPI
-  if (!we_initialized_mpi) return;
+  if (!we_initialized_mpi || status != 0) return;
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
@@ -88,7 +92,7 @@ int lt_comm_init(void) {
   if (mpi_active) world->comm = MPI_COMM_WORLD;
 #endif
   initialized = true;
-  atexit(finalize);
+  on_exit(finalize, NULL);
   if (mpi_active && lt_watchdog_start() != 0) return -1;
   return 0;
 }

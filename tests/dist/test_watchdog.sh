@@ -51,5 +51,12 @@ expect "hold" "rank 1: all_reduce done after the hold"
 if [ ! -e "$dir/hold" ]; then ok; else bad "hold: the hold file was not removed"; fi
 grep -m1 "held:" "$dir/out"
 
+# 4. a rank that fails with an error ends the job long before the watchdog's timeout
+run 2 tests/dist/scripts/rank_error.lua -x LUTRA_COMM_TIMEOUT=100
+if [ "$status" -ne 0 ] && [ "$status" -ne 124 ]; then ok; else bad "rank error: exit status $status"; fi
+if [ "$elapsed" -le 20 ]; then ok; else bad "rank error: took ${elapsed} s (waited for the watchdog?)"; fi
+expect "rank error" "rank 1 fails on purpose"
+echo "rank error: status $status after ${elapsed} s"
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
