@@ -62,12 +62,13 @@ function Stage:init(parts)
   if parts.lm_head then self.lm_head = parts.lm_head end
 end
 
--- idx (B, T) -> (B, T, C): token (+ position) embeddings and dropout, as Transformer:forward.
-function Stage:embed(idx)
+-- idx (B, T) -> (B, T, C): token (+ position) embeddings and dropout, as Transformer:forward
+-- (positions (B, T): packed rows, as its opts.positions).
+function Stage:embed(idx, positions)
   local T = idx:size(1)
   local x = self.wte(idx)
   if self.wpe ~= nil then
-    local p = self.wpe(create.arange(0, T))
+    local p = self.wpe(positions or create.arange(0, T))
     local e = x
     x = e + p
     release(e)
@@ -78,11 +79,11 @@ function Stage:embed(idx)
   return d
 end
 
--- x (B, T, C) through the blocks of local chunk k.
-function Stage:run_chunk(k, x)
+-- x (B, T, C) through the blocks of local chunk k (packed: {positions =, segments =} or nil).
+function Stage:run_chunk(k, x, packed)
   local blocks = self.blocks
   for _, i in ipairs(self.chunks[k]) do
-    local y = blocks[tostring(i - 1)](x)
+    local y = blocks[tostring(i - 1)](x, nil, 0, packed)
     release(x, y)
     x = y
   end
@@ -248,10 +249,23 @@ function M.parallelize(model, where, opts)
     if tied then parts.wte = model.wte end
   end
   local stage = Stage(parts)
-
-  -- free what this rank does not hold (the model is converted in place)
+  -- tensor parallel's record (tp.sync_grads(st.model) reads it), with this stage's params only
+  local tp_rec = rawget(model, "_tp")
   local mine = {}
   for _, p in ipairs(stage:parameters()) do mine[p] = true end
+  if tp_rec then
+    local rec = {}
+    for k, val in pairs(tp_rec) do rec[k] = val end
+    rec.summed = {}
+    for _, p in ipairs(tp_rec.summed or {}) do
+      if mine[p] then rec.summed[#rec.summed + 1] = p end
+    end
+    rawset(stage, "_tp", rec)
+  end
+  -- activations between stages: (B, T / tp, C) under sequence parallelism
+  rawset(stage, "seq_div", tp_rec and tp_rec.sequence_parallel and tp_rec.group.size or 1)
+
+  -- free what this rank does not hold (the model is converted in place)
   for _, p in ipairs(model:parameters()) do
     if not mine[p] then p:free() end
   end

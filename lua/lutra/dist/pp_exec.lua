@@ -59,17 +59,21 @@ local function wait(h)
   if h ~= nil then h:wait() end
 end
 
--- The (B, T, C) buffer an activation or gradient of batch b is received into.
+-- The activation shape of batch b: (B, T, C), (B, T / tp, C) under sequence parallelism.
+local function act_shape(st, b)
+  local x = b.x or b[1]
+  return x:size(0), x:size(1) / st.model.seq_div, st.model.cfg.d_model
+end
+
+-- The buffer an activation or gradient of batch b is received into.
 local function buffer(st, b)
   local cfg = st.model.cfg
-  local x = b.x or b[1]
-  return create.empty(x:size(0), x:size(1), cfg.d_model,
-    {dtype = cfg.dtype or "f32", device = cfg.device or "cpu"})
+  local B, T, C = act_shape(st, b)
+  return create.empty(B, T, C, {dtype = cfg.dtype or "f32", device = cfg.device or "cpu"})
 end
 
 local function check_activation(st, y, b, vs)
-  local x = b.x or b[1]
-  local B, T, C = x:size(0), x:size(1), st.model.cfg.d_model
+  local B, T, C = act_shape(st, b)
   if y.ndim ~= 3 or y:size(0) ~= B or y:size(1) ~= T or y:size(2) ~= C then
     raise(string.format("pp: virtual stage %d made an activation of shape [%s], expected (B, T, C) = [%d, %d, %d]",
       vs, table.concat(y.shape, ", "), B, T, C))
@@ -94,14 +98,15 @@ local function forward(c, k, i, b, train)
   local rec = {}
   local x
   if vs == 0 then
-    x = st.model:embed(b.x or b[1])
+    x = st.model:embed(b.x or b[1], b.positions)
   else
     x = buffer(st, b)
     recv(c, x, rank_of(c, vs - 1), act_tag(vs))
     if train then x:requires_grad_(true) end
     rec.input = x
   end
-  local y = st.model:run_chunk(k, x)
+  local packed = (b.positions ~= nil or b.segments ~= nil) and {positions = b.positions, segments = b.segments} or nil
+  local y = st.model:run_chunk(k, x, packed)
   if vs == c.V - 1 then
     rec.output = st.model:head(y, b.y or b[2])
     rec.loss = rec.output:item()
