@@ -1,0 +1,131 @@
+-- dp_equiv.lua — what test_ddp.lua and test_zero.lua share (not a test file itself):
+-- the tiny zoo models, the global batches, the single-process reference run, and the
+-- comparison of losses and parameters (DIST.md: 1e-5 relative on losses, 1e-5 on params).
+local lt = require "lutra"
+local comm = require "lutra.dist.comm"
+local optim = require "lutra.optim"
+local testing = require "lutra.testing"
+local spec = require "lutra.dist.spec"
+
+local M = {}
+
+M.STEPS, M.BATCH, M.T, M.VOCAB = 10, 8, 16, 64
+M.LR, M.WD, M.CLIP = 1e-2, 0.1, 1.0
+
+function M.world()
+  comm.init()
+  return comm.world
+end
+
+function M.build(arch, cfg)
+  lt.manual_seed(1234)
+  local c = {arch = arch, n_layer = 2, d_model = 32, n_head = 4, vocab_size = M.VOCAB, block_size = M.T, dropout = 0}
+  if arch == "llama" then c.n_kv_head = 2 end
+  for k, v in pairs(cfg or {}) do c[k] = v end
+  return lt.models.build(c)
+end
+
+function M.adamw(params) return optim.AdamW(params, {lr = M.LR, weight_decay = M.WD}) end
+
+-- The global batches: the same on every rank (one seed).
+function M.batches()
+  lt.manual_seed(99)
+  local out = {}
+  for s = 1, M.STEPS do
+    out[s] = {x = lt.randint(0, M.VOCAB, {M.BATCH, M.T}), y = lt.randint(0, M.VOCAB, {M.BATCH, M.T})}
+  end
+  return out
+end
+
+-- Rows [r*B/n, (r+1)*B/n) of t: this rank's part of the global batch.
+function M.local_rows(t, g, lo, n_rows)
+  local per = M.BATCH / g.size
+  lo = lo or 0
+  n_rows = n_rows or per
+  return t:narrow(0, g.rank * per + lo, n_rows):contiguous()
+end
+
+-- The key bias gets no gradient in exact arithmetic (softmax is shift-invariant: it adds
+-- q . b_k to every score of a query), so its gradient is rounding noise that AdamW scales
+-- up to steps of about lr, different for any other summation order: both the reference
+-- and the parallel runs drop it (as test_tp.lua does). named: {name, tensor} pairs whose
+-- .grad to clean, full tensors or dim-0 shards with a spec.
+function M.zero_key_bias(named, d_model)
+  d_model = d_model or 32
+  lt.no_grad(function()
+    for _, e in ipairs(named) do
+      local name, t = e[1], e[2]
+      local g = t.grad
+      if name:match("attn%.qkv%.bias$") and g ~= nil and g:numel() > 0 then
+        local s = spec.get(t)
+        local off = s and s.offset[1] or 0
+        local lo, hi = math.max(d_model, off), math.min(2 * d_model, off + g:numel())
+        if hi > lo then g:narrow(0, lo - off, hi - lo):zero_() end
+      end
+    end
+  end)
+end
+
+function M.pairs_of(model)
+  local out = {}
+  for name, p in model:named_parameters() do out[#out + 1] = {name, p} end
+  return out
+end
+
+-- Trains arch unsharded on the full batches: losses and final parameters (name -> clone).
+function M.reference(arch, batches)
+  local model = M.build(arch)
+  local opt = M.adamw(model)
+  local losses = {}
+  for s, b in ipairs(batches) do
+    lt.tidy(function()
+      opt:zero_grad()
+      local _, loss = model(b.x, b.y)
+      losses[s] = loss:item()
+      loss:backward()
+      M.zero_key_bias(M.pairs_of(model))
+      optim.clip_grad_norm(model, M.CLIP)
+      opt:step()
+    end)
+  end
+  local params = {}
+  lt.no_grad(function()
+    for name, p in model:named_parameters() do params[name] = lt.keep(p:clone()) end
+  end)
+  return losses, params
+end
+
+-- The mean of a number over the group.
+function M.mean(g, v)
+  local t = lt.tensor({v}, {dtype = "f64"})
+  g:all_reduce(t, "avg")
+  return t:item()
+end
+
+function M.check_losses(got, want, what)
+  for s = 1, #want do
+    local rel = math.abs(got[s] - want[s]) / math.abs(want[s])
+    assert(rel <= 1e-5, string.format("%s: step %d loss %.9g vs single-process %.9g (rel %.2e)", what, s, got[s],
+      want[s], rel))
+  end
+end
+
+-- params: name -> full tensor, compared with the reference's.
+function M.check_params(params, want, what)
+  local n = 0
+  for name, ref in pairs(want) do
+    local p = params[name]
+    assert(p ~= nil, what .. ": no parameter " .. name)
+    testing.assert_close(p, ref, {rtol = 0, atol = 1e-5, msg = what .. " " .. name})
+    n = n + 1
+  end
+  assert(n > 0)
+end
+
+function M.params_of(model)
+  local out = {}
+  for name, p in model:named_parameters() do out[name] = p end
+  return out
+end
+
+return M
