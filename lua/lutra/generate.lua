@@ -20,6 +20,11 @@
 -- smallest set of the most likely tokens whose probability reaches p; then one draw from
 -- the default generator (lutra.manual_seed makes it reproducible). temperature = 0 is
 -- greedy (argmax).
+--
+-- Stopping and streaming: opts.stop_token (an id) or opts.stop_tokens (a list of ids) end
+-- the generation once one is produced (it is kept in the result); opts.on_token(id, ids) is
+-- called after each new token (ids: the list so far), for streaming; returning true from it
+-- stops there (e.g. on a stop string).
 local ffi = require "ffi"
 local errors = require "lutra.errors"
 local ops = require "lutra.ops"
@@ -134,6 +139,9 @@ local function run(model, prompt, opts)
   local device = model_device(model)
   local use_cache = opts.cache ~= false and type(model.kv_cache) == "function" and block ~= nil
   local stop = opts.stop_token
+  local stops = {}
+  for _, id in ipairs(opts.stop_tokens or {}) do stops[id] = true end
+  local on_token = opts.on_token
   local cache = nil
   for _ = 1, max_new do
     local logits
@@ -153,7 +161,8 @@ local function run(model, prompt, opts)
     local arr, V = last_logits(logits)
     local id = M.choose(arr, V, opts, uniform())
     ids[#ids + 1] = id
-    if stop and id == stop then break end
+    if on_token and on_token(id, ids) == true then break end
+    if (stop and id == stop) or stops[id] then break end
   end
   return ids, use_cache
 end
