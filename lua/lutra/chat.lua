@@ -206,6 +206,7 @@ local function generate(words)
 end
 
 M.commands = {chat = chat, generate = generate}
-M.parse = parse
+-- for tests: option parsing, streaming one reply, fitting the history to the block
+M.parse, M.stream, M.fit = parse, stream, fit
 
 return M
