@@ -329,6 +329,15 @@ function M.merge_and_unload(model)
   return model
 end
 
+-- The module that holds the layer named `name` (its parent), e.g. the attention of "blocks.0.attn.qkv".
+function M.owner_attention(model, name)
+  local parent = name:match("^(.*)%.[^.]+$")
+  for n, m in model:named_modules() do
+    if n == parent then return m end
+  end
+  raise("lora: no module holds '" .. name .. "'")
+end
+
 -- Adapters on disk (PEFT's layout): lutra/lora_peft.lua.
 function M.save(dir, model, opts) return require("lutra.lora_peft").save(dir, model, opts) end
 function M.load(dir, model, opts) return require("lutra.lora_peft").load(dir, model, opts) end

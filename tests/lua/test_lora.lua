@@ -193,3 +193,103 @@ test("merge_and_unload leaves plain Linears with the merged weights", function()
   assert(getmetatable(model.blocks[1].attn.qkv) == lt.nn.Linear)
   close(lt.no_grad(function() return model(x) end), y, {rtol = 1e-4, atol = 1e-5})
 end)
+
+local function tmpdir()
+  local d = os.tmpname()
+  os.remove(d)
+  os.execute("mkdir -p '" .. d .. "'")
+  return d
+end
+
+local function have_safetensors()
+  local ok = pcall(require, "lutra.ckpt.safetensors")
+  if not ok then print("  (skipped: lutra.ckpt.safetensors is not there)") end
+  return ok
+end
+
+test("save/load in PEFT's layout (gpt2): names, shapes, config; a fresh base + load = the trained model", function()
+  if not have_safetensors() then return end
+  local st = require "lutra.ckpt.safetensors"
+  local json = require "lutra.json"
+  lt.manual_seed(7)
+  local model = gpt2()
+  lora.apply(model, {r = 4, alpha = 8, dropout = 0.05})
+  randomize_B(model)
+  local x = ids(2, 8, 37)
+  local y = lt.no_grad(function() return model:eval()(x) end)
+  local dir = tmpdir()
+  lora.save(dir, model)
+  local h = st.read_header(dir .. "/adapter_model.safetensors")
+  equal(#h.names, 2 * 4 * 2)
+  local a = h.tensors["base_model.model.transformer.h.0.attn.c_attn.lora_A.weight"]
+  local b = h.tensors["base_model.model.transformer.h.0.attn.c_attn.lora_B.weight"]
+  equal(a.shape, {4, 16})
+  equal(b.shape, {48, 4})
+  equal(h.tensors["base_model.model.transformer.h.1.mlp.c_proj.lora_B.weight"].shape, {16, 4})
+  equal(h.tensors["base_model.model.transformer.h.1.mlp.c_fc.lora_A.weight"].shape, {4, 16})
+  local conf = json.read_file(dir .. "/adapter_config.json")
+  equal(conf.peft_type, "LORA")
+  equal(conf.task_type, "CAUSAL_LM")
+  equal(conf.r, 4)
+  equal(conf.lora_alpha, 8)
+  equal(conf.lora_dropout, 0.05)
+  equal(conf.use_rslora, false)
+  equal(conf.bias, "none")
+  equal(conf.fan_in_fan_out, true)
+  equal({unpack(conf.target_modules)}, {"c_attn", "c_fc", "c_proj"})
+  -- a fresh base model (same seed), not wrapped: load wraps what the file has adapters for
+  lt.manual_seed(7)
+  local fresh = gpt2()
+  lora.load(dir, fresh)
+  equal(#lora.layers(fresh), 8)
+  close(lt.no_grad(function() return fresh:eval()(x) end), y)
+  -- into an already wrapped model (other values): overwritten
+  lt.manual_seed(7)
+  local again = gpt2()
+  lora.apply(again, {r = 4, alpha = 8})
+  lora.load(dir, again)
+  close(lt.no_grad(function() return again:eval()(x) end), y)
+  -- a model wrapped with another rank: the shapes are named
+  local other = gpt2()
+  lora.apply(other, {r = 2})
+  assert_error("shapes in the file", function() lora.load(dir, other) end)
+  os.execute("rm -rf '" .. dir .. "'")
+end)
+
+test("llama's fused qkv: exported as q_proj, k_proj, v_proj (same A, B rows), loaded back exactly", function()
+  if not have_safetensors() then return end
+  local st = require "lutra.ckpt.safetensors"
+  local json = require "lutra.json"
+  lt.manual_seed(3)
+  local model = llama() -- d 16, 4 heads of 4, 2 kv heads: q 16 rows, k 8, v 8
+  lora.apply(model, {r = 2, alpha = 4, rslora = true})
+  randomize_B(model)
+  local x = ids(2, 6, 29)
+  local y = lt.no_grad(function() return model(x) end)
+  local dir = tmpdir()
+  lora.save(dir, model)
+  local t = st.load(dir .. "/adapter_model.safetensors")
+  local pre = "base_model.model.model.layers.1.self_attn."
+  local l = model.blocks[2].attn.qkv
+  close(t[pre .. "q_proj.lora_A.weight"], l.lora_A.weight)
+  close(t[pre .. "v_proj.lora_A.weight"], l.lora_A.weight)
+  close(t[pre .. "q_proj.lora_B.weight"], l.lora_B.weight:narrow(0, 0, 16))
+  close(t[pre .. "k_proj.lora_B.weight"], l.lora_B.weight:narrow(0, 16, 8))
+  close(t[pre .. "v_proj.lora_B.weight"], l.lora_B.weight:narrow(0, 24, 8))
+  assert(t["base_model.model.model.layers.0.mlp.down_proj.lora_A.weight"] ~= nil)
+  assert(t["base_model.model.model.layers.0.self_attn.o_proj.lora_B.weight"] ~= nil)
+  local conf = json.read_file(dir .. "/adapter_config.json")
+  equal({unpack(conf.target_modules)}, {"down_proj", "gate_proj", "k_proj", "o_proj", "q_proj", "up_proj", "v_proj"})
+  equal(conf.use_rslora, true)
+  equal(conf.fan_in_fan_out, false)
+  lt.manual_seed(3)
+  local fresh = llama()
+  lora.load(dir, fresh)
+  equal(lora.layers(fresh)[1][2].scaling, 4 / math.sqrt(2))
+  close(lt.no_grad(function() return fresh(x) end), y)
+  -- separate q/k/v adapters (different A) cannot go into one fused layer: refused, named
+  t[pre .. "k_proj.lora_A.weight"] = t[pre .. "k_proj.lora_A.weight"] + 1
+  st.save(dir .. "/adapter_model.safetensors", t, {format = "pt"})
+  assert_error("blocks.1.attn.qkv: the q, k, v adapters have different lora_A", function() lora.load(dir, llama()) end)
+  os.execute("rm -rf '" .. dir .. "'")
+end)

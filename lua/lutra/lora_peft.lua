@@ -1,0 +1,181 @@
+-- lutra.lora_peft — LoRA adapters on disk in PEFT's layout, the one Hugging Face's peft
+-- library reads with PeftModel.from_pretrained(base, dir):
+--   dir/adapter_model.safetensors   base_model.model.<HF module>.lora_A.weight (r, in)
+--                                   base_model.model.<HF module>.lora_B.weight (out, r)
+--   dir/adapter_config.json         peft_type "LORA", r, lora_alpha, lora_dropout,
+--                                   target_modules, use_rslora, bias "none", task_type
+--                                   "CAUSAL_LM", fan_in_fan_out (true for GPT-2's Conv1D)
+-- Module names follow Hugging Face's checkpoints of each architecture:
+--   lutra                  gpt2 (GPT2LMHeadModel)            llama (LlamaForCausalLM)
+--   blocks.i.attn.qkv      transformer.h.i.attn.c_attn       model.layers.i.self_attn.{q,k,v}_proj
+--   blocks.i.attn.proj     transformer.h.i.attn.c_proj       model.layers.i.self_attn.o_proj
+--   blocks.i.mlp.fc        transformer.h.i.mlp.c_fc          -
+--   blocks.i.mlp.gate/up   -                                 model.layers.i.mlp.gate_proj/up_proj
+--   blocks.i.mlp.proj      transformer.h.i.mlp.c_proj        model.layers.i.mlp.down_proj
+--   lm_head                lm_head                           lm_head
+-- (any other module keeps its lutra name). lutra's fused qkv has one adapter pair; Llama's
+-- three projections get the same lora_A and the matching rows of lora_B, which is the same
+-- update exactly. Loading takes them back when the three lora_A are equal (what lutra wrote;
+-- adapters trained on separate q/k/v elsewhere are refused, naming the layer).
+-- The safetensors metadata records lutra's module names and format.
+local errors = require "lutra.errors"
+local lt = require "lutra"
+
+local raise = errors.raise
+
+local M = {}
+
+local PREFIX = "base_model.model."
+
+local GPT2 = {["attn.qkv"] = "attn.c_attn", ["attn.proj"] = "attn.c_proj", ["mlp.fc"] = "mlp.c_fc",
+              ["mlp.proj"] = "mlp.c_proj"}
+local LLAMA = {["attn.proj"] = "self_attn.o_proj", ["mlp.gate"] = "mlp.gate_proj", ["mlp.up"] = "mlp.up_proj",
+               ["mlp.proj"] = "mlp.down_proj"}
+
+local function family(model)
+  local arch = type(model.cfg) == "table" and model.cfg.arch
+  if arch == "llama" then return "llama" end
+  if arch == "gpt2" then return "gpt2" end
+  return nil
+end
+
+-- The Hugging Face module names of a lutra module: a list of {hf name, first row, rows} (rows
+-- nil: all of them). qkv of a llama model is three.
+function M.hf_names(model, name, layer)
+  local fam = family(model)
+  local i, rest = name:match("^blocks%.(%d+)%.(.+)$")
+  if fam == "gpt2" and i and GPT2[rest] then return {{"transformer.h." .. i .. "." .. GPT2[rest]}} end
+  if fam == "llama" and i then
+    if rest == "attn.qkv" then
+      local attn = require("lutra.lora").owner_attention(model, name)
+      local D = attn.head_dim
+      local q, kv = attn.n_head * D, attn.n_kv_head * D
+      local base = "model.layers." .. i .. ".self_attn."
+      return {{base .. "q_proj", 0, q}, {base .. "k_proj", q, kv}, {base .. "v_proj", q + kv, kv}}
+    end
+    if LLAMA[rest] then return {{"model.layers." .. i .. "." .. LLAMA[rest]}} end
+  end
+  _ = layer
+  return {{name}}
+end
+
+local function safetensors()
+  local ok, st = pcall(require, "lutra.ckpt.safetensors")
+  if not ok then raise("lora.save/load: lutra.ckpt.safetensors is not available (" .. tostring(st) .. ")") end
+  return st
+end
+
+local function short_name(hf) return hf:match("([^.]+)$") end
+
+-- Writes dir/adapter_model.safetensors and dir/adapter_config.json. Returns dir.
+function M.save(dir, model, opts)
+  local lora = require "lutra.lora"
+  local json = require "lutra.json"
+  opts = opts or {}
+  local layers = lora.layers(model)
+  if #layers == 0 then raise("lora.save: the model has no LoRA layers") end
+  local first = layers[1][2]
+  local tensors, short, short_list, names = {}, {}, {}, {}
+  for _, l in ipairs(layers) do
+    local name, m = l[1], l[2]
+    if m.r ~= first.r or m.alpha ~= first.alpha or m.rslora ~= first.rslora then
+      raise("lora.save: every layer must share r, alpha and rslora (PEFT's config has one of each)")
+    end
+    names[#names + 1] = name
+    local A, B = m.lora_A.weight:detach(), m.lora_B.weight:detach()
+    for _, h in ipairs(M.hf_names(model, name, m)) do
+      local hb = h[2] and B:narrow(0, h[2], h[3]) or B
+      tensors[PREFIX .. h[1] .. ".lora_A.weight"] = A:contiguous():to("cpu")
+      tensors[PREFIX .. h[1] .. ".lora_B.weight"] = hb:contiguous():to("cpu")
+      local s = short_name(h[1])
+      if not short[s] then
+        short[s] = true
+        short_list[#short_list + 1] = s
+      end
+    end
+  end
+  table.sort(short_list)
+  os.execute("mkdir -p '" .. dir .. "'")
+  safetensors().save(dir .. "/adapter_model.safetensors", tensors,
+    {format = "pt", lutra_modules = table.concat(names, ","), lutra_arch = tostring(family(model))})
+  local conf = {
+    peft_type = "LORA", task_type = "CAUSAL_LM", r = first.r, lora_alpha = first.alpha,
+    lora_dropout = first.dropout_p, target_modules = json.array(short_list), use_rslora = first.rslora,
+    bias = "none", fan_in_fan_out = family(model) == "gpt2", inference_mode = true, init_lora_weights = true,
+    modules_to_save = json.null, base_model_name_or_path = opts.base_model or json.null,
+    revision = json.null, layers_to_transform = json.null, layers_pattern = json.null, rank_pattern = {},
+    alpha_pattern = {},
+  }
+  json.write_file(dir .. "/adapter_config.json", conf, {indent = 2})
+  return dir
+end
+
+local function pattern_of(name) return "^" .. name:gsub("[%^%$%(%)%%%.%[%]%*%+%-%?]", "%%%0") .. "$" end
+
+-- Reads the adapters of dir into model: into its LoRA layers, or, when it has none, after
+-- wrapping the Linears the file has adapters for (with the file's r, alpha, rslora). Returns model.
+function M.load(dir, model, opts)
+  local lora = require "lutra.lora"
+  local json = require "lutra.json"
+  local Linear = require "lutra.nn.linear"
+  _ = opts
+  local conf = json.read_file(dir .. "/adapter_config.json")
+  if conf.peft_type ~= "LORA" then raise("lora.load: " .. dir .. ": peft_type is " .. tostring(conf.peft_type)) end
+  local tensors = safetensors().load(dir .. "/adapter_model.safetensors")
+  local function get(key) return tensors[key] end
+  if #lora.layers(model) == 0 then
+    local targets = {}
+    for name, m in model:named_modules() do
+      if getmetatable(m) == Linear then
+        local h = M.hf_names(model, name, m)[1]
+        if get(PREFIX .. h[1] .. ".lora_A.weight") then targets[#targets + 1] = pattern_of(name) end
+      end
+    end
+    if #targets == 0 then raise("lora.load: " .. dir .. " has no adapter for any Linear of this model") end
+    local drop = type(conf.lora_dropout) == "number" and conf.lora_dropout or 0
+    lora.apply(model, {targets = targets, r = conf.r, alpha = conf.lora_alpha, dropout = drop,
+                       rslora = conf.use_rslora == true})
+  end
+  local used = {}
+  for _, l in ipairs(lora.layers(model)) do
+    local name, m = l[1], l[2]
+    local hs = M.hf_names(model, name, m)
+    local A, Bs = nil, {}
+    for _, h in ipairs(hs) do
+      local ka, kb = PREFIX .. h[1] .. ".lora_A.weight", PREFIX .. h[1] .. ".lora_B.weight"
+      local a, b = get(ka), get(kb)
+      if a == nil or b == nil then raise("lora.load: " .. dir .. " has no " .. (a == nil and ka or kb)) end
+      used[ka], used[kb] = true, true
+      if A == nil then
+        A = a
+      elseif lt.no_grad(function() return (a:to("f64") - A:to("f64")):abs():max():item() end) ~= 0 then
+        raise("lora.load: " .. name .. ": the q, k, v adapters have different lora_A; lutra's fused qkv needs one")
+      end
+      Bs[#Bs + 1] = b
+    end
+    local B = #Bs == 1 and Bs[1] or lt.cat(Bs, 0)
+    local wa, wb = m.lora_A.weight, m.lora_B.weight
+    if A:size(0) ~= wa:size(0) or A:size(1) ~= wa:size(1) or B:size(0) ~= wb:size(0) or B:size(1) ~= wb:size(1) then
+      raise(string.format("lora.load: %s: shapes in the file A [%s], B [%s]; the model's A [%s], B [%s]", name,
+        table.concat(A.shape, ", "), table.concat(B.shape, ", "), table.concat(wa.shape, ", "),
+        table.concat(wb.shape, ", ")))
+    end
+    if m.merged then raise("lora.load: " .. name .. " is merged (lora.unmerge first)") end
+    lt.no_grad(function()
+      wa:copy_(A)
+      wb:copy_(B)
+    end)
+    local scaling = conf.use_rslora and conf.lora_alpha / math.sqrt(conf.r) or conf.lora_alpha / conf.r
+    rawset(m, "scaling", scaling)
+    rawset(m, "alpha", conf.lora_alpha)
+    rawset(m, "rslora", conf.use_rslora == true)
+  end
+  for k in pairs(tensors) do
+    if type(k) == "string" and k:find("lora_") and not used[k] then
+      raise("lora.load: " .. dir .. ": " .. k .. " matches no LoRA layer of this model")
+    end
+  end
+  return model
+end
+
+return M
