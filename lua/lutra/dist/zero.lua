@@ -1,0 +1,416 @@
+-- lutra.dist.zero — ZeRO data parallel: optimizer state (stage 1), gradients (stage 2)
+-- and parameters (stage 3) sharded over the data-parallel group.
+--
+--   local z = zero.new(model, group, {stage = 2, bucket_mb = 25,
+--                                     optimizer = function(named_shards) return optim.AdamW(named_shards, o) end})
+--   per step:  z.optimizer:zero_grad(); model:zero_grad()
+--              z:no_sync(function() fwd_bwd(micro_1) end)  -- accumulation, no communication
+--              fwd_bwd(micro_k)
+--              z:finish()                     -- shard grads = the average over the group
+--              local norm = z:clip_grad_norm(1.0)
+--              z.optimizer:step()
+--              z:after_step()                 -- stages 1-2: all-gather the updated parameters
+--
+-- Sharding is per parameter on dim 0 (FSDP2): see zero_flat.lua for the geometry and the
+-- rank-major flat buffers that one reduce-scatter / all-gather serves per bucket. The
+-- optimizer is built by opts.optimizer over {name, shard} pairs with the global names;
+-- shards keep their parameter's ndim (weight-decay grouping still works) and carry a
+-- lutra.dist.spec box. Stage 0 is plain data parallel (lutra.dist.ddp) behind the same
+-- interface (for comparisons: z:memory()).
+--   stage 1: shards are views of the full parameters' rows; backward makes full grads;
+--            finish() reduce-scatters them (avg) in buckets and writes this rank's
+--            averaged rows back into p.grad (shard.grad is that view).
+--   stage 2: the same shards; a bucket's reduce-scatter is launched from post-accumulate
+--            hooks as soon as its grads are final, and the full grads are freed then.
+--   stage 3: zero_stage3.lua: parameters live as shards, gathered around each module.
+local errors = require "lutra.errors"
+local groups = require "lutra.optim.groups"
+local create = require "lutra.create"
+local spec = require "lutra.dist.spec"
+local memory = require "lutra.memory"
+local lt = require "lutra.ffi"
+local F = require "lutra.dist.zero_flat"
+
+local raise = errors.raise
+local C = lt.C
+
+local M = {}
+local Zero = {}
+Zero.__index = Zero
+M.Zero = Zero
+
+local function check_opts(group, opts)
+  if type(group) ~= "table" or type(group.size) ~= "number" then raise("zero.new: expected a group (comm.split, mesh.dp)") end
+  opts = opts or {}
+  if type(opts) ~= "table" then raise("zero.new: options must be a table, got " .. type(opts)) end
+  local stage = opts.stage or 1
+  if stage ~= 0 and stage ~= 1 and stage ~= 2 and stage ~= 3 then
+    raise("zero.new: stage must be 0, 1, 2 or 3, got " .. tostring(stage))
+  end
+  local bucket_mb = opts.bucket_mb or 25
+  if type(bucket_mb) ~= "number" or not (bucket_mb > 0) then
+    raise("zero.new: bucket_mb must be a number > 0, got " .. tostring(bucket_mb))
+  end
+  if type(opts.optimizer) ~= "function" then
+    raise("zero.new: optimizer must be a function(named_shards) -> optimizer")
+  end
+  return opts, stage, bucket_mb * 1024 * 1024
+end
+
+-- Entries {name, p, geo, start, count} for the trainable parameters of model.
+local function entries_of(model, n)
+  local names, params = groups.named_list(model, "zero.new")
+  local list = {}
+  for i, p in ipairs(params) do
+    if p.requires_grad then
+      if p.ndim == 0 then raise("zero.new: parameter '" .. names[i] .. "' is 0-d; shard it as a 1-element vector") end
+      if not p:is_contiguous() then raise("zero.new: parameter '" .. names[i] .. "' is not contiguous") end
+      local geo = F.geometry(p.shape, n)
+      list[#list + 1] = {name = names[i], p = p, geo = geo}
+    end
+  end
+  if #list == 0 then raise("zero.new: no parameter requires grad") end
+  return list
+end
+
+-- Buckets: {entries, S (elements of one rank's chunk)}; entry.off its place in a chunk.
+function M.bucket(entries)
+  local b = {entries = entries, S = 0, ready = {}, nready = 0}
+  for j, e in ipairs(entries) do
+    e.bucket, e.j, e.off = b, j, b.S
+    b.S = b.S + e.geo.per * e.geo.row
+  end
+  return b
+end
+
+local function make_buckets(entries, bucket_bytes)
+  local out, cur, bytes = {}, nil, 0
+  for i = #entries, 1, -1 do
+    local e = entries[i]
+    if cur == nil or bytes >= bucket_bytes or cur[1].p.dtype ~= e.p.dtype then
+      cur, bytes = {}, 0
+      out[#out + 1] = cur
+    end
+    cur[#cur + 1] = e
+    bytes = bytes + e.p:numel() * e.p:element_size()
+  end
+  for k, list in ipairs(out) do
+    out[k] = M.bucket(list)
+    out[k].index = k
+  end
+  return out
+end
+
+function M.set_spec(shard, e, rank)
+  local offset = {e.geo.start(rank)}
+  for d = 2, #e.p.shape do offset[d] = 0 end
+  spec.set(shard, {global = e.p.shape, offset = offset})
+end
+
+function M.new(model, group, opts)
+  local stage, bucket_bytes
+  opts, stage, bucket_bytes = check_opts(group, opts)
+  if stage == 3 then return require("lutra.dist.zero_stage3").new(model, group, opts, bucket_bytes) end
+  local self = setmetatable({group = group, stage = stage, sync = true, hooks = {}, next_launch = 1,
+                             trace = opts.trace and {} or nil}, Zero)
+  local n, rank = group.size, group.rank
+  self.entries = entries_of(model, n)
+  if stage == 0 then
+    local named = {}
+    for _, e in ipairs(self.entries) do named[#named + 1] = {e.name, e.p} end
+    self.ddp = require("lutra.dist.ddp").new(named, group, {bucket_mb = opts.bucket_mb, trace = opts.trace})
+    self.trace = self.ddp.trace
+    self.optimizer = opts.optimizer(F.named_pairs(named))
+    return self
+  end
+  self.buckets = make_buckets(self.entries, bucket_bytes)
+  -- replicas start equal (rank 0's values), as DDP
+  if n > 1 then
+    local named = {}
+    for _, e in ipairs(self.entries) do named[#named + 1] = {e.name, e.p} end
+    require("lutra.dist.ddp").new(named, group, {bucket_mb = opts.bucket_mb}):remove()
+  end
+  local named = {}
+  F.no_grad(function()
+    for _, e in ipairs(self.entries) do
+      e.shard = memory.keep(e.p:narrow(0, e.geo.start(rank), e.geo.count(rank)))
+      M.set_spec(e.shard, e, rank)
+      named[#named + 1] = {e.name, e.shard}
+    end
+  end)
+  self.optimizer = opts.optimizer(F.named_pairs(named))
+  if stage == 2 and n > 1 then
+    self.after_launch = M.free_full_grads
+    for _, e in ipairs(self.entries) do
+      self.hooks[#self.hooks + 1] = e.p:register_post_accumulate_grad_hook(function() self:grad_ready(e) end)
+    end
+  end
+  return self
+end
+
+-- ---- reduce-scatter of gradients ------------------------------------------------------------
+
+-- Fills a bucket's rank-major input (n chunks of S) from the full grads (zeros where
+-- none) and launches the reduce-scatter (avg) into a fresh chunk b.grad_chunk.
+function M.launch_reduce(self, b)
+  local n, S = self.group.size, b.S
+  local like = b.entries[1].p
+  F.no_grad(function()
+    local inp = create.zeros(n * S, {dtype = like.dtype, device = like.device})
+    for _, e in ipairs(b.entries) do
+      local g, geo = e.p.grad, e.geo
+      if g ~= nil and g.storage ~= nil then
+        local gflat = F.flat_view(g:contiguous())
+        for r = 0, n - 1 do
+          local cnt = geo.count(r) * geo.row
+          if cnt > 0 then F.copy(F.piece(inp, r * S + e.off, cnt), F.piece(gflat, geo.start(r) * geo.row, cnt)) end
+        end
+      end
+    end
+    b.grad_in = inp
+    b.grad_chunk = create.empty(math.max(S, 1), {dtype = like.dtype, device = like.device})
+    if S == 0 then b.grad_chunk = F.piece(b.grad_chunk, 0, 0) end
+  end)
+  b.handle = F.async(self.group, "reduce_scatter", b.grad_chunk, b.grad_in, "avg")
+  b.launched = true
+  if self.trace then self.trace[#self.trace + 1] = "launch " .. tostring(b.index) end
+end
+
+-- After a bucket's reduce-scatter is launched (stages 2, 3): its full grads are copied
+-- into the input buffer, and go.
+function M.free_full_grads(self, b)
+  for _, e in ipairs(b.entries) do
+    local g = e.p.grad
+    if g ~= nil then
+      e.p.grad = nil
+      if g.storage ~= nil then g:free() end
+    end
+  end
+end
+
+-- Launches the complete buckets next in self.reduce_order (all: every remaining one).
+function M.launch_ready(self, all)
+  local order = self.reduce_order or self.buckets
+  while self.next_launch <= #order do
+    local b = order[self.next_launch]
+    if not all and b.nready < #b.entries then return end
+    if self.before_launch then self:before_launch(b) end
+    M.launch_reduce(self, b)
+    if self.after_launch then self:after_launch(b) end
+    self.next_launch = self.next_launch + 1
+  end
+end
+
+-- The hook (stage 2, 3): e.p has its final gradient for this backward.
+function Zero:grad_ready(e)
+  if self.trace then self.trace[#self.trace + 1] = "grad " .. e.name end
+  if not self.sync then return end
+  local b = e.bucket
+  if b.ready[e.j] then return end
+  b.ready[e.j] = true
+  b.nready = b.nready + 1
+  M.launch_ready(self)
+end
+
+-- Waits for bucket b's reduce-scatter and hands each shard its averaged gradient.
+function M.land(self, b, into_full)
+  b.handle:wait()
+  b.handle = nil
+  local rank = self.group.rank
+  F.no_grad(function()
+    b.grad_in:free()
+    b.grad_in = nil
+    for _, e in ipairs(b.entries) do
+      local cnt = e.geo.count(rank)
+      local avg = F.piece(b.grad_chunk, e.off, cnt * e.geo.row):view(e.shard.shape)
+      local sg = e.shard.grad
+      local full = into_full and e.p.grad or nil
+      if sg ~= nil and sg.storage ~= nil then
+        sg:add_(avg)
+      elseif full ~= nil and full.storage ~= nil and full:is_contiguous() then
+        -- stage 1: the averaged rows go back into p.grad; shard.grad is their view
+        local rows = full:narrow(0, e.geo.start(rank), cnt)
+        F.copy(rows, avg)
+        e.shard.grad = rows
+      else
+        e.shard.grad = avg
+      end
+    end
+  end)
+  if into_full then
+    b.grad_chunk:free()
+    b.grad_chunk = nil
+  end
+  b.ready, b.nready, b.launched = {}, 0, false
+end
+
+-- Gradient sync after the last backward of a step (before clipping).
+function Zero:finish()
+  if self.ddp then return self.ddp:finish() end
+  if self.group.size == 1 and self.stage < 3 then
+    F.no_grad(function()
+      for _, e in ipairs(self.entries) do
+        local g = e.p.grad
+        if g ~= nil and e.shard.grad == nil then e.shard.grad = g end
+      end
+    end)
+    return
+  end
+  M.launch_ready(self, true)
+  if self.trace then self.trace[#self.trace + 1] = "finish" end
+  for _, b in ipairs(self.reduce_order or self.buckets) do
+    M.land(self, b, self.stage == 1)
+    if self.stage >= 2 then b.held = b.grad_chunk end
+  end
+  self.next_launch = 1
+  if self.after_finish then self:after_finish() end
+end
+
+-- ---- the step's other parts ---------------------------------------------------------------
+
+-- Runs fn(...) without communication: gradients accumulate in full; the next synced
+-- backward reduces them.
+function Zero:no_sync(fn, ...)
+  if self.ddp then return self.ddp:no_sync(fn, ...) end
+  local was = self.sync
+  self.sync = false
+  local res = {pcall(fn, ...)}
+  self.sync = was
+  if not res[1] then error(res[2], 0) end
+  return unpack(res, 2, table.maxn(res))
+end
+
+-- The gradients the optimizer steps with: each rank's own (shards, or all of them at stage 0).
+function Zero:grads()
+  local list = {}
+  for _, e in ipairs(self.entries) do
+    local g
+    if self.ddp then g = e.p.grad else g = e.shard.grad end
+    if g ~= nil and g.storage ~= nil then list[#list + 1] = g end
+  end
+  return list
+end
+
+-- The global gradient norm (sum of the shards' squares over the group), then every
+-- shard gradient scaled by max_norm / (norm + 1e-6) when that is below 1 (torch's rule).
+-- Returns the norm before clipping.
+function Zero:clip_grad_norm(max_norm)
+  if type(max_norm) ~= "number" or not (max_norm >= 0) then
+    raise("zero:clip_grad_norm: max_norm must be a number >= 0, got " .. tostring(max_norm))
+  end
+  local grads = self:grads()
+  local sq = 0
+  F.no_grad(function()
+    for _, g in ipairs(grads) do
+      if g:numel() > 0 then
+        local x = g.dtype == "f64" and g or g:to("f32")
+        local v = x:norm():item()
+        sq = sq + v * v
+      end
+    end
+  end)
+  if not self.ddp and self.group.size > 1 then
+    local t = create.tensor({sq}, {dtype = "f64"})
+    self.group:all_reduce(t, "sum")
+    sq = t:item()
+    t:free()
+  end
+  local norm = math.sqrt(sq)
+  local coef = max_norm / (norm + 1e-6)
+  if norm == norm and coef < 1 then
+    F.no_grad(function()
+      for _, g in ipairs(grads) do g:mul_(coef) end
+    end)
+  end
+  return norm
+end
+
+-- Stages 1-2: all-gathers the updated shards into the full parameters, in buckets.
+function Zero:after_step()
+  if self.ddp or self.stage == 3 or self.group.size == 1 then return end
+  for _, b in ipairs(self.buckets) do M.launch_gather(self, b) end
+  for _, b in ipairs(self.buckets) do M.land_gather(self, b) end
+end
+
+-- Launches the all-gather of bucket b's shards into a fresh rank-major buffer.
+function M.launch_gather(self, b)
+  if b.gather then return end
+  local n, S, rank = self.group.size, b.S, self.group.rank
+  local like = b.entries[1].p
+  F.no_grad(function()
+    local inp = create.zeros(math.max(S, 1), {dtype = like.dtype, device = like.device})
+    if S == 0 then inp = F.piece(inp, 0, 0) end
+    for _, e in ipairs(b.entries) do
+      local cnt = e.geo.count(rank) * e.geo.row
+      if cnt > 0 then F.copy(F.piece(inp, e.off, cnt), F.flat_view(e.shard)) end
+    end
+    local out = create.empty(math.max(n * S, 1), {dtype = like.dtype, device = like.device})
+    if S == 0 then out = F.piece(out, 0, 0) end
+    b.gather = {inp = inp, out = out, handle = F.async(self.group, "all_gather", out, inp)}
+  end)
+  if self.trace then self.trace[#self.trace + 1] = "gather " .. tostring(b.index) end
+end
+
+-- Waits for bucket b's all-gather and writes every rank's rows into the full parameters
+-- (restoring their bytes first where they were released).
+function M.land_gather(self, b)
+  local gth = b.gather
+  if gth == nil then return end
+  gth.handle:wait()
+  b.gather = nil
+  local n, S = self.group.size, b.S
+  F.no_grad(function()
+    for _, e in ipairs(b.entries) do
+      local p, geo = e.p, e.geo
+      if C.lt_storage_is_resident(p) == 0 and C.lt_storage_restore_bytes(p, 0) ~= 0 then errors.fail() end
+      local pflat = F.flat_view(p)
+      for r = 0, n - 1 do
+        local cnt = geo.count(r) * geo.row
+        if cnt > 0 then F.copy(F.piece(pflat, geo.start(r) * geo.row, cnt), F.piece(gth.out, r * S + e.off, cnt)) end
+      end
+    end
+    gth.inp:free()
+    gth.out:free()
+  end)
+end
+
+-- ---- accounting ---------------------------------------------------------------------------
+
+local function state_bytes(opt)
+  local total, seen = 0, {}
+  for _, st in pairs(opt.state or {}) do
+    for _, v in pairs(st) do
+      if type(v) == "cdata" and not seen[v] then
+        seen[v] = true
+        total = total + F.bytes(v)
+      end
+    end
+  end
+  return total
+end
+M.state_bytes = state_bytes
+
+-- Bytes on this rank: params (resident values: full parameters, or shards at stage 3),
+-- grads (full .grad of the parameters plus the averaged shard chunks held), optimizer
+-- (its state tensors). Measure after finish() of a step that follows a first step.
+function Zero:memory()
+  local params, grads = 0, 0
+  for _, e in ipairs(self.entries) do
+    if C.lt_storage_is_resident(e.p) ~= 0 then params = params + F.bytes(e.p) end
+    if self.stage == 3 then params = params + F.bytes(e.shard) end
+    grads = grads + F.bytes(e.p.grad)
+  end
+  for _, b in ipairs(self.buckets or {}) do
+    if b.held and b.held.storage ~= nil then grads = grads + F.bytes(b.held) end
+  end
+  return {params = params, grads = grads, optimizer = state_bytes(self.optimizer)}
+end
+
+-- Unregisters hooks (stage 2), or undoes the wrapping (stage 3).
+function Zero:remove()
+  if self.ddp then self.ddp:remove() end
+  for _, h in ipairs(self.hooks) do h.remove() end
+  self.hooks = {}
+end
+
+return M
