@@ -43,7 +43,7 @@ static void print_usage(FILE *f) {
           "  -                 execute stdin as a script\n"
           "Inside a script, require('lutra').debug() opens the REPL in the caller's frame.\n"
           "Environment: LUTRA_HISTORY (REPL history file, default ~/.lutra_history; empty: none),\n"
-          "  LUA_PATH, LUA_CPATH, LUA_INIT (as luajit).\n",
+          "  LUTRA_REPL_ON_ERROR=1 (as --repl-on-error), LUA_PATH, LUA_CPATH, LUA_INIT (as luajit).\n",
           progname, progname, progname, progname);
 }
 
@@ -324,6 +324,9 @@ static int run_main(lua_State *L, int argc, char **argv) {
     return (lua_isnil(L, -1) || lua_toboolean(L, -1)) ? 0 : 1;
   }
 
+  /* `lutra launch --repl-on-error` asks every rank for the post-mortem REPL this way */
+  const char *env_repl_on_error = getenv("LUTRA_REPL_ON_ERROR");
+  if (env_repl_on_error && *env_repl_on_error && strcmp(env_repl_on_error, "0") != 0) repl_on_error = 1;
   int flags = 0;
   int script = collect_args(argc, argv, &flags);
   if (script < 0) {

@@ -4,9 +4,11 @@
 -- rank, one thread pool per rank sized to share the cores (CPU) or one process per GPU
 -- (device chosen by local rank: lutra.dist.device), the LUTRA_* environment forwarded,
 -- --oversubscribe when there are more ranks than cores, --allow-run-as-root as root.
--- mpirun's exit status is the command's. --repl-on-error adds a hold file and the post-mortem
--- REPL (lua/lutra/repl.lua, host/app/main.c) and sends stdin to every rank.
+-- mpirun's exit status is the command's. The launcher keeps stdin and lends it to a rank's
+-- REPL (lutra.dist.console); --repl-on-error adds the post-mortem REPL (lua/lutra/repl.lua,
+-- host/app/main.c) and a hold file that keeps the other ranks' watchdogs waiting.
 local ffi = require "ffi"
+local console = require "lutra.dist.console"
 
 local M = {}
 
@@ -23,7 +25,9 @@ Options:
   --hostfile FILE     hosts and slots, passed to mpirun (multi-node; see README)
   --repl-on-error     a rank that raises an error opens the REPL at the failing frame (the
                       other ranks are held: their watchdog waits); leaving it ends the job
-  --stdin WHO         which ranks read stdin: all (default), none, or a rank number
+  --stdin R           send stdin to rank R from the start (mpirun's forwarding), or none;
+                      by default the launcher keeps it and lends it to whichever rank opens
+                      a REPL (lutra.debug, --repl-on-error), one at a time
   --mpirun PATH       the mpirun to use (default: $LUTRA_MPIRUN, else mpirun on PATH)
   --mpi-arg WORD      one more word for mpirun's command line (repeatable), e.g.
                       --mpi-arg --mca --mpi-arg btl --mpi-arg tcp,self
@@ -170,8 +174,8 @@ function M.parse(words)
       o.dry_run = true
     elseif name == "--stdin" then
       o.stdin = value(name, inline)
-      if o.stdin == nil or not (o.stdin == "all" or o.stdin == "none" or o.stdin:match("^%d+$")) then
-        return usage_error("--stdin wants all, none or a rank number")
+      if o.stdin == nil or not (o.stdin == "none" or o.stdin:match("^%d+$")) then
+        return usage_error("--stdin wants a rank number or none (OpenMPI 4.1's --stdin all hangs)")
       end
     elseif name == "--mpirun" then
       o.mpirun = value(name, inline)
@@ -205,7 +209,7 @@ local function hostfile_slots(path)
   return most
 end
 
--- opts (from parse) and sys = {cpus, cores, gpus, root, exe, mpirun, env} -> argv (a list)
+-- opts (from parse) and sys = {cpus, cores, gpus, root, exe, mpirun, env, dir} -> argv (a list)
 -- and the number of ranks (nil when the hostfile decides).
 function M.command(o, sys)
   local env = sys.env
@@ -218,7 +222,8 @@ function M.command(o, sys)
   if o.hostfile then add("--hostfile", o.hostfile) end
   if np and not o.hostfile and np > sys.cores then add("--oversubscribe") end
   add("--bind-to", "none")
-  add("--stdin", o.stdin or "all")
+  -- without --stdin the launcher keeps stdin and lends it to a rank's REPL (lutra.dist.console)
+  add("--stdin", o.stdin or "none")
   -- ranks per node: all of them here; with a hostfile at most the largest slot count (the
   -- nodes alike)
   local per_node = np or sys.cores
@@ -226,8 +231,9 @@ function M.command(o, sys)
   local set = {}
   if not env.OMP_NUM_THREADS then set.OMP_NUM_THREADS = tostring(math.max(1, math.floor(sys.cpus / per_node))) end
   if not env.OPENBLAS_NUM_THREADS then set.OPENBLAS_NUM_THREADS = "1" end
+  if o.stdin == nil then set.LUTRA_CONSOLE_DIR = sys.dir end
   if o.repl_on_error then
-    set.LUTRA_HOLD_FILE = sys.hold_file
+    set.LUTRA_HOLD_FILE = sys.dir .. "/hold"
     set.LUTRA_REPL_ON_ERROR = "1"
   end
   local names = {}
@@ -252,13 +258,6 @@ local function command_text(argv)
   return table.concat(q, " ")
 end
 
--- os.execute's wait status -> an exit status (128 + signal for a killed mpirun).
-local function exit_status(st)
-  if type(st) ~= "number" then return st and 0 or 1 end
-  if st % 256 == 0 then return math.floor(st / 256) % 256 end
-  return 128 + st % 128
-end
-
 local function fail(msg, status)
   io.stderr:write("lutra launch: ", msg, "\n")
   return status or 2
@@ -281,33 +280,36 @@ function M.main(words)
   end
   local sys = {cpus = cpus, cores = cores, gpus = gpu_count(), root = ffi.C.geteuid() == 0, exe = self_exe(),
                mpirun = mpirun or name, env = env}
-  local hold_dir
-  if o.repl_on_error then
-    -- the hold file must be visible to every rank: a node-local /tmp alone, or the current
-    -- directory (shared on clusters) when a hostfile spreads the ranks over nodes
+  -- a directory for the console (stdin lent to a rank's REPL) and the hold file: visible to
+  -- every rank, so in the current directory (shared on clusters) when a hostfile spreads the
+  -- ranks over nodes, else in $TMPDIR
+  local dir
+  if o.stdin == nil or o.repl_on_error then
     local base = env.LUTRA_TMPDIR or (o.hostfile and ".") or env.TMPDIR or "/tmp"
-    local template = ffi.new("char[?]", #base + 32)
-    ffi.copy(template, base .. "/.lutra-hold-XXXXXX")
     if o.dry_run then
-      hold_dir = base .. "/.lutra-hold-XXXXXX"
+      dir = base .. "/.lutra-launch-XXXXXX"
     else
+      local template = ffi.new("char[?]", #base + 32)
+      ffi.copy(template, base .. "/.lutra-launch-XXXXXX")
       if ffi.C.mkdtemp(template) == nil then return fail("cannot create a directory in " .. base, 1) end
-      hold_dir = ffi.string(template)
+      dir = ffi.string(template)
+      local ok, why = console.prepare(dir)
+      if not ok then
+        console.cleanup(dir)
+        return fail(why, 1)
+      end
     end
-    sys.hold_file = hold_dir .. "/hold"
+    sys.dir = dir
   end
   local argv = M.command(o, sys)
-  local text = command_text(argv)
   if o.dry_run then
-    io.stdout:write(text, "\n")
+    io.stdout:write(command_text(argv), "\n")
     return 0
   end
   io.stdout:flush()
-  local status = exit_status(os.execute(text))
-  if hold_dir then
-    os.remove(sys.hold_file)
-    os.remove(hold_dir)
-  end
+  local status, why = console.run(argv, o.stdin == nil and dir or nil)
+  if dir then console.cleanup(dir) end
+  if not status then return fail(why, 1) end
   return status
 end
 

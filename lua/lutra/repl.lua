@@ -262,7 +262,12 @@ end
 
 -- ---- the loop ---------------------------------------------------------------------------------
 
-local function read_line(prompt, completer)
+-- echo: show the prompt even off a terminal (a terminal lent by `lutra launch`)
+local function read_line(prompt, completer, echo)
+  if echo then
+    io.stdout:write(prompt)
+    io.stdout:flush()
+  end
   if host then return host.readline(prompt, completer) end
   io.stdout:write(prompt)
   io.stdout:flush()
@@ -285,7 +290,7 @@ local function open_history()
   if path and path ~= "" then M.history_enabled = host.history_open(path) == true end
 end
 
--- ctx: env (nil = globals), root_names(), frame (in a debugger), prompt.
+-- ctx: env (nil = globals), root_names(), frame (in a debugger), prompt, echo (show it).
 local function loop(ctx)
   open_history()
   local interactive = host and host.isatty(0)
@@ -295,7 +300,7 @@ local function loop(ctx)
   local function completer(line) return M.complete(line, ctx.env, ctx.root_names) end
   local buffer
   while true do
-    local line = read_line(buffer and ">> " or ctx.prompt or "> ", completer)
+    local line = read_line(buffer and ">> " or ctx.prompt or "> ", completer, ctx.echo and not interactive)
     if line == nil then
       if interactive then out:write("\n") end
       break
@@ -336,21 +341,80 @@ function M.main(opts)
     io.stdout:write("lutra ", host.version, " (", jit and jit.version or _VERSION, ")",
                     ok and " -- `lutra` is loaded" or "", "; Ctrl-D exits\n")
   end
-  loop {}
+  loop {prompt = M.prompt("> ")}
 end
 
+-- ---- ranks: the prompt says which one; lutra.debug{rank = r} stops one, the others wait ------
+
+-- This process's place in the world: lutra.dist.comm's when it is up, else the launcher's
+-- environment (world of 1 without one).
+function M.world()
+  local ok, device = pcall(require, "lutra.dist.device")
+  if not ok then return 0, 1 end
+  return device.world_rank(), device.world_size()
+end
+
+-- The prompt, with the rank in a world of more than one: "debug> " -> "debug[rank 1]> ",
+-- "> " -> "lutra[rank 1]> ".
+function M.prompt(base)
+  local rank, size = M.world()
+  if size <= 1 then return base end
+  local name = base:match("^(.-)> $")
+  return (name ~= "" and name or "lutra") .. "[rank " .. rank .. "]> "
+end
+
+-- Under `lutra launch` the terminal is the launcher's: the REPL borrows it for its time
+-- (lutra.dist.console; ranks take turns).
 local function frame_repl(height, top, banner, prompt)
   local frame = {height = height, top = top, active = true}
   io.stderr:write(banner, describe(frame), "\n  (.help for commands)\n")
+  io.stderr:flush()
   local env = frame_env(frame)
-  loop {env = env, frame = frame, prompt = prompt, root_names = function() return frame_names(frame) end}
+  local ok, console = pcall(require, "lutra.dist.console")
+  local give_back, echo
+  if ok then give_back, echo = console.attach(M.world()) end
+  local ran, err = pcall(loop, {env = env, frame = frame, prompt = prompt, echo = echo,
+                                root_names = function() return frame_names(frame) end})
   frame.active = false
+  if give_back then give_back() end
+  if not ran then error(err, 0) end
 end
 
--- Opens the REPL in the caller's frame; Ctrl-D continues the script.
-function M.debug()
+-- Opens the REPL in the caller's frame; Ctrl-D continues the script. With {rank = r} every
+-- rank of the world must call it: rank r opens the REPL, the others wait in a world barrier
+-- with their watchdog off (comm.hold), and all go on together when the REPL ends.
+-- (stdin must reach rank r: `lutra launch` sends it to every rank, mpirun alone to rank 0
+-- unless given --stdin r.)
+function M.debug(opts)
   local height = depth() - 1 -- the caller of debug()
-  frame_repl(height, height, "lutra.debug: Ctrl-D continues. Stopped at ", "debug> ")
+  if opts ~= nil and type(opts) ~= "table" then error("lutra.debug: expected nothing or {rank = r}, got " .. type(opts), 2) end
+  local want = opts and opts.rank
+  if want == nil then
+    local rank, size = M.world()
+    local who = size > 1 and "lutra.debug on rank " .. rank .. ": " or "lutra.debug: "
+    frame_repl(height, height, who .. "Ctrl-D continues. Stopped at ", M.prompt("debug> "))
+    return
+  end
+  if type(want) ~= "number" or want < 0 or want ~= math.floor(want) then
+    error("lutra.debug: rank must be a non-negative integer, got " .. tostring(want), 2)
+  end
+  local comm = require "lutra.dist.comm"
+  local world = comm.init()
+  local rank, size = comm.rank(), comm.size()
+  if want >= size then error(string.format("lutra.debug: rank %d is not in the world of %d", want, size), 2) end
+  if size == 1 then
+    frame_repl(height, height, "lutra.debug: Ctrl-D continues. Stopped at ", "debug> ")
+    return
+  end
+  if rank == want then
+    comm.hold(function()
+      frame_repl(height, height, string.format("lutra.debug on rank %d of %d (the others wait): Ctrl-D continues all. "
+        .. "Stopped at ", rank, size), M.prompt("debug> "))
+      world:barrier()
+    end)
+  else
+    comm.hold(function() world:barrier() end)
+  end
 end
 
 -- Files of the lutra library: an error raised inside it opens at the caller's frame.
@@ -380,8 +444,22 @@ function M.post_mortem(msg)
     level = level + 1
   end
   if not innermost then return end
-  frame_repl(h - (user or innermost) + 1, h - innermost + 1,
-             "post-mortem REPL at the error; Ctrl-D exits. Stopped at ", "debug> ")
+  local rank, size = M.world()
+  local banner = "post-mortem REPL at the error; Ctrl-D exits. Stopped at "
+  if size > 1 then
+    -- under `lutra launch --repl-on-error`: the hold file keeps the other ranks' watchdogs
+    -- from ending the job while this REPL is open; leaving it exits non-zero, and mpirun
+    -- then stops the others
+    local hold = os.getenv("LUTRA_HOLD_FILE")
+    local f = hold and hold ~= "" and io.open(hold, "w")
+    if f then
+      f:write(rank, "\n")
+      f:close()
+    end
+    banner = string.format("lutra: rank %d of %d failed (the error above)%s.\npost-mortem REPL on rank %d; "
+      .. "Ctrl-D ends the job. Stopped at ", rank, size, f and "; the other ranks are held" or "", rank)
+  end
+  frame_repl(h - (user or innermost) + 1, h - innermost + 1, banner, M.prompt("debug> "))
 end
 
 return M
