@@ -53,10 +53,19 @@ function M.save(dir, model, tok, opts)
   local name = templates.get(opts.template).name
   os.execute("mkdir -p '" .. dir .. "'")
   local hf = opts.format ~= "lutra" and hf_module()
+  local saved = false
   if hf then
-    hf.save_pretrained(dir, model, tok)
-  else
-    if opts.format == "hf" then raise("modeldir.save: lutra.hf is not available") end
+    local ok, err = pcall(hf.save_pretrained, dir, model, tok)
+    if not ok and opts.format == "hf" then error(err, 0) end
+    if not ok then -- (a model hf does not describe yet): lutra's own format, said out loud
+      io.stderr:write("modeldir: lutra.hf cannot save this model (" .. tostring(err) .. "); saving in lutra's format\n")
+      os.remove(dir .. "/config.json")
+    end
+    saved = ok
+  elseif opts.format == "hf" then
+    raise("modeldir.save: lutra.hf is not available")
+  end
+  if not saved then
     state.save(dir .. "/lutra_model", {model = model:state_dict(), config = model.cfg})
     tok:save(dir .. "/tokenizer.json")
   end

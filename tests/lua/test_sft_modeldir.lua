@@ -1,0 +1,61 @@
+-- lutra.sft.modeldir: a model directory round trip (same logits, same tokenizer, the template
+-- name kept), in lutra's format and, when lutra.hf is there, Hugging Face's; a trainer
+-- checkpoint loads with its tokenizer; errors.
+local lt = require "lutra"
+local models = require "lutra.models"
+local modeldir = require "lutra.sft.modeldir"
+local state = require "lutra.train.state"
+local T = require "lutra.testing"
+local equal, close, fails = T.assert_equal, T.assert_close, T.assert_error
+
+local tok = lt.tokenizer.char("abcdefghij \n", {special_tokens = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}})
+
+local function tmpdir()
+  local p = os.tmpname()
+  os.remove(p)
+  os.execute("mkdir -p '" .. p .. "'")
+  return p
+end
+
+local function roundtrip(arch, format)
+  lt.manual_seed(5)
+  local model = models.build {arch = arch, n_layer = 1, n_head = 2, d_model = 16, vocab_size = tok.vocab_size,
+                              block_size = 16}
+  local dir = tmpdir() .. "/m"
+  modeldir.save(dir, model, tok, {template = "llama3", format = format})
+  local m2, tok2, info = modeldir.load(dir)
+  equal(info.template, "llama3")
+  equal(tok2:encode("abc<|im_end|>"), tok:encode("abc<|im_end|>"))
+  local x = lt.tensor({{1, 2, 3, 4, 5}}, {dtype = "i64"})
+  close(m2:forward(x), model:forward(x), {atol = 1e-6, msg = arch .. " " .. tostring(format)})
+  equal(modeldir.load(dir, {template = "chatml"}) ~= nil, true)
+  equal(select(3, modeldir.load(dir, {template = "chatml"})).template, "chatml")
+  os.execute("rm -rf '" .. dir:match("^(.*)/m$") .. "'")
+end
+
+test("lutra format: gpt2 and llama round trips", function()
+  roundtrip("gpt2", "lutra")
+  roundtrip("llama", "lutra")
+end)
+
+test("the default format (Hugging Face's when lutra.hf is there)", function()
+  roundtrip("gpt2")
+  roundtrip("llama")
+end)
+
+test("a trainer checkpoint with its tokenizer", function()
+  lt.manual_seed(6)
+  local model = models.build {arch = "gpt2", n_layer = 1, n_head = 2, d_model = 16, vocab_size = tok.vocab_size,
+                              block_size = 16}
+  local dir = tmpdir()
+  state.save(dir .. "/ckpt/step_000001", {step = 1, model = model:state_dict(),
+    config = {model = {arch = "gpt2", n_layer = 1, n_head = 2, n_kv_head = 0, d_model = 16, block_size = 16, dropout = 0}}})
+  tok:save(dir .. "/tok.json")
+  local m2, _, info = modeldir.load(dir .. "/ckpt/step_000001", {tokenizer = dir .. "/tok.json"})
+  equal(info.format, "checkpoint")
+  local x = lt.tensor({{1, 2, 3}}, {dtype = "i64"})
+  close(m2:forward(x), model:forward(x), {atol = 1e-6})
+  fails("a checkpoint has no tokenizer", function() modeldir.load(dir .. "/ckpt/step_000001") end)
+  fails("is not a model directory", function() modeldir.load(dir) end)
+  os.execute("rm -rf '" .. dir .. "'")
+end)
