@@ -15,8 +15,18 @@
 enum { RING = 64, REPORT_LAST = 16, WATCHDOG_EXIT = 3 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static lt_comm_record ring[RING];
-static int64_t ring_index[RING]; /* the global index held by each slot */
+/* A recorded call. op is a static string and groups live until exit, so pointers do. */
+typedef struct flight_entry {
+  int64_t index; /* the global index of the entry in this slot */
+  int64_t seq, count;
+  double start, end;
+  int32_t dtype, state, peer, ndim; /* ndim -1: shape unknown, show [count] */
+  int64_t shape[LT_MAX_DIMS];
+  const char *op;
+  const lt_group *group;
+} flight_entry;
+
+static flight_entry ring[RING];
 static int64_t next_index;       /* entries recorded so far */
 static int64_t watched = -1;     /* index of the entry being waited for, -1 when none */
 static double watch_since;
@@ -34,26 +44,23 @@ static double timeout_locked(void) {
 
 int64_t lt_flight_begin(const char *op, const lt_group *g, int64_t seq, int dtype, int64_t count, int ndim,
                         const int64_t *shape, int peer, int state) {
-  char shape_buf[LT_SHAPE_STR];
-  if (shape) lt_shape_str(shape_buf, ndim, shape);
-  else snprintf(shape_buf, sizeof shape_buf, "[%lld]", (long long)count);
+  /* plain stores only (no formatting): this runs before every call */
+  double now = lt_wall_time();
+  if (!shape || ndim < 0 || ndim > LT_MAX_DIMS) ndim = -1;
   pthread_mutex_lock(&lock);
   int64_t index = next_index++;
-  lt_comm_record *r = &ring[index % RING];
-  memset(r, 0, sizeof *r);
-  r->seq = seq, r->count = count, r->start = lt_wall_time(), r->dtype = dtype, r->state = state, r->peer = peer;
-  snprintf(r->op, sizeof r->op, "%s", op);
-  snprintf(r->group, sizeof r->group, "%s", g ? g->name : "?");
-  snprintf(r->shape, sizeof r->shape, "%.63s", shape_buf);
-  ring_index[index % RING] = index;
+  flight_entry *e = &ring[index % RING];
+  e->index = index, e->seq = seq, e->count = count, e->start = now, e->end = 0;
+  e->dtype = dtype, e->state = state, e->peer = peer, e->ndim = ndim, e->op = op, e->group = g;
+  if (ndim > 0) memcpy(e->shape, shape, (size_t)ndim * sizeof *shape);
   pthread_mutex_unlock(&lock);
   return index;
 }
 
 void lt_flight_set_state(int64_t index, int state) {
   pthread_mutex_lock(&lock);
-  if (index >= 0 && ring_index[index % RING] == index) {
-    lt_comm_record *r = &ring[index % RING];
+  if (index >= 0 && ring[index % RING].index == index) {
+    flight_entry *r = &ring[index % RING];
     r->state = state;
     if (state == LT_COMM_DONE || state == LT_COMM_FAILED) r->end = lt_wall_time();
   }
@@ -70,6 +77,19 @@ void lt_watch_end(void) {
   pthread_mutex_lock(&lock);
   watched = -1;
   pthread_mutex_unlock(&lock);
+}
+
+// The public form of an entry (formatted strings).
+static void to_record(lt_comm_record *r, const flight_entry *e) {
+  memset(r, 0, sizeof *r);
+  r->seq = e->seq, r->count = e->count, r->start = e->start, r->end = e->end;
+  r->dtype = e->dtype, r->state = e->state, r->peer = e->peer;
+  snprintf(r->op, sizeof r->op, "%s", e->op ? e->op : "?");
+  snprintf(r->group, sizeof r->group, "%s", e->group ? e->group->name : "?");
+  char buf[LT_SHAPE_STR];
+  if (e->ndim >= 0) lt_shape_str(buf, e->ndim, e->shape);
+  else snprintf(buf, sizeof buf, "[%lld]", (long long)e->count);
+  snprintf(r->shape, sizeof r->shape, "%.63s", buf);
 }
 
 static const char *state_name(int state) {
@@ -98,7 +118,9 @@ static void report_and_exit(const lt_comm_record *w, double waited) {
           (long long)(next_index - first));
   for (int64_t i = first; i < next_index; i++) {
     char line[256];
-    format_record(line, sizeof line, &ring[i % RING], now);
+    lt_comm_record r;
+    to_record(&r, &ring[i % RING]);
+    format_record(line, sizeof line, &r, now);
     fprintf(stderr, "lutra watchdog: rank %d:   %s\n", rank, line);
   }
   fflush(stderr);
@@ -122,7 +144,8 @@ static void *watchdog_main(void *arg) {
       pthread_mutex_unlock(&lock);
       continue;
     }
-    lt_comm_record w = ring[watched % RING];
+    lt_comm_record w;
+    to_record(&w, &ring[watched % RING]);
     int64_t this_wait = watched;
     double waited = now - watch_since;
     if (hold_file_exists()) {
@@ -194,7 +217,7 @@ int lt_comm_recent(int n, lt_comm_record *out, int *count) {
   pthread_mutex_lock(&lock);
   int64_t have = next_index < RING ? next_index : RING;
   if (n > have) n = (int)have;
-  for (int i = 0; i < n; i++) out[i] = ring[(next_index - n + i) % RING];
+  for (int i = 0; i < n; i++) to_record(&out[i], &ring[(next_index - n + i) % RING]);
   pthread_mutex_unlock(&lock);
   *count = n;
   return 0;

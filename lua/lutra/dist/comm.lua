@@ -170,19 +170,14 @@ function Handle.done(h)
   return done[0] ~= 0
 end
 
--- Runs one C call, call(req) with req NULL (blocking) or a box for the request (async:
--- returns a Handle). `finish` copies results back into non-contiguous outputs.
-local function run(opts, result, finish, call)
-  if C.lt_comm_debug() ~= 0 then note_callsite() end
-  if opts and opts.async then
-    local box = ffi.new("lt_comm_request *[1]")
-    check(call(box))
-    return setmetatable({req = box[0], result = result, finish = finish}, Handle)
-  end
-  check(call(nil))
-  if finish then finish() end
-  return result
+-- Async calls box the request pointer; the Handle keeps what completion needs.
+local function posted(box, result, finish)
+  return setmetatable({req = box[0], result = result, finish = finish}, Handle)
 end
+local req_box_type = ffi.typeof("lt_comm_request *[1]")
+local C_debug = C.lt_comm_debug
+
+-- The blocking paths below are written out per op (no closures: LuaJIT compiles them).
 
 -- A contiguous tensor holding t's values (t itself when contiguous) and, for outputs,
 -- the function that copies the buffer back into t.
@@ -229,9 +224,18 @@ function Group.all_reduce(g, t, op, opts)
   local o = op_arg("all_reduce", g, op)
   opts = opts_arg("all_reduce", opts)
   local buf, back = contiguous_out(t, true)
-  return run(opts, t, back, function(r) return C.lt_comm_all_reduce(g.ptr, buf, o, r) end)
+  if C_debug() ~= 0 then note_callsite() end
+  if opts and opts.async then
+    local box = req_box_type()
+    check(C.lt_comm_all_reduce(g.ptr, buf, o, box))
+    return posted(box, t, back)
+  end
+  check(C.lt_comm_all_reduce(g.ptr, buf, o, nil))
+  if back then back() end
+  return t
 end
 
+-- out may be nil (allocated: this rank's piece, 1-d)
 function Group.reduce_scatter(g, out, inp, op, opts)
   tensor_arg("reduce_scatter", inp, "inp")
   local o = op_arg("reduce_scatter", g, op)
@@ -241,9 +245,18 @@ function Group.reduce_scatter(g, out, inp, op, opts)
   local buf, back = out, nil
   if C.lt_is_defined(out) ~= 0 then buf, back = contiguous_out(out, false) end
   local src = contiguous_in(inp)
-  return run(opts, out, back, function(r) return C.lt_comm_reduce_scatter(g.ptr, buf, src, o, counts, r) end)
+  if C_debug() ~= 0 then note_callsite() end
+  if opts and opts.async then
+    local box = req_box_type()
+    check(C.lt_comm_reduce_scatter(g.ptr, buf, src, o, counts, box))
+    return posted(box, out, back)
+  end
+  check(C.lt_comm_reduce_scatter(g.ptr, buf, src, o, counts, nil))
+  if back then back() end
+  return out
 end
 
+-- out may be nil (allocated: (size, inp's shape...), or 1-d with counts)
 function Group.all_gather(g, out, inp, opts)
   tensor_arg("all_gather", inp, "inp")
   opts = opts_arg("all_gather", opts)
@@ -252,7 +265,15 @@ function Group.all_gather(g, out, inp, opts)
   local buf, back = out, nil
   if C.lt_is_defined(out) ~= 0 then buf, back = contiguous_out(out, false) end
   local src = contiguous_in(inp)
-  return run(opts, out, back, function(r) return C.lt_comm_all_gather(g.ptr, buf, src, counts, r) end)
+  if C_debug() ~= 0 then note_callsite() end
+  if opts and opts.async then
+    local box = req_box_type()
+    check(C.lt_comm_all_gather(g.ptr, buf, src, counts, box))
+    return posted(box, out, back)
+  end
+  check(C.lt_comm_all_gather(g.ptr, buf, src, counts, nil))
+  if back then back() end
+  return out
 end
 
 function Group.broadcast(g, t, root, opts)
@@ -260,22 +281,45 @@ function Group.broadcast(g, t, root, opts)
   root = errors.int_arg("broadcast", root or 0, "root")
   opts = opts_arg("broadcast", opts)
   local buf, back = contiguous_out(t, true)
-  return run(opts, t, back, function(r) return C.lt_comm_broadcast(g.ptr, buf, root, r) end)
+  if C_debug() ~= 0 then note_callsite() end
+  if opts and opts.async then
+    local box = req_box_type()
+    check(C.lt_comm_broadcast(g.ptr, buf, root, box))
+    return posted(box, t, back)
+  end
+  check(C.lt_comm_broadcast(g.ptr, buf, root, nil))
+  if back then back() end
+  return t
 end
 
 function Group.send(g, t, peer, opts)
   tensor_arg("send", t, "t")
   errors.int_arg("send", peer, "peer")
   opts = opts_arg("send", opts)
-  return run(opts, t, nil, function(r) return C.lt_comm_send(g.ptr, contiguous_in(t), peer, opts and opts.tag or 0, r) end)
+  local tag = opts and opts.tag or 0
+  if opts and opts.async then
+    local box = req_box_type()
+    check(C.lt_comm_send(g.ptr, contiguous_in(t), peer, tag, box))
+    return posted(box, t, nil)
+  end
+  check(C.lt_comm_send(g.ptr, contiguous_in(t), peer, tag, nil))
+  return t
 end
 
 function Group.recv(g, t, peer, opts)
   tensor_arg("recv", t, "t")
   errors.int_arg("recv", peer, "peer")
   opts = opts_arg("recv", opts)
+  local tag = opts and opts.tag or 0
   local buf, back = contiguous_out(t, false)
-  return run(opts, t, back, function(r) return C.lt_comm_recv(g.ptr, buf, peer, opts and opts.tag or 0, r) end)
+  if opts and opts.async then
+    local box = req_box_type()
+    check(C.lt_comm_recv(g.ptr, buf, peer, tag, box))
+    return posted(box, t, back)
+  end
+  check(C.lt_comm_recv(g.ptr, buf, peer, tag, nil))
+  if back then back() end
+  return t
 end
 
 -- list: {{"send", t, peer}, {"recv", t, peer}, ...}, posted together; returns a Handle
@@ -299,17 +343,29 @@ function Group.p2p(g, list, opts)
     keep[i], kinds[i - 1], peers[i - 1], tensors[i - 1] = buf, kind == "send" and C.LT_COMM_SEND or C.LT_COMM_RECV, peer, buf
     if back then backs[#backs + 1] = back end
   end
-  local function finish()
-    for _, b in ipairs(backs) do b() end
-    local _ = keep
+  local finish = nil
+  if #backs > 0 then finish = function() for _, b in ipairs(backs) do b() end end end
+  local tag = opts and opts.tag or 0
+  if opts and opts.async == false then
+    check(C.lt_comm_p2p(g.ptr, n, kinds, tensors, peers, tag, nil))
+    if finish then finish() end
+    return nil
   end
-  local async = not (opts and opts.async == false)
-  return run({async = async}, nil, finish, function(r) return C.lt_comm_p2p(g.ptr, n, kinds, tensors, peers, opts and opts.tag or 0, r) end)
+  local box = req_box_type()
+  check(C.lt_comm_p2p(g.ptr, n, kinds, tensors, peers, tag, box))
+  local h = posted(box, nil, finish)
+  h.keep = keep
+  return h
 end
 
 function Group.barrier(g, opts)
   opts = opts_arg("barrier", opts)
-  return run(opts, nil, nil, function(r) return C.lt_comm_barrier(g.ptr, r) end)
+  if opts and opts.async then
+    local box = req_box_type()
+    check(C.lt_comm_barrier(g.ptr, box))
+    return posted(box, nil, nil)
+  end
+  check(C.lt_comm_barrier(g.ptr, nil))
 end
 
 -- comm.world after init (read before it: initializes)
