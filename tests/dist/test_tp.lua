@@ -141,6 +141,19 @@ test("vocab-parallel cross-entropy = F.cross_entropy on the gathered logits (ign
       end
     end
   end
+  -- bf16 logits: computed in f32, the loss f32 as F.cross_entropy's, the grad bf16
+  local logits = (lt.randn(4, 6 * n) * 3):to("bf16")
+  local targets = lt.tensor({1, 6 * n - 1, -100, 2}, {dtype = "i64"})
+  local lo, cnt = tp_ops.range(6 * n, n, r)
+  local lr, lt_ = leaf(logits), leaf(logits:narrow(1, lo, cnt))
+  local ref = F.cross_entropy(lr, targets)
+  ref:backward()
+  local loss = tp.cross_entropy(lt_, targets, group, lo, 6 * n)
+  loss:backward()
+  testing.assert_equal(loss.dtype, ref.dtype)
+  close(loss, ref, "bf16 loss")
+  testing.assert_equal(lt_.grad.dtype, "bf16")
+  close(lt_.grad:to("f32"), lr.grad:narrow(1, lo, cnt):to("f32"), "bf16 grad", {rtol = 1e-2, atol = 1e-3})
   testing.assert_error("outside [0, 16)", tp.cross_entropy, lt.randn(2, 8), lt.tensor({1, 16}, {dtype = "i64"}),
     group, 0, 16)
 end)
@@ -226,9 +239,10 @@ local function check_params(model, refs, what, lim)
   end
 end
 
-local function equivalence(arch, sp, dt)
+local function equivalence(arch, sp, dt, overrides)
   local lim = LIMITS[dt]
   local cfg = cfg_of(arch, dt)
+  for k, v in pairs(overrides or {}) do cfg[k] = v end
   lt.manual_seed(1)
   local ref = models.build(cfg)
   lt.manual_seed(1)
@@ -252,7 +266,7 @@ local function equivalence(arch, sp, dt)
   end
   local opt_r = optim.AdamW(ref, {lr = 1e-2, weight_decay = 0.1})
   local opt_t = optim.AdamW(model, {lr = 1e-2, weight_decay = 0.1})
-  local what = arch .. " " .. dt .. (sp and " sequence-parallel" or "")
+  local what = arch .. " " .. dt .. (sp and " sequence-parallel" or "") .. (overrides and " uneven" or "")
   for s = 1, 10 do
     local x, y = batches[s][1], batches[s][2]
     opt_r:zero_grad()
@@ -288,6 +302,10 @@ for _, dt in ipairs {"f32", "f64"} do
     test(string.format("%s %s: the same with sequence parallelism", arch, dt), function() equivalence(arch, true, dt) end)
   end
 end
+
+test("gpt2 f64, sequence parallel, uneven vocab (61) and ffn_hidden (98): equal one process", function()
+  equivalence("gpt2", true, "f64", {vocab_size = 61, ffn_hidden = 98})
+end)
 
 test("parallelize: local heads, specs, tied embeddings", function()
   lt.manual_seed(1)

@@ -11,7 +11,7 @@
 -- all-reduced sum of one-hot picks); loss = lse - target logit. "mean" averages over the
 -- rows whose target is not ignore_index (nan when there are none, as F.cross_entropy).
 -- Backward: dlogits = (softmax shard - one-hot shard) * dloss, zero on ignored rows; no
--- communication. Computes in f32 for bf16/f16 logits (f64 stays f64).
+-- communication. bf16/f16 logits are computed in f32, and the loss is f32 (as F.cross_entropy's).
 local S = require "lutra.autograd.state"
 local create = require "lutra.create"
 local errors = require "lutra.errors"
@@ -65,8 +65,6 @@ local function forward(logits, targets, group, lo, V, ignore_index, reduction)
     scale = 1 / valid:sum():item() -- inf with no valid row: the loss is nan, as F.cross_entropy's
     loss = loss * scale
   end
-  local out_dt = dtype.name(logits.dtype_)
-  if out_dt ~= dt then loss = loss:to(out_dt) end
   return loss, losses, lse, t1, valid:reshape(N, 1) * scale
 end
 
