@@ -279,6 +279,20 @@ local function one_step_parallel(run, lr)
   return loss_sum / k, tokens * run.mesh.dp_size, norm, nil
 end
 
+-- A list of {name, tensor} pairs (this rank's parameters or shards) as something with
+-- named_parameters(), so that the optimizer's weight-decay groups see the global names.
+local function as_module(named)
+  if type(named) == "table" and type(named.named_parameters) == "function" then return named end
+  return {named_parameters = function()
+    local i = 0
+    return function()
+      i = i + 1
+      local e = named[i]
+      if e then return e[1], e[2] end
+    end
+  end}
+end
+
 -- The mesh of args.mesh or config.parallel (nil: a single process).
 local function mesh_of(args, cfg)
   local mesh = args.mesh
@@ -313,7 +327,7 @@ function M.train(args)
       run.data = data
     end
     run.par = require("lutra.dist").parallelize(model, mesh,
-      {optimizer = function(named) return make_optimizer(named, get) end})
+      {optimizer = function(named) return make_optimizer(as_module(named), get) end})
     run.opt = run.par.optimizer
     run.params = run.par:parameters()
   end
@@ -458,6 +472,7 @@ function M.train(args)
                   train_seconds = train_seconds, optimizer = run.opt,
                   tokens_per_s = (run.tokens - tok_start) / math.max(train_seconds, 1e-9)}
   result.checkpoint = result_ckpt
+  result.parallel = run.par -- the layout's model, optimizer and groups (nil on one process)
   if run_dir and ckpt_every > 0 and run.step == total and run.step % ckpt_every ~= 0 then
     result.checkpoint = save(run)
   end

@@ -4,7 +4,7 @@
 --   spec.get(t)   -- that table, or nil: t is the whole tensor, owned by this rank
 --
 -- A sharded parameter is the box [offset, offset + t.shape) of a global tensor of shape
--- `global`. dup = true marks a copy whose owner is another rank (a tensor-parallel
+-- `global` (or several boxes: `pieces`, see M.boxes). dup = true marks a copy whose owner is another rank (a tensor-parallel
 -- replicated norm on tp_rank > 0, the last pipeline stage's copy of a tied embedding):
 -- global norms and checkpoints skip it. Checkpoints reshard from these boxes; the
 -- parameter's name stays the global one.
@@ -52,6 +52,17 @@ function M.set(t, s)
 end
 
 function M.get(t) return specs[t] end
+
+-- The boxes of t: a list of {offset = global offset, local_offset =, shape =}. One box
+-- (all of t) unless the spec lists `pieces`: a tensor-parallel fused qkv weight holds
+-- three row ranges of the global tensor (its q, k and v heads).
+function M.boxes(t)
+  local s = specs[t]
+  if s and s.pieces then return s.pieces end
+  local shape, zeros = {}, {}
+  for i = 1, t.ndim do shape[i], zeros[i] = t:size(i - 1), 0 end
+  return {{offset = s and s.offset or zeros, local_offset = zeros, shape = shape}}
+end
 
 -- The global shape of t (its own shape when it has no spec).
 function M.global_shape(t)
