@@ -22,6 +22,7 @@
 local errors = require "lutra.errors"
 local groups = require "lutra.optim.groups"
 local F = require "lutra.dist.zero_flat"
+local create = require "lutra.create"
 
 local raise = errors.raise
 
@@ -85,9 +86,9 @@ end
 function DDP:broadcast_params()
   F.no_grad(function()
     for _, b in ipairs(self.buckets) do
-      for j, p in ipairs(b.params) do F.copy(F.piece(b.flat, b.offsets[j], p:numel()), F.flat_view(p)) end
+      for j, p in ipairs(b.params) do F.move(b.flat, b.offsets[j], p, 0, p:numel()) end
       self.group:broadcast(b.flat, 0)
-      for j, p in ipairs(b.params) do F.copy(F.flat_view(p), F.piece(b.flat, b.offsets[j], p:numel())) end
+      for j, p in ipairs(b.params) do F.move(p, 0, b.flat, b.offsets[j], p:numel()) end
     end
   end)
 end
@@ -107,9 +108,16 @@ end
 function DDP:launch(b)
   F.no_grad(function()
     for j, p in ipairs(b.params) do
-      local dst = F.piece(b.flat, b.offsets[j], p:numel())
       local g = p.grad
-      if g ~= nil and g.storage ~= nil then F.copy(dst, F.flat_view(g:contiguous())) else F.fill(dst, 0) end
+      if g ~= nil and g.storage ~= nil and g:is_contiguous() then
+        F.move(b.flat, b.offsets[j], g, 0, p:numel())
+      elseif g ~= nil and g.storage ~= nil then
+        local c = g:contiguous()
+        F.move(b.flat, b.offsets[j], c, 0, p:numel())
+        c:free()
+      else
+        F.fill_range(b.flat, b.offsets[j], p:numel(), 0)
+      end
     end
   end)
   b.handle = F.async(self.group, "all_reduce", b.flat, "avg")
@@ -148,14 +156,12 @@ function DDP:finish()
     b.handle = nil
     F.no_grad(function()
       for j, p in ipairs(b.params) do
-        local src = F.piece(b.flat, b.offsets[j], p:numel())
         local g = p.grad
         if g == nil or g.storage == nil or not g:is_contiguous() then
-          g = src:clone():view(p.shape)
+          g = create.empty(p.shape, {dtype = p.dtype, device = p.device})
           p.grad = g
-        else
-          F.copy(F.flat_view(g), src)
         end
+        F.move(g, 0, b.flat, b.offsets[j], p:numel())
       end
     end)
     b.ready, b.nready = {}, 0
@@ -171,10 +177,15 @@ function DDP:memory()
   return {params = params, grads = params, buckets = buckets}
 end
 
--- Unregisters the hooks.
+-- Unregisters the hooks and frees the bucket buffers (d is done).
 function DDP:remove()
   for _, h in ipairs(self.hooks) do h.remove() end
   self.hooks = {}
+  for _, b in ipairs(self.buckets) do
+    if b.handle then b.handle:wait() end
+    b.handle = nil
+    if b.flat.storage ~= nil then b.flat:free() end
+  end
 end
 
 return M

@@ -160,11 +160,9 @@ function M.launch_reduce(self, b)
     for _, e in ipairs(b.entries) do
       local g, geo = e.p.grad, e.geo
       if g ~= nil and g.storage ~= nil then
-        local gflat = F.flat_view(g:contiguous())
-        for r = 0, n - 1 do
-          local cnt = geo.count(r) * geo.row
-          if cnt > 0 then F.copy(F.piece(inp, r * S + e.off, cnt), F.piece(gflat, geo.start(r) * geo.row, cnt)) end
-        end
+        local c = g:is_contiguous() and g or g:contiguous()
+        for r = 0, n - 1 do F.move(inp, r * S + e.off, c, geo.start(r) * geo.row, geo.count(r) * geo.row) end
+        if c ~= g then c:free() end
       end
     end
     b.grad_in = inp
@@ -192,12 +190,31 @@ end
 function M.launch_ready(self, all)
   local order = self.reduce_order or self.buckets
   while self.next_launch <= #order do
-    local b = order[self.next_launch]
-    if not all and b.nready < #b.entries then return end
+    local k = self.next_launch
+    local b = order[k]
+    if not all and b.nready < #b.entries then break end
     if self.before_launch then self:before_launch(b) end
     M.launch_reduce(self, b)
     if self.after_launch then self:after_launch(b) end
-    self.next_launch = self.next_launch + 1
+    self.next_launch = k + 1
+    -- bound the input buffers in flight: in finish(), wait for the one two launches back
+    if all and k > 2 then M.retire(self, order[k - 2]) end
+  end
+  -- inputs of reductions that completed meanwhile go back now
+  for k = 1, self.next_launch - 1 do
+    local b = order[k]
+    if b.handle and b.handle:done() then M.retire(self, b) end
+  end
+end
+
+-- Waits for bucket b's reduce-scatter and frees its input buffer (its output stays).
+function M.retire(self, b)
+  if b.handle == nil then return end
+  b.handle:wait()
+  b.handle = nil
+  if b.grad_in ~= nil then
+    b.grad_in:free()
+    b.grad_in = nil
   end
 end
 
@@ -214,23 +231,24 @@ end
 
 -- Waits for bucket b's reduce-scatter and hands each shard its averaged gradient.
 function M.land(self, b, into_full)
-  b.handle:wait()
-  b.handle = nil
+  M.retire(self, b)
   local rank = self.group.rank
   F.no_grad(function()
-    b.grad_in:free()
-    b.grad_in = nil
     for _, e in ipairs(b.entries) do
       local cnt = e.geo.count(rank)
-      local avg = F.piece(b.grad_chunk, e.off, cnt * e.geo.row):view(e.shard.shape)
+      local piece = F.piece(b.grad_chunk, e.off, cnt * e.geo.row)
+      local avg = piece:view(e.shard.shape)
+      piece:free()
       local sg = e.shard.grad
       local full = into_full and e.p.grad or nil
       if sg ~= nil and sg.storage ~= nil then
         sg:add_(avg)
+        avg:free()
       elseif full ~= nil and full.storage ~= nil and full:is_contiguous() then
         -- stage 1: the averaged rows go back into p.grad; shard.grad is their view
         local rows = full:narrow(0, e.geo.start(rank), cnt)
         F.copy(rows, avg)
+        avg:free()
         e.shard.grad = rows
       else
         e.shard.grad = avg
@@ -342,7 +360,7 @@ function M.launch_gather(self, b)
     if S == 0 then inp = F.piece(inp, 0, 0) end
     for _, e in ipairs(b.entries) do
       local cnt = e.geo.count(rank) * e.geo.row
-      if cnt > 0 then F.copy(F.piece(inp, e.off, cnt), F.flat_view(e.shard)) end
+      F.move(inp, e.off, e.shard, 0, cnt)
     end
     local out = create.empty(math.max(n * S, 1), {dtype = like.dtype, device = like.device})
     if S == 0 then out = F.piece(out, 0, 0) end
@@ -363,11 +381,7 @@ function M.land_gather(self, b)
     for _, e in ipairs(b.entries) do
       local p, geo = e.p, e.geo
       if C.lt_storage_is_resident(p) == 0 and C.lt_storage_restore_bytes(p, 0) ~= 0 then errors.fail() end
-      local pflat = F.flat_view(p)
-      for r = 0, n - 1 do
-        local cnt = geo.count(r) * geo.row
-        if cnt > 0 then F.copy(F.piece(pflat, geo.start(r) * geo.row, cnt), F.piece(gth.out, r * S + e.off, cnt)) end
-      end
+      for r = 0, n - 1 do F.move(p, geo.start(r) * geo.row, gth.out, r * S + e.off, geo.count(r) * geo.row) end
     end
     gth.inp:free()
     gth.out:free()

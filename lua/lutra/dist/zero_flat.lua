@@ -46,6 +46,43 @@ function M.piece(flat, off, n)
   return M.no_grad(flat.narrow, flat, 0, off, n)
 end
 
+-- Views made here are freed as soon as the copy is done: a view holds its storage, and
+-- one left to the enclosing tidy scope (or the GC) would keep a whole communication
+-- buffer or a released parameter's bytes alive until the step ends.
+local ffi = lt.ffi
+local dims = ffi.new("int64_t[1]")
+
+local function piece_of(t, off, n)
+  local flat, part = memory.new(), memory.new()
+  dims[0] = C.lt_numel(t)
+  if C.lt_view(flat, t, 1, dims) ~= 0 or C.lt_narrow(part, flat, 0, off, n) ~= 0 then
+    C.lt_free_storage(flat)
+    errors.fail()
+  end
+  C.lt_free_storage(flat)
+  return part
+end
+
+-- Elements [doff, doff + n) of dst (contiguous, any shape, taken flat) <- elements
+-- [soff, soff + n) of src.
+function M.move(dst, doff, src, soff, n)
+  if n <= 0 then return end
+  local d, s = piece_of(dst, doff, n), piece_of(src, soff, n)
+  local rc = C.lt_copy(d, s)
+  C.lt_free_storage(d)
+  C.lt_free_storage(s)
+  if rc ~= 0 then errors.fail() end
+end
+
+-- Elements [off, off + n) of dst (taken flat) <- v.
+function M.fill_range(dst, off, n, v)
+  if n <= 0 then return end
+  local d = piece_of(dst, off, n)
+  local rc = C.lt_fill(d, v)
+  C.lt_free_storage(d)
+  if rc ~= 0 then errors.fail() end
+end
+
 function M.bytes(t)
   if t == nil or t.storage == nil then return 0 end
   return t:numel() * t:element_size()
