@@ -1,0 +1,348 @@
+-- lutra.hf — Hugging Face model directories for the gpt2 and llama families:
+-- config.json, model.safetensors (or model-0000k-of-0000n.safetensors with
+-- model.safetensors.index.json) and tokenizer.json.
+--
+--   local hf = require "lutra.hf"
+--   local model, tok, cfg = hf.load_pretrained("gpt2-dir")          -- {dtype =, device =, ignore_keys = {..}}
+--   hf.save_pretrained("out-dir", model, tok)                       -- {dtype = "bf16", max_shard_size = bytes}
+--   local cfg = hf.config_from_hf(json.read_file("config.json"))   -- lutra's model config
+--
+-- The architecture comes from config.json (model_type gpt2 or llama). A key lutra cannot
+-- honour (rope_scaling not null, another hidden_act, cross attention, ...) is an error that
+-- names it; keys that do not change the model (architectures, torch_dtype, token ids,
+-- generation settings, ...) are accepted; an unknown key is an error unless listed in
+-- opts.ignore_keys. Weights load in f32 (HF's default; opts.dtype to change) whatever dtype
+-- the file holds. tokenizer is nil when the directory has no tokenizer.json.
+local errors = require "lutra.errors"
+local json = require "lutra.json"
+local models = require "lutra.models"
+local st = require "lutra.ckpt.safetensors"
+local W = require "lutra.hf_weights"
+
+local raise = errors.raise
+
+local M = {}
+
+local function exists(path)
+  local f = io.open(path, "rb")
+  if f then f:close() end
+  return f ~= nil
+end
+
+local function sh_quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+
+local null = json.null
+local function is_null(v) return v == nil or v == null end
+local function show(v)
+  local ok, s = pcall(json.encode, v)
+  return ok and s or tostring(v)
+end
+
+-- Keys of every PretrainedConfig that do not change the model's computation.
+local HARMLESS = {}
+for k in ([[architectures torch_dtype transformers_version _name_or_path name_or_path bos_token_id eos_token_id
+  pad_token_id sep_token_id decoder_start_token_id use_cache initializer_range return_dict output_hidden_states
+  output_attentions torchscript use_bfloat16 tf_legacy_loss is_decoder tie_encoder_decoder max_length min_length
+  do_sample early_stopping num_beams num_beam_groups diversity_penalty temperature top_k top_p typical_p
+  repetition_penalty length_penalty no_repeat_ngram_size encoder_no_repeat_ngram_size bad_words_ids
+  num_return_sequences output_scores return_dict_in_generate forced_bos_token_id forced_eos_token_id
+  remove_invalid_values exponential_decay_length_penalty suppress_tokens begin_suppress_tokens finetuning_task
+  id2label label2id tokenizer_class prefix problem_type task_specific_params gradient_checkpointing
+  chunk_size_feed_forward cross_attention_hidden_size model_type]]):gmatch("%S+") do
+  HARMLESS[k] = true
+end
+
+-- Per family: keys mapped to lutra's config, keys harmless for it, and keys that must hold
+-- a given value (a function returning nil when fine, or what lutra would need).
+local FAMILY = {
+  gpt2 = {
+    mapped = {n_layer = true, n_head = true, n_embd = true, n_positions = true, vocab_size = true, n_inner = true,
+              layer_norm_epsilon = true, tie_word_embeddings = true, resid_pdrop = true, embd_pdrop = true,
+              attn_pdrop = true, activation_function = true, n_ctx = true},
+    harmless = {summary_type = true, summary_use_proj = true, summary_activation = true, summary_proj_to_labels = true,
+                summary_first_dropout = true, reorder_and_upcast_attn = true},
+    must = {
+      scale_attn_weights = function(v) return v ~= true and "true" end,
+      scale_attn_by_inverse_layer_idx = function(v) return v ~= false and "false" end,
+      add_cross_attention = function(v) return v ~= false and "false" end,
+      is_encoder_decoder = function(v) return v ~= false and "false" end,
+      pruned_heads = function(v) return type(v) == "table" and next(v) ~= nil and "{} (no pruned heads)" end,
+    },
+  },
+  llama = {
+    mapped = {num_hidden_layers = true, num_attention_heads = true, num_key_value_heads = true, hidden_size = true,
+              intermediate_size = true, max_position_embeddings = true, vocab_size = true, rms_norm_eps = true,
+              rope_theta = true, tie_word_embeddings = true, attention_bias = true, mlp_bias = true, hidden_act = true,
+              head_dim = true},
+    harmless = {pretraining_tp = true}, -- only splits the matmuls (the same math)
+    must = {
+      rope_scaling = function(v) return not is_null(v) and "null (no RoPE scaling)" end,
+      attention_dropout = function(v) return v ~= 0 and "0 (lutra has no dropout on attention weights)" end,
+      is_encoder_decoder = function(v) return v ~= false and "false" end,
+      pruned_heads = function(v) return type(v) == "table" and next(v) ~= nil and "{} (no pruned heads)" end,
+    },
+  },
+}
+
+local function bad(key, v, what) raise(string.format("hf: config.json: %s = %s: lutra needs %s", key, show(v), what)) end
+
+local function int_key(hc, key, default)
+  local v = hc[key]
+  if is_null(v) then
+    if default ~= nil then return default end
+    raise("hf: config.json: " .. key .. " is missing")
+  end
+  if type(v) ~= "number" or v ~= math.floor(v) or v < 1 then bad(key, v, "a positive integer") end
+  return v
+end
+
+local function num_key(hc, key, default)
+  local v = hc[key]
+  if is_null(v) then return default end
+  if type(v) ~= "number" then bad(key, v, "a number") end
+  return v
+end
+
+local function bool_key(hc, key, default)
+  local v = hc[key]
+  if is_null(v) then return default end
+  if type(v) ~= "boolean" then bad(key, v, "true or false") end
+  return v
+end
+
+-- lutra's model config from a Hugging Face config table. opts: dtype, device, ignore_keys.
+function M.config_from_hf(hc, opts)
+  opts = opts or {}
+  if type(hc) ~= "table" then raise("hf: config.json must hold a JSON object") end
+  local family = hc.model_type
+  local F = FAMILY[family]
+  if F == nil then bad("model_type", family, "\"gpt2\" or \"llama\"") end
+  local ignore = {}
+  for _, k in ipairs(opts.ignore_keys or {}) do ignore[k] = true end
+  local keys = {}
+  for k in pairs(hc) do keys[#keys + 1] = k end
+  table.sort(keys)
+  for _, k in ipairs(keys) do
+    if F.must[k] then
+      local need = F.must[k](hc[k])
+      if need then bad(k, hc[k], need) end
+    elseif not (F.mapped[k] or F.harmless[k] or HARMLESS[k] or ignore[k]) then
+      raise(string.format("hf: config.json: unknown key '%s' for %s (lutra cannot tell whether it changes the "
+        .. "model; pass ignore_keys = {\"%s\"} to load anyway)", k, family, k))
+    end
+  end
+  local cfg = {arch = family, dtype = opts.dtype or "f32", device = opts.device}
+  if family == "gpt2" then
+    local act = hc.activation_function
+    if not is_null(act) and act ~= "gelu_new" and act ~= "gelu_pytorch_tanh" then
+      bad("activation_function", act, "\"gelu_new\" (GELU, tanh approximation)")
+    end
+    cfg.n_layer, cfg.n_head = int_key(hc, "n_layer", 12), int_key(hc, "n_head", 12)
+    cfg.d_model, cfg.vocab_size = int_key(hc, "n_embd", 768), int_key(hc, "vocab_size", 50257)
+    cfg.block_size = int_key(hc, "n_positions", 1024)
+    if not is_null(hc.n_ctx) and hc.n_ctx ~= cfg.block_size then bad("n_ctx", hc.n_ctx, "n_positions") end
+    cfg.ffn_hidden = int_key(hc, "n_inner", 4 * cfg.d_model)
+    cfg.norm_eps = num_key(hc, "layer_norm_epsilon", 1e-5)
+    cfg.tie_embeddings = bool_key(hc, "tie_word_embeddings", true)
+    -- lutra has one dropout (embeddings, attention and MLP outputs): resid_pdrop's
+    cfg.dropout = num_key(hc, "resid_pdrop", 0.1)
+    cfg.bias = true
+  else
+    local act = hc.hidden_act
+    if not is_null(act) and act ~= "silu" then bad("hidden_act", act, "\"silu\" (SwiGLU)") end
+    cfg.n_layer, cfg.n_head = int_key(hc, "num_hidden_layers", 32), int_key(hc, "num_attention_heads", 32)
+    cfg.n_kv_head = int_key(hc, "num_key_value_heads", cfg.n_head)
+    cfg.d_model, cfg.vocab_size = int_key(hc, "hidden_size", 4096), int_key(hc, "vocab_size", 32000)
+    cfg.ffn_hidden = int_key(hc, "intermediate_size", 11008)
+    cfg.block_size = int_key(hc, "max_position_embeddings", 2048)
+    cfg.norm_eps = num_key(hc, "rms_norm_eps", 1e-6)
+    cfg.rope_theta = num_key(hc, "rope_theta", 10000)
+    cfg.tie_embeddings = bool_key(hc, "tie_word_embeddings", false)
+    cfg.bias = bool_key(hc, "attention_bias", false)
+    local mlp_bias = bool_key(hc, "mlp_bias", false)
+    if mlp_bias ~= cfg.bias then bad("mlp_bias", mlp_bias, "the same as attention_bias (" .. tostring(cfg.bias) .. ")") end
+    if not is_null(hc.head_dim) and hc.head_dim * cfg.n_head ~= cfg.d_model then
+      bad("head_dim", hc.head_dim, "hidden_size / num_attention_heads = " .. cfg.d_model / cfg.n_head)
+    end
+    cfg.dropout = 0
+  end
+  cfg.init_std = num_key(hc, "initializer_range", 0.02)
+  return models.config(cfg), family
+end
+
+local TORCH_DTYPE = {f32 = "float32", f64 = "float64", bf16 = "bfloat16", f16 = "float16"}
+
+-- The Hugging Face family of a lutra config, or an error saying why none fits.
+function M.family_of(cfg)
+  if cfg.pos == "learned" and cfg.norm == "layernorm" and cfg.mlp == "gelu" then
+    if not cfg.bias then raise("hf: a gpt2 model needs bias = true (GPT-2 has biases everywhere)") end
+    if cfg.n_kv_head ~= cfg.n_head then raise("hf: a gpt2 model needs n_kv_head = n_head (no grouped-query attention)") end
+    return "gpt2"
+  elseif cfg.pos == "rope" and cfg.norm == "rmsnorm" and cfg.mlp == "swiglu" then
+    return "llama"
+  end
+  raise(string.format("hf: no Hugging Face architecture has pos = %s, norm = %s, mlp = %s (gpt2: learned, layernorm, "
+    .. "gelu; llama: rope, rmsnorm, swiglu)", tostring(cfg.pos), tostring(cfg.norm), tostring(cfg.mlp)))
+end
+
+local function special_ids(tok, hc)
+  if not tok then return end
+  local function first(list)
+    for _, s in ipairs(list) do
+      local id = tok:token_id(s)
+      if id and tok:is_special(id) then return id end
+    end
+  end
+  hc.bos_token_id = first {"<|begin_of_text|>", "<s>", "<|endoftext|>"}
+  hc.eos_token_id = first {"<|end_of_text|>", "</s>", "<|endoftext|>"}
+end
+
+-- config.json's table for a lutra model config (dtype: the weights' dtype as saved).
+function M.config_to_hf(cfg, tok, dtype)
+  local family = M.family_of(cfg)
+  local hc
+  if family == "gpt2" then
+    hc = {model_type = "gpt2", architectures = {"GPT2LMHeadModel"}, n_layer = cfg.n_layer, n_head = cfg.n_head,
+          n_embd = cfg.d_model, n_positions = cfg.block_size, vocab_size = cfg.vocab_size,
+          n_inner = cfg.ffn_hidden ~= 4 * cfg.d_model and cfg.ffn_hidden or null, activation_function = "gelu_new",
+          layer_norm_epsilon = cfg.norm_eps, tie_word_embeddings = cfg.tie_embeddings, resid_pdrop = cfg.dropout,
+          embd_pdrop = cfg.dropout, attn_pdrop = cfg.dropout, scale_attn_weights = true,
+          scale_attn_by_inverse_layer_idx = false, reorder_and_upcast_attn = false}
+  else
+    hc = {model_type = "llama", architectures = {"LlamaForCausalLM"}, hidden_size = cfg.d_model,
+          intermediate_size = cfg.ffn_hidden, num_hidden_layers = cfg.n_layer, num_attention_heads = cfg.n_head,
+          num_key_value_heads = cfg.n_kv_head, max_position_embeddings = cfg.block_size, rms_norm_eps = cfg.norm_eps,
+          rope_theta = cfg.rope_theta, vocab_size = cfg.vocab_size, tie_word_embeddings = cfg.tie_embeddings,
+          attention_bias = cfg.bias, mlp_bias = cfg.bias, hidden_act = "silu", head_dim = cfg.d_model / cfg.n_head,
+          rope_scaling = null, attention_dropout = 0, pretraining_tp = 1}
+  end
+  hc.initializer_range = cfg.init_std
+  hc.torch_dtype = TORCH_DTYPE[dtype or cfg.dtype or "f32"] or "float32"
+  hc.use_cache = true
+  special_ids(tok, hc)
+  return hc, family
+end
+
+-- ---- weights: one file or shards ------------------------------------------------------------
+
+local INDEX = "model.safetensors.index.json"
+
+-- {hf name = tensor} from dir's model.safetensors or its sharded index.
+function M.read_weights(dir)
+  if exists(dir .. "/model.safetensors") then return (st.load(dir .. "/model.safetensors")) end
+  local index_path = dir .. "/" .. INDEX
+  if not exists(index_path) then raise("hf: " .. dir .. " has neither model.safetensors nor " .. INDEX) end
+  local index = json.read_file(index_path)
+  if type(index) ~= "table" or type(index.weight_map) ~= "table" then
+    raise("hf: " .. index_path .. ": weight_map is missing or not an object")
+  end
+  local by_file, files = {}, {}
+  for name, file in pairs(index.weight_map) do
+    if type(file) ~= "string" or file:find("/", 1, true) or file:find("\\", 1, true) or file == ".." or file == "" then
+      raise("hf: " .. index_path .. ": weight_map['" .. name .. "'] = " .. show(file) .. " is not a file name in " .. dir)
+    end
+    if not by_file[file] then
+      by_file[file] = {}
+      files[#files + 1] = file
+    end
+    table.insert(by_file[file], name)
+  end
+  table.sort(files)
+  local out = {}
+  for _, file in ipairs(files) do
+    local ts = st.load(dir .. "/" .. file, {names = by_file[file]})
+    for name, t in pairs(ts) do out[name] = t end
+  end
+  return out
+end
+
+-- Writes {name = tensor} as model.safetensors, or as shards of at most max_shard_size bytes
+-- (a tensor larger than that gets a shard of its own) with the index. Stale files of an
+-- earlier save in the other layout are removed.
+function M.write_weights(dir, tensors, max_shard_size)
+  local names = {}
+  for name in pairs(tensors) do names[#names + 1] = name end
+  table.sort(names)
+  local old_index = dir .. "/" .. INDEX
+  if exists(old_index) then
+    local ok, index = pcall(json.read_file, old_index)
+    if ok and type(index) == "table" and type(index.weight_map) == "table" then
+      for _, file in pairs(index.weight_map) do
+        if type(file) == "string" and not file:find("/", 1, true) then os.remove(dir .. "/" .. file) end
+      end
+    end
+    os.remove(old_index)
+  end
+  local meta = {format = "pt"}
+  if not max_shard_size then
+    os.remove(dir .. "/model.safetensors")
+    st.save(dir .. "/model.safetensors", tensors, meta)
+    return {"model.safetensors"}
+  end
+  local shards, cur, cur_bytes, total = {}, nil, 0, 0
+  for _, name in ipairs(names) do
+    local t = tensors[name]
+    local bytes = t:numel() * t:element_size()
+    if cur == nil or (cur_bytes > 0 and cur_bytes + bytes > max_shard_size) then
+      cur, cur_bytes = {}, 0
+      shards[#shards + 1] = cur
+    end
+    cur[name] = t
+    cur_bytes, total = cur_bytes + bytes, total + bytes
+  end
+  local weight_map, files = {}, {}
+  for k, shard in ipairs(shards) do
+    local file = string.format("model-%05d-of-%05d.safetensors", k, #shards)
+    st.save(dir .. "/" .. file, shard, meta)
+    for name in pairs(shard) do weight_map[name] = file end
+    files[k] = file
+  end
+  os.remove(dir .. "/model.safetensors")
+  json.write_file(old_index, {metadata = {total_size = total}, weight_map = weight_map}, {indent = 2})
+  return files
+end
+
+-- ---- directories ----------------------------------------------------------------------------
+
+-- load_pretrained(dir, {dtype = "f32", device =, ignore_keys =}) -> model, tokenizer (or nil), cfg, hf config
+function M.load_pretrained(dir, opts)
+  opts = opts or {}
+  if type(dir) ~= "string" then raise("hf.load_pretrained: expected a directory, got " .. type(dir)) end
+  local config_path = dir .. "/config.json"
+  if not exists(config_path) then raise("hf.load_pretrained: " .. config_path .. " not found") end
+  local hc = json.read_file(config_path)
+  local cfg, family = M.config_from_hf(hc, opts)
+  local sd = W.from_hf(cfg, M.read_weights(dir), family, dir)
+  local model = models.build(cfg)
+  model:load_state_dict(sd)
+  local tok
+  if exists(dir .. "/tokenizer.json") then
+    tok = require("lutra.tokenizer").load(dir .. "/tokenizer.json")
+    if tok.vocab_size > cfg.vocab_size then
+      raise(string.format("hf.load_pretrained: %s/tokenizer.json has %d tokens, more than vocab_size %d", dir,
+        tok.vocab_size, cfg.vocab_size))
+    end
+  end
+  return model, tok, cfg, hc
+end
+
+-- save_pretrained(dir, model, tok, {dtype =, max_shard_size =}) -> dir
+function M.save_pretrained(dir, model, tok, opts)
+  opts = opts or {}
+  if type(dir) ~= "string" then raise("hf.save_pretrained: expected a directory, got " .. type(dir)) end
+  local cfg = model and model.cfg
+  if type(cfg) ~= "table" or cfg.pos == nil then raise("hf.save_pretrained: expected a lutra.models model") end
+  local hc, family = M.config_to_hf(cfg, tok, opts.dtype)
+  local r = os.execute("mkdir -p " .. sh_quote(dir))
+  if r ~= 0 and r ~= true then raise("hf.save_pretrained: cannot create " .. dir) end
+  local tensors = W.to_hf(cfg, model:state_dict(), family)
+  if opts.dtype then
+    for name, t in pairs(tensors) do tensors[name] = t:to(opts.dtype) end
+  end
+  M.write_weights(dir, tensors, opts.max_shard_size)
+  json.write_file(dir .. "/config.json", hc, {indent = 2})
+  if tok then tok:save(dir .. "/tokenizer.json") end
+  return dir
+end
+
+return M

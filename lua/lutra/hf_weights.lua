@@ -1,0 +1,166 @@
+-- lutra.hf_weights — Hugging Face weight names and layouts for gpt2 and llama, both ways.
+--
+-- One table of entries per family says where every HF tensor comes from in lutra's state
+-- dict (lutra.models.Transformer's names):
+--   gpt2  transformer.wte.weight (V, C) = wte.weight; transformer.wpe.weight (P, C) = wpe.weight;
+--         transformer.h.{i}.ln_1/ln_2.{weight,bias}, transformer.ln_f.*;
+--         attn.c_attn.weight (C, 3C) = blocks.{i}.attn.qkv.weight^T (GPT-2's Conv1D stores
+--         (in, out), nn.Linear (out, in)), attn.c_proj, mlp.c_fc, mlp.c_proj likewise;
+--         lm_head.weight only when untied.
+--   llama model.embed_tokens.weight, model.layers.{i}.input_layernorm.weight (ln_1),
+--         self_attn.{q,k,v}_proj = the [q heads | k heads | v heads] row blocks of
+--         attn.qkv (HF's q/k rows are already in the rotate-half order lutra's RoPE uses),
+--         self_attn.o_proj = attn.proj, post_attention_layernorm (ln_2),
+--         mlp.gate_proj/up_proj/down_proj = mlp.gate/up/proj, model.norm (ln_f), lm_head.
+--
+--   W.to_hf(cfg, sd)            -> {hf_name = tensor} (views; transposes not yet contiguous)
+--   W.from_hf(cfg, tensors, src)-> lutra state dict; every problem (missing, unexpected,
+--                                  wrong shape) listed in one error naming the HF tensor
+local errors = require "lutra.errors"
+local create = require "lutra.create"
+
+local raise = errors.raise
+
+local M = {}
+
+-- The entries for cfg: {hf =, lt =, shape = HF shape, t = transposed, rows = {start, len}}.
+function M.entries(cfg, family)
+  local C, V, F, L = cfg.d_model, cfg.vocab_size, cfg.ffn_hidden, cfg.n_layer
+  local H, Hkv = cfg.n_head, cfg.n_kv_head or cfg.n_head
+  local D = C / H
+  local list = {}
+  local function add(hf, lt, shape, extra)
+    local e = {hf = hf, lt = lt, shape = shape}
+    for k, v in pairs(extra or {}) do e[k] = v end
+    list[#list + 1] = e
+  end
+  if family == "gpt2" then
+    add("transformer.wte.weight", "wte.weight", {V, C})
+    add("transformer.wpe.weight", "wpe.weight", {cfg.block_size, C})
+    for i = 0, L - 1 do
+      local h, p = "transformer.h." .. i .. ".", "blocks." .. i .. "."
+      add(h .. "ln_1.weight", p .. "ln_1.weight", {C})
+      add(h .. "ln_1.bias", p .. "ln_1.bias", {C})
+      add(h .. "attn.c_attn.weight", p .. "attn.qkv.weight", {C, 3 * C}, {t = true})
+      add(h .. "attn.c_attn.bias", p .. "attn.qkv.bias", {3 * C})
+      add(h .. "attn.c_proj.weight", p .. "attn.proj.weight", {C, C}, {t = true})
+      add(h .. "attn.c_proj.bias", p .. "attn.proj.bias", {C})
+      add(h .. "ln_2.weight", p .. "ln_2.weight", {C})
+      add(h .. "ln_2.bias", p .. "ln_2.bias", {C})
+      add(h .. "mlp.c_fc.weight", p .. "mlp.fc.weight", {C, F}, {t = true})
+      add(h .. "mlp.c_fc.bias", p .. "mlp.fc.bias", {F})
+      add(h .. "mlp.c_proj.weight", p .. "mlp.proj.weight", {F, C}, {t = true})
+      add(h .. "mlp.c_proj.bias", p .. "mlp.proj.bias", {C})
+    end
+    add("transformer.ln_f.weight", "ln_f.weight", {C})
+    add("transformer.ln_f.bias", "ln_f.bias", {C})
+  else
+    add("model.embed_tokens.weight", "wte.weight", {V, C})
+    for i = 0, L - 1 do
+      local h, p = "model.layers." .. i .. ".", "blocks." .. i .. "."
+      add(h .. "input_layernorm.weight", p .. "ln_1.weight", {C})
+      add(h .. "self_attn.q_proj.weight", p .. "attn.qkv.weight", {H * D, C}, {rows = {0, H * D}})
+      add(h .. "self_attn.k_proj.weight", p .. "attn.qkv.weight", {Hkv * D, C}, {rows = {H * D, Hkv * D}})
+      add(h .. "self_attn.v_proj.weight", p .. "attn.qkv.weight", {Hkv * D, C}, {rows = {(H + Hkv) * D, Hkv * D}})
+      if cfg.bias then
+        add(h .. "self_attn.q_proj.bias", p .. "attn.qkv.bias", {H * D}, {rows = {0, H * D}})
+        add(h .. "self_attn.k_proj.bias", p .. "attn.qkv.bias", {Hkv * D}, {rows = {H * D, Hkv * D}})
+        add(h .. "self_attn.v_proj.bias", p .. "attn.qkv.bias", {Hkv * D}, {rows = {(H + Hkv) * D, Hkv * D}})
+      end
+      add(h .. "self_attn.o_proj.weight", p .. "attn.proj.weight", {C, H * D})
+      if cfg.bias then add(h .. "self_attn.o_proj.bias", p .. "attn.proj.bias", {C}) end
+      add(h .. "post_attention_layernorm.weight", p .. "ln_2.weight", {C})
+      add(h .. "mlp.gate_proj.weight", p .. "mlp.gate.weight", {F, C})
+      add(h .. "mlp.up_proj.weight", p .. "mlp.up.weight", {F, C})
+      add(h .. "mlp.down_proj.weight", p .. "mlp.proj.weight", {C, F})
+      if cfg.bias then
+        add(h .. "mlp.gate_proj.bias", p .. "mlp.gate.bias", {F})
+        add(h .. "mlp.up_proj.bias", p .. "mlp.up.bias", {F})
+        add(h .. "mlp.down_proj.bias", p .. "mlp.proj.bias", {C})
+      end
+    end
+    add("model.norm.weight", "ln_f.weight", {C})
+  end
+  if not cfg.tie_embeddings then add("lm_head.weight", "lm_head.weight", {V, C}) end
+  return list
+end
+
+-- Tensors that HF checkpoints may carry and that hold no weights: GPT-2's causal-mask
+-- buffers, llama's RoPE frequencies, a tied lm_head.
+local function ignorable(name, family, cfg)
+  if family == "gpt2" and (name:match("^transformer%.h%.%d+%.attn%.bias$") or name:match("%.attn%.masked_bias$")) then
+    return true
+  end
+  if family == "llama" and name:match("%.rotary_emb%.inv_freq$") then return true end
+  return cfg.tie_embeddings and name == "lm_head.weight"
+end
+
+local function shape_str(s) return "[" .. table.concat(s, ", ") .. "]" end
+
+function M.to_hf(cfg, sd, family)
+  local out = {}
+  for _, e in ipairs(M.entries(cfg, family)) do
+    local t = sd[e.lt]
+    if t == nil then raise("hf: the model has no '" .. e.lt .. "' (for " .. e.hf .. ")") end
+    t = t:detach()
+    if e.rows then t = t:narrow(0, e.rows[1], e.rows[2]) end
+    if e.t then t = t:t() end
+    out[e.hf] = t
+  end
+  return out
+end
+
+-- GPT-2 files converted from GPT2Model name tensors without "transformer.".
+local function canonical(name, family)
+  if family == "gpt2" and (name:match("^h%.%d+%.") or name:match("^wte%.") or name:match("^wpe%.") or
+      name:match("^ln_f%.")) then
+    return "transformer." .. name
+  end
+  return name
+end
+
+function M.from_hf(cfg, tensors, family, source)
+  local byname = {}
+  for name, t in pairs(tensors) do byname[canonical(name, family)] = t end
+  local problems, used = {}, {}
+  local parts = {} -- lutra name -> list of {start, tensor}
+  local sd = {}
+  for _, e in ipairs(M.entries(cfg, family)) do
+    local t = byname[e.hf]
+    used[e.hf] = true
+    if t == nil then
+      problems[#problems + 1] = "missing " .. e.hf .. " " .. shape_str(e.shape)
+    elseif table.concat(t.shape, ",") ~= table.concat(e.shape, ",") then
+      problems[#problems + 1] = string.format("%s is %s in the file, %s from config.json", e.hf, shape_str(t.shape),
+        shape_str(e.shape))
+    elseif e.rows then
+      parts[e.lt] = parts[e.lt] or {}
+      table.insert(parts[e.lt], {e.rows[1], t})
+    else
+      sd[e.lt] = e.t and t:t() or t
+    end
+  end
+  local extra = {}
+  for name in pairs(byname) do
+    if not used[name] and not ignorable(name, family, cfg) then extra[#extra + 1] = name end
+  end
+  table.sort(extra)
+  for _, name in ipairs(extra) do problems[#problems + 1] = "unexpected " .. name end
+  if #problems > 0 then
+    local shown = {}
+    for i = 1, math.min(#problems, 12) do shown[i] = problems[i] end
+    if #problems > 12 then shown[#shown + 1] = string.format("... and %d more", #problems - 12) end
+    raise(string.format("hf: %s does not hold a %s model of this config.json:\n  %s", source, family,
+      table.concat(shown, "\n  ")))
+  end
+  for name, list in pairs(parts) do
+    table.sort(list, function(a, b) return a[1] < b[1] end)
+    local ts = {}
+    for i, p in ipairs(list) do ts[i] = p[2] end
+    sd[name] = create.cat(ts, 0)
+  end
+  if cfg.tie_embeddings then sd["lm_head.weight"] = sd["wte.weight"] end
+  return sd
+end
+
+return M
