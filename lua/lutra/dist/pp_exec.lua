@@ -13,10 +13,8 @@ local create = require "lutra.create"
 local grad = require "lutra.nn.grad"
 local spec = require "lutra.dist.spec"
 local ops = require "lutra.ops"
-local memory = require "lutra.memory"
 
 local raise = errors.raise
-local tidy = memory.tidy
 
 local M = {}
 
@@ -185,8 +183,7 @@ function M.train(st, actions, batches, scale)
       if rec.loss then sum = sum + rec.loss end
       recs[a.chunk][a.micro] = rec
     else
-      -- (its temporaries go back now, not at the step's end: leaf grads survive tidy)
-      tidy(backward, c, a.chunk, recs[a.chunk][a.micro], b, scale)
+      backward(c, a.chunk, recs[a.chunk][a.micro], b, scale)
       recs[a.chunk][a.micro] = nil
     end
   end
