@@ -266,12 +266,14 @@ local function equivalence(arch, sp, dt, overrides)
   end
   local opt_r = optim.AdamW(ref, {lr = 1e-2, weight_decay = 0.1})
   local opt_t = optim.AdamW(model, {lr = 1e-2, weight_decay = 0.1})
-  local what = arch .. " " .. dt .. (sp and " sequence-parallel" or "") .. (overrides and " uneven" or "")
+  local what = arch .. " " .. dt .. (sp and " sequence-parallel" or "") .. (overrides and (" " .. testing.show(overrides)) or "")
   for s = 1, 10 do
     local x, y = batches[s][1], batches[s][2]
+    local rng = lt.get_rng_state() -- the same dropout masks for both models
     opt_r:zero_grad()
     local _, loss_r = ref(x, y)
     loss_r:backward()
+    lt.set_rng_state(rng)
     opt_t:zero_grad()
     local logits, loss_t = model(x, y)
     testing.assert_equal(logits:size(2), select(2, tp_ops.range(cfg.vocab_size, n, r)), "logits are vocab shards")
@@ -305,6 +307,11 @@ end
 
 test("gpt2 f64, sequence parallel, uneven vocab (61) and ffn_hidden (98): equal one process", function()
   equivalence("gpt2", true, "f64", {vocab_size = 61, ffn_hidden = 98})
+end)
+
+test("dropout 0.1 (f64): the masks of one process, with and without sequence parallelism", function()
+  equivalence("gpt2", true, "f64", {dropout = 0.1})
+  equivalence("llama", false, "f64", {dropout = 0.1})
 end)
 
 test("parallelize: local heads, specs, tied embeddings", function()

@@ -27,7 +27,9 @@
 -- parallel layers all-gather their input, row-parallel ones reduce-scatter their output.
 -- The replicated norm weights and row-parallel biases then see only local tokens:
 -- tp.sync_grads(model) sums their grads over the group (without it, a no-op). Dropout
--- masks are drawn per rank on its own tokens, so only dropout 0 matches one process.
+-- draws the mask of the whole sequence on every rank and applies its piece: with the same
+-- seed everywhere, the masks (and so the training) are those of one process, with or
+-- without sequence parallelism.
 --
 -- Parameters keep their global names; each shard carries a lutra.dist.spec box (global
 -- shape, offset; the qkv weight and bias of a rank are three row boxes, listed in the
@@ -57,14 +59,35 @@ local layouts = setmetatable({}, {__mode = "k"})
 
 -- ---- sequence-parallel module variants -------------------------------------------------------
 
--- model.drop under sequence parallelism: the embeddings (the same on every rank) are split
--- on the sequence dim, then dropped out.
+-- model.drop under sequence parallelism: the embeddings (the same on every rank) are
+-- dropped out (the same mask on every rank), then split on the sequence dim.
 local SeqSplitDropout = Dropout:extend("SeqSplitDropout")
 function SeqSplitDropout:forward(x)
-  local y = tp_ops.split_seq(x, self._tp_group)
-  local d = Dropout.forward(self, y)
-  release(y, x, d)
-  return d
+  local d = Dropout.forward(self, x)
+  local y = tp_ops.split_seq(d, self._tp_group)
+  release(d, x, y)
+  return y
+end
+
+-- Dropout on this rank's sequence piece (B, T/n, ...): the mask of the whole (B, T, ...)
+-- is drawn (the generator advances on every rank as in one process, and the ranks' pieces
+-- get different masks) and this rank's piece of it applied: the masks of one process.
+local SeqDropout = Dropout:extend("SeqParallelDropout")
+function SeqDropout:forward(x)
+  local p = self.p
+  if not self.training or p == 0 then return x end
+  local group = self._tp_group
+  local n = group.size
+  local shape = x.shape
+  local Tl = shape[2]
+  shape[2] = Tl * n
+  local mask = grad.no_grad(function()
+    local full = create.bernoulli_(create.empty(shape, {dtype = x.dtype, device = x.device}), 1 - p)
+    local piece = full:narrow(1, group.rank * Tl, Tl):contiguous()
+    full:free()
+    return piece:mul_(1 / (1 - p))
+  end)
+  return x * mask
 end
 
 -- Attention under sequence parallelism: the input (B, T/n, C) is all-gathered first (the
@@ -221,6 +244,12 @@ function M.parallelize(model, group, opts)
     if sp then
       setmetatable(model.drop, SeqSplitDropout)
       rawset(model.drop, "_tp_group", group)
+      for _, block in ipairs(model.blocks) do
+        for _, drop in ipairs {block.attn.drop, block.mlp.drop} do
+          setmetatable(drop, SeqDropout)
+          rawset(drop, "_tp_group", group)
+        end
+      end
     end
     -- replicated: owned by tp rank 0; under sequence parallelism the ones that see only
     -- local tokens (inside the blocks, ln_f) have their grads summed by sync_grads
