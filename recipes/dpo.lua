@@ -80,8 +80,8 @@ end
 local lo = {beta = cfg.beta, loss = cfg.loss, label_smoothing = cfg.label_smoothing}
 local function report(what, m)
   print(string.format("%s: reward_accuracy=%.4f margin=%.4f loss=%.4f chosen_reward=%.4f rejected_reward=%.4f "
-    .. "chosen_logp=%.3f rejected_logp=%.3f", what, m.accuracy, m.margin, m.loss, m.chosen_reward, m.rejected_reward,
-    m.chosen_logp, m.rejected_logp))
+    .. "chosen_logp=%.3f rejected_logp=%.3f logp_accuracy=%.4f", what, m.accuracy, m.margin, m.loss, m.chosen_reward,
+    m.rejected_reward, m.chosen_logp, m.rejected_logp, m.logp_accuracy))
 end
 local eval_opts = {batch = cfg.batch, beta = cfg.beta, loss = cfg.loss, label_smoothing = cfg.label_smoothing}
 local before = dpo.evaluate(model, val, ref, eval_opts)

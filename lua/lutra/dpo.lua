@@ -21,7 +21,8 @@
 --   hinge     relu(1 - beta h)
 -- Metrics (numbers, batch means): chosen_reward = beta (log pi(yc) - log ref(yc)),
 -- rejected_reward, margin = chosen_reward - rejected_reward, accuracy = the fraction with
--- chosen_reward > rejected_reward, chosen_logp, rejected_logp (policy), loss.
+-- chosen_reward > rejected_reward, chosen_logp, rejected_logp (policy), logp_accuracy (the
+-- fraction with log pi(yc) > log pi(yr): the policy's own preference, unnormalized), loss.
 -- The reference: a frozen deep copy of the model (dpo.frozen_copy), the same model with its
 -- LoRA adapters off (no second copy), or log-probs computed once beforehand. It runs without
 -- autograd and in eval mode; its weights are never given to an optimizer.
@@ -342,14 +343,16 @@ function M.loss(pc, pr, rc, rr, opts)
   lt.no_grad(function()
     local cr = ((pc:detach() - rc) * beta):to("f64"):tolist()
     local rr_ = ((pr:detach() - rr) * beta):to("f64"):tolist()
-    local acc, margin = {}, {}
+    local lc, lr = pc:detach():to("f64"):tolist(), pr:detach():to("f64"):tolist()
+    local acc, margin, pref = {}, {}, {}
     for i = 1, #cr do
       acc[i] = cr[i] > rr_[i] and 1 or 0
       margin[i] = cr[i] - rr_[i]
+      pref[i] = lc[i] > lr[i] and 1 or 0
     end
     m.chosen_reward, m.rejected_reward = mean_of(cr), mean_of(rr_)
     m.accuracy, m.margin = mean_of(acc), mean_of(margin)
-    m.chosen_logp, m.rejected_logp = mean_of(pc:detach():to("f64"):tolist()), mean_of(pr:detach():to("f64"):tolist())
+    m.chosen_logp, m.rejected_logp, m.logp_accuracy = mean_of(lc), mean_of(lr), mean_of(pref)
     m.loss = loss:item()
     m.n = #cr
   end)
