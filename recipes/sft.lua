@@ -71,13 +71,14 @@ end
 local before, n_val = sft.evaluate(model, val_rows, {batch = cfg.batch})
 print(string.format("held-out assistant-token loss before: %.4f (%d tokens)", before, n_val))
 local function loss_fn(m, batch) return sft.loss(m, batch, {on_empty = cfg.on_empty}) end
+lt.reset_peak_memory_stats("cpu")
 local result = train{model = model, data = loader, val_data = val_loader, config = cfg, loss_fn = loss_fn,
                      optimizer = optimizer, tokenizer = tok}
 local after = sft.evaluate(model, val_rows, {batch = cfg.batch})
 local loss_tokens = 0
 for _, r in ipairs(rows) do loss_tokens = loss_tokens + r.n_loss end
-print(string.format("trained %d steps in %.1f s: %.0f tokens/s (%d-token rows), train loss %s -> %s", result.step,
-                    result.seconds, result.tokens_per_s, seq_len,
+print(string.format("trained %d steps in %.1f s: %.0f tokens/s (%d-token rows), peak tensor memory %.1f MB, train loss %s -> %s",
+                    result.step, result.seconds, result.tokens_per_s, seq_len, lt.memory_stats("cpu").peak / 2 ^ 20,
                     result.losses[1] and string.format("%.4f", result.losses[1]) or "-",
                     result.loss and string.format("%.4f", result.loss) or "-"))
 print(string.format("held-out assistant-token loss after: %.4f (before %.4f)", after, before))
