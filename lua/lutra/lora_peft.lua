@@ -13,7 +13,7 @@
 --   blocks.i.mlp.gate/up   -                                 model.layers.i.mlp.gate_proj/up_proj
 --   blocks.i.mlp.proj      transformer.h.i.mlp.c_proj        model.layers.i.mlp.down_proj
 --   lm_head                lm_head                           lm_head
--- (any other module keeps its lutra name). lutra's fused qkv has one adapter pair; Llama's
+-- (any other module keeps its lutra name; the map is lutra.hf_weights' when present). lutra's fused qkv has one adapter pair; Llama's
 -- three projections get the same lora_A and the matching rows of lora_B, which is the same
 -- update exactly. Loading takes them back when the three lora_A are equal (what lutra wrote;
 -- adapters trained on separate q/k/v elsewhere are refused, naming the layer).
@@ -32,30 +32,64 @@ local GPT2 = {["attn.qkv"] = "attn.c_attn", ["attn.proj"] = "attn.c_proj", ["mlp
 local LLAMA = {["attn.proj"] = "self_attn.o_proj", ["mlp.gate"] = "mlp.gate_proj", ["mlp.up"] = "mlp.up_proj",
                ["mlp.proj"] = "mlp.down_proj"}
 
+-- The Hugging Face family of the model ("gpt2", "llama") or nil: lutra.hf's rule when it is
+-- there (by pos, norm and mlp), else the arch.
 local function family(model)
-  local arch = type(model.cfg) == "table" and model.cfg.arch
-  if arch == "llama" then return "llama" end
-  if arch == "gpt2" then return "gpt2" end
-  return nil
+  if type(model.cfg) ~= "table" then return nil end
+  local ok, hf = pcall(require, "lutra.hf")
+  if ok and type(hf) == "table" and hf.family_of then
+    local okf, fam = pcall(hf.family_of, model.cfg)
+    return okf and fam or nil
+  end
+  local arch = model.cfg.arch
+  return (arch == "llama" or arch == "gpt2") and arch or nil
 end
+M.family = family
 
--- The Hugging Face module names of a lutra module: a list of {hf name, first row, rows} (rows
--- nil: all of them). qkv of a llama model is three.
-function M.hf_names(model, name, layer)
-  local fam = family(model)
-  local i, rest = name:match("^blocks%.(%d+)%.(.+)$")
-  if fam == "gpt2" and i and GPT2[rest] then return {{"transformer.h." .. i .. "." .. GPT2[rest]}} end
-  if fam == "llama" and i then
-    if rest == "attn.qkv" then
-      local attn = require("lutra.lora").owner_attention(model, name)
+-- lutra module name -> list of {HF module name, first row, rows}, from lutra.hf_weights' weight
+-- map when it is there (one source of truth with the model import/export), else the table above.
+local function module_map(model, fam)
+  local map = {}
+  local ok, W = pcall(require, "lutra.hf_weights")
+  if ok and type(W) == "table" and W.entries then
+    for _, e in ipairs(W.entries(model.cfg, fam)) do
+      local lm, hm = e.lt:match("^(.*)%.weight$"), e.hf:match("^(.*)%.weight$")
+      if lm and hm then
+        map[lm] = map[lm] or {}
+        local r = e.rows
+        map[lm][#map[lm] + 1] = {hm, r and r[1], r and r[2]}
+      end
+    end
+    return map
+  end
+  for i = 0, model.cfg.n_layer - 1 do
+    local p = "blocks." .. i .. "."
+    if fam == "gpt2" then
+      for k, v in pairs(GPT2) do map[p .. k] = {{"transformer.h." .. i .. "." .. v}} end
+    else
+      for k, v in pairs(LLAMA) do map[p .. k] = {{"model.layers." .. i .. "." .. v}} end
+      local attn = require("lutra.lora").owner_attention(model, p .. "attn.qkv")
       local D = attn.head_dim
       local q, kv = attn.n_head * D, attn.n_kv_head * D
       local base = "model.layers." .. i .. ".self_attn."
-      return {{base .. "q_proj", 0, q}, {base .. "k_proj", q, kv}, {base .. "v_proj", q + kv, kv}}
+      map[p .. "attn.qkv"] = {{base .. "q_proj", 0, q}, {base .. "k_proj", q, kv}, {base .. "v_proj", q + kv, kv}}
     end
-    if LLAMA[rest] then return {{"model.layers." .. i .. "." .. LLAMA[rest]}} end
   end
-  _ = layer
+  return map
+end
+
+-- The Hugging Face module names of a lutra module: a list of {hf name, first row, rows} (rows
+-- nil: all of them). qkv of a llama model is three. Modules without one keep their name.
+function M.hf_names(model, name)
+  local fam = family(model)
+  if fam then
+    local cache = rawget(model, "_peft_names")
+    if cache == nil or cache.fam ~= fam then
+      cache = {fam = fam, map = module_map(model, fam)}
+      rawset(model, "_peft_names", cache)
+    end
+    if cache.map[name] then return cache.map[name] end
+  end
   return {{name}}
 end
 
@@ -83,7 +117,7 @@ function M.save(dir, model, opts)
     end
     names[#names + 1] = name
     local A, B = m.lora_A.weight:detach(), m.lora_B.weight:detach()
-    for _, h in ipairs(M.hf_names(model, name, m)) do
+    for _, h in ipairs(M.hf_names(model, name)) do
       local hb = h[2] and B:narrow(0, h[2], h[3]) or B
       tensors[PREFIX .. h[1] .. ".lora_A.weight"] = A:contiguous():to("cpu")
       tensors[PREFIX .. h[1] .. ".lora_B.weight"] = hb:contiguous():to("cpu")
@@ -127,7 +161,7 @@ function M.load(dir, model, opts)
     local targets = {}
     for name, m in model:named_modules() do
       if getmetatable(m) == Linear then
-        local h = M.hf_names(model, name, m)[1]
+        local h = M.hf_names(model, name)[1]
         if get(PREFIX .. h[1] .. ".lora_A.weight") then targets[#targets + 1] = pattern_of(name) end
       end
     end
@@ -139,7 +173,7 @@ function M.load(dir, model, opts)
   local used = {}
   for _, l in ipairs(lora.layers(model)) do
     local name, m = l[1], l[2]
-    local hs = M.hf_names(model, name, m)
+    local hs = M.hf_names(model, name)
     local A, Bs = nil, {}
     for _, h in ipairs(hs) do
       local ka, kb = PREFIX .. h[1] .. ".lora_A.weight", PREFIX .. h[1] .. ".lora_B.weight"

@@ -293,3 +293,35 @@ test("llama's fused qkv: exported as q_proj, k_proj, v_proj (same A, B rows), lo
   assert_error("blocks.1.attn.qkv: the q, k, v adapters have different lora_A", function() lora.load(dir, llama()) end)
   os.execute("rm -rf '" .. dir .. "'")
 end)
+
+test("PEFT module names: lutra.hf_weights' map and lora_peft's own table agree (gpt2, llama)", function()
+  local peft = require "lutra.lora_peft"
+  local have = pcall(require, "lutra.hf_weights")
+  for _, mk in ipairs {gpt2, llama} do
+    local model = mk()
+    local names = {}
+    for name, m in model:named_modules() do
+      if getmetatable(m) == lt.nn.Linear then names[#names + 1] = name end
+    end
+    local with = {}
+    for _, n in ipairs(names) do with[n] = peft.hf_names(model, n) end
+    -- again with lutra.hf_weights unavailable: the built-in table
+    local saved_loaded, saved_preload = package.loaded["lutra.hf_weights"], package.preload["lutra.hf_weights"]
+    package.loaded["lutra.hf_weights"] = nil
+    package.preload["lutra.hf_weights"] = function() error("hidden for the test") end
+    rawset(model, "_peft_names", nil)
+    local ok, err = pcall(function()
+      for _, n in ipairs(names) do equal(peft.hf_names(model, n), with[n], n) end
+    end)
+    package.loaded["lutra.hf_weights"], package.preload["lutra.hf_weights"] = saved_loaded, saved_preload
+    assert(ok, err)
+    if mk == llama then
+      equal(with["blocks.0.attn.qkv"], {{"model.layers.0.self_attn.q_proj", 0, 16},
+                                        {"model.layers.0.self_attn.k_proj", 16, 8},
+                                        {"model.layers.0.self_attn.v_proj", 24, 8}})
+    else
+      equal(with["blocks.1.mlp.fc"], {{"transformer.h.1.mlp.c_fc"}})
+    end
+  end
+  _ = have
+end)
