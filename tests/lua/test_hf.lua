@@ -1,0 +1,288 @@
+-- lutra.hf: Hugging Face directories for gpt2 and llama. Round trips (save then load gives
+-- the same weights and bitwise the same logits; sharded; bf16 files), config.json checks (a
+-- key lutra cannot honour is an error naming it), weight checks (missing, unexpected,
+-- misshapen tensors named), GPT-2 files in the GPT2Model naming, tokenizers; and the
+-- name/layout mapping against an independent PyTorch implementation of HF's GPT-2 and
+-- Llama (tests/py/ref_hf_models.py reads the exported files under HF's names).
+local lt = require "lutra"
+local hf = require "lutra.hf"
+local st = require "lutra.ckpt.safetensors"
+local json = require "lutra.json"
+local models = require "lutra.models"
+local T = require "lutra.testing"
+local equal, fails, close = T.assert_equal, T.assert_error, T.assert_close
+
+local PYTHON = "/usr/bin/python3"
+local root = (debug.getinfo(1, "S").source:match("^@(.*)/tests/lua/[^/]*$")) or "."
+
+local dir = os.tmpname()
+os.remove(dir)
+os.execute("mkdir -p " .. dir)
+
+local CASES = {
+  gpt2 = {arch = "gpt2", n_layer = 2, n_head = 2, d_model = 16, vocab_size = 37, block_size = 24},
+  gpt2_untied = {arch = "gpt2", n_layer = 1, n_head = 4, d_model = 16, vocab_size = 29, block_size = 16,
+                 tie_embeddings = false, ffn_hidden = 40, norm_eps = 1e-6},
+  llama_gqa = {arch = "llama", n_layer = 2, n_head = 4, n_kv_head = 2, d_model = 32, vocab_size = 41, block_size = 32,
+               rope_theta = 500000},
+  llama_tied_bias = {arch = "llama", n_layer = 2, n_head = 2, n_kv_head = 1, d_model = 16, vocab_size = 23,
+                     block_size = 16, tie_embeddings = true, bias = true, ffn_hidden = 24},
+}
+
+local function build(name, dt)
+  local c = {}
+  for k, v in pairs(CASES[name]) do c[k] = v end
+  c.dtype = dt
+  lt.manual_seed(7)
+  local m = models.build(c)
+  -- norm weights and biases away from their 1 / 0 init, so that a mix-up shows
+  lt.no_grad(function()
+    for pname, p in pairs(m:state_dict()) do
+      if pname:match("ln_") or pname:match("bias") then p:copy_(lt.randn(p.shape, {dtype = dt}) * 0.2 + 1) end
+    end
+  end)
+  return m
+end
+
+local function ids(vocab, B, Tn)
+  T.seed(3)
+  local l = {}
+  for b = 1, B do
+    l[b] = {}
+    for t = 1, Tn do l[b][t] = T.randint(0, vocab) end
+  end
+  return l
+end
+
+local function logits(m, idlist)
+  return lt.no_grad(function() return m(lt.tensor(idlist, "i64")) end)
+end
+
+local function count(t)
+  local n = 0
+  for _ in pairs(t) do n = n + 1 end
+  return n
+end
+
+test("round trips: same state, bitwise the same logits; gpt2 and llama, tied, untied, GQA, biases", function()
+  for name in pairs(CASES) do
+    local m = build(name, "f32")
+    local d = dir .. "/" .. name
+    hf.save_pretrained(d, m, nil)
+    local m2, tok, cfg = hf.load_pretrained(d)
+    equal(tok, nil)
+    for k, v in pairs(m.cfg) do
+      if k ~= "init_std" and k ~= "dropout" then equal(cfg[k], v, name .. " cfg." .. k) end
+    end
+    local sd, sd2 = m:state_dict(), m2:state_dict()
+    equal(count(sd2), count(sd), name)
+    for k, v in pairs(sd) do equal(sd2[k]:tolist(), v:tolist(), name .. " " .. k) end
+    local idl = ids(cfg.vocab_size, 2, 7)
+    equal(logits(m2, idl):tolist(), logits(m, idl):tolist(), name)
+    if cfg.tie_embeddings then assert(m2.lm_head.weight == m2.wte.weight, "tied after load") end
+    -- the file holds HF's names
+    local h = st.read_header(d .. "/model.safetensors")
+    local family = cfg.arch
+    assert(h.tensors[family == "gpt2" and "transformer.h.0.attn.c_attn.weight" or "model.layers.0.self_attn.k_proj.weight"])
+    equal(h.tensors["lm_head.weight"] ~= nil, not cfg.tie_embeddings, name .. " lm_head only when untied")
+    equal(h.metadata.format, "pt")
+  end
+end)
+
+test("shapes and layouts under HF's names", function()
+  local m = build("gpt2", "f32")
+  hf.save_pretrained(dir .. "/g", m)
+  local w = st.load(dir .. "/g/model.safetensors")
+  local C = 16
+  equal(w["transformer.h.1.attn.c_attn.weight"].shape, {C, 3 * C})
+  equal(w["transformer.h.1.mlp.c_fc.weight"].shape, {C, 4 * C})
+  equal(w["transformer.h.1.mlp.c_proj.weight"].shape, {4 * C, C})
+  equal(w["transformer.wpe.weight"].shape, {24, C})
+  -- Conv1D stores (in, out): the transpose of lutra's Linear (out, in)
+  equal(w["transformer.h.1.attn.c_attn.weight"]:tolist(), m.blocks[2].attn.qkv.weight:t():tolist())
+  equal(w["transformer.h.0.mlp.c_proj.bias"]:tolist(), m.blocks[1].mlp.proj.bias:tolist())
+  local l = build("llama_gqa", "f32")
+  hf.save_pretrained(dir .. "/l", l)
+  w = st.load(dir .. "/l/model.safetensors")
+  local qkv = l.blocks[1].attn.qkv.weight -- rows [4 q heads | 2 k heads | 2 v heads] of 8
+  equal(w["model.layers.0.self_attn.q_proj.weight"]:tolist(), qkv:narrow(0, 0, 32):tolist())
+  equal(w["model.layers.0.self_attn.k_proj.weight"]:tolist(), qkv:narrow(0, 32, 16):tolist())
+  equal(w["model.layers.0.self_attn.v_proj.weight"]:tolist(), qkv:narrow(0, 48, 16):tolist())
+  equal(w["model.layers.1.mlp.down_proj.weight"].shape, {32, l.cfg.ffn_hidden})
+  local hc = json.read_file(dir .. "/l/config.json")
+  equal(hc.model_type, "llama")
+  equal(hc.num_key_value_heads, 2)
+  equal(hc.rope_theta, 500000)
+  equal(hc.architectures, {"LlamaForCausalLM"})
+  assert(hc.rope_scaling == json.null)
+end)
+
+test("sharded save and load; bf16 files; stale files of the other layout removed", function()
+  local m = build("llama_gqa", "f32")
+  local d = dir .. "/sharded"
+  hf.save_pretrained(d, m, nil, {max_shard_size = 6000})
+  local index = json.read_file(d .. "/model.safetensors.index.json")
+  local files = {}
+  for _, f in pairs(index.weight_map) do files[f] = true end
+  assert(count(files) >= 3, "several shards")
+  equal(io.open(d .. "/model.safetensors"), nil)
+  local total = 0
+  for name, f in pairs(index.weight_map) do
+    local h = st.read_header(d .. "/" .. f)
+    local e = h.tensors[name]
+    total = total + e["end"] - e.begin
+  end
+  equal(index.metadata.total_size, total)
+  local m2 = hf.load_pretrained(d)
+  local idl = ids(41, 1, 9)
+  equal(logits(m2, idl):tolist(), logits(m, idl):tolist())
+  -- saving again as one file removes the shards and the index
+  hf.save_pretrained(d, m, nil, {dtype = "bf16"})
+  equal(io.open(d .. "/model.safetensors.index.json"), nil)
+  for f in pairs(files) do equal(io.open(d .. "/" .. f), nil, f) end
+  equal(json.read_file(d .. "/config.json").torch_dtype, "bfloat16")
+  equal(st.read_header(d .. "/model.safetensors").tensors["model.norm.weight"].dtype, "bf16")
+  local m3 = hf.load_pretrained(d) -- loads in f32 (HF's default), from bf16 values
+  equal(m3.cfg.dtype, "f32")
+  for k, v in pairs(m:state_dict()) do equal(m3:state_dict()[k]:tolist(), v:to("bf16"):to("f32"):tolist(), k) end
+  local m4 = hf.load_pretrained(d, {dtype = "bf16"})
+  equal(m4.wte.weight.dtype, "bf16")
+end)
+
+test("config.json: keys lutra cannot honour are errors naming them", function()
+  local m = build("llama_gqa", "f32")
+  local d = dir .. "/cfgs"
+  hf.save_pretrained(d, m)
+  local good = json.read_file(d .. "/config.json")
+  local function with(changes, fn)
+    local c = json.decode(json.encode(good))
+    for k, v in pairs(changes) do c[k] = v end
+    json.write_file(d .. "/config.json", c)
+    local ok, err = pcall(fn or hf.load_pretrained, d)
+    json.write_file(d .. "/config.json", good)
+    return ok, err
+  end
+  local function expect(fragment, changes, opts)
+    local ok, err = with(changes, function() return hf.load_pretrained(d, opts) end)
+    assert(not ok, "expected an error with " .. fragment)
+    assert(tostring(err):find(fragment, 1, true), "got: " .. tostring(err))
+  end
+  expect("config.json: rope_scaling = {\"factor\":8,\"rope_type\":\"llama3\"}: lutra needs null",
+    {rope_scaling = {rope_type = "llama3", factor = 8}})
+  expect("config.json: hidden_act = \"gelu\": lutra needs \"silu\"", {hidden_act = "gelu"})
+  expect("config.json: attention_dropout = 0.1", {attention_dropout = 0.1})
+  expect("config.json: mlp_bias = true: lutra needs the same as attention_bias (false)", {mlp_bias = true})
+  expect("config.json: head_dim = 16", {head_dim = 16})
+  expect("config.json: unknown key 'sliding_window' for llama", {sliding_window = 4096})
+  expect("config.json: model_type = \"bert\": lutra needs \"gpt2\" or \"llama\"", {model_type = "bert"})
+  expect("config.json: num_hidden_layers = 1.5: lutra needs a positive integer", {num_hidden_layers = 1.5})
+  expect("missing model.layers.2.input_layernorm.weight [32]", {num_hidden_layers = 3}) -- fewer layers in the file
+  expect("model.embed_tokens.weight is [41, 32] in the file, [50, 32] from config.json", {vocab_size = 50})
+  -- tie_word_embeddings over a file that holds lm_head.weight: tied, the file's head dropped (as HF does)
+  local ok, tied = with({tie_word_embeddings = true})
+  assert(ok, tostring(tied))
+  assert(tied.lm_head.weight == tied.wte.weight)
+  -- harmless keys are accepted, and ignore_keys lets a user accept one knowingly
+  local ok = with({transformers_version = "4.44.0", bos_token_id = 1, eos_token_id = {2, 3}, torch_dtype = "bfloat16",
+                   pretraining_tp = 1, _name_or_path = "x", use_cache = false})
+  assert(ok, "harmless keys accepted")
+  ok = with({sliding_window = 4096}, function() return hf.load_pretrained(d, {ignore_keys = {"sliding_window"}}) end)
+  assert(ok, "ignore_keys")
+  fails("hf.load_pretrained: " .. dir .. "/nope/config.json not found", hf.load_pretrained, dir .. "/nope")
+  -- gpt2's constraints
+  local g = build("gpt2", "f32")
+  local dg = dir .. "/cfgs_gpt2"
+  hf.save_pretrained(dg, g)
+  local gc = json.read_file(dg .. "/config.json")
+  for key, case in pairs {
+    activation_function = {"relu", "activation_function = \"relu\": lutra needs \"gelu_new\""},
+    scale_attn_by_inverse_layer_idx = {true, "scale_attn_by_inverse_layer_idx = true: lutra needs false"},
+    add_cross_attention = {true, "add_cross_attention = true: lutra needs false"},
+    n_ctx = {7, "n_ctx = 7: lutra needs n_positions"},
+  } do
+    local c = json.decode(json.encode(gc))
+    c[key] = case[1]
+    json.write_file(dg .. "/config.json", c)
+    fails(case[2], hf.load_pretrained, dg)
+  end
+end)
+
+test("GPT-2 files in GPT2Model naming (no transformer. prefix, attn.bias mask buffers) load", function()
+  local m = build("gpt2", "f32")
+  local d = dir .. "/gpt2model"
+  hf.save_pretrained(d, m)
+  local w = st.load(d .. "/model.safetensors")
+  local renamed = {}
+  for name, t in pairs(w) do renamed[(name:gsub("^transformer%.", ""))] = t end
+  renamed["h.0.attn.bias"] = lt.ones(1, 1, 24, 24) -- the causal mask buffer of old checkpoints
+  renamed["h.1.attn.masked_bias"] = lt.tensor(-1e4)
+  st.save(d .. "/model.safetensors", renamed, {format = "pt"})
+  local m2 = hf.load_pretrained(d)
+  local idl = ids(37, 1, 5)
+  equal(logits(m2, idl):tolist(), logits(m, idl):tolist())
+  renamed["h.0.mlp.extra.weight"] = lt.ones(2)
+  renamed["h.1.ln_2.bias"] = nil
+  st.save(d .. "/model.safetensors", renamed)
+  local err = fails("does not hold a gpt2 model of this config.json", hf.load_pretrained, d)
+  assert(err:find("missing transformer.h.1.ln_2.bias [16]", 1, true), err)
+  assert(err:find("unexpected transformer.h.0.mlp.extra.weight", 1, true), err)
+end)
+
+test("save: architectures HF has no name for are errors", function()
+  local odd = models.build {arch = "llama", n_layer = 1, n_head = 2, d_model = 8, vocab_size = 11, block_size = 8,
+                            pos = "learned"}
+  fails("hf: no Hugging Face architecture has pos = learned, norm = rmsnorm, mlp = swiglu", hf.save_pretrained,
+    dir .. "/odd", odd)
+  local nobias = models.build {arch = "gpt2", n_layer = 1, n_head = 2, d_model = 8, vocab_size = 11, block_size = 8,
+                               bias = false}
+  fails("hf: a gpt2 model needs bias = true", hf.save_pretrained, dir .. "/odd", nobias)
+  fails("hf.save_pretrained: expected a lutra.models model", hf.save_pretrained, dir .. "/odd", {})
+end)
+
+test("tokenizer.json travels with the model; bos/eos ids in config.json", function()
+  local tokenizer = require "lutra.tokenizer"
+  local text = ("the quick brown fox jumps over the lazy dog. "):rep(20)
+  local tok = tokenizer.train_bpe(text, {vocab = 300, special_tokens = {"<|endoftext|>"}})
+  local c = {arch = "gpt2", n_layer = 1, n_head = 2, d_model = 8, vocab_size = tok.vocab_size, block_size = 16}
+  local m = models.build(c)
+  local d = dir .. "/withtok"
+  hf.save_pretrained(d, m, tok)
+  local m2, tok2 = hf.load_pretrained(d)
+  equal(tok2:encode("the lazy fox"), tok:encode("the lazy fox"))
+  local hc = json.read_file(d .. "/config.json")
+  equal(hc.eos_token_id, tok:token_id("<|endoftext|>"))
+  equal(hc.bos_token_id, tok:token_id("<|endoftext|>"))
+  local idl = {tok:encode("the lazy dog")}
+  equal(logits(m2, idl):tolist(), logits(m, idl):tolist())
+end)
+
+test("PyTorch (HF's GPT-2 and Llama math under HF's names) gives the same logits", function()
+  local r = os.execute(PYTHON .. " -c 'import torch' >/dev/null 2>&1")
+  if not (r == 0 or r == true) then
+    print("  skipped: " .. PYTHON .. " has no torch")
+    return
+  end
+  local dirs, ours, tol = {}, {}, {}
+  for _, dt in ipairs {"f64", "f32"} do
+    for name in pairs(CASES) do
+      local key = name .. "_" .. dt
+      local m = build(name, dt)
+      local d = dir .. "/torch_" .. key
+      hf.save_pretrained(d, m, nil, {max_shard_size = name == "llama_gqa" and 20000 or nil})
+      local idl = ids(m.cfg.vocab_size, 2, 11)
+      json.write_file(d .. "/ids.json", idl)
+      dirs[#dirs + 1] = d
+      ours[d] = logits(m, idl)
+      tol[d] = dt == "f64" and {rtol = 1e-10, atol = 1e-10} or {rtol = 1e-5, atol = 1e-5}
+    end
+  end
+  local cmd = PYTHON .. " " .. root .. "/tests/py/ref_hf_models.py " .. table.concat(dirs, " ") .. " >/dev/null"
+  r = os.execute(cmd)
+  assert(r == 0 or r == true, "failed: " .. cmd)
+  for _, d in ipairs(dirs) do
+    local ref = st.load(d .. "/ref_logits.safetensors").logits
+    close(ours[d]:to("f64"), ref, {rtol = tol[d].rtol, atol = tol[d].atol, msg = d})
+  end
+end)
+
+test("cleanup", function() os.execute("rm -rf " .. dir) end)
