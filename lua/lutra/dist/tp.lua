@@ -14,7 +14,8 @@
 --               (n_head / n and n_kv_head / n; the module's n_head and n_kv_head become
 --               those local counts, so its forward runs unchanged on local heads);
 --               attn.proj row-parallel (all-reduce, then its bias)
---   MLP         fc (gelu) or gate and up (swiglu) column-parallel, proj row-parallel
+--   MLP         fc (gelu) or gate and up (swiglu: one shared input copy or all-gather)
+--               column-parallel, proj row-parallel
 --   embeddings  wte vocab-parallel; lm_head column-parallel over the vocab (a tied lm_head
 --               shares wte's shard: the same rows); model.loss becomes the vocab-parallel
 --               cross-entropy (lutra.dist.tp_loss); wpe and the norms are replicated
@@ -39,6 +40,7 @@
 local Module = require "lutra.nn.module"
 local Dropout = require "lutra.nn.dropout"
 local Attention = require "lutra.nn.attention"
+local SwiGLU = require "lutra.nn.swiglu"
 local create = require "lutra.create"
 local errors = require "lutra.errors"
 local dtype = require "lutra.dtype"
@@ -98,6 +100,16 @@ function SeqParallelAttention:forward(x, cache, pos)
   local xg = tp_ops.gather_seq(x, self._tp_group)
   local y = Attention.forward(self, xg, nil, pos)
   release(xg, x, y)
+  return y
+end
+
+-- SwiGLU: gate and up share one input copy (all-reduced once in backward) or one all-gather.
+local ParallelSwiGLU = SwiGLU:extend("ParallelSwiGLU")
+function ParallelSwiGLU:forward(x)
+  local group = self._tp_group
+  local xi = rawget(self, "_tp_sequence") and tp_ops.gather_seq(x, group) or tp_ops.copy_to(x, group)
+  local y = SwiGLU.forward(self, xi)
+  release(xi, x, y)
   return y
 end
 
@@ -200,6 +212,12 @@ local function parallelize_mlp(mlp, group, sp)
   local proj = mlp.proj
   local ranks = all_ranks(n, even(proj.in_features, n))
   local input = sp and "gather" or "copy"
+  if getmetatable(mlp) == SwiGLU then
+    input = "none"
+    setmetatable(mlp, ParallelSwiGLU)
+    rawset(mlp, "_tp_group", group)
+    rawset(mlp, "_tp_sequence", sp)
+  end
   for _, name in ipairs {"fc", "gate", "up"} do
     local full = rawget(mlp, name)
     if full ~= nil then
