@@ -133,16 +133,26 @@ test("zero 3: parameters are released between modules, gathered in backward", fu
   local C = require("lutra.ffi").C
   local function resident()
     local k = 0
-    for _, p in ipairs(model:parameters()) do
-      if C.lt_storage_is_resident(p) ~= 0 then k = k + 1 end
+    for _, e in ipairs(z.entries) do
+      if C.lt_storage_is_resident(e.p) ~= 0 then k = k + 1 end
     end
     return k
   end
   testing.assert_equal(resident(), 0, "at rest")
-  local seen = 0
+  -- at rest the model holds the shards: global names, specs
+  local k = 0
+  for name, p in model:named_parameters() do
+    k = k + 1
+    testing.assert_equal(name, z.entries[k].name)
+    assert(rawequal(p, z.entries[k].shard), name .. " is its shard at rest")
+    testing.assert_equal(spec.get(p).global[1], z.entries[k].p:size(0))
+  end
+  testing.assert_equal(k, #z.entries)
+  local seen, full_inside = 0, false
   local orig = model.blocks[2].attn.forward
   rawset(model.blocks[2].attn, "forward", function(m, ...)
     seen = resident() -- inside block 2: its params (and the tied embedding) only
+    full_inside = rawequal(m.qkv.weight, z.entries[1].p) == false and m.qkv.weight:size(0) == 3 * 32
     return orig(m, ...)
   end)
   local b = batches[1]
@@ -155,6 +165,7 @@ test("zero 3: parameters are released between modules, gathered in backward", fu
   end)
   local block_params = #model.blocks[2]:parameters()
   testing.assert_equal(seen, block_params + 1, "inside a block")
+  assert(full_inside, "inside its forward a block holds its full parameters")
   local regathered = 0
   for _, ev in ipairs(z.trace) do
     if ev:match("^regather") then regathered = regathered + 1 end
@@ -167,6 +178,47 @@ end)
 -- Bytes per rank at each stage, measured after finish() of a second step (the optimizer
 -- state exists). Expected: stage 1 cuts optimizer state to 1/n, stage 2 grads too, stage
 -- 3 params too (rows divide evenly here: exact).
+test("zero 3: the next unit's all-gather is launched before it runs (prefetch), in both directions", function()
+  local model = E.build("gpt2")
+  local z = zero.new(model, g, {stage = 3, optimizer = E.adamw, trace = true})
+  local b = batches[1]
+  local function step()
+    lt.tidy(function()
+      z:zero_grad()
+      local _, loss = model(E.local_rows(b.x, g), E.local_rows(b.y, g))
+      loss:backward()
+      z:finish()
+    end)
+  end
+  step() -- the first forward learns the order
+  z.trace = {}
+  step()
+  local at = {}
+  for i, ev in ipairs(z.trace) do
+    if at[ev] == nil then at[ev] = i end
+  end
+  local tr = table.concat(z.trace, ", ")
+  -- forward: block 1's gather goes out while block 0 runs
+  assert(at["prefetch blocks.1"] and at["prefetch blocks.1"] < at["forward blocks.1"], "forward prefetch: " .. tr)
+  assert(at["forward blocks.0"] < at["prefetch blocks.1"], "forward prefetch from block 0: " .. tr)
+  -- backward: block 0's gather goes out when block 1's backward begins
+  local last_regather1 = at["regather blocks.1"]
+  assert(last_regather1, "block 1 gathered again in backward: " .. tr)
+  local pf = nil
+  for i = last_regather1, #z.trace do
+    if z.trace[i] == "prefetch blocks.0" then pf = i; break end
+  end
+  assert(pf and pf < (function()
+    for i = last_regather1, #z.trace do if z.trace[i] == "regather blocks.0" then return i end end
+  end)(), "backward prefetch: " .. tr)
+  -- one all-gather a unit in forward and one in backward, nothing more
+  local gathers = 0
+  for _, ev in ipairs(z.trace) do
+    if ev == "gather blocks.0" then gathers = gathers + 1 end
+  end
+  testing.assert_equal(gathers, 2, "all-gathers of block 0 in a step: " .. tr)
+end)
+
 test("zero memory: the 1/n cuts per stage", function()
   local rows, full = {}, nil
   for stage = 0, 3 do

@@ -286,6 +286,26 @@ end
 
 -- ---- the step's other parts ---------------------------------------------------------------
 
+-- Drops and frees every gradient this strategy knows: the full parameters' and the
+-- shards' (call at the start of a step, instead of or after optimizer:zero_grad()).
+function Zero:zero_grad()
+  local function drop(t)
+    local g = t and t.grad
+    if g ~= nil then
+      t.grad = nil
+      if g.storage ~= nil then g:free() end
+    end
+  end
+  for _, e in ipairs(self.entries) do
+    drop(e.p)
+    drop(e.shard)
+  end
+  for _, b in ipairs(self.buckets or {}) do
+    if b.held ~= nil and b.held.storage ~= nil then b.held:free() end
+    b.held = nil
+  end
+end
+
 -- Runs fn(...) without communication: gradients accumulate in full; the next synced
 -- backward reduces them.
 function Zero:no_sync(fn, ...)
@@ -366,7 +386,7 @@ function M.launch_gather(self, b)
     if S == 0 then out = F.piece(out, 0, 0) end
     b.gather = {inp = inp, out = out, handle = F.async(self.group, "all_gather", out, inp)}
   end)
-  if self.trace then self.trace[#self.trace + 1] = "gather " .. tostring(b.index) end
+  if self.trace then self.trace[#self.trace + 1] = "gather " .. tostring(b.name or b.index) end
 end
 
 -- Waits for bucket b's all-gather and writes every rank's rows into the full parameters

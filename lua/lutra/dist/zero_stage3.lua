@@ -35,6 +35,7 @@ local raise, is_tensor = errors.raise, ops.is_tensor
 local C = lt.C
 
 local M = {}
+local show -- (defined with the gathering below)
 local Stage3 = setmetatable({}, {__index = Z.Zero})
 Stage3.__index = Stage3
 
@@ -115,13 +116,25 @@ function M.new(model, group, opts)
     for _, e in ipairs(entries) do named[#named + 1] = {e.name, e.p} end
     require("lutra.dist.ddp").new(named, group, {bucket_mb = opts.bucket_mb}):remove()
   end
+  -- every module field that holds a parameter (a tied one has two)
+  for _, mod in ipairs(model:modules()) do
+    for _, ent in ipairs(rawget(mod, "_entries")) do
+      local e = ent.kind == "param" and by_param[rawget(mod, ent.key)]
+      if e then
+        e.holders = e.holders or {}
+        e.holders[#e.holders + 1] = {mod, ent.key}
+      end
+    end
+  end
   local named = {}
   F.no_grad(function()
     for _, e in ipairs(entries) do
       e.shard = memory.keep(e.p:narrow(0, e.geo.start(rank), e.geo.count(rank)):clone())
+      e.shard:requires_grad_(true)
       Z.set_spec(e.shard, e, rank)
       named[#named + 1] = {e.name, e.shard}
       if C.lt_storage_release_bytes(e.p) ~= 0 then errors.fail() end
+      show(e, e.shard)
     end
   end)
   self.optimizer = opts.optimizer(F.named_pairs(named))
@@ -149,17 +162,31 @@ end
 
 -- ---- gathering -------------------------------------------------------------------------------
 
+-- The module fields of parameter e hold t: the full tensor while gathered, the shard at
+-- rest (so named_parameters() of the model gives the shards, with their specs).
+show = function(e, t)
+  for _, h in ipairs(e.holders or {}) do rawset(h[1], h[2], t) end
+end
+
+local function show_unit(u, full)
+  for _, e in ipairs(u.entries) do show(e, full and e.p or e.shard) end
+end
+
 function Stage3:gather(u)
   if u.resident then return end
   if #u.entries > 0 then
     Z.launch_gather(self, u)
     Z.land_gather(self, u)
   end
+  show_unit(u, true)
   u.resident = true
 end
 
 function Stage3:prefetch(u)
-  if u ~= nil and not u.resident and #u.entries > 0 then Z.launch_gather(self, u) end
+  if u ~= nil and not u.resident and not u.gather and #u.entries > 0 then
+    if self.trace then self.trace[#self.trace + 1] = "prefetch " .. u.name end
+    Z.launch_gather(self, u)
+  end
 end
 
 function Stage3:release(u)
@@ -167,18 +194,21 @@ function Stage3:release(u)
   for _, e in ipairs(u.entries) do
     if C.lt_storage_release_bytes(e.p) ~= 0 then errors.fail() end
   end
+  show_unit(u, false)
   u.resident = false
 end
 
 function Stage3:pre_forward(u)
   if u.is_root then
     self:gather(u)
+    if self.order_done then self:prefetch(self.fwd_order[1]) end
     return
   end
   if not u.pos then
     self.fwd_order[#self.fwd_order + 1] = u
     u.pos = #self.fwd_order
   end
+  if self.trace then self.trace[#self.trace + 1] = "forward " .. u.name end
   if not self.root.resident then self:gather(self.root) end
   self:gather(u)
   if self.order_done then self:prefetch(self.fwd_order[u.pos + 1]) end
@@ -207,6 +237,8 @@ function Stage3:post_forward(u, res)
         t:register_hook(function() self:pre_backward(u) end)
       end
     end
+    -- the last unit's backward comes first: it stays gathered (as FSDP's root)
+    if self.order_done and u.pos == #self.fwd_order then return end
   end
   self:release(u)
 end
@@ -262,7 +294,7 @@ function Stage3:remove()
   self.hooks = {}
   for _, mod in ipairs(self.wrapped) do rawset(mod, "forward", nil) end
   self.wrapped = {}
-  for _, u in ipairs(self.all) do self:gather(u) end
+  for _, u in ipairs(self.all) do self:gather(u) end -- the model holds its full parameters again
 end
 
 return M
