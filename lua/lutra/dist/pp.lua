@@ -19,9 +19,15 @@
 -- and ln_f + lm_head on the last) or {n_0, n_1, ...} layers per stage (per virtual stage
 -- with interleaving); virtual_stages v (interleaved only, default 2): each rank holds v
 -- chunks, chunk k of rank s being virtual stage (k - 1) * P + s.
--- The model is converted in place (apply tensor parallel first): the parameters of the
--- other stages are freed, so use st.model from then on. The last stage calls the model's
--- own loss (model.loss, which tensor parallel replaces by the vocab-parallel one).
+-- The model is converted in place (apply tensor parallel first: the stage keeps its tp
+-- record, so tp.sync_grads(st.model) works): the parameters of the other stages are freed,
+-- so use st.model from then on. The last stage calls the model's own loss (model.loss,
+-- which tensor parallel replaces by the vocab-parallel one). Micro-batches may carry
+-- positions/segments (packed rows, as Transformer:forward's opts).
+-- A trainer's step: zero the grads; sum = st:train_step(batches, 1 / m); st:sync_grads();
+-- then data-parallel reduction of the grads (mesh.dp), the global norm (owned parameters,
+-- squares summed over mesh.pp and mesh.tp) and clipping, the optimizer step.
+-- Dropout draws per stage, so with dropout > 0 the masks differ from one process.
 -- Schedules: lutra/dist/pp_schedule.lua; running them: lutra/dist/pp_exec.lua.
 local Module = require "lutra.nn.module"
 local errors = require "lutra.errors"

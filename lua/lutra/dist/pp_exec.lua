@@ -78,6 +78,11 @@ local function check_activation(st, y, b, vs)
     raise(string.format("pp: virtual stage %d made an activation of shape [%s], expected (B, T, C) = [%d, %d, %d]",
       vs, table.concat(y.shape, ", "), B, T, C))
   end
+  local want = st.model.cfg.dtype or "f32"
+  if y.dtype ~= want then
+    raise(string.format("pp: virtual stage %d made a %s activation, the next stage receives %s (the model's dtype)",
+      vs, y.dtype, want))
+  end
   if not y:is_contiguous() then y = y:contiguous() end
   return y
 end
@@ -134,7 +139,8 @@ local function backward(c, k, rec, b, scale)
     local gy = buffer(c.st, b)
     recv(c, gy, rank_of(c, vs + 1), grad_tag(vs))
     wait(rec.send)
-    rec.output:backward(gy)
+    -- (a stage whose parameters are all frozen, with no input that requires grad: nothing to do)
+    if rec.output.requires_grad then rec.output:backward(gy) end
     free(gy)
   end
   free(rec.output)
