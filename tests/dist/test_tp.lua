@@ -297,21 +297,21 @@ local function equivalence(arch, sp, dt, overrides)
   check_params(model, refs, what, lim)
 end
 
-for _, dt in ipairs {"f32", "f64"} do
-  for _, arch in ipairs {"gpt2", "llama"} do
-    test(string.format("%s %s: 10 AdamW steps (clip 1.0) under tp equal one process", arch, dt),
-      function() equivalence(arch, false, dt) end)
-    test(string.format("%s %s: the same with sequence parallelism", arch, dt), function() equivalence(arch, true, dt) end)
-  end
+for _, arch in ipairs {"gpt2", "llama"} do
+  test(arch .. " f32: 10 AdamW steps (clip 1.0) under tp equal one process", function()
+    equivalence(arch, false, "f32")
+  end)
+  test(arch .. " f32: the same with sequence parallelism", function() equivalence(arch, true, "f32") end)
 end
 
-test("gpt2 f64, sequence parallel, uneven vocab (61) and ffn_hidden (98): equal one process", function()
-  equivalence("gpt2", true, "f64", {vocab_size = 61, ffn_hidden = 98})
+-- f64: exact to 1e-9; with dropout (the masks of one process), uneven vocab and ffn_hidden
+test("gpt2 f64: sequence parallel, dropout 0.1, uneven vocab (61) and ffn_hidden (98): equal one process", function()
+  equivalence("gpt2", true, "f64", {vocab_size = 61, ffn_hidden = 98, dropout = 0.1})
 end)
-
-test("dropout 0.1 (f64): the masks of one process, with and without sequence parallelism", function()
-  equivalence("gpt2", true, "f64", {dropout = 0.1})
+test("gpt2 f64: without sequence parallelism", function() equivalence("gpt2", false, "f64") end)
+test("llama f64: dropout 0.1, without and with sequence parallelism", function()
   equivalence("llama", false, "f64", {dropout = 0.1})
+  equivalence("llama", true, "f64", {dropout = 0.1})
 end)
 
 test("parallelize: local heads, specs, tied embeddings", function()
