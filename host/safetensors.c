@@ -20,8 +20,8 @@ static const struct {
                  {"I32", LT_I32}, {"I64", LT_I64}, {"U8", LT_U8},     {"BOOL", LT_BOOL}};
 static const int st_itemsize[LT_NUM_DTYPES] = {4, 8, 2, 2, 4, 8, 1, 1};
 /* In the format, but not tensors lutra has. */
-static const char *const st_unsupported[] = {"I8",  "I16", "U16",      "U32",      "U64", "F8_E4M3",
-                                             "F8_E5M2", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4", "C64"};
+static const char *const st_unsupported[] = {"I8",      "I16",     "U16",     "U32",     "U64", "F8_E4M3",
+                                             "F8_E5M2", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4",  "C64"};
 
 int lt_st_dtype_from_name(const char *name, int *dtype) {
   for (size_t k = 0; k < sizeof st_dtypes / sizeof st_dtypes[0]; k++) {
@@ -87,7 +87,8 @@ static int parse_entry(const char *src, const cJSON *e, const char *name, int64_
   const cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
   const cJSON *shape = cJSON_GetObjectItemCaseSensitive(e, "shape");
   const cJSON *offs = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
-  if (!cJSON_IsString(dt)) return lt_errorf("safetensors: %s: tensor '%.200s': dtype missing or not a string", src, name);
+  if (!cJSON_IsString(dt))
+    return lt_errorf("safetensors: %s: tensor '%.200s': dtype missing or not a string", src, name);
   int dtype;
   if (lt_st_dtype_from_name(dt->valuestring, &dtype) != 0) {
     for (size_t k = 0; k < sizeof st_unsupported / sizeof st_unsupported[0]; k++) {
@@ -98,7 +99,8 @@ static int parse_entry(const char *src, const cJSON *e, const char *name, int64_
     }
     return lt_errorf("safetensors: %s: tensor '%.200s': unknown dtype '%.40s'", src, name, dt->valuestring);
   }
-  if (!cJSON_IsArray(shape)) return lt_errorf("safetensors: %s: tensor '%.200s': shape missing or not a list", src, name);
+  if (!cJSON_IsArray(shape))
+    return lt_errorf("safetensors: %s: tensor '%.200s': shape missing or not a list", src, name);
   int ndim = cJSON_GetArraySize(shape);
   if (ndim > LT_MAX_DIMS)
     return lt_errorf("safetensors: %s: tensor '%.200s': %d dims (lutra tensors have at most %d)", src, name, ndim,
@@ -227,9 +229,9 @@ static int parse_root(const char *src, const cJSON *root, lt_st_header *h) {
     const lt_st_info *t = by_begin[i];
     if (t->begin == t->end) continue;
     if (last && t->begin < last->end) {
-      int rc = lt_errorf("safetensors: %s: tensors '%.200s' [%lld, %lld] and '%.200s' [%lld, %lld] overlap", src,
-                         last->name, (long long)last->begin, (long long)last->end, t->name, (long long)t->begin,
-                         (long long)t->end);
+      int rc =
+          lt_errorf("safetensors: %s: tensors '%.200s' [%lld, %lld] and '%.200s' [%lld, %lld] overlap", src, last->name,
+                    (long long)last->begin, (long long)last->end, t->name, (long long)t->begin, (long long)t->end);
       free(by_begin);
       return rc;
     }
@@ -251,8 +253,8 @@ int lt_st_parse(lt_st_header **out, const void *buf, int64_t len, int64_t file_s
   uint64_t n = 0;
   for (int k = 7; k >= 0; k--) n = (n << 8) | p[k]; /* little-endian */
   if (n > LT_ST_MAX_HEADER)
-    return lt_errorf("safetensors: %s: header length %llu exceeds the bound of %d bytes (not a safetensors file?)",
-                     src, (unsigned long long)n, LT_ST_MAX_HEADER);
+    return lt_errorf("safetensors: %s: header length %llu exceeds the bound of %d bytes (not a safetensors file?)", src,
+                     (unsigned long long)n, LT_ST_MAX_HEADER);
   if ((int64_t)n > file_size - 8)
     return lt_errorf("safetensors: %s: header length %llu runs past the end of the file (%lld bytes)", src,
                      (unsigned long long)n, (long long)file_size);
@@ -324,8 +326,10 @@ int lt_st_find(const lt_st_header *h, const char *name, int64_t *index) {
       *index = mid;
       return 0;
     }
-    if (c < 0) lo = mid + 1;
-    else hi = mid;
+    if (c < 0)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   *index = -1;
   return 0;

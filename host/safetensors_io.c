@@ -3,8 +3,8 @@
  * padded with spaces to 8 bytes, data in name order, written to a temporary file that is
  * fsync'ed and renamed). Parsing is in safetensors.c. */
 #define _GNU_SOURCE
-#include "safetensors.h"
 #include "internal.h"
+#include "safetensors.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -115,8 +115,7 @@ int lt_st_load(lt_tensor *out, const lt_st_header *h, int64_t i) {
   char op[64];
   snprintf(op, sizeof op, "safetensors load '%.40s'", t->name);
   LT_TRY(lt_prepare_out(op, out, t->ndim, t->shape, t->dtype, LT_DEVICE_CPU));
-  if (!dense(out))
-    return lt_errorf("safetensors: %s: tensor '%.200s': out must be contiguous", h->path, t->name);
+  if (!dense(out)) return lt_errorf("safetensors: %s: tensor '%.200s': out must be contiguous", h->path, t->name);
   if (read_at(h->fd, lt_data_ptr(out), t->end - t->begin, h->data_offset + t->begin) != 0)
     return lt_errorf("safetensors: %s: tensor '%.200s': read of bytes [%lld, %lld) failed: %s", h->path, t->name,
                      (long long)(h->data_offset + t->begin), (long long)(h->data_offset + t->end),
@@ -246,7 +245,8 @@ int lt_st_save(const char *path, int64_t n, const char *const *names, const lt_t
     if (!bad) bad = fsync(fd);
     if (bad) rc = lt_errorf("safetensors: writing %s failed: %s", tmp, strerror(errno));
     if (close(fd) != 0 && rc == 0) rc = lt_errorf("safetensors: closing %s failed: %s", tmp, strerror(errno));
-    if (rc == 0 && rename(tmp, path) != 0) rc = lt_errorf("safetensors: rename to %s failed: %s", path, strerror(errno));
+    if (rc == 0 && rename(tmp, path) != 0)
+      rc = lt_errorf("safetensors: rename to %s failed: %s", path, strerror(errno));
     if (rc != 0) unlink(tmp);
   }
   free(tmp), free(order), free(header);

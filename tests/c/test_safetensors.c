@@ -74,8 +74,7 @@ static void test_bad_headers(void) {
             "shape entry 0 is not");
   CHECK_ERR(parse("{\"w\": {\"dtype\": \"F32\", \"shape\": [1e300], \"data_offsets\": [0, 8]}}", 8),
             "shape entry 0 is not");
-  CHECK_ERR(parse("{\"w\": {\"dtype\": \"F32\", \"shape\": [4294967296, 4294967296, 4], \"data_offsets\": [0, 8]}}",
-                  8),
+  CHECK_ERR(parse("{\"w\": {\"dtype\": \"F32\", \"shape\": [4294967296, 4294967296, 4], \"data_offsets\": [0, 8]}}", 8),
             "tensor 'w': shape's byte size overflows 64 bits");
   CHECK_ERR(parse("{\"w\": {\"dtype\": \"U8\", \"shape\": [1,1,1,1,1,1,1,1,1], \"data_offsets\": [0, 1]}}", 1),
             "tensor 'w': 9 dims (lutra tensors have at most 8)");
@@ -125,8 +124,9 @@ static void test_bad_headers(void) {
  * byte from the spec: u64 LE header length, the JSON padded with spaces to a multiple of 8,
  * then the data, little-endian, in header order. */
 static void test_spec_bytes(const char *dir) {
-  const char *json = "{\"__metadata__\":{\"format\":\"pt\"},\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
-                     "\"b\":{\"dtype\":\"I64\",\"shape\":[1,1],\"data_offsets\":[8,16]}}";
+  const char *json =
+      "{\"__metadata__\":{\"format\":\"pt\"},\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+      "\"b\":{\"dtype\":\"I64\",\"shape\":[1,1],\"data_offsets\":[8,16]}}";
   size_t n = strlen(json), padded = (n + 7) / 8 * 8;
   unsigned char expect[512] = {0};
   size_t len = 0;
@@ -134,7 +134,7 @@ static void test_spec_bytes(const char *dir) {
   memcpy(expect + len, json, n);
   len += n;
   while (len < 8 + padded) expect[len++] = ' ';
-  const unsigned char data[16] = {0x00, 0x00, 0x80, 0x3f, 0x00, 0x00, 0x00, 0x40, /* 1.0f, 2.0f */
+  const unsigned char data[16] = {0x00, 0x00, 0x80, 0x3f, 0x00, 0x00, 0x00, 0x40,  /* 1.0f, 2.0f */
                                   0xfd, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}; /* -3 */
   memcpy(expect + len, data, 16);
   len += 16;
@@ -251,7 +251,8 @@ static void test_round_trips(const char *dir) {
       ts[k] = lt_tensor_new();
       CHECK_OK(lt_empty(ts[k], ndim, shape, dtype, LT_DEVICE_CPU));
       unsigned char *p = lt_data_ptr(ts[k]);
-      for (int64_t b = 0, nb = lt_numel(ts[k]) * lt_dtype_size(dtype); b < nb; b++) p[b] = (unsigned char)check_randint(0, 256);
+      for (int64_t b = 0, nb = lt_numel(ts[k]) * lt_dtype_size(dtype); b < nb; b++)
+        p[b] = (unsigned char)check_randint(0, 256);
       if (dtype == LT_BOOL)
         for (int64_t b = 0; b < lt_numel(ts[k]); b++) p[b] &= 1;
       snprintf(names[k], sizeof names[k], "layer.%d.w%d", (int)check_randint(0, 1000), k);
