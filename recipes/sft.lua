@@ -15,7 +15,7 @@ local config = lt.config
 local train = require "lutra.train"
 local sft = require "lutra.sft.data"
 local modeldir = require "lutra.sft.modeldir"
-local generate = require "lutra.generate"
+local ev = require "lutra.sft.eval"
 local templates = require "lutra.sft.templates"
 
 local cfg = config {
@@ -29,6 +29,7 @@ local cfg = config {
   lr = 1e-3, min_lr = 1e-4, warmup = 20, schedule = config.one_of({"cosine", "linear", "constant"}, "cosine"),
   betas = {0.9, 0.99}, weight_decay = 0.0, grad_clip = config.number(1),
   lora = false, lora_r = 8, lora_alpha = 16, lora_dropout = config.number(0), lora_targets = "all-linear",
+  eval_answers = 100,                  -- held-out single-exchange chats answered greedily (exact match)
   eval_every = 0, eval_iters = 10, log_every = 1, print_every = 0, run_dir = "runs/sft", out = "", -- out: "" = run_dir/model
   threads = 0,
 }
@@ -69,7 +70,9 @@ end
 
 -- ---- before, train, after ---------------------------------------------------------------------
 local before, n_val = sft.evaluate(model, val_rows, {batch = cfg.batch})
-print(string.format("held-out assistant-token loss before: %.4f (%d tokens)", before, n_val))
+local right0, n_q = ev.exact_match(model, tok, template, cfg.val_data, {limit = cfg.eval_answers})
+print(string.format("held-out assistant-token loss before: %.4f (%d tokens); exact answers %d/%d", before, n_val,
+                    right0, n_q))
 local function loss_fn(m, batch) return sft.loss(m, batch, {on_empty = cfg.on_empty}) end
 lt.reset_peak_memory_stats("cpu")
 local result = train{model = model, data = loader, val_data = val_loader, config = cfg, loss_fn = loss_fn,
@@ -81,17 +84,15 @@ print(string.format("trained %d steps in %.1f s: %.0f tokens/s (%d-token rows), 
                     result.step, result.seconds, result.tokens_per_s, seq_len, lt.memory_stats("cpu").peak / 2 ^ 20,
                     result.losses[1] and string.format("%.4f", result.losses[1]) or "-",
                     result.loss and string.format("%.4f", result.loss) or "-"))
-print(string.format("held-out assistant-token loss after: %.4f (before %.4f)", after, before))
+local right1 = ev.exact_match(model, tok, template, cfg.val_data, {limit = cfg.eval_answers})
+print(string.format("held-out assistant-token loss after: %.4f (before %.4f); exact answers %d/%d (before %d/%d)",
+                    after, before, right1, n_q, right0, n_q))
 print(string.format("sft_val_before=%.4f sft_val_after=%.4f tokens_per_s=%.1f", before, after, result.tokens_per_s))
 
 -- ---- save, and a few answers ------------------------------------------------------------------
 if lora then lora.merge_and_unload(model) end
 local out = cfg.out ~= "" and cfg.out or (cfg.run_dir ~= "" and cfg.run_dir .. "/model" or "")
 if out ~= "" then print("model: saved to " .. modeldir.save(out, model, tok, {template = template.name})) end
-local stop = templates.stop_id(tok, template)
 for _, q in ipairs {"3+4?", "upper: moon", "reverse: star", "capital of peru", "hello"} do
-  local prompt = templates.encode(tok, template, {{role = "user", content = q}}, {add_generation_prompt = true})
-  local ids = generate(model, prompt, {max_new_tokens = 24, temperature = 0, stop_token = stop})
-  local answer = tok:decode({unpack(ids, #prompt + 1)}):gsub(template.stop:gsub("%p", "%%%0") .. "$", "")
-  print(string.format("  user: %-16s assistant: %s", q, answer))
+  print(string.format("  user: %-16s assistant: %s", q, ev.reply(model, tok, template, {{role = "user", content = q}})))
 end

@@ -25,13 +25,14 @@ out=$("$LUTRA" recipes/pretrain.lua --data="$T/corpus.txt" --model.n_layer=1 --m
 expect_grep "pretrain saves a model directory" "$out" "model: saved to $T/p/model"
 [ -f "$T/p/model/tokenizer.json" ] && ok || bad "pretrain: tokenizer.json in the model directory"
 
-SFT=(--model="$T/p/model" --batch=4 --warmup=1 --eval_every=0 --threads=1)
+SFT=(--model="$T/p/model" --batch=4 --warmup=1 --eval_every=0 --eval_answers=5 --threads=1)
 out=$("$LUTRA" recipes/sft.lua "${SFT[@]}" --steps=6 --run_dir="$T/s" 2>&1)
 expect_grep "data report: truncation counted" "$out" "sft_train.jsonl: [0-9]+ examples \(chatml template\), [0-9]+ tokens, [0-9]+ carry loss; [0-9]+ truncated to 64 tokens"
 expect_grep "packed rows" "$out" "rows: [0-9]+ train rows of 64 tokens \(packed, [0-9]+% filled\)"
 expect_grep "loss before" "$out" "held-out assistant-token loss before: $FLOAT \([0-9]+ tokens\)"
 expect_grep "trains" "$out" "trained 6 steps in $FLOAT s"
 expect_grep "loss after, finite" "$out" "^sft_val_before=$FLOAT sft_val_after=$FLOAT tokens_per_s="
+expect_grep "exact answers" "$out" "exact answers [0-5]/5 \(before [0-5]/5\)"
 expect_grep "saves the model directory" "$out" "model: saved to $T/s/model"
 expect_grep "answers" "$out" "user: 3\+4\? +assistant:"
 out=$("$LUTRA" generate "$T/s/model" --prompt "3+4?" --max_new_tokens=8 --temperature=0 2>&1)
