@@ -48,28 +48,40 @@ local cfg = config {
   sample_every = 0, sample_tokens = 300, sample_prompt = "", temperature = 0.8, top_k = 0, top_p = 0.95,
   log_every = 1, print_every = 0, run_dir = "runs/pretrain", ckpt_every = 0, ckpt_keep = 2, resume = "",
   threads = 0,                        -- 0: the default (OMP_NUM_THREADS or all cores)
+  -- under `lutra launch -n N`: --parallel.dp=2 --parallel.tp=2, pp (stages), zero (1-3)
+  parallel = {dp = "auto", tp = 1, pp = 1, zero = 0, micro_batches = 0, schedule = "1f1b"},
 }
 
 if cfg.threads > 0 then lt.set_num_threads(cfg.threads) end
+local mesh = lt.dist.init(cfg.parallel) -- a world of one without a launcher
+local main = mesh.rank == 0
+local print = main and print or function() end -- rank 0 speaks for the job
 print(cfg:dump())
+if mesh.size > 1 then print(string.format("parallel: %d ranks, %s", mesh.size, mesh:layout())) end
 
 -- ---- data ---------------------------------------------------------------------------------
-local text_path = cfg.data
-if text_path == "" then
-  local here = (arg and arg[0] or ""):match("^(.*)/[^/]+$") or "recipes"
-  local make = dofile(here .. "/data/fortunes.lua")
-  local path, err = make(cfg.data_dir .. "/fortunes.txt")
-  if not path then
-    io.stderr:write("pretrain: ", err, "\n")
-    os.exit(1)
+-- rank 0 writes the corpus, tokenizer and token file; the others wait, then read them
+local function prepare()
+  local text_path = cfg.data
+  if text_path == "" then
+    local here = (arg and arg[0] or ""):match("^(.*)/[^/]+$") or "recipes"
+    local make = dofile(here .. "/data/fortunes.lua")
+    local path, err = make(cfg.data_dir .. "/fortunes.txt")
+    if not path then
+      io.stderr:write("pretrain: ", err, "\n")
+      os.exit(1)
+    end
+    text_path = path
   end
-  text_path = path
+  -- the chat special tokens have ids from the start, so that recipes/sft.lua can fine-tune on ChatML
+  local tok = lt.tokenizer.load_or_train(text_path, {kind = cfg.tokenizer, vocab = cfg.vocab,
+                                                     special_tokens = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}})
+  local data = lt.data.text(text_path, tok, {seq_len = cfg.model.block_size, batch = cfg.batch, seed = cfg.seed})
+  return text_path, tok, data
 end
-
--- the chat special tokens have ids from the start, so that recipes/sft.lua can fine-tune on ChatML
-local tok = lt.tokenizer.load_or_train(text_path, {kind = cfg.tokenizer, vocab = cfg.vocab,
-                                                   special_tokens = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}})
-local data = lt.data.text(text_path, tok, {seq_len = cfg.model.block_size, batch = cfg.batch, seed = cfg.seed})
+if main and mesh.size > 1 then prepare() end
+mesh.world:barrier()
+local text_path, tok, data = prepare()
 print(string.format("data: %s, %s tokenizer (%d tokens), %d train / %d val tokens", text_path, tok.kind,
                     tok.vocab_size, data.ntokens, data.file.count - data.ntokens))
 
@@ -98,11 +110,15 @@ if result.val_loss then
 end
 
 -- ---- the model directory (weights, config, tokenizer: what recipes/sft.lua and `lutra chat` load) ----
-if cfg.run_dir ~= "" then
+-- (a layout that shards the weights, tp / pp / zero 3, leaves that to sharded checkpoints)
+local whole = mesh.tp_size == 1 and mesh.pp_size == 1 and mesh.zero < 3
+if not whole then return end
+if main and cfg.run_dir ~= "" then
   print("model: saved to " .. require("lutra.sft.modeldir").save(cfg.run_dir .. "/model", model, tok))
 end
 
 -- ---- a sample ----------------------------------------------------------------------------
+if not main then return end
 local text = generate.text(model, tok, cfg.sample_prompt, {max_new_tokens = cfg.sample_tokens,
                                                           temperature = cfg.temperature, top_k = cfg.top_k,
                                                           top_p = cfg.top_p})

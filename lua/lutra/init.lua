@@ -93,6 +93,7 @@ M.optim = require "lutra.optim"
 M.train = require "lutra.train" -- callable: lt.train{model =, data =, config =}
 M.generate = require "lutra.generate" -- callable: lt.generate(model, ids, opts); lt.generate.text(model, tok, prompt, opts)
 M.config = require "lutra.config" -- callable: lt.config{...}; also lt.config.optional/number/one_of
+M.dist = require "lutra.dist" -- lt.dist.init{dp =, tp =, pp =, zero =} -> mesh; groups and collectives
 
 M.cuda = {
   is_available = function() return C.lt_cuda_device_count() > 0 end,

@@ -37,6 +37,10 @@ function M.options(cfg)
   local plain = type(cfg.plain) == "function" and cfg:plain() or cfg
   local out = {}
   for k, v in pairs(plain) do
+    -- command-line overrides of "auto"-typed keys arrive as strings: --parallel.dp=2
+    if type(v) == "string" and tonumber(v) and type(M.DEFAULTS[k]) ~= "string" or (k == "dp" and tonumber(v)) then
+      v = tonumber(v)
+    end
     if M.DEFAULTS[k] == nil then
       local names = {}
       for name in pairs(M.DEFAULTS) do names[#names + 1] = name end
