@@ -30,7 +30,8 @@ local cfg = config {
   betas = {0.9, 0.99}, weight_decay = 0.0, grad_clip = config.number(1),
   lora = false, lora_r = 8, lora_alpha = 16, lora_dropout = config.number(0), lora_targets = "all-linear",
   eval_answers = 100,                  -- held-out single-exchange chats answered greedily (exact match)
-  eval_every = 0, eval_iters = 10, log_every = 1, print_every = 0, run_dir = "runs/sft", out = "", -- out: "" = run_dir/model
+  eval_every = 0, eval_iters = 10, log_every = 1, print_every = 0,
+  run_dir = "runs/sft", out = "",      -- out: the model directory written; "" = run_dir/model
   threads = 0,
 }
 if cfg.threads > 0 then lt.set_num_threads(cfg.threads) end
@@ -65,7 +66,8 @@ if cfg.lora then
   lora = require "lutra.lora"
   lora.apply(model, {targets = cfg.lora_targets, r = cfg.lora_r, alpha = cfg.lora_alpha, dropout = cfg.lora_dropout})
   print("lora: " .. lora.summary(model))
-  optimizer = lt.optim.AdamW(lora.param_groups(model), {lr = cfg.lr, betas = cfg.betas, weight_decay = cfg.weight_decay})
+  optimizer = lt.optim.AdamW(lora.param_groups(model), {lr = cfg.lr, betas = cfg.betas,
+                                                         weight_decay = cfg.weight_decay})
 end
 
 -- ---- before, train, after ---------------------------------------------------------------------
@@ -80,7 +82,8 @@ local result = train{model = model, data = loader, val_data = val_loader, config
 local after = sft.evaluate(model, val_rows, {batch = cfg.batch})
 local loss_tokens = 0
 for _, r in ipairs(rows) do loss_tokens = loss_tokens + r.n_loss end
-print(string.format("trained %d steps in %.1f s: %.0f tokens/s (%d-token rows), peak tensor memory %.1f MB, train loss %s -> %s",
+print(string.format("trained %d steps in %.1f s: %.0f tokens/s (%d-token rows), peak tensor memory %.1f MB, "
+                    .. "train loss %s -> %s",
                     result.step, result.seconds, result.tokens_per_s, seq_len, lt.memory_stats("cpu").peak / 2 ^ 20,
                     result.losses[1] and string.format("%.4f", result.losses[1]) or "-",
                     result.loss and string.format("%.4f", result.loss) or "-"))

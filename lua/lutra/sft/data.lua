@@ -124,7 +124,8 @@ function M.load_jsonl(path, opts)
 end
 
 function M.describe(r)
-  return string.format("%d examples (%s template), %d tokens, %d carry loss; %d truncated to %s tokens (%d tokens dropped)%s",
+  return string.format(
+    "%d examples (%s template), %d tokens, %d carry loss; %d truncated to %s tokens (%d tokens dropped)%s",
     r.count, r.template or "?", r.tokens, r.loss_tokens, r.truncated, tostring(r.max_len or "-"), r.tokens_dropped,
     r.no_loss > 0 and string.format("; %d without a loss token dropped", r.no_loss) or "")
 end

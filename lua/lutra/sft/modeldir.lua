@@ -26,7 +26,8 @@ local JINJA = {
   chatml = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
     .. "'<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}",
   llama3 = "{{ '<|begin_of_text|>' }}{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + "
-    .. "'<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}{% endfor %}{% if add_generation_prompt %}"
+    .. "'<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}{% endfor %}"
+    .. "{% if add_generation_prompt %}"
     .. "{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}",
 }
 
@@ -105,7 +106,9 @@ function M.load(dir, opts)
   elseif exists(dir .. "/manifest.lua") then -- a trainer checkpoint: the recipe's config, the weights
     local st = state.load(dir)
     local m = type(st.config) == "table" and st.config.model
-    if type(m) ~= "table" or st.model == nil then raise("modeldir.load: " .. dir .. ": no model config in this checkpoint") end
+    if type(m) ~= "table" or st.model == nil then
+      raise("modeldir.load: " .. dir .. ": no model config in this checkpoint")
+    end
     local known, cfg = {}, {}
     for _, k in ipairs(models.keys) do known[k] = true end
     for k, v in pairs(m) do

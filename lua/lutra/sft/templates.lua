@@ -28,7 +28,9 @@ M.Template = Template
 local ROLES = {system = true, user = true, assistant = true}
 
 local function check_messages(name, messages)
-  if type(messages) ~= "table" then raise(name .. ": messages must be a list of {role =, content =}, got " .. type(messages)) end
+  if type(messages) ~= "table" then
+    raise(name .. ": messages must be a list of {role =, content =}, got " .. type(messages))
+  end
   for i, m in ipairs(messages) do
     if type(m) ~= "table" then raise(string.format("%s: messages[%d] must be a table, got %s", name, i, type(m))) end
     if not ROLES[m.role] then
