@@ -259,7 +259,10 @@ function M.lines(path)
       n = n + 1
       if find(line, "[^ \t\r\n]") then
         local ok, v = protected(decode, line)
-        if not ok then raise(format("json: %s:%d: %s", path, n, (v:gsub(" at line 1 column", " at column")))) end
+        if not ok then
+          f:close()
+          raise(format("json: %s:%d: %s", path, n, (v:gsub(" at line 1 column", " at column"))))
+        end
         return n, v
       end
     end
