@@ -172,12 +172,19 @@ local function chat(words)
       print("(conversation reset)")
     elseif line:match("%S") then
       history[#history + 1] = {role = "user", content = line}
-      local ids = fit(s, history)
-      if s.o.verbose then io.stderr:write(string.format("[context: %d tokens]\n", #ids)) end
-      local reply = stream(s, ids, io.stdout)
+      local ok, reply = pcall(function()
+        local ids = fit(s, history)
+        if s.o.verbose then io.stderr:write(string.format("[context: %d tokens]\n", #ids)) end
+        return stream(s, ids, io.stdout)
+      end)
       io.write("\n")
       io.flush()
-      history[#history + 1] = {role = "assistant", content = reply}
+      if ok then
+        history[#history + 1] = {role = "assistant", content = reply}
+      else -- (e.g. a character the tokenizer does not have): say so, forget the turn, go on
+        io.stderr:write("error: ", (tostring(reply):gsub("^[^\n]-:%d+: ", "")), "\n")
+        history[#history] = nil
+      end
     end
   end
   return 0

@@ -77,6 +77,9 @@ read -r c1 c2 c3 <<<"$ctx"
 expect_eq "chat: first context" "${c1:-}" "24"
 [ "${c2:-0}" -gt "${c1:-0}" ] && ok || bad "chat: the second turn sees the first ($ctx)"
 expect_eq "chat: after /reset the context starts again" "${c3:-}" "24"
+out=$(printf 'hi\nWHO\nhi\n' | "$LUTRA" chat "$T/m" --temperature=0 2>"$T/err.txt")
+expect_eq "chat: a turn that cannot be encoded is an error, and the chat goes on" "$out" "$(printf 'ok\n\nok')"
+expect_grep "chat: the error is said" "$(cat "$T/err.txt")" "^error: .*not in the char vocab"
 out=$(printf 'hi\n' | "$LUTRA" chat "$T/m" --temperature=0 --system="be brief" 2>&1)
 expect_eq "chat: end of input ends it; a system message" "$out" "ok"
 
