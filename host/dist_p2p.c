@@ -9,7 +9,7 @@ static int check_peer(const char *op, const lt_group *g, int peer) {
 }
 
 static int check_tag(const char *op, const lt_group *g, int tag) {
-  if (tag < 0 || tag > 32767) return lt_errorf("%s on group %s: tag %d is out of range [0, 32767]", op, g->name, tag);
+  if (tag < 0 || tag > 32766) return lt_errorf("%s on group %s: tag %d is out of range [0, 32766]", op, g->name, tag);
   return 0;
 }
 

@@ -127,10 +127,31 @@ static void report_and_exit(const lt_comm_record *w, double waited) {
   _exit(WATCHDOG_EXIT);
 }
 
+/* The hold file: env LUTRA_HOLD_FILE, else one per job in /tmp (mpirun's PMIx namespace
+ * or Slurm's job and step ids; ranks on other nodes see it only on a shared /tmp). */
+static const char *hold_path(void) {
+  static char path[256];
+  static bool known;
+  if (known) return path[0] ? path : NULL;
+  known = true;
+  const char *given = getenv("LUTRA_HOLD_FILE"), *ns = getenv("PMIX_NAMESPACE"), *job = getenv("SLURM_JOB_ID");
+  const char *step = getenv("SLURM_STEP_ID");
+  char id[160] = "";
+  if (given && *given) snprintf(path, sizeof path, "%s", given);
+  else if (ns && *ns) snprintf(id, sizeof id, "%s", ns);
+  else if (job && *job) snprintf(id, sizeof id, "slurm-%s-%s", job, step ? step : "0");
+  if (id[0]) {
+    for (char *c = id; *c; c++) /* one plain file name */
+      if (*c == '/' || *c == ' ') *c = '_';
+    snprintf(path, sizeof path, "/tmp/lutra-hold-%s", id);
+  }
+  return path[0] ? path : NULL;
+}
+
 static bool hold_file_exists(void) {
-  const char *path = getenv("LUTRA_HOLD_FILE");
+  const char *path = hold_path();
   struct stat st;
-  return path && *path && stat(path, &st) == 0;
+  return path && stat(path, &st) == 0;
 }
 
 static void *watchdog_main(void *arg) {
@@ -154,7 +175,7 @@ static void *watchdog_main(void *arg) {
       pthread_mutex_unlock(&lock);
       if (held_for != this_wait) {
         fprintf(stderr, "lutra watchdog: rank %d: held: %s on group %s (seq %lld) waits while %s exists\n",
-                lt_comm_rank(), w.op, w.group, (long long)w.seq, getenv("LUTRA_HOLD_FILE"));
+                lt_comm_rank(), w.op, w.group, (long long)w.seq, hold_path());
         fflush(stderr);
         held_for = this_wait;
       }
@@ -193,7 +214,7 @@ double lt_comm_timeout(void) {
 }
 
 int lt_comm_hold(int hold) {
-  const char *path = getenv("LUTRA_HOLD_FILE");
+  const char *path = lt_comm_uses_mpi() ? hold_path() : getenv("LUTRA_HOLD_FILE");
   pthread_mutex_lock(&lock);
   int before = hold_depth;
   hold_depth = hold ? hold_depth + 1 : (hold_depth > 0 ? hold_depth - 1 : 0);
@@ -202,7 +223,7 @@ int lt_comm_hold(int hold) {
   pthread_mutex_unlock(&lock);
   if (path && *path && before == 0 && after > 0) {
     FILE *f = fopen(path, "w");
-    if (!f) return lt_errorf("comm.hold: cannot create LUTRA_HOLD_FILE %s: %s", path, strerror(errno));
+    if (!f) return lt_errorf("comm.hold: cannot create the hold file %s: %s", path, strerror(errno));
     fprintf(f, "rank %d\n", lt_comm_rank());
     fclose(f);
   } else if (path && *path && before > 0 && after == 0) {

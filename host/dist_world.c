@@ -48,9 +48,10 @@ static lt_group *group_new(const char *name, int rank, int size) {
  * MPI_Finalize would wait for them: the rank ends without it and mpirun ends the job. */
 static void finalize(int status, void *arg) {
   (void)arg;
+  if (status != 0) return;
   lt_nccl_free_all();
 #ifdef LUTRA_HAVE_MPI
-  if (!we_initialized_mpi || status != 0) return;
+  if (!we_initialized_mpi) return;
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
@@ -108,6 +109,16 @@ int lt_comm_uses_mpi(void) { return mpi_active; }
 int lt_comm_rank(void) { return world_rank; }
 int lt_comm_size(void) { return world_size; }
 int lt_comm_local_rank(void) { return local_rank; }
+
+int lt_comm_progress(void) {
+#ifdef LUTRA_HAVE_MPI
+  if (mpi_active) { /* any MPI call runs OpenMPI's progress engine; a probe is the cheapest */
+    int flag = 0;
+    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
+  }
+#endif
+  return 0;
+}
 
 int lt_comm_world(lt_group **out) {
   if (!out) return lt_errorf("comm.world: out is NULL");

@@ -491,12 +491,16 @@ int lt_comm_p2p(lt_group *g, int n, const int *kinds, lt_tensor *const *tensors,
                 lt_comm_request **req);
 int lt_comm_barrier(lt_group *g, lt_comm_request **req);
 int lt_comm_wait(lt_comm_request *req);             /* completes and frees req */
+/* Lets MPI advance posted requests (OpenMPI moves nonblocking collectives only inside MPI
+ * calls): call it now and then while computing to overlap communication. */
+int lt_comm_progress(void);
 int lt_comm_test(lt_comm_request *req, int *done);  /* done = 1 once complete (still call wait) */
 
 int lt_comm_set_timeout(double seconds); /* watchdog timeout; <= 0 disables it */
 double lt_comm_timeout(void);
 /* hold != 0 disables this rank's watchdog until a matching hold(0) (nests). While held,
- * the file named by env LUTRA_HOLD_FILE exists, and other ranks' watchdogs keep waiting. */
+ * the hold file exists (env LUTRA_HOLD_FILE, else /tmp/lutra-hold-<job id>), and the
+ * other ranks' watchdogs keep waiting instead of ending the job. */
 int lt_comm_hold(int hold);
 /* Fingerprint mode: before each collective the group compares (op, dtype, count, root,
  * seq, call site) and every rank fails with the first mismatch. */

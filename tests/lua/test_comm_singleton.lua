@@ -69,3 +69,13 @@ test("flight recorder and debug mode in a singleton", function()
   local r = comm.recent(1)[1]
   testing.assert_equal({r.op, r.group, r.dtype, r.count, r.state}, {"all_reduce", "world", "f64", 3, "done"})
 end)
+
+test("CUDA tensors in a build without NCCL: a clear error", function()
+  local lf = require "lutra.ffi"
+  if not lf.ffi.string(lf.C.lt_build_info()):find("nccl: not built", 1, true) then return end
+  local t = lt.ones(2)
+  t.device_ = 0 -- seen as a CUDA tensor by the dispatch (the check fails before any data is touched)
+  local ok, err = pcall(function() world:all_reduce(t) end)
+  t.device_ = -1
+  assert(not ok and tostring(err):find("all_reduce: CUDA tensors need NCCL: NCCL is not available in this build", 1, true), tostring(err))
+end)

@@ -107,6 +107,9 @@ function M.hold(fn, ...)
   return finish(pcall(fn, ...))
 end
 
+-- Lets MPI advance posted (async) calls; call it between pieces of compute to overlap.
+function M.progress() C.lt_comm_progress() end
+
 function M.set_debug(on) check(C.lt_comm_set_debug(on and 1 or 0)) end
 function M.debug() return C.lt_comm_debug() ~= 0 end
 
