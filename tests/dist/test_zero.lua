@@ -124,6 +124,48 @@ test("zero shards: dim-0 rows [i*ceil(R/n), ...), specs, global names, uneven la
       testing.assert_close(got[name], p, {rtol = 0, atol = 1e-6, msg = "stage " .. stage .. " " .. name})
     end
     z:remove()
+    -- the model holds its full, current parameters again
+    for name, p in m:named_parameters() do
+      testing.assert_close(p, got[name], {rtol = 0, atol = 0, msg = "after remove: " .. name})
+    end
+  end
+end)
+
+test("zero 1, 2: a parameter unused on some ranks still reduces (zeros), ranks stay in step", function()
+  local Two = nn.Module:extend("Two")
+  function Two:init()
+    self.a = nn.Linear(4, 4)
+    self.b = nn.Linear(4, 4)
+  end
+  function Two:forward(x, use_b)
+    local y = self.a(x)
+    if use_b then y = self.b(y) end
+    return y:sum()
+  end
+  for _, stage in ipairs {1, 2} do
+    lt.manual_seed(7)
+    local m = Two()
+    local z = zero.new(m, g, {stage = stage, bucket_mb = 0.00005, optimizer = E.adamw})
+    local x = lt.ones(2, 4)
+    for _ = 1, 2 do
+      z:zero_grad()
+      m(x, g.rank == 0):backward()
+      z:finish()
+    end
+    -- b's rows: rank 0's gradient over the group size, on the rank that owns them
+    lt.manual_seed(7)
+    local plain = Two()
+    plain(x, true):backward()
+    local want = plain.b.weight.grad * (1 / g.size)
+    local e
+    for _, x_ in ipairs(z.entries) do
+      if x_.name == "b.weight" then e = x_ end
+    end
+    local lo, cnt = e.geo.start(g.rank), e.geo.count(g.rank)
+    if cnt > 0 then
+      testing.assert_close(e.shard.grad, want:narrow(0, lo, cnt), {rtol = 1e-6, atol = 1e-7, msg = "stage " .. stage})
+    end
+    z:remove()
   end
 end)
 
