@@ -96,7 +96,8 @@ test("ddp overlap: buckets are launched while backward still runs", function()
         last_grad = i
       end
     end
-    assert(launched >= 2, "expected buckets launched during backward, got " .. launched .. ": " .. table.concat(d.trace, ", "))
+    assert(launched >= 2,
+      "expected buckets launched during backward, got " .. launched .. ": " .. table.concat(d.trace, ", "))
     assert(first_launch < last_grad, "the first launch came after the last gradient: " .. table.concat(d.trace, ", "))
     -- wte.weight (tied, first registered) is the last gradient; its bucket launched after it
     testing.assert_equal(d.trace[last_grad], "grad wte.weight")

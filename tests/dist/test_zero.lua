@@ -212,7 +212,8 @@ test("zero 3: parameters are released between modules, gathered in backward", fu
   for _, ev in ipairs(z.trace) do
     if ev:match("^regather") then regathered = regathered + 1 end
   end
-  assert(regathered >= 2 + 1, "expected the blocks and the head gathered again in backward: " .. table.concat(z.trace, ", "))
+  assert(regathered >= 2 + 1,
+    "expected the blocks and the head gathered again in backward: " .. table.concat(z.trace, ", "))
   local m = z:memory()
   testing.assert_equal(m.params, z:memory().params)
 end)

@@ -57,7 +57,9 @@ end
 function M.new(named_params, group, opts)
   opts = opts or {}
   if type(opts) ~= "table" then raise("ddp.new: options must be a table, got " .. type(opts)) end
-  if type(group) ~= "table" or type(group.size) ~= "number" then raise("ddp.new: expected a group (comm.split, mesh.dp)") end
+  if type(group) ~= "table" or type(group.size) ~= "number" then
+    raise("ddp.new: expected a group (comm.split, mesh.dp)")
+  end
   local bucket_mb = opts.bucket_mb or 25
   if type(bucket_mb) ~= "number" or not (bucket_mb > 0) then
     raise("ddp.new: bucket_mb must be a number > 0, got " .. tostring(bucket_mb))

@@ -40,7 +40,9 @@ Zero.__index = Zero
 M.Zero = Zero
 
 local function check_opts(group, opts)
-  if type(group) ~= "table" or type(group.size) ~= "number" then raise("zero.new: expected a group (comm.split, mesh.dp)") end
+  if type(group) ~= "table" or type(group.size) ~= "number" then
+    raise("zero.new: expected a group (comm.split, mesh.dp)")
+  end
   opts = opts or {}
   if type(opts) ~= "table" then raise("zero.new: options must be a table, got " .. type(opts)) end
   local stage = opts.stage or 1
