@@ -3,7 +3,7 @@
 --
 --   local z = zero.new(model, group, {stage = 2, bucket_mb = 25,
 --                                     optimizer = function(named_shards) return optim.AdamW(named_shards, o) end})
---   per step:  z.optimizer:zero_grad(); model:zero_grad()
+--   per step:  z:zero_grad()                    -- every grad it knows: full and shards
 --              z:no_sync(function() fwd_bwd(micro_1) end)  -- accumulation, no communication
 --              fwd_bwd(micro_k)
 --              z:finish()                     -- shard grads = the average over the group
@@ -22,7 +22,10 @@
 --            averaged rows back into p.grad (shard.grad is that view).
 --   stage 2: the same shards; a bucket's reduce-scatter is launched from post-accumulate
 --            hooks as soon as its grads are final, and the full grads are freed then.
---   stage 3: zero_stage3.lua: parameters live as shards, gathered around each module.
+--   stage 3: zero_stage3.lua: parameters live as shards, gathered around each module;
+--            at rest the model's fields hold the shards (named_parameters gives them).
+-- z:memory() -> {params =, grads =, optimizer =} bytes on this rank; z:remove() undoes
+-- the hooks (stage 3: the model holds its full, current parameters again).
 local errors = require "lutra.errors"
 local groups = require "lutra.optim.groups"
 local create = require "lutra.create"

@@ -8,12 +8,16 @@
 -- one all-gather of its padded shards (rank-major) before it runs, one reduce-scatter
 -- of its gradients once they are final.
 --
+-- At rest the modules' parameter fields hold the shards (requires_grad, a spec each), so
+-- that named_parameters() gives the pieces under their global names; while a unit is
+-- gathered they hold its full parameters.
 -- Each full parameter keeps its tensor and storage object (autograd's saved references
 -- stay valid); only the storage's bytes are released and restored in place
 -- (lt_storage_release_bytes / lt_storage_restore_bytes).
 --   forward:  the unit's wrapped forward gathers it (waiting for a prefetch), launches
 --             the next unit's all-gather (the order seen in the first forward), runs,
---             registers a hook on every output that requires grad, releases the bytes.
+--             registers a hook on every output that requires grad, releases the bytes
+--             (not those of the last unit: its backward comes next).
 --   backward: the hook fires when the output's gradient arrives, before the unit's own
 --             backward nodes run: gather again, prefetch the previous unit. Once all the
 --             unit's gradients are final (post-accumulate hooks) its bytes are released
@@ -274,8 +278,7 @@ function Stage3:after_finish()
   end
 end
 
--- The full parameters again (for saving, comparing): rank 0's... every rank gathers.
--- Returns {name = full tensor copy}.
+-- Copies of the full parameters, {name = tensor} (collective: every rank calls it).
 function Stage3:full_parameters()
   local out = {}
   for _, u in ipairs(self.all) do
