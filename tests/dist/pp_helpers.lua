@@ -166,6 +166,16 @@ local function local_world(P)
       lt.no_grad(function() t:copy_(src) end)
       progress = progress + 1
     end
+    -- sends queued at once; the handle's wait receives (yielding until the data is there)
+    function g:p2p(list)
+      local recvs = {}
+      for _, item in ipairs(list) do
+        if item[1] == "send" then self:send(item[2], item[3], {tag = 0}) else recvs[#recvs + 1] = item end
+      end
+      return {wait = function()
+        for _, item in ipairs(recvs) do self:recv(item[2], item[3], {tag = 0}) end
+      end}
+    end
     local function collective(self, t, combine)
       self.seq = self.seq + 1
       local k = name .. "#" .. self.seq

@@ -77,6 +77,43 @@ test("balance by parameters: embeddings on the first stage, head on the last", f
   testing.assert_equal(pp.balance_by_params({1, 1, 1, 1}, 0, 0, 4), {1, 1, 1, 1})
 end)
 
+-- ---- communication programs (pp_program) ----------------------------------------------------
+
+local Pg = require "lutra.dist.pp_program"
+
+local function show_program(steps)
+  local out = {}
+  for _, st in ipairs(steps) do
+    if st.action then
+      out[#out + 1] = st.action.op .. st.action.micro
+    elseif st.comm then
+      local o = {}
+      for _, op in ipairs(st.comm) do o[#o + 1] = (op.dir == "send" and "s:" or "r:") .. op.key end
+      out[#out + 1] = "[" .. table.concat(o, ",") .. (st.wait and "" or " ~") .. "]"
+    end
+  end
+  return table.concat(out, " ")
+end
+
+test("1f1b transfers: each send paired with the next receive (Megatron's batches)", function()
+  -- act<vs>:<micro> goes into virtual stage vs, grad<vs>:<micro> likewise; "~": not waited for
+  testing.assert_equal(show_program(Pg.program(S.actions("1f1b", 2, 0, 3), 2, 0, 1)),
+    "F1 [s:act1:1 ~] F2 [s:act1:2,r:grad0:1] B1 F3 [s:act1:3,r:grad0:2] B2 [r:grad0:3] B3")
+  testing.assert_equal(show_program(Pg.program(S.actions("1f1b", 2, 1, 3), 2, 1, 1)),
+    "[r:act1:1] F1 B1 [s:grad0:1,r:act1:2] F2 B2 [s:grad0:2,r:act1:3] F3 B3 [s:grad0:3 ~]")
+end)
+
+test("gpipe and 1f1b batches complete under NCCL's rules (in-order streams, rendezvous sends)", function()
+  for _, kind in ipairs{"gpipe", "1f1b"} do
+    for P = 1, 6 do
+      for m = 1, 9 do Pg.simulate(kind, P, m) end
+    end
+  end
+  -- the check bites: unpaired transfers wait on each other in a cycle there
+  testing.assert_error("deadlock", Pg.simulate, "1f1b", 2, 4, nil, false)
+  testing.assert_error("deadlock", Pg.simulate, "1f1b", 4, 8, nil, false)
+end)
+
 -- ---- in-process pipelines --------------------------------------------------------------------
 
 test("in-process pipeline, gpt2 (tied), 1f1b over 2 stages and interleaved over 2 x 2 = the unsplit model", function()

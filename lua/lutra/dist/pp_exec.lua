@@ -2,16 +2,18 @@
 -- on this rank: forwards and backwards of the stage's chunks, activations (B, T, C) sent to
 -- the next stage and their gradients back to the previous one.
 --
--- Sends are posted asynchronously (a Handle; waited for before the tensor is freed, and all
--- of them at the end of the step); a stage blocks only in the receive of what it needs next,
--- so a schedule that pp_schedule.simulate completes cannot deadlock. Tags keep activations
--- and gradients apart (both travel from the last rank to the first with interleaving):
--- 1 + 2 vs for the activation into virtual stage vs, 2 + 2 vs for the gradient into it.
+-- The transfers follow lutra.dist.pp_program: for gpipe and 1f1b, g:p2p batches that pair
+-- a send with the next receive (deadlock-free under NCCL's rules too: simulated there);
+-- with interleaving, every transfer alone under its own tag (activations and gradients
+-- may share a direction: 1 + 2 vs for the activation into virtual stage vs, 2 + 2 vs for
+-- the gradient into it), sends never waited for until their tensor is freed, which MPI
+-- needs only (pp_schedule.simulate). A stage blocks only in the receives it needs next.
 -- Each micro-batch's activations are freed as soon as its backward ran.
 local errors = require "lutra.errors"
 local create = require "lutra.create"
 local grad = require "lutra.nn.grad"
 local spec = require "lutra.dist.spec"
+local program = require "lutra.dist.pp_program"
 local ops = require "lutra.ops"
 
 local raise = errors.raise
@@ -21,42 +23,8 @@ local M = {}
 -- Hooks for tests: M.trace(stage, action) is called before each action runs.
 M.trace = nil
 
-local function act_tag(vs) return 1 + 2 * vs end
-local function grad_tag(vs) return 2 + 2 * vs end
-
 local function free(t)
   if t ~= nil and not t:is_freed() then t:free() end
-end
-
--- Posts t to pipeline rank peer; returns a Handle, or nil when already done. A send to
--- this rank itself (interleaving on one rank) goes through a local queue.
-local function send(c, t, peer, tag)
-  if peer == c.s then
-    local q = c.local_queue[tag] or {}
-    c.local_queue[tag] = q
-    q[#q + 1] = grad.no_grad(function() return t:clone() end)
-    return nil
-  end
-  local h = c.g:send(t, peer, {tag = tag, async = true})
-  if (type(h) == "table" or type(h) == "cdata") and type(h.wait) == "function" then return h end
-  return nil -- a blocking send: done
-end
-
--- Receives into t from pipeline rank peer.
-local function recv(c, t, peer, tag)
-  if peer == c.s then
-    local q = c.local_queue[tag]
-    local src = q and table.remove(q, 1)
-    if src == nil then raise("pp: nothing was sent to this rank under tag " .. tag .. " (schedule order)") end
-    grad.no_grad(function() t:copy_(src) end)
-    free(src)
-    return
-  end
-  c.g:recv(t, peer, {tag = tag})
-end
-
-local function wait(h)
-  if h ~= nil then h:wait() end
 end
 
 -- The activation shape of batch b: (B, T, C), (B, T / tp, C) under sequence parallelism.
@@ -87,45 +55,111 @@ local function check_activation(st, y, b, vs)
   return y
 end
 
--- The context of one run: where each virtual stage sits, what is pending.
+-- The context of one run: this rank's place, the tensors in flight, what is pending.
+--   inbox[key]   a received activation or gradient (or one handed over locally)
+--   outbox[key]  {t =, rec =, free =}: computed, to be posted with a later batch
 local function context(st)
   local P, s, v = st.size, st.stage, st.virtual_stages
-  return {st = st, g = st.group, P = P, s = s, V = P * v, pending = {}, local_queue = {}}
+  return {st = st, g = st.group, P = P, s = s, V = P * v, pending = {}, inbox = {}, outbox = {},
+          tagged = st.schedule == "interleaved"}
 end
 
 local function vs_of(c, k) return (k - 1) * c.P + c.s end
-local function rank_of(c, vs) return vs % c.P end
 
--- Forward of micro-batch i through local chunk k. Returns the record {input =, output =,
--- loss =, send =} kept until the backward.
-local function forward(c, k, i, b, train)
-  local st, vs = c.st, vs_of(c, k)
+local function tag_of(op) return (op.what == "act" and 1 or 2) + 2 * op.vs end
+
+local function wait_all(h)
+  if h == nil then return end
+  if h.wait then return h:wait() end
+  for _, x in ipairs(h) do x:wait() end
+end
+
+-- Posts one batch of transfers (pp_program's comm step). Tagged (interleaved): each one
+-- alone, under its own tag (activations and gradients may share a direction); else one
+-- g:p2p batch (NCCL groups it). With wait, returns once all are done.
+local function post(c, ops, wait, batches)
+  local items, frees, recs = {}, {}, {}
+  for i, op in ipairs(ops) do
+    local t
+    if op.dir == "recv" then
+      t = buffer(c.st, batches[op.micro])
+      c.inbox[op.key] = t
+    else
+      local e = c.outbox[op.key]
+      if e == nil then raise("pp: " .. op.key .. " is sent before it was computed (schedule order)") end
+      c.outbox[op.key] = nil
+      t = e.t
+      if e.free then frees[#frees + 1] = t else recs[#recs + 1] = e.rec end
+    end
+    items[i] = {op.dir, t, op.peer}
+  end
+  local h
+  if c.tagged then
+    h = {}
+    for i, item in ipairs(items) do
+      local o = {tag = tag_of(ops[i]), async = true}
+      if item[1] == "send" then
+        h[#h + 1] = c.g:send(item[2], item[3], o)
+      else
+        h[#h + 1] = c.g:recv(item[2], item[3], o)
+      end
+    end
+  else
+    h = c.g:p2p(items)
+  end
+  if wait then
+    wait_all(h)
+    for _, t in ipairs(frees) do free(t) end
+  else
+    c.pending[#c.pending + 1] = {h, frees}
+    for _, rec in ipairs(recs) do rec.send = h end -- its output is freed once h is done
+  end
+end
+
+-- A transfer between two chunks of this rank: a copy, straight into the inbox.
+local function hand_over(c, op)
+  local e = c.outbox[op.key]
+  c.outbox[op.key] = nil
+  c.inbox[op.key] = grad.no_grad(function() return e.t:clone() end)
+  if e.free then free(e.t) end
+end
+
+local function take(c, op)
+  local t = c.inbox[op.key]
+  if t == nil then raise("pp: " .. op.key .. " was not received (schedule order)") end
+  c.inbox[op.key] = nil
+  return t
+end
+
+-- Forward of action a (micro-batch b through local chunk a.chunk). Returns the record
+-- {input =, output =, loss =, send =} kept until the backward.
+local function forward(c, a, recv, send, b, train)
+  local st, vs = c.st, vs_of(c, a.chunk)
   local rec = {}
   local x
   if vs == 0 then
     x = st.model:embed(b.x or b[1], b.positions)
   else
-    x = buffer(st, b)
-    recv(c, x, rank_of(c, vs - 1), act_tag(vs))
+    x = take(c, recv)
     if train then x:requires_grad_(true) end
     rec.input = x
   end
   local packed = (b.positions ~= nil or b.segments ~= nil) and {positions = b.positions, segments = b.segments} or nil
-  local y = st.model:run_chunk(k, x, packed)
+  local y = st.model:run_chunk(a.chunk, x, packed)
   if vs == c.V - 1 then
     rec.output = st.model:head(y, b.y or b[2])
     rec.loss = rec.output:item()
   else
     y = check_activation(st, y, b, vs)
     rec.output = y
-    rec.send = send(c, y, rank_of(c, vs + 1), act_tag(vs + 1))
+    c.outbox[send.key] = {t = y, rec = rec}
   end
   return rec
 end
 
--- Backward of micro-batch i through local chunk k (rec from its forward).
-local function backward(c, k, rec, b, scale)
-  local vs = vs_of(c, k)
+-- Backward of action a, rec from its forward.
+local function backward(c, a, recv, send, rec, scale)
+  local vs = vs_of(c, a.chunk)
   if vs == c.V - 1 then
     local loss = rec.output
     if scale ~= 1 then
@@ -136,9 +170,8 @@ local function backward(c, k, rec, b, scale)
       loss:backward()
     end
   else
-    local gy = buffer(c.st, b)
-    recv(c, gy, rank_of(c, vs + 1), grad_tag(vs))
-    wait(rec.send)
+    local gy = take(c, recv)
+    wait_all(rec.send)
     -- (a stage whose parameters are all frozen, with no input that requires grad: nothing to do)
     if rec.output.requires_grad then rec.output:backward(gy) end
     free(gy)
@@ -147,21 +180,16 @@ local function backward(c, k, rec, b, scale)
   if rec.input ~= nil then
     local gx = rec.input.grad
     if gx == nil then raise(string.format("pp: virtual stage %d: the input activation got no gradient", vs)) end
-    local h = send(c, gx, rank_of(c, vs - 1), grad_tag(vs - 1))
     rec.input.grad = nil
     free(rec.input)
-    if h then
-      c.pending[#c.pending + 1] = {h, gx}
-    else
-      free(gx)
-    end
+    c.outbox[send.key] = {t = gx, free = true}
   end
 end
 
 local function finish(c)
   for _, p in ipairs(c.pending) do
-    wait(p[1])
-    free(p[2])
+    wait_all(p[1])
+    for _, t in ipairs(p[2]) do free(t) end
   end
   c.pending = {}
 end
@@ -176,38 +204,50 @@ local function share_loss(c, sum)
   return v
 end
 
-function M.train(st, actions, batches, scale)
+-- Runs the actions' program (lutra.dist.pp_program). Returns the sum of the losses.
+local function run(st, actions, batches, scale, train)
   local c = context(st)
+  local steps = program.program(actions, c.P, c.s, st.virtual_stages, not c.tagged)
   local recs, sum = {}, 0
   for k = 1, st.virtual_stages do recs[k] = {} end
-  for _, a in ipairs(actions) do
-    if M.trace then M.trace(st, a) end
-    local b = batches[a.micro]
-    if type(b) ~= "table" then raise("pp.train_step: micro-batch " .. a.micro .. " is not a table {x =, y =}") end
-    if a.op == "F" then
-      local rec = forward(c, a.chunk, a.micro, b, true)
-      if rec.loss then sum = sum + rec.loss end
-      recs[a.chunk][a.micro] = rec
+  for _, step in ipairs(steps) do
+    if step.comm then
+      post(c, step.comm, step.wait, batches)
+    elseif step.local_send then
+      hand_over(c, step.local_send)
     else
-      backward(c, a.chunk, recs[a.chunk][a.micro], b, scale)
-      recs[a.chunk][a.micro] = nil
+      local a = step.action
+      if M.trace then M.trace(st, a) end
+      local b = batches[a.micro]
+      if type(b) ~= "table" then raise("pp.train_step: micro-batch " .. a.micro .. " is not a table {x =, y =}") end
+      local recv, send = program.transfers(a, c.P, c.s, st.virtual_stages)
+      if a.op == "F" then
+        local rec = forward(c, a, recv, send, b, train)
+        if rec.loss then sum = sum + rec.loss end
+        if train then
+          recs[a.chunk][a.micro] = rec
+        else
+          if send and c.outbox[send.key] then c.outbox[send.key].free = true end -- freed once sent
+          if vs_of(c, a.chunk) == c.V - 1 then free(rec.output) end
+          free(rec.input)
+        end
+      else
+        backward(c, a, recv, send, recs[a.chunk][a.micro], scale)
+        recs[a.chunk][a.micro] = nil
+      end
     end
   end
   finish(c)
   return share_loss(c, sum)
 end
 
+function M.train(st, actions, batches, scale) return run(st, actions, batches, scale, true) end
+
 -- Forward only (grad mode off): batch through every local chunk in virtual stage order.
 function M.forward_only(st, batch)
-  local c = context(st)
-  local loss = 0
-  for k = 1, st.virtual_stages do
-    local rec = forward(c, k, 1, batch, false)
-    if rec.loss then loss = rec.loss end
-    if rec.send then c.pending[#c.pending + 1] = {rec.send, rec.output} else free(rec.output) end
-  end
-  finish(c)
-  return share_loss(c, loss)
+  local actions = {}
+  for k = 1, st.virtual_stages do actions[k] = {op = "F", micro = 1, chunk = k} end
+  return run(st, actions, {batch}, 1, false)
 end
 
 function M.clip_grad_norm(st, max_norm, groups)

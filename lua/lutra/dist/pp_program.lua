@@ -1,0 +1,159 @@
+-- lutra.dist.pp_program — the communication of one pipeline stage around its schedule:
+-- which activation or gradient each action receives before it runs and sends after, and
+-- how those transfers are grouped into p2p batches (g:p2p), as Megatron-LM does:
+--
+--   a send is posted together with the next action's receive as one batch (1F1B's
+--   steady state: "send the activation, receive the gradient", then "send the gradient,
+--   receive the next activation"); a send whose next action receives nothing is posted
+--   alone, at once. A batch holding a receive is waited for before the action runs.
+--
+-- With NCCL (no tags, a communicator's operations run in stream order, a send completes
+-- only when its receive is posted), separately posted sends and receives can wait on each
+-- other in a cycle; these batches cannot, which simulate() checks under exactly those
+-- rules for a schedule: each rank's batches complete in posting order, an operation only
+-- with the matching one in the peer's oldest pending batch.
+--
+--   local steps = program(actions, P, s, v)  -- {{comm = {op, ...}, wait = bool} | {action = a}, ...}
+--   op = {dir = "send" | "recv", what = "act" | "grad", vs =, micro =, peer =, key =}
+-- vs: the virtual stage the message goes into; peer: the pipeline rank at the other end
+-- (== s for a chunk boundary on this rank itself: such messages stay local, never batched).
+local errors = require "lutra.errors"
+local S = require "lutra.dist.pp_schedule"
+
+local raise = errors.raise
+
+local M = {}
+
+local function op(dir, what, vs, micro, peer)
+  return {dir = dir, what = what, vs = vs, micro = micro, peer = peer, key = what .. vs .. ":" .. micro}
+end
+
+-- The receive before action a and the send after it, on stage s (nil where none).
+function M.transfers(a, P, s, v)
+  local V, vs = P * v, (a.chunk - 1) * P + s
+  local recv, send
+  if a.op == "F" then
+    if vs > 0 then recv = op("recv", "act", vs, a.micro, (vs - 1) % P) end
+    if vs < V - 1 then send = op("send", "act", vs + 1, a.micro, (vs + 1) % P) end
+  else
+    if vs < V - 1 then recv = op("recv", "grad", vs, a.micro, (vs + 1) % P) end
+    if vs > 0 then send = op("send", "grad", vs - 1, a.micro, (vs - 1) % P) end
+  end
+  return recv, send
+end
+
+-- paired = false: every transfer alone (a receive waited for, a send posted at once), for
+-- transports that match by tag and never block a send (MPI): interleaving needs that.
+function M.program(actions, P, s, v, paired)
+  if paired == nil then paired = true end
+  local steps, deferred = {}, nil
+  local function remote(o) return o ~= nil and o.peer ~= s end
+  for j, a in ipairs(actions) do
+    local recv = M.transfers(a, P, s, v)
+    local ops = {}
+    if deferred then ops[#ops + 1], deferred = deferred, nil end
+    if remote(recv) then ops[#ops + 1] = recv end
+    if #ops > 0 then steps[#steps + 1] = {comm = ops, wait = remote(recv)} end
+    steps[#steps + 1] = {action = a, recv = recv}
+    local _, send = M.transfers(a, P, s, v)
+    if send and not remote(send) then
+      steps[#steps + 1] = {local_send = send}
+    elseif send then
+      local next_recv = actions[j + 1] and M.transfers(actions[j + 1], P, s, v)
+      if paired and remote(next_recv) then
+        deferred = send
+      else
+        steps[#steps + 1] = {comm = {send}, wait = false}
+      end
+    end
+  end
+  return steps
+end
+
+-- Runs every stage's program against the others under NCCL's rules (see the top); errors
+-- on a deadlock (naming where each stage waits) or on a mismatched pair.
+function M.simulate(kind, P, m, v, paired)
+  v = S.check(kind, P, 0, m, v, "pp_program.simulate")
+  local progs, pc, queue, blocked, local_box = {}, {}, {}, {}, {}
+  for s = 0, P - 1 do
+    progs[s] = M.program(S.actions(kind, P, s, m, v), P, s, v, paired)
+    pc[s], queue[s], local_box[s] = 1, {}, {}
+  end
+  local function head_has(s, dir, key)
+    local g = queue[s][1]
+    if not g then return nil end
+    for _, o in ipairs(g.ops) do
+      if not o.done and o.dir == dir and o.key == key then return o end
+    end
+  end
+  while true do
+    local moved = false
+    -- hosts: run until a batch with a receive is pending or a local receive has no data
+    for s = 0, P - 1 do
+      while true do
+        if blocked[s] then
+          if not blocked[s].complete then break end
+          blocked[s] = nil
+        end
+        local st = progs[s][pc[s]]
+        if st == nil then break end
+        if st.comm then
+          local g = {ops = {}, complete = false}
+          for i, o in ipairs(st.comm) do g.ops[i] = {dir = o.dir, key = o.key, peer = o.peer} end
+          queue[s][#queue[s] + 1] = g
+          if st.wait then blocked[s] = g end
+        elseif st.local_send then
+          local_box[s][st.local_send.key] = true
+        elseif st.action and st.recv and st.recv.peer == s then
+          if not local_box[s][st.recv.key] then break end
+        end
+        pc[s] = pc[s] + 1
+        moved = true
+      end
+    end
+    -- streams: match operations in the oldest pending batches
+    for s = 0, P - 1 do
+      local g = queue[s][1]
+      if g then
+        for _, o in ipairs(g.ops) do
+          if not o.done then
+            local other = head_has(o.peer, o.dir == "send" and "recv" or "send", o.key)
+            if other then
+              o.done, other.done, moved = true, true, true
+            end
+          end
+        end
+      end
+    end
+    for s = 0, P - 1 do
+      local g = queue[s][1]
+      while g do
+        for _, o in ipairs(g.ops) do
+          if not o.done then g = nil break end
+        end
+        if not g then break end
+        g.complete = true
+        table.remove(queue[s], 1)
+        moved = true
+        g = queue[s][1]
+      end
+    end
+    if not moved then break end
+  end
+  local stuck = {}
+  for s = 0, P - 1 do
+    if progs[s][pc[s]] ~= nil or #queue[s] > 0 then
+      local g = queue[s][1]
+      local what = {}
+      for _, o in ipairs(g and g.ops or {}) do
+        if not o.done then what[#what + 1] = o.dir .. " " .. o.key .. " with " .. o.peer end
+      end
+      stuck[#stuck + 1] = string.format("stage %d at step %d/%d waiting on {%s}", s, pc[s], #progs[s],
+        table.concat(what, ", "))
+    end
+  end
+  if #stuck > 0 then raise("pp_program.simulate: deadlock: " .. table.concat(stuck, "; ")) end
+  return true
+end
+
+return M
