@@ -221,6 +221,29 @@ end)
 -- Bytes per rank at each stage, measured after finish() of a second step (the optimizer
 -- state exists). Expected: stage 1 cuts optimizer state to 1/n, stage 2 grads too, stage
 -- 3 params too (rows divide evenly here: exact).
+for _, stage in ipairs {2, 3} do
+  test(string.format("zero %d overlap: reduce-scatters are launched while backward still runs", stage), function()
+    local model = E.build("gpt2")
+    local z = zero.new(model, g, {stage = stage, bucket_mb = 0.01, optimizer = E.adamw, trace = true})
+    local b = batches[1]
+    for _ = 1, 2 do
+      z.trace = {}
+      lt.tidy(function()
+        z:zero_grad()
+        local _, loss = model(E.local_rows(b.x, g), E.local_rows(b.y, g))
+        loss:backward()
+        z:finish()
+      end)
+    end
+    local first_launch, last_grad = nil, nil
+    for i, ev in ipairs(z.trace) do
+      if ev:match("^launch") then first_launch = first_launch or i end
+      if ev:match("^grad") then last_grad = i end
+    end
+    assert(first_launch and first_launch < last_grad, "no launch before the last gradient: " .. table.concat(z.trace, ", "))
+  end)
+end
+
 test("zero 3: the next unit's all-gather is launched before it runs (prefetch), in both directions", function()
   local model = E.build("gpt2")
   local z = zero.new(model, g, {stage = 3, optimizer = E.adamw, trace = true})
