@@ -137,7 +137,9 @@ local function decode_number(s, pos)
   if f1 then e = f2 elseif byte(s, e + 1) == 46 then fail(s, e + 1, "digit expected after '.'") end
   local x1, x2 = find(s, "^[eE][-+]?%d+", e + 1)
   if x1 then e = x2 elseif find(s, "^[eE]", e + 1) then fail(s, e + 1, "digits expected in exponent") end
-  return tonumber(sub(s, pos, e)), e + 1
+  local x = tonumber(sub(s, pos, e))
+  if x == nil or x == huge or x == -huge then fail(s, pos, "number " .. sub(s, pos, e) .. " is out of range") end
+  return x, e + 1
 end
 
 local function decode_array(s, pos, depth)

@@ -135,6 +135,8 @@ test("decode errors name the problem, line and column", function()
     {"NaN", "unexpected 'N'"},
     {"[1] [2]", "extra data after the value: '['"},
     {"\1", "unexpected byte 0x01"},
+    {"[1, -2e400]", "number -2e400 is out of range at line 1 column 5"},
+    {"206E80395191432666", "number 206E80395191432666 is out of range"},
   }
   for _, c in ipairs(cases) do
     local msg = fails("json: " .. c[2], json.decode, c[1])
@@ -222,6 +224,38 @@ test("round trips of random values (compact and indented)", function()
     equal(json.encode(json.decode(s)), s) -- decoding keeps what encoding needs (empty arrays stay arrays)
     equal(json.decode(json.encode(v, {indent = 1})), v)
   end
+end)
+
+test("mutated JSON: every outcome is a value or a json: error, never a Lua error", function()
+  T.seed(17)
+  local alphabet = '{}[]",:\\u0123456789abcdefEnrtl.-+ \n\t\0\255'
+  local n_ok, n_err = 0, 0
+  for _ = 1, 3000 do
+    local s = json.encode(random_value(0))
+    for _ = 1, T.randint(1, 4) do
+      local i = T.randint(1, #s + 1)
+      local r = T.uniform()
+      local k = T.randint(1, #alphabet + 1)
+      local c = alphabet:sub(k, k)
+      if r < 0.4 then
+        s = s:sub(1, i - 1) .. c .. s:sub(i + 1) -- replace
+      elseif r < 0.7 then
+        s = s:sub(1, i - 1) .. c .. s:sub(i) -- insert
+      else
+        s = s:sub(1, i - 1) .. s:sub(i + 1) -- delete
+      end
+    end
+    local ok, err = pcall(json.decode, s)
+    if ok then
+      n_ok = n_ok + 1
+      equal(json.decode(json.encode(err)), err, string.format("%q", s)) -- what decodes re-encodes to the same value
+    else
+      n_err = n_err + 1
+      assert(tostring(err):find("json: ", 1, true) and tostring(err):find(" at line %d+ column %d+"),
+        "not a clean json error for " .. string.format("%q", s) .. ": " .. tostring(err))
+    end
+  end
+  assert(n_ok > 100 and n_err > 100, n_ok .. " decoded, " .. n_err .. " rejected")
 end)
 
 test("JSONL: line numbers, blank lines, a bad line names the file and line", function()
