@@ -5,7 +5,7 @@
 # failing frame (reads its local, the terminal lent by the launcher) while the other rank is
 # held past its collective timeout, and leaving it ends the job non-zero; lutra.debug{rank = 1}
 # stops rank 1 in a REPL (reads and assigns locals, reads a shard's global shape) while rank 0
-# waits past the timeout, then both go on.
+# waits past the timeout, then both go on; the same on a terminal (pty), with the rank in the prompt.
 # usage (from the repo root): bash tests/dist/test_launch.sh LUTRA MPIRUN
 LUTRA=$(realpath "${1:?usage: test_launch.sh LUTRA MPIRUN}")
 MPIRUN=${2:?usage: test_launch.sh LUTRA MPIRUN}
@@ -85,6 +85,33 @@ expect_grep "debug: the assignment reaches the script" "^after debug: rank 1 sec
 expect_grep "debug: rank 0 went on after waiting" "^after debug: rank 0 secret 10$" out
 expect_nogrep "debug: no watchdog abort" "has not completed after" err
 expect_eq "debug: one REPL" "$(grep -c 'lutra.debug on rank' "$T/err")" "1"
+
+# ---- on a terminal: the REPL's prompt names the rank; Ctrl-D continues or ends the job ----------
+if command -v python3 >/dev/null; then
+  out=$(LUTRA_COMM_TIMEOUT=2 timeout 120 python3 - "$LUTRA" "$S" <<'PY' 2>&1
+import sys, time
+sys.path.insert(0, "tests/cli")
+from pty_drive import Session, check, summary
+lutra, scripts = sys.argv[1], sys.argv[2]
+s = Session([lutra, "launch", "-n", "2", "--repl-on-error", scripts + "/launch_fail.lua"], timeout=40)
+check("tty repl-on-error: prompt with the rank", s.expect(r"debug\[rank 1\]> ") is not None)
+time.sleep(3)  # past rank 0's timeout: held
+s.send("rank_var\n")
+check("tty repl-on-error: reads the local", s.expect(r"rank_var of rank 1") is not None)
+s.eof()
+check("tty repl-on-error: Ctrl-D ends the job, non-zero", s.wait() not in (0, None))
+s = Session([lutra, "launch", "-n", "2", scripts + "/launch_debug.lua"], timeout=40)
+check("tty debug: prompt with the rank", s.expect(r"debug\[rank 1\]> ") is not None)
+s.send("secret = 5\n")
+s.expect(r"debug\[rank 1\]> ")
+s.eof()
+check("tty debug: Ctrl-D continues all", s.expect(r"after debug: rank 1 secret 5") is not None)
+check("tty debug: the job ends well", s.wait() == 0)
+summary()
+PY
+)
+  if printf '%s\n' "$out" | grep -q '^6 passed, 0 failed$'; then ok; else bad "on a terminal: $out"; fi
+fi
 
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -45,7 +45,7 @@ pcall(ffi.cdef, "extern void *stdin;")
 
 local O_RDONLY, O_WRONLY, O_CREAT, O_EXCL, O_NONBLOCK = 0, 1, 0x40, 0x80, 0x800
 local F_GETFL, F_SETFL = 3, 4
-local POLLIN, POLLHUP = 1, 0x10
+local POLLIN, POLLERR, POLLHUP, POLLNVAL = 1, 0x8, 0x10, 0x20
 local EINTR, EAGAIN = 4, 11
 local WNOHANG = 1
 local SIGINT, SIGPIPE = 2, 13
@@ -175,6 +175,8 @@ function M.run(argv, dir)
     cargv[i - 1] = keep[i]
   end
   cargv[#argv] = nil
+  -- a closed stdin (`<&-`) would let the next open() take fd 0: give it /dev/null
+  if ffi.C.fcntl(0, F_GETFL) < 0 then ffi.C.open("/dev/null", O_RDONLY) end
   local old_int = ffi.C.signal(SIGINT, SIG_IGN)
   local old_pipe = ffi.C.signal(SIGPIPE, SIG_IGN)
   local pid = ffi.new("int[1]")
@@ -217,7 +219,7 @@ function M.run(argv, dir)
     if out >= 0 then
       pfd[0].fd, pfd[0].events, pfd[0].revents = 0, POLLIN, 0
       local ready = ffi.C.poll(pfd, 1, 100)
-      if ready > 0 and bit.band(pfd[0].revents, bit.bor(POLLIN, POLLHUP)) ~= 0 then
+      if ready > 0 and bit.band(pfd[0].revents, bit.bor(POLLIN, POLLERR, POLLHUP, POLLNVAL)) ~= 0 then
         local n = ffi.C.read(0, buf, 4096)
         if n > 0 then
           if not write_all(out, buf, n) then
