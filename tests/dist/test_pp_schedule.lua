@@ -103,15 +103,32 @@ test("1f1b transfers: each send paired with the next receive (Megatron's batches
     "[r:act1:1] F1 B1 [s:grad0:1,r:act1:2] F2 B2 [s:grad0:2,r:act1:3] F3 B3 [s:grad0:3 ~]")
 end)
 
-test("gpipe and 1f1b batches complete under NCCL's rules (in-order streams, rendezvous sends)", function()
+test("every schedule's batches complete under NCCL's rules (in-order streams, rendezvous sends, no tags)", function()
   for _, kind in ipairs{"gpipe", "1f1b"} do
     for P = 1, 6 do
       for m = 1, 9 do Pg.simulate(kind, P, m) end
+      Pg.simulate(kind, P, 1, 1, {eval = true})
     end
   end
-  -- the check bites: unpaired transfers wait on each other in a cycle there
-  testing.assert_error("deadlock", Pg.simulate, "1f1b", 2, 4, nil, false)
-  testing.assert_error("deadlock", Pg.simulate, "1f1b", 4, 8, nil, false)
+  for P = 1, 5 do
+    for v = 1, 4 do
+      for k = 1, 3 do Pg.simulate("interleaved", P, k * P, v) end
+      Pg.simulate("interleaved", P, P, v, {eval = true})
+    end
+  end
+  -- the check bites: transfers posted one by one wait on each other in a cycle there, and
+  -- interleaving's steps do not fit the 1f1b pairing
+  testing.assert_error("deadlock", Pg.simulate, "1f1b", 2, 4, nil, {paired = false})
+  testing.assert_error("deadlock", Pg.simulate, "1f1b", 4, 8, nil, {paired = false})
+  testing.assert_error("deadlock", Pg.simulate, "interleaved", 2, 4, 2, {paired = true})
+end)
+
+test("interleaved transfers: a step's sends with the next step's receives", function()
+  testing.assert_equal(show_program(Pg.program(S.actions("interleaved", 2, 1, 2, 2), 2, 1, 2, "stepped")),
+    -- (stage 1 of 2, m = P: every forward first; chunk 2 is the last virtual stage: no receive
+    -- before its backwards, whose gradients go to rank 0's chunk 2)
+    "[r:act1:1] F1 [s:act2:1,r:act1:2] F2 [s:act2:2,r:act3:1] F1 [r:act3:2] F2 B1 [s:grad2:1 ~] "
+      .. "B2 [s:grad2:2,r:grad1:1] B1 [s:grad0:1,r:grad1:2] B2 [s:grad0:2 ~]")
 end)
 
 -- ---- in-process pipelines --------------------------------------------------------------------

@@ -2,18 +2,18 @@
 -- on this rank: forwards and backwards of the stage's chunks, activations (B, T, C) sent to
 -- the next stage and their gradients back to the previous one.
 --
--- The transfers follow lutra.dist.pp_program: for gpipe and 1f1b, g:p2p batches that pair
--- a send with the next receive (deadlock-free under NCCL's rules too: simulated there);
--- with interleaving, every transfer alone under its own tag (activations and gradients
--- may share a direction: 1 + 2 vs for the activation into virtual stage vs, 2 + 2 vs for
--- the gradient into it), sends never waited for until their tensor is freed, which MPI
--- needs only (pp_schedule.simulate). A stage blocks only in the receives it needs next.
+-- The transfers follow lutra.dist.pp_program: g:p2p batches as Megatron-LM forms them (a
+-- send with the next receive; with interleaving, a step's sends with the next step's
+-- receives), which complete under NCCL's rules too (no tags, in-order streams: simulated
+-- there). A batch with a receive is waited for before the action that needs it; a send
+-- posted alone is waited for before its tensor is freed (at the latest, at the step's end).
 -- Each micro-batch's activations are freed as soon as its backward ran.
 local errors = require "lutra.errors"
 local create = require "lutra.create"
 local grad = require "lutra.nn.grad"
 local spec = require "lutra.dist.spec"
 local program = require "lutra.dist.pp_program"
+local schedule = require "lutra.dist.pp_schedule"
 local ops = require "lutra.ops"
 
 local raise = errors.raise
@@ -60,23 +60,17 @@ end
 --   outbox[key]  {t =, rec =, free =}: computed, to be posted with a later batch
 local function context(st)
   local P, s, v = st.size, st.stage, st.virtual_stages
-  return {st = st, g = st.group, P = P, s = s, V = P * v, pending = {}, inbox = {}, outbox = {},
-          tagged = st.schedule == "interleaved"}
+  return {st = st, g = st.group, P = P, s = s, V = P * v, pending = {}, inbox = {}, outbox = {}}
 end
 
 local function vs_of(c, k) return (k - 1) * c.P + c.s end
 
-local function tag_of(op) return (op.what == "act" and 1 or 2) + 2 * op.vs end
-
 local function wait_all(h)
-  if h == nil then return end
-  if h.wait then return h:wait() end
-  for _, x in ipairs(h) do x:wait() end
+  if h ~= nil then h:wait() end
 end
 
--- Posts one batch of transfers (pp_program's comm step). Tagged (interleaved): each one
--- alone, under its own tag (activations and gradients may share a direction); else one
--- g:p2p batch (NCCL groups it). With wait, returns once all are done.
+-- Posts one batch of transfers (pp_program's comm step) as one g:p2p (NCCL groups it);
+-- with wait, returns once all are done.
 local function post(c, ops, wait, batches)
   local items, frees, recs = {}, {}, {}
   for i, op in ipairs(ops) do
@@ -93,20 +87,7 @@ local function post(c, ops, wait, batches)
     end
     items[i] = {op.dir, t, op.peer}
   end
-  local h
-  if c.tagged then
-    h = {}
-    for i, item in ipairs(items) do
-      local o = {tag = tag_of(ops[i]), async = true}
-      if item[1] == "send" then
-        h[#h + 1] = c.g:send(item[2], item[3], o)
-      else
-        h[#h + 1] = c.g:recv(item[2], item[3], o)
-      end
-    end
-  else
-    h = c.g:p2p(items)
-  end
+  local h = c.g:p2p(items)
   if wait then
     wait_all(h)
     for _, t in ipairs(frees) do free(t) end
@@ -207,7 +188,7 @@ end
 -- Runs the actions' program (lutra.dist.pp_program). Returns the sum of the losses.
 local function run(st, actions, batches, scale, train)
   local c = context(st)
-  local steps = program.program(actions, c.P, c.s, st.virtual_stages, not c.tagged)
+  local steps = program.program(actions, c.P, c.s, st.virtual_stages, program.mode(st.schedule))
   local recs, sum = {}, 0
   for k = 1, st.virtual_stages do recs[k] = {} end
   for _, step in ipairs(steps) do
@@ -245,9 +226,7 @@ function M.train(st, actions, batches, scale) return run(st, actions, batches, s
 
 -- Forward only (grad mode off): batch through every local chunk in virtual stage order.
 function M.forward_only(st, batch)
-  local actions = {}
-  for k = 1, st.virtual_stages do actions[k] = {op = "F", micro = 1, chunk = k} end
-  return run(st, actions, {batch}, 1, false)
+  return run(st, schedule.eval_actions(st.virtual_stages), {batch}, 1, false)
 end
 
 function M.clip_grad_norm(st, max_norm, groups)

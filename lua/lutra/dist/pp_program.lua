@@ -11,7 +11,8 @@
 -- only when its receive is posted), separately posted sends and receives can wait on each
 -- other in a cycle; these batches cannot, which simulate() checks under exactly those
 -- rules for a schedule: each rank's batches complete in posting order, an operation only
--- with the matching one in the peer's oldest pending batch.
+-- with the matching one in the peer's oldest pending batch, in posting order between two
+-- ranks (no tags: a mismatch is an error, not a wrong tensor).
 --
 --   local steps = program(actions, P, s, v)  -- {{comm = {op, ...}, wait = bool} | {action = a}, ...}
 --   op = {dir = "send" | "recv", what = "act" | "grad", vs =, micro =, peer =, key =}
@@ -42,10 +43,58 @@ function M.transfers(a, P, s, v)
   return recv, send
 end
 
+-- Megatron's interleaved batches: the actions go in steps (a warmup forward, a steady
+-- forward + backward pair (a.paired on the backward), a cooldown backward); the sends of
+-- one step and the receives of the next form one batch, waited for before the step runs.
+local function stepped(actions, P, s, v)
+  local groups = {}
+  for _, a in ipairs(actions) do
+    if a.paired and #groups > 0 then
+      local g = groups[#groups]
+      g[#g + 1] = a
+    else
+      groups[#groups + 1] = {a}
+    end
+  end
+  local function remote(o) return o ~= nil and o.peer ~= s end
+  local function recvs_of(g)
+    local list = {}
+    for _, a in ipairs(g) do
+      local recv = M.transfers(a, P, s, v)
+      if remote(recv) then list[#list + 1] = recv end
+    end
+    return list
+  end
+  local steps, sends = {}, {}
+  for j, g in ipairs(groups) do
+    local ops = sends
+    local recvs = recvs_of(g)
+    for _, r in ipairs(recvs) do ops[#ops + 1] = r end
+    if #ops > 0 then steps[#steps + 1] = {comm = ops, wait = #recvs > 0} end
+    sends = {}
+    for _, a in ipairs(g) do
+      local recv, send = M.transfers(a, P, s, v)
+      steps[#steps + 1] = {action = a, recv = recv}
+      if send and not remote(send) then
+        steps[#steps + 1] = {local_send = send}
+      elseif send then
+        sends[#sends + 1] = send
+      end
+    end
+    if #sends > 0 and (groups[j + 1] == nil or #recvs_of(groups[j + 1]) == 0) then
+      steps[#steps + 1] = {comm = sends, wait = false}
+      sends = {}
+    end
+  end
+  return steps
+end
+
+-- paired = "stepped": Megatron's interleaved batches (above).
 -- paired = false: every transfer alone (a receive waited for, a send posted at once), for
 -- transports that match by tag and never block a send (MPI): interleaving needs that.
 function M.program(actions, P, s, v, paired)
   if paired == nil then paired = true end
+  if paired == "stepped" then return stepped(actions, P, s, v) end
   local steps, deferred = {}, nil
   local function remote(o) return o ~= nil and o.peer ~= s end
   for j, a in ipairs(actions) do
@@ -72,18 +121,29 @@ end
 
 -- Runs every stage's program against the others under NCCL's rules (see the top); errors
 -- on a deadlock (naming where each stage waits) or on a mismatched pair.
-function M.simulate(kind, P, m, v, paired)
+-- The batching of a schedule: Megatron's steps for interleaving, pairs otherwise.
+function M.mode(kind) return kind == "interleaved" and "stepped" or true end
+
+-- opts.eval: the forward-only program (pp_schedule.eval_actions); opts.paired: a batching
+-- other than M.mode(kind) (true, "stepped" or false).
+function M.simulate(kind, P, m, v, opts)
+  opts = opts or {}
   v = S.check(kind, P, 0, m, v, "pp_program.simulate")
+  local paired = opts.paired
+  if paired == nil then paired = M.mode(kind) end
   local progs, pc, queue, blocked, local_box = {}, {}, {}, {}, {}
   for s = 0, P - 1 do
-    progs[s] = M.program(S.actions(kind, P, s, m, v), P, s, v, paired)
+    local actions = opts.eval and S.eval_actions(v) or S.actions(kind, P, s, m, v)
+    progs[s] = M.program(actions, P, s, v, paired)
     pc[s], queue[s], local_box[s] = 1, {}, {}
   end
-  local function head_has(s, dir, key)
+  -- the first pending operation of s's oldest batch with (dir, peer): operations between
+  -- one pair of ranks match in posting order (NCCL, and MPI under one tag)
+  local function first(s, dir, peer)
     local g = queue[s][1]
     if not g then return nil end
     for _, o in ipairs(g.ops) do
-      if not o.done and o.dir == dir and o.key == key then return o end
+      if not o.done and o.dir == dir and o.peer == peer then return o end
     end
   end
   while true do
@@ -116,8 +176,12 @@ function M.simulate(kind, P, m, v, paired)
       local g = queue[s][1]
       if g then
         for _, o in ipairs(g.ops) do
-          if not o.done then
-            local other = head_has(o.peer, o.dir == "send" and "recv" or "send", o.key)
+          if not o.done and first(s, o.dir, o.peer) == o then
+            local other = first(o.peer, o.dir == "send" and "recv" or "send", s)
+            if other and other.key ~= o.key then
+              raise(string.format("pp_program.simulate: stage %d's %s of %s meets stage %d's %s of %s (order)", s, o.dir,
+                o.key, o.peer, other.dir, other.key))
+            end
             if other then
               o.done, other.done, moved = true, true, true
             end

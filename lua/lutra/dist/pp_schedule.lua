@@ -71,6 +71,7 @@ local function interleaved(P, s, m, v)
     local jf = j + warmup
     list[#list + 1] = F(micro_of(jf), chunk_of(jf, true))
     list[#list + 1] = B(micro_of(j), chunk_of(j, false))
+    list[#list].paired = true -- one step with the forward before it (pp_program batches them)
   end
   for j = total - warmup, total - 1 do list[#list + 1] = B(micro_of(j), chunk_of(j, false)) end
   return list
@@ -110,6 +111,13 @@ function M.actions(kind, P, s, m, v)
   return interleaved(P, s, m, v)
 end
 
+-- Forward only (evaluation): one batch through each local chunk in order.
+function M.eval_actions(v)
+  local list = {}
+  for k = 1, v do list[k] = F(1, k) end
+  return list
+end
+
 -- "F1 F2 B1 ..." (with the chunk when v > 1: "F1.2" is micro 1 of chunk 2).
 function M.describe(list, v)
   local out = {}
@@ -119,8 +127,10 @@ function M.describe(list, v)
   return table.concat(out, " ")
 end
 
--- Runs every stage's list against the others, as the executor does (sends never block, a
--- stage waits only for the activation or gradient it needs next). Errors when no stage can
+-- Runs every stage's list against the others with unbounded buffers (sends never block, a
+-- stage waits only for the activation or gradient it needs next): the orders are
+-- consistent (pp_program.simulate checks the batched transfers under NCCL's stricter
+-- rules). Errors when no stage can
 -- move (a deadlock) or when a stage runs an action twice / misses one. Returns
 -- {order = {[s] = description}, peak = {[s] = most forwards alive at once}}.
 function M.simulate(kind, P, m, v)
