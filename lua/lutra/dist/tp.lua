@@ -235,7 +235,9 @@ function M.parallelize(model, group, opts)
   opts = opts or {}
   if type(opts) ~= "table" then raise("tp.parallelize: options must be a table, got " .. type(opts)) end
   for k in pairs(opts) do
-    if k ~= "sequence_parallel" then raise("tp.parallelize: unknown option '" .. tostring(k) .. "' (sequence_parallel)") end
+    if k ~= "sequence_parallel" then
+      raise("tp.parallelize: unknown option '" .. tostring(k) .. "' (sequence_parallel)")
+    end
   end
   local sp = opts.sequence_parallel and true or false
   local cfg = model.cfg
