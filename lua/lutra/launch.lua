@@ -121,7 +121,13 @@ end
 
 -- Full path of an executable named on PATH (or given with a slash), or nil.
 local function find_program(name, path)
-  local function executable(p) return ffi.C.access(p, 1) == 0 and read_file(p) ~= nil end
+  local function executable(p) -- executable, and a file (reading a directory fails)
+    if ffi.C.access(p, 1) ~= 0 then return false end
+    local f = io.open(p, "rb")
+    local ok = f and f:read(1) ~= nil
+    if f then f:close() end
+    return ok
+  end
   if name:find("/", 1, true) then return executable(name) and name or nil end
   for dir in (path or ""):gmatch("[^:]+") do
     if executable(dir .. "/" .. name) then return dir .. "/" .. name end
