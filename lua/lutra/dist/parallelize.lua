@@ -89,6 +89,8 @@ function Par:zero_grad()
     end
   end
   if self.optimizer then self.optimizer:zero_grad() end
+  -- stage 3 keeps a no_sync backward's full-size grads on its hidden full tensors
+  if self.zero and self.zero.zero_grad then self.zero:zero_grad() end
 end
 
 -- Forward and backward of k local batches (gradient accumulation: each loss scaled by
