@@ -44,7 +44,7 @@ pcall(ffi.cdef, "extern char **environ;")
 pcall(ffi.cdef, "extern void *stdin;")
 
 local O_RDONLY, O_WRONLY, O_CREAT, O_EXCL, O_NONBLOCK = 0, 1, 0x40, 0x80, 0x800
-local F_GETFL, F_SETFL = 3, 4
+local F_GETFD, F_GETFL, F_SETFL, FD_CLOEXEC = 1, 3, 4, 1
 local POLLIN, POLLERR, POLLHUP, POLLNVAL = 1, 0x8, 0x10, 0x20
 local EINTR, EAGAIN = 4, 11
 local WNOHANG = 1
@@ -190,7 +190,9 @@ function M.run(argv, dir)
   local buf = ffi.new("char[4096]")
   local pfd = ffi.new("struct lutra_pollfd[1]")
   local stdin_tty = ffi.C.isatty(0) == 1
-  local stdin_done = false -- a pipe or file at its end: later REPLs get end of input at once
+  -- a pipe or file at its end: later REPLs get end of input at once. A stdin marked
+  -- close-on-exec is not the user's: with stdin closed the host's own wake-up pipe took fd 0
+  local stdin_done = bit.band(ffi.C.fcntl(0, F_GETFD), FD_CLOEXEC) ~= 0
   local out = -1            -- the FIFO's write end while a REPL has the terminal
   local served = false      -- this request's input ended: wait until the rank lets go of it
   local result
