@@ -85,6 +85,22 @@ expect_eq "mpirun's status is the command's (true)" "$st" "0"
 launch -n 2 --mpirun /bin/false "$recipe"
 expect_eq "mpirun's status is the command's (false)" "$st" "1"
 
+# a GPU machine (4 GPUs and 32 CPUs mocked): one rank per GPU, the CPUs shared among them
+out=$("$LUTRA" -e '
+local launch = require "lutra.launch"
+local function cmd(words, gpus)
+  local o = assert(launch.parse(words))
+  local argv = launch.command(o, {cpus = 32, cores = 16, gpus = gpus, root = false, exe = "LUTRA", mpirun = "MPIRUN",
+                                  env = {}, dir = "/D"})
+  return table.concat(argv, " ")
+end
+print(cmd({"'"$recipe"'"}, 4))
+print(cmd({"-n", "2", "'"$recipe"'"}, 4))
+print(cmd({"'"$recipe"'"}, 0))' 2>&1)
+expect_eq "GPUs: one rank each by default; -n wins; CPU default 1" "$out" "MPIRUN -np 4 --bind-to none --stdin none -x LUTRA_CONSOLE_DIR=/D -x OMP_NUM_THREADS=8 -x OPENBLAS_NUM_THREADS=1 LUTRA $recipe
+MPIRUN -np 2 --bind-to none --stdin none -x LUTRA_CONSOLE_DIR=/D -x OMP_NUM_THREADS=16 -x OPENBLAS_NUM_THREADS=1 LUTRA $recipe
+MPIRUN -np 1 --bind-to none --stdin none -x LUTRA_CONSOLE_DIR=/D -x OMP_NUM_THREADS=32 -x OPENBLAS_NUM_THREADS=1 LUTRA $recipe"
+
 # ---- bad command lines: status 2 and a message ---------------------------------------------------
 launch -n 2
 expect_eq "no recipe: status" "$st" "2"
