@@ -28,7 +28,9 @@
 -- then data-parallel reduction of the grads (mesh.dp), the global norm (owned parameters,
 -- squares summed over mesh.pp and mesh.tp) and clipping, the optimizer step.
 -- Dropout draws per stage, so with dropout > 0 the masks differ from one process.
--- Schedules: lutra/dist/pp_schedule.lua; running them: lutra/dist/pp_exec.lua.
+-- Given a Group rather than a mesh, a model with tied embeddings makes the first-and-last
+-- stage group with comm.split: every rank of the world calls parallelize then.
+-- Schedules: lutra/dist/pp_schedule.lua; transfers: pp_program.lua; running: pp_exec.lua.
 local Module = require "lutra.nn.module"
 local errors = require "lutra.errors"
 local create = require "lutra.create"
@@ -268,8 +270,12 @@ function M.parallelize(model, where, opts)
     end
     rawset(stage, "_tp", rec)
   end
-  -- activations between stages: (B, T / tp, C) under sequence parallelism
+  -- activations between stages: (B, T / tp, C) under sequence parallelism, in the model's
+  -- dtype, on the device of this stage's parameters
   rawset(stage, "seq_div", tp_rec and tp_rec.sequence_parallel and tp_rec.group.size or 1)
+  local p1 = stage:parameters()[1]
+  rawset(stage, "act_dtype", model.cfg.dtype or (p1 and p1.dtype) or "f32")
+  rawset(stage, "act_device", p1 and p1.device or model.cfg.device or "cpu")
 
   -- free what this rank does not hold (the model is converted in place)
   for _, p in ipairs(model:parameters()) do

@@ -35,9 +35,8 @@ end
 
 -- The buffer an activation or gradient of batch b is received into.
 local function buffer(st, b)
-  local cfg = st.model.cfg
   local B, T, C = act_shape(st, b)
-  return create.empty(B, T, C, {dtype = cfg.dtype or "f32", device = cfg.device or "cpu"})
+  return create.empty(B, T, C, {dtype = st.model.act_dtype, device = st.model.act_device})
 end
 
 local function check_activation(st, y, b, vs)
@@ -46,7 +45,7 @@ local function check_activation(st, y, b, vs)
     raise(string.format("pp: virtual stage %d made an activation of shape [%s], expected (B, T, C) = [%d, %d, %d]",
       vs, table.concat(y.shape, ", "), B, T, C))
   end
-  local want = st.model.cfg.dtype or "f32"
+  local want = st.model.act_dtype
   if y.dtype ~= want then
     raise(string.format("pp: virtual stage %d made a %s activation, the next stage receives %s (the model's dtype)",
       vs, y.dtype, want))
