@@ -44,7 +44,6 @@ int lt_call_begin(lt_comm_call *c, const char *op, lt_group *g, const lt_tensor 
     LT_TRY(lt_fingerprint_check(g, op, dtype, count, t ? t->ndim : 0, t ? t->shape : NULL, peer, c->seq));
   c->slot = lt_flight_begin(op, g, c->seq, dtype, count, t ? t->ndim : 1, t ? t->shape : NULL, peer,
                             async ? LT_COMM_POSTED : LT_COMM_WAITING);
-  if (!async) lt_watch_begin(c->slot);
   return 0;
 }
 
@@ -57,7 +56,6 @@ static const char *mpi_error(int rc, char *buf) {
 #endif
 
 int lt_call_end(lt_comm_call *c, int mpi_rc) {
-  lt_watch_end();
   lt_flight_set_state(c->slot, mpi_rc == 0 ? LT_COMM_DONE : LT_COMM_FAILED);
   if (mpi_rc == 0) return 0;
 #ifdef LUTRA_HAVE_MPI
@@ -69,7 +67,6 @@ int lt_call_end(lt_comm_call *c, int mpi_rc) {
 }
 
 int lt_call_fail(lt_comm_call *c) {
-  if (!c->async) lt_watch_end();
   lt_flight_set_state(c->slot, LT_COMM_FAILED);
   return -1;
 }

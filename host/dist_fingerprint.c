@@ -63,9 +63,7 @@ int lt_fingerprint_check(lt_group *g, const char *op, int dtype, int64_t count, 
   fingerprint *all = calloc((size_t)g->size, sizeof *all);
   if (!all) return lt_errorf("%s on group %s: out of memory (fingerprints)", op, g->name);
   int64_t slot = lt_flight_begin("fingerprint", g, seq, dtype, count, ndim, shape, peer, LT_COMM_WAITING);
-  lt_watch_begin(slot);
   int rc = MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, g->comm);
-  lt_watch_end();
   lt_flight_set_state(slot, rc == MPI_SUCCESS ? LT_COMM_DONE : LT_COMM_FAILED);
   if (rc != MPI_SUCCESS) return free(all), lt_errorf("%s on group %s: fingerprint exchange failed", op, g->name);
   for (int r = 1; r < g->size; r++) {

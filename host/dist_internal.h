@@ -44,13 +44,12 @@ int lt_comm_ensure_init(const char *op);
 bool lt_comm_mpi_active(void);
 int lt_comm_check_group(const char *op, const lt_group *g);
 
-/* dist_watchdog.c: the flight recorder. begin returns the global index of the entry. */
+/* dist_watchdog.c: the flight recorder. begin returns the global index of the entry.
+ * The watchdog watches the entry in state LT_COMM_WAITING (one at a time: the wait in
+ * progress) until its state becomes DONE or FAILED. */
 int64_t lt_flight_begin(const char *op, const lt_group *g, int64_t seq, int dtype, int64_t count, int ndim,
                         const int64_t *shape, int peer, int state);
 void lt_flight_set_state(int64_t index, int state);
-/* The watchdog watches the wait between wait_begin and wait_end (one at a time). */
-void lt_watch_begin(int64_t index);
-void lt_watch_end(void);
 int lt_watchdog_start(void);
 /* Debug mode: compares the call's fingerprint across g; -1 with the mismatch message. */
 int lt_fingerprint_check(lt_group *g, const char *op, int dtype, int64_t count, int ndim, const int64_t *shape,

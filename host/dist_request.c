@@ -51,9 +51,7 @@ int lt_request_complete(lt_comm_request *r) {
     } else {
 #ifdef LUTRA_HAVE_MPI
       lt_flight_set_state(r->seq_slot, LT_COMM_WAITING);
-      lt_watch_begin(r->seq_slot);
       int mrc = MPI_Waitall(r->nreq, r->reqs, MPI_STATUSES_IGNORE);
-      lt_watch_end();
       if (mrc != MPI_SUCCESS) rc = lt_errorf("%s: MPI failed on group %s", r->op, r->group->name);
 #endif
     }

@@ -1,8 +1,8 @@
 /* dist_watchdog.c — the flight recorder (the last collectives of this rank) and the
  * watchdog thread that ends the process, with a report, when a wait lasts too long.
  *
- * The main thread records each call (begin, state changes) and marks the one wait in
- * progress (watch_begin/end); the watchdog thread wakes a few times a second and looks.
+ * The main thread records each call (begin, state changes); the entry in state "waiting"
+ * is the wait in progress, which the watchdog thread, waking a few times a second, looks at.
  * Both sides take one mutex: uncontended, it costs tens of nanoseconds per call. */
 #include "dist_internal.h"
 #include <errno.h>
@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 enum { RING = 64, REPORT_LAST = 16, WATCHDOG_EXIT = 3 };
@@ -34,6 +35,14 @@ static double timeout_s = -1;    /* < 0: not read from the environment yet */
 static int hold_depth;
 static bool watchdog_running;
 
+/* Seconds on the coarse monotonic clock (a few ms resolution, several times cheaper than
+ * lt_wall_time): two reads per call, and the watchdog counts whole seconds. */
+static double coarse_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static double timeout_locked(void) {
   if (timeout_s < 0) {
     const char *v = getenv("LUTRA_COMM_TIMEOUT");
@@ -45,7 +54,7 @@ static double timeout_locked(void) {
 int64_t lt_flight_begin(const char *op, const lt_group *g, int64_t seq, int dtype, int64_t count, int ndim,
                         const int64_t *shape, int peer, int state) {
   /* plain stores only (no formatting): this runs before every call */
-  double now = lt_wall_time();
+  double now = coarse_now();
   if (!shape || ndim < 0 || ndim > LT_MAX_DIMS) ndim = -1;
   pthread_mutex_lock(&lock);
   int64_t index = next_index++;
@@ -53,29 +62,21 @@ int64_t lt_flight_begin(const char *op, const lt_group *g, int64_t seq, int dtyp
   e->index = index, e->seq = seq, e->count = count, e->start = now, e->end = 0;
   e->dtype = dtype, e->state = state, e->peer = peer, e->ndim = ndim, e->op = op, e->group = g;
   if (ndim > 0) memcpy(e->shape, shape, (size_t)ndim * sizeof *shape);
+  if (state == LT_COMM_WAITING) watched = index, watch_since = now;
   pthread_mutex_unlock(&lock);
   return index;
 }
 
 void lt_flight_set_state(int64_t index, int state) {
+  double now = coarse_now();
   pthread_mutex_lock(&lock);
   if (index >= 0 && ring[index % RING].index == index) {
     flight_entry *r = &ring[index % RING];
     r->state = state;
-    if (state == LT_COMM_DONE || state == LT_COMM_FAILED) r->end = lt_wall_time();
+    if (state == LT_COMM_DONE || state == LT_COMM_FAILED) r->end = now;
   }
-  pthread_mutex_unlock(&lock);
-}
-
-void lt_watch_begin(int64_t index) {
-  pthread_mutex_lock(&lock);
-  watched = index, watch_since = lt_wall_time();
-  pthread_mutex_unlock(&lock);
-}
-
-void lt_watch_end(void) {
-  pthread_mutex_lock(&lock);
-  watched = -1;
+  if (state == LT_COMM_WAITING) watched = index, watch_since = now;
+  else if (watched == index) watched = -1;
   pthread_mutex_unlock(&lock);
 }
 
@@ -108,7 +109,7 @@ static void format_record(char *buf, size_t len, const lt_comm_record *r, double
 // Called with the lock held: prints the timed-out wait and the last records, then exits.
 static void report_and_exit(const lt_comm_record *w, double waited) {
   int rank = lt_comm_rank();
-  double now = lt_wall_time();
+  double now = coarse_now();
   fprintf(stderr,
           "lutra watchdog: rank %d: %s on group %s (seq %lld, %s, %s) has not completed after %.0f s "
           "(LUTRA_COMM_TIMEOUT=%g)\n",
@@ -160,7 +161,7 @@ static void *watchdog_main(void *arg) {
   for (;;) {
     usleep(200 * 1000);
     pthread_mutex_lock(&lock);
-    double limit = timeout_locked(), now = lt_wall_time();
+    double limit = timeout_locked(), now = coarse_now();
     if (watched < 0 || limit <= 0 || hold_depth > 0 || now - watch_since <= limit) {
       pthread_mutex_unlock(&lock);
       continue;
@@ -219,7 +220,7 @@ int lt_comm_hold(int hold) {
   int before = hold_depth;
   hold_depth = hold ? hold_depth + 1 : (hold_depth > 0 ? hold_depth - 1 : 0);
   int after = hold_depth;
-  if (after == 0) watch_since = lt_wall_time();
+  if (after == 0) watch_since = coarse_now();
   pthread_mutex_unlock(&lock);
   if (path && *path && before == 0 && after > 0) {
     FILE *f = fopen(path, "w");

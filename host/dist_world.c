@@ -149,10 +149,8 @@ int lt_comm_split(lt_group **out, lt_group *parent, int color, int key, const ch
 #ifdef LUTRA_HAVE_MPI
   int64_t seq = ++parent->seq;
   int64_t slot = lt_flight_begin("split", parent, seq, LT_I32, 1, 0, NULL, -1, LT_COMM_WAITING);
-  lt_watch_begin(slot);
   MPI_Comm comm = MPI_COMM_NULL;
   int rc = MPI_Comm_split(parent->comm, color < 0 ? MPI_UNDEFINED : color, key, &comm);
-  lt_watch_end();
   lt_flight_set_state(slot, rc == MPI_SUCCESS ? LT_COMM_DONE : LT_COMM_FAILED);
   if (rc != MPI_SUCCESS) return lt_errorf("comm.split: MPI_Comm_split failed on group %s", parent->name);
   if (comm == MPI_COMM_NULL) return 0;

@@ -155,9 +155,7 @@ static int finish_call(lt_comm_call *c, nccl_group *st, lt_tensor *keep0, const 
 int lt_nccl_wait(lt_comm_request *r) {
   cudaEvent_t done = (cudaEvent_t)r->nccl_event;
   lt_flight_set_state(r->seq_slot, LT_COMM_WAITING);
-  lt_watch_begin(r->seq_slot);
   cudaError_t err = cudaEventSynchronize(done);
-  lt_watch_end();
   if (err == cudaSuccess) err = cudaStreamWaitEvent(0, done, 0); /* later compute sees the result */
   cudaEventDestroy(done);
   r->nccl_event = NULL;

@@ -443,7 +443,8 @@ typedef enum lt_comm_op { LT_COMM_SUM = 0, LT_COMM_AVG, LT_COMM_MAX, LT_COMM_MIN
 typedef enum lt_comm_state { LT_COMM_POSTED = 0, LT_COMM_WAITING, LT_COMM_DONE, LT_COMM_FAILED } lt_comm_state;
 enum { LT_COMM_SEND = 0, LT_COMM_RECV = 1 }; /* kinds in lt_comm_p2p */
 
-/* One flight-recorder entry. start/end are lt_wall_time() seconds (end 0 while pending). */
+/* One flight-recorder entry. start/end: seconds on a coarse monotonic clock (ms resolution;
+ * end 0 while pending). */
 typedef struct lt_comm_record {
   int64_t seq;   /* per group, from 1 */
   int64_t count; /* elements */

@@ -188,11 +188,14 @@ local function contiguous_in(t)
   if C.lt_is_contiguous(t) ~= 0 then return t end
   return t:contiguous()
 end
+-- (the closure is made in a function of its own: a function that closes over its locals
+-- cannot be compiled by LuaJIT, and contiguous_out is on every call's path)
+local function copier(t, buf) return function() check(C.lt_copy(t, buf)) end end
 local function contiguous_out(t, copy_values)
   if C.lt_is_contiguous(t) ~= 0 then return t, nil end
   local buf = copy_values and t:contiguous() or memory.new()
   if not copy_values then check(C.lt_empty(buf, t.ndim, t.shape_, t.dtype_, t.device_)) end
-  return buf, function() check(C.lt_copy(t, buf)) end
+  return buf, copier(t, buf)
 end
 
 local function op_arg(name, g, op)
