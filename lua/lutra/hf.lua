@@ -18,6 +18,7 @@ local json = require "lutra.json"
 local models = require "lutra.models"
 local st = require "lutra.ckpt.safetensors"
 local W = require "lutra.hf_weights"
+local grad = require "lutra.nn.grad"
 
 local raise = errors.raise
 
@@ -227,33 +228,87 @@ end
 
 local INDEX = "model.safetensors.index.json"
 
--- {hf name = tensor} from dir's model.safetensors or its sharded index.
-function M.read_weights(dir)
-  if exists(dir .. "/model.safetensors") then return (st.load(dir .. "/model.safetensors")) end
+-- {hf name = file path} of dir's weights: model.safetensors, or the files its sharded index names.
+function M.weight_files(dir)
+  local single = dir .. "/model.safetensors"
+  if exists(single) then
+    local out = {}
+    for _, name in ipairs(st.read_header(single).names) do out[name] = single end
+    return out
+  end
   local index_path = dir .. "/" .. INDEX
   if not exists(index_path) then raise("hf: " .. dir .. " has neither model.safetensors nor " .. INDEX) end
   local index = json.read_file(index_path)
   if type(index) ~= "table" or type(index.weight_map) ~= "table" then
     raise("hf: " .. index_path .. ": weight_map is missing or not an object")
   end
-  local by_file, files = {}, {}
+  local out = {}
   for name, file in pairs(index.weight_map) do
     if type(file) ~= "string" or file:find("/", 1, true) or file:find("\\", 1, true) or file == ".." or file == "" then
       raise("hf: " .. index_path .. ": weight_map['" .. name .. "'] = " .. show(file) .. " is not a file name in " .. dir)
     end
-    if not by_file[file] then
-      by_file[file] = {}
-      files[#files + 1] = file
-    end
-    table.insert(by_file[file], name)
-  end
-  table.sort(files)
-  local out = {}
-  for _, file in ipairs(files) do
-    local ts = st.load(dir .. "/" .. file, {names = by_file[file]})
-    for name, t in pairs(ts) do out[name] = t end
+    out[name] = dir .. "/" .. file
   end
   return out
+end
+
+-- Opens every file once; returns {path = reader} and {hf name = header entry}. A name the
+-- index puts in a file that does not hold it is an error.
+local function open_weights(files)
+  local readers, entries = {}, {}
+  local ok, err = pcall(function()
+    for name, path in pairs(files) do
+      if not readers[path] then readers[path] = st.open(path) end
+      local e = readers[path].tensors[name]
+      if e == nil then raise("hf: " .. path .. " does not hold " .. name .. " (as " .. INDEX .. " says)") end
+      entries[name] = e
+    end
+  end)
+  if not ok then
+    for _, r in pairs(readers) do r:close() end
+    error(err, 0)
+  end
+  return readers, entries
+end
+
+-- {hf name = tensor} from dir's model.safetensors or its sharded index (CPU, stored dtypes).
+function M.read_weights(dir)
+  local files = M.weight_files(dir)
+  local readers = open_weights(files)
+  local out = {}
+  for name, path in pairs(files) do out[name] = readers[path]:load(name) end
+  for _, r in pairs(readers) do r:close() end
+  return out
+end
+
+-- Reads dir's weights into model one tensor at a time (straight into the parameter when the
+-- dtypes match and no transpose is needed), after checking every name and shape.
+function M.load_weights(model, dir)
+  local cfg = model.cfg
+  local family = M.family_of(cfg)
+  local files = M.weight_files(dir)
+  local readers, entries = open_weights(files)
+  local ok, err = pcall(function()
+    local plan = W.plan(cfg, entries, family, dir)
+    local sd = model:state_dict()
+    grad.no_grad(function()
+      for _, p in ipairs(plan) do
+        local e, key = p.entry, p.key
+        local dst, r = sd[e.lt], readers[files[key]]
+        if not e.rows and not e.t and r.tensors[key].dtype == dst.dtype and dst.device_ == -1 and dst:is_contiguous() then
+          r:load(key, dst)
+        else
+          local t = r:load(key)
+          if e.rows then dst = dst:narrow(0, e.rows[1], e.rows[2]) end
+          dst:copy_(e.t and t:t() or t)
+          t:free()
+        end
+      end
+    end)
+  end)
+  for _, r in pairs(readers) do r:close() end
+  if not ok then error(err, 0) end
+  return model
 end
 
 -- Writes {name = tensor} as model.safetensors, or as shards of at most max_shard_size bytes
@@ -311,10 +366,9 @@ function M.load_pretrained(dir, opts)
   local config_path = dir .. "/config.json"
   if not exists(config_path) then raise("hf.load_pretrained: " .. config_path .. " not found") end
   local hc = json.read_file(config_path)
-  local cfg, family = M.config_from_hf(hc, opts)
-  local sd = W.from_hf(cfg, M.read_weights(dir), family, dir)
+  local cfg = M.config_from_hf(hc, opts)
   local model = models.build(cfg)
-  model:load_state_dict(sd)
+  M.load_weights(model, dir)
   local tok
   if exists(dir .. "/tokenizer.json") then
     tok = require("lutra.tokenizer").load(dir .. "/tokenizer.json")

@@ -13,9 +13,10 @@
 --         self_attn.o_proj = attn.proj, post_attention_layernorm (ln_2),
 --         mlp.gate_proj/up_proj/down_proj = mlp.gate/up/proj, model.norm (ln_f), lm_head.
 --
---   W.to_hf(cfg, sd)            -> {hf_name = tensor} (views; transposes not yet contiguous)
---   W.from_hf(cfg, tensors, src)-> lutra state dict; every problem (missing, unexpected,
---                                  wrong shape) listed in one error naming the HF tensor
+--   W.to_hf(cfg, sd, family)    -> {hf_name = tensor} (views; transposes not yet contiguous)
+--   W.plan(cfg, shapes, family, src) -> {{entry =, key = name in the file}, ...}; every problem
+--                                  (missing, unexpected, wrong shape) in one error naming the HF tensor
+--   W.from_hf(cfg, tensors, family, src) -> lutra state dict (fused qkv concatenated)
 local errors = require "lutra.errors"
 local create = require "lutra.create"
 
@@ -119,29 +120,28 @@ local function canonical(name, family)
   return name
 end
 
-function M.from_hf(cfg, tensors, family, source)
-  local byname = {}
-  for name, t in pairs(tensors) do byname[canonical(name, family)] = t end
-  local problems, used = {}, {}
-  local parts = {} -- lutra name -> list of {start, tensor}
-  local sd = {}
+-- Checks the file's names and shapes ({name = {shape = {...}}}, tensors or read_header
+-- entries) against cfg's entries. Returns the plan, a list of {entry =, key = the name in
+-- the file}; raises listing every missing, misshapen and unexpected tensor.
+function M.plan(cfg, shapes, family, source)
+  local key_of = {}
+  for name in pairs(shapes) do key_of[canonical(name, family)] = name end
+  local problems, used, plan = {}, {}, {}
   for _, e in ipairs(M.entries(cfg, family)) do
-    local t = byname[e.hf]
+    local key = key_of[e.hf]
     used[e.hf] = true
-    if t == nil then
+    local shape = key and shapes[key].shape
+    if key == nil then
       problems[#problems + 1] = "missing " .. e.hf .. " " .. shape_str(e.shape)
-    elseif table.concat(t.shape, ",") ~= table.concat(e.shape, ",") then
-      problems[#problems + 1] = string.format("%s is %s in the file, %s from config.json", e.hf, shape_str(t.shape),
+    elseif table.concat(shape, ",") ~= table.concat(e.shape, ",") then
+      problems[#problems + 1] = string.format("%s is %s in the file, %s from config.json", e.hf, shape_str(shape),
         shape_str(e.shape))
-    elseif e.rows then
-      parts[e.lt] = parts[e.lt] or {}
-      table.insert(parts[e.lt], {e.rows[1], t})
     else
-      sd[e.lt] = e.t and t:t() or t
+      plan[#plan + 1] = {entry = e, key = key}
     end
   end
   local extra = {}
-  for name in pairs(byname) do
+  for name in pairs(key_of) do
     if not used[name] and not ignorable(name, family, cfg) then extra[#extra + 1] = name end
   end
   table.sort(extra)
@@ -152,6 +152,21 @@ function M.from_hf(cfg, tensors, family, source)
     if #problems > 12 then shown[#shown + 1] = string.format("... and %d more", #problems - 12) end
     raise(string.format("hf: %s does not hold a %s model of this config.json:\n  %s", source, family,
       table.concat(shown, "\n  ")))
+  end
+  return plan
+end
+
+-- lutra's state dict from {hf name = tensor} (transposes as views, fused qkv concatenated).
+function M.from_hf(cfg, tensors, family, source)
+  local parts, sd = {}, {} -- parts: lutra name -> list of {row start, tensor}
+  for _, p in ipairs(M.plan(cfg, tensors, family, source)) do
+    local e, t = p.entry, tensors[p.key]
+    if e.rows then
+      parts[e.lt] = parts[e.lt] or {}
+      table.insert(parts[e.lt], {e.rows[1], t})
+    else
+      sd[e.lt] = e.t and t:t() or t
+    end
   end
   for name, list in pairs(parts) do
     table.sort(list, function(a, b) return a[1] < b[1] end)

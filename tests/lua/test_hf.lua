@@ -136,6 +136,19 @@ test("sharded save and load; bf16 files; stale files of the other layout removed
   local m2 = hf.load_pretrained(d)
   local idl = ids(41, 1, 9)
   equal(logits(m2, idl):tolist(), logits(m, idl):tolist())
+  -- an index that names a file without the tensor, or a path outside the directory
+  local index_text = json.encode(index)
+  local bad = json.decode(index_text)
+  local a_file = bad.weight_map["model.norm.weight"]
+  local other
+  for _, f in pairs(bad.weight_map) do if f ~= a_file then other = f end end
+  bad.weight_map["model.norm.weight"] = other
+  json.write_file(d .. "/model.safetensors.index.json", bad)
+  fails("does not hold model.norm.weight (as model.safetensors.index.json says)", hf.load_pretrained, d)
+  bad.weight_map["model.norm.weight"] = "../" .. a_file
+  json.write_file(d .. "/model.safetensors.index.json", bad)
+  fails("is not a file name in", hf.load_pretrained, d)
+  json.write_file(d .. "/model.safetensors.index.json", json.decode(index_text))
   -- saving again as one file removes the shards and the index
   hf.save_pretrained(d, m, nil, {dtype = "bf16"})
   equal(io.open(d .. "/model.safetensors.index.json"), nil)

@@ -106,6 +106,28 @@ test("load a subset by name; a missing name is an error", function()
   fails("no tensor named 'zz'", st.load, path, {names = {"a", "zz"}})
 end)
 
+test("reader: one tensor at a time, into a given tensor in place", function()
+  local path = dir .. "/reader.safetensors"
+  local w = lt.tensor(T.random_list({4, 3}))
+  st.save(path, {w = w, b = lt.arange(5):to("i32")}, {k = "v"})
+  local r = st.open(path)
+  equal(r.names, {"b", "w"})
+  equal(r.tensors.w.shape, {4, 3})
+  equal(r.metadata, {k = "v"})
+  equal(r:load("b"):tolist(), {0, 1, 2, 3, 4})
+  local into = lt.zeros(4, 3)
+  local got = r:load("w", into)
+  assert(rawequal(got, into), "loads into the given tensor")
+  equal(into:tolist(), w:tolist())
+  fails("safetensors load 'w'", r.load, r, "w", lt.zeros(3, 4)) -- wrong shape
+  fails("safetensors load 'w'", r.load, r, "w", lt.zeros(4, 3, "f64")) -- wrong dtype
+  fails("out must be contiguous", r.load, r, "w", lt.zeros(3, 4):t())
+  fails("no tensor named 'x'", r.load, r, "x")
+  r:close()
+  fails("is closed", r.load, r, "w")
+  r:close() -- twice is fine
+end)
+
 test("errors: bad files and bad arguments", function()
   local bad = dir .. "/bad.safetensors"
   local function file(header, data)

@@ -10,6 +10,7 @@
 --   local h = st.read_header("model.safetensors")
 --   -- h.names (sorted), h.tensors[name] = {dtype = "f32", shape = {..}, begin =, ["end"] =},
 --   -- h.metadata, h.data_offset, h.file_size
+--   local r = st.open("model.safetensors"); r:load("w", param); r:close()  -- one tensor at a time
 --
 -- Tensors load on the CPU in their stored dtype (F32 F64 BF16 F16 I32 I64 U8 BOOL). save
 -- takes tensors on any device and in any layout (copied to contiguous CPU memory first),
@@ -81,6 +82,45 @@ function M.read_header(path)
   if C.lt_file_stat(path, size, mtime) ~= 0 then fail() end
   out.file_size = tonumber(size[0])
   return out
+end
+
+-- A reader that keeps the file open: r.names, r.tensors (as read_header's), r.metadata;
+-- r:load(name, out) reads one tensor (into out when given: same shape and dtype, contiguous,
+-- on the CPU; written in place), r:close().
+local Reader = {}
+Reader.__index = Reader
+
+function M.open(path)
+  local h = open(path)
+  local info = ffi.new("lt_st_info")
+  local r = setmetatable({path = path, h = h, names = {}, tensors = {}, index = {}, metadata = metadata_of(h)}, Reader)
+  for i = 0, count(h) - 1 do
+    local name, entry = info_of(h, i, info)
+    r.names[#r.names + 1] = name
+    r.tensors[name] = entry
+    r.index[name] = i
+  end
+  return r
+end
+
+function Reader:load(name, out)
+  if self.h == nil then raise("safetensors: " .. self.path .. " is closed") end
+  local i = self.index[name]
+  if i == nil then raise("safetensors: " .. self.path .. ": no tensor named '" .. tostring(name) .. "'") end
+  local t = out
+  if t == nil then
+    t = memory.new()
+  else
+    errors.tensor_arg("safetensors load", t, "out")
+    errors.check_alive(t, "safetensors load")
+  end
+  if C.lt_st_load(t, self.h, i) ~= 0 then fail() end
+  return t
+end
+
+function Reader:close()
+  if self.h ~= nil then close(self.h) end
+  self.h = nil
 end
 
 -- load(path, {names = list}) -> {name = tensor}, metadata
