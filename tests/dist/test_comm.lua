@@ -262,6 +262,15 @@ test("debug mode: fingerprints match, then a mismatch fails on every rank", func
   assert(err:find("rank 0 all_reduce f32 [16]", 1, true), err)
   assert(err:find("rank 1 broadcast f32 [4] root 0", 1, true), err)
   assert(err:find("test_comm.lua:", 1, true), err) -- the call sites
+  -- a dtype that differs across ranks (without debug mode MPI would mix the bytes)
+  err = testing.assert_error("collective mismatch on group world", function()
+    world:all_reduce(lt.ones(6, R == 0 and "f32" or "f64"))
+  end)
+  assert(err:find("rank 0 all_reduce f32 [6]", 1, true) and err:find("rank 1 all_reduce f64 [6]", 1, true), err)
+  -- the group goes on in step after a mismatch
+  local t2 = lt.ones(3, "i64")
+  world:all_reduce(t2)
+  check(t2, 3, function() return N end, "all_reduce after a mismatch")
   comm.set_debug(false)
   world:barrier()
 end)
