@@ -15,7 +15,7 @@ local world = comm.world
 local LAYOUTS = {
   [2] = {{dp = 2}, {dp = 2, zero = 1}, {dp = 2, zero = 2}, {dp = 2, zero = 3}, {tp = 2},
          {pp = 2, schedule = "gpipe"}, {pp = 2, schedule = "1f1b"}},
-  [4] = {{dp = 4}, {dp = 4, zero = 3}, {dp = 2, tp = 2}, {dp = 2, pp = 2}, {tp = 2, pp = 2}, {tp = 4},
+  [4] = {{dp = 4}, {dp = 4, zero = 3}, {dp = 2, tp = 2}, {dp = 2, pp = 2}, {tp = 2, pp = 2}, {tp = 4}, {dp = 2, tp = 2, zero = 1}, {dp = 2, pp = 2, zero = 2}, {dp = 2, tp = 2, zero = 3},
          {pp = 4, schedule = "1f1b"}},
 }
 

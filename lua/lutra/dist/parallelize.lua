@@ -51,6 +51,10 @@ end
 function M.new(model, mesh, opts)
   opts = opts or {}
   local o = mesh.options
+  if mesh.zero == 3 and mesh.pp_size > 1 then
+    raise(string.format("parallel: ZeRO stage 3 inside pipeline stages is not supported (%s); use zero 1 or 2 "
+      .. "with pp, or zero 3 with dp and tp", mesh:layout()))
+  end
   local self = setmetatable({mesh = mesh, full_model = model, model = model}, Par)
   if mesh.tp_size > 1 then
     self.tp = require "lutra.dist.tp"
@@ -63,6 +67,7 @@ function M.new(model, mesh, opts)
       {schedule = o.schedule, micro_batches = m, balance = o.balance})
     self.model = self.stage.model
   end
+  self.defer_sync = self.stage ~= nil or (self.tp ~= nil and o.sequence_parallel == true)
   local factory = opts.optimizer
   if mesh.zero > 0 then
     self.zero = require("lutra.dist.zero").new(self.model, mesh.dp, {stage = mesh.zero, bucket_mb = o.bucket_mb,
@@ -112,8 +117,9 @@ function Par:forward_backward(batches, loss_fn)
       loss:backward()
       return value
     end
-    -- Pipelines run many backwards a batch: their grads are reduced once, by finish().
-    if sync and (i < k or self.stage) then
+    -- Pipelines run many backwards a batch, and tied embeddings or sequence-parallel norms
+    -- sum their grads across stages / tp ranks first: then the dp reduction waits for finish().
+    if sync and (i < k or self.defer_sync) then
       sum = sum + sync:no_sync(run)
     else
       sum = sum + run()
@@ -136,10 +142,11 @@ end
 -- Gradient sync (data parallel, tensor-parallel replicas, tied embeddings), then the
 -- global norm and clipping to max_norm (> 0). Returns the norm before clipping.
 function Par:finish(max_norm)
-  if self.ddp then self.ddp:finish() end
-  if self.zero then self.zero:finish() end
+  -- sums across tp ranks and pipeline ends first, on full grads; then the dp reduction
   if self.tp and self.tp.sync_grads then self.tp.sync_grads(self.model) end
   if self.stage then self.stage:sync_grads() end
+  if self.ddp then self.ddp:finish() end
+  if self.zero then self.zero:finish() end
   local params = self.optimizer and self.optimizer.params or self.model:parameters()
   local grads, n = {}, 0
   local local_sq = 0

@@ -106,10 +106,35 @@ local function make_buckets(entries, bucket_bytes)
   return out
 end
 
+-- The shard's box: rows [r0, r0 + rows) of e.p, composed with e.p's own spec when e.p is
+-- itself a piece (a tensor-parallel shard): the global shape, offsets and dup are then
+-- those of the global tensor, and several pieces (a fused qkv) are cut to the rows kept.
 function M.set_spec(shard, e, rank)
-  local offset = {e.geo.start(rank)}
+  local r0 = e.geo.start(rank)
+  local rows = shard.ndim > 0 and shard:size(0) or 0
+  local base = spec.get(e.p)
+  local offset = {r0}
   for d = 2, #e.p.shape do offset[d] = 0 end
-  spec.set(shard, {global = e.p.shape, offset = offset})
+  if base == nil then
+    spec.set(shard, {global = e.p.shape, offset = offset})
+    return
+  end
+  local pieces = {}
+  for _, box in ipairs(spec.boxes(e.p)) do
+    local lo, len = box.local_offset[1], box.shape[1]
+    local a, b = math.max(lo, r0), math.min(lo + len, r0 + rows)
+    if a < b then
+      local go, lo2, shape = {}, {}, {}
+      for d = 1, #box.shape do go[d], lo2[d], shape[d] = box.offset[d], box.local_offset[d], box.shape[d] end
+      go[1], lo2[1], shape[1] = box.offset[1] + (a - lo), a - r0, b - a
+      pieces[#pieces + 1] = {offset = go, local_offset = lo2, shape = shape}
+    end
+  end
+  local first = pieces[1]
+  local goff = {}
+  for d = 1, #e.p.shape do goff[d] = first and first.offset[d] or base.offset[d] end
+  spec.set(shard, {global = base.global, offset = first and goff or base.offset, dup = base.dup})
+  if #pieces > 1 or (first and first.local_offset[1] ~= 0) then spec.get(shard).pieces = pieces end
 end
 
 function M.new(model, group, opts)
