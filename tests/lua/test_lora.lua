@@ -325,3 +325,31 @@ test("PEFT module names: lutra.hf_weights' map and lora_peft's own table agree (
   end
   _ = have
 end)
+
+test("PEFT's merge in PyTorch (tests/py/ref_lora.py): base + exported adapters = lutra's merged model", function()
+  local r = os.execute("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1")
+  local okh, hf = pcall(require, "lutra.hf")
+  if not (r == 0 or r == true) or not okh or not have_safetensors() then
+    print("  (skipped: needs /usr/bin/python3 with torch and lutra.hf)")
+    return
+  end
+  local root = (debug.getinfo(1, "S").source:match("^@(.*)/tests/lua/[^/]*$")) or "."
+  for _, mk in ipairs {gpt2, llama} do
+    local dir = tmpdir()
+    local model = mk()
+    hf.save_pretrained(dir .. "/base", model)
+    lora.apply(model, {r = 4, alpha = 8, rslora = mk == llama})
+    randomize_B(model)
+    lora.save(dir .. "/adapter", model)
+    lora.merge_and_unload(model)
+    hf.save_pretrained(dir .. "/merged", model)
+    local p = io.popen(string.format("/usr/bin/python3 %s/tests/py/ref_lora.py %s/base %s/adapter %s/merged 2>&1; echo rc=$?",
+      root, dir, dir, dir))
+    local out = p:read("*a")
+    p:close()
+    assert(out:find("rc=0", 1, true), out)
+    local n = tonumber(out:match("modules=(%d+)"))
+    equal(n, mk == llama and 2 * 7 or 2 * 4, out) -- llama: q, k, v, o, gate, up, down per layer
+    os.execute("rm -rf '" .. dir .. "'")
+  end
+end)
