@@ -17,6 +17,8 @@
 --   W.plan(cfg, shapes, family, src) -> {{entry =, key = name in the file}, ...}; every problem
 --                                  (missing, unexpected, wrong shape) in one error naming the HF tensor
 --   W.from_hf(cfg, tensors, family, src) -> lutra state dict (fused qkv concatenated)
+--   W.linear_modules(cfg, family) -> {["blocks.0.attn.qkv"] = {{hf = "model.layers.0.self_attn.q_proj",
+--                                  rows = {0, 512}}, ...}, ...} (for exporting adapters)
 local errors = require "lutra.errors"
 local create = require "lutra.create"
 
@@ -84,6 +86,21 @@ function M.entries(cfg, family)
   end
   if not cfg.tie_embeddings then add("lm_head.weight", "lm_head.weight", {V, C}) end
   return list
+end
+
+-- The Linear layers under HF's module names (for adapters, e.g. PEFT's): lutra module name ->
+-- list of {hf = HF module name, rows = {start, len} (a block of the fused qkv) or nil,
+-- conv1d = true where HF stores the weight transposed (GPT-2's Conv1D)}.
+function M.linear_modules(cfg, family)
+  local out = {}
+  for _, e in ipairs(M.entries(cfg, family)) do
+    if #e.shape == 2 and e.lt ~= "wte.weight" and e.lt ~= "wpe.weight" then
+      local lt_mod, hf_mod = e.lt:gsub("%.weight$", ""), e.hf:gsub("%.weight$", "")
+      out[lt_mod] = out[lt_mod] or {}
+      table.insert(out[lt_mod], {hf = hf_mod, rows = e.rows, conv1d = e.t or nil})
+    end
+  end
+  return out
 end
 
 -- Tensors that HF checkpoints may carry and that hold no weights: GPT-2's causal-mask

@@ -117,6 +117,22 @@ test("shapes and layouts under HF's names", function()
   assert(hc.rope_scaling == json.null)
 end)
 
+test("linear_modules: HF module names of lutra's Linear layers (for adapters)", function()
+  local W = require "lutra.hf_weights"
+  local l = W.linear_modules(models.config(CASES.llama_gqa), "llama")
+  equal(l["blocks.1.attn.qkv"], {{hf = "model.layers.1.self_attn.q_proj", rows = {0, 32}},
+    {hf = "model.layers.1.self_attn.k_proj", rows = {32, 16}}, {hf = "model.layers.1.self_attn.v_proj", rows = {48, 16}}})
+  equal(l["blocks.0.mlp.proj"], {{hf = "model.layers.0.mlp.down_proj"}})
+  equal(l["lm_head"], {{hf = "lm_head"}})
+  local n = 0
+  for _ in pairs(l) do n = n + 1 end
+  equal(n, 2 * 5 + 1) -- qkv, proj, gate, up, down per layer; lm_head
+  local g = W.linear_modules(models.config(CASES.gpt2), "gpt2")
+  equal(g["blocks.0.attn.qkv"], {{hf = "transformer.h.0.attn.c_attn", conv1d = true}})
+  equal(g["blocks.1.mlp.fc"], {{hf = "transformer.h.1.mlp.c_fc", conv1d = true}})
+  equal(g["lm_head"], nil) -- tied: HF has no lm_head weight of its own
+end)
+
 test("sharded save and load; bf16 files; stale files of the other layout removed", function()
   local m = build("llama_gqa", "f32")
   local d = dir .. "/sharded"
