@@ -237,11 +237,10 @@ function M.command(o, sys)
   local set = {}
   if not env.OMP_NUM_THREADS then set.OMP_NUM_THREADS = tostring(math.max(1, math.floor(sys.cpus / per_node))) end
   if not env.OPENBLAS_NUM_THREADS then set.OPENBLAS_NUM_THREADS = "1" end
+  -- the hold file: while it exists (a rank is in a REPL) no rank's watchdog ends the job
+  if sys.dir then set.LUTRA_HOLD_FILE = sys.dir .. "/hold" end
   if o.stdin == nil then set.LUTRA_CONSOLE_DIR = sys.dir end
-  if o.repl_on_error then
-    set.LUTRA_HOLD_FILE = sys.dir .. "/hold"
-    set.LUTRA_REPL_ON_ERROR = "1"
-  end
+  if o.repl_on_error then set.LUTRA_REPL_ON_ERROR = "1" end
   local names = {}
   for k in pairs(env) do
     if FORWARD_NAMES[k] and not set[k] then names[#names + 1] = k end
@@ -289,24 +288,19 @@ function M.main(words)
   -- a directory for the console (stdin lent to a rank's REPL) and the hold file: visible to
   -- every rank, so in the current directory (shared on clusters) when a hostfile spreads the
   -- ranks over nodes, else in $TMPDIR
-  local dir
-  if o.stdin == nil or o.repl_on_error then
-    local base = env.LUTRA_TMPDIR or (o.hostfile and ".") or env.TMPDIR or "/tmp"
-    if o.dry_run then
-      dir = base .. "/.lutra-launch-XXXXXX"
-    else
-      local template = ffi.new("char[?]", #base + 32)
-      ffi.copy(template, base .. "/.lutra-launch-XXXXXX")
-      if ffi.C.mkdtemp(template) == nil then return fail("cannot create a directory in " .. base, 1) end
-      dir = ffi.string(template)
-      local ok, why = console.prepare(dir)
-      if not ok then
-        console.cleanup(dir)
-        return fail(why, 1)
-      end
+  local base = env.LUTRA_TMPDIR or (o.hostfile and ".") or env.TMPDIR or "/tmp"
+  local dir = base .. "/.lutra-launch-XXXXXX"
+  if not o.dry_run then
+    local template = ffi.new("char[?]", #dir + 1, dir)
+    if ffi.C.mkdtemp(template) == nil then return fail("cannot create a directory in " .. base, 1) end
+    dir = ffi.string(template)
+    local ok, why = console.prepare(dir)
+    if not ok then
+      console.cleanup(dir)
+      return fail(why, 1)
     end
-    sys.dir = dir
   end
+  sys.dir = dir
   local argv = M.command(o, sys)
   if o.dry_run then
     io.stdout:write(command_text(argv), "\n")
@@ -314,7 +308,7 @@ function M.main(words)
   end
   io.stdout:flush()
   local status, why = console.run(argv, o.stdin == nil and dir or nil)
-  if dir then console.cleanup(dir) end
+  console.cleanup(dir)
   if not status then return fail(why, 1) end
   return status
 end

@@ -391,8 +391,15 @@ function M.debug(opts)
   local want = opts and opts.rank
   if want == nil then
     local rank, size = M.world()
-    local who = size > 1 and "lutra.debug on rank " .. rank .. ": " or "lutra.debug: "
-    frame_repl(height, height, who .. "Ctrl-D continues. Stopped at ", M.prompt("debug> "))
+    if size <= 1 then
+      frame_repl(height, height, "lutra.debug: Ctrl-D continues. Stopped at ", "debug> ")
+      return
+    end
+    -- this rank alone: its watchdog is off while the REPL is open (and under `lutra launch`
+    -- the hold file holds the others', as long as no other rank ends a hold meanwhile)
+    local comm = require "lutra.dist.comm"
+    comm.hold(frame_repl, height, height, "lutra.debug on rank " .. rank .. ": Ctrl-D continues. Stopped at ",
+              M.prompt("debug> "))
     return
   end
   if type(want) ~= "number" or want < 0 or want ~= math.floor(want) then

@@ -50,7 +50,8 @@ expect_grep "dry-run: one thread a rank" "$out" ' -x OMP_NUM_THREADS=1 '
 expect_grep "dry-run: BLAS on one thread" "$out" ' -x OPENBLAS_NUM_THREADS(=1)? '
 expect_grep "dry-run: the lutra executable runs the recipe" "$out" " $LUTRA '$recipe' --lr=3e-4 'two words'\$"
 expect_grep "dry-run: the console directory" "$out" ' -x LUTRA_CONSOLE_DIR=[^ ]*/.lutra-launch-'
-expect_nogrep "dry-run: no hold file without --repl-on-error" "$out" 'LUTRA_HOLD_FILE|LUTRA_REPL_ON_ERROR'
+expect_grep "dry-run: the hold file" "$out" ' -x LUTRA_HOLD_FILE=[^ ]*/.lutra-launch-[^ ]*/hold '
+expect_nogrep "dry-run: no post-mortem without --repl-on-error" "$out" 'LUTRA_REPL_ON_ERROR'
 if [ "$(id -u)" = 0 ]; then
   expect_grep "dry-run: root allowed" "$out" ' --allow-run-as-root '
 else
@@ -68,7 +69,6 @@ expect_grep "dry-run: LUTRA_* forwarded" "$out" ' -x LUTRA_SOMETHING '
 expect_grep "dry-run: NCCL_* forwarded" "$out" ' -x NCCL_DEBUG '
 expect_grep "dry-run: -n=2 and --" "$out" ' -np 2 .* '"'$recipe'"'$'
 launch -n 2 --repl-on-error --dry-run "$recipe"
-expect_grep "repl-on-error: hold file" "$out" ' -x LUTRA_HOLD_FILE=[^ ]*/.lutra-launch-[^ ]*/hold '
 expect_grep "repl-on-error: post-mortem asked of every rank" "$out" ' -x LUTRA_REPL_ON_ERROR=1 '
 printf 'node1 slots=4\nnode2 slots=4 # comment\n' >"$T/hosts"
 launch --hostfile "$T/hosts" -n 8 --dry-run "$recipe"
@@ -97,9 +97,9 @@ end
 print(cmd({"'"$recipe"'"}, 4))
 print(cmd({"-n", "2", "'"$recipe"'"}, 4))
 print(cmd({"'"$recipe"'"}, 0))' 2>&1)
-expect_eq "GPUs: one rank each by default; -n wins; CPU default 1" "$out" "MPIRUN -np 4 --bind-to none --stdin none -x LUTRA_CONSOLE_DIR=/D -x OMP_NUM_THREADS=8 -x OPENBLAS_NUM_THREADS=1 LUTRA $recipe
-MPIRUN -np 2 --bind-to none --stdin none -x LUTRA_CONSOLE_DIR=/D -x OMP_NUM_THREADS=16 -x OPENBLAS_NUM_THREADS=1 LUTRA $recipe
-MPIRUN -np 1 --bind-to none --stdin none -x LUTRA_CONSOLE_DIR=/D -x OMP_NUM_THREADS=32 -x OPENBLAS_NUM_THREADS=1 LUTRA $recipe"
+expect_eq "GPUs: one rank each by default; -n wins; CPU default 1" "$out" "MPIRUN -np 4 --bind-to none --stdin none -x LUTRA_CONSOLE_DIR=/D -x LUTRA_HOLD_FILE=/D/hold -x OMP_NUM_THREADS=8 -x OPENBLAS_NUM_THREADS=1 LUTRA $recipe
+MPIRUN -np 2 --bind-to none --stdin none -x LUTRA_CONSOLE_DIR=/D -x LUTRA_HOLD_FILE=/D/hold -x OMP_NUM_THREADS=16 -x OPENBLAS_NUM_THREADS=1 LUTRA $recipe
+MPIRUN -np 1 --bind-to none --stdin none -x LUTRA_CONSOLE_DIR=/D -x LUTRA_HOLD_FILE=/D/hold -x OMP_NUM_THREADS=32 -x OPENBLAS_NUM_THREADS=1 LUTRA $recipe"
 
 # ---- bad command lines: status 2 and a message ---------------------------------------------------
 launch -n 2

@@ -8,7 +8,8 @@
 --   input     a FIFO: while a rank reads it, the launcher copies its stdin into it; at the
 --             end of input (Ctrl-D on a terminal) it closes it, and that REPL ends
 --   request   the lock: the rank that has the terminal created it (O_EXCL: one at a time,
---             the others wait their turn) and removes it when its REPL ends
+--             the others wait their turn) and removes it when its REPL ends; its line
+--             (rank, pid, count) tells the launcher a new request from an old one
 -- The REPL's output goes through mpirun's stdout as any output does.
 --
 -- Rank side: console.attach(rank) -> a function that gives the process its own stdin back
@@ -33,6 +34,7 @@ int mkfifo(const char *path, unsigned int mode);
 int unlink(const char *path);
 int rmdir(const char *path);
 int gethostname(char *name, size_t len);
+int getpid(void);
 int waitpid(int pid, int *status, int options);
 int posix_spawnp(int *pid, const char *file, const void *file_actions, const void *attrp,
                  char *const argv[], char *const envp[]);
@@ -54,6 +56,8 @@ local SIG_IGN = ffi.cast("lutra_sighandler", 1)
 function M.dir() local d = os.getenv("LUTRA_CONSOLE_DIR") return d ~= "" and d or nil end
 
 -- ---- rank side ---------------------------------------------------------------------------------
+
+local requests = 0 -- made by this process: with the pid, a request's id
 
 local function sleep_ms(ms) ffi.C.poll(nil, 0, ms) end
 
@@ -90,7 +94,8 @@ function M.attach(rank)
   while true do
     local fd = ffi.C.open(lock, bit.bor(O_WRONLY, O_CREAT, O_EXCL), ffi.cast("int", tonumber("644", 8)))
     if fd >= 0 then
-      local text = tostring(rank or 0) .. "\n"
+      requests = requests + 1
+      local text = string.format("rank %s pid %d request %d\n", tostring(rank or 0), ffi.C.getpid(), requests)
       ffi.C.write(fd, text, #text)
       ffi.C.close(fd)
       break
@@ -123,12 +128,6 @@ function M.attach(rank)
 end
 
 -- ---- launcher side ------------------------------------------------------------------------------
-
-local function exists(path)
-  local f = io.open(path, "r")
-  if f then f:close() end
-  return f ~= nil
-end
 
 -- Writes all n bytes; false when the reader is gone.
 local function write_all(fd, buf, n)
@@ -194,7 +193,8 @@ function M.run(argv, dir)
   -- close-on-exec is not the user's: with stdin closed the host's own wake-up pipe took fd 0
   local stdin_done = bit.band(ffi.C.fcntl(0, F_GETFD), FD_CLOEXEC) ~= 0
   local out = -1            -- the FIFO's write end while a REPL has the terminal
-  local served = false      -- this request's input ended: wait until the rank lets go of it
+  local served = nil        -- the request whose input ended (its rank is letting go of it)
+  local current = nil       -- the request being served
   local result
   while true do
     local w = ffi.C.waitpid(pid[0], status, WNOHANG)
@@ -205,16 +205,17 @@ function M.run(argv, dir)
       result = 1
       break
     end
-    local requested = dir and exists(dir .. "/request")
-    if not requested then served = false end
-    if out < 0 and requested and not served then
+    -- the request's id, once its line is complete
+    local requested = dir and read_file(dir .. "/request")
+    if requested and requested:sub(-1) ~= "\n" then requested = nil end
+    if out < 0 and requested and requested ~= served then
       local fd = ffi.C.open(dir .. "/input", bit.bor(O_WRONLY, O_NONBLOCK)) -- fails until the rank opened it
       if fd >= 0 then
         ffi.C.fcntl(fd, F_SETFL, ffi.cast("int", bit.band(ffi.C.fcntl(fd, F_GETFL), bit.bnot(O_NONBLOCK))))
-        out = fd
+        out, current = fd, requested
         if stdin_done then
           ffi.C.close(out)
-          out, served = -1, true
+          out, served = -1, requested
         end
       end
     end
@@ -226,12 +227,12 @@ function M.run(argv, dir)
         if n > 0 then
           if not write_all(out, buf, n) then
             ffi.C.close(out)
-            out, served = -1, true
+            out, served = -1, current
           end
         elseif n == 0 or ffi.errno() ~= EINTR then
           -- Ctrl-D on a terminal ends this REPL only; a pipe's end is the end of all input
           ffi.C.close(out)
-          out, served = -1, true
+          out, served = -1, current
           stdin_done = not stdin_tty
         end
       end
