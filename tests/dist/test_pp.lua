@@ -54,6 +54,35 @@ test("mpirun: gpt2 (tied embeddings) 1f1b over the mesh = the unsplit model", fu
     local i = pname:match("^blocks%.(%d+)%.")
     if i then assert(tonumber(i) >= s * per and tonumber(i) < (s + 1) * per, "stage " .. s .. " holds " .. pname) end
   end
+  -- every tensor of the full model's state dict is owned (not dup) by exactly one stage,
+  -- under one of its names (the tied lm_head.weight is wte.weight: the first stage's)
+  local ref_params = H.reference_of("gpt2").params
+  local full = {}
+  for name in pairs(ref_params) do full[#full + 1] = name end
+  table.sort(full)
+  local groups, group_of = {}, {} -- the names of each tensor, in name order
+  for _, name in ipairs(full) do
+    local t = ref_params[name]
+    if group_of[t] == nil then
+      groups[#groups + 1] = {}
+      group_of[t] = groups[#groups]
+    end
+    local list = group_of[t]
+    list[#list + 1] = name
+  end
+  local mine = st.model:state_dict()
+  local count = lt.zeros({#groups}, {dtype = "f64"})
+  lt.no_grad(function()
+    for i, names in ipairs(groups) do
+      for _, name in ipairs(names) do
+        if mine[name] ~= nil and spec.owned(mine[name]) then count[i - 1] = 1 end
+      end
+    end
+  end)
+  world:all_reduce(count, "sum")
+  for i, names in ipairs(groups) do
+    testing.assert_equal(count[i - 1]:item(), 1, table.concat(names, " = ") .. ": owned by exactly one stage")
+  end
 end)
 
 test("mpirun: gpt2 gpipe over a Group (tied grads over comm.split) = the unsplit model", function()
