@@ -28,8 +28,8 @@ int lt_comm_all_reduce(lt_group *g, lt_tensor *t, int op, lt_comm_request **req)
   }
   lt_comm_request *r = lt_call_request(&c, 1);
   if (!r) return -1;
-  lt_request_keep(r, t);
-  if (op == LT_COMM_AVG) r->avg = t, r->avg_n = g->size;
+  lt_tensor *kept = lt_request_keep(r, t);
+  if (op == LT_COMM_AVG) r->avg = kept, r->avg_n = g->size;
   return lt_call_posted(&c, r, MPI_Iallreduce(MPI_IN_PLACE, p, (int)n, type, mop, g->comm, r->reqs), req);
 #else
   return -1;
@@ -109,10 +109,10 @@ int lt_comm_reduce_scatter(lt_group *g, lt_tensor *out, const lt_tensor *inp, in
   }
   lt_comm_request *r = lt_call_request(&c, 1);
   if (!r) return free(ic), free(id), -1;
-  lt_request_keep(r, out);
+  lt_tensor *kept = lt_request_keep(r, out);
   lt_request_keep(r, (lt_tensor *)inp);
   r->counts = ic, r->displs = id;
-  if (op == LT_COMM_AVG) r->avg = out, r->avg_n = g->size;
+  if (op == LT_COMM_AVG) r->avg = kept, r->avg_n = g->size;
   int rc = counts ? MPI_Ireduce_scatter(src, dst, ic, type, mop, g->comm, r->reqs)
                   : MPI_Ireduce_scatter_block(src, dst, (int)mine, type, mop, g->comm, r->reqs);
   return lt_call_posted(&c, r, rc, req);

@@ -68,7 +68,7 @@ void lt_comm_scale(lt_tensor *t, int n);
 
 /* dist_request.c */
 lt_comm_request *lt_request_new(const char *op, lt_group *g, int nreq, int64_t slot);
-void lt_request_keep(lt_comm_request *r, lt_tensor *t);
+lt_tensor *lt_request_keep(lt_comm_request *r, lt_tensor *t); /* a view holding t's storage */
 void lt_request_free(lt_comm_request *r);
 /* Waits for r (watched), finishes it (AVG scaling, flight state) and frees it. */
 int lt_request_complete(lt_comm_request *r);

@@ -20,10 +20,20 @@ lt_comm_request *lt_request_new(const char *op, lt_group *g, int nreq, int64_t s
   return r;
 }
 
-// keep has room for nreq + 2 tensors
-void lt_request_keep(lt_comm_request *r, lt_tensor *t) {
+// Holds t's storage until completion through a view of its own, so that freeing t's
+// storage meanwhile (free(), lutra.tidy) cannot pull the buffer from under MPI or NCCL.
+// keep has room for nreq + 2 tensors. Returns the view (NULL when out of memory: then
+// only the tensor struct is retained).
+lt_tensor *lt_request_keep(lt_comm_request *r, lt_tensor *t) {
+  lt_tensor *view = lt_tensor_new();
+  if (view && lt_set(view, t) == 0) {
+    r->keep[r->nkeep++] = view;
+    return view;
+  }
+  lt_release(view);
   lt_retain(t);
   r->keep[r->nkeep++] = t;
+  return t;
 }
 
 void lt_request_free(lt_comm_request *r) {

@@ -205,6 +205,11 @@ test("async handles: several in flight, waited out of order", function()
   check(t1, 50, function(i) return reduce("f32", "avg", all, i) end, "async avg")
   check(t2, 20, function(i) return reduce("bf16", "max", all, i) end, "async max bf16")
   check(out, N * 3, function(j) return value("i64", math.floor(j / 3), j % 3) end, "async all_gather")
+  -- freeing a tensor while its call is in flight is safe: the request holds the storage
+  local tf = lt.ones(1000)
+  local hf = world:all_reduce(tf, "avg", {async = true})
+  tf:free()
+  hf:wait()
 end)
 
 test("split: even and odd ranks", function()
