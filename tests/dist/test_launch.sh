@@ -86,6 +86,13 @@ expect_grep "debug: rank 0 went on after waiting" "^after debug: rank 0 secret 1
 expect_nogrep "debug: no watchdog abort" "has not completed after" err
 expect_eq "debug: one REPL" "$(grep -c 'lutra.debug on rank' "$T/err")" "1"
 
+# ---- lutra.debug() on every rank: REPLs in turn, one terminal ---------------------------------
+PAUSE=0 LUTRA_COMM_TIMEOUT=5 launch $'mine = mine + 1\n' -n 2 $S/launch_debug_all.lua
+expect_eq "debug all: status" "$st" "0"
+expect_eq "debug all: both REPLs opened" "$(grep -c '^lutra.debug on rank [01]: ' "$T/err")" "2"
+expect_eq "debug all: the first REPL got the input" "$(grep -cE '^rank (0 got 1|1 got 101)$' "$T/out")" "1"
+expect_eq "debug all: the second one its end" "$(grep -cE '^rank (0 got 0|1 got 100)$' "$T/out")" "1"
+
 # ---- on a terminal: the REPL's prompt names the rank; Ctrl-D continues or ends the job ----------
 if command -v python3 >/dev/null; then
   out=$(LUTRA_COMM_TIMEOUT=2 timeout 120 python3 - "$LUTRA" "$S" <<'PY' 2>&1
