@@ -94,6 +94,24 @@ test("mpirun: llama 1f1b and gpipe = the unsplit model", function()
   mpi_case("llama", mesh, {schedule = "gpipe", micro_batches = MICRO})
 end)
 
+test("mpirun: explicit balance (uneven stages) = the unsplit model", function()
+  CFG.llama_6 = with(CFG.llama, {n_layer = 6})
+  local balance = ({[1] = {6}, [2] = {1, 5}, [4] = {3, 1, 1, 1}})[P]
+  local st = mpi_case("llama_6", mesh, {schedule = "1f1b", micro_batches = MICRO, balance = balance})
+  testing.assert_equal(st.counts, balance)
+  local first = 0
+  for i = 1, st.stage do first = first + balance[i] end
+  local held = {}
+  for pname in st.model:named_parameters() do
+    local i = pname:match("^blocks%.(%d+)%.")
+    if i then held[tonumber(i)] = true end
+  end
+  for i = 0, 5 do
+    testing.assert_equal(held[i] == true, i >= first and i < first + balance[st.stage + 1], "stage " .. st.stage
+      .. " holds blocks." .. i)
+  end
+end)
+
 test("mpirun: interleaved 1f1b (2 chunks per rank) = the unsplit model", function()
   CFG.gpt2_8 = with(CFG.gpt2, {n_layer = 2 * P})
   mpi_case("gpt2_8", mesh, {schedule = "interleaved", micro_batches = MICRO, virtual_stages = 2})
