@@ -54,6 +54,14 @@ static int piece_counts(const char *op, lt_group *g, const int64_t *counts_in, i
   return 0;
 }
 
+// counts (when given) are non-negative.
+static int check_counts(const char *op, const lt_group *g, const int64_t *counts) {
+  for (int i = 0; counts && i < g->size; i++)
+    if (counts[i] < 0)
+      return lt_errorf("%s on group %s: counts[%d] = %lld is negative", op, g->name, i + 1, (long long)counts[i]);
+  return 0;
+}
+
 int lt_comm_reduce_scatter(lt_group *g, lt_tensor *out, const lt_tensor *inp, int op, const int64_t *counts,
                            lt_comm_request **req) {
   static const char *name = "reduce_scatter";
@@ -61,6 +69,7 @@ int lt_comm_reduce_scatter(lt_group *g, lt_tensor *out, const lt_tensor *inp, in
   LT_TRY(lt_comm_check_group(name, g));
   LT_TRY(lt_comm_check_tensor(name, g, "inp", inp));
   LT_TRY(lt_comm_check_reduce(name, g, op, inp->dtype));
+  LT_TRY(check_counts(name, g, counts));
   int64_t n_in = lt_numel(inp), mine;
   char d[LT_DESC_STR];
   if (counts) {
@@ -87,7 +96,8 @@ int lt_comm_reduce_scatter(lt_group *g, lt_tensor *out, const lt_tensor *inp, in
   lt_comm_call c;
   LT_TRY(lt_call_begin(&c, name, g, inp, n_in, -1, req != NULL, true));
   if (g->size == 1 || !lt_comm_mpi_active()) {
-    if (lt_copy(out, inp) != 0) return lt_call_fail(&c);
+    if (lt_data_ptr(out) != lt_data_ptr(inp) && lt_copy_from_buffer(out, lt_data_ptr(inp), inp->dtype, n_in) != 0)
+      return lt_call_fail(&c);
     return lt_call_local_done(&c, req, out);
   }
 #ifdef LUTRA_HAVE_MPI
@@ -127,6 +137,7 @@ int lt_comm_all_gather(lt_group *g, lt_tensor *out, const lt_tensor *inp, const 
   if (req) *req = NULL;
   LT_TRY(lt_comm_check_group(name, g));
   LT_TRY(lt_comm_check_tensor(name, g, "inp", inp));
+  LT_TRY(check_counts(name, g, counts));
   int64_t n_in = lt_numel(inp), total = 0;
   char d[LT_DESC_STR];
   if (counts) {

@@ -30,6 +30,8 @@ test("collectives leave values as they are, for every dtype", function()
   testing.assert_equal(t:tolist(), {2.5, -1})
   local out = world:all_gather(nil, lt.tensor({4, 5}), {counts = {2}})
   testing.assert_equal(out:tolist(), {4, 5})
+  local rs = world:reduce_scatter(nil, lt.tensor({{1, 2}, {3, 4}}), "max") -- a 2-d inp: out is its flat piece
+  testing.assert_equal(rs:tolist(), {1, 2, 3, 4})
 end)
 
 test("async handles, barrier, p2p with oneself", function()
@@ -60,6 +62,7 @@ test("bad input is an error in a singleton too", function()
   testing.assert_error("out [5] f32 cpu has 5 elements, expected 2", function() world:all_gather(lt.empty(5), lt.ones(2)) end)
   testing.assert_error("root 1 is out of range", function() world:broadcast(lt.ones(2), 1) end)
   testing.assert_error("t must be a tensor", function() world:all_reduce(3) end)
+  testing.assert_error("counts[1] = -1 is negative", function() world:all_gather(nil, lt.ones(2), {counts = {-1}}) end)
 end)
 
 test("flight recorder and debug mode in a singleton", function()
