@@ -6,7 +6,7 @@
 --   local opt = lt.optim.AdamW(lora.param_groups(model), {lr = 1e-3})   -- the adapters only
 --   ... train ...
 --   lora.save("runs/adapter", model)          -- PEFT's adapter_model.safetensors + adapter_config.json
---   lora.load("runs/adapter", model)          -- into a model already wrapped with the same targets
+--   lora.load("runs/adapter", model)          -- into the base model (wraps what the file covers) or a wrapped one
 --   lora.merge(model) / lora.unmerge(model)   -- W += s B A, and back
 --   lora.disable(model, fn, ...)              -- fn(...) with the adapters off (the base model)
 --
@@ -16,15 +16,19 @@
 -- drawn kaiming-uniform(a = sqrt(5)) as PEFT does, and lora_B (out, r) zeros, so that the
 -- wrapped model starts equal to the base. forward(x) = base(x) + s * B(A(dropout(x))), with
 -- s = alpha / r, or alpha / sqrt(r) with rsLoRA (Kalajdzievski 2023). Every other parameter
--- of the model is frozen (requires_grad false): model:num_parameters{trainable = true} and
--- lora.trainable(model) count and list the adapters alone.
+-- of the model is frozen (requires_grad false): lora.trainable(model) lists the adapters
+-- alone, lora.count / lora.summary count their entries (model:num_parameters{trainable =
+-- true} too, but for the zeros that row-block adapters hold fixed).
 --
 -- targets: "all-linear" (every Linear but the output head lm_head, PEFT's rule), or a list of
--- Lua patterns matched against dotted module names ("attn%.qkv$", "mlp%."); a pattern that
--- matches no Linear is an error that lists the Linear names.
--- In lutra's models q, k and v come from one fused Linear (attn.qkv), so one adapter pair
--- covers the three (one A shared by q, k, v; B stacked): exported to PEFT as q_proj, k_proj
--- and v_proj with the same lora_A, which is exactly the same update (see lora_peft.lua).
+-- Lua patterns matched against dotted module names ("attn%.qkv$", "mlp%.") and against the
+-- Hugging Face module names of lutra.lora_peft ("q_proj", "c_attn"): PEFT's target_modules
+-- work as they are. A pattern that matches no Linear is an error that lists the Linears.
+-- In lutra's models q, k and v come from one fused Linear (attn.qkv). Chosen by its lutra
+-- name (or all-linear), it gets one adapter pair (one A shared by q, k, v; B stacked):
+-- exported to PEFT as q_proj, k_proj and v_proj with the same lora_A, exactly the same
+-- update. Chosen by HF names ({"q_proj", "v_proj"}), or with split_fused = true, it gets
+-- independent adapters on those row blocks (LoRALinear:set_blocks), as PEFT has them.
 local Module = require "lutra.nn.module"
 local Linear = require "lutra.nn.linear"
 local Dropout = require "lutra.nn.dropout"
@@ -80,7 +84,15 @@ function LoRALinear:forward(x)
   local xin = self.lora_dropout and self.lora_dropout(x) or x
   local h = self.lora_A(xin) -- (..., r)
   release(xin, x)
-  local ds = self.lora_B(h) -- (..., out)
+  local ds
+  local mask = rawget(self, "_mask")
+  if mask then -- row blocks: B's entries outside the blocks stay zero (their gradient is masked too)
+    local bm = self.lora_B.weight * mask
+    ds = F.linear(h, bm)
+    release(bm)
+  else
+    ds = self.lora_B(h) -- (..., out)
+  end
   release(h)
   if self.scaling ~= 1 then
     local d = ds
@@ -95,7 +107,49 @@ end
 
 -- The update s * B A (out, in), in the weight's dtype, without autograd.
 function LoRALinear:delta()
-  return grad.no_grad(function() return ops.matmul(self.lora_B.weight, self.lora_A.weight) * self.scaling end)
+  return grad.no_grad(function()
+    local b = self.lora_B.weight
+    if rawget(self, "_mask") then b = b * self._mask end
+    return ops.matmul(b, self.lora_A.weight) * self.scaling
+  end)
+end
+
+-- Independent adapters on row blocks of this layer, as PEFT has on separate q_proj, k_proj,
+-- v_proj where lutra fuses them: blocks = {{first row, rows}, ...}, each of rank r. lora_A
+-- becomes (k r, in) (block i's A is rows [i r, (i + 1) r)), lora_B (out, k r) whose entries
+-- outside (block i's rows) x (block i's columns) are held at zero by a fixed mask. Rows
+-- in no block get no update. New A, B: kaiming-uniform and zeros, as apply's.
+function LoRALinear:set_blocks(blocks)
+  local r, k = self.r, #blocks
+  local w = self.weight
+  local fo = {bias = false, dtype = w.dtype, device = w.device}
+  self.lora_A = Linear(self.in_features, k * r, fo)
+  self.lora_B = Linear(k * r, self.out_features, fo)
+  local mask = create.zeros(self.out_features, k * r, {dtype = w.dtype, device = w.device})
+  local bound = 1 / math.sqrt(self.in_features)
+  grad.no_grad(function()
+    create.uniform_(self.lora_A.weight, -bound, bound)
+    create.fill_(self.lora_B.weight, 0)
+    for i, b in ipairs(blocks) do
+      if b[1] < 0 or b[2] < 1 or b[1] + b[2] > self.out_features then
+        raise(string.format("LoRALinear:set_blocks: block %d rows [%d, %d) outside [0, %d)", i, b[1], b[1] + b[2],
+          self.out_features))
+      end
+      mask:narrow(0, b[1], b[2]):narrow(1, (i - 1) * r, r):fill_(1)
+    end
+  end)
+  rawset(self, "_mask", mask)
+  rawset(self, "blocks", blocks)
+  return self
+end
+
+-- Trainable adapter entries of this layer: r (in + out), or with blocks, r (in + rows) each.
+function LoRALinear:adapter_size()
+  local blocks = rawget(self, "blocks")
+  if not blocks then return self.r * (self.in_features + self.out_features) end
+  local n = 0
+  for _, b in ipairs(blocks) do n = n + self.r * (self.in_features + b[2]) end
+  return n
 end
 
 function LoRALinear:extra_repr()
@@ -109,7 +163,7 @@ M.is_lora = function(m) return getmetatable(m) == LoRALinear end
 -- ---- options ---------------------------------------------------------------------------------------
 
 local function check_opts(opts)
-  opts = O.check("lora.apply", opts, {"targets", "r", "alpha", "dropout", "rslora", "freeze"})
+  opts = O.check("lora.apply", opts, {"targets", "r", "alpha", "dropout", "rslora", "freeze", "split_fused"})
   local o = {}
   o.r = O.positive_int("lora.apply", "r", opts.r or 8)
   o.alpha = O.positive("lora.apply", "alpha", opts.alpha or 16)
@@ -117,6 +171,7 @@ local function check_opts(opts)
   if o.dropout >= 1 then raise("lora.apply: dropout must be below 1, got " .. o.dropout) end
   o.rslora = O.boolean("lora.apply", "rslora", opts.rslora, false)
   o.freeze = O.boolean("lora.apply", "freeze", opts.freeze, true)
+  o.split_fused = O.boolean("lora.apply", "split_fused", opts.split_fused, false)
   local t = opts.targets or "all-linear"
   if type(t) == "string" and t ~= "all-linear" then t = {t} end
   if t ~= "all-linear" then
@@ -162,20 +217,48 @@ end
 function M.apply(model, opts)
   if not Module.is_module(model) then raise("lora.apply: expected a module, got " .. type(model)) end
   local o = check_opts(opts)
+  local peft = require "lutra.lora_peft"
   local all = linears(model)
   local chosen, hits = {}, {}
+  -- a Linear is chosen by its lutra name, or by its Hugging Face module names (PEFT's
+  -- target_modules: "q_proj", "c_attn"); a fused layer of which only some parts are named
+  -- (or every part with split_fused) gets independent adapters on those row blocks
+  local function choose(l)
+    if selected(l.name, o.targets) then
+      if o.targets ~= "all-linear" then
+        for _, p in ipairs(o.targets) do
+          if l.name:find(p) then hits[p] = true end
+        end
+      end
+      local hs = o.split_fused and peft.hf_names(model, l.name) or {}
+      if #hs > 1 then return true, hs end
+      return true, nil
+    end
+    if o.targets == "all-linear" then return false end
+    local hs, parts = peft.hf_names(model, l.name), {}
+    for _, h in ipairs(hs) do
+      for _, p in ipairs(o.targets) do
+        if h[1]:find(p) then
+          hits[p] = true
+          parts[#parts + 1] = h
+          break
+        end
+      end
+    end
+    if #parts == 0 then return false end
+    if #hs == 1 then return true, nil end
+    return true, parts
+  end
   for _, l in ipairs(all) do
-    if getmetatable(l.module) == LoRALinear then
-      if selected(l.name, o.targets) then raise("lora.apply: '" .. l.name .. "' already has an adapter") end
-    elseif selected(l.name, o.targets) then
+    local sel, parts = choose(l)
+    if sel and getmetatable(l.module) == LoRALinear then raise("lora.apply: '" .. l.name .. "' already has an adapter") end
+    if sel then
+      l.parts = parts
       chosen[#chosen + 1] = l
     end
   end
   if o.targets ~= "all-linear" then
     for _, p in ipairs(o.targets) do
-      for _, l in ipairs(all) do
-        if l.name:find(p) then hits[p] = true end
-      end
       if not hits[p] then
         local names = {}
         for _, l in ipairs(all) do names[#names + 1] = l.name end
@@ -189,6 +272,11 @@ function M.apply(model, opts)
   local names = {}
   for _, l in ipairs(chosen) do
     local wrapped = LoRALinear(l.module, o)
+    if l.parts then
+      local blocks = {}
+      for i, h in ipairs(l.parts) do blocks[i] = {h[2], h[3]} end
+      wrapped:set_blocks(blocks)
+    end
     if type(l.key) == "string" then
       l.parent[l.key] = wrapped -- same entry, same declaration order
     else
@@ -236,8 +324,9 @@ function M.param_groups(model, opts)
   return require("lutra.optim").param_groups(tr, {weight_decay = opts.weight_decay, no_decay = opts.no_decay})
 end
 
--- Counts: trainable (requires grad), total (each tensor once), and the analytic count
--- sum over wrapped layers of r * (in + out).
+-- Counts: trainable (entries of tensors that require grad, less the masked zeros of block
+-- adapters), total (each tensor once), and the analytic count: the sum over wrapped layers of
+-- r * (in + out), or r * (in + rows) per block.
 function M.count(model)
   local trainable, total, analytic = 0, 0, 0
   for _, p in ipairs(model:parameters()) do
@@ -246,7 +335,11 @@ function M.count(model)
   end
   for _, l in ipairs(M.layers(model)) do
     local m = l[2]
-    analytic = analytic + m.r * (m.in_features + m.out_features)
+    analytic = analytic + m:adapter_size()
+    local mask = rawget(m, "_mask")
+    if mask and m.lora_B.weight.requires_grad then -- B's entries held at zero do not train
+      trainable = trainable - (mask:numel() - grad.no_grad(function() return mask:sum():item() end))
+    end
   end
   return trainable, total, analytic
 end

@@ -13,10 +13,14 @@
 --   blocks.i.mlp.gate/up   -                                 model.layers.i.mlp.gate_proj/up_proj
 --   blocks.i.mlp.proj      transformer.h.i.mlp.c_proj        model.layers.i.mlp.down_proj
 --   lm_head                lm_head                           lm_head
--- (any other module keeps its lutra name; the map is lutra.hf_weights' when present). lutra's fused qkv has one adapter pair; Llama's
--- three projections get the same lora_A and the matching rows of lora_B, which is the same
--- update exactly. Loading takes them back when the three lora_A are equal (what lutra wrote;
--- adapters trained on separate q/k/v elsewhere are refused, naming the layer).
+-- (any other module keeps its lutra name; the map is lutra.hf_weights' when present).
+-- lutra's fused qkv with one adapter pair (lora.apply's default) is written as q_proj, k_proj
+-- and v_proj with the same lora_A and the matching rows of lora_B: the same update exactly.
+-- Independent adapters (PEFT's own q/k/v, or only some of them, e.g. target_modules q_proj
+-- and v_proj) are row blocks of the fused layer (LoRALinear:set_blocks; lora.apply with
+-- targets {"q_proj", "v_proj"} or split_fused = true makes them), written and read block by
+-- block. load reads either: one shared A when every part is there with equal lora_A, blocks
+-- otherwise.
 -- The safetensors metadata records lutra's module names and format.
 local errors = require "lutra.errors"
 local lt = require "lutra"
@@ -117,14 +121,28 @@ function M.save(dir, model, opts)
     end
     names[#names + 1] = name
     local A, B = m.lora_A.weight:detach(), m.lora_B.weight:detach()
+    local blocks = rawget(m, "blocks")
     for _, h in ipairs(M.hf_names(model, name)) do
-      local hb = h[2] and B:narrow(0, h[2], h[3]) or B
-      tensors[PREFIX .. h[1] .. ".lora_A.weight"] = A:contiguous():to("cpu")
-      tensors[PREFIX .. h[1] .. ".lora_B.weight"] = hb:contiguous():to("cpu")
-      local s = short_name(h[1])
-      if not short[s] then
-        short[s] = true
-        short_list[#short_list + 1] = s
+      local ha, hb = A, h[2] and B:narrow(0, h[2], h[3]) or B
+      if blocks then -- independent adapters: the block of these rows, or none
+        ha = nil
+        for i, b in ipairs(blocks) do
+          if h[2] and b[1] == h[2] and b[2] == h[3] then
+            ha, hb = A:narrow(0, (i - 1) * m.r, m.r), hb:narrow(1, (i - 1) * m.r, m.r)
+          end
+        end
+        if ha == nil and #blocks > 0 and not h[2] then
+          raise("lora.save: " .. name .. " has row blocks but no Hugging Face module of it is split")
+        end
+      end
+      if ha ~= nil then
+        tensors[PREFIX .. h[1] .. ".lora_A.weight"] = ha:contiguous():to("cpu")
+        tensors[PREFIX .. h[1] .. ".lora_B.weight"] = hb:contiguous():to("cpu")
+        local s = short_name(h[1])
+        if not short[s] then
+          short[s] = true
+          short_list[#short_list + 1] = s
+        end
       end
     end
   end
@@ -161,8 +179,9 @@ function M.load(dir, model, opts)
     local targets = {}
     for name, m in model:named_modules() do
       if getmetatable(m) == Linear then
-        local h = M.hf_names(model, name)[1]
-        if get(PREFIX .. h[1] .. ".lora_A.weight") then targets[#targets + 1] = pattern_of(name) end
+        local any = false
+        for _, h in ipairs(M.hf_names(model, name)) do any = any or get(PREFIX .. h[1] .. ".lora_A.weight") ~= nil end
+        if any then targets[#targets + 1] = pattern_of(name) end
       end
     end
     if #targets == 0 then raise("lora.load: " .. dir .. " has no adapter for any Linear of this model") end
@@ -171,34 +190,61 @@ function M.load(dir, model, opts)
                        rslora = conf.use_rslora == true})
   end
   local used = {}
+  local function shape_error(name, what, t, want)
+    raise(string.format("lora.load: %s: shapes in the file: %s [%s]; the model's [%s]", name, what,
+      table.concat(t.shape, ", "), table.concat(want, ", ")))
+  end
   for _, l in ipairs(lora.layers(model)) do
     local name, m = l[1], l[2]
-    local hs = M.hf_names(model, name)
-    local A, Bs = nil, {}
+    if m.merged then raise("lora.load: " .. name .. " is merged (lora.unmerge first)") end
+    local hs, present = M.hf_names(model, name), {}
     for _, h in ipairs(hs) do
       local ka, kb = PREFIX .. h[1] .. ".lora_A.weight", PREFIX .. h[1] .. ".lora_B.weight"
       local a, b = get(ka), get(kb)
-      if a == nil or b == nil then raise("lora.load: " .. dir .. " has no " .. (a == nil and ka or kb)) end
-      used[ka], used[kb] = true, true
-      if A == nil then
-        A = a
-      elseif lt.no_grad(function() return (a:to("f64") - A:to("f64")):abs():max():item() end) ~= 0 then
-        raise("lora.load: " .. name .. ": the q, k, v adapters have different lora_A; lutra's fused qkv needs one")
+      if (a == nil) ~= (b == nil) then raise("lora.load: " .. dir .. " has no " .. (a == nil and ka or kb)) end
+      if a then
+        used[ka], used[kb] = true, true
+        present[#present + 1] = {h = h, a = a, b = b}
       end
-      Bs[#Bs + 1] = b
     end
-    local B = #Bs == 1 and Bs[1] or lt.cat(Bs, 0)
+    if #present == 0 then raise("lora.load: " .. dir .. " has no adapter for " .. name .. " (" .. hs[1][1] .. ")") end
+    -- one shared A (what lutra writes for a fused layer) or independent adapters (row blocks)
+    local shared = #present == #hs and rawget(m, "blocks") == nil
+    for i = 2, #present do
+      if shared and lt.no_grad(function() return (present[i].a:to("f64") - present[1].a:to("f64")):abs():max():item() end) ~= 0 then
+        shared = false
+      end
+    end
     local wa, wb = m.lora_A.weight, m.lora_B.weight
-    if A:size(0) ~= wa:size(0) or A:size(1) ~= wa:size(1) or B:size(0) ~= wb:size(0) or B:size(1) ~= wb:size(1) then
-      raise(string.format("lora.load: %s: shapes in the file A [%s], B [%s]; the model's A [%s], B [%s]", name,
-        table.concat(A.shape, ", "), table.concat(B.shape, ", "), table.concat(wa.shape, ", "),
-        table.concat(wb.shape, ", ")))
+    if shared then
+      local A = present[1].a
+      local Bs = {}
+      for i, p in ipairs(present) do Bs[i] = p.b end
+      local B = #Bs == 1 and Bs[1] or lt.cat(Bs, 0)
+      if A:size(0) ~= wa:size(0) or A:size(1) ~= wa:size(1) then shape_error(name, "A", A, wa.shape) end
+      if B:size(0) ~= wb:size(0) or B:size(1) ~= wb:size(1) then shape_error(name, "B", B, wb.shape) end
+      lt.no_grad(function()
+        wa:copy_(A)
+        wb:copy_(B)
+      end)
+    else
+      local blocks, same = {}, rawget(m, "blocks") ~= nil and #m.blocks == #present
+      for i, p in ipairs(present) do
+        blocks[i] = {p.h[2], p.h[3]}
+        same = same and m.blocks[i][1] == p.h[2] and m.blocks[i][2] == p.h[3]
+        if p.a:size(0) ~= m.r or p.a:size(1) ~= m.in_features then shape_error(name, p.h[1] .. " A", p.a, {m.r, m.in_features}) end
+        if p.b:size(0) ~= p.h[3] or p.b:size(1) ~= m.r then shape_error(name, p.h[1] .. " B", p.b, {p.h[3], m.r}) end
+      end
+      if not same then m:set_blocks(blocks) end
+      wa, wb = m.lora_A.weight, m.lora_B.weight
+      lt.no_grad(function()
+        wb:zero_()
+        for i, p in ipairs(present) do
+          wa:narrow(0, (i - 1) * m.r, m.r):copy_(p.a)
+          wb:narrow(0, p.h[2], p.h[3]):narrow(1, (i - 1) * m.r, m.r):copy_(p.b)
+        end
+      end)
     end
-    if m.merged then raise("lora.load: " .. name .. " is merged (lora.unmerge first)") end
-    lt.no_grad(function()
-      wa:copy_(A)
-      wb:copy_(B)
-    end)
     local scaling = conf.use_rslora and conf.lora_alpha / math.sqrt(conf.r) or conf.lora_alpha / conf.r
     rawset(m, "scaling", scaling)
     rawset(m, "alpha", conf.lora_alpha)

@@ -287,11 +287,28 @@ test("llama's fused qkv: exported as q_proj, k_proj, v_proj (same A, B rows), lo
   lora.load(dir, fresh)
   equal(lora.layers(fresh)[1][2].scaling, 4 / math.sqrt(2))
   close(lt.no_grad(function() return fresh(x) end), y)
-  -- separate q/k/v adapters (different A) cannot go into one fused layer: refused, named
-  t[pre .. "k_proj.lora_A.weight"] = t[pre .. "k_proj.lora_A.weight"] + 1
+  -- independent q/k/v adapters (different A, as PEFT trains them): row blocks of the fused layer
+  local ak = t[pre .. "k_proj.lora_A.weight"] + 1
+  t[pre .. "k_proj.lora_A.weight"] = ak
   st.save(dir .. "/adapter_model.safetensors", t, {format = "pt"})
-  assert_error("blocks.1.attn.qkv: the q, k, v adapters have different lora_A", function() lora.load(dir, llama()) end)
-  os.execute("rm -rf '" .. dir .. "'")
+  lt.manual_seed(3)
+  local blocked = llama()
+  lora.load(dir, blocked)
+  local m = blocked.blocks[2].attn.qkv
+  equal(m.blocks, {{0, 16}, {16, 8}, {24, 8}})
+  local d = m:delta()
+  local s = 4 / math.sqrt(2)
+  close(d:narrow(0, 0, 16), t[pre .. "q_proj.lora_B.weight"]:matmul(t[pre .. "q_proj.lora_A.weight"]) * s,
+    {atol = 1e-6, rtol = 1e-5})
+  close(d:narrow(0, 16, 8), t[pre .. "k_proj.lora_B.weight"]:matmul(ak) * s, {atol = 1e-6, rtol = 1e-5})
+  close(d:narrow(0, 24, 8), t[pre .. "v_proj.lora_B.weight"]:matmul(t[pre .. "v_proj.lora_A.weight"]) * s,
+    {atol = 1e-6, rtol = 1e-5})
+  -- written back block by block: the same tensors
+  local dir2 = tmpdir()
+  lora.save(dir2, blocked)
+  local t2 = st.load(dir2 .. "/adapter_model.safetensors")
+  for k, v in pairs(t) do close(t2[k], v) end
+  os.execute("rm -rf '" .. dir .. "' '" .. dir2 .. "'")
 end)
 
 test("PEFT module names: lutra.hf_weights' map and lora_peft's own table agree (gpt2, llama)", function()
@@ -334,11 +351,14 @@ test("PEFT's merge in PyTorch (tests/py/ref_lora.py): base + exported adapters =
     return
   end
   local root = (debug.getinfo(1, "S").source:match("^@(.*)/tests/lua/[^/]*$")) or "."
-  for _, mk in ipairs {gpt2, llama} do
+  local cases = {{gpt2, {r = 4, alpha = 8}, 2 * 4}, {llama, {r = 4, alpha = 8, rslora = true}, 2 * 7},
+                 {llama, {r = 2, alpha = 4, targets = {"q_proj", "v_proj", "down_proj"}}, 2 * 3}}
+  for _, case in ipairs(cases) do
+    local mk = case[1]
     local dir = tmpdir()
     local model = mk()
     hf.save_pretrained(dir .. "/base", model)
-    lora.apply(model, {r = 4, alpha = 8, rslora = mk == llama})
+    lora.apply(model, case[2])
     randomize_B(model)
     lora.save(dir .. "/adapter", model)
     lora.merge_and_unload(model)
@@ -349,7 +369,58 @@ test("PEFT's merge in PyTorch (tests/py/ref_lora.py): base + exported adapters =
     p:close()
     assert(out:find("rc=0", 1, true), out)
     local n = tonumber(out:match("modules=(%d+)"))
-    equal(n, mk == llama and 2 * 7 or 2 * 4, out) -- llama: q, k, v, o, gate, up, down per layer
+    equal(n, case[3], out) -- llama all-linear: q, k, v, o, gate, up, down per layer
     os.execute("rm -rf '" .. dir .. "'")
   end
+end)
+
+test("PEFT-style targets on llama: {q_proj, v_proj} are row blocks of qkv; k rows stay untouched", function()
+  local r = 4
+  local model = llama() -- q 16 rows, k 8, v 8 of qkv; d_model 16
+  local _, names = lora.apply(model, {targets = {"q_proj", "v_proj"}, r = r, alpha = 8})
+  equal(names, {"blocks.0.attn.qkv", "blocks.1.attn.qkv"})
+  local m = model.blocks[1].attn.qkv
+  equal(m.blocks, {{0, 16}, {24, 8}})
+  local trainable, _, analytic = lora.count(model)
+  equal(analytic, 2 * (r * (16 + 16) + r * (16 + 8))) -- PEFT's count for q_proj and v_proj
+  equal(trainable, analytic)
+  -- training moves the q and v rows only
+  local x, y = ids(2, 6, 29), ids(2, 6, 29)
+  local opt = optim.AdamW(lora.param_groups(model), {lr = 1e-2})
+  for _ = 1, 3 do
+    opt:zero_grad()
+    local _, loss = model(x, y)
+    loss:backward()
+    opt:step()
+  end
+  local d = m:delta()
+  assert(d:narrow(0, 0, 16):abs():max():item() > 0)
+  equal(d:narrow(0, 16, 8):abs():max():item(), 0)
+  assert(d:narrow(0, 24, 8):abs():max():item() > 0)
+  -- split_fused: every part its own adapter (PEFT's count for all-linear on llama)
+  local full = llama()
+  lora.apply(full, {r = r, split_fused = true})
+  equal(full.blocks[1].attn.qkv.blocks, {{0, 16}, {16, 8}, {24, 8}})
+  local t2, _, a2 = lora.count(full)
+  local per_layer = r * (16 + 16) + 2 * r * (16 + 8) + r * (16 + 16) + 2 * r * (16 + 24) + r * (24 + 16)
+  equal(a2, 2 * per_layer)
+  equal(t2, a2)
+  if not have_safetensors() then return end
+  local st = require "lutra.ckpt.safetensors"
+  local json = require "lutra.json"
+  local dir = tmpdir()
+  lora.save(dir, model)
+  local h = st.read_header(dir .. "/adapter_model.safetensors")
+  equal(#h.names, 2 * 2 * 2)
+  equal(h.tensors["base_model.model.model.layers.0.self_attn.v_proj.lora_B.weight"].shape, {8, r})
+  equal(h.tensors["base_model.model.model.layers.0.self_attn.k_proj.lora_A.weight"], nil)
+  equal({unpack(json.read_file(dir .. "/adapter_config.json").target_modules)}, {"q_proj", "v_proj"})
+  local fresh = llama()
+  lt.no_grad(function() -- the same base weights as `model`
+    for name, p in fresh:named_parameters() do p:copy_(model:state_dict()[name]) end
+  end)
+  lora.load(dir, fresh)
+  equal(fresh.blocks[1].attn.qkv.blocks, {{0, 16}, {24, 8}})
+  close(lt.no_grad(function() return fresh(x) end), lt.no_grad(function() return model(x) end))
+  os.execute("rm -rf '" .. dir .. "'")
 end)
