@@ -222,7 +222,8 @@ function M.parallelize(model, where, opts)
   if type(opts) ~= "table" then raise(who .. ": opts must be a table, got " .. type(opts)) end
   for k in pairs(opts) do
     if not OPTS[k] then
-      raise(string.format("%s: unknown option '%s' (schedule, micro_batches, balance, virtual_stages)", who, tostring(k)))
+      raise(string.format("%s: unknown option '%s' (schedule, micro_batches, balance, virtual_stages)", who,
+        tostring(k)))
     end
   end
   if type(model) ~= "table" or type(model.cfg) ~= "table" or model.blocks == nil or model.wte == nil

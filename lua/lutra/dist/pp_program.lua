@@ -179,8 +179,8 @@ function M.simulate(kind, P, m, v, opts)
           if not o.done and first(s, o.dir, o.peer) == o then
             local other = first(o.peer, o.dir == "send" and "recv" or "send", s)
             if other and other.key ~= o.key then
-              raise(string.format("pp_program.simulate: stage %d's %s of %s meets stage %d's %s of %s (order)", s, o.dir,
-                o.key, o.peer, other.dir, other.key))
+              raise(string.format("pp_program.simulate: stage %d's %s of %s meets stage %d's %s of %s (order)", s,
+                o.dir, o.key, o.peer, other.dir, other.key))
             end
             if other then
               o.done, other.done, moved = true, true, true

@@ -99,7 +99,9 @@ function M.check(kind, P, s, m, v, who)
     end
     return v
   end
-  if v ~= nil and v ~= 1 then raise(string.format("%s: virtual_stages = %s needs schedule = \"interleaved\"", who, tostring(v))) end
+  if v ~= nil and v ~= 1 then
+    raise(string.format("%s: virtual_stages = %s needs schedule = \"interleaved\"", who, tostring(v)))
+  end
   return 1
 end
 
