@@ -8,7 +8,7 @@
 -- directory brings its chat template; a checkpoint gets prompt + response as plain text.
 -- Reference "auto": the base with the adapters off (LoRA; no second copy) or a frozen copy
 -- (full); "precomputed": its log-probs once, up front. Prints the held-out reward accuracy
--- before and after; saves the adapters (PEFT's layout) or the model directory (full).
+-- before and after; saves the adapters (PEFT's layout; LoRA) and the (merged) model directory.
 local lt = require "lutra"
 local config = lt.config
 local dpo = require "lutra.dpo"
@@ -142,7 +142,7 @@ os.execute("mkdir -p '" .. cfg.out .. "'")
 if cfg.mode == "lora" then
   lora.save(cfg.out .. "/adapter", model)
   print("saved the adapters to " .. cfg.out .. "/adapter (adapter_model.safetensors, adapter_config.json)")
-else
-  modeldir.save(cfg.out .. "/model", model, tok, {template = template ~= "none" and template or nil})
-  print("saved the model to " .. cfg.out .. "/model")
+  lora.merge_and_unload(model) -- and the merged model, for lutra chat / generate
 end
+local saved = modeldir.save(cfg.out .. "/model", model, tok, {template = template ~= "none" and template or nil})
+print("saved the model to " .. saved)

@@ -49,6 +49,7 @@ out=$("$LUTRA" recipes/dpo.lua "${COMMON[@]}" --steps=2 --mode=full --loss=ipo -
 expect_grep "full: precomputed reference" "$out" 'reference: log-probs of [0-9]+ pairs precomputed'
 expect_grep "full: held-out after, finite" "$out" "^held-out after: reward_accuracy=$NUM margin=$NUM loss=$NUM"
 [ -d "$T/full/model" ] && ok || bad "full: the model directory written"
+[ -d "$T/lora/model" ] && ok || bad "lora: the merged model directory written"
 
 out=$("$LUTRA" recipes/dpo.lua "${COMMON[@]}" --steps=1 --mode=full --reference=lora 2>&1)
 expect_grep "a bad combination is an error" "$out" 'needs --mode=lora'
