@@ -56,6 +56,7 @@ void lt_contiguous_strides(int ndim, const int64_t *shape, int64_t *stride) {
 
 int lt_is_contiguous(const lt_tensor *t) {
   if (!t) return 0;
+  if (lt_shape_numel(t->ndim, t->shape) == 0) return 1; /* no element to misplace (as PyTorch) */
   int64_t s = 1;
   for (int d = t->ndim - 1; d >= 0; d--) {
     if (t->shape[d] != 1 && t->stride[d] != s) return 0;

@@ -93,6 +93,9 @@ M.optim = require "lutra.optim"
 M.train = require "lutra.train" -- callable: lt.train{model =, data =, config =}
 M.generate = require "lutra.generate" -- callable: lt.generate(model, ids, opts); lt.generate.text(model, tok, prompt, opts)
 M.config = require "lutra.config" -- callable: lt.config{...}; also lt.config.optional/number/one_of
+M.json = require "lutra.json"
+M.hf = require "lutra.hf" -- lt.hf.load_pretrained(dir), lt.hf.save_pretrained(dir, model, tok)
+M.safetensors = require "lutra.ckpt.safetensors"
 M.dist = require "lutra.dist" -- lt.dist.init{dp =, tp =, pp =, zero =} -> mesh; groups and collectives
 
 M.cuda = {
