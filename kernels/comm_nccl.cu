@@ -99,7 +99,9 @@ static int ensure_comm(const char *op, lt_group *g, nccl_group *st) {
   if (g->size > 1 && MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, g->comm) != MPI_SUCCESS)
     return lt_errorf("%s on group %s: broadcasting the NCCL id over MPI failed", op, g->name);
 #endif
+  int64_t slot = lt_flight_begin("nccl_init", g, g->seq, LT_U8, 0, 0, NULL, -1, LT_COMM_WAITING); /* watched */
   ncclResult_t r = ncclCommInitRank(&st->comm, g->size, id, g->rank);
+  lt_flight_set_state(slot, r == ncclSuccess ? LT_COMM_DONE : LT_COMM_FAILED);
   return r == ncclSuccess ? 0 : nccl_fail(op, g, r);
 }
 
@@ -119,7 +121,9 @@ static int ensure_pair(const char *op, lt_group *g, nccl_group *st, int peer) {
 #else
   return lt_errorf("%s on group %s: p2p between ranks needs MPI", op, g->name);
 #endif
+  int64_t slot = lt_flight_begin("nccl_init_pair", g, g->seq, LT_U8, 0, 0, NULL, peer, LT_COMM_WAITING);
   ncclResult_t r = ncclCommInitRank(&st->pairs[peer], 2, id, g->rank < peer ? 0 : 1);
+  lt_flight_set_state(slot, r == ncclSuccess ? LT_COMM_DONE : LT_COMM_FAILED);
   return r == ncclSuccess ? 0 : nccl_fail(op, g, r);
 }
 
