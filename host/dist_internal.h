@@ -7,7 +7,7 @@
 #include <mpi.h>
 #endif
 
-enum { LT_GROUP_NAME = 32, LT_MAX_GROUPS = 256 };
+enum { LT_GROUP_NAME = 32 };
 
 struct lt_group {
   char name[LT_GROUP_NAME];

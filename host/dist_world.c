@@ -7,8 +7,8 @@
 static bool initialized, mpi_active, we_initialized_mpi;
 static int world_rank, world_size = 1, local_rank;
 static lt_group *world;
-static lt_group *groups[LT_MAX_GROUPS]; /* every group made, freed at exit */
-static int num_groups;
+static lt_group **groups; /* every group made (they live until exit) */
+static int num_groups, cap_groups;
 
 bool lt_comm_mpi_active(void) { return mpi_active; }
 
@@ -23,9 +23,14 @@ static bool launched(void) {
 }
 
 static lt_group *group_new(const char *name, int rank, int size) {
-  if (num_groups == LT_MAX_GROUPS) {
-    lt_errorf("comm.split: too many groups (%d)", LT_MAX_GROUPS);
-    return NULL;
+  if (num_groups == cap_groups) {
+    int cap = cap_groups ? 2 * cap_groups : 16;
+    lt_group **more = realloc(groups, (size_t)cap * sizeof *more);
+    if (!more) {
+      lt_errorf("comm.split: out of memory");
+      return NULL;
+    }
+    groups = more, cap_groups = cap;
   }
   lt_group *g = calloc(1, sizeof *g);
   int *ranks = calloc((size_t)size, sizeof *ranks);
