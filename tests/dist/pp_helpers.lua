@@ -189,11 +189,19 @@ local function local_world(P)
     end
     function g:broadcast(t, root) collective(self, t, function(c) return c[root] end) end
     function g:all_reduce(t, op)
-      assert(op == "sum")
+      op = op or "sum"
+      assert(op == "sum" or op == "min" or op == "max", op)
       collective(self, t, function(c)
-        local s = c[0]:clone()
-        for r = 1, self.size - 1 do s = s + c[r] end
-        return s
+        if op == "sum" then
+          local s = c[0]:clone()
+          for r = 1, self.size - 1 do s = s + c[r] end
+          return s
+        end
+        local v = c[0]:tolist() -- (min and max: the small agreement vectors of pp.parallelize)
+        for r = 1, self.size - 1 do
+          for i, x in ipairs(c[r]:tolist()) do v[i] = op == "min" and math.min(v[i], x) or math.max(v[i], x) end
+        end
+        return lt.tensor(v, {dtype = c[0].dtype})
       end)
     end
     return g

@@ -293,6 +293,13 @@ test("bad input: balance, too many stages, options", function()
   end
   local st = pp.parallelize(build(), mesh, {micro_batches = MICRO})
   testing.assert_error("expected a list of 4 micro-batches", st.train_step, st, {{x = 1, y = 2}})
+  if P > 1 then
+    -- ranks that disagree stop at once (on every rank) instead of hanging in the schedule
+    testing.assert_error("the " .. P .. " ranks of the pipeline disagree on micro_batches", pp.parallelize, build(),
+      mesh, {micro_batches = world.rank == 0 and 8 or 4})
+    testing.assert_error("disagree on schedule", pp.parallelize, build(), mesh,
+      {schedule = world.rank == 0 and "gpipe" or "1f1b"})
+  end
 end)
 
 return {}

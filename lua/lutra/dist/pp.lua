@@ -216,6 +216,30 @@ end
 
 local OPTS = {schedule = true, micro_batches = true, balance = true, virtual_stages = true}
 
+-- Every rank of the pipeline must run the same schedule over the same split, or the
+-- transfers never match (a hang until the watchdog): one min/max all-reduce of what they
+-- agreed on, before anything runs; a difference is an error naming it, on every rank.
+local KINDS = {gpipe = 1, ["1f1b"] = 2, interleaved = 3}
+local function check_agreement(g, kind, m, v, counts, cfg, who)
+  local hash = 0
+  for j, c in ipairs(counts) do hash = (hash * 31 + c * j) % 1000000007 end
+  local what = {"schedule", "micro_batches", "virtual_stages", "balance", "n_layer", "d_model"}
+  local mine = {KINDS[kind], m, v, hash, cfg.n_layer, cfg.d_model}
+  local lo, hi = create.tensor(mine, {dtype = "f64"}), create.tensor(mine, {dtype = "f64"})
+  g:all_reduce(lo, "min")
+  g:all_reduce(hi, "max")
+  local bad = {}
+  for i, name in ipairs(what) do
+    local a, b = lo[i - 1]:item(), hi[i - 1]:item()
+    if a ~= b then bad[#bad + 1] = string.format("%s (this rank %s; min %s, max %s)", name, tostring(mine[i]), a, b) end
+  end
+  lo:free()
+  hi:free()
+  if #bad > 0 then
+    raise(string.format("%s: the %d ranks of the pipeline disagree on %s", who, g.size, table.concat(bad, ", ")))
+  end
+end
+
 function M.parallelize(model, where, opts)
   local who = "pp.parallelize"
   opts = opts or {}
@@ -237,6 +261,7 @@ function M.parallelize(model, where, opts)
   local v = schedule.check(kind, P, s, m, opts.virtual_stages, who)
   local V = P * v
   local counts = layer_counts(model, opts.balance, P, v, who)
+  if P > 1 then check_agreement(g, kind, m, v, counts, model.cfg, who) end
 
   -- the layers of each virtual stage, and this rank's chunks
   local first_layer, ranges = 1, {}
