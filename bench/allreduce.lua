@@ -6,9 +6,10 @@
 -- For each size from 4 KiB to 64 MiB (x4): a warm-up, then `reps` (15) rounds of one timed block
 -- of ours and one of the C loop, in alternating order (so that the load of a shared machine
 -- weighs on both alike). A block is k calls after a barrier; its time is the slowest rank's;
--- the bandwidths are the median blocks', the ratio ours/MPI the median of the rounds' ratios. busbw = 2 (n - 1) / n * bytes / time (nccl-tests'
--- definition for all-reduce). Without the peer library only our column is printed. --raw
--- prints "bytes ours_seconds ours_GB/s [mpi_seconds mpi_GB/s]" lines.
+-- the bandwidths are the median blocks', the ratio ours/MPI the median of the rounds' ratios.
+-- busbw = 2 (n - 1) / n * bytes / time (nccl-tests' definition for all-reduce). Without the
+-- peer library only our column is printed. --raw prints "bytes ours_seconds ours_GB/s
+-- [mpi_seconds mpi_GB/s]" lines.
 local lt = require "lutra"
 local comm = require "lutra.dist.comm"
 local ffi = require "ffi"
@@ -63,7 +64,9 @@ local function ours_block(t, k)
 end
 
 local function busbw(bytes, sec) return 2 * (n - 1) / n * bytes / sec / 1e9 end
-local function human(b) return b >= 2 ^ 20 and string.format("%d MiB", b / 2 ^ 20) or string.format("%d KiB", b / 1024) end
+local function human(b)
+  return b >= 2 ^ 20 and string.format("%d MiB", b / 2 ^ 20) or string.format("%d KiB", b / 1024)
+end
 
 if world.rank == 0 and not raw then
   print(string.format("all_reduce, f32 sum in place, %d ranks: bus bandwidth GB/s (median of %d blocks)", n, reps))
@@ -93,7 +96,8 @@ while bytes <= 64 * 2 ^ 20 do
   local ratio = peer and median(pair)
   if world.rank == 0 then
     if raw then
-      print(string.format("%d %.9f %.4f", bytes, a, busbw(bytes, a)) .. (b and string.format(" %.9f %.4f", b, busbw(bytes, b)) or ""))
+      local mpi = b and string.format(" %.9f %.4f", b, busbw(bytes, b)) or ""
+      print(string.format("%d %.9f %.4f", bytes, a, busbw(bytes, a)) .. mpi)
     elseif b then
       ratios[#ratios + 1] = ratio
       print(string.format("%10s %10.3f %10.3f %7.2f", human(bytes), busbw(bytes, a), busbw(bytes, b), ratio))

@@ -383,11 +383,13 @@ end
 -- Opens the REPL in the caller's frame; Ctrl-D continues the script. With {rank = r} every
 -- rank of the world must call it: rank r opens the REPL, the others wait in a world barrier
 -- with their watchdog off (comm.hold), and all go on together when the REPL ends.
--- (stdin must reach rank r: `lutra launch` sends it to every rank, mpirun alone to rank 0
--- unless given --stdin r.)
+-- (The REPL reads stdin: `lutra launch` lends its terminal to whichever rank's REPL is open;
+-- mpirun alone gives stdin to rank 0 only, unless given --stdin r.)
 function M.debug(opts)
   local height = depth() - 1 -- the caller of debug()
-  if opts ~= nil and type(opts) ~= "table" then error("lutra.debug: expected nothing or {rank = r}, got " .. type(opts), 2) end
+  if opts ~= nil and type(opts) ~= "table" then
+    error("lutra.debug: expected nothing or {rank = r}, got " .. type(opts), 2)
+  end
   local want = opts and opts.rank
   if want == nil then
     local rank, size = M.world()
