@@ -17,9 +17,11 @@ static int env_int(const char *name, int fallback) {
   return v && *v ? atoi(v) : fallback;
 }
 
-/* Started by mpirun (OpenMPI) or srun (Slurm, PMIx)? */
+/* Started by mpirun (OpenMPI) or srun (Slurm, PMIx or PMI)? A batch script's own shell
+ * has SLURM_PROCID but no step: a program run there directly is a singleton. */
 static bool launched(void) {
-  return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("SLURM_PROCID") || getenv("PMI_RANK");
+  return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK") ||
+         (getenv("SLURM_PROCID") && getenv("SLURM_STEP_ID"));
 }
 
 static lt_group *group_new(const char *name, int rank, int size) {
