@@ -327,7 +327,7 @@ function M.train(args)
       run.data = data
     end
     run.par = require("lutra.dist").parallelize(model, mesh,
-      {optimizer = function(named) return make_optimizer(as_module(named), get) end})
+      {optimizer = function(named) return make_optimizer(as_module(named), get) end, local_batch = data.local_batch})
     run.opt = run.par.optimizer
     run.params = run.par:parameters()
   end

@@ -20,8 +20,9 @@ M.DEFAULTS = {
   pp = 1,               -- pipeline stages
   zero = 0,             -- ZeRO stage over the dp group: 0 (plain data parallel), 1, 2, 3
   bucket_mb = 25,       -- gradient buckets (data parallel, ZeRO 2)
-  micro_batches = 0,    -- pipeline micro-batches per step; 0: 2 * pp
+  micro_batches = 0,    -- pipeline micro-batches per step; 0: the most rows allow, up to 2 * pp
   schedule = "1f1b",    -- pipeline schedule: "1f1b", "gpipe", "interleaved"
+  virtual_stages = 2,   -- pipeline chunks per rank (schedule = "interleaved")
   balance = "params",   -- stages balanced by parameter count, or a list of layers per stage
   sequence_parallel = false, -- tensor parallel: norms and dropout on sequence shards
   timeout = 600,        -- seconds before the watchdog aborts a collective

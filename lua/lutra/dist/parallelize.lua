@@ -38,7 +38,8 @@ local function split_rows(batch, m)
   local x, y = batch.x or batch[1], batch.y or batch[2]
   local B = x:size(0)
   if B % m ~= 0 then
-    raise(string.format("parallel: the local batch of %d rows does not split into %d pipeline micro-batches", B, m))
+    raise(string.format("parallel: the local batch of %d rows does not split into %d pipeline micro-batches "
+      .. "(set parallel.micro_batches to a divisor)", B, m))
   end
   local rows, out = B / m, {}
   for i = 0, m - 1 do
@@ -46,6 +47,18 @@ local function split_rows(batch, m)
     out[i + 1] = {x = xi, y = yi, xi, yi}
   end
   return out
+end
+
+-- Pipeline micro-batches when the config leaves it to us: the largest count up to 2 * pp
+-- that divides the local batch (a multiple of pp for the interleaved schedule).
+local function default_micro_batches(mesh, o, local_batch)
+  local pp = mesh.pp_size
+  if not local_batch then return 2 * pp end
+  for m = 2 * pp, 1, -1 do
+    if local_batch % m == 0 and (o.schedule ~= "interleaved" or m % pp == 0) then return m end
+  end
+  raise(string.format("parallel: the local batch of %d rows has no pipeline micro-batch count for pp %d; "
+    .. "set parallel.micro_batches", local_batch, pp))
 end
 
 function M.new(model, mesh, opts)
@@ -61,10 +74,11 @@ function M.new(model, mesh, opts)
     self.tp.parallelize(model, mesh.tp, {sequence_parallel = o.sequence_parallel})
   end
   if mesh.pp_size > 1 then
-    local m = o.micro_batches > 0 and o.micro_batches or 2 * mesh.pp_size
+    local m = o.micro_batches > 0 and o.micro_batches or default_micro_batches(mesh, o, opts.local_batch)
     self.micro_batches = m
     self.stage = require("lutra.dist.pp").parallelize(model, mesh,
-      {schedule = o.schedule, micro_batches = m, balance = o.balance})
+      {schedule = o.schedule, micro_batches = m, balance = o.balance,
+       virtual_stages = o.schedule == "interleaved" and o.virtual_stages or nil})
     self.model = self.stage.model
   end
   self.defer_sync = self.stage ~= nil or (self.tp ~= nil and o.sequence_parallel == true)

@@ -92,9 +92,20 @@ function M.param_groups(src, opts)
   local no_decay = M.no_decay_rule(opts.no_decay)
   local decay = {params = {}, names = {}, weight_decay = opts.weight_decay}
   local plain = {params = {}, names = {}, weight_decay = 0}
+  -- a module's frozen parameters (requires_grad false: LoRA's base, freeze()) are left out,
+  -- when some of them do train (a list of plain tensors keeps them all)
+  local from_module = false
+  if type(src) == "table" and type(src.named_parameters) == "function" then
+    for _, p in ipairs(params) do
+      if p.requires_grad then from_module = true break end
+    end
+  end
   for i, name in ipairs(names) do
     local g = no_decay(name, params[i]) and plain or decay
+    if from_module and not params[i].requires_grad then g = nil end
+    if g then
     g.params[#g.params + 1], g.names[#g.names + 1] = params[i], name
+    end
   end
   local groups = {}
   if #decay.params > 0 then groups[#groups + 1] = decay end
