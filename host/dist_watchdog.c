@@ -215,7 +215,7 @@ double lt_comm_timeout(void) {
 }
 
 int lt_comm_hold(int hold) {
-  const char *path = lt_comm_uses_mpi() ? hold_path() : getenv("LUTRA_HOLD_FILE");
+  const char *path = lt_comm_uses_mpi() ? hold_path() : NULL; /* a singleton has nobody to hold */
   pthread_mutex_lock(&lock);
   int before = hold_depth;
   hold_depth = hold ? hold_depth + 1 : (hold_depth > 0 ? hold_depth - 1 : 0);
@@ -224,7 +224,13 @@ int lt_comm_hold(int hold) {
   pthread_mutex_unlock(&lock);
   if (path && *path && before == 0 && after > 0) {
     FILE *f = fopen(path, "w");
-    if (!f) return lt_errorf("comm.hold: cannot create the hold file %s: %s", path, strerror(errno));
+    if (!f) {
+      int err = errno;
+      pthread_mutex_lock(&lock);
+      hold_depth--; /* not held after all */
+      pthread_mutex_unlock(&lock);
+      return lt_errorf("comm.hold: cannot create the hold file %s: %s", path, strerror(err));
+    }
     fprintf(f, "rank %d\n", lt_comm_rank());
     fclose(f);
   } else if (path && *path && before > 0 && after == 0) {

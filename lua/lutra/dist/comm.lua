@@ -94,8 +94,9 @@ function M.set_timeout(seconds)
 end
 function M.timeout() return C.lt_comm_timeout() end
 
--- Runs fn(...) with this rank's watchdog off (and LUTRA_HOLD_FILE present, so that the
--- other ranks' watchdogs wait too); returns fn's results, rethrows its error.
+-- Runs fn(...) with this rank's watchdog off and the hold file present (env LUTRA_HOLD_FILE,
+-- else one per job in /tmp), so that the other ranks' watchdogs wait too instead of ending
+-- the job; returns fn's results, rethrows its error.
 function M.hold(fn, ...)
   if type(fn) ~= "function" then raise("comm.hold: fn must be a function, got " .. type(fn)) end
   check(C.lt_comm_hold(1))
@@ -156,6 +157,7 @@ Handle.__index = Handle
 M.Handle = Handle
 
 -- Waits for the call; copies results back into non-contiguous outputs; returns the output.
+-- Every handle must be waited for (a dropped one leaves its MPI request pending).
 function Handle.wait(h)
   if h.req ~= nil then
     local req = h.req
