@@ -565,6 +565,79 @@ int lt_st_load(lt_tensor *out, const lt_st_header *h, int64_t i);
 int lt_st_save(const char *path, int64_t n, const char *const *names, const lt_tensor *const *tensors, int64_t n_meta,
                const char *const *meta_keys, const char *const *meta_values);
 
+/* ---- checkpoint io: lz4-framed shard files, background saves (host/ckpt_io.c, ckpt_job.c) ----
+ * A shard file holds pieces (the bytes of one tensor box each), each one or more LZ4 frames
+ * (liblz4's frame format, content checksum on, at most chunk_bytes raw bytes a frame), then
+ * a footer: one 40-byte little-endian entry per piece {u64 offset, u64 csize, u64 raw_bytes,
+ * u32 nframes, u32 checksum}, then 24 bytes {u64 count, u32 hash of the entries, u32
+ * version, the 8 bytes "LTCKPT1\n"}. A piece's checksum hashes its frames' content checksums
+ * (each of which LZ4 checks against the decoded bytes), so a footer that points at the wrong
+ * frames is caught too. Every read checks every size against the file before trusting it;
+ * errors name the file, the piece, the frame and the problem (bad magic, checksum mismatch,
+ * truncated, size mismatch), never crash.
+ *
+ * A job writes one shard file: pieces are added (pointers to bytes that must stay valid
+ * until the job is waited for), then it runs on this thread (lt_ckpt_job_run) or on a
+ * background thread (lt_ckpt_job_start, then lt_ckpt_job_wait). It writes PATH.part with
+ * large sequential writes, fsyncs it and renames it to PATH. With a commit (rank 0) it then
+ * waits until the `world` files tmp_dir/rank_%05d.lz4 exist, writes tmp_dir/manifest.json,
+ * fsyncs it and tmp_dir, renames tmp_dir to final_dir (an older final_dir is moved aside
+ * and removed), fsyncs the parent, and replaces latest_path by latest_text (temp file,
+ * fsync, rename). Every started job is joined at exit (atexit), so a process never ends
+ * with a save half-written. Test hook: env LUTRA_FAULT=save:mid_file | save:after_file |
+ * save:after_manifest | save:after_rename ends the process (_exit(86)) at that point. */
+
+typedef struct lt_ckpt_piece {
+  int64_t offset;    /* of the piece's first frame in the file */
+  int64_t csize;     /* compressed bytes (all its frames) */
+  int64_t raw_bytes; /* decoded bytes */
+  int32_t nframes;
+  uint32_t checksum;
+} lt_ckpt_piece;
+
+typedef struct lt_ckpt_job lt_ckpt_job; /* opaque */
+
+/* chunk_bytes <= 0: 4 MiB; level: lz4 compression level (0 fast, up to 12: HC). */
+int lt_ckpt_job_new(lt_ckpt_job **out, const char *path, int64_t chunk_bytes, int level);
+int lt_ckpt_job_add(lt_ckpt_job *j, const void *data, int64_t nbytes);
+/* Makes the job rank 0's: commit the checkpoint once every rank's file is there (waiting at
+ * most timeout_s seconds for the others; latest_path NULL: no pointer). */
+int lt_ckpt_job_commit(lt_ckpt_job *j, const char *tmp_dir, const char *final_dir, const char *manifest_text,
+                       int world, const char *latest_path, const char *latest_text, double timeout_s);
+int lt_ckpt_job_run(lt_ckpt_job *j);
+int lt_ckpt_job_start(lt_ckpt_job *j);
+int lt_ckpt_job_poll(lt_ckpt_job *j, int *done); /* done = 1 once the thread finished (still wait) */
+int lt_ckpt_job_wait(lt_ckpt_job *j);            /* joins; 0 or -1 with the job's error */
+/* After the job: piece i's frames, and totals (raw, compressed bytes; seconds it took). */
+int lt_ckpt_job_piece(const lt_ckpt_job *j, int64_t i, lt_ckpt_piece *piece);
+int lt_ckpt_job_stats(const lt_ckpt_job *j, int64_t *raw, int64_t *compressed, double *seconds);
+int lt_ckpt_job_free(lt_ckpt_job *j); /* waits for a running job first; NULL is ok */
+int lt_ckpt_wait_all(void);          /* joins every started job; the first error */
+
+/* Reads a shard file's footer: *count pieces, the first min(count, max) into pieces (may be
+ * NULL with max 0); *file_size the file's bytes. */
+int lt_ckpt_read_index(const char *path, lt_ckpt_piece *pieces, int64_t max, int64_t *count, int64_t *file_size);
+/* Decodes piece `index` of path (as its footer entry p says) into dst (dst_bytes must equal
+ * p->raw_bytes), verifying magic, frame checksums, sizes and the piece checksum. */
+int lt_ckpt_read_piece(const char *path, int64_t index, const lt_ckpt_piece *p, void *dst, int64_t dst_bytes);
+/* Decodes every piece of path into a scratch buffer: a full check. raw/compressed may be NULL. */
+int lt_ckpt_verify_file(const char *path, int64_t *raw, int64_t *compressed);
+
+/* Files: fsync of a file or a directory; rename then fsync of the target's directory; an
+ * atomic small file (temp, fsync, rename, fsync of the directory); rm -r. */
+int lt_ckpt_fsync_path(const char *path);
+int lt_ckpt_rename(const char *from, const char *to);
+int lt_ckpt_write_file(const char *path, const void *data, int64_t nbytes);
+int lt_ckpt_remove_tree(const char *path);
+/* The test hook: ends the process when env LUTRA_FAULT names `point`; 0 otherwise. */
+int lt_ckpt_fault(const char *point);
+
+/* Validates a manifest.json text (host/ckpt_manifest.c) before Lua trusts it: format and
+ * version, files (plain names), tensors (unique names, known dtypes, shapes of at most 8
+ * non-negative dims without overflow), pieces (file in range, index >= 0, box inside the
+ * global shape, bytes = box elements * dtype size). Counts go to n_tensors / n_pieces. */
+int lt_ckpt_manifest_check(const char *text, int64_t len, const char *source, int64_t *n_tensors, int64_t *n_pieces);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,23 @@
+/* ckpt_io.h — internals shared by ckpt_io.c (frames, footers, files) and ckpt_job.c (jobs). */
+#ifndef LUTRA_CKPT_IO_H
+#define LUTRA_CKPT_IO_H
+#include "lutra.h"
+#include <stdint.h>
+
+enum { CKPT_ENTRY_BYTES = 40, CKPT_TRAILER_BYTES = 24, CKPT_VERSION = 1 };
+#define CKPT_MAGIC "LTCKPT1\n"
+#define CKPT_DEFAULT_CHUNK ((int64_t)4 << 20)
+
+/* FNV-1a, 32 bits, continued from h (start with 2166136261u). */
+uint32_t lt_ckpt_hash(uint32_t h, const void *data, size_t n);
+/* A piece's checksum from its frames' content checksums. */
+uint32_t lt_ckpt_piece_hash(uint32_t h, uint32_t frame_checksum);
+uint32_t lt_ckpt_piece_seed(int64_t raw_bytes);
+/* The footer of count pieces into buf (count * 40 + 24 bytes). */
+void lt_ckpt_encode_footer(unsigned char *buf, const lt_ckpt_piece *pieces, int64_t count);
+/* Reads exactly n bytes at offset; 0, or -1 with errno (0 for end of file). */
+int lt_ckpt_pread_all(int fd, void *dst, int64_t n, int64_t offset);
+int lt_ckpt_write_all(int fd, const void *src, int64_t n);
+/* The last path component, for messages. */
+const char *lt_ckpt_base(const char *path);
+#endif

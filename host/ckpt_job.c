@@ -1,0 +1,337 @@
+/* ckpt_job.c — writing a checkpoint shard file (lz4 frames through one large output buffer,
+ * then the footer, fsync, rename of PATH.part to PATH) and rank 0's commit of the whole
+ * checkpoint directory, on the calling thread or on a background pthread. Every started
+ * job is registered and joined at exit. Format and contract: lutra.h ("checkpoint io"). */
+#define _GNU_SOURCE
+#include "ckpt_io.h"
+#include "internal.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <lz4frame.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { OUT_BUFFER = 16 << 20, ERR_LEN = 1024 };
+
+struct lt_ckpt_job {
+  char *path;
+  int64_t chunk;
+  int level;
+  int64_t n, cap;
+  const void **data;
+  int64_t *nbytes;
+  lt_ckpt_piece *pieces;
+  /* rank 0's commit */
+  int commit, world;
+  char *tmp_dir, *final_dir, *manifest, *latest_path, *latest_text;
+  double timeout;
+  /* running */
+  pthread_t thread;
+  int started, joined;
+  atomic_int done;
+  int status;
+  char error[ERR_LEN];
+  int64_t raw, compressed;
+  double seconds;
+  struct lt_ckpt_job *next; /* the registry of started, unjoined jobs */
+};
+
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static lt_ckpt_job *registry;
+static int atexit_done;
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static char *dup_str(const char *s) { return s ? strdup(s) : NULL; }
+
+int lt_ckpt_job_new(lt_ckpt_job **out, const char *path, int64_t chunk_bytes, int level) {
+  if (!out) return lt_errorf("ckpt: job_new: out is NULL");
+  *out = NULL;
+  if (!path || !*path) return lt_errorf("ckpt: job_new: path is empty");
+  if (level < 0 || level > 12) return lt_errorf("ckpt: job_new: level %d outside [0, 12]", level);
+  lt_ckpt_job *j = calloc(1, sizeof *j);
+  if (!j || !(j->path = strdup(path))) {
+    free(j);
+    return lt_errorf("ckpt: job_new: out of memory");
+  }
+  j->chunk = chunk_bytes > 0 ? chunk_bytes : CKPT_DEFAULT_CHUNK;
+  if (j->chunk > ((int64_t)64 << 20)) j->chunk = (int64_t)64 << 20;
+  j->level = level;
+  *out = j;
+  return 0;
+}
+
+int lt_ckpt_job_add(lt_ckpt_job *j, const void *data, int64_t nbytes) {
+  if (!j || nbytes < 0 || (!data && nbytes > 0)) return lt_errorf("ckpt: job_add: bad arguments");
+  if (j->started) return lt_errorf("ckpt: job_add: the job already started");
+  if (j->n == j->cap) {
+    int64_t cap = j->cap ? 2 * j->cap : 64;
+    const void **d = realloc(j->data, (size_t)cap * sizeof *d);
+    if (d) j->data = d;
+    int64_t *b = realloc(j->nbytes, (size_t)cap * sizeof *b);
+    if (b) j->nbytes = b;
+    lt_ckpt_piece *p = realloc(j->pieces, (size_t)cap * sizeof *p);
+    if (p) j->pieces = p;
+    if (!d || !b || !p) return lt_errorf("ckpt: job_add: out of memory");
+    j->cap = cap;
+  }
+  j->data[j->n] = data;
+  j->nbytes[j->n] = nbytes;
+  memset(&j->pieces[j->n], 0, sizeof j->pieces[j->n]);
+  j->n++;
+  return 0;
+}
+
+int lt_ckpt_job_commit(lt_ckpt_job *j, const char *tmp_dir, const char *final_dir, const char *manifest_text,
+                       int world, const char *latest_path, const char *latest_text, double timeout_s) {
+  if (!j || !tmp_dir || !final_dir || !manifest_text) return lt_errorf("ckpt: job_commit: NULL argument");
+  if (world < 1) return lt_errorf("ckpt: job_commit: world must be >= 1, got %d", world);
+  if (latest_path && !latest_text) return lt_errorf("ckpt: job_commit: latest_path without latest_text");
+  if (j->started) return lt_errorf("ckpt: job_commit: the job already started");
+  j->commit = 1, j->world = world, j->timeout = timeout_s > 0 ? timeout_s : 600;
+  j->tmp_dir = dup_str(tmp_dir), j->final_dir = dup_str(final_dir), j->manifest = dup_str(manifest_text);
+  j->latest_path = dup_str(latest_path), j->latest_text = dup_str(latest_text);
+  if (!j->tmp_dir || !j->final_dir || !j->manifest || (latest_path && (!j->latest_path || !j->latest_text)))
+    return lt_errorf("ckpt: job_commit: out of memory");
+  return 0;
+}
+
+/* ---- the shard file --------------------------------------------------------------------- */
+
+typedef struct {
+  int fd;
+  unsigned char *buf;
+  size_t cap, used;
+  int64_t file_off; /* bytes in the file + in buf */
+} sink;
+
+static int flush(sink *s, const char *path) {
+  if (s->used && lt_ckpt_write_all(s->fd, s->buf, (int64_t)s->used) != 0)
+    return lt_errorf("ckpt: cannot write %s: %s", path, strerror(errno));
+  s->used = 0;
+  return 0;
+}
+
+static int write_piece(lt_ckpt_job *j, sink *s, int64_t i, const LZ4F_preferences_t *base) {
+  const unsigned char *src = j->data[i];
+  int64_t n = j->nbytes[i];
+  lt_ckpt_piece *p = &j->pieces[i];
+  p->offset = s->file_off, p->raw_bytes = n, p->nframes = 0;
+  uint32_t h = lt_ckpt_piece_seed(n);
+  int64_t off = 0;
+  do { /* one frame per chunk; an empty piece is one empty frame */
+    int64_t len = n - off < j->chunk ? n - off : j->chunk;
+    LZ4F_preferences_t prefs = *base;
+    prefs.frameInfo.contentSize = (unsigned long long)len;
+    size_t bound = LZ4F_compressFrameBound((size_t)len, &prefs);
+    if (s->used + bound > s->cap && flush(s, j->path) != 0) return -1;
+    size_t w = LZ4F_compressFrame(s->buf + s->used, s->cap - s->used, src + off, (size_t)len, &prefs);
+    if (LZ4F_isError(w)) return lt_errorf("ckpt: %s: piece %lld: lz4: %s", j->path, (long long)i, LZ4F_getErrorName(w));
+    const unsigned char *c = s->buf + s->used + w - 4; /* the frame's content checksum */
+    h = lt_ckpt_piece_hash(h, (uint32_t)c[0] | (uint32_t)c[1] << 8 | (uint32_t)c[2] << 16 | (uint32_t)c[3] << 24);
+    s->used += w, s->file_off += (int64_t)w, off += len;
+    p->nframes++;
+  } while (off < n);
+  p->csize = s->file_off - p->offset, p->checksum = h;
+  j->raw += n, j->compressed += p->csize;
+  return 0;
+}
+
+static int write_shard(lt_ckpt_job *j) {
+  char part[4096];
+  if (snprintf(part, sizeof part, "%s.part", j->path) >= (int)sizeof part) return lt_errorf("ckpt: path too long");
+  LZ4F_preferences_t prefs;
+  memset(&prefs, 0, sizeof prefs);
+  prefs.frameInfo.blockSizeID = LZ4F_max4MB;
+  prefs.frameInfo.contentChecksumFlag = LZ4F_contentChecksumEnabled;
+  prefs.compressionLevel = j->level;
+  size_t cap = LZ4F_compressFrameBound((size_t)j->chunk, &prefs);
+  cap = cap < OUT_BUFFER ? OUT_BUFFER : 2 * cap;
+  sink s = {-1, malloc(cap), cap, 0, 0};
+  if (!s.buf) return lt_errorf("ckpt: %s: out of memory for the output buffer", j->path);
+  s.fd = open(part, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (s.fd < 0) {
+    free(s.buf);
+    return lt_errorf("ckpt: cannot create %s: %s", part, strerror(errno));
+  }
+  int rc = 0;
+  for (int64_t i = 0; i < j->n && rc == 0; i++) {
+    rc = write_piece(j, &s, i, &prefs);
+    if (rc == 0 && i == j->n / 2 && getenv("LUTRA_FAULT")) {
+      flush(&s, j->path);
+      lt_ckpt_fault("save:mid_file");
+    }
+  }
+  size_t footer = (size_t)j->n * CKPT_ENTRY_BYTES + CKPT_TRAILER_BYTES;
+  if (rc == 0 && s.used + footer > s.cap) rc = flush(&s, j->path);
+  unsigned char *fb = NULL;
+  if (rc == 0 && footer > s.cap && !(fb = malloc(footer))) rc = lt_errorf("ckpt: out of memory for the footer");
+  if (rc == 0) {
+    unsigned char *dst = fb ? fb : s.buf + s.used;
+    lt_ckpt_encode_footer(dst, j->pieces, j->n);
+    if (fb) rc = flush(&s, j->path) || lt_ckpt_write_all(s.fd, fb, (int64_t)footer);
+    else s.used += footer, rc = flush(&s, j->path);
+    if (rc != 0) rc = lt_errorf("ckpt: cannot write %s: %s", part, strerror(errno));
+  }
+  free(fb);
+  if (rc == 0 && fsync(s.fd) != 0) rc = lt_errorf("ckpt: fsync %s: %s", part, strerror(errno));
+  close(s.fd);
+  free(s.buf);
+  if (rc == 0) rc = lt_ckpt_rename(part, j->path);
+  if (rc != 0) unlink(part);
+  if (rc == 0) lt_ckpt_fault("save:after_file");
+  return rc;
+}
+
+/* ---- rank 0's commit -------------------------------------------------------------------- */
+
+static int commit(lt_ckpt_job *j) {
+  char path[4096];
+  double deadline = now() + j->timeout;
+  for (int r = 0; r < j->world; r++) { /* every rank's file, renamed into place after its fsync */
+    snprintf(path, sizeof path, "%s/rank_%05d.lz4", j->tmp_dir, r);
+    struct stat st;
+    while (stat(path, &st) != 0) {
+      if (now() > deadline)
+        return lt_errorf("ckpt: commit: %s did not appear within %.0f s (rank %d failed?); %s stays uncommitted",
+                         lt_ckpt_base(path), j->timeout, r, j->tmp_dir);
+      struct timespec ts = {0, 5 * 1000 * 1000};
+      nanosleep(&ts, NULL);
+    }
+  }
+  snprintf(path, sizeof path, "%s/manifest.json", j->tmp_dir);
+  LT_TRY(lt_ckpt_write_file(path, j->manifest, (int64_t)strlen(j->manifest)));
+  LT_TRY(lt_ckpt_fsync_path(j->tmp_dir));
+  lt_ckpt_fault("save:after_manifest");
+  char old[4096] = {0};
+  struct stat st;
+  if (stat(j->final_dir, &st) == 0) { /* saving the same step again: the older one goes aside */
+    snprintf(old, sizeof old, "%s.old-%d", j->final_dir, (int)getpid());
+    lt_ckpt_remove_tree(old);
+    if (rename(j->final_dir, old) != 0)
+      return lt_errorf("ckpt: cannot move the older %s aside: %s", j->final_dir, strerror(errno));
+  }
+  LT_TRY(lt_ckpt_rename(j->tmp_dir, j->final_dir));
+  if (old[0]) lt_ckpt_remove_tree(old);
+  lt_ckpt_fault("save:after_rename");
+  if (j->latest_path) LT_TRY(lt_ckpt_write_file(j->latest_path, j->latest_text, (int64_t)strlen(j->latest_text)));
+  return 0;
+}
+
+static void run_job(lt_ckpt_job *j) {
+  double t0 = now();
+  j->raw = j->compressed = 0;
+  int rc = write_shard(j);
+  if (rc == 0 && j->commit) rc = commit(j);
+  j->status = rc;
+  if (rc != 0) snprintf(j->error, sizeof j->error, "%s", lt_last_error());
+  j->seconds = now() - t0;
+  atomic_store(&j->done, 1);
+}
+
+int lt_ckpt_job_run(lt_ckpt_job *j) {
+  if (!j) return lt_errorf("ckpt: job_run: job is NULL");
+  if (j->started) return lt_errorf("ckpt: job_run: the job already started");
+  j->started = j->joined = 1;
+  run_job(j);
+  return j->status == 0 ? 0 : lt_set_error(j->error);
+}
+
+static void *thread_main(void *arg) {
+  run_job(arg);
+  return NULL;
+}
+
+static void at_exit(void) { lt_ckpt_wait_all(); }
+
+int lt_ckpt_job_start(lt_ckpt_job *j) {
+  if (!j) return lt_errorf("ckpt: job_start: job is NULL");
+  if (j->started) return lt_errorf("ckpt: job_start: the job already started");
+  pthread_mutex_lock(&registry_lock);
+  if (!atexit_done) atexit_done = atexit(at_exit) == 0;
+  int rc = pthread_create(&j->thread, NULL, thread_main, j);
+  if (rc == 0) {
+    j->started = 1;
+    j->next = registry, registry = j;
+  }
+  pthread_mutex_unlock(&registry_lock);
+  if (rc != 0) return lt_errorf("ckpt: cannot start the save thread: %s", strerror(rc));
+  return 0;
+}
+
+int lt_ckpt_job_poll(lt_ckpt_job *j, int *done) {
+  if (!j || !done) return lt_errorf("ckpt: job_poll: NULL argument");
+  *done = !j->started || atomic_load(&j->done);
+  return 0;
+}
+
+/* Joins j if it is in the registry (under the lock: at exit and a waiter never both join). */
+static void join(lt_ckpt_job *j) {
+  pthread_mutex_lock(&registry_lock);
+  if (j->started && !j->joined) {
+    pthread_join(j->thread, NULL);
+    j->joined = 1;
+    for (lt_ckpt_job **p = &registry; *p; p = &(*p)->next) {
+      if (*p == j) {
+        *p = j->next;
+        break;
+      }
+    }
+  }
+  pthread_mutex_unlock(&registry_lock);
+}
+
+int lt_ckpt_job_wait(lt_ckpt_job *j) {
+  if (!j) return lt_errorf("ckpt: job_wait: job is NULL");
+  if (!j->started) return lt_errorf("ckpt: job_wait: the job was never started");
+  join(j);
+  return j->status == 0 ? 0 : lt_set_error(j->error);
+}
+
+int lt_ckpt_wait_all(void) {
+  int status = 0;
+  for (;;) {
+    pthread_mutex_lock(&registry_lock);
+    lt_ckpt_job *j = registry;
+    pthread_mutex_unlock(&registry_lock);
+    if (!j) break;
+    join(j);
+    if (j->status != 0 && status == 0) status = lt_set_error(j->error);
+  }
+  return status;
+}
+
+int lt_ckpt_job_piece(const lt_ckpt_job *j, int64_t i, lt_ckpt_piece *piece) {
+  if (!j || !piece) return lt_errorf("ckpt: job_piece: NULL argument");
+  if (i < 0 || i >= j->n) return lt_errorf("ckpt: job_piece: index %lld outside [0, %lld)", (long long)i, (long long)j->n);
+  if (!atomic_load(&j->done)) return lt_errorf("ckpt: job_piece: the job has not finished");
+  *piece = j->pieces[i];
+  return 0;
+}
+
+int lt_ckpt_job_stats(const lt_ckpt_job *j, int64_t *raw, int64_t *compressed, double *seconds) {
+  if (!j) return lt_errorf("ckpt: job_stats: job is NULL");
+  if (raw) *raw = j->raw;
+  if (compressed) *compressed = j->compressed;
+  if (seconds) *seconds = j->seconds;
+  return 0;
+}
+
+int lt_ckpt_job_free(lt_ckpt_job *j) {
+  if (!j) return 0;
+  join(j);
+  free(j->path), free(j->data), free(j->nbytes), free(j->pieces);
+  free(j->tmp_dir), free(j->final_dir), free(j->manifest), free(j->latest_path), free(j->latest_text);
+  free(j);
+  return 0;
+}
