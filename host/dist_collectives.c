@@ -2,7 +2,20 @@
  * CPU tensors call the blocking MPI function directly when the caller waits (the
  * fastest path), MPI_I* when it asks for a request; CUDA tensors go to NCCL. */
 #include "dist_call.h"
+#include <limits.h>
 #include <stdlib.h>
+
+/* all_reduce and broadcast move more than MPI's int counts allow in several calls of at
+ * most this many elements (env LUTRA_COMM_CHUNK sets it lower, for tests). */
+static int64_t chunk_elements(void) {
+  static int64_t chunk;
+  if (!chunk) {
+    const char *v = getenv("LUTRA_COMM_CHUNK");
+    chunk = v && atoll(v) > 0 && atoll(v) < INT_MAX ? atoll(v) : INT_MAX;
+  }
+  return chunk;
+}
+static int num_chunks(int64_t n) { return n == 0 ? 1 : (int)((n + chunk_elements() - 1) / chunk_elements()); }
 
 int lt_comm_all_reduce(lt_group *g, lt_tensor *t, int op, lt_comm_request **req) {
   static const char *name = "all_reduce";
@@ -12,7 +25,6 @@ int lt_comm_all_reduce(lt_group *g, lt_tensor *t, int op, lt_comm_request **req)
   LT_TRY(lt_comm_check_reduce(name, g, op, t->dtype));
   if (t->device >= 0) return lt_nccl_all_reduce(g, t, op, req);
   int64_t n = lt_numel(t);
-  LT_TRY(lt_comm_check_count(name, g, n));
   lt_comm_call c;
   LT_TRY(lt_call_begin(&c, name, g, t, n, -1, req != NULL, true));
   if (g->size == 1 || !lt_comm_mpi_active()) return lt_call_local_done(&c, req, t);
@@ -20,17 +32,27 @@ int lt_comm_all_reduce(lt_group *g, lt_tensor *t, int op, lt_comm_request **req)
   MPI_Datatype type;
   MPI_Op mop;
   if (lt_mpi_datatype(name, t->dtype, &type) || lt_mpi_op(name, op, t->dtype, &mop)) return lt_call_fail(&c);
-  void *p = lt_data_ptr(t);
+  char *p = lt_data_ptr(t);
+  int64_t esize = lt_dtype_size(t->dtype), chunk = chunk_elements();
   if (!req) {
-    LT_TRY(lt_call_end(&c, MPI_Allreduce(MPI_IN_PLACE, p, (int)n, type, mop, g->comm)));
+    int rc = MPI_SUCCESS;
+    for (int64_t at = 0; at < n && rc == MPI_SUCCESS; at += chunk)
+      rc = MPI_Allreduce(MPI_IN_PLACE, p + at * esize, (int)(n - at < chunk ? n - at : chunk), type, mop, g->comm);
+    LT_TRY(lt_call_end(&c, rc));
     if (op == LT_COMM_AVG) lt_comm_scale(t, g->size);
     return 0;
   }
-  lt_comm_request *r = lt_call_request(&c, 1);
+  lt_comm_request *r = lt_call_request(&c, num_chunks(n));
   if (!r) return -1;
   lt_tensor *kept = lt_request_keep(r, t);
   if (op == LT_COMM_AVG) r->avg = kept, r->avg_n = g->size;
-  return lt_call_posted(&c, r, MPI_Iallreduce(MPI_IN_PLACE, p, (int)n, type, mop, g->comm, r->reqs), req);
+  int rc = MPI_SUCCESS;
+  for (int k = 0; k < r->nreq && rc == MPI_SUCCESS; k++) {
+    int64_t at = k * chunk;
+    rc = MPI_Iallreduce(MPI_IN_PLACE, p + at * esize, (int)(n - at < chunk ? n - at : chunk), type, mop, g->comm,
+                        &r->reqs[k]);
+  }
+  return lt_call_posted(&c, r, rc, req);
 #else
   return -1;
 #endif
@@ -92,6 +114,7 @@ int lt_comm_reduce_scatter(lt_group *g, lt_tensor *out, const lt_tensor *inp, in
   if (lt_numel(out) != mine)
     return lt_errorf("%s on group %s: out %s has %lld elements, expected %lld (inp %lld elements over %d ranks)", name,
                      g->name, lt_desc(d, out), (long long)lt_numel(out), (long long)mine, (long long)n_in, g->size);
+  if (out->device < 0) LT_TRY(lt_comm_check_count(name, g, mine));
   if (out->device >= 0) return lt_nccl_reduce_scatter(g, out, inp, op, counts, req);
   lt_comm_call c;
   LT_TRY(lt_call_begin(&c, name, g, inp, n_in, -1, req != NULL, true));
@@ -209,18 +232,29 @@ int lt_comm_broadcast(lt_group *g, lt_tensor *t, int root, lt_comm_request **req
     return lt_errorf("%s on group %s: root %d is out of range for a group of %d", name, g->name, root, g->size);
   if (t->device >= 0) return lt_nccl_broadcast(g, t, root, req);
   int64_t n = lt_numel(t);
-  LT_TRY(lt_comm_check_count(name, g, n));
   lt_comm_call c;
   LT_TRY(lt_call_begin(&c, name, g, t, n, root, req != NULL, true));
   if (g->size == 1 || !lt_comm_mpi_active()) return lt_call_local_done(&c, req, t);
 #ifdef LUTRA_HAVE_MPI
   MPI_Datatype type;
   if (lt_mpi_datatype(name, t->dtype, &type)) return lt_call_fail(&c);
-  if (!req) return lt_call_end(&c, MPI_Bcast(lt_data_ptr(t), (int)n, type, root, g->comm));
-  lt_comm_request *r = lt_call_request(&c, 1);
+  char *p = lt_data_ptr(t);
+  int64_t esize = lt_dtype_size(t->dtype), chunk = chunk_elements();
+  if (!req) {
+    int rc = MPI_SUCCESS;
+    for (int64_t at = 0; at < n && rc == MPI_SUCCESS; at += chunk)
+      rc = MPI_Bcast(p + at * esize, (int)(n - at < chunk ? n - at : chunk), type, root, g->comm);
+    return lt_call_end(&c, rc);
+  }
+  lt_comm_request *r = lt_call_request(&c, num_chunks(n));
   if (!r) return -1;
   lt_request_keep(r, t);
-  return lt_call_posted(&c, r, MPI_Ibcast(lt_data_ptr(t), (int)n, type, root, g->comm, r->reqs), req);
+  int rc = MPI_SUCCESS;
+  for (int k = 0; k < r->nreq && rc == MPI_SUCCESS; k++) {
+    int64_t at = k * chunk;
+    rc = MPI_Ibcast(p + at * esize, (int)(n - at < chunk ? n - at : chunk), type, root, g->comm, &r->reqs[k]);
+  }
+  return lt_call_posted(&c, r, rc, req);
 #else
   return -1;
 #endif

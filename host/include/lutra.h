@@ -429,7 +429,9 @@ int lt_interrupt_disarm(void);
  * is a singleton: a world of one rank, no MPI at all; collectives are local copies.
  * A group is an MPI communicator for CPU tensors (and an NCCL communicator, made at
  * its first CUDA collective, for CUDA tensors). Group ranks are 0-based indices in
- * the group. Tensors must be contiguous and of one dtype across the group.
+ * the group. Tensors must be contiguous and of one dtype across the group. Over MPI,
+ * all_reduce and broadcast take any count (in pieces of at most 2^31-1 elements); the
+ * other calls take at most 2^31-1 elements per rank's piece (MPI's int counts).
  * Passing req == NULL waits for the result; else *req receives a request that
  * lt_comm_wait (or lt_comm_test until done) completes and frees; the tensors are
  * retained until then. Every call is recorded in a per-rank flight recorder, and a
@@ -599,7 +601,9 @@ typedef struct lt_ckpt_job lt_ckpt_job; /* opaque */
 
 /* chunk_bytes <= 0: 4 MiB; level: lz4 compression level (0 fast, up to 12: HC). */
 int lt_ckpt_job_new(lt_ckpt_job **out, const char *path, int64_t chunk_bytes, int level);
-int lt_ckpt_job_add(lt_ckpt_job *j, const void *data, int64_t nbytes);
+/* Adds a piece: copy != 0 copies the bytes now (the job owns them: an async save's host
+ * buffer), else they must stay valid until the job is waited for. */
+int lt_ckpt_job_add(lt_ckpt_job *j, const void *data, int64_t nbytes, int copy);
 /* Makes the job rank 0's: commit the checkpoint once every rank's file is there (waiting at
  * most timeout_s seconds for the others; latest_path NULL: no pointer). */
 int lt_ckpt_job_commit(lt_ckpt_job *j, const char *tmp_dir, const char *final_dir, const char *manifest_text,
