@@ -25,6 +25,8 @@ struct lt_ckpt_job {
   int level;
   int64_t n, cap;
   const void **data;
+  char *owned; /* data[i] is the job's copy */
+  int64_t copied;
   int64_t *nbytes;
   lt_ckpt_piece *pieces;
   /* rank 0's commit */
@@ -71,7 +73,7 @@ int lt_ckpt_job_new(lt_ckpt_job **out, const char *path, int64_t chunk_bytes, in
   return 0;
 }
 
-int lt_ckpt_job_add(lt_ckpt_job *j, const void *data, int64_t nbytes) {
+int lt_ckpt_job_add(lt_ckpt_job *j, const void *data, int64_t nbytes, int copy) {
   if (!j || nbytes < 0 || (!data && nbytes > 0)) return lt_errorf("ckpt: job_add: bad arguments");
   if (j->started) return lt_errorf("ckpt: job_add: the job already started");
   if (j->n == j->cap) {
@@ -82,8 +84,19 @@ int lt_ckpt_job_add(lt_ckpt_job *j, const void *data, int64_t nbytes) {
     if (b) j->nbytes = b;
     lt_ckpt_piece *p = realloc(j->pieces, (size_t)cap * sizeof *p);
     if (p) j->pieces = p;
-    if (!d || !b || !p) return lt_errorf("ckpt: job_add: out of memory");
+    char *o = realloc(j->owned, (size_t)cap);
+    if (o) j->owned = o;
+    if (!d || !b || !p || !o) return lt_errorf("ckpt: job_add: out of memory");
     j->cap = cap;
+  }
+  j->owned[j->n] = 0;
+  if (copy) {
+    void *buf = malloc(nbytes ? (size_t)nbytes : 1);
+    if (!buf) return lt_errorf("ckpt: job_add: out of memory for a host copy of %lld bytes", (long long)nbytes);
+    if (nbytes) memcpy(buf, data, (size_t)nbytes);
+    data = buf;
+    j->owned[j->n] = 1;
+    j->copied += nbytes;
   }
   j->data[j->n] = data;
   j->nbytes[j->n] = nbytes;
@@ -232,6 +245,10 @@ static void run_job(lt_ckpt_job *j) {
   double t0 = now();
   j->raw = j->compressed = 0;
   int rc = write_shard(j);
+  for (int64_t i = 0; i < j->n; i++) { /* the host copies are written: give the memory back now */
+    if (j->owned[i]) free((void *)j->data[i]);
+    j->owned[i] = 0, j->data[i] = NULL;
+  }
   if (rc == 0 && j->commit) rc = commit(j);
   j->status = rc;
   if (rc != 0) snprintf(j->error, sizeof j->error, "%s", lt_last_error());
@@ -330,7 +347,9 @@ int lt_ckpt_job_stats(const lt_ckpt_job *j, int64_t *raw, int64_t *compressed, d
 int lt_ckpt_job_free(lt_ckpt_job *j) {
   if (!j) return 0;
   join(j);
-  free(j->path), free(j->data), free(j->nbytes), free(j->pieces);
+  for (int64_t i = 0; i < j->n; i++)
+    if (j->owned[i]) free((void *)j->data[i]);
+  free(j->path), free(j->data), free(j->owned), free(j->nbytes), free(j->pieces);
   free(j->tmp_dir), free(j->final_dir), free(j->manifest), free(j->latest_path), free(j->latest_text);
   free(j);
   return 0;

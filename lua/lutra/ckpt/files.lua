@@ -1,0 +1,110 @@
+-- lutra.ckpt.files — the small file and box helpers the checkpoint modules share.
+local lt = require "lutra.ffi"
+local errors = require "lutra.errors"
+local memory = require "lutra.memory"
+local ffi, C = lt.ffi, lt.C
+
+local M = {}
+local fail, raise = errors.fail, errors.raise
+
+function M.sh_quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+
+function M.exists(path)
+  local f = io.open(path, "rb")
+  if f then
+    f:close()
+    return true
+  end
+  return false
+end
+
+function M.is_dir(path)
+  local ok = os.execute("test -d " .. M.sh_quote(path))
+  return ok == 0 or ok == true
+end
+
+function M.mkdir_p(path)
+  local ok = os.execute("mkdir -p " .. M.sh_quote(path))
+  if ok ~= 0 and ok ~= true then raise("ckpt: cannot create the directory " .. path) end
+end
+
+function M.remove_tree(path) if C.lt_ckpt_remove_tree(path) ~= 0 then fail() end end
+
+function M.read(path)
+  local f, err = io.open(path, "rb")
+  if not f then return nil, err end
+  local s = f:read("*a")
+  f:close()
+  return s
+end
+
+-- Written to a temp file, fsync'ed, renamed into place, the directory fsync'ed.
+function M.write_atomic(path, s)
+  if C.lt_ckpt_write_file(path, s, #s) ~= 0 then fail() end
+end
+
+-- Names in dir (ls -1), sorted.
+function M.list(dir)
+  local p = io.popen("ls -1 " .. M.sh_quote(dir) .. " 2>/dev/null")
+  local out = {}
+  if not p then return out end
+  for name in p:lines() do out[#out + 1] = name end
+  p:close()
+  table.sort(out)
+  return out
+end
+
+function M.basename(p) return p:match("([^/]+)/*$") end
+function M.dirname(p) return p:match("^(.*)/[^/]+/*$") or "." end
+
+function M.file_size(path)
+  local f = io.open(path, "rb")
+  if not f then return nil end
+  local n = f:seek("end")
+  f:close()
+  return n
+end
+
+-- ---- boxes ------------------------------------------------------------------------------
+
+function M.numel(shape)
+  local n = 1
+  for i = 1, #shape do n = n * shape[i] end
+  return n
+end
+
+-- The view of t at [offset, offset + shape) (a tensor; no autograd, no copy).
+function M.box_view(t, offset, shape)
+  local v = t
+  for d = 1, #shape do
+    if offset[d] ~= 0 or shape[d] ~= v:size(d - 1) then
+      local out = memory.new()
+      if C.lt_narrow(out, v, d - 1, offset[d], shape[d]) ~= 0 then fail() end
+      v = out
+    end
+  end
+  return v
+end
+
+-- The intersection of boxes a and b (offset, shape lists), or nil when empty.
+function M.intersect(ao, as, bo, bs)
+  local o, s = {}, {}
+  for d = 1, #ao do
+    local lo, hi = math.max(ao[d], bo[d]), math.min(ao[d] + as[d], bo[d] + bs[d])
+    if hi <= lo then return nil end
+    o[d], s[d] = lo, hi - lo
+  end
+  return o, s
+end
+
+function M.sub(a, b)
+  local out = {}
+  for d = 1, #a do out[d] = a[d] - b[d] end
+  return out
+end
+
+function M.copy(dst, src) if C.lt_copy(dst, src) ~= 0 then fail() end end
+
+function M.ptr(t) return ffi.cast("char *", C.lt_data_ptr(t)) end
+
+return M

@@ -1,0 +1,317 @@
+-- lutra.ckpt.format — saving a sharded checkpoint: one lz4-framed file per rank, a manifest,
+-- atomic (temp dir, fsync, rename, `latest` replaced) and optionally in the background.
+--
+--   local ckpt = require "lutra.ckpt"
+--   ckpt.save("runs/x/ckpt/step_000200", {
+--     step = 200, layout = {dp = 2, tp = 2, pp = 1, zero = 1}, config = cfg,
+--     tensors = {{name = "wte.weight", tensor = w}, {name = "optim.wte.weight.exp_avg", tensor = m}, ...},
+--     extra = {rng = ..., loader = ..., schedule = ...},   -- this rank's plain Lua state (JSON)
+--     files = {["tokenizer.json"] = "runs/x/tokenizer.json"}, -- copied in by rank 0
+--   }, {world = group, async = true, keep = 3})
+--   ckpt.wait()   -- the previous async save is committed (or its error raised)
+--
+-- A checkpoint is the directory DIR:
+--   manifest.json        {format = "lutra-checkpoint", version = 1, step, layout, world, config,
+--                         files = {"rank_00000.lz4", ...}, extra = {"extra_rank_00000.json", ...},
+--                         tensors = {{name, dtype, shape (global), pieces = {{file (0-based index
+--                         into files), index (piece in that file), offset, shape, bytes}}}},
+--                         bytes (raw total), copied = {names of files copied in}}
+--   rank_%05d.lz4        the pieces this rank owns: lz4 frames + a footer with each piece's
+--                        frame offset, compressed and raw size and checksum (lutra.h)
+--   extra_rank_%05d.json each rank's `extra`
+-- Each local tensor contributes the boxes lutra.dist.spec gives it (dup copies skipped). A box
+-- held by several ranks (a dp-replicated parameter) is written once, by one of them (chosen
+-- by a hash of the name and box, which spreads the bytes over the ranks). Every rank learns
+-- every rank's boxes (an all_gather of the serialised plans) so that all agree on the owners
+-- and on the errors (a tensor whose pieces do not tile its global shape fails on every rank).
+-- Rank 0's writer thread commits: when every rank's file has appeared (each is fsync'ed and
+-- renamed into place by its writer), it writes the manifest, fsyncs, renames DIR.tmp to DIR
+-- and replaces RUN/latest. A crash at any point leaves the previous checkpoint as it was.
+local lt = require "lutra.ffi"
+local errors = require "lutra.errors"
+local ops = require "lutra.ops"
+local json = require "lutra.json"
+local spec = require "lutra.dist.spec"
+local create = require "lutra.create"
+local F = require "lutra.ckpt.files"
+local ffi, C = lt.ffi, lt.C
+
+local M = {}
+local fail, raise, is_tensor = errors.fail, errors.raise, ops.is_tensor
+
+M.FORMAT, M.VERSION = "lutra-checkpoint", 1
+local DTYPE_SIZE = {f32 = 4, f64 = 8, bf16 = 2, f16 = 2, i32 = 4, i64 = 8, u8 = 1, bool = 1}
+M.DTYPE_SIZE = DTYPE_SIZE
+
+local function rank_file(r) return string.format("rank_%05d.lz4", r) end
+local function extra_file(r) return string.format("extra_rank_%05d.json", r) end
+M.rank_file, M.extra_file = rank_file, extra_file
+
+-- ---- the plan: the boxes of this rank's tensors ---------------------------------------------
+
+local function local_plan(tensors)
+  if type(tensors) ~= "table" then raise("ckpt.save: state.tensors must be a list of {name =, tensor =}") end
+  local plan, seen = {}, {}
+  for i, e in ipairs(tensors) do
+    if type(e) ~= "table" or type(e.name) ~= "string" or e.name == "" or not is_tensor(e.tensor) then
+      raise(string.format("ckpt.save: state.tensors[%d] must be {name = <string>, tensor = <tensor>}", i))
+    end
+    if seen[e.name] then raise("ckpt.save: the tensor name '" .. e.name .. "' is given twice") end
+    seen[e.name] = true
+    local t = e.tensor
+    if spec.owned(t) then
+      for _, b in ipairs(spec.boxes(t)) do
+        plan[#plan + 1] = {name = e.name, dtype = t.dtype, global = spec.global_shape(t), offset = b.offset,
+                           shape = b.shape, local_offset = b.local_offset, tensor = t}
+      end
+    end
+  end
+  return plan
+end
+
+local function plan_text(plan)
+  local out = {}
+  for i, p in ipairs(plan) do
+    out[i] = {name = p.name, dtype = p.dtype, global = json.array(p.global), offset = json.array(p.offset),
+              shape = json.array(p.shape)}
+  end
+  return json.encode(json.array(out))
+end
+
+-- Every rank's plan text (an all_gather of the bytes through the group).
+local function gather_texts(group, text)
+  if not group then return {text} end
+  local n = create.tensor({#text}, {dtype = "i64"})
+  local counts = group:all_gather(nil, n):view(-1):tolist()
+  local list, total = {}, 0
+  for r = 1, group.size do
+    list[r] = tonumber(counts[r])
+    total = total + list[r]
+  end
+  local mine = create.empty({math.max(#text, 0)}, {dtype = "u8"})
+  if #text > 0 then ffi.copy(F.ptr(mine), text, #text) end
+  local all = create.empty({total}, {dtype = "u8"})
+  group:all_gather(all, mine, {counts = list})
+  local s, off, base = {}, 0, F.ptr(all)
+  for r = 1, group.size do
+    s[r] = ffi.string(base + off, list[r])
+    off = off + list[r]
+  end
+  return s
+end
+
+local function box_key(p) return p.name .. "|" .. table.concat(p.offset, ",") .. "|" .. table.concat(p.shape, ",") end
+
+local function string_hash(s)
+  local h = 5381
+  for i = 1, #s do h = (h * 33 + s:byte(i)) % 4294967296 end
+  return h
+end
+
+-- From every rank's plan: the manifest's tensors and, for each rank, the plan entries it writes.
+local function assign(plans)
+  local tensors, by_name, boxes = {}, {}, {}
+  for r, plan in ipairs(plans) do
+    for _, p in ipairs(plan) do
+      local t = by_name[p.name]
+      if not t then
+        t = {name = p.name, dtype = p.dtype, shape = p.global, pieces = {}}
+        by_name[p.name] = t
+        tensors[#tensors + 1] = t
+      elseif t.dtype ~= p.dtype or table.concat(t.shape, ",") ~= table.concat(p.global, ",") then
+        raise(string.format("ckpt.save: tensor '%s' is %s {%s} on one rank and %s {%s} on rank %d", p.name, t.dtype,
+          table.concat(t.shape, ", "), p.dtype, table.concat(p.global, ", "), r - 1))
+      end
+      local key = box_key(p)
+      local b = boxes[key]
+      if not b then
+        b = {tensor = t, offset = p.offset, shape = p.shape, holders = {}}
+        boxes[key] = b
+        t.pieces[#t.pieces + 1] = b
+      end
+      b.holders[#b.holders + 1] = r - 1
+    end
+  end
+  -- owners, and a check that the pieces tile each tensor (no overlap, nothing missing)
+  for _, t in ipairs(tensors) do
+    local total = 0
+    for i, b in ipairs(t.pieces) do
+      b.owner = b.holders[string_hash(box_key {name = t.name, offset = b.offset, shape = b.shape}) % #b.holders + 1]
+      total = total + F.numel(b.shape)
+      for k = 1, i - 1 do
+        local o = F.intersect(b.offset, b.shape, t.pieces[k].offset, t.pieces[k].shape)
+        if o then
+          raise(string.format("ckpt.save: tensor '%s': the pieces at {%s} and {%s} overlap", t.name,
+            table.concat(b.offset, ", "), table.concat(t.pieces[k].offset, ", ")))
+        end
+      end
+    end
+    if total ~= F.numel(t.shape) then
+      raise(string.format("ckpt.save: tensor '%s' {%s}: the ranks' pieces cover %d of its %d elements", t.name,
+        table.concat(t.shape, ", "), total, F.numel(t.shape)))
+    end
+  end
+  return tensors, boxes
+end
+
+-- ---- the async writer ----------------------------------------------------------------------
+
+local pending -- {job =, rank0 =, parent =, keep =, dir =}
+
+local function finish(p, ok)
+  local rc = C.lt_ckpt_job_wait(p.job)
+  local raw, comp, secs = ffi.new("int64_t[1]"), ffi.new("int64_t[1]"), ffi.new("double[1]")
+  C.lt_ckpt_job_stats(p.job, raw, comp, secs)
+  local msg = rc ~= 0 and ffi.string(C.lt_last_error()) or nil
+  ffi.gc(p.job, nil)
+  C.lt_ckpt_job_free(p.job)
+  M.last = {dir = p.dir, raw = tonumber(raw[0]), compressed = tonumber(comp[0]), seconds = secs[0],
+            stall = p.stall, copied = p.copied}
+  if rc ~= 0 then raise("ckpt.save: " .. p.dir .. ": " .. msg) end
+  if p.rank0 and p.keep and ok ~= false then require("lutra.ckpt.reader").prune(p.parent, p.keep) end
+  return p.dir
+end
+
+-- Blocks until the previous async save is committed; its directory (nil when none). Raises
+-- its error.
+function M.wait()
+  local p = pending
+  if not p then return nil end
+  pending = nil
+  return finish(p)
+end
+
+-- Whether a background save is still running.
+function M.busy()
+  if not pending then return false end
+  local done = ffi.new("int[1]")
+  C.lt_ckpt_job_poll(pending.job, done)
+  return done[0] == 0
+end
+
+-- ---- save ---------------------------------------------------------------------------------
+
+local function step_dir_check(dir)
+  if type(dir) ~= "string" or dir == "" then raise("ckpt.save: dir must be a path string") end
+  return (dir:gsub("/+$", ""))
+end
+
+local function fault(point) C.lt_ckpt_fault(point) end
+
+-- Saves a checkpoint to dir (see the header); returns dir. opts: world (a lutra.dist.comm
+-- Group; nil: one process), async, keep (prune to the newest `keep` step_* dirs of dir's
+-- parent after the commit), latest (default true: replace PARENT/latest), level (lz4 level,
+-- 0 fast .. 12 HC), chunk_mb (raw MB a frame, 4), timeout (s rank 0 waits for the others' files).
+function M.save(dir, state, opts)
+  dir = step_dir_check(dir)
+  opts = opts or {}
+  if type(state) ~= "table" then raise("ckpt.save: state must be a table") end
+  local group = opts.world
+  local rank, world = group and group.rank or 0, group and group.size or 1
+  local t0 = C.lt_wall_time()
+  M.wait() -- the next save waits for the previous one
+  local plan = local_plan(state.tensors or {})
+  local texts = gather_texts(group, plan_text(plan))
+  local plans = {}
+  for r = 1, world do plans[r] = json.decode(texts[r]) end
+  local tensors, boxes = assign(plans)
+  local parent, tmp = F.dirname(dir), dir .. ".tmp"
+  if rank == 0 then
+    F.mkdir_p(parent)
+    F.remove_tree(tmp)
+    F.mkdir_p(tmp)
+  end
+  if group then group:barrier() end
+  fault("save:start")
+  -- this rank's extra state and, on rank 0, the copied files
+  local extra = state.extra
+  if extra ~= nil and type(extra) ~= "table" then raise("ckpt.save: state.extra must be a table") end
+  F.write_atomic(tmp .. "/" .. extra_file(rank), json.encode(extra or {}))
+  local copied = {}
+  if rank == 0 and state.files then
+    for name, src in pairs(state.files) do
+      if type(name) ~= "string" or name:find("/") or name:match("^rank_") or name == "manifest.json" then
+        raise("ckpt.save: state.files keys must be plain file names, got " .. tostring(name))
+      end
+      local s, err = F.read(src)
+      if not s then raise("ckpt.save: cannot read " .. tostring(src) .. " (state.files." .. name .. "): " .. tostring(err)) end
+      F.write_atomic(tmp .. "/" .. name, s)
+      copied[#copied + 1] = name
+    end
+    table.sort(copied)
+  end
+  -- this rank's pieces into its job, in plan order
+  local jp = ffi.new("lt_ckpt_job*[1]")
+  if C.lt_ckpt_job_new(jp, tmp .. "/" .. rank_file(rank), (opts.chunk_mb or 4) * 1048576, opts.level or 0) ~= 0 then
+    fail()
+  end
+  local job = ffi.gc(jp[0], C.lt_ckpt_job_free)
+  local keep_alive, n_own, copied_bytes = {}, 0, 0
+  for _, p in ipairs(plan) do
+    local b = boxes[box_key(p)]
+    if b.owner == rank and b.index == nil then
+      local v = F.box_view(p.tensor, p.local_offset, p.shape)
+      if v.device ~= "cpu" then v = v:cpu() end
+      if C.lt_is_contiguous(v) == 0 then v = v:contiguous() end
+      local nbytes = v:numel() * v:element_size()
+      if C.lt_ckpt_job_add(job, C.lt_data_ptr(v), nbytes, opts.async and 1 or 0) ~= 0 then fail() end
+      keep_alive[#keep_alive + 1] = v
+      b.index, n_own = n_own, n_own + 1
+      copied_bytes = copied_bytes + nbytes
+    end
+  end
+  -- every rank numbers the other ranks' pieces the same way (plan order on their owner)
+  local next_index = {}
+  for r = 1, world do
+    for _, p in ipairs(plans[r]) do
+      local b = boxes[box_key(p)]
+      if b.owner == r - 1 and b.file == nil then
+        b.file = r - 1
+        if b.owner ~= rank then
+          b.index = next_index[r] or 0
+          next_index[r] = b.index + 1
+        end
+      end
+    end
+  end
+  if rank == 0 then
+    local files, extras, mt, bytes = {}, {}, {}, 0
+    for r = 0, world - 1 do files[r + 1], extras[r + 1] = rank_file(r), extra_file(r) end
+    for i, t in ipairs(tensors) do
+      local pieces = {}
+      for k, b in ipairs(t.pieces) do
+        local nb = F.numel(b.shape) * DTYPE_SIZE[t.dtype]
+        pieces[k] = {file = b.file, index = b.index, offset = json.array(b.offset), shape = json.array(b.shape), bytes = nb}
+        bytes = bytes + nb
+      end
+      mt[i] = {name = t.name, dtype = t.dtype, shape = json.array(t.shape), pieces = json.array(pieces)}
+    end
+    local manifest = {format = M.FORMAT, version = M.VERSION, step = state.step or 0, layout = state.layout or {},
+                      world = world, config = state.config, files = json.array(files), extra = json.array(extras),
+                      copied = json.array(copied), tensors = json.array(mt), bytes = bytes,
+                      saved_at = os.date("!%Y-%m-%dT%H:%M:%SZ")}
+    local latest = opts.latest ~= false and (parent .. "/latest") or nil
+    if C.lt_ckpt_job_commit(job, tmp, dir, json.encode(manifest), world, latest,
+      latest and (F.basename(dir) .. "\n") or nil, opts.timeout or 600) ~= 0 then
+      fail()
+    end
+  end
+  local p = {job = job, rank0 = rank == 0, parent = parent, keep = opts.keep, dir = dir, copied = copied_bytes}
+  if opts.async then
+    if C.lt_ckpt_job_start(job) ~= 0 then fail() end
+    keep_alive = nil -- the job holds its own copies
+    p.stall = C.lt_wall_time() - t0
+    pending = p
+    return dir
+  end
+  if C.lt_ckpt_job_run(job) ~= 0 then
+    local msg = ffi.string(C.lt_last_error())
+    raise("ckpt.save: " .. dir .. ": " .. msg)
+  end
+  p.stall = C.lt_wall_time() - t0
+  finish(p)
+  if group then group:barrier() end
+  return dir
+end
+
+return M
