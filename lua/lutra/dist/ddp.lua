@@ -21,6 +21,7 @@
 -- events in the order they happened (tests check the overlap with it).
 local errors = require "lutra.errors"
 local groups = require "lutra.optim.groups"
+local comm = require "lutra.dist.comm"
 local F = require "lutra.dist.zero_flat"
 local create = require "lutra.create"
 
@@ -103,6 +104,8 @@ function DDP:grad_ready(b, j)
   b.ready[j] = true
   b.nready = b.nready + 1
   self:launch_ready()
+  -- MPI moves a non-blocking all-reduce along only inside MPI calls: poke it as backward goes
+  comm.progress()
 end
 
 -- Copies bucket b's gradients into its flat buffer (zeros where none) and launches
