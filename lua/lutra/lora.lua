@@ -158,7 +158,16 @@ function LoRALinear:extra_repr()
     self.merged and ", merged" or "")
 end
 
-M.is_lora = function(m) return getmetatable(m) == LoRALinear end
+-- LoRALinear or a subclass (lutra.lora_tp's tensor-parallel layers)
+local function is_lora(m)
+  local cls = type(m) == "table" and getmetatable(m) or nil
+  while cls ~= nil do
+    if cls == LoRALinear then return true end
+    cls = rawget(cls, "super")
+  end
+  return false
+end
+M.is_lora = is_lora
 
 -- ---- options ---------------------------------------------------------------------------------------
 
@@ -194,7 +203,7 @@ local function linears(model)
   Module._walk(model, "", function(mod, prefix)
     for _, e in ipairs(mod._entries) do
       local c = rawget(mod, e.key)
-      if e.kind == "module" and c ~= nil and (getmetatable(c) == Linear or getmetatable(c) == LoRALinear) then
+      if e.kind == "module" and c ~= nil and (getmetatable(c) == Linear or is_lora(c)) then
         found[#found + 1] = {name = prefix .. e.name, module = c, parent = mod, key = e.key}
       end
     end
@@ -293,7 +302,7 @@ end
 function M.layers(model)
   local out = {}
   for name, m in model:named_modules() do
-    if getmetatable(m) == LoRALinear then out[#out + 1] = {name, m} end
+    if is_lora(m) then out[#out + 1] = {name, m} end
   end
   return out
 end
@@ -409,11 +418,16 @@ function M.merge_and_unload(model)
   for _, m in ipairs(model:modules()) do
     for _, e in ipairs(m._entries) do
       local c = rawget(m, e.key)
-      if e.kind == "module" and getmetatable(c) == LoRALinear then
-        local lin = Linear(c.in_features, c.out_features, {bias = c.bias ~= nil, dtype = c.weight.dtype,
-                                                           device = c.weight.device})
-        lin.weight = c.weight
-        if c.bias ~= nil then lin.bias = c.bias end
+      if e.kind == "module" and is_lora(c) then
+        local lin
+        if c.unloaded then
+          lin = c:unloaded() -- a tensor-parallel layer (lutra.lora_tp): the plain parallel layer
+        else
+          lin = Linear(c.in_features, c.out_features, {bias = c.bias ~= nil, dtype = c.weight.dtype,
+                                                       device = c.weight.device})
+          lin.weight = c.weight
+          if c.bias ~= nil then lin.bias = c.bias end
+        end
         if type(e.key) == "string" then m[e.key] = lin else rawset(m, e.key, lin) end
       end
     end
@@ -432,7 +446,23 @@ function M.owner_attention(model, name)
 end
 
 -- Adapters on disk (PEFT's layout): lutra/lora_peft.lua.
-function M.save(dir, model, opts) return require("lutra.lora_peft").save(dir, model, opts) end
-function M.load(dir, model, opts) return require("lutra.lora_peft").load(dir, model, opts) end
+-- (Not on a tensor-parallel model's shards: save or load on the full model.)
+local function whole_model(model, who)
+  if not Module.is_module(model) then return end
+  for _, l in ipairs(M.layers(model)) do
+    if rawget(l[2], "group") ~= nil then
+      raise(who .. ": '" .. l[1] .. "' is tensor-parallel (this rank holds a piece of it): save or load the "
+        .. "adapters of the full model, before tp.parallelize")
+    end
+  end
+end
+function M.save(dir, model, opts)
+  whole_model(model, "lora.save")
+  return require("lutra.lora_peft").save(dir, model, opts)
+end
+function M.load(dir, model, opts)
+  whole_model(model, "lora.load")
+  return require("lutra.lora_peft").load(dir, model, opts)
+end
 
 return M

@@ -37,6 +37,9 @@
 -- spec's `pieces`), replicated parameters have dup = true on ranks > 0.
 -- tp.gather(model, p[, t]) -> the full tensor of parameter p (or of t shaped like p, its
 -- grad); tp.gather_logits(model, logits) -> (..., V). Both are collectives.
+-- LoRA: a lora.LoRALinear (lora.apply before parallelize) becomes its parallel LoRA layer
+-- (lutra.lora_tp: B cut as a column-parallel weight's rows, A as a row-parallel weight's
+-- columns, the other whole); new tensors keep the full model's requires_grad (frozen stays frozen).
 local Module = require "lutra.nn.module"
 local Dropout = require "lutra.nn.dropout"
 local Attention = require "lutra.nn.attention"
@@ -49,6 +52,7 @@ local spec = require "lutra.dist.spec"
 local L = require "lutra.dist.tp_layers"
 local tp_ops = require "lutra.dist.tp_ops"
 local tp_loss = require "lutra.dist.tp_loss"
+local lora_tp = require "lutra.lora_tp"
 
 local raise = errors.raise
 local release = grad.release
@@ -180,9 +184,17 @@ local function shard(t, global, dim, ranks, rank)
   end
 end
 
+-- (the new tensors keep the full layer's requires_grad: a frozen base stays frozen under LoRA)
+local function keep_flag(t, full_t)
+  if t ~= nil and full_t ~= nil then grad.set_requires_grad(t, full_t.requires_grad) end
+end
+
 local function shard_linear(m, full, dim, ranks, rank)
   shard(m.weight, shape_of(full.weight), dim, ranks, rank)
   if m.bias ~= nil and dim == 0 then shard(m.bias, shape_of(full.bias), 0, ranks, rank) end
+  keep_flag(m.weight, full.weight)
+  keep_flag(m.bias, full.bias)
+  lora_tp.shard(m, full, dim, ranks, rank, shard) -- a LoRA layer's adapters (lutra.lora_tp)
 end
 
 -- ---- parallelize -----------------------------------------------------------------------------
@@ -196,8 +208,8 @@ local function parallelize_attention(attn, group, sp)
   end)
   local proj_ranks = all_ranks(n, function(i) return {{i * Hl * D, Hl * D}} end)
   local qkv, proj = attn.qkv, attn.proj
-  attn.qkv = L.ColumnParallelLinear(qkv, group, qkv_ranks[r + 1], {input = sp and "none" or "copy"})
-  attn.proj = L.RowParallelLinear(proj, group, proj_ranks[r + 1], {output = sp and "reduce_scatter" or "reduce"})
+  attn.qkv = lora_tp.column(qkv, group, qkv_ranks[r + 1], {input = sp and "none" or "copy"})
+  attn.proj = lora_tp.row(proj, group, proj_ranks[r + 1], {output = sp and "reduce_scatter" or "reduce"})
   shard_linear(attn.qkv, qkv, 0, qkv_ranks, r)
   shard_linear(attn.proj, proj, 1, proj_ranks, r)
   attn.n_head, attn.n_kv_head = Hl, Hkvl
@@ -221,11 +233,11 @@ local function parallelize_mlp(mlp, group, sp)
   for _, name in ipairs {"fc", "gate", "up"} do
     local full = rawget(mlp, name)
     if full ~= nil then
-      mlp[name] = L.ColumnParallelLinear(full, group, ranks[r + 1], {input = input})
+      mlp[name] = lora_tp.column(full, group, ranks[r + 1], {input = input})
       shard_linear(mlp[name], full, 0, ranks, r)
     end
   end
-  mlp.proj = L.RowParallelLinear(proj, group, ranks[r + 1], {output = sp and "reduce_scatter" or "reduce"})
+  mlp.proj = lora_tp.row(proj, group, ranks[r + 1], {output = sp and "reduce_scatter" or "reduce"})
   shard_linear(mlp.proj, proj, 1, ranks, r)
 end
 
@@ -254,9 +266,15 @@ function M.parallelize(model, group, opts)
     local tied = rawequal(lm_head.weight, wte.weight)
     model.wte = L.VocabParallelEmbedding(wte, group, lo, count)
     shard(model.wte.weight, shape_of(wte.weight), 0, vocab_ranks, r)
-    model.lm_head = L.ColumnParallelLinear(lm_head, group, vocab_ranks[r + 1],
+    keep_flag(model.wte.weight, wte.weight)
+    model.lm_head = lora_tp.column(lm_head, group, vocab_ranks[r + 1],
       {input = sp and "gather" or "copy", weight = tied and model.wte.weight or nil})
-    if not tied then shard_linear(model.lm_head, lm_head, 0, vocab_ranks, r) end
+    if not tied then
+      shard_linear(model.lm_head, lm_head, 0, vocab_ranks, r)
+    else
+      keep_flag(model.wte.weight, wte.weight) -- (assigning it to lm_head turned requires_grad on)
+      lora_tp.shard(model.lm_head, lm_head, 0, vocab_ranks, r, shard)
+    end
     for _, block in ipairs(model.blocks) do
       parallelize_attention(block.attn, group, sp)
       parallelize_mlp(block.mlp, group, sp)

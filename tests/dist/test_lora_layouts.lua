@@ -1,0 +1,322 @@
+-- np: 2 4
+-- LoRA under tensor parallelism (lutra.lora_tp) and the other layouts: the parallel LoRA
+-- layers against lora.LoRALinear (values, grads of the input and the adapters, dropout
+-- masks, split_fused row blocks, sequence parallel), then 10 trainer steps of small gpt2
+-- and llama LoRA models under {tp}, {dp, tp}, {dp, zero 1 | 3}, {tp, sequence_parallel}
+-- against the same LoRA model trained on one process in this process: losses within 1e-5
+-- relative, adapters within 1e-5, base weights bitwise unchanged. Then merge / unmerge /
+-- disable / merge_and_unload under tp against one process.
+local lt = require "lutra"
+local testing = require "lutra.testing"
+local comm = require "lutra.dist.comm"
+local spec = require "lutra.dist.spec"
+local tp = require "lutra.dist.tp"
+local tp_ops = require "lutra.dist.tp_ops"
+local lora = require "lutra.lora"
+local lora_tp = require "lutra.lora_tp"
+local nn = lt.nn
+
+comm.init()
+local N, R = comm.size(), comm.rank()
+local world = comm.world
+local group = comm.split(0, R, "tp")
+
+local function close(a, e, msg, atol)
+  testing.assert_close(a, e, {rtol = 1e-5, atol = atol or 1e-6, msg = msg})
+end
+
+local function leaf(t)
+  t = t:detach():clone()
+  t.requires_grad = true
+  return t
+end
+
+-- A LoRALinear over a fresh Linear(inf, out) with random B (B starts at zero: its A
+-- gradient would be zero).
+local Holder = nn.Module:extend("Holder")
+local function lora_linear(inf, out, opts)
+  local holder = Holder()
+  holder.lin = nn.Linear(inf, out)
+  lora.apply(holder, {targets = {"lin"}, r = opts.r or 3, alpha = 6, dropout = opts.dropout or 0})
+  local m = holder.lin
+  if opts.blocks then m:set_blocks(opts.blocks) end
+  lt.no_grad(function() m.lora_B.weight:normal_(0, 0.5) end)
+  return m
+end
+
+-- ---- layers ---------------------------------------------------------------------------------
+
+local function column_case(input, dropout, blocks)
+  lt.manual_seed(11)
+  local out = 6 * N
+  local full = lora_linear(8, out, {dropout = dropout, blocks = blocks})
+  -- this rank's rows: two pieces (as qkv's), uneven
+  local half = out / 2
+  local a0, ac = tp_ops.range(half, N, R)
+  local pieces = {{a0, ac}, {half + a0, ac}}
+  local col = lora_tp.ColumnParallelLoRALinear(full, group, pieces, {input = input})
+  local T = 2 * N
+  local x, gy = lt.randn(3, T, 8), lt.randn(3, T, out)
+  local xr = leaf(x)
+  lt.manual_seed(5)
+  local yr = full(xr)
+  ;(yr * gy):sum():backward()
+  local xt = leaf(input == "gather" and x:narrow(1, R * 2, 2) or x)
+  lt.manual_seed(5)
+  local yt = col(xt)
+  local take = function(t, dim) return lt.cat({t:narrow(dim, a0, ac), t:narrow(dim, half + a0, ac)}, dim) end
+  ;(yt * take(gy, 2)):sum():backward()
+  close(yt, take(yr, 2), "y")
+  close(xt.grad, input == "gather" and xr.grad:narrow(1, R * 2, 2) or xr.grad, "x.grad")
+  close(col.lora_A.weight.grad, full.lora_A.weight.grad, "lora_A.grad (summed over the ranks)")
+  close(col.lora_B.weight.grad, take(full.lora_B.weight.grad, 0), "lora_B.grad")
+  assert(col.weight.grad == nil and not col.weight.requires_grad, "the base weight stays frozen")
+  -- this rank's piece of the update
+  close(col:delta(), take(full:delta(), 0), "delta")
+end
+
+test("ColumnParallelLoRALinear (copy in): y, grads of x, A (summed), B (rows), delta", function()
+  column_case("copy", 0)
+end)
+
+test("ColumnParallelLoRALinear (sequence-parallel gather in), dropout 0.3: the masks of one process", function()
+  column_case("gather", 0.3)
+end)
+
+test("ColumnParallelLoRALinear with split_fused row blocks: the mask cut as the rows", function()
+  column_case("copy", 0, {{0, 3 * N}, {3 * N + 1, 2 * N}})
+end)
+
+local function row_case(output, dropout)
+  lt.manual_seed(12)
+  local inf = 3 * N + 1
+  local full = lora_linear(inf, 5, {dropout = dropout})
+  local lo, cnt = tp_ops.range(inf, N, R)
+  local row = lora_tp.RowParallelLoRALinear(full, group, {{lo, cnt}}, {output = output})
+  local T = 2 * N
+  local x, gy = lt.randn(4, T, inf), lt.randn(4, T, 5)
+  local xr, xt = leaf(x), leaf(x:narrow(2, lo, cnt))
+  lt.manual_seed(5)
+  local yr = full(xr)
+  ;(yr * gy):sum():backward()
+  lt.manual_seed(5)
+  local yt = row(xt)
+  local scatter = output == "reduce_scatter"
+  local function mine(t) return scatter and t:narrow(1, R * 2, 2) or t end
+  ;(yt * mine(gy)):sum():backward()
+  close(yt, mine(yr), "y")
+  close(xt.grad, xr.grad:narrow(2, lo, cnt), "x.grad")
+  close(row.lora_A.weight.grad, full.lora_A.weight.grad:narrow(1, lo, cnt), "lora_A.grad (columns)")
+  close(row.lora_B.weight.grad, full.lora_B.weight.grad, "lora_B.grad (whole)")
+  assert(row.bias.grad == nil and not row.bias.requires_grad, "the base bias stays frozen")
+  close(row:delta(), full:delta():narrow(1, lo, cnt), "delta")
+end
+
+test("RowParallelLoRALinear (all-reduce out), dropout 0.3: y, grads, delta", function() row_case("reduce", 0.3) end)
+
+test("RowParallelLoRALinear (sequence-parallel reduce-scatter out): B's grad summed over tokens", function()
+  row_case("reduce_scatter", 0)
+end)
+
+-- ---- the trainer's layouts --------------------------------------------------------------------
+
+local LAYOUTS = {
+  [2] = {{tp = 2}, {tp = 2, sequence_parallel = true}, {dp = 2, zero = 1}, {dp = 2, zero = 3}},
+  [4] = {{tp = 4}, {dp = 2, tp = 2}, {dp = 2, tp = 2, zero = 1}, {dp = 4, zero = 1}, {dp = 4, zero = 3},
+         {tp = 2, sequence_parallel = true}},
+}
+
+local dir = os.getenv("TMPDIR") or "/tmp"
+local path = string.format("%s/lutra_lora_layouts_%d_%d.txt", dir, R, N)
+do
+  local words = {"the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "far", "away", "home", "big", "red"}
+  local parts, x = {}, 4321
+  for i = 1, 3000 do
+    x = (x * 1103515245 + 12345) % 2147483648
+    parts[i] = words[x % #words + 1]
+  end
+  local f = assert(io.open(path, "w"))
+  f:write(table.concat(parts, " "))
+  f:close()
+end
+local tok = lt.tokenizer.char(assert(io.open(path)):read("*a"))
+local function loader()
+  return lt.data.text(path, tok, {seq_len = 16, batch = 8, seed = 3, cache = path .. ".bin", quiet = true})
+end
+
+local function build(arch)
+  lt.manual_seed(7)
+  local model = lt.models.build{arch = arch, n_layer = 2, n_head = 4, n_kv_head = (arch == "llama" and N == 2) and 2
+    or 4, d_model = 32, vocab_size = 64, block_size = 16, dropout = 0}
+  assert(tok.vocab_size <= 64)
+  lora.apply(model, {targets = "all-linear", r = 4, alpha = 8})
+  return model
+end
+
+local function train_cfg(parallel)
+  return {steps = 10, lr = 1e-2, warmup = 0, schedule = "constant", grad_clip = 1.0, weight_decay = 0.1,
+          eval_every = 0, log_every = 1, run_dir = "", parallel = parallel}
+end
+
+local function named(model)
+  local params, names = {}, {}
+  for name, p in model:named_parameters() do
+    names[#names + 1] = name
+    params[name] = p
+  end
+  return params, names
+end
+
+local reference = {}
+local function reference_run(arch)
+  if reference[arch] then return reference[arch] end
+  local initial = named(build(arch))
+  local model = build(arch)
+  local r = lt.train{model = model, data = loader(), config = train_cfg(nil), quiet = true, no_interrupt = true}
+  local params, names = named(model)
+  reference[arch] = {losses = r.losses, params = params, names = names, initial = initial}
+  return reference[arch]
+end
+
+-- The full value of every parameter, gathered from the layout's pieces (owned boxes added
+-- into zeros, a world all-reduce), in f64 (exact for f32 values).
+local function gather(par, names, ref_params)
+  local mesh = par.mesh
+  local all_dp = par.zero ~= nil and mesh.zero == 3
+  local mine = named(par.model)
+  local out = {}
+  for _, name in ipairs(names) do
+    local full = lt.zeros(ref_params[name].shape, {dtype = "f64"})
+    local p = mine[name]
+    local sharded = all_dp and p ~= nil and p.requires_grad
+    if p ~= nil and spec.owned(p) and (sharded or mesh.dp_rank == 0) and p:numel() > 0 then
+      for _, box in ipairs(spec.boxes(p)) do
+        local dst, src = full, p
+        for d = 0, p.ndim - 1 do
+          dst = dst:narrow(d, box.offset[d + 1], box.shape[d + 1])
+          src = src:narrow(d, box.local_offset[d + 1], box.shape[d + 1])
+        end
+        lt.no_grad(function() dst:copy_(src:double()) end)
+      end
+    end
+    world:all_reduce(full, "sum")
+    out[name] = full
+  end
+  return out
+end
+
+local function layout_name(l)
+  local parts = {}
+  for _, k in ipairs {"dp", "tp", "zero", "sequence_parallel"} do
+    if l[k] ~= nil then parts[#parts + 1] = k == "sequence_parallel" and "sp" or (k .. "=" .. tostring(l[k])) end
+  end
+  return table.concat(parts, " ")
+end
+
+for _, arch in ipairs {"gpt2", "llama"} do
+  for _, layout in ipairs(LAYOUTS[N] or {}) do
+    test(string.format("LoRA %s %s matches one process; the base unchanged", arch, layout_name(layout)), function()
+      local ref = reference_run(arch)
+      local model = build(arch)
+      local parallel = {bucket_mb = 0.001}
+      for k, v in pairs(layout) do parallel[k] = v end
+      local r = lt.train{model = model, data = loader(), config = train_cfg(parallel), quiet = true,
+                         no_interrupt = true}
+      testing.assert_equal(#r.losses, 10)
+      for i = 1, 10 do
+        local a, b = r.losses[i], ref.losses[i]
+        assert(math.abs(a - b) <= 1e-5 * math.abs(b),
+          string.format("step %d: loss %.9g under the layout, %.9g on one process", i, a, b))
+      end
+      local got = gather(r.parallel, ref.names, ref.params)
+      local adapters = 0
+      for _, name in ipairs(ref.names) do
+        local a, b = got[name], ref.params[name]:double()
+        if name:find("%.lora_[AB]%.weight$") then
+          adapters = adapters + 1
+          testing.assert_close(a, b, {atol = 1e-5, rtol = 0, msg = name .. " after 10 steps"})
+        else
+          local init = ref.initial[name]:double()
+          assert((a - init):abs():max():item() == 0, name .. ": the base weight changed under the layout")
+          assert((b - init):abs():max():item() == 0, name .. ": the base weight changed on one process")
+        end
+      end
+      assert(adapters == 2 * 4 * 2 + (arch == "llama" and 2 * 2 or 0), "adapters compared: " .. adapters)
+      -- the adapters moved (the comparison is not of two untouched inits)
+      local moved = got["blocks.0.mlp.proj.lora_B.weight"]:abs():max():item()
+      assert(moved > 1e-3, "lora_B did not train: " .. moved)
+      if R == 0 then
+        print(string.format("  %s %-22s loss %.6f -> %.6f (one process %.6f)", arch, layout_name(layout),
+          r.losses[1], r.losses[10], ref.losses[10]))
+      end
+    end)
+  end
+end
+
+-- ---- merge / unmerge / disable under tp ---------------------------------------------------------
+
+local function randomized(arch, opts)
+  lt.manual_seed(21)
+  local model = lt.models.build{arch = arch, n_layer = 2, n_head = 4, n_kv_head = N == 2 and 2 or 4, d_model = 32,
+    vocab_size = 64, block_size = 16, dropout = 0}
+  lora.apply(model, opts or {targets = "all-linear", r = 4, alpha = 8})
+  lt.no_grad(function()
+    for _, l in ipairs(lora.layers(model)) do l[2].lora_B.weight:normal_(0, 0.3) end
+  end)
+  model:eval()
+  return model
+end
+
+for _, case in ipairs {{"gpt2", nil}, {"llama", {targets = {"q_proj", "v_proj", "down_proj"}, r = 2, alpha = 4}},
+                       {"gpt2", {targets = {"attn%.qkv$", "lm_head$"}, r = 2, alpha = 4}}} do
+  local arch, opts = case[1], case[2]
+  local what = opts and table.concat(opts.targets, ", ") or "all-linear"
+  test(string.format("merge under tp (%s, %s) = the one-process merge; unmerge, disable, merge_and_unload", arch,
+    what), function()
+    local one = randomized(arch, opts)
+    local model = randomized(arch, opts)
+    tp.parallelize(model, group)
+    local idx = lt.randint(0, 64, {2, 16})
+    local function logits(m, gathered)
+      return lt.no_grad(function()
+        local y = m(idx)
+        return gathered and tp.gather_logits(m, y) or y
+      end)
+    end
+    local base_one = lora.disable(one, logits, one)
+    local base_tp = lora.disable(model, logits, model, true)
+    close(base_tp, base_one, "disabled logits", 1e-5)
+    local y_one = logits(one)
+    local y_tp = logits(model, true)
+    close(y_tp, y_one, "adapter logits", 1e-5)
+    assert((y_one - base_one):abs():max():item() > 1e-3, "the adapters change the logits")
+    lora.merge(one)
+    lora.merge(model)
+    local params_one = named(one)
+    for name, p in model:named_parameters() do
+      if not name:find("lora_") then
+        close(tp.gather(model, p), params_one[name], name .. " merged", 1e-6)
+      end
+    end
+    -- (= y_one but for a tied lm_head's adapter: merged into the shared weight, it moves wte too)
+    local merged_one = logits(one)
+    close(logits(model, true), merged_one, "merged logits", 1e-5)
+    lora.unmerge(model)
+    close(logits(model, true), y_one, "unmerged logits", 1e-5)
+    local names = {}
+    for _, l in ipairs(lora.layers(model)) do names[#names + 1] = l[1] end
+    testing.assert_equal(#names, #lora.layers(one))
+    testing.assert_error("tensor-parallel", function() lora.save(dir .. "/lora_tp_never", model) end)
+    lora.merge_and_unload(model)
+    testing.assert_equal(#lora.layers(model), 0)
+    close(logits(model, true), merged_one, "merge_and_unload logits", 1e-5)
+  end)
+end
+
+test("a frozen base stays frozen under tp: only the adapters require grad", function()
+  local model = randomized("llama", {targets = {"mlp%.up$"}, r = 2})
+  tp.parallelize(model, group)
+  for name, p in model:named_parameters() do
+    assert(p.requires_grad == (name:find("lora_") ~= nil), name .. " requires_grad " .. tostring(p.requires_grad))
+  end
+end)
