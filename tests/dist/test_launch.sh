@@ -5,7 +5,8 @@
 # failing frame (reads its local, the terminal lent by the launcher) while the other rank is
 # held past its collective timeout, and leaving it ends the job non-zero; lutra.debug{rank = 1}
 # stops rank 1 in a REPL (reads and assigns locals, reads a shard's global shape) while rank 0
-# waits past the timeout, then both go on; the same on a terminal (pty), with the rank in the prompt.
+# waits past the timeout, then both go on; the same on a terminal (pty), with the rank in the prompt;
+# SIGTERM to the launcher stops the job.
 # usage (from the repo root): bash tests/dist/test_launch.sh LUTRA MPIRUN
 LUTRA=$(realpath "${1:?usage: test_launch.sh LUTRA MPIRUN}")
 MPIRUN=${2:?usage: test_launch.sh LUTRA MPIRUN}
@@ -92,6 +93,19 @@ expect_eq "debug all: status" "$st" "0"
 expect_eq "debug all: both REPLs opened" "$(grep -c '^lutra.debug on rank [01]: ' "$T/err")" "2"
 expect_eq "debug all: the first REPL got the input" "$(grep -cE '^rank (0 got 1|1 got 101)$' "$T/out")" "1"
 expect_eq "debug all: the second one its end" "$(grep -cE '^rank (0 got 0|1 got 100)$' "$T/out")" "1"
+
+# ---- SIGTERM to the launcher reaches mpirun: no rank is left behind ------------------------------
+printf 'print("started") io.stdout:flush() os.execute("sleep 60")\n' >"$T/sleeper.lua"
+"$LUTRA" launch --mpirun "$MPIRUN" -n 2 "$T/sleeper.lua" >"$T/out" 2>"$T/err" </dev/null &
+launcher=$!
+for _ in $(seq 100); do [ "$(grep -c started "$T/out")" = 2 ] && break; sleep 0.2; done
+kill -TERM "$launcher"
+wait "$launcher"
+st=$?
+left=1
+for _ in $(seq 50); do pgrep -f "$T/sleeper.lua" >/dev/null || { left=0; break; }; sleep 0.2; done
+expect_eq "SIGTERM: no rank left behind" "$left" "0"
+if [ "$st" -ne 0 ]; then ok; else bad "SIGTERM: status 0"; fi
 
 # ---- on a terminal: the REPL's prompt names the rank; Ctrl-D continues or ends the job ----------
 if command -v python3 >/dev/null; then

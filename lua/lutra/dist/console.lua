@@ -34,6 +34,12 @@ int mkfifo(const char *path, unsigned int mode);
 int unlink(const char *path);
 int rmdir(const char *path);
 int gethostname(char *name, size_t len);
+int kill(int pid, int sig);
+typedef struct { unsigned long val[16]; } lutra_sigset;
+int sigemptyset(lutra_sigset *set);
+int sigaddset(lutra_sigset *set, int sig);
+int sigprocmask(int how, const lutra_sigset *set, lutra_sigset *old);
+int signalfd(int fd, const lutra_sigset *mask, int flags);
 int getpid(void);
 int waitpid(int pid, int *status, int options);
 int posix_spawnp(int *pid, const char *file, const void *file_actions, const void *attrp,
@@ -50,7 +56,9 @@ local F_GETFD, F_GETFL, F_SETFL, FD_CLOEXEC = 1, 3, 4, 1
 local POLLIN, POLLERR, POLLHUP, POLLNVAL = 1, 0x8, 0x10, 0x20
 local EINTR, EAGAIN = 4, 11
 local WNOHANG = 1
-local SIGINT, SIGPIPE = 2, 13
+local SIGHUP, SIGINT, SIGPIPE, SIGTERM = 1, 2, 13, 15
+local SIG_BLOCK, SIG_SETMASK = 0, 2
+local SFD_NONBLOCK, SFD_CLOEXEC = 0x800, 0x80000
 local SIG_IGN = ffi.cast("lutra_sighandler", 1)
 
 function M.dir() local d = os.getenv("LUTRA_CONSOLE_DIR") return d ~= "" and d or nil end
@@ -165,7 +173,7 @@ function M.prepare(dir)
 end
 
 -- Runs argv (argv[1] is found on PATH) and serves the console in dir while it runs;
--- returns its exit status. SIGINT is left to mpirun (it stops the job), as system() does.
+-- returns its exit status.
 function M.run(argv, dir)
   local cargv = ffi.new("char *[?]", #argv + 1)
   local keep = {}
@@ -176,15 +184,21 @@ function M.run(argv, dir)
   cargv[#argv] = nil
   -- a closed stdin (`<&-`) would let the next open() take fd 0: give it /dev/null
   if ffi.C.fcntl(0, F_GETFL) < 0 then ffi.C.open("/dev/null", O_RDONLY) end
-  local old_int = ffi.C.signal(SIGINT, SIG_IGN)
-  local old_pipe = ffi.C.signal(SIGPIPE, SIG_IGN)
   local pid = ffi.new("int[1]")
   local rc = ffi.C.posix_spawnp(pid, argv[1], nil, nil, cargv, ffi.C.environ)
-  if rc ~= 0 then
-    ffi.C.signal(SIGINT, old_int)
-    ffi.C.signal(SIGPIPE, old_pipe)
-    return nil, "cannot start " .. argv[1] .. " (error " .. rc .. ")"
-  end
+  if rc ~= 0 then return nil, "cannot start " .. argv[1] .. " (error " .. rc .. ")" end
+  -- after the spawn (a child inherits ignored signals): Ctrl-C reaches mpirun, which stops
+  -- the job, while this process waits for it as system() does; SIGTERM and SIGHUP (kill,
+  -- a closed terminal) are passed on to mpirun, never leaving it behind
+  local old_int = ffi.C.signal(SIGINT, SIG_IGN)
+  local old_pipe = ffi.C.signal(SIGPIPE, SIG_IGN)
+  local forward, old_mask = ffi.new("lutra_sigset"), ffi.new("lutra_sigset")
+  ffi.C.sigemptyset(forward)
+  ffi.C.sigaddset(forward, SIGTERM)
+  ffi.C.sigaddset(forward, SIGHUP)
+  ffi.C.sigprocmask(SIG_BLOCK, forward, old_mask)
+  local sigfd = ffi.C.signalfd(-1, forward, bit.bor(SFD_NONBLOCK, SFD_CLOEXEC))
+  local siginfo = ffi.new("uint32_t[32]") -- struct signalfd_siginfo: 128 bytes, ssi_signo first
   local status = ffi.new("int[1]")
   local buf = ffi.new("char[4096]")
   local pfd = ffi.new("struct lutra_pollfd[1]")
@@ -197,6 +211,7 @@ function M.run(argv, dir)
   local current = nil       -- the request being served
   local result
   while true do
+    if sigfd >= 0 and ffi.C.read(sigfd, siginfo, 128) == 128 then ffi.C.kill(pid[0], siginfo[0]) end
     local w = ffi.C.waitpid(pid[0], status, WNOHANG)
     if w == pid[0] then
       result = exit_code(status[0])
@@ -241,6 +256,8 @@ function M.run(argv, dir)
     end
   end
   if out >= 0 then ffi.C.close(out) end
+  if sigfd >= 0 then ffi.C.close(sigfd) end
+  ffi.C.sigprocmask(SIG_SETMASK, old_mask, nil)
   ffi.C.signal(SIGINT, old_int)
   ffi.C.signal(SIGPIPE, old_pipe)
   return result
