@@ -161,6 +161,22 @@ expect_eq "prompt alone" "$(env -u OMPI_COMM_WORLD_SIZE "$LUTRA" -e "$show")" "d
 expect_eq "prompt of rank 1 of 2" "$(OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=1 "$LUTRA" -e "$show")" \
   "debug[rank 1]> |lutra[rank 1]> "
 
+# ---- lutra.debug{rank = r}: bad ranks are errors; alone, rank 0 opens the REPL ---------------------
+out=$(printf 'x\n' | env -u OMPI_COMM_WORLD_SIZE "$LUTRA" -e '
+local repl = require "lutra.repl"
+local function try(...) print((select(2, pcall(repl.debug, ...)))) end
+try {rank = 1}
+try {rank = -1}
+try {rank = 0.5}
+try "zero"
+local x = 42
+repl.debug {rank = 0}' 2>&1)
+expect_grep "debug: a rank outside the world" "$out" 'lutra.debug: rank 1 is not in the world of 1'
+expect_grep "debug: a negative rank" "$out" 'lutra.debug: rank must be a non-negative integer, got -1'
+expect_grep "debug: a fractional rank" "$out" 'got 0.5'
+expect_grep "debug: not a table" "$out" 'lutra.debug: expected nothing or \{rank = r\}, got string'
+expect_grep "debug{rank = 0} alone opens the REPL" "$out" '^42$'
+
 # ---- lutra.dist.inspect.shard_info -----------------------------------------------------------------
 out=$("$LUTRA" -e '
 local lt = require "lutra"
