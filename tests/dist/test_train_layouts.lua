@@ -140,3 +140,18 @@ for _, arch in ipairs {"gpt2", "llama"} do
     end) end
   end
 end
+
+-- lutra.models.build(cfg, mesh) gives the tensor-parallel model directly; the trainer then
+-- leaves it as it is and trains it like the one it converts itself.
+test("models.build(cfg, mesh) with tp: the same run as the trainer's own conversion", function()
+  local ref = reference_run("llama")
+  local mesh = lt.dist.init{tp = N}
+  lt.manual_seed(7)
+  local model = lt.models.build(model_cfg("llama"), mesh)
+  assert(rawget(model, "_tp") ~= nil, "the model should come back tensor-parallel")
+  local r = lt.train{model = model, data = loader(), config = train_cfg({tp = N}), quiet = true, no_interrupt = true}
+  for i = 1, 10 do
+    assert(math.abs(r.losses[i] - ref.losses[i]) <= 1e-5 * math.abs(ref.losses[i]),
+      string.format("step %d: %.9g vs %.9g", i, r.losses[i], ref.losses[i]))
+  end
+end)

@@ -71,7 +71,8 @@ function M.new(model, mesh, opts)
   local self = setmetatable({mesh = mesh, full_model = model, model = model}, Par)
   if mesh.tp_size > 1 then
     self.tp = require "lutra.dist.tp"
-    self.tp.parallelize(model, mesh.tp, {sequence_parallel = o.sequence_parallel})
+    -- (lutra.models.build(cfg, mesh) may have done it already)
+    if rawget(model, "_tp") == nil then self.tp.parallelize(model, mesh.tp, {sequence_parallel = o.sequence_parallel}) end
   end
   if mesh.pp_size > 1 then
     local m = o.micro_batches > 0 and o.micro_batches or default_micro_batches(mesh, o, opts.local_batch)

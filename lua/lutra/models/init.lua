@@ -115,7 +115,16 @@ function M.config(cfg)
 end
 
 -- A new model, initialised from lutra's generator (lutra.manual_seed first for a
--- reproducible one).
-function M.build(cfg) return Transformer(M.config(cfg)) end
+-- reproducible one). With a mesh (lutra.dist.init) whose tp > 1, the model comes back
+-- tensor-parallel over mesh.tp (built whole with the single-process initialisation, then
+-- narrowed to this rank's heads, columns, rows and vocabulary); the trainer applies the
+-- rest of the layout (pipeline stages, data parallel, ZeRO).
+function M.build(cfg, mesh)
+  local model = Transformer(M.config(cfg))
+  if mesh ~= nil and mesh.tp_size and mesh.tp_size > 1 then
+    require("lutra.dist.tp").parallelize(model, mesh.tp, {sequence_parallel = mesh.options.sequence_parallel})
+  end
+  return model
+end
 
 return M
