@@ -81,8 +81,9 @@ end
 M.C, M.ffi = C, ffi -- the raw API, for code that needs it
 
 -- Opens the REPL in the caller's frame (a tail call, so that the caller's frame is
--- the one the debugger sees); Ctrl-D continues.
-function M.debug() return require("lutra.repl").debug() end
+-- the one the debugger sees); Ctrl-D continues. In a job of many ranks, lutra.debug{rank = r}
+-- (every rank calls it) opens it on rank r while the others wait, watchdog off.
+function M.debug(opts) return require("lutra.repl").debug(opts) end
 
 -- Issue 3's modules; each loads without requiring "lutra" itself.
 M.data = require "lutra.data"

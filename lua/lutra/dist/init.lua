@@ -66,6 +66,9 @@ function M.parallelize(model, mesh, opts)
   return require("lutra.dist.parallelize").new(model, mesh, opts)
 end
 
+-- The device of this rank: LUTRA_DEVICE, else cuda:(local rank % GPUs) where GPUs exist, else "cpu".
+function M.default_device() return require("lutra.dist.device").default_device() end
+
 -- Local shape, global shape and offset of a (possibly sharded) tensor (REPL help).
 function M.shard_info(t) return require("lutra.dist.inspect").shard_info(t) end
 
