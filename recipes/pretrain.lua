@@ -48,8 +48,9 @@ local cfg = config {
   sample_every = 0, sample_tokens = 300, sample_prompt = "", temperature = 0.8, top_k = 0, top_p = 0.95,
   log_every = 1, print_every = 0, run_dir = "runs/pretrain", ckpt_every = 0, ckpt_keep = 2, resume = "",
   threads = 0,                        -- 0: the default (OMP_NUM_THREADS or all cores)
-  -- under `lutra launch -n N`: --parallel.dp=2 --parallel.tp=2, pp (stages), zero (1-3)
-  parallel = {dp = "auto", tp = 1, pp = 1, zero = 0, micro_batches = 0, schedule = "1f1b"},
+  -- under `lutra launch -n N`: --parallel.dp=2 --parallel.tp=2, pp (stages), zero (1-3), schedule,
+  -- micro_batches, sequence_parallel, bucket_mb, timeout (every key: lua/lutra/dist/mesh.lua)
+  parallel = lt.dist.defaults(),
 }
 
 if cfg.threads > 0 then lt.set_num_threads(cfg.threads) end

@@ -21,6 +21,14 @@ local M = {}
 M.spec = require "lutra.dist.spec"
 M.DEFAULTS = mesh_mod.DEFAULTS
 
+-- A fresh copy of the parallel keys and their defaults, for a recipe's config:
+--   local cfg = lt.config{..., parallel = lt.dist.defaults()}   -- --parallel.tp=2 etc.
+function M.defaults()
+  local out = {}
+  for k, v in pairs(mesh_mod.DEFAULTS) do out[k] = v end
+  return out
+end
+
 local current = nil -- the mesh of the last init
 
 local function comm() return require "lutra.dist.comm" end
