@@ -34,6 +34,7 @@ local json = require "lutra.json"
 local spec = require "lutra.dist.spec"
 local create = require "lutra.create"
 local F = require "lutra.ckpt.files"
+require "lutra.tensor" -- the tensor metatype (methods, properties) for what this module makes
 local ffi, C = lt.ffi, lt.C
 
 local M = {}

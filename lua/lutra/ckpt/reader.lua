@@ -20,6 +20,7 @@ local json = require "lutra.json"
 local spec = require "lutra.dist.spec"
 local create = require "lutra.create"
 local F = require "lutra.ckpt.files"
+require "lutra.tensor" -- the tensor metatype (methods, properties) for what this module makes
 local format = require "lutra.ckpt.format"
 local ffi, C = lt.ffi, lt.C
 
@@ -215,7 +216,7 @@ function Reader:verify(full)
     end
     if full ~= false then
       for _, name in ipairs(self.manifest.files) do
-        if C.lt_ckpt_verify_file(self.dir .. "/" .. name, nil, nil) ~= 0 then raise("ckpt: " .. last_error()) end
+        if C.lt_ckpt_verify_file(self.dir .. "/" .. name, nil, nil) ~= 0 then raise(last_error()) end
       end
     end
   end)
