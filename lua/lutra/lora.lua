@@ -446,22 +446,25 @@ function M.owner_attention(model, name)
 end
 
 -- Adapters on disk (PEFT's layout): lutra/lora_peft.lua.
--- (Not on a tensor-parallel model's shards: save or load on the full model.)
-local function whole_model(model, who)
-  if not Module.is_module(model) then return end
+-- A tensor-parallel model (lutra.lora_tp) saves its gathered adapters (a collective over its
+-- tp group); load into the full model, before tp.parallelize.
+local function tensor_parallel(model)
+  if not Module.is_module(model) then return false end
   for _, l in ipairs(M.layers(model)) do
-    if rawget(l[2], "group") ~= nil then
-      raise(who .. ": '" .. l[1] .. "' is tensor-parallel (this rank holds a piece of it): save or load the "
-        .. "adapters of the full model, before tp.parallelize")
-    end
+    if rawget(l[2], "group") ~= nil then return true, l[1] end
   end
+  return false
 end
 function M.save(dir, model, opts)
-  whole_model(model, "lora.save")
+  if tensor_parallel(model) then return require("lutra.lora_tp").save(dir, model, opts) end
   return require("lutra.lora_peft").save(dir, model, opts)
 end
 function M.load(dir, model, opts)
-  whole_model(model, "lora.load")
+  local tp, name = tensor_parallel(model)
+  if tp then
+    raise("lora.load: '" .. name .. "' is tensor-parallel (this rank holds a piece of it): load the adapters into "
+      .. "the full model, before tp.parallelize")
+  end
   return require("lutra.lora_peft").load(dir, model, opts)
 end
 

@@ -294,6 +294,35 @@ function M.shard(m, full, dim, ranks, rank, shard)
   end
 end
 
+-- lora.save on a tensor-parallel model: each layer's adapters gathered (collectives over
+-- the model's tp group: every rank of it calls this, in the same order), the full ones put
+-- in place of the pieces while tp rank 0 writes PEFT's files, then the pieces back. With
+-- data parallelism one replica's tp ranks call it (mesh.dp_rank == 0): each tp rank 0 writes.
+-- The Hugging Face names come from the model's config (global shapes and rows).
+function M.save(dir, model, opts)
+  local tp = require "lutra.dist.tp"
+  local group = tp.group(model)
+  local swapped = {}
+  for _, l in ipairs(lora.layers(model)) do
+    local m = l[2]
+    if M.is_parallel(m) then
+      local A, B = tp.gather(model, m.lora_A.weight), tp.gather(model, m.lora_B.weight)
+      swapped[#swapped + 1] = {m, m.lora_A, m.lora_B}
+      rawset(m, "lora_A", linear_of(A))
+      rawset(m, "lora_B", linear_of(B))
+    end
+  end
+  local ok, err = true, nil
+  if group == nil or group.rank == 0 then ok, err = pcall(require("lutra.lora_peft").save, dir, model, opts) end
+  for _, s in ipairs(swapped) do
+    rawset(s[1], "lora_A", s[2])
+    rawset(s[1], "lora_B", s[3])
+  end
+  if group ~= nil then group:barrier() end -- (the files are there when it returns)
+  if not ok then error(err, 0) end
+  return dir
+end
+
 -- Whether the module is one of this file's layers.
 function M.is_parallel(m)
   local mt = getmetatable(m)

@@ -121,9 +121,9 @@ end)
 -- ---- the trainer's layouts --------------------------------------------------------------------
 
 local LAYOUTS = {
-  [2] = {{tp = 2}, {tp = 2, sequence_parallel = true}, {dp = 2, zero = 1}, {dp = 2, zero = 3}},
+  [2] = {{tp = 2}, {tp = 2, sequence_parallel = true}, {dp = 2, zero = 1}, {dp = 2, zero = 3}, {pp = 2}},
   [4] = {{tp = 4}, {dp = 2, tp = 2}, {dp = 2, tp = 2, zero = 1}, {dp = 4, zero = 1}, {dp = 4, zero = 3},
-         {dp = 2, tp = 2, zero = 3}, {dp = 2, tp = 2, sequence_parallel = true}},
+         {dp = 2, tp = 2, zero = 3}, {dp = 2, tp = 2, sequence_parallel = true}, {tp = 2, pp = 2}},
 }
 
 local dir = os.getenv("TMPDIR") or "/tmp"
@@ -212,7 +212,7 @@ end
 
 local function layout_name(l)
   local parts = {}
-  for _, k in ipairs {"dp", "tp", "zero", "sequence_parallel"} do
+  for _, k in ipairs {"dp", "tp", "pp", "zero", "sequence_parallel"} do
     if l[k] ~= nil then parts[#parts + 1] = k == "sequence_parallel" and "sp" or (k .. "=" .. tostring(l[k])) end
   end
   return table.concat(parts, " ")
@@ -273,7 +273,23 @@ local function randomized(arch, opts)
   return model
 end
 
-for _, case in ipairs {{"gpt2", nil}, {"llama", {targets = {"q_proj", "v_proj", "down_proj"}, r = 2, alpha = 4}},
+local function same_files(a, b)
+  local st = require "lutra.ckpt.safetensors"
+  local ta, tb = st.load(a .. "/adapter_model.safetensors"), st.load(b .. "/adapter_model.safetensors")
+  local n = 0
+  for k, v in pairs(ta) do
+    assert(tb[k] ~= nil, k .. " missing from " .. b)
+    testing.assert_close(v, tb[k], {atol = 0, rtol = 0, msg = k})
+    n = n + 1
+  end
+  for k in pairs(tb) do assert(ta[k] ~= nil, k .. " missing from " .. a) end
+  local ca, cb = assert(io.open(a .. "/adapter_config.json")):read("*a"), assert(io.open(b .. "/adapter_config.json"))
+    :read("*a")
+  testing.assert_equal(ca, cb, "adapter_config.json")
+  return n
+end
+
+for k, case in ipairs {{"gpt2", nil}, {"llama", {targets = {"q_proj", "v_proj", "down_proj"}, r = 2, alpha = 4}},
                        {"gpt2", {targets = {"attn%.qkv$", "lm_head$"}, r = 2, alpha = 4}}} do
   local arch, opts = case[1], case[2]
   local what = opts and table.concat(opts.targets, ", ") or "all-linear"
@@ -312,7 +328,14 @@ for _, case in ipairs {{"gpt2", nil}, {"llama", {targets = {"q_proj", "v_proj", 
     local names = {}
     for _, l in ipairs(lora.layers(model)) do names[#names + 1] = l[1] end
     testing.assert_equal(#names, #lora.layers(one))
-    testing.assert_error("tensor-parallel", function() lora.save(dir .. "/lora_tp_never", model) end)
+    -- lora.save gathers the adapters: the files of one process
+    local saved_tp, saved_one = string.format("%s/lutra_lora_tp_save_%d_%d", dir, N, k),
+      string.format("%s/lutra_lora_one_save_%d_%d_%d", dir, N, k, R)
+    lora.save(saved_tp, model)
+    lora.save(saved_one, lora.unmerge(one))
+    assert(same_files(saved_tp, saved_one) > 0)
+    lora.merge(one)
+    testing.assert_error("tensor-parallel", function() lora.load(saved_one, model) end)
     lora.merge_and_unload(model)
     testing.assert_equal(#lora.layers(model), 0)
     close(logits(model, true), merged_one, "merge_and_unload logits", 1e-5)
