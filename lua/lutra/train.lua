@@ -39,6 +39,7 @@ local progress = require "lutra.train.progress"
 local metrics = require "lutra.train.metrics"
 local interrupt = require "lutra.train.interrupt"
 local generate = require "lutra.generate"
+local precision = require "lutra.train.precision" -- config.precision: fp32, bf16, fp16 (mixed precision)
 
 local raise, is_tensor = errors.raise, ops.is_tensor
 local tidy = memory.tidy
@@ -175,7 +176,7 @@ local function state_of(run)
   return {step = run.step, tokens = run.tokens, model = run.model:state_dict(),
           optimizer = run.opt:state_dict(), rng = create.get_rng_state(), loader = run.data:state(),
           val_loader = run.val and run.val:state() or nil, best_val = run.best_val,
-          config = run.cfg_plain}
+          config = run.cfg_plain, precision = run.prec:state()} -- precision: fp16's loss scale, else nil
 end
 
 local function save(run)
@@ -201,6 +202,7 @@ local function restore(run, path)
   run.data:set_state(st.loader)
   if run.val and st.val_loader then run.val:set_state(st.val_loader) end
   run.step, run.tokens, run.best_val = st.step, st.tokens or 0, st.best_val
+  run.prec:set_state(st.precision) -- fp16: the loss scale goes on from where it was
 end
 
 -- The mean loss over n batches of the val loader under a parallel layout.
@@ -233,14 +235,16 @@ local function one_step(run, lr)
       end
       loss_sum = loss_sum + to_number(loss)
       if k > 1 then loss = loss * (1 / k) end
+      loss = run.prec:scale(loss) -- fp16: times the loss scale (else loss itself)
       loss:backward()
       if type(extra) == "table" then
         extras = extras or {}
         for name, v in pairs(extra) do extras[name] = (extras[name] or 0) + to_number(v) / k end
       end
     end
-    local n = clip_grad_norm(params, clip)
-    run.opt:step{lr = lr}
+    -- fp32/bf16: clip_grad_norm, step; fp16: unscale + clip, no step when a gradient is inf/nan
+    local n, take = run.prec:clip_grads(params, clip, clip_grad_norm)
+    if take then run.opt:step{lr = lr} end
     -- Drop the gradients now (set_to_none) and free their memory: tensors made by backward
     -- are not in this tidy scope, and would otherwise wait for the GC.
     for _, p in ipairs(params) do
@@ -252,7 +256,7 @@ local function one_step(run, lr)
     end
     return n, run.opt.state -- the optimizer's state outlives the scope
   end)
-  return loss_sum / k, tokens, norm, extras
+  return loss_sum / k, tokens, norm, run.prec:report(extras)
 end
 
 -- One step of a parallel layout (config.parallel): lutra.dist.parallelize does the
@@ -268,15 +272,26 @@ local function one_step_parallel(run, lr)
       batches[i] = next_batch(run.data)
       tokens = tokens + batch_tokens(batches[i])
     end
-    loss_sum = par:forward_backward(batches, run.loss_fn)
-    norm = par:finish(run.get "grad_clip")
-    par.optimizer:step{lr = lr}
+    -- fp16: losses scaled before backward, gradients unscaled + clipped after the sync,
+    -- no step when one is inf/nan (fp32, bf16: prec.loss_scale is nil, nothing changes)
+    local prec = run.prec
+    if par.stage and prec.dtype then
+      raise("train: precision = \"" .. prec.mode .. "\" with pipeline parallel is not supported yet")
+    end
+    loss_sum = par:forward_backward(batches, prec:scaled(run.loss_fn)) / prec:factor()
+    local take = true
+    if prec.loss_scale then
+      norm, take = prec:unscale_and_clip(par.optimizer.params, par:finish(0), run.get "grad_clip")
+    else
+      norm = par:finish(run.get "grad_clip")
+    end
+    if take then par.optimizer:step{lr = lr} end
     par:after_step()
     par:zero_grad()
     return par.optimizer.state
   end)
   -- tokens of the global batch: every dp rank took its own rows (tp and pp ranks share them)
-  return loss_sum / k, tokens * run.mesh.dp_size, norm, nil
+  return loss_sum / k, tokens * run.mesh.dp_size, norm, run.prec:report(nil)
 end
 
 -- A list of {name, tensor} pairs (this rank's parameters or shards) as something with
@@ -310,7 +325,8 @@ function M.train(args)
   local cfg = args.config or {}
   local get = getter(cfg)
   local run = {model = model, data = data, get = get, params = params_of(model), step = 0, tokens = 0}
-  run.loss_fn = args.loss_fn or default_loss
+  run.prec = precision.new(get) -- mixed precision: the forward under autocast (precision.lua)
+  run.loss_fn = run.prec:wrap(args.loss_fn or default_loss)
   run.grad_accum = get "grad_accum"
   if type(run.grad_accum) ~= "number" or run.grad_accum < 1 then raise("train: grad_accum must be >= 1") end
 
