@@ -260,7 +260,7 @@ function M.apply(model, opts)
   end
   for _, l in ipairs(all) do
     local sel, parts = choose(l)
-    if sel and getmetatable(l.module) == LoRALinear then raise("lora.apply: '" .. l.name .. "' already has an adapter") end
+    if sel and is_lora(l.module) then raise("lora.apply: '" .. l.name .. "' already has an adapter") end
     if sel then
       l.parts = parts
       chosen[#chosen + 1] = l
@@ -447,7 +447,7 @@ end
 
 -- Adapters on disk (PEFT's layout): lutra/lora_peft.lua.
 -- A tensor-parallel model (lutra.lora_tp) saves its gathered adapters (a collective over its
--- tp group); load into the full model, before tp.parallelize.
+-- tp group) and loads into its pieces.
 local function tensor_parallel(model)
   if not Module.is_module(model) then return false end
   for _, l in ipairs(M.layers(model)) do
@@ -460,11 +460,7 @@ function M.save(dir, model, opts)
   return require("lutra.lora_peft").save(dir, model, opts)
 end
 function M.load(dir, model, opts)
-  local tp, name = tensor_parallel(model)
-  if tp then
-    raise("lora.load: '" .. name .. "' is tensor-parallel (this rank holds a piece of it): load the adapters into "
-      .. "the full model, before tp.parallelize")
-  end
+  if tensor_parallel(model) then return require("lutra.lora_tp").load(dir, model, opts) end
   return require("lutra.lora_peft").load(dir, model, opts)
 end
 

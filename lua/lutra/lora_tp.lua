@@ -19,13 +19,17 @@
 -- Specs: the sharded B (column) or A (row) are boxes as their base weight's; the whole
 -- copies are dup on tp ranks > 0 (tp.lua's shard_linear sets them through M.shard).
 -- merge / unmerge / disable work unchanged: delta() = s B A is this rank's piece of the
--- update, shaped as its piece of the weight.
+-- update, shaped as its piece of the weight. merge_and_unload leaves the plain parallel
+-- layers. lora.save gathers the adapters (a collective over the tp group; tp rank 0
+-- writes the files of one process); lora.load puts each rank's pieces in. lora.count is
+-- this rank's entries. Not done: lora.apply after tp.parallelize (apply first).
 local Linear = require "lutra.nn.linear"
 local Dropout = require "lutra.nn.dropout"
 local F = require "lutra.functional"
 local create = require "lutra.create"
 local dtype = require "lutra.dtype"
 local grad = require "lutra.nn.grad"
+local errors = require "lutra.errors"
 local spec = require "lutra.dist.spec"
 local lora = require "lutra.lora"
 local L = require "lutra.dist.tp_layers"
@@ -118,6 +122,7 @@ function Column:init(full, group, pieces, opts)
   local input = opts.input or "copy"
   rawset(self, "group", group)
   rawset(self, "input", input)
+  rawset(self, "pieces", pieces)
   settings(self, full)
   self.in_features = full.in_features
   self.global_out_features = full.out_features
@@ -321,6 +326,62 @@ function M.save(dir, model, opts)
   if group ~= nil then group:barrier() end -- (the files are there when it returns)
   if not ok then error(err, 0) end
   return dir
+end
+
+-- lora.load into a tensor-parallel model: each layer is given full-size adapters (zeros, the
+-- global in / out features) for lutra.lora_peft.load to fill, then this rank's pieces are
+-- copied into its own tensors (no collective: every rank reads the files). The file's row
+-- blocks must be the layer's (else: load before tp.parallelize).
+function M.load(dir, model, opts)
+  local saved = {}
+  for _, l in ipairs(lora.layers(model)) do
+    local m = l[2]
+    if M.is_parallel(m) then
+      local A, B = m.lora_A.weight, m.lora_B.weight
+      local column = getmetatable(m) == Column
+      local ga = column and shape_of(A) or {A:size(0), m.global_in_features}
+      local gb = column and {m.global_out_features, B:size(1)} or shape_of(B)
+      local like = {dtype = dtype.name(A.dtype_), device = dtype.device_name(A.device_)}
+      saved[#saved + 1] = {name = l[1], m = m, A = m.lora_A, B = m.lora_B, inf = m.in_features, outf = m.out_features,
+                           mask = rawget(m, "_mask"), blocks = rawget(m, "blocks"), column = column, ga = ga, gb = gb}
+      rawset(m, "lora_A", linear_of(create.zeros(ga, like)))
+      rawset(m, "lora_B", linear_of(create.zeros(gb, like)))
+      rawset(m, "in_features", ga[2])
+      rawset(m, "out_features", gb[1])
+    end
+  end
+  local ok, err = pcall(require("lutra.lora_peft").load, dir, model, opts)
+  local bad
+  grad.no_grad(function()
+    for _, s in ipairs(saved) do
+      local m = s.m
+      local A, B = m.lora_A.weight, m.lora_B.weight
+      local same = A:size(0) == s.ga[1] and B:size(1) == s.gb[2] and rawequal(rawget(m, "blocks"), s.blocks)
+      if ok and same then
+        if s.column then
+          s.A.weight:copy_(A)
+          s.B.weight:copy_(L.take(B, 0, m.pieces))
+        else
+          s.A.weight:copy_(L.take(A, 1, m.pieces))
+          s.B.weight:copy_(B)
+        end
+      elseif ok and not bad then
+        bad = s.name
+      end
+      rawset(m, "lora_A", s.A)
+      rawset(m, "lora_B", s.B)
+      rawset(m, "in_features", s.inf)
+      rawset(m, "out_features", s.outf)
+      rawset(m, "_mask", s.mask)
+      rawset(m, "blocks", s.blocks)
+    end
+  end)
+  if not ok then error(err, 0) end
+  if bad then
+    errors.raise("lora.load: " .. dir .. ": the adapters of '" .. bad .. "' are split in other row blocks than "
+      .. "this tensor-parallel layer's: load them into the full model, before tp.parallelize")
+  end
+  return model
 end
 
 -- Whether the module is one of this file's layers.

@@ -221,7 +221,8 @@ end
 for _, arch in ipairs {"gpt2", "llama"} do
   for _, layout in ipairs(LAYOUTS[N] or {}) do
     local only = os.getenv("LUTRA_TEST_LAYOUT") -- one layout by hand: LUTRA_TEST_LAYOUT="dp=2 tp=2"
-    if only == nil or only == layout_name(layout) then test(string.format("LoRA %s %s matches one process; the base unchanged", arch, layout_name(layout)), function()
+    local title = string.format("LoRA %s %s matches one process; the base unchanged", arch, layout_name(layout))
+    if only == nil or only == layout_name(layout) then test(title, function()
       local ref = reference_run(arch)
       local model = build(arch)
       local parallel = {bucket_mb = 0.001}
@@ -261,13 +262,16 @@ end
 
 -- ---- merge / unmerge / disable under tp ---------------------------------------------------------
 
-local function randomized(arch, opts)
+local function randomized(arch, opts, adapter_seed, zero_b)
   lt.manual_seed(21)
   local model = lt.models.build{arch = arch, n_layer = 2, n_head = 4, n_kv_head = N == 2 and 2 or 4, d_model = 32,
     vocab_size = 64, block_size = 16, dropout = 0}
+  if adapter_seed then lt.manual_seed(adapter_seed) end -- (the same base, other adapters)
   lora.apply(model, opts or {targets = "all-linear", r = 4, alpha = 8})
   lt.no_grad(function()
-    for _, l in ipairs(lora.layers(model)) do l[2].lora_B.weight:normal_(0, 0.3) end
+    for _, l in ipairs(lora.layers(model)) do
+      if not zero_b then l[2].lora_B.weight:normal_(0, 0.3) end
+    end
   end)
   model:eval()
   return model
@@ -335,7 +339,16 @@ for k, case in ipairs {{"gpt2", nil}, {"llama", {targets = {"q_proj", "v_proj", 
     lora.save(saved_one, lora.unmerge(one))
     assert(same_files(saved_tp, saved_one) > 0)
     lora.merge(one)
-    testing.assert_error("tensor-parallel", function() lora.load(saved_one, model) end)
+    -- lora.load into a tensor-parallel model (other A, zero B before) puts each rank's pieces in
+    local fresh = randomized(arch, opts, 99, true)
+    tp.parallelize(fresh, group)
+    lora.load(saved_one, fresh)
+    close(logits(fresh, true), y_one, "logits after lora.load under tp", 1e-5)
+    if opts and opts.targets[1] == "q_proj" then -- q and v blocks in the file, one adapter on qkv here
+      local other = randomized(arch, {targets = {"attn%.qkv$", "mlp%.proj$"}, r = 2, alpha = 4}, 99, true)
+      tp.parallelize(other, group)
+      testing.assert_error("other row blocks", function() lora.load(saved_one, other) end)
+    end
     lora.merge_and_unload(model)
     testing.assert_equal(#lora.layers(model), 0)
     close(logits(model, true), merged_one, "merge_and_unload logits", 1e-5)
