@@ -29,6 +29,9 @@ struct lt_ckpt_job {
   int64_t copied;
   int64_t *nbytes;
   lt_ckpt_piece *pieces;
+  int64_t n_files;
+  char **file_paths, **file_data;
+  int64_t *file_bytes;
   /* rank 0's commit */
   int commit, world;
   char *tmp_dir, *final_dir, *manifest, *latest_path, *latest_text;
@@ -102,6 +105,27 @@ int lt_ckpt_job_add(lt_ckpt_job *j, const void *data, int64_t nbytes, int copy) 
   j->nbytes[j->n] = nbytes;
   memset(&j->pieces[j->n], 0, sizeof j->pieces[j->n]);
   j->n++;
+  return 0;
+}
+
+int lt_ckpt_job_add_file(lt_ckpt_job *j, const char *path, const void *data, int64_t nbytes) {
+  if (!j || !path || nbytes < 0 || (!data && nbytes > 0)) return lt_errorf("ckpt: job_add_file: bad arguments");
+  if (j->started) return lt_errorf("ckpt: job_add_file: the job already started");
+  size_t k = (size_t)j->n_files + 1;
+  char **p = realloc(j->file_paths, k * sizeof *p);
+  if (p) j->file_paths = p;
+  char **d = realloc(j->file_data, k * sizeof *d);
+  if (d) j->file_data = d;
+  int64_t *b = realloc(j->file_bytes, k * sizeof *b);
+  if (b) j->file_bytes = b;
+  char *pc = strdup(path), *dc = malloc(nbytes ? (size_t)nbytes : 1);
+  if (!p || !d || !b || !pc || !dc) {
+    free(pc), free(dc);
+    return lt_errorf("ckpt: job_add_file: out of memory");
+  }
+  if (nbytes) memcpy(dc, data, (size_t)nbytes);
+  j->file_paths[j->n_files] = pc, j->file_data[j->n_files] = dc, j->file_bytes[j->n_files] = nbytes;
+  j->n_files++;
   return 0;
 }
 
@@ -244,7 +268,10 @@ static int commit(lt_ckpt_job *j) {
 static void run_job(lt_ckpt_job *j) {
   double t0 = now();
   j->raw = j->compressed = 0;
-  int rc = write_shard(j);
+  int rc = 0;
+  for (int64_t i = 0; i < j->n_files && rc == 0; i++)
+    rc = lt_ckpt_write_file(j->file_paths[i], j->file_data[i], j->file_bytes[i]);
+  if (rc == 0) rc = write_shard(j);
   for (int64_t i = 0; i < j->n; i++) { /* the host copies are written: give the memory back now */
     if (j->owned[i]) free((void *)j->data[i]);
     j->owned[i] = 0, j->data[i] = NULL;
@@ -350,6 +377,8 @@ int lt_ckpt_job_free(lt_ckpt_job *j) {
   for (int64_t i = 0; i < j->n; i++)
     if (j->owned[i]) free((void *)j->data[i]);
   free(j->path), free(j->data), free(j->owned), free(j->nbytes), free(j->pieces);
+  for (int64_t i = 0; i < j->n_files; i++) free(j->file_paths[i]), free(j->file_data[i]);
+  free(j->file_paths), free(j->file_data), free(j->file_bytes);
   free(j->tmp_dir), free(j->final_dir), free(j->manifest), free(j->latest_path), free(j->latest_text);
   free(j);
   return 0;

@@ -604,6 +604,9 @@ int lt_ckpt_job_new(lt_ckpt_job **out, const char *path, int64_t chunk_bytes, in
 /* Adds a piece: copy != 0 copies the bytes now (the job owns them: an async save's host
  * buffer), else they must stay valid until the job is waited for. */
 int lt_ckpt_job_add(lt_ckpt_job *j, const void *data, int64_t nbytes, int copy);
+/* A small file the job writes (a copy of data; temp, fsync, rename) before its shard file
+ * appears: this rank's extra state, files copied into the checkpoint. */
+int lt_ckpt_job_add_file(lt_ckpt_job *j, const char *path, const void *data, int64_t nbytes);
 /* Makes the job rank 0's: commit the checkpoint once every rank's file is there (waiting at
  * most timeout_s seconds for the others; latest_path NULL: no pointer). */
 int lt_ckpt_job_commit(lt_ckpt_job *j, const char *tmp_dir, const char *final_dir, const char *manifest_text,

@@ -212,9 +212,11 @@ function M.save(dir, state, opts)
   local t0 = C.lt_wall_time()
   M.wait() -- the next save waits for the previous one
   local plan = local_plan(state.tensors or {})
-  local texts = gather_texts(group, plan_text(plan))
-  local plans = {}
-  for r = 1, world do plans[r] = json.decode(texts[r]) end
+  local plans = {plan}
+  if group then
+    local texts = gather_texts(group, plan_text(plan))
+    for r = 1, world do plans[r] = json.decode(texts[r]) end
+  end
   local tensors, boxes = assign(plans)
   local parent, tmp = F.dirname(dir), dir .. ".tmp"
   if rank == 0 then
@@ -224,29 +226,33 @@ function M.save(dir, state, opts)
   end
   if group then group:barrier() end
   fault("save:start")
-  -- this rank's extra state and, on rank 0, the copied files
-  local extra = state.extra
-  if extra ~= nil and type(extra) ~= "table" then raise("ckpt.save: state.extra must be a table") end
-  F.write_atomic(tmp .. "/" .. extra_file(rank), json.encode(extra or {}))
-  local copied = {}
-  if rank == 0 and state.files then
-    for name, src in pairs(state.files) do
-      if type(name) ~= "string" or name:find("/") or name:match("^rank_") or name == "manifest.json" then
-        raise("ckpt.save: state.files keys must be plain file names, got " .. tostring(name))
-      end
-      local s, err = F.read(src)
-      if not s then raise("ckpt.save: cannot read " .. tostring(src) .. " (state.files." .. name .. "): " .. tostring(err)) end
-      F.write_atomic(tmp .. "/" .. name, s)
-      copied[#copied + 1] = name
-    end
-    table.sort(copied)
-  end
-  -- this rank's pieces into its job, in plan order
   local jp = ffi.new("lt_ckpt_job*[1]")
   if C.lt_ckpt_job_new(jp, tmp .. "/" .. rank_file(rank), (opts.chunk_mb or 4) * 1048576, opts.level or 0) ~= 0 then
     fail()
   end
   local job = ffi.gc(jp[0], C.lt_ckpt_job_free)
+  -- this rank's extra state and, on rank 0, the copied files: written by the job
+  local function add_file(name, s)
+    if C.lt_ckpt_job_add_file(job, tmp .. "/" .. name, s, #s) ~= 0 then fail() end
+  end
+  local extra = state.extra
+  if extra ~= nil and type(extra) ~= "table" then raise("ckpt.save: state.extra must be a table") end
+  add_file(extra_file(rank), json.encode(extra or {}))
+  local copied = {}
+  if rank == 0 and state.files then
+    for name, src in pairs(state.files) do
+      if type(name) ~= "string" or name:find("/") or name:match("^rank_") or name:match("^extra_rank_")
+        or name == "manifest.json" then
+        raise("ckpt.save: state.files keys must be plain file names, got " .. tostring(name))
+      end
+      local s, err = F.read(src)
+      if not s then raise("ckpt.save: cannot read " .. tostring(src) .. " (state.files." .. name .. "): " .. tostring(err)) end
+      add_file(name, s)
+      copied[#copied + 1] = name
+    end
+    table.sort(copied)
+  end
+  -- this rank's pieces into its job, in plan order
   local keep_alive, n_own, copied_bytes = {}, 0, 0
   for _, p in ipairs(plan) do
     local b = boxes[box_key(p)]
