@@ -2,10 +2,12 @@
 -- LoRA under tensor parallelism (lutra.lora_tp) and the other layouts: the parallel LoRA
 -- layers against lora.LoRALinear (values, grads of the input and the adapters, dropout
 -- masks, split_fused row blocks, sequence parallel), then 10 trainer steps of small gpt2
--- and llama LoRA models under {tp}, {dp, tp}, {dp, zero 1 | 3}, {tp, sequence_parallel}
--- against the same LoRA model trained on one process in this process: losses within 1e-5
--- relative, adapters within 1e-5, base weights bitwise unchanged. Then merge / unmerge /
--- disable / merge_and_unload under tp against one process.
+-- and llama LoRA models under {tp}, {dp, tp}, {dp, tp, zero 1 | 3}, {dp, zero 1 | 3},
+-- {tp, sequence_parallel}, {pp}, {tp, pp}, and with LoRA dropout 0.1 under tp (the masks of
+-- one process; data parallelism draws other masks) against the same LoRA model trained on
+-- one process in this process: losses within 1e-5 relative, adapters within 1e-5, base
+-- weights bitwise unchanged. Then merge / unmerge / disable / merge_and_unload, lora.save
+-- (the files of one process) and lora.load under tp, specs.
 local lt = require "lutra"
 local testing = require "lutra.testing"
 local comm = require "lutra.dist.comm"
@@ -121,9 +123,11 @@ end)
 -- ---- the trainer's layouts --------------------------------------------------------------------
 
 local LAYOUTS = {
-  [2] = {{tp = 2}, {tp = 2, sequence_parallel = true}, {dp = 2, zero = 1}, {dp = 2, zero = 3}, {pp = 2}},
+  [2] = {{tp = 2}, {tp = 2, sequence_parallel = true}, {dp = 2, zero = 1}, {dp = 2, zero = 3}, {pp = 2},
+         {tp = 2, lora_dropout = 0.1}, {tp = 2, sequence_parallel = true, lora_dropout = 0.1}},
   [4] = {{tp = 4}, {dp = 2, tp = 2}, {dp = 2, tp = 2, zero = 1}, {dp = 4, zero = 1}, {dp = 4, zero = 3},
-         {dp = 2, tp = 2, zero = 3}, {dp = 2, tp = 2, sequence_parallel = true}, {tp = 2, pp = 2}},
+         {dp = 2, tp = 2, zero = 3}, {dp = 2, tp = 2, sequence_parallel = true}, {tp = 2, pp = 2},
+         {tp = 4, sequence_parallel = true, lora_dropout = 0.1}},
 }
 
 local dir = os.getenv("TMPDIR") or "/tmp"
@@ -144,12 +148,12 @@ local function loader()
   return lt.data.text(path, tok, {seq_len = 16, batch = 8, seed = 3, cache = path .. ".bin", quiet = true})
 end
 
-local function build(arch)
+local function build(arch, dropout)
   lt.manual_seed(7)
   local model = lt.models.build{arch = arch, n_layer = 2, n_head = 4, n_kv_head = (arch == "llama" and N == 2) and 2
     or 4, d_model = 32, vocab_size = 64, block_size = 16, dropout = 0}
   assert(tok.vocab_size <= 64)
-  lora.apply(model, {targets = "all-linear", r = 4, alpha = 8})
+  lora.apply(model, {targets = "all-linear", r = 4, alpha = 8, dropout = dropout or 0})
   return model
 end
 
@@ -173,14 +177,15 @@ local function named(model)
 end
 
 local reference = {}
-local function reference_run(arch)
-  if reference[arch] then return reference[arch] end
-  local initial = named(build(arch))
-  local model = build(arch)
+local function reference_run(arch, dropout)
+  local key = arch .. (dropout or 0)
+  if reference[key] then return reference[key] end
+  local initial = named(build(arch, dropout))
+  local model = build(arch, dropout)
   local r = lt.train{model = model, data = loader(), config = train_cfg(nil), quiet = true, no_interrupt = true}
   local params, names = named(model)
-  reference[arch] = {losses = r.losses, params = params, names = names, initial = initial}
-  return reference[arch]
+  reference[key] = {losses = r.losses, params = params, names = names, initial = initial}
+  return reference[key]
 end
 
 -- The full value of every parameter, gathered from the layout's pieces (owned boxes added
@@ -212,7 +217,7 @@ end
 
 local function layout_name(l)
   local parts = {}
-  for _, k in ipairs {"dp", "tp", "pp", "zero", "sequence_parallel"} do
+  for _, k in ipairs {"dp", "tp", "pp", "zero", "sequence_parallel", "lora_dropout"} do
     if l[k] ~= nil then parts[#parts + 1] = k == "sequence_parallel" and "sp" or (k .. "=" .. tostring(l[k])) end
   end
   return table.concat(parts, " ")
@@ -223,10 +228,12 @@ for _, arch in ipairs {"gpt2", "llama"} do
     local only = os.getenv("LUTRA_TEST_LAYOUT") -- one layout by hand: LUTRA_TEST_LAYOUT="dp=2 tp=2"
     local title = string.format("LoRA %s %s matches one process; the base unchanged", arch, layout_name(layout))
     if only == nil or only == layout_name(layout) then test(title, function()
-      local ref = reference_run(arch)
-      local model = build(arch)
+      local ref = reference_run(arch, layout.lora_dropout)
+      local model = build(arch, layout.lora_dropout)
       local parallel = {bucket_mb = 0.001}
-      for k, v in pairs(layout) do parallel[k] = v end
+      for k, v in pairs(layout) do
+        if k ~= "lora_dropout" then parallel[k] = v end
+      end
       local r = lt.train{model = model, data = loader(), config = train_cfg(parallel), quiet = true,
                          no_interrupt = true}
       testing.assert_equal(#r.losses, 10)
