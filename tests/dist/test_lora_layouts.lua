@@ -188,32 +188,8 @@ local function reference_run(arch, dropout)
   return reference[key]
 end
 
--- The full value of every parameter, gathered from the layout's pieces (owned boxes added
--- into zeros, a world all-reduce), in f64 (exact for f32 values).
-local function gather(par, names, ref_params)
-  local mesh = par.mesh
-  local all_dp = par.zero ~= nil and mesh.zero == 3
-  local mine = named(par.model)
-  local out = {}
-  for _, name in ipairs(names) do
-    local full = lt.zeros(ref_params[name].shape, {dtype = "f64"})
-    local p = mine[name]
-    local sharded = all_dp and p ~= nil and p.requires_grad
-    if p ~= nil and spec.owned(p) and (sharded or mesh.dp_rank == 0) and p:numel() > 0 then
-      for _, box in ipairs(spec.boxes(p)) do
-        local dst, src = full, p
-        for d = 0, p.ndim - 1 do
-          dst = dst:narrow(d, box.offset[d + 1], box.shape[d + 1])
-          src = src:narrow(d, box.local_offset[d + 1], box.shape[d + 1])
-        end
-        lt.no_grad(function() dst:copy_(src:double()) end)
-      end
-    end
-    world:all_reduce(full, "sum")
-    out[name] = full
-  end
-  return out
-end
+local helpers = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "tests/dist/") .. "layout_helpers.lua")
+local function gather(par, names, ref_params) return helpers.gather(par, names, ref_params, world) end
 
 local function layout_name(l)
   local parts = {}

@@ -5,7 +5,6 @@
 -- parameters (shards gathered) within 1e-5, in fp32.
 local lt = require "lutra"
 local comm = require "lutra.dist.comm"
-local spec = require "lutra.dist.spec"
 local testing = require "lutra.testing"
 
 comm.init()
@@ -64,32 +63,8 @@ local function reference_run(arch)
   return reference[arch]
 end
 
--- The full value of every parameter of the reference, gathered from the layout's pieces:
--- a rank adds its owned boxes into a zero tensor, a world all-reduce sums them.
-local function gather(par, names, ref_params)
-  local mesh = par.mesh
-  local all_dp = par.zero ~= nil and mesh.zero == 3 -- dp ranks hold different shards
-  local mine = {}
-  for name, p in par.model:named_parameters() do mine[name] = p end
-  local out = {}
-  for _, name in ipairs(names) do
-    local full = lt.zeros(ref_params[name].shape, {dtype = "f64"})
-    local p = mine[name]
-    if p ~= nil and spec.owned(p) and (all_dp or mesh.dp_rank == 0) and p:numel() > 0 then
-      for _, box in ipairs(spec.boxes(p)) do
-        local dst, src = full, p
-        for d = 0, p.ndim - 1 do
-          dst = dst:narrow(d, box.offset[d + 1], box.shape[d + 1])
-          src = src:narrow(d, box.local_offset[d + 1], box.shape[d + 1])
-        end
-        lt.no_grad(function() dst:copy_(src:double()) end)
-      end
-    end
-    world:all_reduce(full, "sum")
-    out[name] = full
-  end
-  return out
-end
+local helpers = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "tests/dist/") .. "layout_helpers.lua")
+local function gather(par, names, ref_params) return helpers.gather(par, names, ref_params, world) end
 
 local function layout_name(l)
   local keys, parts = {"dp", "tp", "pp", "zero", "schedule"}, {}
