@@ -51,6 +51,70 @@ static uint32_t get_u32(const unsigned char *p) {
   return v;
 }
 
+/* Specialised for 2, 4 and 8 bytes: one load of an element, one store per plane (vectorises). */
+void lt_ckpt_shuffle(unsigned char *dst, const unsigned char *src, int64_t n, int k) {
+  int64_t m = n / k;
+  if (k == 4) {
+    unsigned char *d0 = dst, *d1 = dst + m, *d2 = dst + 2 * m, *d3 = dst + 3 * m;
+    for (int64_t i = 0; i < m; i++) {
+      uint32_t v;
+      memcpy(&v, src + 4 * i, 4);
+      d0[i] = (unsigned char)v, d1[i] = (unsigned char)(v >> 8), d2[i] = (unsigned char)(v >> 16);
+      d3[i] = (unsigned char)(v >> 24);
+    }
+  } else if (k == 2) {
+    unsigned char *d0 = dst, *d1 = dst + m;
+    for (int64_t i = 0; i < m; i++) {
+      uint16_t v;
+      memcpy(&v, src + 2 * i, 2);
+      d0[i] = (unsigned char)v, d1[i] = (unsigned char)(v >> 8);
+    }
+  } else if (k == 8) {
+    for (int64_t i = 0; i < m; i++) {
+      uint64_t v;
+      memcpy(&v, src + 8 * i, 8);
+      for (int b = 0; b < 8; b++) dst[(int64_t)b * m + i] = (unsigned char)(v >> (8 * b));
+    }
+  } else {
+    for (int b = 0; b < k; b++) {
+      unsigned char *d = dst + (int64_t)b * m;
+      const unsigned char *s = src + b;
+      for (int64_t i = 0; i < m; i++) d[i] = s[i * k];
+    }
+  }
+}
+
+void lt_ckpt_unshuffle(unsigned char *dst, const unsigned char *src, int64_t n, int k) {
+  int64_t m = n / k;
+  if (k == 4) {
+    const unsigned char *s0 = src, *s1 = src + m, *s2 = src + 2 * m, *s3 = src + 3 * m;
+    for (int64_t i = 0; i < m; i++) {
+      uint32_t v = (uint32_t)s0[i] | (uint32_t)s1[i] << 8 | (uint32_t)s2[i] << 16 | (uint32_t)s3[i] << 24;
+      memcpy(dst + 4 * i, &v, 4);
+    }
+  } else if (k == 2) {
+    const unsigned char *s0 = src, *s1 = src + m;
+    for (int64_t i = 0; i < m; i++) {
+      uint16_t v = (uint16_t)(s0[i] | s1[i] << 8);
+      memcpy(dst + 2 * i, &v, 2);
+    }
+  } else if (k == 8) {
+    for (int64_t i = 0; i < m; i++) {
+      uint64_t v = 0;
+      for (int b = 0; b < 8; b++) v |= (uint64_t)src[(int64_t)b * m + i] << (8 * b);
+      memcpy(dst + 8 * i, &v, 8);
+    }
+  } else {
+    for (int b = 0; b < k; b++) {
+      const unsigned char *s = src + (int64_t)b * m;
+      unsigned char *d = dst + b;
+      for (int64_t i = 0; i < m; i++) d[i * k] = s[i];
+    }
+  }
+}
+
+static int valid_shuffle(int k) { return k == 0 || k == 1 || k == 2 || k == 4 || k == 8; }
+
 void lt_ckpt_encode_footer(unsigned char *buf, const lt_ckpt_piece *pieces, int64_t count) {
   unsigned char *e = buf;
   for (int64_t i = 0; i < count; i++, e += CKPT_ENTRY_BYTES) {
@@ -59,7 +123,8 @@ void lt_ckpt_encode_footer(unsigned char *buf, const lt_ckpt_piece *pieces, int6
     put_u64(e + 16, (uint64_t)pieces[i].raw_bytes);
     put_u32(e + 24, (uint32_t)pieces[i].nframes);
     put_u32(e + 28, pieces[i].checksum);
-    memset(e + 32, 0, 8);
+    put_u32(e + 32, (uint32_t)pieces[i].shuffle);
+    memset(e + 36, 0, 4);
   }
   put_u64(e, (uint64_t)count);
   put_u32(e + 8, lt_ckpt_hash(2166136261u, buf, (size_t)(count * CKPT_ENTRY_BYTES)));
@@ -139,7 +204,8 @@ static int read_footer(int fd, const char *path, int64_t size, int64_t *count, u
   for (uint64_t i = 0; i < n; i++) {
     const unsigned char *p = e + i * CKPT_ENTRY_BYTES;
     uint64_t off = get_u64(p), cs = get_u64(p + 8), raw = get_u64(p + 16);
-    if (off > (uint64_t)data_end || cs > (uint64_t)data_end - off || raw > (uint64_t)INT64_MAX / 2 || get_u32(p + 24) == 0) {
+    if (off > (uint64_t)data_end || cs > (uint64_t)data_end - off || raw > (uint64_t)INT64_MAX / 2 || get_u32(p + 24) == 0 ||
+        get_u32(p + 32) > 8 || !valid_shuffle((int)get_u32(p + 32))) {
       free(e);
       return lt_errorf("ckpt: %s: piece %llu: footer entry out of the file's range: size mismatch", name,
                        (unsigned long long)i);
@@ -167,6 +233,8 @@ int lt_ckpt_read_index(const char *path, lt_ckpt_piece *pieces, int64_t max, int
     pieces[i].raw_bytes = (int64_t)get_u64(p + 16);
     pieces[i].nframes = (int32_t)get_u32(p + 24);
     pieces[i].checksum = get_u32(p + 28);
+    pieces[i].shuffle = (int32_t)get_u32(p + 32);
+    pieces[i].reserved = 0;
   }
   free(e);
   if (file_size) *file_size = size;
@@ -179,15 +247,19 @@ enum { WINDOW = 4 << 20 };
 
 /* Decodes piece `index` from the open fd; dst has p->raw_bytes. */
 static int decode_piece(int fd, const char *path, int64_t size, int64_t index, const lt_ckpt_piece *p, void *dst,
-                        LZ4F_dctx *dctx, unsigned char *win) {
+                        LZ4F_dctx *dctx, unsigned char *win, unsigned char **scratch, int64_t *scratch_cap) {
   const char *name = lt_ckpt_base(path);
+  int k = p->shuffle > 1 ? p->shuffle : 1;
+  if (!valid_shuffle(p->shuffle) || p->raw_bytes % k != 0)
+    return lt_errorf("ckpt: %s: piece %lld: shuffle %d does not fit its %lld bytes: size mismatch", name,
+                     (long long)index, p->shuffle, (long long)p->raw_bytes);
   if (p->offset < 0 || p->csize <= 0 || p->offset > size || p->csize > size - p->offset)
     return lt_errorf("ckpt: %s: piece %lld: [%lld, +%lld) lies outside the file (%lld bytes): size mismatch", name,
                      (long long)index, (long long)p->offset, (long long)p->csize, (long long)size);
   int64_t file_pos = p->offset, end = p->offset + p->csize;
   size_t have = 0, pos = 0;
   unsigned char *out = dst;
-  int64_t produced = 0;
+  int64_t produced = 0, frame_start = 0;
   int32_t frame = 0;
   int in_frame = 0;
   uint32_t h = lt_ckpt_piece_seed(p->raw_bytes);
@@ -229,6 +301,20 @@ static int decode_piece(int fd, const char *path, int64_t size, int64_t index, c
     pos += src_n, produced += (int64_t)dst_n;
     if (ret == 0) { /* end of a frame: LZ4 checked its content checksum */
       h = lt_ckpt_piece_hash(h, get_u32(last4));
+      int64_t len = produced - frame_start;
+      if (k > 1 && len > 0) {
+        if (len % k != 0)
+          return lt_errorf("ckpt: %s: piece %lld frame %d: %lld bytes, not whole %d-byte elements: size mismatch", name,
+                           (long long)index, frame, (long long)len, k);
+        if (len > *scratch_cap) {
+          unsigned char *grown = realloc(*scratch, (size_t)len);
+          if (!grown) return lt_errorf("ckpt: %s: out of memory for a frame of %lld bytes", name, (long long)len);
+          *scratch = grown, *scratch_cap = len;
+        }
+        memcpy(*scratch, out + frame_start, (size_t)len);
+        lt_ckpt_unshuffle(out + frame_start, *scratch, len, k);
+      }
+      frame_start = produced;
       frame++, in_frame = 0;
       continue;
     }
@@ -253,8 +339,13 @@ static int decode_piece(int fd, const char *path, int64_t size, int64_t index, c
   return 0;
 }
 
-static int with_decoder(const char *path, int (*fn)(int, const char *, int64_t, LZ4F_dctx *, unsigned char *, void *),
-                        void *arg) {
+typedef struct {
+  LZ4F_dctx *dctx;
+  unsigned char *win, *scratch;
+  int64_t scratch_cap;
+} decoder;
+
+static int with_decoder(const char *path, int (*fn)(int, const char *, int64_t, decoder *, void *), void *arg) {
   int64_t size = 0;
   int fd = open_shard(path, &size);
   if (fd < 0) return -1;
@@ -265,8 +356,10 @@ static int with_decoder(const char *path, int (*fn)(int, const char *, int64_t, 
     close(fd);
     return lt_errorf("ckpt: %s: out of memory for the decoder", path);
   }
-  int rc = fn(fd, path, size, dctx, win, arg);
+  decoder d = {dctx, win, NULL, 0};
+  int rc = fn(fd, path, size, &d, arg);
   LZ4F_freeDecompressionContext(dctx);
+  free(d.scratch);
   free(win);
   close(fd);
   return rc;
@@ -277,9 +370,9 @@ struct read_arg {
   const lt_ckpt_piece *p;
   void *dst;
 };
-static int read_fn(int fd, const char *path, int64_t size, LZ4F_dctx *d, unsigned char *win, void *arg) {
+static int read_fn(int fd, const char *path, int64_t size, decoder *d, void *arg) {
   struct read_arg *a = arg;
-  return decode_piece(fd, path, size, a->index, a->p, a->dst, d, win);
+  return decode_piece(fd, path, size, a->index, a->p, a->dst, d->dctx, d->win, &d->scratch, &d->scratch_cap);
 }
 
 int lt_ckpt_read_piece(const char *path, int64_t index, const lt_ckpt_piece *p, void *dst, int64_t dst_bytes) {
@@ -294,7 +387,7 @@ int lt_ckpt_read_piece(const char *path, int64_t index, const lt_ckpt_piece *p, 
 struct verify_arg {
   int64_t raw, compressed;
 };
-static int verify_fn(int fd, const char *path, int64_t size, LZ4F_dctx *d, unsigned char *win, void *arg) {
+static int verify_fn(int fd, const char *path, int64_t size, decoder *d, void *arg) {
   struct verify_arg *a = arg;
   int64_t count = 0;
   unsigned char *e = NULL;
@@ -302,11 +395,11 @@ static int verify_fn(int fd, const char *path, int64_t size, LZ4F_dctx *d, unsig
   int rc = 0;
   for (int64_t i = 0; i < count && rc == 0; i++) {
     const unsigned char *q = e + i * CKPT_ENTRY_BYTES;
-    lt_ckpt_piece p = {(int64_t)get_u64(q), (int64_t)get_u64(q + 8), (int64_t)get_u64(q + 16), (int32_t)get_u32(q + 24),
-                       get_u32(q + 28)};
+    lt_ckpt_piece p = {(int64_t)get_u64(q),      (int64_t)get_u64(q + 8), (int64_t)get_u64(q + 16),
+                       (int32_t)get_u32(q + 24), get_u32(q + 28),        (int32_t)get_u32(q + 32), 0};
     void *buf = malloc(p.raw_bytes ? (size_t)p.raw_bytes : 1);
     if (!buf) rc = lt_errorf("ckpt: %s: piece %lld: out of memory for %lld bytes", path, (long long)i, (long long)p.raw_bytes);
-    else rc = decode_piece(fd, path, size, i, &p, buf, d, win);
+    else rc = decode_piece(fd, path, size, i, &p, buf, d->dctx, d->win, &d->scratch, &d->scratch_cap);
     free(buf);
     a->raw += p.raw_bytes, a->compressed += p.csize;
   }

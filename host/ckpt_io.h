@@ -18,6 +18,10 @@ void lt_ckpt_encode_footer(unsigned char *buf, const lt_ckpt_piece *pieces, int6
 /* Reads exactly n bytes at offset; 0, or -1 with errno (0 for end of file). */
 int lt_ckpt_pread_all(int fd, void *dst, int64_t n, int64_t offset);
 int lt_ckpt_write_all(int fd, const void *src, int64_t n);
+/* Byte transposition by k-byte elements of n bytes (n a multiple of k): shuffle puts byte b
+ * of element i at b * (n / k) + i; unshuffle undoes it. */
+void lt_ckpt_shuffle(unsigned char *dst, const unsigned char *src, int64_t n, int k);
+void lt_ckpt_unshuffle(unsigned char *dst, const unsigned char *src, int64_t n, int k);
 /* The last path component, for messages. */
 const char *lt_ckpt_base(const char *path);
 #endif

@@ -71,13 +71,17 @@ int lt_ckpt_job_new(lt_ckpt_job **out, const char *path, int64_t chunk_bytes, in
   }
   j->chunk = chunk_bytes > 0 ? chunk_bytes : CKPT_DEFAULT_CHUNK;
   if (j->chunk > ((int64_t)64 << 20)) j->chunk = (int64_t)64 << 20;
+  j->chunk = j->chunk < 64 ? 64 : j->chunk & ~(int64_t)7; /* whole elements of any shuffle */
   j->level = level;
   *out = j;
   return 0;
 }
 
-int lt_ckpt_job_add(lt_ckpt_job *j, const void *data, int64_t nbytes, int copy) {
+int lt_ckpt_job_add(lt_ckpt_job *j, const void *data, int64_t nbytes, int shuffle, int copy) {
   if (!j || nbytes < 0 || (!data && nbytes > 0)) return lt_errorf("ckpt: job_add: bad arguments");
+  if (shuffle < 0 || shuffle > 8 || (shuffle & (shuffle - 1)) != 0 || (shuffle > 1 && nbytes % shuffle != 0))
+    return lt_errorf("ckpt: job_add: shuffle %d must be 0, 1, 2, 4 or 8 and divide the %lld bytes", shuffle,
+                     (long long)nbytes);
   if (j->started) return lt_errorf("ckpt: job_add: the job already started");
   if (j->n == j->cap) {
     int64_t cap = j->cap ? 2 * j->cap : 64;
@@ -96,7 +100,13 @@ int lt_ckpt_job_add(lt_ckpt_job *j, const void *data, int64_t nbytes, int copy) 
   if (copy) {
     void *buf = malloc(nbytes ? (size_t)nbytes : 1);
     if (!buf) return lt_errorf("ckpt: job_add: out of memory for a host copy of %lld bytes", (long long)nbytes);
-    if (nbytes) memcpy(buf, data, (size_t)nbytes);
+    /* the copy is the stall of an async save: spread it over the threads when it is large */
+    const int64_t block = (int64_t)1 << 20, nblocks = (nbytes + block - 1) / block;
+#pragma omp parallel for schedule(static) if (nblocks > 4)
+    for (int64_t b = 0; b < nblocks; b++) {
+      int64_t at = b * block, len = nbytes - at < block ? nbytes - at : block;
+      memcpy((char *)buf + at, (const char *)data + at, (size_t)len);
+    }
     data = buf;
     j->owned[j->n] = 1;
     j->copied += nbytes;
@@ -104,6 +114,7 @@ int lt_ckpt_job_add(lt_ckpt_job *j, const void *data, int64_t nbytes, int copy) 
   j->data[j->n] = data;
   j->nbytes[j->n] = nbytes;
   memset(&j->pieces[j->n], 0, sizeof j->pieces[j->n]);
+  j->pieces[j->n].shuffle = shuffle > 1 ? shuffle : 0;
   j->n++;
   return 0;
 }
@@ -159,11 +170,13 @@ static int flush(sink *s, const char *path) {
   return 0;
 }
 
-static int write_piece(lt_ckpt_job *j, sink *s, int64_t i, const LZ4F_preferences_t *base) {
+static int write_piece(lt_ckpt_job *j, sink *s, int64_t i, const LZ4F_preferences_t *base, unsigned char *scratch) {
   const unsigned char *src = j->data[i];
+  int k = j->pieces[i].shuffle;
   int64_t n = j->nbytes[i];
   lt_ckpt_piece *p = &j->pieces[i];
   p->offset = s->file_off, p->raw_bytes = n, p->nframes = 0;
+  const unsigned char *frame_src;
   uint32_t h = lt_ckpt_piece_seed(n);
   int64_t off = 0;
   do { /* one frame per chunk; an empty piece is one empty frame */
@@ -172,7 +185,12 @@ static int write_piece(lt_ckpt_job *j, sink *s, int64_t i, const LZ4F_preference
     prefs.frameInfo.contentSize = (unsigned long long)len;
     size_t bound = LZ4F_compressFrameBound((size_t)len, &prefs);
     if (s->used + bound > s->cap && flush(s, j->path) != 0) return -1;
-    size_t w = LZ4F_compressFrame(s->buf + s->used, s->cap - s->used, src + off, (size_t)len, &prefs);
+    frame_src = src + off;
+    if (k > 1 && len > 0) {
+      lt_ckpt_shuffle(scratch, src + off, len, k);
+      frame_src = scratch;
+    }
+    size_t w = LZ4F_compressFrame(s->buf + s->used, s->cap - s->used, frame_src, (size_t)len, &prefs);
     if (LZ4F_isError(w)) return lt_errorf("ckpt: %s: piece %lld: lz4: %s", j->path, (long long)i, LZ4F_getErrorName(w));
     const unsigned char *c = s->buf + s->used + w - 4; /* the frame's content checksum */
     h = lt_ckpt_piece_hash(h, (uint32_t)c[0] | (uint32_t)c[1] << 8 | (uint32_t)c[2] << 16 | (uint32_t)c[3] << 24);
@@ -195,15 +213,19 @@ static int write_shard(lt_ckpt_job *j) {
   size_t cap = LZ4F_compressFrameBound((size_t)j->chunk, &prefs);
   cap = cap < OUT_BUFFER ? OUT_BUFFER : 2 * cap;
   sink s = {-1, malloc(cap), cap, 0, 0};
-  if (!s.buf) return lt_errorf("ckpt: %s: out of memory for the output buffer", j->path);
+  unsigned char *scratch = malloc((size_t)j->chunk);
+  if (!s.buf || !scratch) {
+    free(s.buf), free(scratch);
+    return lt_errorf("ckpt: %s: out of memory for the output buffer", j->path);
+  }
   s.fd = open(part, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (s.fd < 0) {
-    free(s.buf);
+    free(s.buf), free(scratch);
     return lt_errorf("ckpt: cannot create %s: %s", part, strerror(errno));
   }
   int rc = 0;
   for (int64_t i = 0; i < j->n && rc == 0; i++) {
-    rc = write_piece(j, &s, i, &prefs);
+    rc = write_piece(j, &s, i, &prefs, scratch);
     if (rc == 0 && i == j->n / 2 && getenv("LUTRA_FAULT")) {
       flush(&s, j->path);
       lt_ckpt_fault("save:mid_file");
@@ -223,7 +245,7 @@ static int write_shard(lt_ckpt_job *j) {
   free(fb);
   if (rc == 0 && fsync(s.fd) != 0) rc = lt_errorf("ckpt: fsync %s: %s", part, strerror(errno));
   close(s.fd);
-  free(s.buf);
+  free(s.buf), free(scratch);
   if (rc == 0) rc = lt_ckpt_rename(part, j->path);
   if (rc != 0) unlink(part);
   if (rc == 0) lt_ckpt_fault("save:after_file");

@@ -571,7 +571,7 @@ int lt_st_save(const char *path, int64_t n, const char *const *names, const lt_t
  * A shard file holds pieces (the bytes of one tensor box each), each one or more LZ4 frames
  * (liblz4's frame format, content checksum on, at most chunk_bytes raw bytes a frame), then
  * a footer: one 40-byte little-endian entry per piece {u64 offset, u64 csize, u64 raw_bytes,
- * u32 nframes, u32 checksum}, then 24 bytes {u64 count, u32 hash of the entries, u32
+ * u32 nframes, u32 checksum, u32 shuffle, u32 0}, then 24 bytes {u64 count, u32 hash of the entries, u32
  * version, the 8 bytes "LTCKPT1\n"}. A piece's checksum hashes its frames' content checksums
  * (each of which LZ4 checks against the decoded bytes), so a footer that points at the wrong
  * frames is caught too. Every read checks every size against the file before trusting it;
@@ -595,6 +595,10 @@ typedef struct lt_ckpt_piece {
   int64_t raw_bytes; /* decoded bytes */
   int32_t nframes;
   uint32_t checksum;
+  int32_t shuffle;   /* 0: plain bytes; k > 1: each frame holds its bytes transposed by k-byte
+                      * elements (all first bytes, then all second bytes, ...): the exponent
+                      * bytes of float weights then compress, where plain lz4 finds nothing */
+  int32_t reserved;
 } lt_ckpt_piece;
 
 typedef struct lt_ckpt_job lt_ckpt_job; /* opaque */
@@ -602,8 +606,9 @@ typedef struct lt_ckpt_job lt_ckpt_job; /* opaque */
 /* chunk_bytes <= 0: 4 MiB; level: lz4 compression level (0 fast, up to 12: HC). */
 int lt_ckpt_job_new(lt_ckpt_job **out, const char *path, int64_t chunk_bytes, int level);
 /* Adds a piece: copy != 0 copies the bytes now (the job owns them: an async save's host
- * buffer), else they must stay valid until the job is waited for. */
-int lt_ckpt_job_add(lt_ckpt_job *j, const void *data, int64_t nbytes, int copy);
+ * buffer), else they must stay valid until the job is waited for. shuffle: 0 or 1 plain,
+ * 2, 4 or 8: byte-transposed by elements of that size (nbytes a multiple of it). */
+int lt_ckpt_job_add(lt_ckpt_job *j, const void *data, int64_t nbytes, int shuffle, int copy);
 /* A small file the job writes (a copy of data; temp, fsync, rename) before its shard file
  * appears: this rank's extra state, files copied into the checkpoint. */
 int lt_ckpt_job_add_file(lt_ckpt_job *j, const char *path, const void *data, int64_t nbytes);

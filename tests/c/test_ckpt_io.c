@@ -57,7 +57,7 @@ static int write_file_of_pieces(const char *path, int async) {
   lt_ckpt_job *j = NULL;
   if (lt_ckpt_job_new(&j, path, 1000, 0) != 0) return -1;
   for (int i = 0; i < NPIECES; i++)
-    if (lt_ckpt_job_add(j, piece_data[i], piece_bytes[i], async) != 0) return -1;
+    if (lt_ckpt_job_add(j, piece_data[i], piece_bytes[i], i == 3 ? 4 : i == 4 ? 8 : 0, async) != 0) return -1;
   int rc;
   if (async) {
     rc = lt_ckpt_job_start(j);
@@ -116,6 +116,7 @@ static void test_round_trip(void) {
     int64_t count = 0, size = 0;
     CHECK_OK(lt_ckpt_read_index(path, p, 8, &count, &size));
     CHECK(p[0].raw_bytes == 0 && p[0].nframes == 1 && p[1].nframes == 1 && p[3].nframes == 5, "frames per piece");
+    CHECK(p[0].shuffle == 0 && p[3].shuffle == 4 && p[4].shuffle == 8, "shuffle recorded per piece");
     CHECK(p[2].csize < 10000 / 4, "structured piece compresses: %lld", (long long)p[2].csize);
     unsigned char small[10];
     CHECK_ERR(lt_ckpt_read_piece(path, 1, &p[1], small, 10), "size mismatch");
@@ -124,6 +125,15 @@ static void test_round_trip(void) {
 }
 
 /* Every single-byte change anywhere in the file is caught by verify_file. */
+static void test_shuffle(void) {
+  unsigned char a[24], b[24], c[24];
+  for (int i = 0; i < 24; i++) a[i] = (unsigned char)i;
+  lt_ckpt_shuffle(b, a, 24, 4);
+  CHECK(b[0] == 0 && b[1] == 4 && b[6] == 1 && b[23] == 23 && b[18] == 3, "byte planes");
+  lt_ckpt_unshuffle(c, b, 24, 4);
+  CHECK(memcmp(a, c, 24) == 0, "unshuffle undoes shuffle");
+}
+
 static void test_every_flip(void) {
   char path[512], bad[512];
   snprintf(path, sizeof path, "%s/rank_00000.lz4", root);
@@ -179,20 +189,21 @@ static void test_truncated_and_lying(void) {
   int64_t data_end = n - NPIECES * CKPT_ENTRY_BYTES - CKPT_TRAILER_BYTES;
   lt_ckpt_piece q[NPIECES];
   unsigned char *footer = malloc(NPIECES * CKPT_ENTRY_BYTES + CKPT_TRAILER_BYTES);
-  for (int c = 0; c < 4; c++) {
+  for (int c = 0; c < 5; c++) {
     memcpy(q, p, sizeof q);
     const char *needle = "";
     if (c == 0) q[2].raw_bytes += 8, needle = "size mismatch";           /* decodes to fewer bytes */
     if (c == 1) q[2].csize -= 5, needle = "truncated";                   /* the piece ends inside a frame */
-    if (c == 2) q[4].offset = p[1].offset, q[4].csize = p[1].csize, q[4].nframes = 1, q[4].raw_bytes = 100,
+    if (c == 2) q[4].offset = p[1].offset, q[4].csize = p[1].csize, q[4].nframes = 1, q[4].raw_bytes = 100, q[4].shuffle = 4,
                 needle = "checksum mismatch";                            /* another piece's frames */
     if (c == 3) q[1].offset = data_end + 8, needle = "out of the file's range"; /* past the data */
+    if (c == 4) q[3].shuffle = 3, needle = "out of the file's range";           /* no such transposition */
     lt_ckpt_encode_footer(footer, q, NPIECES);
     memcpy(img + data_end, footer, NPIECES * CKPT_ENTRY_BYTES + CKPT_TRAILER_BYTES);
     write_all_file(bad, img, n);
     int64_t cnt = 0;
     lt_ckpt_piece r[8];
-    if (c == 3) {
+    if (c >= 3) {
       CHECK_ERR(lt_ckpt_read_index(bad, r, 8, &cnt, NULL), needle);
       continue;
     }
@@ -247,12 +258,12 @@ static void test_files_and_commit(void) {
     snprintf(path, sizeof path, "%s/rank_%05d.lz4", tmp, rank);
     lt_ckpt_job *j = NULL;
     CHECK_OK(lt_ckpt_job_new(&j, path, 0, 1));
-    CHECK_OK(lt_ckpt_job_add(j, piece_data[2], piece_bytes[2], 0));
+    CHECK_OK(lt_ckpt_job_add(j, piece_data[2], piece_bytes[2], 2, 0));
     if (rank == 0) CHECK_OK(lt_ckpt_job_commit(j, tmp, fin, "{\"m\": 1}", 2, latest, "step_000007\n", 5));
     CHECK_OK(lt_ckpt_job_start(j));
     CHECK_OK(lt_ckpt_job_wait(j));
     CHECK_ERR(lt_ckpt_job_start(j), "already started");
-    CHECK_ERR(lt_ckpt_job_add(j, piece_data[1], 1, 0), "already started");
+    CHECK_ERR(lt_ckpt_job_add(j, piece_data[1], 1, 0, 0), "already started");
     lt_ckpt_job_free(j);
   }
   snprintf(path, sizeof path, "%s/manifest.json", fin);
@@ -299,7 +310,9 @@ static void test_files_and_commit(void) {
   CHECK_ERR(lt_ckpt_job_wait(NULL), "NULL");
   CHECK_OK(lt_ckpt_job_free(NULL));
   CHECK_OK(lt_ckpt_job_new(&j, "/nonexistent/dir/rank.lz4", 0, 0));
-  CHECK_ERR(lt_ckpt_job_add(j, NULL, 5, 0), "bad arguments");
+  CHECK_ERR(lt_ckpt_job_add(j, NULL, 5, 0, 0), "bad arguments");
+  CHECK_ERR(lt_ckpt_job_add(j, piece_data[2], 10, 3, 0), "shuffle 3 must be");
+  CHECK_ERR(lt_ckpt_job_add(j, piece_data[2], 6, 4, 0), "divide the 6 bytes");
   CHECK_ERR(lt_ckpt_job_wait(j), "never started");
   CHECK_ERR(lt_ckpt_job_commit(j, "a", "b", "{}", 0, NULL, NULL, 1), "world must be");
   CHECK_ERR(lt_ckpt_job_run(j), "cannot create /nonexistent/dir/rank.lz4.part");
@@ -355,6 +368,7 @@ int main(void) {
   mkdir(root, 0755);
   unsetenv("LUTRA_FAULT");
   make_pieces();
+  test_shuffle();
   test_round_trip();
   test_every_flip();
   test_truncated_and_lying();
