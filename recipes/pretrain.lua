@@ -44,6 +44,7 @@ local cfg = config {
   lr = 1e-3, min_lr = 1e-4, warmup = 100, schedule = config.one_of({"cosine", "linear", "constant", "wsd"}, "cosine"),
   betas = {0.9, 0.99}, weight_decay = 0.1, grad_clip = config.number(1),
   no_decay = config.one_of({"default", "matrices"}, "default"), -- matrices: decay embeddings too (nanoGPT)
+  precision = config.one_of({"fp32", "bf16", "fp16"}, "fp32"), -- bf16/fp16: mixed (lutra/train/precision.lua)
   eval_every = 250, eval_iters = 20,
   sample_every = 0, sample_tokens = 300, sample_prompt = "", temperature = 0.8, top_k = 0, top_p = 0.95,
   log_every = 1, print_every = 0, run_dir = "runs/pretrain", ckpt_every = 0, ckpt_keep = 2, resume = "",
