@@ -2,7 +2,7 @@
 -- (fp32 and bf16) and Adam moments, and the time the training loop stalls per async save,
 -- next to plain `dd` (with fsync) and `cp` + sync of the same bytes on the same disk.
 --   lutra bench/ckpt.lua [--mb 256] [--steps 200] [--saves 4] [--every 10] [--dir /tmp/lutra_bench_ckpt]
---                        [--threads 2] [--level 0]
+--                        [--threads 2] [--level 0] [--layers 2] [--dim 128]
 -- 1. Trains a small char-level GPT-2 (2 layers, d 128; tinyshakespeare bytes when
 --    ../shared/data is there, else random tokens) for --steps AdamW steps, saves its
 --    parameters (fp32, and bf16 copies) and Adam moments, and prints each lz4 ratio.
@@ -21,7 +21,8 @@ local ffi = require "ffi"
 local util = dofile((arg[0]:match("^(.*)/[^/]*$") or ".") .. "/util.lua")
 local now, median = util.now, util.median
 
-local a = {mb = 256, steps = 200, saves = 4, every = 10, dir = "/tmp/lutra_bench_ckpt", threads = 2, level = 0}
+local a = {mb = 256, steps = 200, saves = 4, every = 10, dir = "/tmp/lutra_bench_ckpt", threads = 2, level = 0,
+           layers = 2, dim = 128}
 local i = 1
 while i <= #arg do
   local key, val = arg[i]:match("^%-%-([%w_]+)=(.*)$")
@@ -55,7 +56,7 @@ end
 
 -- ---- 1. a small model, trained ----------------------------------------------------------------
 local V, T, B = 256, 64, 8
-local model = lt.models.build {arch = "gpt2", n_layer = 2, n_head = 4, d_model = 128, vocab_size = V, block_size = T,
+local model = lt.models.build {arch = "gpt2", n_layer = a.layers, n_head = 4, d_model = a.dim, vocab_size = V, block_size = T,
                                dropout = 0}
 local named = {}
 for name, p in model:named_parameters() do named[#named + 1] = {name = name, p = p} end
@@ -132,18 +133,19 @@ for k = 1, math.max(1, math.floor(a.mb / 16)) do
   big[k] = {name = "w" .. k, tensor = lt.randn(per / 1024, 1024) * 0.02}
 end
 local total = #big * 16 * 2 ^ 20
-local t0 = now()
-ckpt.save(a.dir .. "/big/step_000001", {step = 1, tensors = big}, {level = a.level})
-local t_save = now() - t0
-local s = ckpt.last_save()
-row("ckpt.save (lz4 " .. a.level .. ", fsync, rename), sync", total, t_save,
-  string.format("ratio %.3fx", s.raw / s.compressed))
-t0 = now()
-local r = ckpt.load(a.dir .. "/big/step_000001")
 local out = lt.empty(per / 1024, 1024)
-for _, e in ipairs(big) do r:read(e.name, nil, nil, out) end
-local t_load = now() - t0
-row("ckpt.load: read + decode + checksums (cached)", total, t_load, "into one preallocated tensor")
+for _, shuffle in ipairs {true, false} do
+  local tag = shuffle and "byte-shuffled" or "plain"
+  local t0 = now()
+  ckpt.save(a.dir .. "/big/step_000001", {step = 1, tensors = big}, {level = a.level, shuffle = shuffle})
+  local t_save = now() - t0
+  local s = ckpt.last_save()
+  row("ckpt.save, " .. tag .. " (lz4, fsync, rename)", total, t_save, string.format("ratio %.3fx", s.raw / s.compressed))
+  t0 = now()
+  local r = ckpt.load(a.dir .. "/big/step_000001")
+  for _, e in ipairs(big) do r:read(e.name, nil, nil, out) end
+  row("ckpt.load, " .. tag .. " (decode + checksums)", total, now() - t0, "page-cached file")
+end
 -- the same raw bytes, plainly
 local raw = a.dir .. "/raw.bin"
 do
@@ -192,7 +194,7 @@ ckpt.save(a.dir .. "/sync/step_000001", {step = 1, tensors = list}, {level = a.l
 local t_sync = now() - ts
 
 print(string.format("# bench/ckpt.lua: %d threads, dir %s, lz4 level %d", a.threads, a.dir, a.level))
-print(string.format("trained: gpt2 2x128 char-level, %d AdamW steps on %s, loss %.3f -> %.3f (%.1f s)", a.steps,
+print(string.format("trained: gpt2 %dx%d char-level,", a.layers, a.dim) .. string.format(" %d AdamW steps on %s, loss %.3f -> %.3f (%.1f s)", a.steps,
   corpus and "tinyshakespeare" or "random tokens", first, last, t_train))
 print("\n| state (trained)    |      raw    |   lz4       | ratio  |")
 print("|--------------------|-------------|-------------|--------|")
@@ -203,6 +205,7 @@ print("|----------------------------------------------|-----------|----------|--
 for _, l in ipairs(rows) do print(l) end
 print(string.format("\nasync saves of model + Adam state (%.1f MB) every %d steps, %d saves:", n_state / 2 ^ 20, a.every,
   a.saves))
-print(string.format("| median step %.1f ms | stall per save %.2f ms (%.1f%% of a step) | writer thread %.1f ms | sync save %.1f ms |",
-  med_step * 1e3, med_stall * 1e3, 100 * med_stall / med_step, med_bg * 1e3, t_sync * 1e3))
+print(string.format("| median step %.1f ms | stall per save %.2f ms (%.1f%% of a step; %.2f%% of the %d steps between saves) "
+  .. "| writer thread %.1f ms | sync save %.1f ms |", med_step * 1e3, med_stall * 1e3, 100 * med_stall / med_step,
+  100 * med_stall / (med_step * a.every), a.every, med_bg * 1e3, t_sync * 1e3))
 os.execute("rm -rf " .. a.dir)

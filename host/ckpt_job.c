@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <lz4frame.h>
+#include <omp.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -22,7 +23,7 @@ enum { OUT_BUFFER = 16 << 20, ERR_LEN = 1024 };
 struct lt_ckpt_job {
   char *path;
   int64_t chunk;
-  int level;
+  int level, threads;
   int64_t n, cap;
   const void **data;
   char *owned; /* data[i] is the job's copy */
@@ -73,6 +74,7 @@ int lt_ckpt_job_new(lt_ckpt_job **out, const char *path, int64_t chunk_bytes, in
   if (j->chunk > ((int64_t)64 << 20)) j->chunk = (int64_t)64 << 20;
   j->chunk = j->chunk < 64 ? 64 : j->chunk & ~(int64_t)7; /* whole elements of any shuffle */
   j->level = level;
+  j->threads = 1;
   *out = j;
   return 0;
 }
@@ -116,6 +118,14 @@ int lt_ckpt_job_add(lt_ckpt_job *j, const void *data, int64_t nbytes, int shuffl
   memset(&j->pieces[j->n], 0, sizeof j->pieces[j->n]);
   j->pieces[j->n].shuffle = shuffle > 1 ? shuffle : 0;
   j->n++;
+  return 0;
+}
+
+int lt_ckpt_job_threads(lt_ckpt_job *j, int threads) {
+  if (!j || threads < 0) return lt_errorf("ckpt: job_threads: bad arguments");
+  if (j->started) return lt_errorf("ckpt: job_threads: the job already started");
+  j->threads = threads > 0 ? threads : omp_get_max_threads();
+  if (j->threads > 64) j->threads = 64;
   return 0;
 }
 
@@ -170,36 +180,55 @@ static int flush(sink *s, const char *path) {
   return 0;
 }
 
-static int write_piece(lt_ckpt_job *j, sink *s, int64_t i, const LZ4F_preferences_t *base, unsigned char *scratch) {
+/* A frame being compressed by one thread: its (shuffled) input and its output. */
+typedef struct {
+  unsigned char *shuf, *out;
+  size_t cap, w;
+} slot;
+
+/* Frames of `chunk` bytes, compressed a batch at a time by the job's threads, appended in
+ * order. An empty piece is one empty frame. */
+static int write_piece(lt_ckpt_job *j, sink *s, int64_t i, const LZ4F_preferences_t *base, slot *slots, int nslots) {
   const unsigned char *src = j->data[i];
   int k = j->pieces[i].shuffle;
-  int64_t n = j->nbytes[i];
+  int64_t n = j->nbytes[i], chunk = j->chunk;
   lt_ckpt_piece *p = &j->pieces[i];
   p->offset = s->file_off, p->raw_bytes = n, p->nframes = 0;
-  const unsigned char *frame_src;
   uint32_t h = lt_ckpt_piece_seed(n);
-  int64_t off = 0;
-  do { /* one frame per chunk; an empty piece is one empty frame */
-    int64_t len = n - off < j->chunk ? n - off : j->chunk;
-    LZ4F_preferences_t prefs = *base;
-    prefs.frameInfo.contentSize = (unsigned long long)len;
-    size_t bound = LZ4F_compressFrameBound((size_t)len, &prefs);
-    if (s->used + bound > s->cap && flush(s, j->path) != 0) return -1;
-    frame_src = src + off;
-    if (k > 1 && len > 0) {
-      lt_ckpt_shuffle(scratch, src + off, len, k);
-      frame_src = scratch;
+  int64_t nframes = n == 0 ? 1 : (n + chunk - 1) / chunk;
+  for (int64_t f0 = 0; f0 < nframes; f0 += nslots) {
+    int cnt = nframes - f0 < nslots ? (int)(nframes - f0) : nslots;
+#pragma omp parallel for num_threads(j->threads) schedule(dynamic, 1) if (j->threads > 1 && cnt > 1)
+    for (int q = 0; q < cnt; q++) {
+      int64_t off = (f0 + q) * chunk, len = n - off < chunk ? n - off : chunk;
+      LZ4F_preferences_t prefs = *base;
+      prefs.frameInfo.contentSize = (unsigned long long)len;
+      const unsigned char *in = src + off;
+      if (k > 1 && len > 0) {
+        lt_ckpt_shuffle(slots[q].shuf, in, len, k);
+        in = slots[q].shuf;
+      }
+      slots[q].w = LZ4F_compressFrame(slots[q].out, slots[q].cap, in, (size_t)len, &prefs);
     }
-    size_t w = LZ4F_compressFrame(s->buf + s->used, s->cap - s->used, frame_src, (size_t)len, &prefs);
-    if (LZ4F_isError(w)) return lt_errorf("ckpt: %s: piece %lld: lz4: %s", j->path, (long long)i, LZ4F_getErrorName(w));
-    const unsigned char *c = s->buf + s->used + w - 4; /* the frame's content checksum */
-    h = lt_ckpt_piece_hash(h, (uint32_t)c[0] | (uint32_t)c[1] << 8 | (uint32_t)c[2] << 16 | (uint32_t)c[3] << 24);
-    s->used += w, s->file_off += (int64_t)w, off += len;
-    p->nframes++;
-  } while (off < n);
+    for (int q = 0; q < cnt; q++) {
+      size_t w = slots[q].w;
+      if (LZ4F_isError(w)) return lt_errorf("ckpt: %s: piece %lld: lz4: %s", j->path, (long long)i, LZ4F_getErrorName(w));
+      if (s->used + w > s->cap && flush(s, j->path) != 0) return -1;
+      memcpy(s->buf + s->used, slots[q].out, w);
+      const unsigned char *c = slots[q].out + w - 4; /* the frame's content checksum */
+      h = lt_ckpt_piece_hash(h, (uint32_t)c[0] | (uint32_t)c[1] << 8 | (uint32_t)c[2] << 16 | (uint32_t)c[3] << 24);
+      s->used += w, s->file_off += (int64_t)w;
+      p->nframes++;
+    }
+  }
   p->csize = s->file_off - p->offset, p->checksum = h;
   j->raw += n, j->compressed += p->csize;
   return 0;
+}
+
+static void free_slots(slot *slots, int n) {
+  for (int q = 0; slots && q < n; q++) free(slots[q].shuf), free(slots[q].out);
+  free(slots);
 }
 
 static int write_shard(lt_ckpt_job *j) {
@@ -212,20 +241,28 @@ static int write_shard(lt_ckpt_job *j) {
   prefs.compressionLevel = j->level;
   size_t cap = LZ4F_compressFrameBound((size_t)j->chunk, &prefs);
   cap = cap < OUT_BUFFER ? OUT_BUFFER : 2 * cap;
+  int nslots = j->threads > 1 ? 2 * j->threads : 1;
+  if (nslots > 32) nslots = 32;
+  size_t bound = LZ4F_compressFrameBound((size_t)j->chunk, &prefs);
   sink s = {-1, malloc(cap), cap, 0, 0};
-  unsigned char *scratch = malloc((size_t)j->chunk);
-  if (!s.buf || !scratch) {
-    free(s.buf), free(scratch);
-    return lt_errorf("ckpt: %s: out of memory for the output buffer", j->path);
+  slot *slots = calloc((size_t)nslots, sizeof *slots);
+  int oom = !s.buf || !slots;
+  for (int q = 0; !oom && q < nslots; q++) {
+    slots[q].shuf = malloc((size_t)j->chunk), slots[q].out = malloc(bound), slots[q].cap = bound;
+    oom = !slots[q].shuf || !slots[q].out;
+  }
+  if (oom) {
+    free_slots(slots, nslots), free(s.buf);
+    return lt_errorf("ckpt: %s: out of memory for the output buffers", j->path);
   }
   s.fd = open(part, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (s.fd < 0) {
-    free(s.buf), free(scratch);
+    free_slots(slots, nslots), free(s.buf);
     return lt_errorf("ckpt: cannot create %s: %s", part, strerror(errno));
   }
   int rc = 0;
   for (int64_t i = 0; i < j->n && rc == 0; i++) {
-    rc = write_piece(j, &s, i, &prefs, scratch);
+    rc = write_piece(j, &s, i, &prefs, slots, nslots);
     if (rc == 0 && i == j->n / 2 && getenv("LUTRA_FAULT")) {
       flush(&s, j->path);
       lt_ckpt_fault("save:mid_file");
@@ -245,7 +282,7 @@ static int write_shard(lt_ckpt_job *j) {
   free(fb);
   if (rc == 0 && fsync(s.fd) != 0) rc = lt_errorf("ckpt: fsync %s: %s", part, strerror(errno));
   close(s.fd);
-  free(s.buf), free(scratch);
+  free_slots(slots, nslots), free(s.buf);
   if (rc == 0) rc = lt_ckpt_rename(part, j->path);
   if (rc != 0) unlink(part);
   if (rc == 0) lt_ckpt_fault("save:after_file");

@@ -609,6 +609,8 @@ int lt_ckpt_job_new(lt_ckpt_job **out, const char *path, int64_t chunk_bytes, in
  * buffer), else they must stay valid until the job is waited for. shuffle: 0 or 1 plain,
  * 2, 4 or 8: byte-transposed by elements of that size (nbytes a multiple of it). */
 int lt_ckpt_job_add(lt_ckpt_job *j, const void *data, int64_t nbytes, int shuffle, int copy);
+/* Threads compressing frames (default 1; 0: all of OpenMP's). */
+int lt_ckpt_job_threads(lt_ckpt_job *j, int threads);
 /* A small file the job writes (a copy of data; temp, fsync, rename) before its shard file
  * appears: this rank's extra state, files copied into the checkpoint. */
 int lt_ckpt_job_add_file(lt_ckpt_job *j, const char *path, const void *data, int64_t nbytes);

@@ -202,7 +202,9 @@ local function fault(point) C.lt_ckpt_fault(point) end
 -- Saves a checkpoint to dir (see the header); returns dir. opts: world (a lutra.dist.comm
 -- Group; nil: one process), async, keep (prune to the newest `keep` step_* dirs of dir's
 -- parent after the commit), latest (default true: replace PARENT/latest), level (lz4 level,
--- 0 fast .. 12 HC), chunk_mb (raw MB a frame, 4), timeout (s rank 0 waits for the others' files).
+-- 0 fast .. 12 HC), chunk_mb (raw MB a frame, 4), timeout (s rank 0 waits for the others' files),
+-- shuffle (default true: byte-transposed frames, see lutra.h), threads (compression threads:
+-- default all for a synchronous save, 1 for an async one; 0 = all).
 function M.save(dir, state, opts)
   dir = step_dir_check(dir)
   opts = opts or {}
@@ -231,6 +233,9 @@ function M.save(dir, state, opts)
     fail()
   end
   local job = ffi.gc(jp[0], C.lt_ckpt_job_free)
+  -- compression threads: all for a save the training waits for; one in the background by
+  -- default (the training loop keeps its cores; opts.threads to give it more)
+  if C.lt_ckpt_job_threads(job, opts.threads or (opts.async and 1 or 0)) ~= 0 then fail() end
   -- this rank's extra state and, on rank 0, the copied files: written by the job
   local function add_file(name, s)
     if C.lt_ckpt_job_add_file(job, tmp .. "/" .. name, s, #s) ~= 0 then fail() end
