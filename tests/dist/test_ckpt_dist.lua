@@ -143,6 +143,11 @@ test("ranks that disagree on a tensor's shape all fail", function()
 local bad = lt.zeros(2, 2)
 spec.set(bad, {global = {2 + (rank == 0 and 0 or 1), 2}, offset = {0, 0}})
 fails("is f32 {", function() ckpt.save(root .. "/step_000003", {tensors = {{name = "x", tensor = bad}}}, {world = g}) end)
+-- one rank's bad input: every rank raises (none waits in a collective)
+local list = rank == 1 and {{name = "x"}} or {{name = "x", tensor = lt.zeros(2)}}
+fails("rank 1: ckpt.save: state.tensors[1] must be", function()
+  ckpt.save(root .. "/step_000004", {tensors = list}, {world = g})
+end)
 g:barrier()
 if rank == 0 then os.execute("rm -rf " .. root) end
 end)

@@ -213,12 +213,22 @@ function M.save(dir, state, opts)
   local rank, world = group and group.rank or 0, group and group.size or 1
   local t0 = C.lt_wall_time()
   M.wait() -- the next save waits for the previous one
-  local plan = local_plan(state.tensors or {})
-  local plans = {plan}
-  if group then
-    local texts = gather_texts(group, plan_text(plan))
-    for r = 1, world do plans[r] = json.decode(texts[r]) end
+  local plans
+  if group then -- a rank's bad input becomes every rank's error (none waits in a collective)
+    local ok, plan = pcall(local_plan, state.tensors or {})
+    local texts = gather_texts(group, ok and plan_text(plan) or ("ERR:" .. tostring(plan)))
+    plans = {}
+    for r = 1, world do
+      if texts[r]:sub(1, 4) == "ERR:" then
+        raise(string.format("ckpt.save: rank %d: %s", r - 1, (texts[r]:sub(5):gsub("^[^:]*:%d+: ", ""))))
+      end
+      plans[r] = json.decode(texts[r])
+    end
+    plans[rank + 1] = plan
+  else
+    plans = {local_plan(state.tensors or {})}
   end
+  local plan = plans[rank + 1]
   local tensors, boxes = assign(plans)
   local parent, tmp = F.dirname(dir), dir .. ".tmp"
   if rank == 0 then
@@ -325,13 +335,17 @@ function M.save(dir, state, opts)
     pending = p
     return dir
   end
-  if C.lt_ckpt_job_run(job) ~= 0 then
-    local msg = ffi.string(C.lt_last_error())
-    raise("ckpt.save: " .. dir .. ": " .. msg)
+  local ok = C.lt_ckpt_job_run(job) == 0
+  local msg = not ok and ffi.string(C.lt_last_error()) or nil
+  if group then -- every rank learns whether the checkpoint was committed
+    local failed = create.tensor({ok and 0 or 1 + rank}, {dtype = "i32"})
+    group:all_reduce(failed, "max")
+    local who = failed:item()
+    if ok and who ~= 0 then raise(string.format("ckpt.save: %s: rank %d failed to save", dir, who - 1)) end
   end
+  if not ok then raise("ckpt.save: " .. dir .. ": " .. msg) end
   p.stall = C.lt_wall_time() - t0
   finish(p)
-  if group then group:barrier() end
   return dir
 end
 
