@@ -75,8 +75,17 @@ end
 -- resharded to this rank's pieces. A parameter the checkpoint lacks is an error; a
 -- parameter without saved optimizer state starts fresh (as one never updated).
 function M.restore(r, named, opt)
-  r:load_into(as_list(named))
+  local list = as_list(named)
+  r:load_into(list)
   if not opt then return end
+  -- the optimizer's own parameters when they are other tensors (ZeRO shards that are not
+  -- views of the model's parameters): filled from the same global names
+  local filled = {}
+  for _, e in ipairs(list) do filled[e.tensor] = true end
+  for k, key in ipairs(opt.keys) do
+    local p = opt.params[k]
+    if not filled[p] and r.by_name[tostring(key)] then r:load_into({{name = tostring(key), tensor = p}}) end
+  end
   local numbers, steps, kind = {}, nil, nil
   for rank = 0, #(r.manifest.extra or {}) - 1 do
     local x = r:extra(rank).optim
