@@ -90,16 +90,20 @@ local function make_optimizer(model, get)
   local no_decay = nil
   local nd = get "no_decay"
   if nd == "matrices" then no_decay = {} end -- decay every matrix, embeddings too (nanoGPT, the peer)
+  -- bf16/fp16: a model built in bf16/f16 gets f32 master copies in the optimizer (f32 ones need none)
+  local prec = get "precision"
+  local master = (prec == "bf16" or prec == "fp16") or nil
   if name == "adamw" then
     local b = get "betas"
     return optim.AdamW(model, {lr = get "lr", betas = {b[1], b[2]}, eps = get "eps", weight_decay = get "weight_decay",
-                               no_decay = no_decay})
+                               no_decay = no_decay, master_weights = master})
   elseif name == "lion" then
     local b = get "betas"
-    return optim.Lion(model, {lr = get "lr", betas = {b[1], b[2]}, weight_decay = get "weight_decay", no_decay = no_decay})
+    return optim.Lion(model, {lr = get "lr", betas = {b[1], b[2]}, weight_decay = get "weight_decay",
+                              no_decay = no_decay, master_weights = master})
   elseif name == "sgd" then
     return optim.SGD(model, {lr = get "lr", momentum = get "momentum", weight_decay = get "weight_decay",
-                             no_decay = no_decay})
+                             no_decay = no_decay, master_weights = master})
   end
   raise("train: unknown optimizer '" .. tostring(name) .. "' (adamw, sgd, lion)")
 end

@@ -33,6 +33,7 @@ function M.known(kind)
   for k in pairs(kind.optional) do names[#names + 1] = k end
   names[#names + 1] = "schedule"
   names[#names + 1] = "no_decay"
+  names[#names + 1] = "master_weights"
   table.sort(names)
   return table.concat(names, ", ")
 end

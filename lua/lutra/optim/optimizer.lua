@@ -18,6 +18,12 @@
 --   opt.steps          optimizer steps done; the schedule's step for the next one
 --   opt.schedule       nil, or a function step -> lr (lutra.optim.schedule)
 --
+-- Master weights (opts.master_weights = true, for mixed precision with bf16/f16 parameters):
+-- each bf16/f16 parameter gets an f32 copy in its state (state.master, made from the
+-- parameter at its first step); the kind steps the copy with the gradient in f32 and the
+-- parameter receives the copy rounded to its dtype. Small updates then accumulate in f32
+-- instead of vanishing below bf16's resolution. f32/f64 parameters are stepped as always.
+--
 -- Learning rate at a step: the schedule's lr (or opt:step{lr =}) is the lr of a group
 -- whose lr is the optimizer's `lr`; other groups are scaled by group.lr / opt.defaults.lr
 -- (the ratio is exactly 1 for the common case, so their lr is exactly the schedule's).
@@ -36,7 +42,7 @@ local Optimizer = {}
 Optimizer.__index = Optimizer
 
 -- Settings an optimizer constructor takes besides the group defaults.
-local CTOR_OPTS = {schedule = true, no_decay = true}
+local CTOR_OPTS = {schedule = true, no_decay = true, master_weights = true}
 
 -- Runs fn(...) with autograd's grad mode off (as torch.no_grad), restoring it after.
 local function without_grad(fn, ...)
@@ -93,8 +99,12 @@ function Optimizer.new(kind, params, opts)
       end
     end
   end
+  if opts.master_weights ~= nil and type(opts.master_weights) ~= "boolean" then
+    raise(who .. ": master_weights must be a boolean, got " .. type(opts.master_weights))
+  end
   local self = setmetatable({kind = kind.name, defaults = defaults, schedule = schedule, state = {}, steps = 0,
-                             param_groups = {}, keys = {}, params = {}, impl = kind}, Optimizer)
+                             param_groups = {}, keys = {}, params = {}, impl = kind,
+                             master_weights = opts.master_weights or nil}, Optimizer)
   local auto = {no_decay = opts.no_decay}
   local groups = groups_mod.normalize(who, params, auto)
   local seen, seen_names, named, unnamed = {}, {}, 0, 0
@@ -185,9 +195,19 @@ function Optimizer:step(opts)
           local st = state[key]
           if st == nil then
             st = impl.init(p, g)
+            if self.master_weights and (p.dtype == "bf16" or p.dtype == "f16") then
+              st.master = Optimizer.keep(p:to("f32"))
+            end
             state[key] = st
           end
-          impl.update(p, grad, st, g, glr)
+          if st.master ~= nil then -- master weights: step the f32 copy, round it into p
+            if grad.dtype ~= "f32" then grad = grad:to("f32") end
+            impl.update(st.master, grad, st, g, glr)
+            p:copy_(st.master)
+            Optimizer.bump(p)
+          else
+            impl.update(p, grad, st, g, glr)
+          end
         end
       end
     end
@@ -282,9 +302,11 @@ function Optimizer:load_state_dict(sd)
     if not at then raise(string.format("%s: the state has an entry for '%s', not a parameter here", who, tostring(key))) end
     if type(st) ~= "table" then raise(string.format("%s: state of '%s' is %s, not a table", who, tostring(key), type(st))) end
     local fresh = self.impl.init(at.p, at.g)
+    -- with master weights the state is of the f32 copy (an SGD momentum buffer too)
+    local state_dt = self.impl.state_dtype(st.master ~= nil and {dtype = "f32"} or at.p)
     local c = {}
     for f, v in pairs(st) do
-      local want = self.impl.fields[f]
+      local want = self.impl.fields[f] or (f == "master" and "tensor")
       if not want then raise(string.format("%s: state of '%s' has an unknown field '%s'", who, tostring(key), tostring(f))) end
       if want == "number" then
         if type(v) ~= "number" then raise(string.format("%s: state '%s'.%s must be a number", who, tostring(key), f)) end
@@ -297,7 +319,7 @@ function Optimizer:load_state_dict(sd)
           raise(string.format("%s: state '%s'.%s has shape [%s], the parameter [%s]", who, tostring(key), f, got_shape,
             want_shape))
         end
-        local buf = fresh[f] or Optimizer.keep(create.zeros_like(at.p, {dtype = self.impl.state_dtype(at.p)}))
+        local buf = fresh[f] or Optimizer.keep(create.zeros_like(at.p, {dtype = state_dt}))
         without_grad(buf.copy_, buf, v)
         c[f] = buf
       end
