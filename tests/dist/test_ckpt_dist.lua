@@ -2,7 +2,8 @@
 -- Resharded resume (lutra.ckpt.train_state): a gpt2 trained 5 steps under ZeRO stage 1 / 3
 -- over the world, saved, restored into a single-process model and optimizer on every rank,
 -- trained 5 more steps: losses and parameters match the uninterrupted single-process run
--- (1e-5); and the other way, a single-process checkpoint restored into ZeRO 3 shards.
+-- (1e-5); and the other way, a single-process checkpoint restored into ZeRO 3 shards and into
+-- tensor-parallel pieces (its loss; saved again from tp, bitwise the single checkpoint).
 -- lutra.ckpt across ranks: every rank saves its row shard (uneven, possibly empty) of W, its
 -- tensor-parallel style q/k/v row pieces of a fused weight, a replicated bias (written once,
 -- by one rank), a dup copy (skipped) and its own extra state; rank 0 commits. Then every rank
@@ -16,6 +17,7 @@ local comm = require "lutra.dist.comm"
 local T = require "lutra.testing"
 local ts = require "lutra.ckpt.train_state"
 local zero = require "lutra.dist.zero"
+local tp = require "lutra.dist.tp"
 local script = debug.getinfo(1, "S").source:sub(2)
 local E = dofile((script:match("^(.*)/[^/]*$") or ".") .. "/dp_equiv.lua")
 local ffi = require("lutra.ffi").ffi
@@ -259,5 +261,28 @@ test("single process -> zero 3 over the world: the resumed run matches", functio
   local second = zero_steps(z, model, HALF + 1, E.STEPS)
   check_range(second, HALF + 1, E.STEPS, "single -> zero 3")
   E.check_params(z:full_parameters(), ref_params, "single -> zero 3")
+  g:barrier()
+end)
+
+test("single process -> tp over the world -> single process: q/k/v pieces and moments round trip", function()
+  local dir = root .. "/single/step_000005" -- the previous test's checkpoint
+  local model = E.build("gpt2")
+  tp.parallelize(model, g)
+  local opt = E.adamw(model)
+  ts.restore(ckpt.load(dir), named_of(model), opt)
+  -- the restored tp model computes the single-process loss of the next step
+  local _, loss = model(batches[HALF + 1].x, batches[HALF + 1].y)
+  check_range({[HALF + 1] = loss:item()}, HALF + 1, HALF + 1, "single -> tp")
+  -- saved again from the tp layout (its pieces) and read whole: bitwise the first checkpoint
+  local tensors, oextra = ts.collect(named_of(model), opt)
+  local dir2 = root .. "/tp/step_000005"
+  ckpt.save(dir2, {step = HALF, layout = {tp = n}, tensors = tensors, extra = {optim = oextra}}, {world = g})
+  local a, b = ckpt.load(dir), ckpt.load(dir2)
+  local m2 = b.manifest
+  equal(#a.manifest.tensors, #m2.tensors)
+  for _, t in ipairs(a.manifest.tensors) do
+    same_bytes(b:tensor(t.name), a:tensor(t.name), "tp round trip of " .. t.name)
+    if t.name:match("attn%.qkv%.weight$") then equal(#b:info(t.name).pieces, 3 * n, "q, k, v rows of each rank") end
+  end
   g:barrier()
 end)

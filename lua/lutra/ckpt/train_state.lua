@@ -35,6 +35,15 @@ local function as_list(named)
 end
 M.as_list = as_list
 
+-- dst gets src's spec, its pieces included (lutra.dist.spec.copy leaves `pieces` out: a
+-- tensor-parallel qkv moment would lose its q/k/v row boxes).
+local function copy_spec(dst, src)
+  local s = spec.get(src)
+  if not s then return end
+  spec.set(dst, {global = s.global, offset = s.offset, dup = s.dup})
+  spec.get(dst).pieces = s.pieces
+end
+
 -- The optimizer's parameter for each state key.
 local function param_of_key(opt)
   local out = {}
@@ -63,7 +72,7 @@ function M.collect(named, opt)
         numbers[tostring(key)] = numbers[tostring(key)] or {}
         numbers[tostring(key)][f] = v
       elseif v ~= nil then
-        if p and spec.get(p) then spec.copy(v, p) end
+        if p then copy_spec(v, p) end
         tensors[#tensors + 1] = {name = "optim." .. tostring(key) .. "." .. f, tensor = v}
       end
     end
@@ -107,7 +116,7 @@ function M.restore(r, named, opt)
       local name = "optim." .. tostring(key) .. "." .. f
       if want == "tensor" and r.by_name[name] then
         local buf = create.zeros(p.shape, {dtype = r:info(name).dtype})
-        spec.copy(buf, p)
+        copy_spec(buf, p)
         r:load_into({{name = name, tensor = buf}})
         st = st or {}
         st[f] = buf
