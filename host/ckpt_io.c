@@ -247,7 +247,8 @@ enum { WINDOW = 4 << 20 };
 
 /* Decodes piece `index` from the open fd; dst has p->raw_bytes. */
 static int decode_piece(int fd, const char *path, int64_t size, int64_t index, const lt_ckpt_piece *p, void *dst,
-                        LZ4F_dctx *dctx, unsigned char *win, unsigned char **scratch, int64_t *scratch_cap) {
+                        LZ4F_dctx *dctx, unsigned char *win, size_t win_cap, unsigned char **scratch,
+                        int64_t *scratch_cap) {
   const char *name = lt_ckpt_base(path);
   int k = p->shuffle > 1 ? p->shuffle : 1;
   if (!valid_shuffle(p->shuffle) || p->raw_bytes % k != 0)
@@ -269,7 +270,7 @@ static int decode_piece(int fd, const char *path, int64_t size, int64_t index, c
     if (have - pos < 4 && file_pos < end) { /* refill the window */
       memmove(win, win + pos, have - pos);
       have -= pos, pos = 0;
-      int64_t n = end - file_pos < (int64_t)(WINDOW - have) ? end - file_pos : (int64_t)(WINDOW - have);
+      int64_t n = end - file_pos < (int64_t)(win_cap - have) ? end - file_pos : (int64_t)(win_cap - have);
       if (lt_ckpt_pread_all(fd, win + have, n, file_pos) != 0)
         return lt_errorf("ckpt: %s: piece %lld frame %d: truncated (the file ends inside it)", name, (long long)index,
                          frame);
@@ -342,6 +343,7 @@ static int decode_piece(int fd, const char *path, int64_t size, int64_t index, c
 typedef struct {
   LZ4F_dctx *dctx;
   unsigned char *win, *scratch;
+  size_t win_cap;
   int64_t scratch_cap;
 } decoder;
 
@@ -350,13 +352,14 @@ static int with_decoder(const char *path, int (*fn)(int, const char *, int64_t, 
   int fd = open_shard(path, &size);
   if (fd < 0) return -1;
   LZ4F_dctx *dctx = NULL;
-  unsigned char *win = malloc(WINDOW);
+  size_t win_cap = size < WINDOW ? (size_t)(size < 64 ? 64 : size) : WINDOW; /* no more than the file */
+  unsigned char *win = malloc(win_cap);
   if (!win || LZ4F_isError(LZ4F_createDecompressionContext(&dctx, LZ4F_VERSION))) {
     free(win);
     close(fd);
     return lt_errorf("ckpt: %s: out of memory for the decoder", path);
   }
-  decoder d = {dctx, win, NULL, 0};
+  decoder d = {dctx, win, NULL, win_cap, 0};
   int rc = fn(fd, path, size, &d, arg);
   LZ4F_freeDecompressionContext(dctx);
   free(d.scratch);
@@ -372,7 +375,7 @@ struct read_arg {
 };
 static int read_fn(int fd, const char *path, int64_t size, decoder *d, void *arg) {
   struct read_arg *a = arg;
-  return decode_piece(fd, path, size, a->index, a->p, a->dst, d->dctx, d->win, &d->scratch, &d->scratch_cap);
+  return decode_piece(fd, path, size, a->index, a->p, a->dst, d->dctx, d->win, d->win_cap, &d->scratch, &d->scratch_cap);
 }
 
 int lt_ckpt_read_piece(const char *path, int64_t index, const lt_ckpt_piece *p, void *dst, int64_t dst_bytes) {
@@ -399,7 +402,7 @@ static int verify_fn(int fd, const char *path, int64_t size, decoder *d, void *a
                        (int32_t)get_u32(q + 24), get_u32(q + 28),        (int32_t)get_u32(q + 32), 0};
     void *buf = malloc(p.raw_bytes ? (size_t)p.raw_bytes : 1);
     if (!buf) rc = lt_errorf("ckpt: %s: piece %lld: out of memory for %lld bytes", path, (long long)i, (long long)p.raw_bytes);
-    else rc = decode_piece(fd, path, size, i, &p, buf, d->dctx, d->win, &d->scratch, &d->scratch_cap);
+    else rc = decode_piece(fd, path, size, i, &p, buf, d->dctx, d->win, d->win_cap, &d->scratch, &d->scratch_cap);
     free(buf);
     a->raw += p.raw_bytes, a->compressed += p.csize;
   }
