@@ -305,6 +305,28 @@ test("fp16: the loss scale is saved in checkpoints and resumed (a resumed run go
   equal(ckpt.load(r32.checkpoint).precision, nil)
 end)
 
+test("LoRA adapters (all-linear, and q/v row blocks) train under bf16 and fp16, tracking fp32", function()
+  local lora = require "lutra.lora"
+  for _, targets in ipairs {"all-linear", {"q_proj", "v_proj"}} do
+    local curves = {}
+    for _, prec in ipairs {"fp32", "bf16", "fp16"} do
+      local model = small_model("llama")
+      lora.apply(model, {targets = targets, r = 4, alpha = 8})
+      local r = train{model = model, data = fixed_loader(4, 4, 16), quiet = true,
+                      config = cfg{steps = 20, lr = 1e-2, warmup = 0, precision = prec}}
+      curves[prec] = r.losses
+      for _, p in ipairs(model:parameters()) do equal(p.dtype, "f32") end
+    end
+    assert(curves.fp32[20] < curves.fp32[1] - 0.02, "the adapters learned")
+    for _, prec in ipairs {"bf16", "fp16"} do
+      for i = 1, 20 do
+        assert(math.abs(curves[prec][i] - curves.fp32[i]) / curves.fp32[i] < 0.01,
+          string.format("%s step %d: %.5f vs %.5f", prec, i, curves[prec][i], curves.fp32[i]))
+      end
+    end
+  end
+end)
+
 -- ---- master weights for bf16/f16 parameters ------------------------------------------------------
 
 -- a copy of table a with b's keys set
