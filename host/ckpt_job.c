@@ -291,37 +291,44 @@ static int write_shard(lt_ckpt_job *j) {
 
 /* ---- rank 0's commit -------------------------------------------------------------------- */
 
-static int commit(lt_ckpt_job *j) {
+int lt_ckpt_commit(const char *tmp_dir, const char *final_dir, const char *manifest_text, int world,
+                   const char *latest_path, const char *latest_text, double timeout_s) {
+  if (!tmp_dir || !final_dir || !manifest_text || world < 1 || (latest_path && !latest_text))
+    return lt_errorf("ckpt: commit: bad arguments");
   char path[4096];
-  double deadline = now() + j->timeout;
-  for (int r = 0; r < j->world; r++) { /* every rank's file, renamed into place after its fsync */
-    snprintf(path, sizeof path, "%s/rank_%05d.lz4", j->tmp_dir, r);
+  double deadline = now() + timeout_s;
+  for (int r = 0; r < world; r++) { /* every rank's file, renamed into place after its fsync */
+    snprintf(path, sizeof path, "%s/rank_%05d.lz4", tmp_dir, r);
     struct stat st;
     while (stat(path, &st) != 0) {
       if (now() > deadline)
         return lt_errorf("ckpt: commit: %s did not appear within %.0f s (rank %d failed?); %s stays uncommitted",
-                         lt_ckpt_base(path), j->timeout, r, j->tmp_dir);
+                         lt_ckpt_base(path), timeout_s, r, tmp_dir);
       struct timespec ts = {0, 5 * 1000 * 1000};
       nanosleep(&ts, NULL);
     }
   }
-  snprintf(path, sizeof path, "%s/manifest.json", j->tmp_dir);
-  LT_TRY(lt_ckpt_write_file(path, j->manifest, (int64_t)strlen(j->manifest)));
-  LT_TRY(lt_ckpt_fsync_path(j->tmp_dir));
+  snprintf(path, sizeof path, "%s/manifest.json", tmp_dir);
+  LT_TRY(lt_ckpt_write_file(path, manifest_text, (int64_t)strlen(manifest_text)));
+  LT_TRY(lt_ckpt_fsync_path(tmp_dir));
   lt_ckpt_fault("save:after_manifest");
   char old[4096] = {0};
   struct stat st;
-  if (stat(j->final_dir, &st) == 0) { /* saving the same step again: the older one goes aside */
-    snprintf(old, sizeof old, "%s.old-%d", j->final_dir, (int)getpid());
+  if (stat(final_dir, &st) == 0) { /* saving the same step again: the older one goes aside */
+    snprintf(old, sizeof old, "%s.old-%d", final_dir, (int)getpid());
     lt_ckpt_remove_tree(old);
-    if (rename(j->final_dir, old) != 0)
-      return lt_errorf("ckpt: cannot move the older %s aside: %s", j->final_dir, strerror(errno));
+    if (rename(final_dir, old) != 0)
+      return lt_errorf("ckpt: cannot move the older %s aside: %s", final_dir, strerror(errno));
   }
-  LT_TRY(lt_ckpt_rename(j->tmp_dir, j->final_dir));
+  LT_TRY(lt_ckpt_rename(tmp_dir, final_dir));
   if (old[0]) lt_ckpt_remove_tree(old);
   lt_ckpt_fault("save:after_rename");
-  if (j->latest_path) LT_TRY(lt_ckpt_write_file(j->latest_path, j->latest_text, (int64_t)strlen(j->latest_text)));
+  if (latest_path) LT_TRY(lt_ckpt_write_file(latest_path, latest_text, (int64_t)strlen(latest_text)));
   return 0;
+}
+
+static int commit(lt_ckpt_job *j) {
+  return lt_ckpt_commit(j->tmp_dir, j->final_dir, j->manifest, j->world, j->latest_path, j->latest_text, j->timeout);
 }
 
 static void run_job(lt_ckpt_job *j) {

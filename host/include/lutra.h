@@ -618,6 +618,10 @@ int lt_ckpt_job_add_file(lt_ckpt_job *j, const char *path, const void *data, int
  * most timeout_s seconds for the others; latest_path NULL: no pointer). */
 int lt_ckpt_job_commit(lt_ckpt_job *j, const char *tmp_dir, const char *final_dir, const char *manifest_text,
                        int world, const char *latest_path, const char *latest_text, double timeout_s);
+/* The commit alone (what a committing job does after its file), for callers that write the
+ * files first and agree that every rank succeeded before committing. */
+int lt_ckpt_commit(const char *tmp_dir, const char *final_dir, const char *manifest_text, int world,
+                   const char *latest_path, const char *latest_text, double timeout_s);
 int lt_ckpt_job_run(lt_ckpt_job *j);
 int lt_ckpt_job_start(lt_ckpt_job *j);
 int lt_ckpt_job_poll(lt_ckpt_job *j, int *done); /* done = 1 once the thread finished (still wait) */

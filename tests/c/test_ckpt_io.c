@@ -300,8 +300,19 @@ static void test_files_and_commit(void) {
   s = read_all(latest, &n);
   CHECK(s && strcmp(s, "step_000007\n") == 0, "latest unchanged");
   free(s);
-  CHECK_OK(lt_ckpt_remove_tree(tmp));
-  CHECK(access(tmp, F_OK) != 0, "remove_tree");
+  /* the commit alone, once the files are there (a synchronous group save) */
+  snprintf(path, sizeof path, "%s/rank_00001.lz4", tmp);
+  write_all_file(path, "x", 1);
+  snprintf(path, sizeof path, "%s/rank_00002.lz4", tmp);
+  write_all_file(path, "x", 1);
+  CHECK_ERR(lt_ckpt_commit(tmp, fin, NULL, 3, NULL, NULL, 1), "bad arguments");
+  CHECK_OK(lt_ckpt_commit(tmp, fin, "{\"m\": 9}", 3, latest, "step_000009\n", 1));
+  s = read_all(latest, &n);
+  CHECK(s && strcmp(s, "step_000009\n") == 0, "latest names the committed step");
+  free(s);
+  CHECK(access(tmp, F_OK) != 0 && access(fin, F_OK) == 0, "renamed into place");
+  CHECK_OK(lt_ckpt_remove_tree(fin));
+  CHECK(access(fin, F_OK) != 0, "remove_tree");
   CHECK_OK(lt_ckpt_remove_tree(tmp)); /* nothing there: fine */
   /* bad arguments */
   CHECK_ERR(lt_ckpt_job_new(&j, "", 0, 0), "path is empty");

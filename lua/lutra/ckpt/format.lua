@@ -297,6 +297,7 @@ function M.save(dir, state, opts)
       end
     end
   end
+  local commit_args
   if rank == 0 then
     local files, extras, mt, bytes = {}, {}, {}, 0
     for r = 0, world - 1 do files[r + 1], extras[r + 1] = rank_file(r), extra_file(r) end
@@ -322,10 +323,10 @@ function M.save(dir, state, opts)
     local at, stop = text:find('"tensors":"@TENSORS@"', 1, true)
     text = text:sub(1, at - 1) .. '"tensors":[' .. concat(mt, ",") .. "]" .. text:sub(stop + 1)
     local latest = opts.latest ~= false and (parent .. "/latest") or nil
-    if C.lt_ckpt_job_commit(job, tmp, dir, text, world, latest,
-      latest and (F.basename(dir) .. "\n") or nil, opts.timeout or 600) ~= 0 then
-      fail()
-    end
+    commit_args = {tmp, dir, text, world, latest, latest and (F.basename(dir) .. "\n") or nil, opts.timeout or 600}
+    -- async (or alone): the writer thread commits once every file is there; a synchronous
+    -- group save commits after the ranks agree that every file was written
+    if (opts.async or not group) and C.lt_ckpt_job_commit(job, unpack(commit_args)) ~= 0 then fail() end
   end
   local p = {job = job, rank0 = rank == 0, parent = parent, keep = opts.keep, dir = dir, copied = copied_bytes}
   if opts.async then
@@ -337,11 +338,19 @@ function M.save(dir, state, opts)
   end
   local ok = C.lt_ckpt_job_run(job) == 0
   local msg = not ok and ffi.string(C.lt_last_error()) or nil
-  if group then -- every rank learns whether the checkpoint was committed
-    local failed = create.tensor({ok and 0 or 1 + rank}, {dtype = "i32"})
-    group:all_reduce(failed, "max")
-    local who = failed:item()
-    if ok and who ~= 0 then raise(string.format("ckpt.save: %s: rank %d failed to save", dir, who - 1)) end
+  if group then -- every rank learns whether every file was written, then whether rank 0 committed
+    local function agree(what)
+      local failed = create.tensor({ok and 0 or 1 + rank}, {dtype = "i32"})
+      group:all_reduce(failed, "max")
+      local who = failed:item()
+      if ok and who ~= 0 then raise(string.format("ckpt.save: %s: rank %d failed to %s", dir, who - 1, what)) end
+    end
+    agree("write its file")
+    if ok and rank == 0 then
+      ok = C.lt_ckpt_commit(unpack(commit_args)) == 0
+      msg = not ok and ffi.string(C.lt_last_error()) or nil
+    end
+    agree("commit")
   end
   if not ok then raise("ckpt.save: " .. dir .. ": " .. msg) end
   p.stall = C.lt_wall_time() - t0
