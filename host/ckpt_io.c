@@ -387,6 +387,135 @@ int lt_ckpt_read_piece(const char *path, int64_t index, const lt_ckpt_piece *p, 
   return with_decoder(path, read_fn, &a);
 }
 
+/* ---- a byte range of a piece: only the frames that hold it are decoded ------------------- */
+
+/* The extent of the frame at `at` (below end): its compressed length, content size and
+ * content checksum, from its header and block sizes (no decoding). */
+static int frame_extent(int fd, const char *name, int64_t index, int frame, int64_t at, int64_t end, int64_t *clen,
+                        int64_t *content, uint32_t *checksum) {
+  unsigned char h[19];
+  int64_t n = end - at < 19 ? end - at : 19;
+  if (n < 7 || lt_ckpt_pread_all(fd, h, n, at) != 0)
+    return lt_errorf("ckpt: %s: piece %lld frame %d: truncated", name, (long long)index, frame);
+  if (get_u32(h) != lz4_frame_magic)
+    return lt_errorf("ckpt: %s: piece %lld frame %d (at byte %lld): bad magic (not an lz4 frame)", name,
+                     (long long)index, frame, (long long)at);
+  int flg = h[4], block_ck = flg & 0x10, has_size = flg & 0x08, content_ck = flg & 0x04, dict = flg & 0x01;
+  if ((flg >> 6) != 1 || !has_size || !content_ck)
+    return lt_errorf("ckpt: %s: piece %lld frame %d: corrupt frame (header flags 0x%02x)", name, (long long)index,
+                     frame, flg);
+  int64_t hlen = 4 + 2 + 8 + (dict ? 4 : 0) + 1;
+  if (n < hlen) return lt_errorf("ckpt: %s: piece %lld frame %d: truncated", name, (long long)index, frame);
+  uint64_t cs = get_u64(h + 6);
+  if (cs > (uint64_t)INT64_MAX / 2)
+    return lt_errorf("ckpt: %s: piece %lld frame %d: corrupt frame (content size)", name, (long long)index, frame);
+  int64_t pos = at + hlen;
+  for (;;) {
+    unsigned char b[4];
+    if (end - pos < 4 || lt_ckpt_pread_all(fd, b, 4, pos) != 0)
+      return lt_errorf("ckpt: %s: piece %lld frame %d: truncated", name, (long long)index, frame);
+    uint32_t bs = get_u32(b);
+    pos += 4;
+    if (bs == 0) break;
+    int64_t size = (int64_t)(bs & 0x7FFFFFFFu) + (block_ck ? 4 : 0);
+    if (size > end - pos) return lt_errorf("ckpt: %s: piece %lld frame %d: truncated", name, (long long)index, frame);
+    pos += size;
+  }
+  unsigned char c[4];
+  if (end - pos < 4 || lt_ckpt_pread_all(fd, c, 4, pos) != 0)
+    return lt_errorf("ckpt: %s: piece %lld frame %d: truncated", name, (long long)index, frame);
+  *clen = pos + 4 - at, *content = (int64_t)cs, *checksum = get_u32(c);
+  return 0;
+}
+
+struct range_arg {
+  int64_t index, begin, len;
+  const lt_ckpt_piece *p;
+  unsigned char *dst;
+};
+
+static int range_fn(int fd, const char *path, int64_t size, decoder *d, void *arg) {
+  struct range_arg *a = arg;
+  const lt_ckpt_piece *p = a->p;
+  const char *name = lt_ckpt_base(path);
+  int k = p->shuffle > 1 ? p->shuffle : 1;
+  if (p->offset < 0 || p->csize <= 0 || p->offset > size || p->csize > size - p->offset)
+    return lt_errorf("ckpt: %s: piece %lld lies outside the file: size mismatch", name, (long long)a->index);
+  int64_t at = p->offset, end = p->offset + p->csize, raw = 0, want_end = a->begin + a->len;
+  uint32_t h = lt_ckpt_piece_seed(p->raw_bytes);
+  unsigned char *comp = NULL, *plain = NULL;
+  int rc = 0, frame = 0;
+  for (; at < end && rc == 0; frame++) {
+    int64_t clen = 0, content = 0;
+    uint32_t ck = 0;
+    if ((rc = frame_extent(fd, name, a->index, frame, at, end, &clen, &content, &ck)) != 0) break;
+    if (frame >= p->nframes || content > p->raw_bytes - raw) {
+      rc = lt_errorf("ckpt: %s: piece %lld frame %d: more frames or bytes than the index says: size mismatch", name,
+                     (long long)a->index, frame);
+      break;
+    }
+    int64_t lo = a->begin > raw ? a->begin : raw, hi = want_end < raw + content ? want_end : raw + content;
+    if (lo < hi) { /* this frame holds wanted bytes: decode it (LZ4 checks its content checksum) */
+      unsigned char *c2 = realloc(comp, (size_t)clen), *p2 = c2 ? realloc(plain, (size_t)content + 1) : NULL;
+      if (c2) comp = c2;
+      if (p2) plain = p2;
+      if (!c2 || !p2) {
+        rc = lt_errorf("ckpt: %s: out of memory for a frame", name);
+        break;
+      }
+      if (lt_ckpt_pread_all(fd, comp, clen, at) != 0) {
+        rc = lt_errorf("ckpt: %s: piece %lld frame %d: truncated", name, (long long)a->index, frame);
+        break;
+      }
+      LZ4F_resetDecompressionContext(d->dctx);
+      size_t src_n = (size_t)clen, dst_n = (size_t)content;
+      size_t ret = LZ4F_decompress(d->dctx, plain, &dst_n, comp, &src_n, NULL);
+      if (LZ4F_isError(ret) || ret != 0 || dst_n != (size_t)content || src_n != (size_t)clen) {
+        const char *e = LZ4F_isError(ret) ? LZ4F_getErrorName(ret) : "the frame does not end where it should";
+        rc = lt_errorf("ckpt: %s: piece %lld frame %d: %s (lz4: %s)", name, (long long)a->index, frame,
+                       strstr(e, "hecksum") ? "checksum mismatch" : "corrupt frame", e);
+        break;
+      }
+      const unsigned char *src = plain;
+      if (k > 1 && content > 0) {
+        if (content % k != 0 || content > d->scratch_cap) {
+          unsigned char *g = content % k == 0 ? realloc(d->scratch, (size_t)content) : NULL;
+          if (!g) {
+            rc = lt_errorf("ckpt: %s: piece %lld frame %d: %lld bytes, not whole %d-byte elements: size mismatch", name,
+                           (long long)a->index, frame, (long long)content, k);
+            break;
+          }
+          d->scratch = g, d->scratch_cap = content;
+        }
+        lt_ckpt_unshuffle(d->scratch, plain, content, k);
+        src = d->scratch;
+      }
+      memcpy(a->dst + (lo - a->begin), src + (lo - raw), (size_t)(hi - lo));
+    }
+    h = lt_ckpt_piece_hash(h, ck);
+    raw += content, at += clen;
+  }
+  free(comp), free(plain);
+  if (rc != 0) return rc;
+  if (raw != p->raw_bytes || frame != p->nframes)
+    return lt_errorf("ckpt: %s: piece %lld: %lld bytes in %d frames, expected %lld in %d: size mismatch", name,
+                     (long long)a->index, (long long)raw, frame, (long long)p->raw_bytes, p->nframes);
+  if (h != p->checksum)
+    return lt_errorf("ckpt: %s: piece %lld: checksum mismatch (the frames are not the ones the index recorded)", name,
+                     (long long)a->index);
+  return 0;
+}
+
+int lt_ckpt_read_range(const char *path, int64_t index, const lt_ckpt_piece *p, int64_t begin, int64_t len, void *dst) {
+  if (!path || !p || (!dst && len > 0)) return lt_errorf("ckpt: read_range: NULL argument");
+  if (begin < 0 || len < 0 || begin > p->raw_bytes || len > p->raw_bytes - begin)
+    return lt_errorf("ckpt: %s: piece %lld: bytes [%lld, +%lld) outside its %lld: size mismatch", lt_ckpt_base(path),
+                     (long long)index, (long long)begin, (long long)len, (long long)p->raw_bytes);
+  if (!valid_shuffle(p->shuffle)) return lt_errorf("ckpt: %s: piece %lld: bad shuffle %d", path, (long long)index, p->shuffle);
+  struct range_arg a = {index, begin, len, p, dst};
+  return with_decoder(path, range_fn, &a);
+}
+
 struct verify_arg {
   int64_t raw, compressed;
 };

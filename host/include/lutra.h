@@ -638,6 +638,10 @@ int lt_ckpt_read_index(const char *path, lt_ckpt_piece *pieces, int64_t max, int
 /* Decodes piece `index` of path (as its footer entry p says) into dst (dst_bytes must equal
  * p->raw_bytes), verifying magic, frame checksums, sizes and the piece checksum. */
 int lt_ckpt_read_piece(const char *path, int64_t index, const lt_ckpt_piece *p, void *dst, int64_t dst_bytes);
+/* Decodes bytes [begin, begin + len) of piece `index` into dst (len bytes): only the frames
+ * holding them are decoded (each checked), the others are walked by their block headers;
+ * the piece's size, frame count and checksum are verified as for a whole read. */
+int lt_ckpt_read_range(const char *path, int64_t index, const lt_ckpt_piece *p, int64_t begin, int64_t len, void *dst);
 /* Decodes every piece of path into a scratch buffer: a full check. raw/compressed may be NULL. */
 int lt_ckpt_verify_file(const char *path, int64_t *raw, int64_t *compressed);
 

@@ -118,6 +118,21 @@ static void test_round_trip(void) {
     CHECK(p[0].raw_bytes == 0 && p[0].nframes == 1 && p[1].nframes == 1 && p[3].nframes == 5, "frames per piece");
     CHECK(p[0].shuffle == 0 && p[3].shuffle == 4 && p[4].shuffle == 8, "shuffle recorded per piece");
     CHECK(p[2].csize < 10000 / 4, "structured piece compresses: %lld", (long long)p[2].csize);
+    for (int piece = 1; piece <= 4; piece++) { /* byte ranges: inside a frame, across frames, all */
+      int64_t rb = piece_bytes[piece];
+      int64_t ranges[][2] = {{0, rb}, {1, rb / 3}, {rb / 2 - 7, 16}, {rb - 8, 8}, {rb, 0}, {999, 1002 < rb - 999 ? 1002 : rb - 999}};
+      for (int q = 0; q < 6; q++) {
+        int64_t b0 = ranges[q][0], len = ranges[q][1];
+        if (b0 + len > rb || len < 0) continue;
+        unsigned char *buf = malloc((size_t)len + 1);
+        CHECK_OK(lt_ckpt_read_range(path, piece, &p[piece], b0, len, buf));
+        CHECK(memcmp(buf, piece_data[piece] + b0, (size_t)len) == 0, "range [%lld, +%lld) of piece %d", (long long)b0,
+              (long long)len, piece);
+        free(buf);
+      }
+    }
+    unsigned char one;
+    CHECK_ERR(lt_ckpt_read_range(path, 2, &p[2], 9999, 2, &one), "outside its 10000");
     unsigned char small[10];
     CHECK_ERR(lt_ckpt_read_piece(path, 1, &p[1], small, 10), "size mismatch");
   }
@@ -166,6 +181,8 @@ static void test_every_flip(void) {
   img[p[2].offset + p[2].csize - 2] ^= 0x01; /* the content checksum of its last frame */
   write_all_file(bad, img, n);
   CHECK_ERR(lt_ckpt_verify_file(bad, NULL, NULL), "piece 2 frame 9: checksum mismatch");
+  CHECK_ERR(lt_ckpt_read_range(bad, 2, &p[2], 9500, 10, dst), "piece 2 frame 9: checksum mismatch");
+  CHECK_ERR(lt_ckpt_read_range(bad, 2, &p[2], 0, 10, dst), "piece 2: checksum mismatch"); /* frame 9 only walked */
   img[p[2].offset + p[2].csize - 2] ^= 0x01;
   free(img);
 }
@@ -230,6 +247,7 @@ static void test_truncated_and_lying(void) {
         if (r[k].raw_bytes > (1 << 20)) continue;
         void *buf = malloc((size_t)r[k].raw_bytes + 1);
         lt_ckpt_read_piece(bad, k, &r[k], buf, r[k].raw_bytes);
+        lt_ckpt_read_range(bad, k, &r[k], r[k].raw_bytes / 4, r[k].raw_bytes / 2, buf);
         free(buf);
       }
     free(m);

@@ -1,7 +1,7 @@
 /* fuzz_shard.c — libFuzzer harness for the checkpoint shard reader (host/ckpt_io.c with liblz4,
  * compiled with -fsanitize=fuzzer,address,undefined). Each input is a whole shard file (put in
  * a memfd, read through /proc/self/fd): reading its footer, verifying every piece and reading
- * each piece into an exactly sized buffer must give an error naming the file or the right
+ * each piece (and a byte range of it) into an exactly sized buffer must give an error naming the file or the right
  * sizes, never crash, leak or read out of bounds. */
 #define _GNU_SOURCE
 #include "lutra.h"
@@ -46,6 +46,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       if (pieces[i].raw_bytes > (1 << 24)) continue; /* bounded memory, not a parser property */
       void *buf = malloc(pieces[i].raw_bytes ? (size_t)pieces[i].raw_bytes : 1);
       lt_ckpt_read_piece(path, i, &pieces[i], buf, pieces[i].raw_bytes);
+      int64_t b0 = pieces[i].raw_bytes / 3, len = pieces[i].raw_bytes / 2; /* a range: frames walked, some decoded */
+      lt_ckpt_read_range(path, i, &pieces[i], b0, len, buf);
       free(buf);
     }
   }

@@ -82,6 +82,9 @@ test("every dtype round trips bitwise, with extra state and copied files", funct
   equal(r.manifest.layout.dp, 1)
   equal(r.manifest.config.lr, 3e-4)
   for _, e in ipairs(list) do same_bytes(r:tensor(e.name), e.tensor, e.name) end
+  local big = list[12].tensor -- 4 frames of 0.25 MB: rows of it decode only the frames holding them
+  same_bytes(r:read("big", {100, 0}, {150, 700}), big:narrow(0, 100, 150):contiguous(), "rows of a multi-frame piece")
+  same_bytes(r:read("big", {299, 3}, {1, 9}), big:narrow(0, 299, 1):narrow(1, 3, 9):contiguous(), "a corner")
   local x = r:extra(0)
   equal(x.rng.offset, 2 ^ 52 + 3)
   equal(x.lr, 0.1 + 0.2)

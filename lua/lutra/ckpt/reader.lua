@@ -106,6 +106,33 @@ function Reader:decode(t, k)
   return buf
 end
 
+-- Copies the box (rel, is) of piece k into dst, decoding only the piece's rows rel[1] ..
+-- rel[1] + is[1] - 1 (their bytes are one range: row-major pieces). Straight into dst when
+-- it is those whole rows, contiguous, on the CPU.
+function Reader:read_rows(t, k, rel, is, dst)
+  local p = t.pieces[k]
+  local idx, e = self:piece_entry(t, k, p)
+  local row_bytes = F.numel(p.shape) / p.shape[1] * format.DTYPE_SIZE[t.dtype]
+  local full = true
+  for d = 2, #is do full = full and is[d] == p.shape[d] end
+  local buf = dst
+  if not (full and dst.device == "cpu" and C.lt_is_contiguous(dst) ~= 0) then
+    local rows = {}
+    for d = 1, #p.shape do rows[d] = p.shape[d] end
+    rows[1] = is[1]
+    buf = create.empty(rows, {dtype = t.dtype})
+  end
+  if C.lt_ckpt_read_range(idx.path, p.index, e, rel[1] * row_bytes, is[1] * row_bytes, C.lt_data_ptr(buf)) ~= 0 then
+    raise(string.format("ckpt.load: tensor '%s' (piece %d): %s", t.name, k, last_error()))
+  end
+  if buf ~= dst then
+    local r0 = {}
+    for d = 1, #rel do r0[d] = rel[d] end
+    r0[1] = 0
+    F.copy(dst, F.box_view(buf, r0, is))
+  end
+end
+
 function Reader:decode_into(t, k, idx, e, buf)
   if C.lt_ckpt_read_piece(idx.path, t.pieces[k].index, e, C.lt_data_ptr(buf), tonumber(e.raw_bytes)) ~= 0 then
     raise(string.format("ckpt.load: tensor '%s' (piece %d): %s", t.name, k, last_error()))
@@ -150,8 +177,14 @@ function Reader:read(name, offset, shape, out)
         local idx, e = self:piece_entry(t, k, p)
         self:decode_into(t, k, idx, e, out)
       else
-        local src = F.box_view(self:decode(t, k), F.sub(io_, p.offset), is)
-        F.copy(F.box_view(out, F.sub(io_, offset), is), src)
+        local rel, dst = F.sub(io_, p.offset), F.box_view(out, F.sub(io_, offset), is)
+        local cached = self.cache and self.cache.key == t.name .. "#" .. k
+        if nd >= 1 and is[1] < p.shape[1] and not cached then
+          -- rows [rel[1], rel[1] + is[1]) of the piece: only the frames that hold them are decoded
+          self:read_rows(t, k, rel, is, dst)
+        else
+          F.copy(dst, F.box_view(self:decode(t, k), rel, is))
+        end
       end
       covered = covered + F.numel(is)
     end
