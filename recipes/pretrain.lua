@@ -112,15 +112,16 @@ if result.val_loss then
 end
 
 -- ---- the model directory (weights, config, tokenizer: what recipes/sft.lua and `lutra chat` load) ----
--- (a layout that shards the weights, tp / pp / zero 3, leaves that to sharded checkpoints)
-local whole = mesh.tp_size == 1 and mesh.pp_size == 1 and mesh.zero < 3
-if not whole then return end
-if main and cfg.run_dir ~= "" then
+-- (layouts that shard the weights, tp / pp / zero 3, leave that to sharded checkpoints)
+if main and cfg.run_dir ~= "" and mesh.tp_size == 1 and mesh.pp_size == 1 and mesh.zero < 3 then
   print("model: saved to " .. require("lutra.sft.modeldir").save(cfg.run_dir .. "/model", model, tok))
 end
 
 -- ---- a sample ----------------------------------------------------------------------------
-if not main then return end
+-- A tensor-parallel model samples on every rank in step (the same draws); pipeline stages and
+-- ZeRO 3 shards do not generate.
+if mesh.pp_size > 1 or mesh.zero == 3 or (mesh.tp_size == 1 and not main) then return end
+if mesh.tp_size > 1 then lt.manual_seed(cfg.seed + 1) end -- the same generator on every rank
 local text = generate.text(model, tok, cfg.sample_prompt, {max_new_tokens = cfg.sample_tokens,
                                                           temperature = cfg.temperature, top_k = cfg.top_k,
                                                           top_p = cfg.top_p})

@@ -158,6 +158,9 @@ local function run(model, prompt, opts)
       local from = block and math.max(1, #ids - block + 1) or 1
       logits = model:forward(ids_tensor(ids, from, #ids, device))
     end
+    -- a tensor-parallel model gives this rank's vocabulary slice: gather the whole (every
+    -- tp rank runs this loop in step, with the same generator, and picks the same token)
+    if rawget(model, "_tp") ~= nil then logits = require("lutra.dist.tp").gather_logits(model, logits) end
     local arr, V = last_logits(logits)
     local id = M.choose(arr, V, opts, uniform())
     ids[#ids + 1] = id
