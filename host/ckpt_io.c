@@ -1,14 +1,12 @@
-/* ckpt_io.c — reading checkpoint shard files (footer, pieces of lz4 frames, verified as they
- * decode) and the file operations an atomic save needs (fsync of files and directories,
- * rename + fsync, atomic small files, rm -r, the fault-injection hook). Writing is in
- * ckpt_job.c. The format is described in lutra.h ("checkpoint io"). */
+/* ckpt_io.c — reading checkpoint shard files: the footer, whole pieces (lz4 frames verified as
+ * they decode), byte ranges of pieces (only the frames holding them decoded), the byte
+ * shuffle. Writing is in ckpt_job.c, file operations in ckpt_files.c. The format is
+ * described in lutra.h ("checkpoint io"). */
 #define _GNU_SOURCE
 #include "ckpt_io.h"
 #include "internal.h"
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <lz4frame.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,120 +15,6 @@
 #include <unistd.h>
 
 static const uint32_t lz4_frame_magic = 0x184D2204u;
-
-uint32_t lt_ckpt_hash(uint32_t h, const void *data, size_t n) {
-  const unsigned char *p = data;
-  for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 16777619u;
-  return h;
-}
-
-uint32_t lt_ckpt_piece_seed(int64_t raw_bytes) { return lt_ckpt_hash(2166136261u, &raw_bytes, sizeof raw_bytes); }
-uint32_t lt_ckpt_piece_hash(uint32_t h, uint32_t frame_checksum) {
-  return lt_ckpt_hash(h, &frame_checksum, sizeof frame_checksum);
-}
-
-const char *lt_ckpt_base(const char *path) {
-  const char *s = strrchr(path, '/');
-  return s ? s + 1 : path;
-}
-
-static void put_u64(unsigned char *p, uint64_t v) {
-  for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static void put_u32(unsigned char *p, uint32_t v) {
-  for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static uint64_t get_u64(const unsigned char *p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
-  return v;
-}
-static uint32_t get_u32(const unsigned char *p) {
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; i--) v = (v << 8) | p[i];
-  return v;
-}
-
-/* Specialised for 2, 4 and 8 bytes: one load of an element, one store per plane (vectorises). */
-void lt_ckpt_shuffle(unsigned char *dst, const unsigned char *src, int64_t n, int k) {
-  int64_t m = n / k;
-  if (k == 4) {
-    unsigned char *d0 = dst, *d1 = dst + m, *d2 = dst + 2 * m, *d3 = dst + 3 * m;
-    for (int64_t i = 0; i < m; i++) {
-      uint32_t v;
-      memcpy(&v, src + 4 * i, 4);
-      d0[i] = (unsigned char)v, d1[i] = (unsigned char)(v >> 8), d2[i] = (unsigned char)(v >> 16);
-      d3[i] = (unsigned char)(v >> 24);
-    }
-  } else if (k == 2) {
-    unsigned char *d0 = dst, *d1 = dst + m;
-    for (int64_t i = 0; i < m; i++) {
-      uint16_t v;
-      memcpy(&v, src + 2 * i, 2);
-      d0[i] = (unsigned char)v, d1[i] = (unsigned char)(v >> 8);
-    }
-  } else if (k == 8) {
-    for (int64_t i = 0; i < m; i++) {
-      uint64_t v;
-      memcpy(&v, src + 8 * i, 8);
-      for (int b = 0; b < 8; b++) dst[(int64_t)b * m + i] = (unsigned char)(v >> (8 * b));
-    }
-  } else {
-    for (int b = 0; b < k; b++) {
-      unsigned char *d = dst + (int64_t)b * m;
-      const unsigned char *s = src + b;
-      for (int64_t i = 0; i < m; i++) d[i] = s[i * k];
-    }
-  }
-}
-
-void lt_ckpt_unshuffle(unsigned char *dst, const unsigned char *src, int64_t n, int k) {
-  int64_t m = n / k;
-  if (k == 4) {
-    const unsigned char *s0 = src, *s1 = src + m, *s2 = src + 2 * m, *s3 = src + 3 * m;
-    for (int64_t i = 0; i < m; i++) {
-      uint32_t v = (uint32_t)s0[i] | (uint32_t)s1[i] << 8 | (uint32_t)s2[i] << 16 | (uint32_t)s3[i] << 24;
-      memcpy(dst + 4 * i, &v, 4);
-    }
-  } else if (k == 2) {
-    const unsigned char *s0 = src, *s1 = src + m;
-    for (int64_t i = 0; i < m; i++) {
-      uint16_t v = (uint16_t)(s0[i] | s1[i] << 8);
-      memcpy(dst + 2 * i, &v, 2);
-    }
-  } else if (k == 8) {
-    for (int64_t i = 0; i < m; i++) {
-      uint64_t v = 0;
-      for (int b = 0; b < 8; b++) v |= (uint64_t)src[(int64_t)b * m + i] << (8 * b);
-      memcpy(dst + 8 * i, &v, 8);
-    }
-  } else {
-    for (int b = 0; b < k; b++) {
-      const unsigned char *s = src + (int64_t)b * m;
-      unsigned char *d = dst + b;
-      for (int64_t i = 0; i < m; i++) d[i * k] = s[i];
-    }
-  }
-}
-
-static int valid_shuffle(int k) { return k == 0 || k == 1 || k == 2 || k == 4 || k == 8; }
-
-void lt_ckpt_encode_footer(unsigned char *buf, const lt_ckpt_piece *pieces, int64_t count) {
-  unsigned char *e = buf;
-  for (int64_t i = 0; i < count; i++, e += CKPT_ENTRY_BYTES) {
-    put_u64(e, (uint64_t)pieces[i].offset);
-    put_u64(e + 8, (uint64_t)pieces[i].csize);
-    put_u64(e + 16, (uint64_t)pieces[i].raw_bytes);
-    put_u32(e + 24, (uint32_t)pieces[i].nframes);
-    put_u32(e + 28, pieces[i].checksum);
-    put_u32(e + 32, (uint32_t)pieces[i].shuffle);
-    memset(e + 36, 0, 4);
-  }
-  put_u64(e, (uint64_t)count);
-  put_u32(e + 8, lt_ckpt_hash(2166136261u, buf, (size_t)(count * CKPT_ENTRY_BYTES)));
-  put_u32(e + 12, CKPT_VERSION);
-  memcpy(e + 16, CKPT_MAGIC, 8);
-}
 
 int lt_ckpt_pread_all(int fd, void *dst, int64_t n, int64_t offset) {
   char *p = dst;
@@ -182,9 +66,9 @@ static int read_footer(int fd, const char *path, int64_t size, int64_t *count, u
     return lt_errorf("ckpt: %s: cannot read the footer: %s", name, errno ? strerror(errno) : "truncated");
   if (memcmp(tr + 16, CKPT_MAGIC, 8) != 0)
     return lt_errorf("ckpt: %s: truncated or not a shard file (no footer magic at the end)", name);
-  if (get_u32(tr + 12) != CKPT_VERSION)
-    return lt_errorf("ckpt: %s: shard version %u (this lutra reads %d)", name, get_u32(tr + 12), CKPT_VERSION);
-  uint64_t n = get_u64(tr);
+  if (lt_ckpt_get_u32(tr + 12) != CKPT_VERSION)
+    return lt_errorf("ckpt: %s: shard version %u (this lutra reads %d)", name, lt_ckpt_get_u32(tr + 12), CKPT_VERSION);
+  uint64_t n = lt_ckpt_get_u64(tr);
   if (n > (uint64_t)(size - CKPT_TRAILER_BYTES) / CKPT_ENTRY_BYTES)
     return lt_errorf("ckpt: %s: footer claims %llu pieces, more than the file can hold: size mismatch", name,
                      (unsigned long long)n);
@@ -196,23 +80,26 @@ static int read_footer(int fd, const char *path, int64_t size, int64_t *count, u
     free(e);
     return lt_errorf("ckpt: %s: cannot read the footer entries", name);
   }
-  if (lt_ckpt_hash(2166136261u, e, bytes) != get_u32(tr + 8)) {
+  if (lt_ckpt_hash(2166136261u, e, bytes) != lt_ckpt_get_u32(tr + 8)) {
     free(e);
     return lt_errorf("ckpt: %s: footer checksum mismatch (the piece index is corrupt)", name);
   }
   int64_t data_end = size - CKPT_TRAILER_BYTES - (int64_t)bytes;
   for (uint64_t i = 0; i < n; i++) {
     const unsigned char *p = e + i * CKPT_ENTRY_BYTES;
-    uint64_t off = get_u64(p), cs = get_u64(p + 8), raw = get_u64(p + 16);
-    if (off > (uint64_t)data_end || cs > (uint64_t)data_end - off || raw > (uint64_t)INT64_MAX / 2 || get_u32(p + 24) == 0 ||
-        get_u32(p + 32) > 8 || !valid_shuffle((int)get_u32(p + 32))) {
+    uint64_t off = lt_ckpt_get_u64(p), cs = lt_ckpt_get_u64(p + 8), raw = lt_ckpt_get_u64(p + 16);
+    if (off > (uint64_t)data_end || cs > (uint64_t)data_end - off || raw > (uint64_t)INT64_MAX / 2 ||
+        lt_ckpt_get_u32(p + 24) == 0 || lt_ckpt_get_u32(p + 32) > 8 ||
+        !lt_ckpt_valid_shuffle((int)lt_ckpt_get_u32(p + 32))) {
       free(e);
       return lt_errorf("ckpt: %s: piece %llu: footer entry out of the file's range: size mismatch", name,
                        (unsigned long long)i);
     }
   }
-  if (entries) *entries = e;
-  else free(e);
+  if (entries)
+    *entries = e;
+  else
+    free(e);
   return 0;
 }
 
@@ -228,12 +115,12 @@ int lt_ckpt_read_index(const char *path, lt_ckpt_piece *pieces, int64_t max, int
   if (rc != 0) return -1;
   for (int64_t i = 0; i < *count && i < max; i++) {
     const unsigned char *p = e + i * CKPT_ENTRY_BYTES;
-    pieces[i].offset = (int64_t)get_u64(p);
-    pieces[i].csize = (int64_t)get_u64(p + 8);
-    pieces[i].raw_bytes = (int64_t)get_u64(p + 16);
-    pieces[i].nframes = (int32_t)get_u32(p + 24);
-    pieces[i].checksum = get_u32(p + 28);
-    pieces[i].shuffle = (int32_t)get_u32(p + 32);
+    pieces[i].offset = (int64_t)lt_ckpt_get_u64(p);
+    pieces[i].csize = (int64_t)lt_ckpt_get_u64(p + 8);
+    pieces[i].raw_bytes = (int64_t)lt_ckpt_get_u64(p + 16);
+    pieces[i].nframes = (int32_t)lt_ckpt_get_u32(p + 24);
+    pieces[i].checksum = lt_ckpt_get_u32(p + 28);
+    pieces[i].shuffle = (int32_t)lt_ckpt_get_u32(p + 32);
     pieces[i].reserved = 0;
   }
   free(e);
@@ -251,7 +138,7 @@ static int decode_piece(int fd, const char *path, int64_t size, int64_t index, c
                         int64_t *scratch_cap) {
   const char *name = lt_ckpt_base(path);
   int k = p->shuffle > 1 ? p->shuffle : 1;
-  if (!valid_shuffle(p->shuffle) || p->raw_bytes % k != 0)
+  if (!lt_ckpt_valid_shuffle(p->shuffle) || p->raw_bytes % k != 0)
     return lt_errorf("ckpt: %s: piece %lld: shuffle %d does not fit its %lld bytes: size mismatch", name,
                      (long long)index, p->shuffle, (long long)p->raw_bytes);
   if (p->offset < 0 || p->csize <= 0 || p->offset > size || p->csize > size - p->offset)
@@ -278,7 +165,7 @@ static int decode_piece(int fd, const char *path, int64_t size, int64_t index, c
     }
     if (pos == have) break; /* the piece's bytes are used up */
     if (!in_frame) {
-      if (have - pos < 4 || get_u32(win + pos) != lz4_frame_magic)
+      if (have - pos < 4 || lt_ckpt_get_u32(win + pos) != lz4_frame_magic)
         return lt_errorf("ckpt: %s: piece %lld frame %d (at byte %lld): bad magic (not an lz4 frame)", name,
                          (long long)index, frame, (long long)(file_pos - (int64_t)(have - pos)));
       if (frame >= p->nframes)
@@ -290,18 +177,20 @@ static int decode_piece(int fd, const char *path, int64_t size, int64_t index, c
     size_t ret = LZ4F_decompress(dctx, out + produced, &dst_n, win + pos, &src_n, NULL);
     if (LZ4F_isError(ret)) {
       const char *e = LZ4F_getErrorName(ret);
-      const char *what = strstr(e, "hecksum") ? "checksum mismatch" : strstr(e, "dstMaxSize") ? "size mismatch"
-                                                                                                 : "corrupt frame";
+      const char *what = strstr(e, "hecksum")      ? "checksum mismatch"
+                         : strstr(e, "dstMaxSize") ? "size mismatch"
+                                                   : "corrupt frame";
       return lt_errorf("ckpt: %s: piece %lld frame %d: %s (lz4: %s)", name, (long long)index, frame, what, e);
     }
-    if (src_n >= 4) memcpy(last4, win + pos + src_n - 4, 4);
+    if (src_n >= 4)
+      memcpy(last4, win + pos + src_n - 4, 4);
     else if (src_n > 0) {
       memmove(last4, last4 + src_n, 4 - src_n);
       memcpy(last4 + 4 - src_n, win + pos, src_n);
     }
     pos += src_n, produced += (int64_t)dst_n;
     if (ret == 0) { /* end of a frame: LZ4 checked its content checksum */
-      h = lt_ckpt_piece_hash(h, get_u32(last4));
+      h = lt_ckpt_piece_hash(h, lt_ckpt_get_u32(last4));
       int64_t len = produced - frame_start;
       if (k > 1 && len > 0) {
         if (len % k != 0)
@@ -375,7 +264,8 @@ struct read_arg {
 };
 static int read_fn(int fd, const char *path, int64_t size, decoder *d, void *arg) {
   struct read_arg *a = arg;
-  return decode_piece(fd, path, size, a->index, a->p, a->dst, d->dctx, d->win, d->win_cap, &d->scratch, &d->scratch_cap);
+  return decode_piece(fd, path, size, a->index, a->p, a->dst, d->dctx, d->win, d->win_cap, &d->scratch,
+                      &d->scratch_cap);
 }
 
 int lt_ckpt_read_piece(const char *path, int64_t index, const lt_ckpt_piece *p, void *dst, int64_t dst_bytes) {
@@ -397,7 +287,7 @@ static int frame_extent(int fd, const char *name, int64_t index, int frame, int6
   int64_t n = end - at < 19 ? end - at : 19;
   if (n < 7 || lt_ckpt_pread_all(fd, h, n, at) != 0)
     return lt_errorf("ckpt: %s: piece %lld frame %d: truncated", name, (long long)index, frame);
-  if (get_u32(h) != lz4_frame_magic)
+  if (lt_ckpt_get_u32(h) != lz4_frame_magic)
     return lt_errorf("ckpt: %s: piece %lld frame %d (at byte %lld): bad magic (not an lz4 frame)", name,
                      (long long)index, frame, (long long)at);
   int flg = h[4], block_ck = flg & 0x10, has_size = flg & 0x08, content_ck = flg & 0x04, dict = flg & 0x01;
@@ -406,7 +296,7 @@ static int frame_extent(int fd, const char *name, int64_t index, int frame, int6
                      frame, flg);
   int64_t hlen = 4 + 2 + 8 + (dict ? 4 : 0) + 1;
   if (n < hlen) return lt_errorf("ckpt: %s: piece %lld frame %d: truncated", name, (long long)index, frame);
-  uint64_t cs = get_u64(h + 6);
+  uint64_t cs = lt_ckpt_get_u64(h + 6);
   if (cs > (uint64_t)INT64_MAX / 2)
     return lt_errorf("ckpt: %s: piece %lld frame %d: corrupt frame (content size)", name, (long long)index, frame);
   int64_t pos = at + hlen;
@@ -414,7 +304,7 @@ static int frame_extent(int fd, const char *name, int64_t index, int frame, int6
     unsigned char b[4];
     if (end - pos < 4 || lt_ckpt_pread_all(fd, b, 4, pos) != 0)
       return lt_errorf("ckpt: %s: piece %lld frame %d: truncated", name, (long long)index, frame);
-    uint32_t bs = get_u32(b);
+    uint32_t bs = lt_ckpt_get_u32(b);
     pos += 4;
     if (bs == 0) break;
     int64_t size = (int64_t)(bs & 0x7FFFFFFFu) + (block_ck ? 4 : 0);
@@ -424,7 +314,7 @@ static int frame_extent(int fd, const char *name, int64_t index, int frame, int6
   unsigned char c[4];
   if (end - pos < 4 || lt_ckpt_pread_all(fd, c, 4, pos) != 0)
     return lt_errorf("ckpt: %s: piece %lld frame %d: truncated", name, (long long)index, frame);
-  *clen = pos + 4 - at, *content = (int64_t)cs, *checksum = get_u32(c);
+  *clen = pos + 4 - at, *content = (int64_t)cs, *checksum = lt_ckpt_get_u32(c);
   return 0;
 }
 
@@ -511,7 +401,8 @@ int lt_ckpt_read_range(const char *path, int64_t index, const lt_ckpt_piece *p, 
   if (begin < 0 || len < 0 || begin > p->raw_bytes || len > p->raw_bytes - begin)
     return lt_errorf("ckpt: %s: piece %lld: bytes [%lld, +%lld) outside its %lld: size mismatch", lt_ckpt_base(path),
                      (long long)index, (long long)begin, (long long)len, (long long)p->raw_bytes);
-  if (!valid_shuffle(p->shuffle)) return lt_errorf("ckpt: %s: piece %lld: bad shuffle %d", path, (long long)index, p->shuffle);
+  if (!lt_ckpt_valid_shuffle(p->shuffle))
+    return lt_errorf("ckpt: %s: piece %lld: bad shuffle %d", path, (long long)index, p->shuffle);
   struct range_arg a = {index, begin, len, p, dst};
   return with_decoder(path, range_fn, &a);
 }
@@ -527,11 +418,18 @@ static int verify_fn(int fd, const char *path, int64_t size, decoder *d, void *a
   int rc = 0;
   for (int64_t i = 0; i < count && rc == 0; i++) {
     const unsigned char *q = e + i * CKPT_ENTRY_BYTES;
-    lt_ckpt_piece p = {(int64_t)get_u64(q),      (int64_t)get_u64(q + 8), (int64_t)get_u64(q + 16),
-                       (int32_t)get_u32(q + 24), get_u32(q + 28),        (int32_t)get_u32(q + 32), 0};
+    lt_ckpt_piece p = {(int64_t)lt_ckpt_get_u64(q),
+                       (int64_t)lt_ckpt_get_u64(q + 8),
+                       (int64_t)lt_ckpt_get_u64(q + 16),
+                       (int32_t)lt_ckpt_get_u32(q + 24),
+                       lt_ckpt_get_u32(q + 28),
+                       (int32_t)lt_ckpt_get_u32(q + 32),
+                       0};
     void *buf = malloc(p.raw_bytes ? (size_t)p.raw_bytes : 1);
-    if (!buf) rc = lt_errorf("ckpt: %s: piece %lld: out of memory for %lld bytes", path, (long long)i, (long long)p.raw_bytes);
-    else rc = decode_piece(fd, path, size, i, &p, buf, d->dctx, d->win, d->win_cap, &d->scratch, &d->scratch_cap);
+    if (!buf)
+      rc = lt_errorf("ckpt: %s: piece %lld: out of memory for %lld bytes", path, (long long)i, (long long)p.raw_bytes);
+    else
+      rc = decode_piece(fd, path, size, i, &p, buf, d->dctx, d->win, d->win_cap, &d->scratch, &d->scratch_cap);
     free(buf);
     a->raw += p.raw_bytes, a->compressed += p.csize;
   }
@@ -546,76 +444,4 @@ int lt_ckpt_verify_file(const char *path, int64_t *raw, int64_t *compressed) {
   if (raw) *raw = a.raw;
   if (compressed) *compressed = a.compressed;
   return 0;
-}
-
-/* ---- files ------------------------------------------------------------------------------ */
-
-int lt_ckpt_fsync_path(const char *path) {
-  if (!path) return lt_errorf("ckpt: fsync: path is NULL");
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return lt_errorf("ckpt: cannot open %s to fsync it: %s", path, strerror(errno));
-  int rc = fsync(fd);
-  int err = errno;
-  close(fd);
-  if (rc != 0 && err != EINVAL) return lt_errorf("ckpt: fsync %s: %s", path, strerror(err)); /* EINVAL: no sync here */
-  return 0;
-}
-
-static void parent_of(const char *path, char *buf, size_t cap) {
-  const char *s = strrchr(path, '/');
-  if (!s) snprintf(buf, cap, ".");
-  else if (s == path) snprintf(buf, cap, "/");
-  else snprintf(buf, cap, "%.*s", (int)(s - path), path);
-}
-
-int lt_ckpt_rename(const char *from, const char *to) {
-  if (!from || !to) return lt_errorf("ckpt: rename: NULL path");
-  if (rename(from, to) != 0) return lt_errorf("ckpt: cannot rename %s to %s: %s", from, to, strerror(errno));
-  char dir[4096];
-  parent_of(to, dir, sizeof dir);
-  return lt_ckpt_fsync_path(dir);
-}
-
-int lt_ckpt_write_file(const char *path, const void *data, int64_t nbytes) {
-  if (!path || (!data && nbytes > 0) || nbytes < 0) return lt_errorf("ckpt: write_file: bad arguments");
-  char tmp[4096];
-  if (snprintf(tmp, sizeof tmp, "%s.tmp-%d", path, (int)getpid()) >= (int)sizeof tmp)
-    return lt_errorf("ckpt: write_file: path too long");
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return lt_errorf("ckpt: cannot create %s: %s", tmp, strerror(errno));
-  if (lt_ckpt_write_all(fd, data, nbytes) != 0 || fsync(fd) != 0) {
-    int err = errno;
-    close(fd);
-    unlink(tmp);
-    return lt_errorf("ckpt: cannot write %s: %s", tmp, strerror(err));
-  }
-  close(fd);
-  if (lt_ckpt_rename(tmp, path) != 0) {
-    unlink(tmp);
-    return -1;
-  }
-  return 0;
-}
-
-static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-  (void)st, (void)flag, (void)ftw;
-  remove(path);
-  return 0;
-}
-
-int lt_ckpt_remove_tree(const char *path) {
-  if (!path || !*path) return lt_errorf("ckpt: remove_tree: empty path");
-  struct stat st;
-  if (lstat(path, &st) != 0) return 0; /* nothing there */
-  nftw(path, remove_one, 16, FTW_DEPTH | FTW_PHYS);
-  if (lstat(path, &st) == 0) return lt_errorf("ckpt: cannot remove %s", path);
-  return 0;
-}
-
-int lt_ckpt_fault(const char *point) {
-  const char *want = getenv("LUTRA_FAULT");
-  if (!point || !want || strcmp(want, point) != 0) return 0;
-  fprintf(stderr, "lutra: fault injected at %s (LUTRA_FAULT): exiting\n", point);
-  fflush(stderr);
-  _exit(86);
 }

@@ -8,6 +8,25 @@ enum { CKPT_ENTRY_BYTES = 40, CKPT_TRAILER_BYTES = 24, CKPT_VERSION = 1 };
 #define CKPT_MAGIC "LTCKPT1\n"
 #define CKPT_DEFAULT_CHUNK ((int64_t)4 << 20)
 
+/* Little-endian fields. */
+static inline void lt_ckpt_put_u64(unsigned char *p, uint64_t v) {
+  for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static inline void lt_ckpt_put_u32(unsigned char *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static inline uint64_t lt_ckpt_get_u64(const unsigned char *p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+  return v;
+}
+static inline uint32_t lt_ckpt_get_u32(const unsigned char *p) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; i--) v = (v << 8) | p[i];
+  return v;
+}
+static inline int lt_ckpt_valid_shuffle(int k) { return k == 0 || k == 1 || k == 2 || k == 4 || k == 8; }
+
 /* FNV-1a, 32 bits, continued from h (start with 2166136261u). */
 uint32_t lt_ckpt_hash(uint32_t h, const void *data, size_t n);
 /* A piece's checksum from its frames' content checksums. */

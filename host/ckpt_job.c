@@ -150,8 +150,8 @@ int lt_ckpt_job_add_file(lt_ckpt_job *j, const char *path, const void *data, int
   return 0;
 }
 
-int lt_ckpt_job_commit(lt_ckpt_job *j, const char *tmp_dir, const char *final_dir, const char *manifest_text,
-                       int world, const char *latest_path, const char *latest_text, double timeout_s) {
+int lt_ckpt_job_commit(lt_ckpt_job *j, const char *tmp_dir, const char *final_dir, const char *manifest_text, int world,
+                       const char *latest_path, const char *latest_text, double timeout_s) {
   if (!j || !tmp_dir || !final_dir || !manifest_text) return lt_errorf("ckpt: job_commit: NULL argument");
   if (world < 1) return lt_errorf("ckpt: job_commit: world must be >= 1, got %d", world);
   if (latest_path && !latest_text) return lt_errorf("ckpt: job_commit: latest_path without latest_text");
@@ -212,7 +212,8 @@ static int write_piece(lt_ckpt_job *j, sink *s, int64_t i, const LZ4F_preference
     }
     for (int q = 0; q < cnt; q++) {
       size_t w = slots[q].w;
-      if (LZ4F_isError(w)) return lt_errorf("ckpt: %s: piece %lld: lz4: %s", j->path, (long long)i, LZ4F_getErrorName(w));
+      if (LZ4F_isError(w))
+        return lt_errorf("ckpt: %s: piece %lld: lz4: %s", j->path, (long long)i, LZ4F_getErrorName(w));
       if (s->used + w > s->cap && flush(s, j->path) != 0) return -1;
       memcpy(s->buf + s->used, slots[q].out, w);
       const unsigned char *c = slots[q].out + w - 4; /* the frame's content checksum */
@@ -275,8 +276,10 @@ static int write_shard(lt_ckpt_job *j) {
   if (rc == 0) {
     unsigned char *dst = fb ? fb : s.buf + s.used;
     lt_ckpt_encode_footer(dst, j->pieces, j->n);
-    if (fb) rc = flush(&s, j->path) || lt_ckpt_write_all(s.fd, fb, (int64_t)footer);
-    else s.used += footer, rc = flush(&s, j->path);
+    if (fb)
+      rc = flush(&s, j->path) || lt_ckpt_write_all(s.fd, fb, (int64_t)footer);
+    else
+      s.used += footer, rc = flush(&s, j->path);
     if (rc != 0) rc = lt_errorf("ckpt: cannot write %s: %s", part, strerror(errno));
   }
   free(fb);
@@ -423,7 +426,8 @@ int lt_ckpt_wait_all(void) {
 
 int lt_ckpt_job_piece(const lt_ckpt_job *j, int64_t i, lt_ckpt_piece *piece) {
   if (!j || !piece) return lt_errorf("ckpt: job_piece: NULL argument");
-  if (i < 0 || i >= j->n) return lt_errorf("ckpt: job_piece: index %lld outside [0, %lld)", (long long)i, (long long)j->n);
+  if (i < 0 || i >= j->n)
+    return lt_errorf("ckpt: job_piece: index %lld outside [0, %lld)", (long long)i, (long long)j->n);
   if (!atomic_load(&j->done)) return lt_errorf("ckpt: job_piece: the job has not finished");
   *piece = j->pieces[i];
   return 0;

@@ -58,12 +58,15 @@ static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *c
 
 static int check_piece(const char *src, const char *name, int64_t k, const cJSON *p, int nfiles, int ndim,
                        const int64_t *shape, int size) {
-  if (!cJSON_IsObject(p)) return lt_errorf("ckpt: %s: tensor '%.200s': piece %lld is not an object", src, name, (long long)k);
+  if (!cJSON_IsObject(p))
+    return lt_errorf("ckpt: %s: tensor '%.200s': piece %lld is not an object", src, name, (long long)k);
   int64_t file, index, bytes, off[LT_MAX_DIMS], box[LT_MAX_DIMS];
   if (as_int(cJSON_GetObjectItemCaseSensitive(p, "file"), &file) != 0 || file >= nfiles)
-    return lt_errorf("ckpt: %s: tensor '%.200s': piece %lld: file must index the %d files", src, name, (long long)k, nfiles);
+    return lt_errorf("ckpt: %s: tensor '%.200s': piece %lld: file must index the %d files", src, name, (long long)k,
+                     nfiles);
   if (as_int(cJSON_GetObjectItemCaseSensitive(p, "index"), &index) != 0)
-    return lt_errorf("ckpt: %s: tensor '%.200s': piece %lld: index must be a non-negative integer", src, name, (long long)k);
+    return lt_errorf("ckpt: %s: tensor '%.200s': piece %lld: index must be a non-negative integer", src, name,
+                     (long long)k);
   if (int_list(cJSON_GetObjectItemCaseSensitive(p, "offset"), off) != ndim ||
       int_list(cJSON_GetObjectItemCaseSensitive(p, "shape"), box) != ndim)
     return lt_errorf("ckpt: %s: tensor '%.200s': piece %lld: offset and shape must be %d integers", src, name,
@@ -76,12 +79,13 @@ static int check_piece(const char *src, const char *name, int64_t k, const cJSON
     count *= box[d]; /* bounded by the global count, checked below */
   }
   if (as_int(cJSON_GetObjectItemCaseSensitive(p, "bytes"), &bytes) != 0 || bytes != count * size)
-    return lt_errorf("ckpt: %s: tensor '%.200s': piece %lld: bytes must be %lld (its elements times the dtype size)", src,
-                     name, (long long)k, (long long)(count * size));
+    return lt_errorf("ckpt: %s: tensor '%.200s': piece %lld: bytes must be %lld (its elements times the dtype size)",
+                     src, name, (long long)k, (long long)(count * size));
   return 0;
 }
 
-static int check_tensor(const char *src, int64_t i, const cJSON *t, int nfiles, const char **name_out, int64_t *pieces) {
+static int check_tensor(const char *src, int64_t i, const cJSON *t, int nfiles, const char **name_out,
+                        int64_t *pieces) {
   if (!cJSON_IsObject(t)) return lt_errorf("ckpt: %s: tensor %lld is not an object", src, (long long)i);
   const cJSON *nm = cJSON_GetObjectItemCaseSensitive(t, "name");
   if (!cJSON_IsString(nm) || !nm->valuestring[0] || strlen(nm->valuestring) > MAX_NAME)
@@ -106,8 +110,7 @@ static int check_tensor(const char *src, int64_t i, const cJSON *t, int nfiles, 
   const cJSON *ps = cJSON_GetObjectItemCaseSensitive(t, "pieces");
   if (!cJSON_IsArray(ps)) return lt_errorf("ckpt: %s: tensor '%.200s': pieces must be a list", src, name);
   int64_t k = 0;
-  for (const cJSON *p = ps->child; p; p = p->next, k++)
-    LT_TRY(check_piece(src, name, k, p, nfiles, ndim, shape, size));
+  for (const cJSON *p = ps->child; p; p = p->next, k++) LT_TRY(check_piece(src, name, k, p, nfiles, ndim, shape, size));
   *pieces += k;
   return 0;
 }
@@ -158,11 +161,13 @@ static int check_root(const char *src, const cJSON *root, int64_t *n_tensors, in
 int lt_ckpt_manifest_check(const char *text, int64_t len, const char *source, int64_t *n_tensors, int64_t *n_pieces) {
   const char *src = source ? source : "manifest";
   if (!text || len < 0) return lt_errorf("ckpt: %s: no manifest text", src);
-  if (len > MAX_MANIFEST) return lt_errorf("ckpt: %s: manifest of %lld bytes is over the 256 MB bound", src, (long long)len);
+  if (len > MAX_MANIFEST)
+    return lt_errorf("ckpt: %s: manifest of %lld bytes is over the 256 MB bound", src, (long long)len);
   const char *end = NULL;
   cJSON *root = cJSON_ParseWithLengthOpts(text, (size_t)len, &end, 0);
-  if (!root) return lt_errorf("ckpt: %s: the manifest is not valid JSON (near byte %lld)", src,
-                              (long long)(end && end >= text ? end - text : 0));
+  if (!root)
+    return lt_errorf("ckpt: %s: the manifest is not valid JSON (near byte %lld)", src,
+                     (long long)(end && end >= text ? end - text : 0));
   int rc = check_root(src, root, n_tensors, n_pieces);
   cJSON_Delete(root);
   return rc;

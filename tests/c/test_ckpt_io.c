@@ -120,7 +120,8 @@ static void test_round_trip(void) {
     CHECK(p[2].csize < 10000 / 4, "structured piece compresses: %lld", (long long)p[2].csize);
     for (int piece = 1; piece <= 4; piece++) { /* byte ranges: inside a frame, across frames, all */
       int64_t rb = piece_bytes[piece];
-      int64_t ranges[][2] = {{0, rb}, {1, rb / 3}, {rb / 2 - 7, 16}, {rb - 8, 8}, {rb, 0}, {999, 1002 < rb - 999 ? 1002 : rb - 999}};
+      int64_t ranges[][2] = {{0, rb},     {1, rb / 3}, {rb / 2 - 7, 16},
+                             {rb - 8, 8}, {rb, 0},     {999, 1002 < rb - 999 ? 1002 : rb - 999}};
       for (int q = 0; q < 6; q++) {
         int64_t b0 = ranges[q][0], len = ranges[q][1];
         if (b0 + len > rb || len < 0) continue;
@@ -162,7 +163,8 @@ static void test_every_flip(void) {
     write_all_file(bad, img, n);
     img[pos] = saved;
     tried++;
-    if (lt_ckpt_verify_file(bad, NULL, NULL) != 0) detected++;
+    if (lt_ckpt_verify_file(bad, NULL, NULL) != 0)
+      detected++;
     else /* a match offset moved onto equal bytes decodes the same content: harmless, but only that */
       CHECK(read_back(bad) == 0, "a flip at byte %lld of %lld went unnoticed and changed the data", (long long)pos,
             (long long)n);
@@ -209,10 +211,11 @@ static void test_truncated_and_lying(void) {
   for (int c = 0; c < 5; c++) {
     memcpy(q, p, sizeof q);
     const char *needle = "";
-    if (c == 0) q[2].raw_bytes += 8, needle = "size mismatch";           /* decodes to fewer bytes */
-    if (c == 1) q[2].csize -= 5, needle = "truncated";                   /* the piece ends inside a frame */
-    if (c == 2) q[4].offset = p[1].offset, q[4].csize = p[1].csize, q[4].nframes = 1, q[4].raw_bytes = 100, q[4].shuffle = 4,
-                needle = "checksum mismatch";                            /* another piece's frames */
+    if (c == 0) q[2].raw_bytes += 8, needle = "size mismatch"; /* decodes to fewer bytes */
+    if (c == 1) q[2].csize -= 5, needle = "truncated";         /* the piece ends inside a frame */
+    if (c == 2)
+      q[4].offset = p[1].offset, q[4].csize = p[1].csize, q[4].nframes = 1, q[4].raw_bytes = 100, q[4].shuffle = 4,
+      needle = "checksum mismatch";                                             /* another piece's frames */
     if (c == 3) q[1].offset = data_end + 8, needle = "out of the file's range"; /* past the data */
     if (c == 4) q[3].shuffle = 3, needle = "out of the file's range";           /* no such transposition */
     lt_ckpt_encode_footer(footer, q, NPIECES);
