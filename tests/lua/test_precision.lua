@@ -327,6 +327,31 @@ test("LoRA adapters (all-linear, and q/v row blocks) train under bf16 and fp16, 
   end
 end)
 
+test("fp16: a custom loss in f16 whose gradient overflows f16 backs off until it fits, then trains", function()
+  -- a loss_fn of its own, computed in f16: the mean square of the logits' first column, * 10.
+  -- Its backward carries scale * 10 through f16 (which ends at 65504): inf until the scale is
+  -- 4096, after 4 skipped steps (65536 -> 32768 -> 16384 -> 8192 -> 4096), as GradScaler does.
+  local function loss_fn(model, batch)
+    local logits = model:forward(batch.x)
+    equal(logits.dtype, "f16")
+    local c = logits:narrow(2, 0, 1)
+    return (c * c):mean() * 10 + 3
+  end
+  local recs = {}
+  local model = small_model("gpt2")
+  local before = params_snapshot(model)
+  local r = train{model = model, data = fixed_loader(2, 2, 8), quiet = true, loss_fn = loss_fn,
+                  config = cfg{steps = 6, precision = "fp16"},
+                  log = function(rec) if rec.step then recs[rec.step] = rec end end}
+  local scales, skipped = {}, {}
+  for i = 1, 6 do scales[i], skipped[i] = recs[i].loss_scale, recs[i].skipped or 0 end
+  equal(scales, {32768, 16384, 8192, 4096, 4096, 4096})
+  equal(skipped, {1, 1, 1, 1, 0, 0})
+  equal(r.optimizer.steps, 2)
+  assert(recs[5].grad_norm > 0 and recs[5].grad_norm < 1e3)
+  assert(not T.equal(before["wte.weight"]:tolist(), params_snapshot(model)["wte.weight"]:tolist()))
+end)
+
 -- ---- master weights for bf16/f16 parameters ------------------------------------------------------
 
 -- a copy of table a with b's keys set

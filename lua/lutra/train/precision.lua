@@ -93,10 +93,16 @@ function Precision:wrap(loss_fn)
   return function(model, batch) return F.autocast(dt, loss_fn, model, batch) end
 end
 
+-- loss * s in f32: a loss a custom loss_fn left in f16 would overflow there (f16 ends at 65504).
+local function times(loss, s)
+  if loss.dtype ~= "f32" and loss.dtype ~= "f64" then loss = loss:to("f32") end
+  return loss * s
+end
+
 -- The loss to call backward on: loss * scale for fp16, else loss itself.
 function Precision:scale(loss)
   if not self.loss_scale then return loss end
-  return loss * self.loss_scale
+  return times(loss, self.loss_scale)
 end
 
 -- loss_fn whose loss is scaled (fp16), for callers that run backward themselves (a parallel
@@ -106,7 +112,7 @@ function Precision:scaled(loss_fn)
   local s = self.loss_scale
   return function(model, batch)
     local loss, extra = loss_fn(model, batch)
-    return loss * s, extra
+    return times(loss, s), extra
   end
 end
 
