@@ -21,14 +21,7 @@ end
 
 local function corpus(path)
   local words = {"the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "far", "away", "home", "over", "hill"}
-  local parts, x = {}, 12345
-  for i = 1, 200000 do
-    x = (x * 1103515245 + 12345) % 2147483648
-    parts[i] = words[x % #words + 1]
-  end
-  local f = assert(io.open(path, "w"))
-  f:write(table.concat(parts, " "))
-  f:close()
+  require("lutra.testing").word_corpus(path, words, 200000, 12345)
 end
 
 if opts.worker ~= false then

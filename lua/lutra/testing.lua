@@ -278,4 +278,19 @@ function M.f32(v)
   return f32[0]
 end
 
+-- Writes a text of n words drawn from `words` by a fixed linear congruential sequence from
+-- seed (the same text on every machine and rank): corpora for tests and benchmarks.
+-- Returns path.
+function M.word_corpus(path, words, n, seed)
+  local parts, x = {}, seed
+  for i = 1, n do
+    x = (x * 1103515245 + 12345) % 2147483648
+    parts[i] = words[x % #words + 1]
+  end
+  local f = assert(io.open(path, "w"))
+  f:write(table.concat(parts, " "))
+  f:close()
+  return path
+end
+
 return M

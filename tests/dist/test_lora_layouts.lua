@@ -132,17 +132,8 @@ local LAYOUTS = {
 
 local dir = os.getenv("TMPDIR") or "/tmp"
 local path = string.format("%s/lutra_lora_layouts_%d_%d.txt", dir, R, N)
-do
-  local words = {"the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "far", "away", "home", "big", "red"}
-  local parts, x = {}, 4321
-  for i = 1, 3000 do
-    x = (x * 1103515245 + 12345) % 2147483648
-    parts[i] = words[x % #words + 1]
-  end
-  local f = assert(io.open(path, "w"))
-  f:write(table.concat(parts, " "))
-  f:close()
-end
+testing.word_corpus(path,
+  {"the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "far", "away", "home", "big", "red"}, 3000, 4321)
 local tok = lt.tokenizer.char(assert(io.open(path)):read("*a"))
 local function loader()
   return lt.data.text(path, tok, {seq_len = 16, batch = 8, seed = 3, cache = path .. ".bin", quiet = true})

@@ -23,17 +23,8 @@ local LAYOUTS = {
 -- a small corpus, the same on every rank (each rank writes its own copy: no race)
 local dir = os.getenv("TMPDIR") or "/tmp"
 local path = string.format("%s/lutra_layouts_%d_%d.txt", dir, R, N)
-do
-  local words = {"the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "far", "away", "home"}
-  local parts, x = {}, 12345
-  for i = 1, 4000 do
-    x = (x * 1103515245 + 12345) % 2147483648
-    parts[i] = words[x % #words + 1]
-  end
-  local f = assert(io.open(path, "w"))
-  f:write(table.concat(parts, " "))
-  f:close()
-end
+testing.word_corpus(path,
+  {"the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "far", "away", "home"}, 4000, 12345)
 local tok = lt.tokenizer.char(assert(io.open(path)):read("*a"))
 local function loader()
   return lt.data.text(path, tok, {seq_len = 16, batch = 8, seed = 3, cache = path .. ".bin", quiet = true})
