@@ -78,10 +78,27 @@ int lt_ckpt_remove_tree(const char *path) {
   return 0;
 }
 
+/* This process's rank in the job (the launcher's environment), or -1. */
+static int job_rank(void) {
+  const char *names[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "LUTRA_RANK"};
+  for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+    const char *v = getenv(names[k]);
+    if (v && *v) return atoi(v);
+  }
+  return -1;
+}
+
 int lt_ckpt_fault(const char *point) {
   const char *want = getenv("LUTRA_FAULT");
-  if (!point || !want || strcmp(want, point) != 0) return 0;
-  fprintf(stderr, "lutra: fault injected at %s (LUTRA_FAULT): exiting\n", point);
+  if (!point || !want) return 0;
+  size_t n = strlen(point);
+  if (strncmp(want, point, n) != 0) return 0;
+  if (want[n] == '@') { /* LUTRA_FAULT=save:mid_file@2: only rank 2 */
+    if (atoi(want + n + 1) != job_rank()) return 0;
+  } else if (want[n] != 0) {
+    return 0;
+  }
+  fprintf(stderr, "lutra: fault injected at %s (LUTRA_FAULT=%s): exiting\n", point, want);
   fflush(stderr);
   _exit(86);
 }

@@ -1,4 +1,5 @@
-/* ckpt_io.h — internals shared by ckpt_io.c (frames, footers, files) and ckpt_job.c (jobs). */
+/* ckpt_io.h — internals shared by host/ckpt_*.c: format constants, little-endian fields,
+ * hashes, the footer, the byte shuffle, whole reads and writes. */
 #ifndef LUTRA_CKPT_IO_H
 #define LUTRA_CKPT_IO_H
 #include "lutra.h"

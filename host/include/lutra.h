@@ -567,7 +567,7 @@ int lt_st_load(lt_tensor *out, const lt_st_header *h, int64_t i);
 int lt_st_save(const char *path, int64_t n, const char *const *names, const lt_tensor *const *tensors, int64_t n_meta,
                const char *const *meta_keys, const char *const *meta_values);
 
-/* ---- checkpoint io: lz4-framed shard files, background saves (host/ckpt_io.c, ckpt_job.c) ----
+/* ---- checkpoint io: lz4-framed shard files, background saves (host/ckpt_*.c) ----
  * A shard file holds pieces (the bytes of one tensor box each), each one or more LZ4 frames
  * (liblz4's frame format, content checksum on, at most chunk_bytes raw bytes a frame), then
  * a footer: one 40-byte little-endian entry per piece {u64 offset, u64 csize, u64 raw_bytes,
@@ -586,8 +586,9 @@ int lt_st_save(const char *path, int64_t n, const char *const *names, const lt_t
  * fsyncs it and tmp_dir, renames tmp_dir to final_dir (an older final_dir is moved aside
  * and removed), fsyncs the parent, and replaces latest_path by latest_text (temp file,
  * fsync, rename). Every started job is joined at exit (atexit), so a process never ends
- * with a save half-written. Test hook: env LUTRA_FAULT=save:mid_file | save:after_file |
- * save:after_manifest | save:after_rename ends the process (_exit(86)) at that point. */
+ * with a save half-written. Test hook: env LUTRA_FAULT=save:start | save:mid_file |
+ * save:after_file | save:after_manifest | save:after_rename ends the process (_exit(86)) at
+ * that point; POINT@R only on rank R (OMPI_COMM_WORLD_RANK, PMIX_RANK or LUTRA_RANK). */
 
 typedef struct lt_ckpt_piece {
   int64_t offset;    /* of the piece's first frame in the file */

@@ -351,6 +351,11 @@ static void test_files_and_commit(void) {
   lt_ckpt_job_free(j);
   CHECK_OK(lt_ckpt_wait_all());
   CHECK_OK(lt_ckpt_fault("save:never")); /* LUTRA_FAULT unset or another point: returns */
+  setenv("LUTRA_FAULT", "save:x@3", 1);
+  setenv("LUTRA_RANK", "2", 1);
+  CHECK_OK(lt_ckpt_fault("save:x"));  /* another rank's fault */
+  CHECK_OK(lt_ckpt_fault("save:xy")); /* not a prefix match */
+  unsetenv("LUTRA_FAULT");
 }
 
 static int check_manifest(const char *text, int64_t *nt, int64_t *np) {

@@ -219,6 +219,14 @@ test("a crash at any point of a save leaves the previous checkpoint loadable", f
       end
     end
   end
+  -- POINT@R: only rank R dies (here rank 0 of 1 via LUTRA_RANK; rank 1's fault does not fire)
+  local root = fresh("fault_rank")
+  equal(run_child(root, 1, false, "save:after_file@1"), 0)
+  expect_step(root, 1)
+  local r, _, code = os.execute(string.format("env LUTRA_FAULT=save:after_file@0 LUTRA_RANK=0 %s %s 2>/dev/null", LUTRA,
+    child_script(root, 2, false)))
+  equal(type(r) == "number" and math.floor(r / 256) or code, 86)
+  expect_step(root, 1)
   io.stderr:write(string.format("  fault injection: %d of %d crashes mid-save survived\n", survived, tried))
 end)
 
