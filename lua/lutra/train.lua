@@ -240,7 +240,7 @@ local function one_step(run, lr)
       loss_sum = loss_sum + to_number(loss)
       if k > 1 then loss = loss * (1 / k) end
       loss = run.prec:scale(loss) -- fp16: times the loss scale (else loss itself)
-      loss:backward()
+      run.prec:backward(loss) -- loss:backward(), under the forward's autocast (bf16, fp16)
       if type(extra) == "table" then
         extras = extras or {}
         for name, v in pairs(extra) do extras[name] = (extras[name] or 0) + to_number(v) / k end
@@ -282,7 +282,7 @@ local function one_step_parallel(run, lr)
     if par.stage and prec.dtype then
       raise("train: precision = \"" .. prec.mode .. "\" with pipeline parallel is not supported yet")
     end
-    loss_sum = par:forward_backward(batches, prec:scaled(run.loss_fn)) / prec:factor()
+    loss_sum = prec:run(par.forward_backward, par, batches, prec:scaled(run.loss_fn)) / prec:factor()
     local take = true
     if prec.loss_scale then
       norm, take = prec:unscale_and_clip(par.optimizer.params, par:finish(0), run.get "grad_clip")

@@ -352,6 +352,25 @@ test("fp16: a custom loss in f16 whose gradient overflows f16 backs off until it
   assert(not T.equal(before["wte.weight"]:tolist(), params_snapshot(model)["wte.weight"]:tolist()))
 end)
 
+test("bf16 with activation checkpointing (lutra.checkpoint): recomputed under the same autocast, bitwise", function()
+  -- llama's forward by hand, each block checkpointed
+  local function checkpointed_loss(model, batch)
+    local x = model.wte(batch.x)
+    for _, block in ipairs(model.blocks) do
+      x = lt.checkpoint(function(h) return block(h) end, x)
+    end
+    return (F.cross_entropy(model.lm_head(model.ln_f(x)), batch.y))
+  end
+  for _, prec in ipairs {"bf16", "fp16"} do
+    local m1, m2 = small_model("llama"), small_model("llama")
+    local r1 = train{model = m1, data = fixed_loader(2, 2, 8), quiet = true, config = cfg{steps = 5, precision = prec}}
+    local r2 = train{model = m2, data = fixed_loader(2, 2, 8), quiet = true, loss_fn = checkpointed_loss,
+                     config = cfg{steps = 5, precision = prec}}
+    equal(r2.losses, r1.losses, prec)
+    bitwise_same(params_snapshot(m1), params_snapshot(m2), prec)
+  end
+end)
+
 -- ---- master weights for bf16/f16 parameters ------------------------------------------------------
 
 -- a copy of table a with b's keys set

@@ -28,6 +28,7 @@
 --   local prec = precision.new(get)        -- get: key -> config value (or a plain table)
 --   loss_fn = prec:wrap(loss_fn)           -- the forward under autocast
 --   loss = prec:scale(loss)                -- before backward
+--   prec:backward(loss)                    -- under autocast too (checkpointed recomputes)
 --   local norm, take = prec:clip_grads(params, max_norm, clip_grad_norm)
 --   if take then opt:step() end
 --   extras = prec:report(extras)           -- loss_scale, skipped
@@ -97,6 +98,19 @@ end
 local function times(loss, s)
   if loss.dtype ~= "f32" and loss.dtype ~= "f64" then loss = loss:to("f32") end
   return loss * s
+end
+
+-- loss:backward() under the same autocast as the forward: activation checkpointing
+-- (lutra.checkpoint) recomputes its forward inside backward and must compute it alike.
+function Precision:backward(loss)
+  if self.dtype == nil then return loss:backward() end
+  return F.autocast(self.dtype, loss.backward, loss)
+end
+
+-- fn(...) under autocast (fp32: plainly), for a layout's forward_backward.
+function Precision:run(fn, ...)
+  if self.dtype == nil then return fn(...) end
+  return F.autocast(self.dtype, fn, ...)
 end
 
 -- The loss to call backward on: loss * scale for fp16, else loss itself.
