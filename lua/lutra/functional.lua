@@ -22,7 +22,7 @@
 -- grad; the extra results (statistics, per-row losses, lse) are not differentiable.
 -- For f64 inputs the saved statistics are f64 too (exact gradient checks).
 --
--- Autocast (mixed precision): while F.autocast_dtype is "bf16" or "f16" (F.autocast(dt, fn)
+-- Autocast (mixed precision): while lutra.autocast.dtype is "bf16" or "f16" (F.autocast(dt, fn)
 -- sets it; lutra.train's config.precision does, around each forward), F.linear and
 -- F.scaled_dot_product_attention compute in that dtype: their f32 inputs, weights and biases
 -- are cast per call through autograd (so f32 weights get f32 gradients), their results are
@@ -68,30 +68,11 @@ local function writing(op, out, a, b, c)
   if S.enabled then S.clear(out) end
 end
 
--- ---- autocast ----------------------------------------------------------------------------
+-- ---- autocast (lutra.autocast: the switch; F.autocast(dt, fn, ...) runs fn with it on) ----------
 
-F.autocast_dtype = nil -- nil (off), "bf16" or "f16"
-
--- t cast to the autocast dtype when it is an f32 tensor (recorded: its gradient comes back f32).
-local function low(t)
-  if t ~= nil and t.dtype_ == dtype.F32 then return t:to(F.autocast_dtype) end
-  return t
-end
-
--- Runs fn(...) with autocast to dt ("bf16", "f16"; nil or "f32": off), restoring the previous
--- setting after, also on error. Returns fn's results.
-function F.autocast(dt, fn, ...)
-  if dt == "f32" then dt = nil end
-  if dt ~= nil and dt ~= "bf16" and dt ~= "f16" then
-    raise("autocast: dtype must be \"bf16\", \"f16\" or nil, got " .. tostring(dt))
-  end
-  local before = F.autocast_dtype
-  F.autocast_dtype = dt
-  local res = {pcall(fn, ...)}
-  F.autocast_dtype = before
-  if not res[1] then error(res[2], 0) end
-  return unpack(res, 2, table.maxn(res))
-end
+local AC = require "lutra.autocast"
+local low = AC.low
+F.autocast = AC.run
 
 -- Per-row statistics (N) of x (..., C): f64 when x is, else left to the C op (f32).
 local function row_stats(x)
@@ -180,7 +161,7 @@ function F.linear(x, weight, bias, out)
   need("linear", "x", x)
   need("linear", "weight", weight)
   tensor_or_nil("linear", "bias", bias)
-  if F.autocast_dtype and out == nil then x, weight, bias = low(x), low(weight), low(bias) end
+  if AC.dtype and out == nil then x, weight, bias = low(x), low(weight), low(bias) end
   writing("linear", out, x, weight, bias)
   local y = out or new()
   if bias ~= nil and out == nil and linear_bias_first(y, x, weight, bias) then
@@ -253,7 +234,7 @@ function F.embedding(ids, weight, out)
   need("embedding", "ids", ids)
   need("embedding", "weight", weight)
   writing("embedding", out, weight)
-  local cast = F.autocast_dtype ~= nil and out == nil
+  local cast = AC.dtype ~= nil and out == nil
   out = out or new()
   if C.lt_embedding_forward(out, weight, ids) ~= 0 then fail() end
   if tracked(weight) then S.embedding(out, ids, weight) end
@@ -310,7 +291,7 @@ end
 
 function F.scaled_dot_product_attention(args)
   local q, k, v, scale, causal, seg = attention_args(args)
-  if F.autocast_dtype and args.out == nil then q, k, v = low(q), low(k), low(v) end
+  if AC.dtype and args.out == nil then q, k, v = low(q), low(k), low(v) end
   writing("scaled_dot_product_attention", args.out, q, k, v)
   local out, lse = args.out or new(), new()
   if C.lt_attention_forward(out, lse, q, k, v, seg, scale, causal) ~= 0 then fail() end

@@ -71,7 +71,7 @@ test("autocast: linear and attention compute in bf16/f16, f32 weights get f32 gr
     local w, b = lt.randn(6, 8):requires_grad_(), lt.randn(6):requires_grad_()
     local y = F.autocast(dt, F.linear, x, w, b)
     equal(y.dtype, dt)
-    equal(F.autocast_dtype, nil) -- restored
+    equal(require("lutra.autocast").dtype, nil) -- restored
     -- the same numbers as the op on tensors cast by hand
     local ref = F.linear(x:detach():to(dt), w:detach():to(dt), b:detach():to(dt))
     equal(y:float():tolist(), ref:float():tolist())
@@ -104,7 +104,7 @@ test("autocast: linear and attention compute in bf16/f16, f32 weights get f32 gr
   -- off: nothing changes, and an error inside restores the setting
   equal(F.linear(lt.randn(2, 3), lt.randn(4, 3)).dtype, "f32")
   fails("boom", F.autocast, "bf16", function() error("boom") end)
-  equal(F.autocast_dtype, nil)
+  equal(require("lutra.autocast").dtype, nil)
   fails("autocast: dtype must be", F.autocast, "f64", function() end)
 end)
 

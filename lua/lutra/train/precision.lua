@@ -3,7 +3,7 @@
 -- Design: autocast, as torch.autocast + GradScaler. The parameters stay f32 and are the
 -- master weights; the optimizer steps them and keeps f32 state, exactly as in fp32 (no
 -- second copy, checkpoints and parallel layouts unchanged). Only the forward changes: the
--- loss function runs under lutra.F.autocast, where F.linear and attention cast their f32
+-- loss function runs under lutra.autocast, where F.linear and attention cast their f32
 -- inputs and weights to bf16/f16 per call (the casts are recorded, so the weights get f32
 -- gradients of the low-precision compute), embeddings hand out low-precision rows, and the
 -- activations stay low precision. Norms, softmax and cross-entropy compute in f32 inside their
@@ -35,7 +35,7 @@
 --   prec:state() / prec:set_state(st)      -- nil for fp32 and bf16
 local errors = require "lutra.errors"
 local ops = require "lutra.ops"
-local F = require "lutra.functional"
+local autocast = require "lutra.autocast"
 local grad = require "lutra.nn.grad"
 
 local raise = errors.raise
@@ -91,7 +91,7 @@ end
 function Precision:wrap(loss_fn)
   local dt = self.dtype
   if dt == nil then return loss_fn end
-  return function(model, batch) return F.autocast(dt, loss_fn, model, batch) end
+  return function(model, batch) return autocast.run(dt, loss_fn, model, batch) end
 end
 
 -- loss * s in f32: a loss a custom loss_fn left in f16 would overflow there (f16 ends at 65504).
@@ -104,13 +104,13 @@ end
 -- (lutra.checkpoint) recomputes its forward inside backward and must compute it alike.
 function Precision:backward(loss)
   if self.dtype == nil then return loss:backward() end
-  return F.autocast(self.dtype, loss.backward, loss)
+  return autocast.run(self.dtype, loss.backward, loss)
 end
 
 -- fn(...) under autocast (fp32: plainly), for a layout's forward_backward.
 function Precision:run(fn, ...)
   if self.dtype == nil then return fn(...) end
-  return F.autocast(self.dtype, fn, ...)
+  return autocast.run(self.dtype, fn, ...)
 end
 
 -- The loss to call backward on: loss * scale for fp16, else loss itself.
