@@ -31,6 +31,11 @@ Options:
   --mpirun PATH       the mpirun to use (default: $LUTRA_MPIRUN, else mpirun on PATH)
   --mpi-arg WORD      one more word for mpirun's command line (repeatable), e.g.
                       --mpi-arg --mca --mpi-arg btl --mpi-arg tcp,self
+  --max-restarts N    when the job fails (a rank dies, the watchdog ends a hang), run it
+                      again, up to N times, resuming from the latest valid checkpoint
+                      (the ranks see LUTRA_RESUME=auto and LUTRA_RESTART=k)
+  --min-ranks M       a restart may come back with fewer ranks, down to M, when ranks were
+                      lost (the checkpoint reshards to the new world; dp = "auto" adapts)
   --dry-run           print the mpirun command instead of running it
   -h, --help          this text
 
@@ -178,6 +183,10 @@ function M.parse(words)
       o.repl_on_error = true
     elseif w == "--dry-run" then
       o.dry_run = true
+    elseif name == "--max-restarts" or name == "--min-ranks" then
+      local v = value(name, inline)
+      if v == nil or not v:match("^%d+$") then return usage_error(name .. " wants a number, got '" .. tostring(v) .. "'") end
+      if name == "--max-restarts" then o.max_restarts = tonumber(v) else o.min_ranks = tonumber(v) end
     elseif name == "--stdin" then
       o.stdin = value(name, inline)
       if o.stdin == nil or not (o.stdin == "none" or o.stdin:match("^%d+$")) then
@@ -198,6 +207,9 @@ function M.parse(words)
     i = i + 1
   end
   if o.help then return o end
+  if o.min_ranks and o.np and o.min_ranks > o.np then
+    return usage_error(string.format("--min-ranks %d is more than the %d ranks asked for", o.min_ranks, o.np))
+  end
   o.recipe = words[i]
   if o.recipe == nil then return usage_error("no recipe given (usage: lutra launch -n N recipe.lua [args])") end
   if not read_file(o.recipe) then return usage_error("cannot read the recipe '" .. o.recipe .. "'") end
@@ -241,6 +253,13 @@ function M.command(o, sys)
   if sys.dir then set.LUTRA_HOLD_FILE = sys.dir .. "/hold" end
   if o.stdin == nil then set.LUTRA_CONSOLE_DIR = sys.dir end
   if o.repl_on_error then set.LUTRA_REPL_ON_ERROR = "1" end
+  -- restarts: the ranks resume from the latest valid checkpoint; LUTRA_LAUNCH_DIR keeps what
+  -- must outlive one attempt (a fault injected once, ranks reported lost)
+  if sys.dir then set.LUTRA_LAUNCH_DIR = sys.dir end
+  if sys.restart and sys.restart > 0 then
+    set.LUTRA_RESTART = tostring(sys.restart)
+    set.LUTRA_RESUME = "auto"
+  end
   local names = {}
   for k in pairs(env) do
     if FORWARD_NAMES[k] and not set[k] then names[#names + 1] = k end
@@ -308,6 +327,30 @@ function M.main(words)
   end
   io.stdout:flush()
   local status, why = console.run(argv, o.stdin == nil and dir or nil)
+  -- automatic restart: the same job again from its latest valid checkpoint, with fewer
+  -- ranks (down to --min-ranks) when some were reported lost
+  local restarts, np = o.max_restarts or 0, select(2, M.command(o, sys))
+  for k = 1, restarts do
+    if status == 0 or not status then break end
+    local lost = tonumber(read_file(dir .. "/lost") or "") or 0
+    os.remove(dir .. "/lost")
+    if lost > 0 and np then
+      local floor = o.min_ranks or np
+      if np - lost < floor then
+        io.stderr:write(string.format("lutra launch: %d rank(s) lost; %d left is below --min-ranks %d: giving up\n",
+          lost, np - lost, floor))
+        break
+      end
+      np = np - lost
+      o.np = np
+    end
+    io.stderr:write(string.format("lutra launch: the job failed (status %d); restart %d of %d%s, from the latest "
+      .. "valid checkpoint\n", status, k, restarts, np and string.format(" on %d ranks", np) or ""))
+    sys.restart = k
+    argv = M.command(o, sys)
+    io.stdout:flush()
+    status, why = console.run(argv, o.stdin == nil and dir or nil)
+  end
   console.cleanup(dir)
   if not status then return fail(why, 1) end
   return status

@@ -39,6 +39,7 @@ local progress = require "lutra.train.progress"
 local metrics = require "lutra.train.metrics"
 local interrupt = require "lutra.train.interrupt"
 local generate = require "lutra.generate"
+local fault = require "lutra.train.fault"
 local precision = require "lutra.train.precision" -- config.precision: fp32, bf16, fp16 (mixed precision)
 
 local raise, is_tensor = errors.raise, ops.is_tensor
@@ -374,6 +375,8 @@ function M.train(args)
 
   -- resume
   local resume = args.resume or get "resume"
+  -- a job restarted by `lutra launch --max-restarts` resumes from the latest valid checkpoint
+  if (resume == nil or resume == "") and os.getenv("LUTRA_RESUME") == "auto" then resume = "auto" end
   if resume and resume ~= "" then
     local path = resume
     if resume == "auto" then path = run_dir and ckpt.latest(run_dir .. "/ckpt") end
@@ -457,6 +460,7 @@ function M.train(args)
       run.tokens = run.tokens + tokens
       losses[#losses + 1] = loss
       last_loss = loss
+      fault.after_step(run.step, run.mesh and run.mesh.rank or 0)
       if interrupt.pending() then interrupted = true end
 
       local t = now()

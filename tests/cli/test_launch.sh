@@ -97,9 +97,9 @@ end
 print(cmd({"'"$recipe"'"}, 4))
 print(cmd({"-n", "2", "'"$recipe"'"}, 4))
 print(cmd({"'"$recipe"'"}, 0))' 2>&1)
-expect_eq "GPUs: one rank each by default; -n wins; CPU default 1" "$out" "MPIRUN -np 4 --bind-to none --stdin none -x LUTRA_CONSOLE_DIR=/D -x LUTRA_HOLD_FILE=/D/hold -x OMP_NUM_THREADS=8 -x OPENBLAS_NUM_THREADS=1 LUTRA $recipe
-MPIRUN -np 2 --bind-to none --stdin none -x LUTRA_CONSOLE_DIR=/D -x LUTRA_HOLD_FILE=/D/hold -x OMP_NUM_THREADS=16 -x OPENBLAS_NUM_THREADS=1 LUTRA $recipe
-MPIRUN -np 1 --bind-to none --stdin none -x LUTRA_CONSOLE_DIR=/D -x LUTRA_HOLD_FILE=/D/hold -x OMP_NUM_THREADS=32 -x OPENBLAS_NUM_THREADS=1 LUTRA $recipe"
+expect_eq "GPUs: one rank each by default; -n wins; CPU default 1" "$out" "MPIRUN -np 4 --bind-to none --stdin none -x LUTRA_CONSOLE_DIR=/D -x LUTRA_HOLD_FILE=/D/hold -x LUTRA_LAUNCH_DIR=/D -x OMP_NUM_THREADS=8 -x OPENBLAS_NUM_THREADS=1 LUTRA $recipe
+MPIRUN -np 2 --bind-to none --stdin none -x LUTRA_CONSOLE_DIR=/D -x LUTRA_HOLD_FILE=/D/hold -x LUTRA_LAUNCH_DIR=/D -x OMP_NUM_THREADS=16 -x OPENBLAS_NUM_THREADS=1 LUTRA $recipe
+MPIRUN -np 1 --bind-to none --stdin none -x LUTRA_CONSOLE_DIR=/D -x LUTRA_HOLD_FILE=/D/hold -x LUTRA_LAUNCH_DIR=/D -x OMP_NUM_THREADS=32 -x OPENBLAS_NUM_THREADS=1 LUTRA $recipe"
 
 # ---- bad command lines: status 2 and a message ---------------------------------------------------
 launch -n 2
@@ -196,6 +196,18 @@ local (2, 3) of global (8, 3) at offset (4, 0)
 2,3	8,3	4,0	false	true
 local (2, 3) of global (2, 3) at offset (0, 0) (a copy: another rank owns it)
 shard_info: expected a tensor, got number"
+
+# ---- automatic restart: options -------------------------------------------------------------
+launch -n 2 --max-restarts 3 --min-ranks 1 --dry-run "$recipe"
+expect_eq "restart options: status" "$st" "0"
+expect_nogrep "restart options: a first attempt resumes nothing" "$out" 'LUTRA_RESUME'
+expect_grep "restart options: the launch dir outlives an attempt" "$out" ' -x LUTRA_LAUNCH_DIR=[^ ]*/.lutra-launch-'
+launch -n 2 --max-restarts x "$recipe"
+expect_eq "--max-restarts x: status" "$st" "2"
+expect_grep "--max-restarts x: says what" "$err" '--max-restarts wants a number'
+launch -n 2 --min-ranks 3 "$recipe"
+expect_eq "--min-ranks above -n: status" "$st" "2"
+expect_grep "--min-ranks above -n: says what" "$err" '--min-ranks 3 is more than the 2 ranks'
 
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -1,0 +1,57 @@
+-- lutra.train.fault — failures injected on purpose, to test automatic restart.
+--
+--   LUTRA_FAULT=step:S[@R]   rank R (every rank without @R) dies abruptly (SIGKILL) right
+--                            after training step S
+--   LUTRA_FAULT=lose:S[@R]   the same, and the rank is reported lost to `lutra launch`, whose
+--                            restart may then come back with fewer ranks (--min-ranks)
+-- (LUTRA_FAULT=save:<point>[@R] faults live in the checkpoint writer: lutra.h, ckpt io.)
+-- A fault fires once per job: a marker in LUTRA_LAUNCH_DIR (set by `lutra launch`) keeps the
+-- restarted job from dying again at the same step.
+local ffi = require "ffi"
+
+local M = {}
+
+pcall(ffi.cdef, [[
+int getpid(void);
+int kill(int pid, int sig);
+]])
+
+local function parse(spec)
+  if not spec then return nil end
+  local kind, step, rank = spec:match("^(%a+):(%d+)@?(%d*)$")
+  if kind ~= "step" and kind ~= "lose" then return nil end
+  return {kind = kind, step = tonumber(step), rank = rank ~= "" and tonumber(rank) or nil}
+end
+
+M.parse = parse
+
+-- Called by the trainer after each step: dies here when LUTRA_FAULT says so.
+function M.after_step(step, rank)
+  local f = parse(os.getenv("LUTRA_FAULT"))
+  if f == nil or f.step ~= step or (f.rank ~= nil and f.rank ~= rank) then return end
+  local dir = os.getenv("LUTRA_LAUNCH_DIR")
+  local marker = dir and string.format("%s/fault_%s_%d_%d", dir, f.kind, step, rank)
+  if marker then
+    local done = io.open(marker, "r")
+    if done then
+      done:close()
+      return -- fired already, in an earlier attempt
+    end
+    local m = io.open(marker, "w")
+    if m then m:close() end
+    if f.kind == "lose" then
+      local lost = io.open(dir .. "/lost", "w")
+      if lost then
+        lost:write("1\n")
+        lost:close()
+      end
+    end
+  end
+  io.stderr:write(string.format("lutra: fault injected (LUTRA_FAULT=%s): rank %d dies after step %d\n",
+    os.getenv("LUTRA_FAULT"), rank, step))
+  io.stderr:flush()
+  io.stdout:flush()
+  ffi.C.kill(ffi.C.getpid(), 9)
+end
+
+return M
