@@ -82,7 +82,7 @@ end
 -- Copies the spec of src onto dst (a same-shaped tensor: an optimizer moment, a grad).
 function M.copy(dst, src)
   local s = specs[src]
-  if s then specs[dst] = {global = s.global, offset = s.offset, dup = s.dup} end
+  if s then specs[dst] = {global = s.global, offset = s.offset, dup = s.dup, pieces = s.pieces} end
   return dst
 end
 
