@@ -30,8 +30,8 @@ struct lt_ckpt_job {
   int64_t copied;
   int64_t *nbytes;
   lt_ckpt_piece *pieces;
-  int64_t n_files;
-  char **file_paths, **file_data;
+  int64_t n_files, n_remove;
+  char **file_paths, **file_data, **remove_paths;
   int64_t *file_bytes;
   /* rank 0's commit */
   int commit, world;
@@ -51,6 +51,46 @@ struct lt_ckpt_job {
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static lt_ckpt_job *registry;
 static int atexit_done;
+
+/* Host buffers of async saves, kept for the next save (the same tensors, the same sizes):
+ * copying into pages already touched is several times faster than into fresh malloc'ed
+ * ones, and the copy is what the training loop waits for. At most POOL_MAX blocks. */
+enum { POOL_MAX = 8192 };
+static struct {
+  void *ptr;
+  int64_t size;
+} pool[POOL_MAX];
+static int pool_n;
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void *pool_get(int64_t n) {
+  void *p = NULL;
+  pthread_mutex_lock(&pool_lock);
+  for (int i = pool_n - 1; i >= 0; i--) {
+    if (pool[i].size == n) {
+      p = pool[i].ptr;
+      pool[i] = pool[--pool_n];
+      break;
+    }
+  }
+  pthread_mutex_unlock(&pool_lock);
+  return p ? p : malloc(n ? (size_t)n : 1);
+}
+
+static void pool_put(void *p, int64_t n) {
+  pthread_mutex_lock(&pool_lock);
+  if (pool_n < POOL_MAX) pool[pool_n].ptr = p, pool[pool_n].size = n, pool_n++, p = NULL;
+  pthread_mutex_unlock(&pool_lock);
+  free(p);
+}
+
+int lt_ckpt_release_buffers(void) {
+  pthread_mutex_lock(&pool_lock);
+  for (int i = 0; i < pool_n; i++) free(pool[i].ptr);
+  pool_n = 0;
+  pthread_mutex_unlock(&pool_lock);
+  return 0;
+}
 
 static double now(void) {
   struct timespec ts;
@@ -100,7 +140,7 @@ int lt_ckpt_job_add(lt_ckpt_job *j, const void *data, int64_t nbytes, int shuffl
   }
   j->owned[j->n] = 0;
   if (copy) {
-    void *buf = malloc(nbytes ? (size_t)nbytes : 1);
+    void *buf = pool_get(nbytes);
     if (!buf) return lt_errorf("ckpt: job_add: out of memory for a host copy of %lld bytes", (long long)nbytes);
     /* the copy is the stall of an async save: spread it over the threads when it is large */
     const int64_t block = (int64_t)1 << 20, nblocks = (nbytes + block - 1) / block;
@@ -126,6 +166,20 @@ int lt_ckpt_job_threads(lt_ckpt_job *j, int threads) {
   if (j->started) return lt_errorf("ckpt: job_threads: the job already started");
   j->threads = threads > 0 ? threads : omp_get_max_threads();
   if (j->threads > 64) j->threads = 64;
+  return 0;
+}
+
+int lt_ckpt_job_remove_after(lt_ckpt_job *j, const char *path) {
+  if (!j || !path || !*path) return lt_errorf("ckpt: job_remove_after: bad arguments");
+  if (j->started) return lt_errorf("ckpt: job_remove_after: the job already started");
+  char **p = realloc(j->remove_paths, (size_t)(j->n_remove + 1) * sizeof *p);
+  if (p) j->remove_paths = p;
+  char *c = strdup(path);
+  if (!p || !c) {
+    free(c);
+    return lt_errorf("ckpt: job_remove_after: out of memory");
+  }
+  j->remove_paths[j->n_remove++] = c;
   return 0;
 }
 
@@ -331,7 +385,9 @@ int lt_ckpt_commit(const char *tmp_dir, const char *final_dir, const char *manif
 }
 
 static int commit(lt_ckpt_job *j) {
-  return lt_ckpt_commit(j->tmp_dir, j->final_dir, j->manifest, j->world, j->latest_path, j->latest_text, j->timeout);
+  LT_TRY(lt_ckpt_commit(j->tmp_dir, j->final_dir, j->manifest, j->world, j->latest_path, j->latest_text, j->timeout));
+  for (int64_t i = 0; i < j->n_remove; i++) lt_ckpt_remove_tree(j->remove_paths[i]); /* older checkpoints */
+  return 0;
 }
 
 static void run_job(lt_ckpt_job *j) {
@@ -342,7 +398,7 @@ static void run_job(lt_ckpt_job *j) {
     rc = lt_ckpt_write_file(j->file_paths[i], j->file_data[i], j->file_bytes[i]);
   if (rc == 0) rc = write_shard(j);
   for (int64_t i = 0; i < j->n; i++) { /* the host copies are written: give the memory back now */
-    if (j->owned[i]) free((void *)j->data[i]);
+    if (j->owned[i]) pool_put((void *)j->data[i], j->nbytes[i]);
     j->owned[i] = 0, j->data[i] = NULL;
   }
   if (rc == 0 && j->commit) rc = commit(j);
@@ -445,10 +501,12 @@ int lt_ckpt_job_free(lt_ckpt_job *j) {
   if (!j) return 0;
   join(j);
   for (int64_t i = 0; i < j->n; i++)
-    if (j->owned[i]) free((void *)j->data[i]);
+    if (j->owned[i]) pool_put((void *)j->data[i], j->nbytes[i]);
   free(j->path), free(j->data), free(j->owned), free(j->nbytes), free(j->pieces);
   for (int64_t i = 0; i < j->n_files; i++) free(j->file_paths[i]), free(j->file_data[i]);
   free(j->file_paths), free(j->file_data), free(j->file_bytes);
+  for (int64_t i = 0; i < j->n_remove; i++) free(j->remove_paths[i]);
+  free(j->remove_paths);
   free(j->tmp_dir), free(j->final_dir), free(j->manifest), free(j->latest_path), free(j->latest_text);
   free(j);
   return 0;

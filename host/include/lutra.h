@@ -615,6 +615,9 @@ int lt_ckpt_job_threads(lt_ckpt_job *j, int threads);
 /* A small file the job writes (a copy of data; temp, fsync, rename) before its shard file
  * appears: this rank's extra state, files copied into the checkpoint. */
 int lt_ckpt_job_add_file(lt_ckpt_job *j, const char *path, const void *data, int64_t nbytes);
+/* A directory the committing job removes (rm -r) after a successful commit: the
+ * checkpoints that keeping the last K drops. */
+int lt_ckpt_job_remove_after(lt_ckpt_job *j, const char *path);
 /* Makes the job rank 0's: commit the checkpoint once every rank's file is there (waiting at
  * most timeout_s seconds for the others; latest_path NULL: no pointer). */
 int lt_ckpt_job_commit(lt_ckpt_job *j, const char *tmp_dir, const char *final_dir, const char *manifest_text,
@@ -632,6 +635,9 @@ int lt_ckpt_job_piece(const lt_ckpt_job *j, int64_t i, lt_ckpt_piece *piece);
 int lt_ckpt_job_stats(const lt_ckpt_job *j, int64_t *raw, int64_t *compressed, double *seconds);
 int lt_ckpt_job_free(lt_ckpt_job *j); /* waits for a running job first; NULL is ok */
 int lt_ckpt_wait_all(void);          /* joins every started job; the first error */
+/* Async saves keep their host buffers for the next save (same sizes: pages already touched,
+ * a faster copy); this frees them. */
+int lt_ckpt_release_buffers(void);
 
 /* Reads a shard file's footer: *count pieces, the first min(count, max) into pieces (may be
  * NULL with max 0); *file_size the file's bytes. */

@@ -327,6 +327,20 @@ function M.save(dir, state, opts)
     -- async (or alone): the writer thread commits once every file is there; a synchronous
     -- group save commits after the ranks agree that every file was written
     if (opts.async or not group) and C.lt_ckpt_job_commit(job, unpack(commit_args)) ~= 0 then fail() end
+    -- keeping the last K: the older step dirs go after the commit, in the writer (not here)
+    if opts.keep and opts.keep > 0 and (opts.async or not group) then
+      local base = F.basename(dir)
+      local all = {{step = tonumber(base:match("^step_(%d+)$")) or math.huge, name = base}}
+      for _, st in ipairs(require("lutra.ckpt.reader").steps(parent)) do
+        if st.name ~= base then all[#all + 1] = st end
+      end
+      table.sort(all, function(x, y) return x.step > y.step end)
+      for k, st in ipairs(all) do
+        if k > opts.keep and st.name ~= base and C.lt_ckpt_job_remove_after(job, parent .. "/" .. st.name) ~= 0 then
+          fail()
+        end
+      end
+    end
   end
   local p = {job = job, rank0 = rank == 0, parent = parent, keep = opts.keep, dir = dir, copied = copied_bytes}
   if opts.async then
