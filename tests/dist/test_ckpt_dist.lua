@@ -158,6 +158,13 @@ local list = rank == 1 and {{name = "x"}} or {{name = "x", tensor = lt.zeros(2)}
 fails("rank 1: ckpt.save: state.tensors[1] must be", function()
   ckpt.save(root .. "/step_000004", {tensors = list}, {world = g})
 end)
+-- rank 0's config cannot be written (a function in it): every rank raises
+fails("rank 0: ", function()
+  ckpt.save(root .. "/step_000005", {tensors = {{name = "x", tensor = lt.zeros(2)}}, config = {f = print}},
+    {world = g, async = true})
+end)
+ckpt.wait()
+equal(io.open(root .. "/step_000005/manifest.json"), nil)
 g:barrier()
 if rank == 0 then os.execute("rm -rf " .. root) end
 end)

@@ -213,10 +213,30 @@ function M.save(dir, state, opts)
   local rank, world = group and group.rank or 0, group and group.size or 1
   local t0 = C.lt_wall_time()
   M.wait() -- the next save waits for the previous one
-  local plans
+  -- everything that can fail on this rank's input, before any collective or file
+  local function prepare()
+    local pre = {plan = local_plan(state.tensors or {}), files = {}}
+    if state.extra ~= nil and type(state.extra) ~= "table" then raise("ckpt.save: state.extra must be a table") end
+    pre.extra_text = json.encode(state.extra or {})
+    if rank == 0 then
+      json.encode({config = state.config, layout = state.layout}) -- encodable: the manifest's parts
+      for name, src in pairs(state.files or {}) do
+        if type(name) ~= "string" or name:find("/") or name:match("^rank_") or name:match("^extra_rank_")
+          or name == "manifest.json" then
+          raise("ckpt.save: state.files keys must be plain file names, got " .. tostring(name))
+        end
+        local text, err = F.read(src)
+        if not text then raise("ckpt.save: cannot read " .. tostring(src) .. " (state.files." .. name .. "): " .. tostring(err)) end
+        pre.files[#pre.files + 1] = {name = name, text = text}
+      end
+      table.sort(pre.files, function(a, b) return a.name < b.name end)
+    end
+    return pre
+  end
+  local plans, pre
   if group then -- a rank's bad input becomes every rank's error (none waits in a collective)
-    local ok, plan = pcall(local_plan, state.tensors or {})
-    local texts = gather_texts(group, ok and plan_text(plan) or ("ERR:" .. tostring(plan)))
+    local ok, res = pcall(prepare)
+    local texts = gather_texts(group, ok and plan_text(res.plan) or ("ERR:" .. tostring(res)))
     plans = {}
     for r = 1, world do
       if texts[r]:sub(1, 4) == "ERR:" then
@@ -224,19 +244,29 @@ function M.save(dir, state, opts)
       end
       plans[r] = json.decode(texts[r])
     end
-    plans[rank + 1] = plan
+    pre = res
+    plans[rank + 1] = pre.plan
   else
-    plans = {local_plan(state.tensors or {})}
+    pre = prepare()
+    plans = {pre.plan}
   end
-  local plan = plans[rank + 1]
+  local plan = pre.plan
   local tensors, boxes = assign(plans)
   local parent, tmp = F.dirname(dir), dir .. ".tmp"
+  local made, why = true, nil
   if rank == 0 then
-    F.mkdir_p(parent)
-    F.remove_tree(tmp)
-    F.mkdir_p(tmp)
+    made, why = pcall(function()
+      F.mkdir_p(parent)
+      F.remove_tree(tmp)
+      F.mkdir_p(tmp)
+    end)
   end
-  if group then group:barrier() end
+  if group then -- rank 0 made the temporary directory (or every rank raises)
+    local flag = create.tensor({made and 0 or 1}, {dtype = "i32"})
+    group:all_reduce(flag, "max")
+    if flag:item() ~= 0 and made then raise("ckpt.save: " .. dir .. ": rank 0 could not create " .. tmp) end
+  end
+  if not made then error(why, 0) end
   fault("save:start")
   local jp = ffi.new("lt_ckpt_job*[1]")
   if C.lt_ckpt_job_new(jp, tmp .. "/" .. rank_file(rank), (opts.chunk_mb or 4) * 1048576, opts.level or 0) ~= 0 then
@@ -247,25 +277,14 @@ function M.save(dir, state, opts)
   -- default (the training loop keeps its cores; opts.threads to give it more)
   if C.lt_ckpt_job_threads(job, opts.threads or (opts.async and 1 or 0)) ~= 0 then fail() end
   -- this rank's extra state and, on rank 0, the copied files: written by the job
-  local function add_file(name, s)
-    if C.lt_ckpt_job_add_file(job, tmp .. "/" .. name, s, #s) ~= 0 then fail() end
+  local function add_file(name, text)
+    if C.lt_ckpt_job_add_file(job, tmp .. "/" .. name, text, #text) ~= 0 then fail() end
   end
-  local extra = state.extra
-  if extra ~= nil and type(extra) ~= "table" then raise("ckpt.save: state.extra must be a table") end
-  add_file(extra_file(rank), json.encode(extra or {}))
+  add_file(extra_file(rank), pre.extra_text)
   local copied = {}
-  if rank == 0 and state.files then
-    for name, src in pairs(state.files) do
-      if type(name) ~= "string" or name:find("/") or name:match("^rank_") or name:match("^extra_rank_")
-        or name == "manifest.json" then
-        raise("ckpt.save: state.files keys must be plain file names, got " .. tostring(name))
-      end
-      local s, err = F.read(src)
-      if not s then raise("ckpt.save: cannot read " .. tostring(src) .. " (state.files." .. name .. "): " .. tostring(err)) end
-      add_file(name, s)
-      copied[#copied + 1] = name
-    end
-    table.sort(copied)
+  for _, f in ipairs(pre.files) do
+    add_file(f.name, f.text)
+    copied[#copied + 1] = f.name
   end
   -- this rank's pieces into its job, in plan order
   local keep_alive, n_own, copied_bytes = {}, 0, 0
