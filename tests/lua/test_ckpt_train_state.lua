@@ -104,6 +104,11 @@ test("names in the checkpoint, numbers in extra, errors", function()
   local extra_param = named(m2)
   extra_param[#extra_param + 1] = {name = "new.weight", tensor = lt.zeros(3)}
   fails("has no tensor 'new.weight'", function() ts.restore(r, extra_param) end)
+  local ms = ts.model_state(r)
+  equal(ms["optim.wte.weight.exp_avg"], nil)
+  for name, p in model:named_parameters() do
+    if bytes_of(ms[name]) ~= bytes_of(p) then error("model_state " .. name) end
+  end
   -- parameters only (no optimizer), from a {name = tensor} map
   local m3 = build(5)
   local map = {}

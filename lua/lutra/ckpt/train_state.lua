@@ -8,6 +8,7 @@
 --   ...
 --   local r = ckpt.load(ckpt.latest(run_dir))
 --   ts.restore(r, named, opt)        -- parameters and optimizer state, resharded to this rank's pieces
+--   ts.model_state(r)                -- {name = whole tensor} of the model (no optimizer state)
 --
 -- named: this rank's parameters, {{name =, tensor =}, ...} or {name = tensor} (global names;
 -- sharded ones carry their lutra.dist.spec). Names in the checkpoint:
@@ -128,6 +129,16 @@ function M.restore(r, named, opt)
     end
   end
   opt:load_state_dict(sd)
+end
+
+-- The model's whole tensors from reader r ({name = CPU tensor}, every tensor not under
+-- "optim."): what `lutra convert` or an inference load wants, whatever the saved layout.
+function M.model_state(r)
+  local out = {}
+  for _, name in ipairs(r:names()) do
+    if name:sub(1, 6) ~= "optim." then out[name] = r:tensor(name) end
+  end
+  return out
 end
 
 return M
