@@ -116,6 +116,21 @@ end
 
 -- out = a op b; a or b may be a number. Kept free of allocations but `out`; with autograd
 -- one ag_ field read per tensor operand when nothing requires grad.
+local AC = require "lutra.autocast"
+local F32, F64 = dtype.F32, dtype.F64
+
+-- Under autocast, a low-precision (bf16/f16) operand meeting an f32/f64 one is cast up to it
+-- (torch's type promotion), through autograd: custom code mixing f32 parameters with the
+-- low-precision activations of autocast ops keeps working.
+local function promote(a, b)
+  local da, db = a.dtype_, b.dtype_
+  if da == db then return a, b end
+  local wide_a, wide_b = da == F32 or da == F64, db == F32 or db == F64
+  if wide_a and not wide_b and dtype.is_float(db) then return a, b:to(dtype.name(da)) end
+  if wide_b and not wide_a and dtype.is_float(da) then return a:to(dtype.name(db)), b end
+  return a, b
+end
+
 local function binary(a, b, op, out)
   if out == nil then
     if type(b) == "number" then
@@ -133,6 +148,7 @@ local function binary(a, b, op, out)
         return out
       end
     elseif type(a) == "cdata" and type(b) == "cdata" and istype(Tensor, a) and istype(Tensor, b) then
+      if AC.dtype and a.dtype_ ~= b.dtype_ then a, b = promote(a, b) end
       out = new()
       if C_binary(out, a, b, op) ~= 0 then fail() end
       if (a.ag_ ~= 0 or b.ag_ ~= 0) and S.enabled then REC_BINARY[op](out, a, b) end
@@ -377,6 +393,7 @@ function M.matmul(a, b, out)
   tensor_arg("matmul", a, "a")
   tensor_arg("matmul", b, "b")
   check_out("matmul", out)
+  if AC.dtype and out == nil then a, b = AC.low(a), AC.low(b) end -- autocast: compute in bf16/f16
   local given = out
   if given ~= nil then before_write("matmul", given, a, b) end
   if out == nil then out = new() end

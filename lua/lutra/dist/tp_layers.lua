@@ -115,7 +115,8 @@ function Row:forward(x)
   end
   release(partial, x, y)
   if self.bias == nil then return y end
-  local z = y + self.bias
+  -- (under autocast y is bf16/f16 while the bias stays an f32 master weight)
+  local z = y + (self.bias.dtype == y.dtype and self.bias or self.bias:to(y.dtype))
   release(y, x)
   return z
 end
@@ -145,6 +146,7 @@ function Embedding:forward(ids)
     return ops.where(inside, ids - lo, 0), inside:to(self.weight.dtype):unsqueeze(-1)
   end)
   local e = F.embedding(local_ids, self.weight)
+  if keep.dtype ~= e.dtype then keep = keep:to(e.dtype) end
   local masked = e * keep
   release(e)
   local y = tp_ops.reduce_from(masked, self.group)
