@@ -19,7 +19,9 @@
 -- records and the progress line), print_every (plain progress lines when stdout is not a
 -- terminal; 0: steps / 50),
 -- run_dir (metrics.jsonl, config.lua and checkpoints go there; "" for none), ckpt_every,
--- ckpt_keep, resume ("" none, "auto" the latest checkpoint of run_dir, or a path).
+-- ckpt_keep, resume ("" none, "auto" the latest checkpoint of run_dir, or a path),
+-- precision ("fp32", "bf16", "fp16": lutra/train/precision.lua), loss_scale and growth_interval
+-- (fp16), parallel (a layout: lutra/dist/mesh.lua).
 --
 -- Each step runs inside lutra.tidy: activations, gradients and temporaries are freed when
 -- it ends (the optimizer's state and the parameters are kept), so memory stays flat.

@@ -58,12 +58,16 @@ function Checkpoint.backward(node)
       inputs[i] = a
     end
   end
-  -- recompute with grad, from the generator state the forward saw
+  -- recompute with grad, from the generator state and the autocast setting the forward saw
   local now = create.get_rng_state()
   create.set_rng_state(node.rng)
+  local autocast = require "lutra.autocast"
+  local cast_now = autocast.dtype
+  autocast.dtype = node.autocast
   S.enabled = true
   local res = {pcall(node.fn, unpack(inputs, 1, n))}
   S.enabled = false
+  autocast.dtype = cast_now
   create.set_rng_state(now)
   if not res[1] then error(res[2], 0) end
   local roots, grads = {}, {}
@@ -99,7 +103,8 @@ return function(M)
     if not S.enabled then return fn(...) end
     local n = select("#", ...)
     local args = {...}
-    local node = {cls = Checkpoint, fn = fn, nargs = n, rng = create.get_rng_state(), grads = {}, versions = {}}
+    local node = {cls = Checkpoint, fn = fn, nargs = n, rng = create.get_rng_state(), grads = {}, versions = {},
+                  autocast = require("lutra.autocast").dtype}
     for i = 1, n do
       local a = args[i]
       if is_tensor(a) then
