@@ -19,7 +19,7 @@
 -- records and the progress line), print_every (plain progress lines when stdout is not a
 -- terminal; 0: steps / 50),
 -- run_dir (metrics.jsonl, config.lua and checkpoints go there; "" for none), ckpt_every,
--- ckpt_keep, resume ("" none, "auto" the latest checkpoint of run_dir, or a path),
+-- ckpt_keep, ckpt_async (the state is copied, then compressed and written in the background), resume ("" none, "auto" the latest checkpoint of run_dir, or a path),
 -- precision ("fp32", "bf16", "fp16": lutra/train/precision.lua), loss_scale and growth_interval
 -- (fp16), parallel (a layout: lutra/dist/mesh.lua).
 --
@@ -36,7 +36,9 @@ local ops = require "lutra.ops"
 local create = require "lutra.create"
 local grad = require "lutra.nn.grad"
 local schedule_mod = require "lutra.optim.schedule"
-local ckpt = require "lutra.train.state"
+local ckpt = require "lutra.train.state" -- the earlier single-process format (still read)
+local sharded = require "lutra.ckpt"
+local train_state = require "lutra.ckpt.train_state"
 local progress = require "lutra.train.progress"
 local metrics = require "lutra.train.metrics"
 local interrupt = require "lutra.train.interrupt"
@@ -54,6 +56,7 @@ M.DEFAULTS = {
   decay_frac = 0.2, optimizer = "adamw", weight_decay = 0.1, betas = {0.9, 0.95}, eps = 1e-8, momentum = 0.9,
   eval_every = 250, eval_iters = 20, sample_every = 0, sample_tokens = 200, sample_prompt = "", temperature = 0.8,
   top_k = 0, top_p = 0.95, log_every = 1, print_every = 0, run_dir = "", ckpt_every = 0, ckpt_keep = 2, resume = "",
+  ckpt_async = true,
 }
 
 local now = interrupt.now
@@ -179,37 +182,75 @@ local evaluate_parallel
 
 -- ---- checkpoints ---------------------------------------------------------------------------
 
-local function state_of(run)
-  return {step = run.step, tokens = run.tokens, model = run.model:state_dict(),
-          optimizer = run.opt:state_dict(), rng = create.get_rng_state(), loader = run.data:state(),
-          val_loader = run.val and run.val:state() or nil, best_val = run.best_val,
-          config = run.cfg_plain, precision = run.prec:state()} -- precision: fp16's loss scale, else nil
+-- Checkpoints (lutra.ckpt: a directory of lz4 shards, one file per rank, a manifest of every
+-- tensor's global shape and pieces; atomic, optionally asynchronous, resharded on load).
+-- The parameters go under their global names, the optimizer's tensors as optim.<name>.<field>
+-- (lutra.ckpt.train_state); the rest (RNG, loader positions, optimizer numbers, the loss
+-- scale) is each rank's extra state. Every rank of a layout takes part in a save.
+
+-- This rank's parameters as {name =, tensor =} (shards carry their lutra.dist.spec).
+local function named_params(run)
+  local out = {}
+  for name, p in (run.par and run.par.model or run.model):named_parameters() do
+    out[#out + 1] = {name = name, tensor = p}
+  end
+  return out
+end
+
+local function layout_of(run)
+  local m = run.mesh
+  if not m then return {dp = 1, tp = 1, pp = 1, zero = 0, world = 1} end
+  return {dp = m.dp_size, tp = m.tp_size, pp = m.pp_size, zero = m.zero, world = m.size}
 end
 
 local function save(run)
-  if run.par then
-    -- a parallel layout's state lives in shards on many ranks: the sharded format is issue 6
-    if not run.warned_ckpt then
-      run.warned_ckpt = true
-      io.stderr:write("train: checkpoints of parallel layouts are not written yet (single-process runs only)\n")
-    end
-    return nil
-  end
-  local dir = string.format("%s/ckpt/step_%06d", run.run_dir, run.step)
-  ckpt.save(dir, state_of(run))
-  ckpt.prune(run.run_dir .. "/ckpt", run.get "ckpt_keep")
+  local dir = string.format("%s/step_%06d", run.ckpt_root, run.step)
+  local tensors, optim_numbers = train_state.collect(named_params(run), run.opt)
+  local extra = {optim = optim_numbers, rng = create.get_rng_state(), loader = run.data:state(),
+                 val_loader = run.val and run.val:state() or nil, tokens = run.tokens, best_val = run.best_val,
+                 precision = run.prec:state()} -- precision: fp16's loss scale, else nil
+  sharded.save(dir, {step = run.step, layout = layout_of(run), config = run.cfg_plain, tensors = tensors,
+                     extra = extra},
+    {world = run.mesh and run.mesh.world or nil, async = run.get "ckpt_async", keep = run.get "ckpt_keep"})
   return dir
 end
 
+-- The newest valid checkpoint under root (a damaged one is skipped, and said so), or nil.
+local function latest(root)
+  local path = sharded.latest(root)
+  if path == nil and ckpt.latest(root) then path = ckpt.latest(root) end -- an older run's format
+  return path
+end
+
 local function restore(run, path)
-  local st = ckpt.load(path)
-  run.model:load_state_dict(st.model)
-  run.opt:load_state_dict(st.optimizer)
-  create.set_rng_state(st.rng)
-  run.data:set_state(st.loader)
-  if run.val and st.val_loader then run.val:set_state(st.val_loader) end
-  run.step, run.tokens, run.best_val = st.step, st.tokens or 0, st.best_val
-  run.prec:set_state(st.precision) -- fp16: the loss scale goes on from where it was
+  if not ckpt.exists(path .. "/manifest.json") and ckpt.exists(path .. "/manifest.lua") then
+    -- a checkpoint of the earlier single-process format
+    if run.par then raise("train: " .. path .. " is a single-process checkpoint of the old format; resume it "
+      .. "on one process (it then saves in the sharded format)") end
+    local st = ckpt.load(path)
+    run.model:load_state_dict(st.model)
+    run.opt:load_state_dict(st.optimizer)
+    create.set_rng_state(st.rng)
+    run.data:set_state(st.loader)
+    if run.val and st.val_loader then run.val:set_state(st.val_loader) end
+    run.step, run.tokens, run.best_val = st.step, st.tokens or 0, st.best_val
+    run.prec:set_state(st.precision)
+    return
+  end
+  local r = sharded.load(path)
+  -- parameters and optimizer state, resharded to this rank's pieces of the current layout
+  train_state.restore(r, named_params(run), run.opt)
+  -- the rank-local state: this rank's own under the same layout, else rank 0's (the loader
+  -- position counts global batches, the same in every layout)
+  local saved, now = r.manifest.layout or {}, layout_of(run)
+  local same = saved.dp == now.dp and saved.tp == now.tp and saved.pp == now.pp and saved.zero == now.zero
+    and r.manifest.world == now.world
+  local x = r:extra(same and (run.mesh and run.mesh.rank or 0) or 0)
+  create.set_rng_state(x.rng)
+  run.data:set_state(x.loader)
+  if run.val and x.val_loader then run.val:set_state(x.val_loader) end
+  run.step, run.tokens, run.best_val = r.manifest.step, x.tokens or 0, x.best_val
+  run.prec:set_state(x.precision)
 end
 
 -- The mean loss over n batches of the val loader under a parallel layout.
@@ -369,7 +410,9 @@ function M.train(args)
   local run_dir = get "run_dir"
   if run_dir == "" then run_dir = nil end
   local main_rank = run.mesh == nil or run.mesh.rank == 0
-  if not main_rank then run_dir = nil end -- rank 0 alone logs, writes metrics and samples
+  -- every rank writes its shard of a checkpoint; rank 0 alone logs, writes metrics and samples
+  run.ckpt_root = run_dir and run_dir .. "/ckpt" or nil
+  if not main_rank then run_dir = nil end
   run.run_dir = run_dir
   local quiet = args.quiet or not main_rank
   local bar = progress.new{total = total, out = args.out or io.stdout, tty = args.tty}
@@ -381,8 +424,7 @@ function M.train(args)
   if (resume == nil or resume == "") and os.getenv("LUTRA_RESUME") == "auto" then resume = "auto" end
   if resume and resume ~= "" then
     local path = resume
-    if resume == "auto" then path = run_dir and ckpt.latest(run_dir .. "/ckpt") end
-    if path and run.par then raise("train: resuming a parallel layout needs sharded checkpoints (not written yet)") end
+    if resume == "auto" then path = run.ckpt_root and latest(run.ckpt_root) end
     if path then
       restore(run, path)
       say(string.format("resumed from %s at step %d", path, run.step))
@@ -481,7 +523,7 @@ function M.train(args)
         t_window, tok_window = t, run.tokens
       end
       local stopping = interrupted or (run.step >= stop_at and run.step < total)
-      if run_dir and ((ckpt_every > 0 and run.step % ckpt_every == 0) or stopping) then
+      if run.ckpt_root and ((ckpt_every > 0 and run.step % ckpt_every == 0) or stopping) then
         result_ckpt = save(run)
       end
       if stopping then break end -- before the next evaluation: a resumed run does that one
@@ -490,7 +532,10 @@ function M.train(args)
   if armed then interrupt.disarm() end
   bar:finish()
   if log then log:close() end
-  if not ok then error(err, 0) end
+  if not ok then
+    pcall(sharded.wait) -- a save in flight is committed (or fails) before the error goes on
+    error(err, 0)
+  end
   if interrupted then say(string.format("interrupted: stopped after step %d", run.step)) end
   local elapsed = now() - t_start
   local result = {step = run.step, loss = last_loss, val_loss = last_val, best_val = run.best_val, losses = losses,
@@ -499,9 +544,11 @@ function M.train(args)
                   tokens_per_s = (run.tokens - tok_start) / math.max(train_seconds, 1e-9)}
   result.checkpoint = result_ckpt
   result.parallel = run.par -- the layout's model, optimizer and groups (nil on one process)
-  if run_dir and ckpt_every > 0 and run.step == total and run.step % ckpt_every ~= 0 then
+  if run.ckpt_root and ckpt_every > 0 and run.step == total and run.step % ckpt_every ~= 0 then
     result.checkpoint = save(run)
   end
+  -- an asynchronous save still writing: the run ends when it is committed (errors raise here)
+  sharded.wait()
   return result
 end
 

@@ -32,7 +32,7 @@ out=$("$LUTRA" recipes/pretrain.lua "${TINY[@]}" --tokenizer=bpe --vocab=300 --m
   --steps=4 --warmup=1 --eval_every=2 --run_dir="$T/r2" --ckpt_every=2 2>&1 | tr -d "\000")
 expect_grep "bpe llama: trains" "$out" 'trained 4 steps in'
 expect_grep "bpe llama: the BPE vocabulary" "$out" 'bpe tokenizer \(300 tokens\)'
-[ -f "$T/r2/ckpt/step_000004/manifest.lua" ] && ok || bad "bpe llama: checkpoint at step 4"
+[ -f "$T/r2/ckpt/step_000004/manifest.json" ] && ok || bad "bpe llama: checkpoint at step 4"
 out=$("$LUTRA" recipes/pretrain.lua "${TINY[@]}" --tokenizer=bpe --vocab=300 --model.arch=llama --model.n_kv_head=1 \
   --steps=6 --warmup=1 --eval_every=2 --run_dir="$T/r2" --ckpt_every=2 --resume=auto 2>&1 | tr -d "\000")
 expect_grep "resume=auto continues" "$out" 'resumed from .*step_000004 at step 4'

@@ -285,7 +285,7 @@ test("fp16: the loss scale is saved in checkpoints and resumed (a resumed run go
   local r = train{model = m2, data = fixed_loader(6, 2, 8), quiet = true, until_step = 3,
                   loss_fn = poisoned_loss {[2] = true, [5] = true}, config = config(),
                   log = function(rec) if rec.step then resumed[rec.step] = rec end end}
-  local st = ckpt.load(r.checkpoint)
+  local st = require("lutra.ckpt").load(r.checkpoint):extra(0)
   equal(st.precision.loss_scale, straight[3].loss_scale)
   equal(st.precision.skipped, 1)
   local m3 = small_model("gpt2", 99) -- other weights: the checkpoint replaces them
@@ -302,7 +302,7 @@ test("fp16: the loss scale is saved in checkpoints and resumed (a resumed run go
   -- fp32 checkpoints carry no precision state
   local r32 = train{model = small_model("gpt2"), data = fixed_loader(2, 2, 8), quiet = true,
                     config = cfg{steps = 1, run_dir = dir .. "/r32", ckpt_every = 1}}
-  equal(ckpt.load(r32.checkpoint).precision, nil)
+  equal(require("lutra.ckpt").load(r32.checkpoint):extra(0).precision, nil)
 end)
 
 test("LoRA adapters (all-linear, and q/v row blocks) train under bf16 and fp16, tracking fp32", function()

@@ -345,7 +345,7 @@ test("Ctrl-C stops after the current step and saves a checkpoint", function()
   equal(r.interrupted, true)
   equal(r.step, 3)
   equal(r.checkpoint, run_dir .. "/ckpt/step_000003")
-  equal(ckpt.load(r.checkpoint).step, 3)
+  equal(require("lutra.ckpt").load(r.checkpoint).manifest.step, 3)
   equal(lt.C.lt_interrupt_pending(0), 0) -- disarmed and cleared
 end)
 

@@ -5,7 +5,7 @@
 local lt = require "lutra"
 local train = require "lutra.train"
 local models = require "lutra.models"
-local ckpt = require "lutra.train.state"
+local ckpt = require "lutra.ckpt"
 local T = require "lutra.testing"
 local equal, fails = T.assert_equal, T.assert_error
 
@@ -117,7 +117,7 @@ test("resume errors: a missing checkpoint, another optimizer's state", function(
   local run_dir = dir .. "/run_sgd"
   train{model = model, data = data, config = config(run_dir, {optimizer = "sgd"}), quiet = true, until_step = 1}
   model, data = setup(4)
-  fails("optimizer 'sgd'", function()
+  fails("optimizer is 'sgd'", function()
     train{model = model, data = data, config = config(run_dir, {resume = "auto"}), quiet = true}
   end)
 end)

@@ -155,13 +155,25 @@ end
 
 -- The lutra checkpoint directory SRC stands for, or nil.
 local function lutra_source(src)
-  if exists(src .. "/manifest.lua") then return src end
+  if exists(src .. "/manifest.json") or exists(src .. "/manifest.lua") then return src end
   if exists(src .. "/lutra_model/manifest.lua") then return src .. "/lutra_model" end
-  return state.latest(src .. "/ckpt") or state.latest(src)
+  local sharded = require "lutra.ckpt"
+  return sharded.latest(src .. "/ckpt") or state.latest(src .. "/ckpt") or sharded.latest(src) or state.latest(src)
+end
+
+-- {step =, config =, model = name -> tensor} of a checkpoint: the trainer's sharded format
+-- (manifest.json; the weights assembled whole from any layout) or the earlier manifest.lua.
+local function load_state(ckpt_dir)
+  if not exists(ckpt_dir .. "/manifest.json") then return state.load(ckpt_dir) end
+  local r = require("lutra.ckpt").load(ckpt_dir)
+  local weights = require("lutra.ckpt.train_state").model_state(r)
+  -- parameters are saved once: a tied head is the embedding itself
+  if weights["lm_head.weight"] == nil then weights["lm_head.weight"] = weights["wte.weight"] end
+  return {step = r.manifest.step, config = r.manifest.config, model = weights}
 end
 
 local function to_hf(ckpt_dir, dst, opts)
-  local st = state.load(ckpt_dir)
+  local st = load_state(ckpt_dir)
   if type(st.model) ~= "table" then raise("convert: " .. ckpt_dir .. ": the checkpoint holds no model state") end
   local cfg = M.model_config(st.config, st.model, ckpt_dir)
   local model = models.build(cfg)

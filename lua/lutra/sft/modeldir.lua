@@ -103,8 +103,18 @@ function M.load(dir, opts)
     local st = state.load(dir .. "/lutra_model")
     model, format = build(st.config, st.model), "lutra"
     tok = tokenizer.load(dir .. "/tokenizer.json")
-  elseif exists(dir .. "/manifest.lua") then -- a trainer checkpoint: the recipe's config, the weights
-    local st = state.load(dir)
+  elseif exists(dir .. "/manifest.lua") or exists(dir .. "/manifest.json") then
+    -- a trainer checkpoint (sharded manifest.json, or the earlier manifest.lua): the recipe's
+    -- config and the weights, assembled whole from whatever layout saved them
+    local st
+    if exists(dir .. "/manifest.json") then
+      local r = require("lutra.ckpt").load(dir)
+      st = {config = r.manifest.config, model = require("lutra.ckpt.train_state").model_state(r)}
+      -- parameters are saved once: a tied head is the embedding itself
+      if st.model["lm_head.weight"] == nil then st.model["lm_head.weight"] = st.model["wte.weight"] end
+    else
+      st = state.load(dir)
+    end
     local m = type(st.config) == "table" and st.config.model
     if type(m) ~= "table" or st.model == nil then
       raise("modeldir.load: " .. dir .. ": no model config in this checkpoint")
@@ -119,7 +129,8 @@ function M.load(dir, opts)
     if not opts.tokenizer then raise("modeldir.load: a checkpoint has no tokenizer: pass its tokenizer.json") end
     tok = tokenizer.load(opts.tokenizer)
   else
-    raise("modeldir.load: " .. dir .. " is not a model directory (no config.json, lutra_model/ or manifest.lua)")
+    raise("modeldir.load: " .. dir .. " is not a model directory (no config.json, lutra_model/, manifest.json or "
+      .. "manifest.lua)")
   end
   return model, tok, {template = opts.template or template_of(dir, tok), format = format}
 end
