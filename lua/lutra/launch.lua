@@ -330,18 +330,21 @@ function M.main(words)
   -- automatic restart: the same job again from its latest valid checkpoint, with fewer
   -- ranks (down to --min-ranks) when some were reported lost
   local restarts, np = o.max_restarts or 0, select(2, M.command(o, sys))
+  local first_np = np
   for k = 1, restarts do
     if status == 0 or not status then break end
     local lost = tonumber(read_file(dir .. "/lost") or "") or 0
     os.remove(dir .. "/lost")
     if lost > 0 and np then
-      local floor = o.min_ranks or np
-      if np - lost < floor then
+      -- the most ranks left that divide the first count: the layout's dims still fit
+      local floor, left = o.min_ranks or np, np - lost
+      while left > 0 and first_np % left ~= 0 do left = left - 1 end
+      if left < floor then
         io.stderr:write(string.format("lutra launch: %d rank(s) lost; %d left is below --min-ranks %d: giving up\n",
           lost, np - lost, floor))
         break
       end
-      np = np - lost
+      np = left
       o.np = np
     end
     io.stderr:write(string.format("lutra launch: the job failed (status %d); restart %d of %d%s, from the latest "

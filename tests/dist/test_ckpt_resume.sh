@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Checkpoints through the trainer, across processes (ctest: bash FILE LUTRA MPIRUN, label dist):
+# - exact resume: N steps + save + resume + N steps == 2N straight steps, bitwise, under the
+#   same layout (dp, zero 1, zero 3);
+# - resharded resume: saved under one layout, resumed under another (other rank counts too),
+#   the result within fp32 tolerance of one process trained straight: dp4 zero1 -> single,
+#   tp2 pp2 -> dp4, zero3 dp4 -> dp2 zero1, single -> tp2;
+# - automatic restart: `lutra launch --max-restarts` survives a rank killed at a random step
+#   (the final weights and loss equal the unfaulted run's) and a rank lost (--min-ranks: the
+#   job comes back on fewer ranks, resharded).
+# scripts/ckpt_train.lua is the job; scripts/ckpt_compare.lua compares the gathered weights.
+LUTRA=$(realpath "${1:?usage: test_ckpt_resume.sh LUTRA MPIRUN}")
+export LUTRA_QUIET=1 OMP_NUM_THREADS=1
+if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+S=tests/dist/scripts
+T=$(mktemp -d)
+export TMPDIR=$T
+trap 'rm -rf "$T"' EXIT
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); }
+bad() {
+  fail=$((fail + 1))
+  echo "FAIL: $*"
+}
+job() { # NP RUN_DIR OUT STEPS LAYOUT [UNTIL]  (NP 0: one process, no launcher)
+  local np=$1
+  shift
+  if [ "$np" = 0 ]; then timeout 300 "$LUTRA" $S/ckpt_train.lua "$@"; else
+    timeout 300 "$LUTRA" launch -n "$np" $S/ckpt_train.lua "$@"; fi
+}
+same() { # WHAT A B TOL
+  local out
+  if out=$("$LUTRA" $S/ckpt_compare.lua "$2" "$3" "$4" 2>&1); then ok; echo "  $1: $out"; else bad "$1: $out"; fi
+}
+last_loss() { grep '^loss 8 ' "$1" | tail -1 | cut -d' ' -f3; }
+
+# one process, 8 steps straight: the reference
+job 0 "$T/ref" "$T/ref.st" 8 single >"$T/ref.log" 2>&1 || bad "reference run failed: $(tail -3 "$T/ref.log")"
+
+# ---- exact resume, same layout -------------------------------------------------------------
+for layout in dp=2 dp=2,zero=1 dp=2,zero=3; do
+  job 2 "$T/s_$layout" "$T/s_$layout.st" 8 "$layout" >"$T/s.log" 2>&1 || bad "$layout straight: $(tail -3 "$T/s.log")"
+  job 2 "$T/r_$layout" "$T/x.st" 8 "$layout" 4 >"$T/r1.log" 2>&1 || bad "$layout first half: $(tail -3 "$T/r1.log")"
+  job 2 "$T/r_$layout" "$T/r_$layout.st" 8 "$layout" >"$T/r2.log" 2>&1 || bad "$layout resumed: $(tail -3 "$T/r2.log")"
+  same "exact resume $layout (bitwise weights)" "$T/s_$layout.st" "$T/r_$layout.st" 0
+  [ "$(last_loss "$T/s.log")" = "$(last_loss "$T/r2.log")" ] && ok ||
+    bad "exact resume $layout: step-8 loss $(last_loss "$T/r2.log") vs $(last_loss "$T/s.log") straight"
+done
+
+# ---- resharded resume ----------------------------------------------------------------------
+reshard() { # NAME NP1 LAYOUT1 NP2 LAYOUT2
+  job "$2" "$T/$1" "$T/x.st" 8 "$3" 4 >"$T/h1.log" 2>&1 || bad "$1: first half: $(tail -3 "$T/h1.log")"
+  job "$4" "$T/$1" "$T/$1.st" 8 "$5" >"$T/h2.log" 2>&1 || bad "$1: resumed: $(tail -3 "$T/h2.log")"
+  same "$1 (vs one process straight)" "$T/ref.st" "$T/$1.st" 1e-5
+  # the resumed steps' losses against the straight run's, 1e-5 relative
+  local a b s
+  for s in 5 6 7 8; do
+    a=$(grep "^loss $s " "$T/h2.log" | cut -d' ' -f3)
+    b=$(grep "^loss $s " "$T/ref.log" | cut -d' ' -f3)
+    awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= 1e-5 * b) }' && ok ||
+      bad "$1: step $s loss $a vs $b on one process"
+  done
+}
+reshard "dp4 zero1 -> single" 4 dp=4,zero=1 0 single
+reshard "tp2 pp2 -> dp4" 4 tp=2,pp=2 4 dp=4
+reshard "zero3 dp4 -> dp2 zero1" 4 dp=4,zero=3 2 dp=2,zero=1
+reshard "single -> tp2" 0 single 2 tp=2
+
+# ---- automatic restart ---------------------------------------------------------------------
+job 2 "$T/u" "$T/u.st" 8 dp=2 >"$T/u.log" 2>&1 || bad "unfaulted dp2 run: $(tail -3 "$T/u.log")"
+tried=0
+survived=0
+for k in 1 2 3; do
+  step=$((RANDOM % 6 + 2)) # a random step in 2..7
+  tried=$((tried + 1))
+  if LUTRA_FAULT="step:$step@1" timeout 300 "$LUTRA" launch -n 2 --max-restarts 2 $S/ckpt_train.lua "$T/f$k" \
+    "$T/f$k.st" 8 dp=2 >"$T/f.log" 2>"$T/f.err" && grep -q "fault injected" "$T/f.err" &&
+    grep -q "restart 1 of 2" "$T/f.err" &&
+    "$LUTRA" $S/ckpt_compare.lua "$T/u.st" "$T/f$k.st" 0 >/dev/null &&
+    [ "$(last_loss "$T/f.log")" = "$(last_loss "$T/u.log")" ]; then
+    survived=$((survived + 1))
+  else
+    echo "  fault at step $step: $(tail -3 "$T/f.err")"
+  fi
+done
+echo "  restart: $survived of $tried runs with rank 1 killed at a random step finished with the unfaulted weights and loss"
+[ "$survived" = "$tried" ] && ok || bad "restart: $survived of $tried survived"
+
+# a rank lost: the job comes back on 2 of its 4 ranks (dp = "auto"), resharded
+if LUTRA_FAULT="lose:3@3" timeout 300 "$LUTRA" launch -n 4 --max-restarts 1 --min-ranks 2 $S/ckpt_train.lua "$T/l" \
+  "$T/l.st" 8 zero=1 >"$T/l.log" 2>"$T/l.err" && grep -q "restart 1 of 1 on 2 ranks" "$T/l.err"; then ok; else
+  bad "lost rank: $(tail -5 "$T/l.err")"
+fi
+same "lost rank: 4 ranks, then 2, vs one process" "$T/ref.st" "$T/l.st" 1e-5
+# below --min-ranks: the launcher gives up, with the job's status
+LUTRA_FAULT="lose:3@1" timeout 300 "$LUTRA" launch -n 2 --max-restarts 1 --min-ranks 2 $S/ckpt_train.lua "$T/g" \
+  "$T/g.st" 8 dp=2 >/dev/null 2>"$T/g.err"
+st=$?
+[ "$st" != 0 ] && grep -q "below --min-ranks 2: giving up" "$T/g.err" && ok || bad "min-ranks: status $st, $(tail -2 "$T/g.err")"
+
+echo "$pass passed, $fail failed"
+[ "$fail" = 0 ]
