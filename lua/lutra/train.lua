@@ -178,7 +178,7 @@ local function evaluate(model, val, n, loss_fn)
   return sum / n
 end
 
-local evaluate_parallel
+local evaluate_parallel, plain_copy
 
 -- ---- checkpoints ---------------------------------------------------------------------------
 
@@ -210,7 +210,7 @@ local function save(run)
                  val_loader = run.val and run.val:state() or nil, tokens = run.tokens, best_val = run.best_val,
                  precision = run.prec:state()} -- precision: fp16's loss scale, else nil
   sharded.save(dir, {step = run.step, layout = layout_of(run), config = run.cfg_plain, tensors = tensors,
-                     extra = extra},
+                     extra = extra, files = run.ckpt_files},
     {world = run.mesh and run.mesh.world or nil, async = run.get "ckpt_async", keep = run.get "ckpt_keep"})
   return dir
 end
@@ -342,6 +342,23 @@ local function one_step_parallel(run, lr)
   return loss_sum / k, tokens * run.mesh.dp_size, norm, run.prec:report(nil)
 end
 
+-- The data of a plain config table (numbers, strings, booleans, tables of them), for the
+-- checkpoint's manifest; functions and other values are left out.
+function plain_copy(v, depth)
+  depth = depth or 0
+  if type(v) ~= "table" or depth > 8 then return v end
+  local out = {}
+  for k, x in pairs(v) do
+    local t = type(x)
+    if (type(k) == "string" or type(k) == "number") and (t == "number" or t == "string" or t == "boolean") then
+      out[k] = x
+    elseif t == "table" and getmetatable(x) == nil then
+      out[k] = plain_copy(x, depth + 1)
+    end
+  end
+  return out
+end
+
 -- A list of {name, tensor} pairs (this rank's parameters or shards) as something with
 -- named_parameters(), so that the optimizer's weight-decay groups see the global names.
 local function as_module(named)
@@ -405,7 +422,7 @@ function M.train(args)
   end
   -- the lr of each step: schedule =, else the given optimizer's own schedule, else the config's
   local sched = args.schedule or (args.optimizer and args.optimizer.schedule) or make_schedule(get)
-  run.cfg_plain = type(cfg.plain) == "function" and cfg:plain() or nil
+  run.cfg_plain = type(cfg.plain) == "function" and cfg:plain() or plain_copy(cfg)
   local total = get "steps"
   local run_dir = get "run_dir"
   if run_dir == "" then run_dir = nil end
@@ -434,6 +451,11 @@ function M.train(args)
   local log
   if run_dir then
     ckpt.mkdir_p(run_dir)
+    -- the tokenizer goes into every checkpoint (rank 0 copies it in)
+    local tok = args.tokenizer
+    if type(tok) == "table" and type(tok.save) == "function" and pcall(tok.save, tok, run_dir .. "/tokenizer.json") then
+      run.ckpt_files = {["tokenizer.json"] = run_dir .. "/tokenizer.json"}
+    end
     if type(cfg.save) == "function" then pcall(cfg.save, cfg, run_dir .. "/config.lua") end
     log = metrics.open(run_dir .. "/metrics.jsonl", run.step == 0 and "w" or "a")
   end

@@ -87,6 +87,12 @@ done
 echo "  restart: $survived of $tried runs with rank 1 killed at a random step finished with the unfaulted weights and loss"
 [ "$survived" = "$tried" ] && ok || bad "restart: $survived of $tried survived"
 
+# a hang: rank 0 stops after a step; rank 1's watchdog ends the job, which restarts and finishes
+if LUTRA_FAULT="hang:4@0" LUTRA_COMM_TIMEOUT=3 timeout 300 "$LUTRA" launch -n 2 --max-restarts 1 $S/ckpt_train.lua \
+  "$T/h" "$T/h.st" 8 dp=2 >"$T/h.log" 2>"$T/h.err" && grep -q "has not completed after 3 s" "$T/h.err" &&
+  grep -q "restart 1 of 1" "$T/h.err"; then ok; else bad "hang: $(tail -5 "$T/h.err")"; fi
+same "hang, watchdog, restart: the unfaulted weights" "$T/u.st" "$T/h.st" 0
+
 # a rank lost: the job comes back on 2 of its 4 ranks (dp = "auto"), resharded
 if LUTRA_FAULT="lose:3@3" timeout 300 "$LUTRA" launch -n 4 --max-restarts 1 --min-ranks 2 $S/ckpt_train.lua "$T/l" \
   "$T/l.st" 8 zero=1 >"$T/l.log" 2>"$T/l.err" && grep -q "restart 1 of 1 on 2 ranks" "$T/l.err"; then ok; else

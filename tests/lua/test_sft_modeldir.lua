@@ -55,7 +55,31 @@ test("a trainer checkpoint with its tokenizer", function()
   equal(info.format, "checkpoint")
   local x = lt.tensor({{1, 2, 3}}, {dtype = "i64"})
   close(m2:forward(x), model:forward(x), {atol = 1e-6})
-  fails("a checkpoint has no tokenizer", function() modeldir.load(dir .. "/ckpt/step_000001") end)
+  fails("a checkpoint without tokenizer.json", function() modeldir.load(dir .. "/ckpt/step_000001") end)
   fails("is not a model directory", function() modeldir.load(dir) end)
+  os.execute("rm -rf '" .. dir .. "'")
+end)
+
+test("a sharded trainer checkpoint carries its tokenizer and config", function()
+  lt.manual_seed(6)
+  local cfg = {arch = "llama", n_layer = 1, n_head = 2, d_model = 16, vocab_size = tok.vocab_size, block_size = 8}
+  local model = models.build(cfg)
+  local dir = tmpdir()
+  local ids = {}
+  for i = 1, 200 do ids[i] = (i * 7) % tok.vocab_size end
+  local data = {step = 0}
+  function data:next()
+    local x = lt.tensor({{ids[1], ids[2], ids[3], ids[4], ids[5], ids[6], ids[7], ids[8]}}, {dtype = "i64"})
+    return x, x
+  end
+  function data:state() return {step = self.step} end
+  function data:set_state(st) self.step = st.step end
+  local r = lt.train{model = model, data = data, tokenizer = tok, quiet = true, no_interrupt = true,
+                     config = {steps = 2, warmup = 0, eval_every = 0, run_dir = dir, ckpt_every = 2, model = cfg}}
+  local m2, tok2, info = modeldir.load(r.checkpoint)
+  equal(info.format, "checkpoint")
+  equal(tok2.vocab_size, tok.vocab_size)
+  local x = lt.tensor({{1, 2, 3}}, {dtype = "i64"})
+  close(m2:forward(x), model:forward(x), {atol = 1e-6})
   os.execute("rm -rf '" .. dir .. "'")
 end)

@@ -126,8 +126,9 @@ function M.load(dir, opts)
     end
     cfg.vocab_size = st.model["wte.weight"]:size(0)
     model, format = build(models.config(cfg), st.model), "checkpoint"
-    if not opts.tokenizer then raise("modeldir.load: a checkpoint has no tokenizer: pass its tokenizer.json") end
-    tok = tokenizer.load(opts.tokenizer)
+    local tok_path = opts.tokenizer or (exists(dir .. "/tokenizer.json") and dir .. "/tokenizer.json")
+    if not tok_path then raise("modeldir.load: a checkpoint without tokenizer.json: pass its tokenizer") end
+    tok = tokenizer.load(tok_path)
   else
     raise("modeldir.load: " .. dir .. " is not a model directory (no config.json, lutra_model/, manifest.json or "
       .. "manifest.lua)")

@@ -4,6 +4,8 @@
 --                            after training step S
 --   LUTRA_FAULT=lose:S[@R]   the same, and the rank is reported lost to `lutra launch`, whose
 --                            restart may then come back with fewer ranks (--min-ranks)
+--   LUTRA_FAULT=hang:S[@R]   rank R stops after step S without dying: the other ranks wait in
+--                            their next collective until the watchdog ends the job
 -- (LUTRA_FAULT=save:<point>[@R] faults live in the checkpoint writer: lutra.h, ckpt io.)
 -- A fault fires once per job: a marker in LUTRA_LAUNCH_DIR (set by `lutra launch`) keeps the
 -- restarted job from dying again at the same step.
@@ -14,12 +16,13 @@ local M = {}
 pcall(ffi.cdef, [[
 int getpid(void);
 int kill(int pid, int sig);
+int poll(void *fds, unsigned long nfds, int timeout);
 ]])
 
 local function parse(spec)
   if not spec then return nil end
   local kind, step, rank = spec:match("^(%a+):(%d+)@?(%d*)$")
-  if kind ~= "step" and kind ~= "lose" then return nil end
+  if kind ~= "step" and kind ~= "lose" and kind ~= "hang" then return nil end
   return {kind = kind, step = tonumber(step), rank = rank ~= "" and tonumber(rank) or nil}
 end
 
@@ -47,10 +50,13 @@ function M.after_step(step, rank)
       end
     end
   end
-  io.stderr:write(string.format("lutra: fault injected (LUTRA_FAULT=%s): rank %d dies after step %d\n",
-    os.getenv("LUTRA_FAULT"), rank, step))
+  io.stderr:write(string.format("lutra: fault injected (LUTRA_FAULT=%s): rank %d %s after step %d\n",
+    os.getenv("LUTRA_FAULT"), rank, f.kind == "hang" and "hangs" or "dies", step))
   io.stderr:flush()
   io.stdout:flush()
+  if f.kind == "hang" then
+    while true do ffi.C.poll(nil, 0, 1000) end -- until the job is torn down
+  end
   ffi.C.kill(ffi.C.getpid(), 9)
 end
 
