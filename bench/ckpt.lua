@@ -78,6 +78,7 @@ local function batch()
   return lt.tensor(x, {dtype = "i64"}), lt.tensor(y, {dtype = "i64"})
 end
 math.randomseed(1)
+local fence_wait = 0 -- seconds step() waited in ckpt.fence since the last save
 local function step()
   for _, p in ipairs(params) do if p.grad ~= nil then p.grad:free() end end
   opt:zero_grad(true)
@@ -88,6 +89,11 @@ local function step()
     l:backward()
     return l:item()
   end)
+  -- an async save in flight takes its copy of the weights while forward and backward run;
+  -- the loop waits here, before they change, only for what is left of that copy
+  local tf = now()
+  ckpt.fence()
+  fence_wait = fence_wait + (now() - tf)
   opt:step()
   return loss
 end
@@ -177,6 +183,9 @@ for sv = 1, a.saves do
   k = k + a.every
   local list = state_tensors()
   for _, e in ipairs(moment_tensors()) do list[#list + 1] = e end
+  -- the stall of a save: its own call, plus the next step's wait at the fence
+  if sv > 1 then stalls[#stalls] = stalls[#stalls] + fence_wait end
+  fence_wait = 0
   local ts = now()
   ckpt.save(string.format("%s/async/step_%06d", a.dir, a.steps + k), {step = a.steps + k, tensors = list,
     extra = {loss = last}}, {async = true, keep = 2, level = a.level})

@@ -28,6 +28,7 @@ struct lt_ckpt_job {
   const void **data;
   char *owned; /* data[i] is the job's copy */
   int64_t copied;
+  atomic_int copies_done; /* the deferred copies (copy == 2) are taken: the sources may change */
   int64_t *nbytes;
   lt_ckpt_piece *pieces;
   int64_t n_files, n_remove;
@@ -139,7 +140,10 @@ int lt_ckpt_job_add(lt_ckpt_job *j, const void *data, int64_t nbytes, int shuffl
     j->cap = cap;
   }
   j->owned[j->n] = 0;
-  if (copy) {
+  if (copy == 2) { /* copied by the job's thread first (lt_ckpt_job_wait_copied fences it) */
+    j->owned[j->n] = 2;
+    j->copied += nbytes;
+  } else if (copy) {
     void *buf = pool_get(nbytes);
     if (!buf) return lt_errorf("ckpt: job_add: out of memory for a host copy of %lld bytes", (long long)nbytes);
     /* the copy is the stall of an async save: spread it over the threads when it is large */
@@ -390,10 +394,32 @@ static int commit(lt_ckpt_job *j) {
   return 0;
 }
 
+/* The deferred copies, before anything else the job does: the caller goes on computing and
+ * waits (lt_ckpt_job_wait_copied) only before it changes the sources. */
+static int take_copies(lt_ckpt_job *j) {
+  int rc = 0;
+  for (int64_t i = 0; i < j->n && rc == 0; i++) {
+    if (j->owned[i] != 2) continue;
+    void *buf = pool_get(j->nbytes[i]);
+    if (!buf) {
+      rc = lt_errorf("ckpt: out of memory for a host copy of %lld bytes", (long long)j->nbytes[i]);
+      j->owned[i] = 0;
+      break;
+    }
+    memcpy(buf, j->data[i], (size_t)j->nbytes[i]);
+    j->data[i] = buf;
+    j->owned[i] = 1;
+  }
+  for (int64_t i = 0; i < j->n; i++) /* after a failure no source is read again */
+    if (j->owned[i] == 2) j->owned[i] = 0, j->data[i] = NULL;
+  atomic_store(&j->copies_done, 1);
+  return rc;
+}
+
 static void run_job(lt_ckpt_job *j) {
   double t0 = now();
   j->raw = j->compressed = 0;
-  int rc = 0;
+  int rc = take_copies(j);
   for (int64_t i = 0; i < j->n_files && rc == 0; i++)
     rc = lt_ckpt_write_file(j->file_paths[i], j->file_data[i], j->file_bytes[i]);
   if (rc == 0) rc = write_shard(j);
@@ -435,6 +461,14 @@ int lt_ckpt_job_start(lt_ckpt_job *j) {
   }
   pthread_mutex_unlock(&registry_lock);
   if (rc != 0) return lt_errorf("ckpt: cannot start the save thread: %s", strerror(rc));
+  return 0;
+}
+
+int lt_ckpt_job_wait_copied(lt_ckpt_job *j) {
+  if (!j) return lt_errorf("ckpt: job_wait_copied: job is NULL");
+  if (!j->started) return 0;
+  const struct timespec tick = {0, 100000}; /* 0.1 ms: the copy takes milliseconds */
+  while (!atomic_load(&j->copies_done) && !atomic_load(&j->done)) nanosleep(&tick, NULL);
   return 0;
 }
 

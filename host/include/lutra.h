@@ -606,8 +606,10 @@ typedef struct lt_ckpt_job lt_ckpt_job; /* opaque */
 
 /* chunk_bytes <= 0: 4 MiB; level: lz4 compression level (0 fast, up to 12: HC). */
 int lt_ckpt_job_new(lt_ckpt_job **out, const char *path, int64_t chunk_bytes, int level);
-/* Adds a piece: copy != 0 copies the bytes now (the job owns them: an async save's host
- * buffer), else they must stay valid until the job is waited for. shuffle: 0 or 1 plain,
+/* Adds a piece: copy = 1 copies the bytes now (the job owns them: an async save's host
+ * buffer); copy = 2 has the job's thread copy them first, the caller keeping them unchanged
+ * until lt_ckpt_job_wait_copied; copy = 0: they must stay valid until the job is waited for.
+ * shuffle: 0 or 1 plain,
  * 2, 4 or 8: byte-transposed by elements of that size (nbytes a multiple of it). */
 int lt_ckpt_job_add(lt_ckpt_job *j, const void *data, int64_t nbytes, int shuffle, int copy);
 /* Threads compressing frames (default 1; 0: all of OpenMP's). */
@@ -629,6 +631,9 @@ int lt_ckpt_commit(const char *tmp_dir, const char *final_dir, const char *manif
 int lt_ckpt_job_run(lt_ckpt_job *j);
 int lt_ckpt_job_start(lt_ckpt_job *j);
 int lt_ckpt_job_poll(lt_ckpt_job *j, int *done); /* done = 1 once the thread finished (still wait) */
+/* Returns once a started job has taken its deferred copies (lt_ckpt_job_add with copy = 2: the
+ * job's thread copies the sources first): after it the caller may change them. */
+int lt_ckpt_job_wait_copied(lt_ckpt_job *j);
 int lt_ckpt_job_wait(lt_ckpt_job *j);            /* joins; 0 or -1 with the job's error */
 /* After the job: piece i's frames, and totals (raw, compressed bytes; seconds it took). */
 int lt_ckpt_job_piece(const lt_ckpt_job *j, int64_t i, lt_ckpt_piece *piece);

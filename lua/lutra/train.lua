@@ -292,6 +292,7 @@ local function one_step(run, lr)
     end
     -- fp32/bf16: clip_grad_norm, step; fp16: unscale + clip, no step when a gradient is inf/nan
     local n, take = run.prec:clip_grads(params, clip, clip_grad_norm)
+    sharded.fence() -- a background save has copied the weights before they change
     if take then run.opt:step{lr = lr} end
     -- Drop the gradients now (set_to_none) and free their memory: tensors made by backward
     -- are not in this tidy scope, and would otherwise wait for the GC.
@@ -333,6 +334,7 @@ local function one_step_parallel(run, lr)
     else
       norm = par:finish(run.get "grad_clip")
     end
+    sharded.fence() -- a background save has copied the weights before they change
     if take then par.optimizer:step{lr = lr} end
     par:after_step()
     par:zero_grad()

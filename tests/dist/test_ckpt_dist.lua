@@ -138,7 +138,8 @@ equal(ckpt.latest(root, {quiet = true}), dir1)
 local dir2 = root .. "/step_000002"
 local st = state(2)
 ckpt.save(dir2, st, {world = g, async = true, keep = 1})
-for _, e in ipairs(st.tensors) do e.tensor:fill_(0) end -- training goes on
+ckpt.fence() -- the writer took its copy: training goes on and changes the weights
+for _, e in ipairs(st.tensors) do e.tensor:fill_(0) end
 ckpt.wait()
 g:barrier()
 check(dir2, 2)

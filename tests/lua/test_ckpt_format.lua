@@ -237,7 +237,8 @@ test("async saves copy the state, run in the background, queue, and finish befor
   local w = lt.randn(256, 1024)
   local keep = w:clone()
   ckpt.save(root .. "/step_000001", {step = 1, tensors = {{name = "w", tensor = w}}}, {async = true})
-  w:fill_(0) -- training goes on: the save has its own copy
+  ckpt.fence() -- the writer thread has taken its copy: training may change the weights now
+  w:fill_(0)
   ckpt.save(root .. "/step_000002", {step = 2, tensors = {{name = "w", tensor = w}}}, {async = true}) -- waits for 1
   equal(ckpt.wait(), root .. "/step_000002")
   equal(ckpt.wait(), nil)
@@ -246,6 +247,14 @@ test("async saves copy the state, run in the background, queue, and finish befor
   equal(ckpt.load(root .. "/step_000002"):tensor("w"):abs():sum():item(), 0)
   local last = ckpt.last_save()
   assert(last.stall >= 0 and last.seconds > 0, "stall and writer time measured")
+  -- defer = false: the copy is taken before save returns (no fence needed)
+  local root3 = fresh("async_eager")
+  local v = lt.randn(64, 64)
+  local v0 = v:clone()
+  ckpt.save(root3 .. "/step_000001", {step = 1, tensors = {{name = "v", tensor = v}}}, {async = true, defer = false})
+  v:fill_(1)
+  ckpt.wait()
+  same_bytes(ckpt.load(root3 .. "/step_000001"):tensor("v"), v0, "eager copy")
   -- a process that exits right after an async save still leaves it committed
   local root2 = fresh("async_exit")
   local path = base .. "/exit.lua"

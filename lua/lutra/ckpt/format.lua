@@ -175,6 +175,18 @@ end
 
 -- Blocks until the previous async save is committed; its directory (nil when none). Raises
 -- its error.
+-- Returns once the background save has taken its copy of the state: from then on the
+-- tensors it saves may change (the trainer calls it before each optimizer step). Cheap when
+-- no save is pending. The time spent here is added to the save's stall.
+function M.fence()
+  local p = pending
+  if not p or not p.sources then return end
+  local t0 = C.lt_wall_time()
+  C.lt_ckpt_job_wait_copied(p.job)
+  p.sources = nil
+  p.stall = (p.stall or 0) + (C.lt_wall_time() - t0)
+end
+
 function M.wait()
   local p = pending
   if not p then return nil end
@@ -296,7 +308,10 @@ function M.save(dir, state, opts)
       if C.lt_is_contiguous(v) == 0 then v = v:contiguous() end
       local nbytes = v:numel() * v:element_size()
       local shuffle = opts.shuffle ~= false and v:element_size() or 0
-      if C.lt_ckpt_job_add(job, C.lt_data_ptr(v), nbytes, shuffle, opts.async and 1 or 0) ~= 0 then fail() end
+      -- async: the writer thread copies first, while training goes on (M.fence before the
+      -- sources change); opts.defer = false copies here, before save returns
+      local copy = opts.async and (opts.defer == false and 1 or 2) or 0
+      if C.lt_ckpt_job_add(job, C.lt_data_ptr(v), nbytes, shuffle, copy) ~= 0 then fail() end
       keep_alive[#keep_alive + 1] = v
       b.index, n_own = n_own, n_own + 1
       copied_bytes = copied_bytes + nbytes
@@ -364,7 +379,9 @@ function M.save(dir, state, opts)
   local p = {job = job, rank0 = rank == 0, parent = parent, keep = opts.keep, dir = dir, copied = copied_bytes}
   if opts.async then
     if C.lt_ckpt_job_start(job) ~= 0 then fail() end
-    keep_alive = nil -- the job holds its own copies
+    -- the sources stay alive (and, by the caller, unchanged) until the job copied them: M.fence
+    p.sources = opts.defer ~= false and keep_alive or nil
+    keep_alive = nil
     p.stall = C.lt_wall_time() - t0
     pending = p
     return dir

@@ -2,6 +2,7 @@
 --
 --   local ckpt = require "lutra.ckpt"
 --   ckpt.save(dir, state, opts)   -- lutra.ckpt.format (format, atomicity, async)
+--   ckpt.fence()                  -- an async save has copied the state: it may change now
 --   ckpt.wait()                   -- the previous async save committed (errors raised here)
 --   local r = ckpt.load(dir)      -- lutra.ckpt.reader: r:read, r:tensor, r:load_into, r:extra
 --   ckpt.latest(run_dir)          -- newest valid checkpoint dir (falls back past bad ones)
@@ -12,7 +13,7 @@ local format = require "lutra.ckpt.format"
 local reader = require "lutra.ckpt.reader"
 
 local M = {
-  save = format.save, wait = format.wait, busy = format.busy, load = reader.load, latest = reader.latest,
+  save = format.save, wait = format.wait, fence = format.fence, busy = format.busy, load = reader.load, latest = reader.latest,
   prune = reader.prune, validate = reader.validate, steps = reader.steps, FORMAT = format.FORMAT,
   VERSION = format.VERSION,
 }
