@@ -97,6 +97,8 @@ M.config = require "lutra.config" -- callable: lt.config{...}; also lt.config.op
 M.json = require "lutra.json"
 M.hf = require "lutra.hf" -- lt.hf.load_pretrained(dir), lt.hf.save_pretrained(dir, model, tok)
 M.safetensors = require "lutra.ckpt.safetensors"
+M.ckpt = require "lutra.ckpt" -- sharded checkpoints: lt.ckpt.save/load/latest, lt.ckpt.inspect(dir)
+M.autocast = require("lutra.autocast").run -- lt.autocast("bf16", fn, ...)
 M.dist = require "lutra.dist" -- lt.dist.init{dp =, tp =, pp =, zero =} -> mesh; groups and collectives
 
 M.cuda = {
