@@ -4,6 +4,7 @@
  * fsync'ed and renamed). Parsing is in safetensors.c. */
 #define _GNU_SOURCE
 #include "internal.h"
+#include "ckpt_io.h" /* lt_ckpt_pread_all, lt_ckpt_write_all */
 #include "safetensors.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -18,36 +19,7 @@
 #define LT_HAVE_CJSON 1
 #endif
 
-/* lt_is_contiguous says no for some empty tensors (shape [3, 0]); their zero bytes are fine. */
-static int dense(const lt_tensor *t) { return lt_numel(t) == 0 || lt_is_contiguous(t); }
 
-/* Reads exactly n bytes at offset; 0, or -1 with errno (0 for end of file). */
-static int read_at(int fd, void *dst, int64_t n, int64_t offset) {
-  char *p = dst;
-  while (n > 0) {
-    size_t chunk = n > (1 << 30) ? (size_t)1 << 30 : (size_t)n;
-    ssize_t got = pread(fd, p, chunk, (off_t)offset);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) {
-      if (got == 0) errno = 0;
-      return -1;
-    }
-    p += got, n -= got, offset += got;
-  }
-  return 0;
-}
-
-static int write_all(int fd, const void *src, int64_t n) {
-  const char *p = src;
-  while (n > 0) {
-    size_t chunk = n > (1 << 30) ? (size_t)1 << 30 : (size_t)n;
-    ssize_t put = write(fd, p, chunk);
-    if (put < 0 && errno == EINTR) continue;
-    if (put <= 0) return -1;
-    p += put, n -= put;
-  }
-  return 0;
-}
 
 int lt_st_open(lt_st_header **out, const char *path) {
   if (!out) return lt_errorf("safetensors: open: out is NULL");
@@ -62,7 +34,7 @@ int lt_st_open(lt_st_header **out, const char *path) {
   }
   int64_t size = (int64_t)st.st_size;
   unsigned char len8[8] = {0};
-  if (size < 8 || read_at(fd, len8, 8, 0) != 0) {
+  if (size < 8 || lt_ckpt_pread_all(fd, len8, 8, 0) != 0) {
     close(fd);
     return lt_errorf("safetensors: %s: too short (%lld bytes) to hold the 8-byte header length", path, (long long)size);
   }
@@ -75,7 +47,7 @@ int lt_st_open(lt_st_header **out, const char *path) {
     close(fd);
     return lt_errorf("safetensors: %s: out of memory for a %lld-byte header", path, (long long)want);
   }
-  if (read_at(fd, buf, want, 0) != 0) {
+  if (lt_ckpt_pread_all(fd, buf, want, 0) != 0) {
     free(buf);
     close(fd);
     return lt_errorf("safetensors: %s: read failed: %s", path, errno ? strerror(errno) : "unexpected end of file");
@@ -115,8 +87,8 @@ int lt_st_load(lt_tensor *out, const lt_st_header *h, int64_t i) {
   char op[64];
   snprintf(op, sizeof op, "safetensors load '%.40s'", t->name);
   LT_TRY(lt_prepare_out(op, out, t->ndim, t->shape, t->dtype, LT_DEVICE_CPU));
-  if (!dense(out)) return lt_errorf("safetensors: %s: tensor '%.200s': out must be contiguous", h->path, t->name);
-  if (read_at(h->fd, lt_data_ptr(out), t->end - t->begin, h->data_offset + t->begin) != 0)
+  if (!lt_is_contiguous(out)) return lt_errorf("safetensors: %s: tensor '%.200s': out must be contiguous", h->path, t->name);
+  if (lt_ckpt_pread_all(h->fd, lt_data_ptr(out), t->end - t->begin, h->data_offset + t->begin) != 0)
     return lt_errorf("safetensors: %s: tensor '%.200s': read of bytes [%lld, %lld) failed: %s", h->path, t->name,
                      (long long)(h->data_offset + t->begin), (long long)(h->data_offset + t->end),
                      errno ? strerror(errno) : "the file ends early (truncated?)");
@@ -199,7 +171,7 @@ int lt_st_save(const char *path, int64_t n, const char *const *names, const lt_t
     char what[96];
     snprintf(what, sizeof what, "tensor '%.60s'", names[k]);
     LT_TRY(lt_check_defined("safetensors save", what, t));
-    if (t->device != LT_DEVICE_CPU || !dense(t))
+    if (t->device != LT_DEVICE_CPU || !lt_is_contiguous(t))
       return lt_errorf("safetensors: save %s: tensor '%.200s' must be contiguous on the cpu", path, names[k]);
     if (!lt_st_dtype_name(t->dtype))
       return lt_errorf("safetensors: save %s: tensor '%.200s' has dtype %s, which safetensors has no name for", path,
@@ -237,10 +209,10 @@ int lt_st_save(const char *path, int64_t n, const char *const *names, const lt_t
   } else {
     unsigned char len8[8];
     for (int k = 0; k < 8; k++) len8[k] = (unsigned char)((uint64_t)header_len >> (8 * k));
-    int bad = write_all(fd, len8, 8) || write_all(fd, header, header_len);
+    int bad = lt_ckpt_write_all(fd, len8, 8) || lt_ckpt_write_all(fd, header, header_len);
     for (int64_t k = 0; k < n && !bad; k++) {
       const lt_tensor *t = tensors[order[k]];
-      bad = write_all(fd, lt_data_ptr(t), lt_numel(t) * lt_dtype_size(t->dtype));
+      bad = lt_ckpt_write_all(fd, lt_data_ptr(t), lt_numel(t) * lt_dtype_size(t->dtype));
     }
     if (!bad) bad = fsync(fd);
     if (bad) rc = lt_errorf("safetensors: writing %s failed: %s", tmp, strerror(errno));
