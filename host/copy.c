@@ -183,8 +183,7 @@ int lt_fill(lt_tensor *out, double value) {
   return 0;
 }
 
-static int fill_sequence(const char *op, lt_tensor *out, int64_t n, double start, double step, int dtype,
-                         int device) {
+static int fill_sequence(const char *op, lt_tensor *out, int64_t n, double start, double step, int dtype, int device) {
   int64_t shape[1] = {n};
   LT_TRY(lt_prepare_out(op, out, 1, shape, dtype, device));
   lt_tensor *host = out;

@@ -10,7 +10,8 @@ int lt_comm_check_tensor(const char *op, const lt_group *g, const char *what, co
   if (t->dtype == LT_BOOL || lt_dtype_size(t->dtype) == 0)
     return lt_errorf("%s on group %s: %s %s: unsupported dtype (expected f32, f64, bf16, f16, i32, i64 or u8)", op,
                      g->name, what, lt_desc(d, t));
-  if (!lt_is_contiguous(t)) return lt_errorf("%s on group %s: %s %s must be contiguous", op, g->name, what, lt_desc(d, t));
+  if (!lt_is_contiguous(t))
+    return lt_errorf("%s on group %s: %s %s must be contiguous", op, g->name, what, lt_desc(d, t));
   return 0;
 }
 
@@ -31,12 +32,13 @@ int lt_comm_check_reduce(const char *op, const lt_group *g, int reduce, int dtyp
 }
 
 int lt_comm_check_count(const char *op, const lt_group *g, int64_t n) {
-  if (n > INT_MAX) return lt_errorf("%s on group %s: %lld elements is more than MPI's int counts allow", op, g->name, (long long)n);
+  if (n > INT_MAX)
+    return lt_errorf("%s on group %s: %lld elements is more than MPI's int counts allow", op, g->name, (long long)n);
   return 0;
 }
 
-int lt_call_begin(lt_comm_call *c, const char *op, lt_group *g, const lt_tensor *t, int64_t count, int peer,
-                  bool async, bool fingerprint) {
+int lt_call_begin(lt_comm_call *c, const char *op, lt_group *g, const lt_tensor *t, int64_t count, int peer, bool async,
+                  bool fingerprint) {
   c->op = op, c->g = g, c->async = async, c->slot = -1;
   c->seq = ++g->seq;
   int dtype = t ? t->dtype : LT_U8;

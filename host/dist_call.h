@@ -24,8 +24,8 @@ typedef struct lt_comm_call {
 
 /* Takes the group's next seq, checks the fingerprint in debug mode (collectives:
  * fingerprint != 0), records the call and, when blocking, starts watching it. */
-int lt_call_begin(lt_comm_call *c, const char *op, lt_group *g, const lt_tensor *t, int64_t count, int peer,
-                  bool async, bool fingerprint);
+int lt_call_begin(lt_comm_call *c, const char *op, lt_group *g, const lt_tensor *t, int64_t count, int peer, bool async,
+                  bool fingerprint);
 /* After the blocking MPI call: stops watching, records the outcome. */
 int lt_call_end(lt_comm_call *c, int mpi_rc);
 /* After a failure before the MPI call (message already set): stops watching, returns -1. */

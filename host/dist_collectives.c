@@ -59,15 +59,17 @@ int lt_comm_all_reduce(lt_group *g, lt_tensor *t, int op, lt_comm_request **req)
 }
 
 // Fills int counts (and displacements) for the v-collectives; counts_in NULL: `each` for all.
-static int piece_counts(const char *op, lt_group *g, const int64_t *counts_in, int64_t each, int **counts,
-                        int **displs, int64_t *total) {
+static int piece_counts(const char *op, lt_group *g, const int64_t *counts_in, int64_t each, int **counts, int **displs,
+                        int64_t *total) {
   *counts = calloc((size_t)g->size, sizeof **counts);
   *displs = calloc((size_t)g->size, sizeof **displs);
   if (!*counts || !*displs) return free(*counts), free(*displs), lt_errorf("%s: out of memory", op);
   int64_t sum = 0;
   for (int i = 0; i < g->size; i++) {
     int64_t n = counts_in ? counts_in[i] : each;
-    if (n < 0) return free(*counts), free(*displs), lt_errorf("%s on group %s: counts[%d] = %lld is negative", op, g->name, i, (long long)n);
+    if (n < 0)
+      return free(*counts), free(*displs),
+             lt_errorf("%s on group %s: counts[%d] = %lld is negative", op, g->name, i, (long long)n);
     if (lt_comm_check_count(op, g, sum + n)) return free(*counts), free(*displs), -1;
     (*counts)[i] = (int)n, (*displs)[i] = (int)sum;
     sum += n;
@@ -166,8 +168,8 @@ int lt_comm_all_gather(lt_group *g, lt_tensor *out, const lt_tensor *inp, const 
   if (counts) {
     for (int i = 0; i < g->size; i++) total += counts[i];
     if (counts[g->rank] != n_in)
-      return lt_errorf("%s on group %s: inp %s has %lld elements but counts[%d] = %lld", name, g->name,
-                       lt_desc(d, inp), (long long)n_in, g->rank, (long long)counts[g->rank]);
+      return lt_errorf("%s on group %s: inp %s has %lld elements but counts[%d] = %lld", name, g->name, lt_desc(d, inp),
+                       (long long)n_in, g->rank, (long long)counts[g->rank]);
   } else {
     total = n_in * g->size;
   }

@@ -54,12 +54,15 @@ int lt_fingerprint_check(lt_group *g, const char *op, int dtype, int64_t count, 
   mine.seq = seq, mine.count = count, mine.dtype = dtype, mine.peer = peer;
   snprintf(mine.op, sizeof mine.op, "%s", op);
   char shape_buf[LT_SHAPE_STR];
-  if (shape) lt_shape_str(shape_buf, ndim, shape);
-  else snprintf(shape_buf, sizeof shape_buf, "[%lld]", (long long)count);
+  if (shape)
+    lt_shape_str(shape_buf, ndim, shape);
+  else
+    snprintf(shape_buf, sizeof shape_buf, "[%lld]", (long long)count);
   snprintf(mine.shape, sizeof mine.shape, "%.63s", shape_buf);
   snprintf(mine.where, sizeof mine.where, "%s", callsite);
   /* shapes may legitimately differ where only counts must agree (uneven all_gather pieces) */
-  if (strcmp(op, "all_gather") == 0 || strcmp(op, "reduce_scatter") == 0) snprintf(mine.shape, sizeof mine.shape, "[%lld]", (long long)count);
+  if (strcmp(op, "all_gather") == 0 || strcmp(op, "reduce_scatter") == 0)
+    snprintf(mine.shape, sizeof mine.shape, "[%lld]", (long long)count);
   fingerprint *all = calloc((size_t)g->size, sizeof *all);
   if (!all) return lt_errorf("%s on group %s: out of memory (fingerprints)", op, g->name);
   int64_t slot = lt_flight_begin("fingerprint", g, seq, dtype, count, ndim, shape, peer, LT_COMM_WAITING);

@@ -24,16 +24,16 @@ struct lt_group {
 struct lt_comm_request {
   int nreq;
   int done;
-  int64_t seq_slot;  /* the flight-recorder entry's global index */
-  const char *op;    /* for messages */
+  int64_t seq_slot; /* the flight-recorder entry's global index */
+  const char *op;   /* for messages */
   lt_group *group;
   int nkeep;
-  lt_tensor **keep;  /* retained until completion */
-  lt_tensor *avg;    /* divide by avg_n after completion (AVG) */
+  lt_tensor **keep; /* retained until completion */
+  lt_tensor *avg;   /* divide by avg_n after completion (AVG) */
   int avg_n;
-  int *counts;       /* v-collective arrays that MPI reads until completion */
+  int *counts; /* v-collective arrays that MPI reads until completion */
   int *displs;
-  void *nccl_event;  /* CUDA path: the event that marks completion on the comm stream */
+  void *nccl_event; /* CUDA path: the event that marks completion on the comm stream */
 #ifdef LUTRA_HAVE_MPI
   MPI_Request *reqs;
 #endif
@@ -77,8 +77,7 @@ int lt_request_complete(lt_comm_request *r);
 int lt_nccl_all_reduce(lt_group *g, lt_tensor *t, int op, lt_comm_request **req);
 int lt_nccl_reduce_scatter(lt_group *g, lt_tensor *out, const lt_tensor *inp, int op, const int64_t *counts,
                            lt_comm_request **req);
-int lt_nccl_all_gather(lt_group *g, lt_tensor *out, const lt_tensor *inp, const int64_t *counts,
-                       lt_comm_request **req);
+int lt_nccl_all_gather(lt_group *g, lt_tensor *out, const lt_tensor *inp, const int64_t *counts, lt_comm_request **req);
 int lt_nccl_broadcast(lt_group *g, lt_tensor *t, int root, lt_comm_request **req);
 int lt_nccl_p2p(lt_group *g, int n, const int *kinds, lt_tensor *const *tensors, const int *peers,
                 lt_comm_request **req);

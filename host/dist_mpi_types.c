@@ -76,8 +76,14 @@ int lt_mpi_datatype(const char *op, int dtype, MPI_Datatype *out) {
   case LT_I32: *out = MPI_INT32_T; return 0;
   case LT_I64: *out = MPI_INT64_T; return 0;
   case LT_U8: *out = MPI_UINT8_T; return 0;
-  case LT_BF16: make_half_types(); *out = type_bf16; return 0;
-  case LT_F16: make_half_types(); *out = type_f16; return 0;
+  case LT_BF16:
+    make_half_types();
+    *out = type_bf16;
+    return 0;
+  case LT_F16:
+    make_half_types();
+    *out = type_f16;
+    return 0;
   default:
     return lt_errorf("%s: unsupported dtype %s (expected f32, f64, bf16, f16, i32, i64 or u8)", op,
                      lt_dtype_name(dtype));

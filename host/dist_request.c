@@ -65,8 +65,10 @@ int lt_request_complete(lt_comm_request *r) {
       if (mrc != MPI_SUCCESS) rc = lt_errorf("%s: MPI failed on group %s", r->op, r->group->name);
 #endif
     }
-    if (rc == 0) finish(r);
-    else lt_flight_set_state(r->seq_slot, LT_COMM_FAILED);
+    if (rc == 0)
+      finish(r);
+    else
+      lt_flight_set_state(r->seq_slot, LT_COMM_FAILED);
   }
   lt_request_free(r);
   return rc;

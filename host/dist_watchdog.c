@@ -28,10 +28,10 @@ typedef struct flight_entry {
 } flight_entry;
 
 static flight_entry ring[RING];
-static int64_t next_index;       /* entries recorded so far */
-static int64_t watched = -1;     /* index of the entry being waited for, -1 when none */
+static int64_t next_index;   /* entries recorded so far */
+static int64_t watched = -1; /* index of the entry being waited for, -1 when none */
 static double watch_since;
-static double timeout_s = -1;    /* < 0: not read from the environment yet */
+static double timeout_s = -1; /* < 0: not read from the environment yet */
 static int hold_depth;
 static bool watchdog_running;
 
@@ -75,8 +75,10 @@ void lt_flight_set_state(int64_t index, int state) {
     r->state = state;
     if (state == LT_COMM_DONE || state == LT_COMM_FAILED) r->end = now;
   }
-  if (state == LT_COMM_WAITING) watched = index, watch_since = now;
-  else if (watched == index) watched = -1;
+  if (state == LT_COMM_WAITING)
+    watched = index, watch_since = now;
+  else if (watched == index)
+    watched = -1;
   pthread_mutex_unlock(&lock);
 }
 
@@ -88,8 +90,10 @@ static void to_record(lt_comm_record *r, const flight_entry *e) {
   snprintf(r->op, sizeof r->op, "%s", e->op ? e->op : "?");
   snprintf(r->group, sizeof r->group, "%s", e->group ? e->group->name : "?");
   char buf[LT_SHAPE_STR];
-  if (e->ndim >= 0) lt_shape_str(buf, e->ndim, e->shape);
-  else snprintf(buf, sizeof buf, "[%lld]", (long long)e->count);
+  if (e->ndim >= 0)
+    lt_shape_str(buf, e->ndim, e->shape);
+  else
+    snprintf(buf, sizeof buf, "[%lld]", (long long)e->count);
   snprintf(r->shape, sizeof r->shape, "%.63s", buf);
 }
 
@@ -138,9 +142,12 @@ static const char *hold_path(void) {
   const char *given = getenv("LUTRA_HOLD_FILE"), *ns = getenv("PMIX_NAMESPACE"), *job = getenv("SLURM_JOB_ID");
   const char *step = getenv("SLURM_STEP_ID");
   char id[160] = "";
-  if (given && *given) snprintf(path, sizeof path, "%s", given);
-  else if (ns && *ns) snprintf(id, sizeof id, "%s", ns);
-  else if (job && *job) snprintf(id, sizeof id, "slurm-%s-%s", job, step ? step : "0");
+  if (given && *given)
+    snprintf(path, sizeof path, "%s", given);
+  else if (ns && *ns)
+    snprintf(id, sizeof id, "%s", ns);
+  else if (job && *job)
+    snprintf(id, sizeof id, "slurm-%s-%s", job, step ? step : "0");
   if (id[0]) {
     for (char *c = id; *c; c++) /* one plain file name */
       if (*c == '/' || *c == ' ') *c = '_';

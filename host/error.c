@@ -32,10 +32,9 @@ int lt_dtype_from_name(const char *name, int *dtype) {
   static const struct {
     const char *alias;
     int dtype;
-  } aliases[] = {{"float32", LT_F32}, {"float", LT_F32},    {"float64", LT_F64}, {"double", LT_F64},
-                 {"bfloat16", LT_BF16}, {"float16", LT_F16}, {"half", LT_F16},    {"fp16", LT_F16},
-                 {"fp32", LT_F32},   {"int32", LT_I32},     {"int", LT_I32},     {"int64", LT_I64},
-                 {"long", LT_I64},   {"uint8", LT_U8},      {"byte", LT_U8}};
+  } aliases[] = {{"float32", LT_F32}, {"float", LT_F32}, {"float64", LT_F64}, {"double", LT_F64}, {"bfloat16", LT_BF16},
+                 {"float16", LT_F16}, {"half", LT_F16},  {"fp16", LT_F16},    {"fp32", LT_F32},   {"int32", LT_I32},
+                 {"int", LT_I32},     {"int64", LT_I64}, {"long", LT_I64},    {"uint8", LT_U8},   {"byte", LT_U8}};
   if (!name) return lt_errorf("dtype: name is NULL");
   for (int d = 0; d < LT_NUM_DTYPES; d++)
     if (strcmp(name, dtype_names[d]) == 0) return *dtype = d, 0;
@@ -44,9 +43,7 @@ int lt_dtype_from_name(const char *name, int *dtype) {
   return lt_errorf("dtype: unknown dtype '%s' (expected f32, f64, bf16, f16, i32, i64, u8 or bool)", name);
 }
 
-bool lt_dtype_is_float(int dtype) {
-  return dtype == LT_F32 || dtype == LT_F64 || dtype == LT_BF16 || dtype == LT_F16;
-}
+bool lt_dtype_is_float(int dtype) { return dtype == LT_F32 || dtype == LT_F64 || dtype == LT_BF16 || dtype == LT_F16; }
 
 const char *lt_shape_str(char *buf, int ndim, const int64_t *shape) {
   size_t n = 0, cap = LT_SHAPE_STR;

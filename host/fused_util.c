@@ -27,8 +27,7 @@ void lt_store_row_f32(void *base, int dtype, int64_t off, const float *src, int6
     for (int64_t j = 0; j < n; j++) h[j] = lt_f32_to_f16(src[j]);
 }
 
-lt_tensor *lt_out_begin(const char *op, const char *what, lt_tensor *out, int ndim, const int64_t *shape,
-                        int dtype) {
+lt_tensor *lt_out_begin(const char *op, const char *what, lt_tensor *out, int ndim, const int64_t *shape, int dtype) {
   char name[96]; /* errors name the output: "layernorm (rstd): out is ..." */
   snprintf(name, sizeof name, "%s (%s)", op, what);
   if (lt_prepare_out(strcmp(what, "out") ? name : op, out, ndim, shape, dtype, LT_DEVICE_CPU)) return NULL;

@@ -11,9 +11,9 @@
 
 /* Formats the thread-local error message; always returns -1. */
 int lt_errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-#define LT_TRY(expr)                                                                                                 \
-  do {                                                                                                               \
-    if ((expr) != 0) return -1;                                                                                      \
+#define LT_TRY(expr)                                                                                                   \
+  do {                                                                                                                 \
+    if ((expr) != 0) return -1;                                                                                        \
   } while (0)
 
 /* Formats a shape as "[2,3,4]" into a buffer of at least LT_SHAPE_STR bytes. */
@@ -122,9 +122,9 @@ LT_HOST_DEVICE static inline uint16_t lt_f32_to_f16(float f) { /* round to neare
   memcpy(&u, &f, 4);
   uint32_t sign = (u >> 16) & 0x8000u;
   uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u); /* NaN */
+  if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);  /* NaN */
   if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* overflow to inf */
-  if (a < 0x38800000u) { /* subnormal or zero in f16 */
+  if (a < 0x38800000u) {                                   /* subnormal or zero in f16 */
     if (a < 0x33000000u) return (uint16_t)sign;
     uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u;
     int shift = 126 - (int)e; /* 14..24 */

@@ -109,8 +109,8 @@ lt_storage *lt_storage_alloc(const char *op, int64_t nbytes, int device) {
     pthread_mutex_unlock(&memory_lock);
     free(s);
     return lt_errorf("%s: out of memory on %s allocating %lld bytes (allocated %lld, reserved %lld, peak %lld)", op,
-                     lt_device_str(dev, device), (long long)nbytes, (long long)st.allocated,
-                     (long long)st.reserved, (long long)st.peak),
+                     lt_device_str(dev, device), (long long)nbytes, (long long)st.allocated, (long long)st.reserved,
+                     (long long)st.peak),
            NULL;
   }
   if (!from_cache) m->stats.reserved += size;

@@ -322,9 +322,9 @@ static int forward_run(att_ctx *c, bool f64) {
   size_t esize = f64 ? 8 : 4, scratch = (size_t)BLOCK_ROWS * ((size_t)c->S * esize + 2 * 8 + esize) + 64;
   forward_job job = {.c = c, .f64 = f64, .nblk = nblk, .tasks = tasks, .scratch = scratch};
   lt_run_parts(forward_tasks, &job, tasks > 1 && c->B * c->H * c->T * (c->S + 1) * (c->D + 1) >= 8 * LT_PAR_GRAIN);
-  return job.oom ? lt_errorf("attention_forward: out of memory for a %d x %lld score block", BLOCK_ROWS,
-                             (long long)c->S)
-                 : 0;
+  return job.oom
+             ? lt_errorf("attention_forward: out of memory for a %d x %lld score block", BLOCK_ROWS, (long long)c->S)
+             : 0;
 }
 
 int lt_attention_forward(lt_tensor *out, lt_tensor *lse, const lt_tensor *q, const lt_tensor *k, const lt_tensor *v,

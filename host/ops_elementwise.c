@@ -86,8 +86,8 @@ static void execute_tiled(int nd, const int64_t *sh, int nops, char *const *base
 
 /* One task of ew_execute: `chunk` elements of row t / per_row. */
 static inline void run_task(int64_t t, int64_t per_row, int64_t chunk, int64_t inner, int nd, const int64_t *sh,
-                            int nops, char *const *base, const int *esize, int64_t (*st)[LT_MAX_DIMS],
-                            ew_kernel kernel, const void *ctx) {
+                            int nops, char *const *base, const int *esize, int64_t (*st)[LT_MAX_DIMS], ew_kernel kernel,
+                            const void *ctx) {
   int64_t r = t / per_row, i0 = (t % per_row) * chunk;
   int64_t n = inner - i0 < chunk ? inner - i0 : chunk;
   int64_t off[EW_MAX_OPERANDS], step[EW_MAX_OPERANDS];

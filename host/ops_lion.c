@@ -49,17 +49,14 @@ static void lion_half(uint16_t *p, int pdtype, const void *g, int gdtype, float 
   float pf[HALF_BLOCK], gf[HALF_BLOCK];
   for (int64_t i0 = 0; i0 < n; i0 += HALF_BLOCK) {
     int64_t len = n - i0 < HALF_BLOCK ? n - i0 : HALF_BLOCK;
-    for (int64_t i = 0; i < len; i++)
-      pf[i] = pdtype == LT_BF16 ? lt_bf16_to_f32(p[i0 + i]) : lt_f16_to_f32(p[i0 + i]);
+    for (int64_t i = 0; i < len; i++) pf[i] = pdtype == LT_BF16 ? lt_bf16_to_f32(p[i0 + i]) : lt_f16_to_f32(p[i0 + i]);
     const float *gp = gf;
     if (gdtype == LT_F32)
       gp = (const float *)g + i0;
     else
-      for (int64_t i = 0; i < len; i++)
-        gf[i] = (float)lt_load_f64(g, gdtype, i0 + i);
+      for (int64_t i = 0; i < len; i++) gf[i] = (float)lt_load_f64(g, gdtype, i0 + i);
     lion_f32(pf, gp, m + i0, len, s);
-    for (int64_t i = 0; i < len; i++)
-      p[i0 + i] = pdtype == LT_BF16 ? lt_f32_to_bf16(pf[i]) : lt_f32_to_f16(pf[i]);
+    for (int64_t i = 0; i < len; i++) p[i0 + i] = pdtype == LT_BF16 ? lt_f32_to_bf16(pf[i]) : lt_f32_to_f16(pf[i]);
   }
 }
 
@@ -81,8 +78,7 @@ static inline void lion_chunk(char *pp, int pdtype, const char *gp, int gdtype, 
 int lt_lion_step(lt_tensor *param, const lt_tensor *grad, lt_tensor *m, double lr, double beta1, double beta2,
                  double weight_decay) {
   LT_TRY(lt_check_defined("lion", "param", param));
-  if (param->device != LT_DEVICE_CPU)
-    return lt_errorf("lion: not implemented on cuda yet");
+  if (param->device != LT_DEVICE_CPU) return lt_errorf("lion: not implemented on cuda yet");
   int pdtype = param->dtype;
   if (!lt_dtype_is_float(pdtype))
     return lt_errorf("lion: param is %s, expected a floating dtype", lt_dtype_name(pdtype));
@@ -106,8 +102,7 @@ int lt_lion_step(lt_tensor *param, const lt_tensor *grad, lt_tensor *m, double l
   };
   int rc = -1;
   lt_tensor *pc = lt_begin_inplace(param), *mc = lt_begin_inplace(m), *gc = lt_tensor_new();
-  if (!pc || !mc || !gc || lt_contiguous(gc, grad))
-    goto done;
+  if (!pc || !mc || !gc || lt_contiguous(gc, grad)) goto done;
   char *pp = lt_data_ptr(pc), *mp = lt_data_ptr(mc);
   const char *gp = lt_data_ptr(gc);
   int gdtype = gc->dtype;

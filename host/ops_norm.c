@@ -345,8 +345,21 @@ static int norm_backward(const char *op, lt_tensor *dx, lt_tensor *dweight, lt_t
   const void *xp = lt_data_ptr(xc), *dyp = lt_data_ptr(dyc);
   const void *mup = center ? lt_data_ptr(muc) : NULL, *rsp = lt_data_ptr(rsc);
   void *dxp = dxw ? lt_data_ptr(dxw) : NULL;
-  norm_bwd_job J = {dtype, C, N, nchunks, center, xp, dyp, w, mup, center ? muc->dtype : 0, rsp, rsc->dtype, dxp,
-                    dww ? partial : NULL, dbw ? partial : NULL};
+  norm_bwd_job J = {dtype,
+                    C,
+                    N,
+                    nchunks,
+                    center,
+                    xp,
+                    dyp,
+                    w,
+                    mup,
+                    center ? muc->dtype : 0,
+                    rsp,
+                    rsc->dtype,
+                    dxp,
+                    dww ? partial : NULL,
+                    dbw ? partial : NULL};
   failed = lt_run_parts(norm_backward_part, &J, N * C >= LT_PAR_GRAIN && nchunks > 1);
   if (failed) {
     rc = lt_errorf("%s: out of host memory", op);

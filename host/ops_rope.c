@@ -71,8 +71,8 @@ static inline void table_row(const rope_job *J, int64_t r) {
   int64_t half = J->half;
   double p = (double)r;
   if (positions) {
-    int64_t off = J->per_batch ? (r / J->T) * positions->stride[0] + (r % J->T) * positions->stride[1]
-                               : r * positions->stride[0];
+    int64_t off =
+        J->per_batch ? (r / J->T) * positions->stride[0] + (r % J->T) * positions->stride[1] : r * positions->stride[0];
     p = (double)lt_load_i64(J->pos_base, positions->dtype, off);
   }
   for (int64_t i = 0; i < half; i++) {

@@ -189,7 +189,8 @@ static inline void fill_piece(const lt_strided_loop *L, char *base, int dtype, i
   int64_t per_row = (inner + chunk - 1) / chunk, stride = L->stride[0][L->ndim - 1];
   int64_t r = t / per_row, j0 = (t % per_row) * chunk, n = inner - j0 < chunk ? inner - j0 : chunk, roff;
   lt_loop_row_offsets(L, r, &roff);
-  fill_run(base + (roff + j0 * stride) * lt_dtype_size(dtype), dtype, stride, n, offset + (uint64_t)(r * inner + j0), d);
+  fill_run(base + (roff + j0 * stride) * lt_dtype_size(dtype), dtype, stride, n, offset + (uint64_t)(r * inner + j0),
+           d);
 }
 
 /* Fills out (any layout) in row-major element order; element i gets counter offset + i. */

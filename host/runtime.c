@@ -85,16 +85,16 @@ const char *lt_build_info(void) {
   static char info[2048];
   size_t n = 0, cap = sizeof info;
   n += (size_t)snprintf(info + n, cap - n, "lutra %s\ncompiler: %s\n", LUTRA_VERSION, __VERSION__);
-  n += (size_t)snprintf(info + n, cap - n, "blas: %s (threads %d)\n", openblas_get_config(),
-                        openblas_get_num_threads());
+  n +=
+      (size_t)snprintf(info + n, cap - n, "blas: %s (threads %d)\n", openblas_get_config(), openblas_get_num_threads());
 #ifdef _OPENMP
   n += (size_t)snprintf(info + n, cap - n, "openmp: %d (max threads %d)\n", _OPENMP, omp_get_max_threads());
 #else
   n += (size_t)snprintf(info + n, cap - n, "openmp: no\n");
 #endif
 #ifdef LUTRA_HAVE_CUDA
-  n += (size_t)snprintf(info + n, cap - n, "cuda: built with CUDA %s for sm %s\n", LUTRA_CUDA_VERSION,
-                        LUTRA_CUDA_ARCHS);
+  n +=
+      (size_t)snprintf(info + n, cap - n, "cuda: built with CUDA %s for sm %s\n", LUTRA_CUDA_VERSION, LUTRA_CUDA_ARCHS);
 #else
   n += (size_t)snprintf(info + n, cap - n, "cuda: not built\n");
 #endif

@@ -3,8 +3,8 @@
  * padded with spaces to 8 bytes, data in name order, written to a temporary file that is
  * fsync'ed and renamed). Parsing is in safetensors.c. */
 #define _GNU_SOURCE
-#include "internal.h"
 #include "ckpt_io.h" /* lt_ckpt_pread_all, lt_ckpt_write_all */
+#include "internal.h"
 #include "safetensors.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -18,8 +18,6 @@
 #include <cjson/cJSON.h>
 #define LT_HAVE_CJSON 1
 #endif
-
-
 
 int lt_st_open(lt_st_header **out, const char *path) {
   if (!out) return lt_errorf("safetensors: open: out is NULL");
@@ -87,7 +85,8 @@ int lt_st_load(lt_tensor *out, const lt_st_header *h, int64_t i) {
   char op[64];
   snprintf(op, sizeof op, "safetensors load '%.40s'", t->name);
   LT_TRY(lt_prepare_out(op, out, t->ndim, t->shape, t->dtype, LT_DEVICE_CPU));
-  if (!lt_is_contiguous(out)) return lt_errorf("safetensors: %s: tensor '%.200s': out must be contiguous", h->path, t->name);
+  if (!lt_is_contiguous(out))
+    return lt_errorf("safetensors: %s: tensor '%.200s': out must be contiguous", h->path, t->name);
   if (lt_ckpt_pread_all(h->fd, lt_data_ptr(out), t->end - t->begin, h->data_offset + t->begin) != 0)
     return lt_errorf("safetensors: %s: tensor '%.200s': read of bytes [%lld, %lld) failed: %s", h->path, t->name,
                      (long long)(h->data_offset + t->begin), (long long)(h->data_offset + t->end),

@@ -4,6 +4,7 @@
  * (`lutra doctor`, `lutra selftest`). Options and the `arg` table follow luajit.c. */
 #include "host.h"
 #include "lutra.h"
+#include <fcntl.h>
 #include <lauxlib.h>
 #include <limits.h>
 #include <lua.h>
@@ -11,7 +12,6 @@
 #include <lualib.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <fcntl.h>
 #include <string.h>
 #include <unistd.h>
 

@@ -9,26 +9,26 @@
 
 static int check_passed, check_failed;
 
-#define CHECK(cond, ...)                                                                                             \
-  do {                                                                                                               \
-    if (cond) {                                                                                                      \
-      check_passed++;                                                                                                \
-    } else {                                                                                                         \
-      check_failed++;                                                                                                \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond);                                       \
-      fprintf(stderr, __VA_ARGS__);                                                                                  \
-      fprintf(stderr, "\n");                                                                                         \
-    }                                                                                                                \
+#define CHECK(cond, ...)                                                                                               \
+  do {                                                                                                                 \
+    if (cond) {                                                                                                        \
+      check_passed++;                                                                                                  \
+    } else {                                                                                                           \
+      check_failed++;                                                                                                  \
+      fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond);                                         \
+      fprintf(stderr, __VA_ARGS__);                                                                                    \
+      fprintf(stderr, "\n");                                                                                           \
+    }                                                                                                                  \
   } while (0)
 
 /* Calls an API function that must succeed. */
 #define CHECK_OK(call) CHECK((call) == 0, "%s -> %s", #call, lt_last_error())
 /* Calls an API function that must fail with a message containing `needle`. */
-#define CHECK_ERR(call, needle)                                                                                      \
-  do {                                                                                                               \
-    int rc_ = (call);                                                                                                \
-    CHECK(rc_ != 0 && strstr(lt_last_error(), needle), "%s -> rc %d, error '%s', expected '%s'", #call, rc_,         \
-          lt_last_error(), needle);                                                                                  \
+#define CHECK_ERR(call, needle)                                                                                        \
+  do {                                                                                                                 \
+    int rc_ = (call);                                                                                                  \
+    CHECK(rc_ != 0 && strstr(lt_last_error(), needle), "%s -> rc %d, error '%s', expected '%s'", #call, rc_,           \
+          lt_last_error(), needle);                                                                                    \
   } while (0)
 
 static inline int check_summary(void) {
@@ -44,7 +44,9 @@ static inline double check_uniform(void) {
   check_rng_state ^= check_rng_state >> 27;
   return (double)((check_rng_state * 2685821657736338717ull) >> 11) / 9007199254740992.0;
 }
-static inline int64_t check_randint(int64_t lo, int64_t hi) { return lo + (int64_t)(check_uniform() * (double)(hi - lo)); }
+static inline int64_t check_randint(int64_t lo, int64_t hi) {
+  return lo + (int64_t)(check_uniform() * (double)(hi - lo));
+}
 
 /* A new tensor of the given shape/dtype on the CPU filled with uniform values in [lo, hi). */
 static inline lt_tensor *check_random(int ndim, const int64_t *shape, int dtype, double lo, double hi) {

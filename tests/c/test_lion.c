@@ -43,14 +43,12 @@ static void test_steps(int pdtype, int gdtype, int64_t rows, int64_t cols, int s
   int mdtype = pdtype == LT_F64 ? LT_F64 : LT_F32;
   double *p = malloc((size_t)n * sizeof(double)), *g = malloc((size_t)n * sizeof(double));
   double *m = calloc((size_t)n, sizeof(double));
-  for (int64_t i = 0; i < n; i++)
-    p[i] = round_to(pdtype, 2 * check_uniform() - 1);
+  for (int64_t i = 0; i < n; i++) p[i] = round_to(pdtype, 2 * check_uniform() - 1);
   lt_tensor *pt = make(rows, cols, pdtype, strided, p), *mt = make(rows, cols, mdtype, strided, m);
   int bad = 0;
   double worst_p = 0, worst_m = 0;
   for (int step = 1; step <= 5; step++) {
-    for (int64_t i = 0; i < n; i++)
-      g[i] = round_to(gdtype, 2 * check_uniform() - 1);
+    for (int64_t i = 0; i < n; i++) g[i] = round_to(gdtype, 2 * check_uniform() - 1);
     lt_tensor *gt = make(rows, cols, gdtype, !strided, g);
     CHECK_OK(lt_lion_step(pt, gt, mt, h.lr, h.beta1, h.beta2, h.wd));
     lt_release(gt);
@@ -62,8 +60,7 @@ static void test_steps(int pdtype, int gdtype, int64_t rows, int64_t cols, int s
       double tol_p = pdtype == LT_BF16 ? 4e-3 : pdtype == LT_F16 ? 5e-4 : check_tol(pdtype);
       double ep = fabs(gp - p[i]) / fmax(fabs(p[i]), h.lr * 10);
       double em = fabs(gm - m[i]) / (fabs(m[i]) + (1 - h.beta2) * fabs(g[i]) + 1e-12);
-      if (ep > tol_p * 4 || em > check_tol(mdtype) * 4)
-        bad++;
+      if (ep > tol_p * 4 || em > check_tol(mdtype) * 4) bad++;
       worst_p = fmax(worst_p, ep), worst_m = fmax(worst_m, em);
       p[i] = gp, m[i] = gm;
     }
@@ -84,14 +81,12 @@ static void test_threads(void) {
     lt_empty(p[r], 1, shape, LT_F32, LT_DEVICE_CPU), lt_copy(p[r], p0);
     lt_empty(m[r], 1, shape, LT_F32, LT_DEVICE_CPU), lt_fill(m[r], 0);
     lt_set_num_threads(r + 1);
-    for (int s = 1; s <= 3; s++)
-      CHECK_OK(lt_lion_step(p[r], g, m[r], 1e-3, 0.9, 0.99, 0.1));
+    for (int s = 1; s <= 3; s++) CHECK_OK(lt_lion_step(p[r], g, m[r], 1e-3, 0.9, 0.99, 0.1));
   }
   lt_set_num_threads(threads);
   CHECK(memcmp(lt_data_ptr(p[0]), lt_data_ptr(p[1]), 200003 * 4) == 0, "lion differs between 1 and 2 threads");
   CHECK(memcmp(lt_data_ptr(m[0]), lt_data_ptr(m[1]), 200003 * 4) == 0, "lion m differs between 1 and 2 threads");
-  for (int r = 0; r < 2; r++)
-    lt_release(p[r]), lt_release(m[r]);
+  for (int r = 0; r < 2; r++) lt_release(p[r]), lt_release(m[r]);
   lt_release(g), lt_release(p0);
 }
 
@@ -102,12 +97,10 @@ static void test_zero_update(void) {
   lt_empty(g, 1, s4, LT_F32, LT_DEVICE_CPU), lt_fill(g, 0);
   lt_empty(m, 1, s4, LT_F32, LT_DEVICE_CPU), lt_fill(m, 0);
   double before[4];
-  for (int i = 0; i < 4; i++)
-    before[i] = check_at(p, i);
+  for (int i = 0; i < 4; i++) before[i] = check_at(p, i);
   CHECK_OK(lt_lion_step(p, g, m, 0.1, 0.9, 0.99, 0.5));
   int ok = 1;
-  for (int i = 0; i < 4; i++)
-    ok &= check_at(p, i) == (double)((float)before[i] * (float)(1 - 0.1 * 0.5));
+  for (int i = 0; i < 4; i++) ok &= check_at(p, i) == (double)((float)before[i] * (float)(1 - 0.1 * 0.5));
   CHECK(ok, "a zero gradient must only decay the param");
   lt_release(p), lt_release(g), lt_release(m);
 }
@@ -120,8 +113,7 @@ static void test_bad_inputs(void) {
   lt_tensor *pi = check_random(1, s8, LT_I32, 0, 3), *pb = check_random(1, s8, LT_BF16, -1, 1);
   lt_tensor *mb = check_random(1, s8, LT_BF16, -1, 1), *undef = lt_tensor_new();
   double p_before[8], m_before[8];
-  for (int i = 0; i < 8; i++)
-    p_before[i] = check_at(p, i), m_before[i] = check_at(m, i);
+  for (int i = 0; i < 8; i++) p_before[i] = check_at(p, i), m_before[i] = check_at(m, i);
   CHECK_ERR(lt_lion_step(p, g, m, 1e-3, 1.0, 0.99, 0.1), "betas must be in [0, 1), got (1, 0.99)");
   CHECK_ERR(lt_lion_step(p, g, m, -1e-3, 0.9, 0.99, 0.1), "lr and weight_decay must be >= 0");
   CHECK_ERR(lt_lion_step(p, g, m, 1e-3, 0.9, 0.99, -0.1), "weight_decay -0.1");
@@ -139,8 +131,7 @@ static void test_bad_inputs(void) {
   CHECK_ERR(lt_lion_step(p, g, m, 1e-3, 0.9, 0.99, 0.1), "lion: not implemented on cuda yet");
   p->device = LT_DEVICE_CPU;
   int untouched = 1;
-  for (int i = 0; i < 8; i++)
-    untouched &= check_at(p, i) == p_before[i] && check_at(m, i) == m_before[i];
+  for (int i = 0; i < 8; i++) untouched &= check_at(p, i) == p_before[i] && check_at(m, i) == m_before[i];
   CHECK(untouched, "a failed step must not touch param or m");
   lt_release(p), lt_release(g), lt_release(m), lt_release(g7), lt_release(g64), lt_release(m64);
   lt_release(pi), lt_release(pb), lt_release(mb), lt_release(undef);
