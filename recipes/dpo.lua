@@ -16,11 +16,12 @@ local lora = require "lutra.lora"
 local optim = require "lutra.optim"
 local modeldir = require "lutra.sft.modeldir"
 
+local data = ((arg and arg[0] or ""):match("^(.*/)[^/]+$") or "recipes/") .. "data/" -- found from any directory
 local cfg = config {
   model = "runs/sft/model",           -- a model directory, or a trainer checkpoint (give --tokenizer)
   tokenizer = "",                     -- tokenizer.json, for a checkpoint
   template = "auto",                  -- auto: the model directory's; "none": plain text; or chatml, llama3
-  train_data = "recipes/data/dpo_train.jsonl", val_data = "recipes/data/dpo_val.jsonl",
+  train_data = data .. "dpo_train.jsonl", val_data = data .. "dpo_val.jsonl", -- shipped next to this recipe
   val_limit = 0,                      -- 0: every held-out pair
   mode = config.one_of({"lora", "full"}, "lora"),
   lora = {r = 8, alpha = 16, dropout = config.number(0), rslora = false, targets = "all-linear"},

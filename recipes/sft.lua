@@ -18,11 +18,12 @@ local modeldir = require "lutra.sft.modeldir"
 local ev = require "lutra.sft.eval"
 local templates = require "lutra.sft.templates"
 
+local data = ((arg and arg[0] or ""):match("^(.*/)[^/]+$") or "recipes/") .. "data/" -- found from any directory
 local cfg = config {
   model = "runs/pretrain/model",       -- a model directory, or a trainer checkpoint (with --tokenizer)
   tokenizer = "",                      -- tokenizer.json for a checkpoint
   template = config.one_of({"chatml", "llama3"}, "chatml"),
-  train_data = "recipes/data/sft_train.jsonl", val_data = "recipes/data/sft_val.jsonl",
+  train_data = data .. "sft_train.jsonl", val_data = data .. "sft_val.jsonl", -- shipped next to this recipe
   max_len = 0, seq_len = 0,            -- 0: the model's block_size
   pack = true, on_empty = config.one_of({"error", "warn"}, "error"),
   batch = 8, grad_accum = 1, steps = 400, seed = 1337,
