@@ -5,7 +5,9 @@
  * is the wait in progress, which the watchdog thread, waking a few times a second, looks at.
  * Both sides take one mutex: uncontended, it costs tens of nanoseconds per call. */
 #include "dist_internal.h"
+#include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -156,10 +158,26 @@ static const char *hold_path(void) {
   return path[0] ? path : NULL;
 }
 
+/* Held while the hold file exists, or any rank's own one (PATH.<rank>, made by comm.hold): a
+ * rank leaving its hold must not end another's. Scanned only once a wait is past its timeout. */
 static bool hold_file_exists(void) {
   const char *path = hold_path();
   struct stat st;
-  return path && stat(path, &st) == 0;
+  if (!path) return false;
+  if (stat(path, &st) == 0) return true;
+  char dir[PATH_MAX];
+  snprintf(dir, sizeof dir, "%s", path);
+  char *slash = strrchr(dir, '/');
+  const char *base = slash ? slash + 1 : path;
+  if (slash) *slash = 0;
+  size_t n = strlen(base);
+  DIR *d = opendir(slash ? (dir[0] ? dir : "/") : ".");
+  if (!d) return false;
+  bool found = false;
+  for (struct dirent *e; !found && (e = readdir(d)) != NULL;)
+    found = strncmp(e->d_name, base, n) == 0 && e->d_name[n] == '.';
+  closedir(d);
+  return found;
 }
 
 static void *watchdog_main(void *arg) {
@@ -229,19 +247,21 @@ int lt_comm_hold(int hold) {
   int after = hold_depth;
   if (after == 0) watch_since = coarse_now();
   pthread_mutex_unlock(&lock);
+  char own[PATH_MAX]; /* this rank's hold file: PATH.<rank> */
+  if (path && *path) snprintf(own, sizeof own, "%s.%d", path, lt_comm_rank());
   if (path && *path && before == 0 && after > 0) {
-    FILE *f = fopen(path, "w");
+    FILE *f = fopen(own, "w");
     if (!f) {
       int err = errno;
       pthread_mutex_lock(&lock);
       hold_depth--; /* not held after all */
       pthread_mutex_unlock(&lock);
-      return lt_errorf("comm.hold: cannot create the hold file %s: %s", path, strerror(err));
+      return lt_errorf("comm.hold: cannot create the hold file %s: %s", own, strerror(err));
     }
     fprintf(f, "rank %d\n", lt_comm_rank());
     fclose(f);
   } else if (path && *path && before > 0 && after == 0) {
-    remove(path);
+    remove(own);
   }
   return 0;
 }
