@@ -1,6 +1,9 @@
 /* copy.c — copy across dtypes, devices and layouts; fill, arange, linspace. */
 #include "internal.h"
 #include <stdlib.h>
+#ifdef __F16C__
+#include <immintrin.h>
+#endif
 
 static bool dtype_is_integral(int dtype) { return !lt_dtype_is_float(dtype); }
 
@@ -33,6 +36,34 @@ static void convert_run(void *dst, int dst_dtype, int64_t ds, const void *src, i
   }
   if (dst_dtype == LT_F32 && src_dtype == LT_BF16) {
     for (int64_t i = 0; i < n; i++) ((float *)dst)[i * ds] = lt_bf16_to_f32(((const uint16_t *)src)[i * ss]);
+    return;
+  }
+  if (dst_dtype == LT_F16 && src_dtype == LT_F32) {
+    int64_t i = 0;
+#ifdef __F16C__
+    if (ss == 1 && ds == 1) /* 8 at a time; a block with a NaN goes the scalar way (its canonical NaN) */
+      for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps((const float *)src + i);
+        if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q))) break;
+        _mm_storeu_si128((__m128i *)((uint16_t *)dst + i),
+                         _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+      }
+#endif
+    for (; i < n; i++) ((uint16_t *)dst)[i * ds] = lt_f32_to_f16(((const float *)src)[i * ss]);
+    return;
+  }
+  if (dst_dtype == LT_F32 && src_dtype == LT_F16) {
+    int64_t i = 0;
+#ifdef __F16C__
+    if (ss == 1 && ds == 1) /* exact; a block with an inf or NaN goes the scalar way (payload kept) */
+      for (; i + 8 <= n; i += 8) {
+        __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)src + i));
+        __m128i e = _mm_and_si128(h, _mm_set1_epi16(0x7c00));
+        if (_mm_movemask_epi8(_mm_cmpeq_epi16(e, _mm_set1_epi16(0x7c00)))) break;
+        _mm256_storeu_ps((float *)dst + i, _mm256_cvtph_ps(h));
+      }
+#endif
+    for (; i < n; i++) ((float *)dst)[i * ds] = lt_f16_to_f32(((const uint16_t *)src)[i * ss]);
     return;
   }
   if (dst_dtype == LT_F32 && src_dtype == LT_F64) {
