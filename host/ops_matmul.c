@@ -49,7 +49,7 @@ static bool operand_layout(gemm_operand *g, const lt_tensor *t, int nb, const in
   return blas_layout(t->shape[tb], t->shape[tb + 1], t->stride[tb], t->stride[tb + 1], &g->ld, &g->transposed);
 }
 
-/* A fresh contiguous tensor holding t converted to dtype. */
+/* A fresh contiguous tensor holding t converted to dtype (CPU tensors only). */
 static lt_tensor *contiguous_as(const lt_tensor *t, int dtype) {
   lt_tensor *c = lt_tensor_new();
   if (!c || lt_empty(c, t->ndim, t->shape, dtype, LT_DEVICE_CPU) || lt_copy(c, t)) {
@@ -175,13 +175,131 @@ static void scale_out(lt_tensor *out, double beta) {
 
 static bool shares_storage(const lt_tensor *x, const lt_tensor *y) { return x->storage == y->storage; }
 
+/* ---- CUDA tensors: the same plan, run by kernels/gemm_cublaslt.cu ------------------------------ */
+
+static int tf32_enabled; /* lt_cuda_set_tf32; off by default, as in PyTorch */
+
+int lt_cuda_set_tf32(int enabled) {
+  tf32_enabled = enabled != 0;
+  return 0;
+}
+int lt_cuda_get_tf32(void) { return tf32_enabled; }
+
+#ifdef LUTRA_HAVE_CUDA
+/* A fresh contiguous tensor on t's device holding t (or a copy of t's layout when !fill). */
+static lt_tensor *cuda_contiguous(const lt_tensor *t, bool fill) {
+  lt_tensor *c = lt_tensor_new();
+  int64_t stride[LT_MAX_DIMS];
+  if (!c || lt_empty(c, t->ndim, t->shape, t->dtype, t->device)) return lt_release(c), NULL;
+  lt_contiguous_strides(t->ndim, t->shape, stride);
+  if (fill && lt_cuda_strided_copy(t->device, lt_data_ptr(c), stride, lt_data_ptr(t), t->stride, t->ndim, t->shape,
+                                   t->dtype))
+    return lt_release(c), NULL;
+  return c;
+}
+
+/* The single element stride between consecutive batches of an operand, when there is one. */
+static bool uniform_batch_stride(const gemm_operand *g, int nb, const int64_t *bshape, int64_t nbatch, int64_t *s) {
+  *s = nbatch > 1 ? lt_offset_of(1, nb, bshape, g->batch_stride) : 0;
+  int64_t want = *s;
+  for (int i = nb - 1; i >= 0; i--) {
+    if (bshape[i] != 1 && g->batch_stride[i] != want) return false;
+    want *= bshape[i];
+  }
+  return true;
+}
+
+static int cuda_run_gemms(const gemm_plan *p, int dtype) {
+  char *a = lt_data_ptr(p->A.t), *b = lt_data_ptr(p->B.t), *c = lt_data_ptr(p->C.t);
+  int64_t esize = lt_dtype_size(dtype);
+  lt_cuda_gemm_args g = {.device = p->C.t->device,
+                         .dtype = dtype,
+                         .out_dtype = dtype,
+                         .M = p->M,
+                         .N = p->N,
+                         .K = p->K,
+                         .batch = 1,
+                         .a = a,
+                         .lda = p->A.ld,
+                         .trans_a = p->ta,
+                         .b = b,
+                         .ldb = p->B.ld,
+                         .trans_b = p->tb,
+                         .c = c,
+                         .ldc = p->C.ld,
+                         .alpha = p->alpha,
+                         .beta = p->beta,
+                         .tf32 = tf32_enabled};
+  if (p->nbatch == 1) return lt_cuda_gemm("matmul", &g);
+  /* x (B, T, C) @ w (C, N): one (B*T, C) @ (C, N) gemm */
+  bool b_shared = true;
+  for (int i = 0; i < p->nb; i++) b_shared &= p->B.batch_stride[i] == 0;
+  if (b_shared && !p->ta && rows_fold(&p->A, p->nb, p->bshape, p->M) && rows_fold(&p->C, p->nb, p->bshape, p->M)) {
+    g.M = p->M * p->nbatch;
+    return lt_cuda_gemm("matmul", &g);
+  }
+  if (uniform_batch_stride(&p->A, p->nb, p->bshape, p->nbatch, &g.stride_a) &&
+      uniform_batch_stride(&p->B, p->nb, p->bshape, p->nbatch, &g.stride_b) &&
+      uniform_batch_stride(&p->C, p->nb, p->bshape, p->nbatch, &g.stride_c) && p->nbatch <= INT_MAX) {
+    g.batch = p->nbatch;
+    return lt_cuda_gemm("matmul", &g);
+  }
+  for (int64_t i = 0; i < p->nbatch; i++) { /* batch dims that do not collapse to one stride */
+    g.a = a + esize * lt_offset_of(i, p->nb, p->bshape, p->A.batch_stride);
+    g.b = b + esize * lt_offset_of(i, p->nb, p->bshape, p->B.batch_stride);
+    g.c = c + esize * lt_offset_of(i, p->nb, p->bshape, p->C.batch_stride);
+    LT_TRY(lt_cuda_gemm("matmul", &g));
+  }
+  return 0;
+}
+
+/* As the CPU path: operands that cuBLASLt cannot read as they lie are gathered to contiguous
+ * first, and a result that cannot be written in place (transposed, strided, overlapping an
+ * input) goes through a scratch that is scattered back. 16-bit dtypes need no f32 copies:
+ * cuBLASLt reads them and accumulates in f32. */
+static int cuda_matmul(gemm_plan *p, lt_tensor *out, const lt_tensor *a, const lt_tensor *b, int trans_a, int trans_b) {
+  if (p->K == 0) {
+    if (p->beta == 0) return lt_fill(out, 0);
+    return lt_errorf("matmul: K == 0 with beta != 0 is not implemented on cuda yet");
+  }
+  int rc = -1;
+  lt_tensor *ta = NULL, *tb = NULL, *tc = NULL;
+  if (!operand_layout(&p->A, a, p->nb, p->bshape)) {
+    if (!(ta = cuda_contiguous(a, true))) goto done;
+    operand_layout(&p->A, ta, p->nb, p->bshape);
+  }
+  if (!operand_layout(&p->B, b, p->nb, p->bshape)) {
+    if (!(tb = cuda_contiguous(b, true))) goto done;
+    operand_layout(&p->B, tb, p->nb, p->bshape);
+  }
+  if (!operand_layout(&p->C, out, p->nb, p->bshape) || p->C.transposed || shares_storage(out, a) ||
+      shares_storage(out, b)) {
+    if (!(tc = cuda_contiguous(out, p->beta != 0))) goto done;
+    operand_layout(&p->C, tc, p->nb, p->bshape);
+  }
+  p->ta = trans_a ^ p->A.transposed;
+  p->tb = trans_b ^ p->B.transposed;
+  rc = cuda_run_gemms(p, a->dtype);
+  if (rc == 0 && tc) {
+    int64_t stride[LT_MAX_DIMS];
+    lt_contiguous_strides(tc->ndim, tc->shape, stride);
+    rc = lt_cuda_strided_copy(out->device, lt_data_ptr(out), out->stride, lt_data_ptr(tc), stride, out->ndim,
+                              out->shape, out->dtype);
+  }
+done:
+  lt_release(ta), lt_release(tb), lt_release(tc);
+  return rc;
+}
+#endif
+
 static int check_args(lt_tensor *out, const lt_tensor *a, const lt_tensor *b, int trans_a, int trans_b, double beta,
                       int64_t *M, int64_t *N, int64_t *K, int *nb, int64_t *bshape) {
   LT_TRY(lt_check_defined("matmul", "a", a));
   LT_TRY(lt_check_defined("matmul", "b", b));
-  if (a->device != LT_DEVICE_CPU || b->device != LT_DEVICE_CPU)
-    return a->device != b->device ? lt_check_same_device("matmul", a, b)
-                                  : lt_errorf("matmul: not implemented on cuda yet");
+  if (a->device != b->device) return lt_check_same_device("matmul", a, b);
+#ifndef LUTRA_HAVE_CUDA
+  if (a->device != LT_DEVICE_CPU) return lt_errorf("matmul: not implemented on cuda yet");
+#endif
   LT_TRY(lt_check_same_dtype("matmul", a, b));
   if (!lt_dtype_is_float(a->dtype))
     return lt_errorf("matmul: needs a floating dtype, got %s (convert first)", lt_dtype_name(a->dtype));
@@ -212,9 +330,15 @@ int lt_matmul(lt_tensor *out, const lt_tensor *a, const lt_tensor *b, int trans_
   LT_TRY(check_args(out, a, b, trans_a, trans_b, beta, &M, &N, &K, &nb, shape));
   if (nb + 2 > LT_MAX_DIMS) return lt_errorf("matmul: result would have more than %d dims", LT_MAX_DIMS);
   shape[nb] = M, shape[nb + 1] = N;
-  LT_TRY(lt_prepare_out("matmul", out, nb + 2, shape, a->dtype, LT_DEVICE_CPU));
+  LT_TRY(lt_prepare_out("matmul", out, nb + 2, shape, a->dtype, a->device));
   int64_t nbatch = lt_shape_numel(nb, shape);
   if (nbatch * M * N == 0) return 0;
+#ifdef LUTRA_HAVE_CUDA
+  if (a->device != LT_DEVICE_CPU) {
+    gemm_plan p = {.M = M, .N = N, .K = K, .nbatch = nbatch, .nb = nb, .bshape = shape, .alpha = alpha, .beta = beta};
+    return cuda_matmul(&p, out, a, b, trans_a, trans_b);
+  }
+#endif
   if (K == 0) return scale_out(out, beta), 0;
 
   /* stand-ins: f32 copies for 16-bit dtypes, contiguous copies for layouts BLAS cannot read,
