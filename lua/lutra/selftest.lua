@@ -8,7 +8,8 @@
 --
 -- The GPU kernels are designed to be bit-identical with the CPU (fill writes the host's
 -- bits, conversions round as host/internal.h does, adds round the f32 sum), so the
--- expected error is 0; add on floats is allowed one unit in the last place.
+-- expected error is 0; add on floats is allowed one unit in the last place. matmul (cuBLASLt)
+-- sums in its own order and is checked against the CPU within a tolerance per dtype.
 --
 -- The GPU count is read through the FFI before anything else, so that the skip path
 -- needs nothing but the C API (not the Lua tensor library).
@@ -125,6 +126,90 @@ end
 
 -- ---- the cases ----------------------------------------------------------------------------
 
+-- ---- matmul ----------------------------------------------------------------------------------
+
+-- The GPU sums in another order than OpenBLAS (and rounds TF32 inputs), so matmul is checked
+-- with a tolerance: max abs error <= tol * max(1, max |want|). bf16/f16 results are rounded
+-- on both sides from f32 sums, so they may differ by about one unit in the last place.
+local MATMUL_TOL = {f64 = 1e-12, f32 = 1e-5, tf32 = 5e-3, bf16 = 1.6e-2, f16 = 2e-3}
+
+-- (M, K, N): ones, odd sizes, sizes past one tile
+local MATMUL_SIZES = {{1, 1, 1}, {7, 13, 5}, {33, 65, 17}, {3, 257, 31}, {128, 64, 96}}
+
+local function set_tf32(C, on)
+  pcall(ffi.cdef, "int lt_cuda_set_tf32(int enabled);")
+  local ok = pcall(function() return C.lt_cuda_set_tf32 end)
+  if ok then C.lt_cuda_set_tf32(on and 1 or 0) end
+  return ok
+end
+
+local function run_matmul_cases(lt, C, device, report)
+  -- a CPU tensor of shape with values in [-1, 1]
+  local function rand(shape, dtype)
+    local n = numel(shape)
+    local buf = ffi.new("double[?]", math.max(n, 1))
+    for i = 0, n - 1 do buf[i] = uniform() * 2 - 1 end
+    local t = lt.empty(shape, {dtype = dtype})
+    assert(C.lt_copy_from_buffer(t, buf, C.LT_F64, n) == 0, ffi.string(C.lt_last_error()))
+    return t
+  end
+  local function on_device(t) return device == "cpu" and t:clone() or t:to(device) end
+  -- got and want (CPU tensors of one shape): the largest error and the largest |want|
+  local function check(label, tol_key, shape, dt, got, want)
+    local n = numel(shape)
+    local g, w = ffi.new("double[?]", math.max(n, 1)), ffi.new("double[?]", math.max(n, 1))
+    assert(C.lt_copy_to_buffer(got:contiguous(), g, C.LT_F64, n) == 0, ffi.string(C.lt_last_error()))
+    assert(C.lt_copy_to_buffer(want:contiguous(), w, C.LT_F64, n) == 0, ffi.string(C.lt_last_error()))
+    local max_abs, max_rel, scale = 0, 0, 1
+    for i = 0, n - 1 do
+      local abs = math.abs(g[i] - w[i])
+      if abs ~= abs then abs = math.huge end
+      max_abs = math.max(max_abs, abs)
+      max_rel = math.max(max_rel, abs / math.max(math.abs(w[i]), 1e-300))
+      scale = math.max(scale, math.abs(w[i]))
+    end
+    if max_abs == 0 then max_rel = 0 end
+    report(label, shape, dt, max_abs, max_rel, max_abs <= MATMUL_TOL[tol_key] * scale)
+  end
+  -- the CPU result of a @ b, and the device result of the same operands made by `view`
+  -- (which may transpose, narrow or permute them on either side)
+  local function case(label, tol_key, dt, a_host, b_host, a_view, b_view)
+    local want = a_view(a_host):matmul(b_view(b_host))
+    local got = a_view(on_device(a_host)):matmul(b_view(on_device(b_host)))
+    check(label, tol_key, want.shape, dt, got:cpu(), want)
+  end
+  local same = function(t) return t end
+  local tr = function(t) return t:transpose(t.ndim - 2, t.ndim - 1) end
+  local cols = function(t) return t:narrow(t.ndim - 1, 1, t.shape[t.ndim] - 2) end -- row stride > cols
+
+  local variants = {{"f32", "f32"}, {"f64", "f64"}, {"bf16", "bf16"}, {"f16", "f16"}, {"f32", "tf32"}}
+  for _, v in ipairs(variants) do
+    local dt, tol_key = v[1], v[2]
+    local tf32_ok = set_tf32(C, tol_key == "tf32")
+    if tol_key ~= "tf32" or tf32_ok then
+      local label = tol_key == "tf32" and "matmul tf32" or "matmul"
+      for _, mkn in ipairs(MATMUL_SIZES) do
+        local M, K, N = mkn[1], mkn[2], mkn[3]
+        case(label, tol_key, dt, rand({M, K}, dt), rand({K, N}, dt), same, same)
+        -- a^T and b^T stored transposed (column-major to BLAS)
+        case(label, tol_key, dt, rand({K, M}, dt), rand({N, K}, dt), tr, tr)
+        -- b with a row stride larger than its width, a transposed
+        case(label, tol_key, dt, rand({K, M}, dt), rand({K, N + 2}, dt), tr, cols)
+      end
+      -- batched: folded rows (x (B, T, C) @ w), strided batches, broadcast batches (a loop),
+      -- permuted batch dims, and a layout that must be gathered first
+      case(label, tol_key, dt, rand({2, 3, 9, 21}, dt), rand({21, 11}, dt), same, same)
+      case(label, tol_key, dt, rand({4, 9, 21}, dt), rand({4, 21, 11}, dt), same, same)
+      case(label, tol_key, dt, rand({2, 1, 9, 21}, dt), rand({1, 3, 21, 11}, dt), same, same)
+      case(label, tol_key, dt, rand({9, 4, 21}, dt), rand({4, 11, 21}, dt),
+           function(t) return t:permute(1, 0, 2) end, tr)
+      case(label, tol_key, dt, rand({21, 9, 3}, dt), rand({3, 21, 11}, dt),
+           function(t) return t:permute(2, 1, 0) end, same) -- (3, 9, 21) with no unit stride
+    end
+  end
+  set_tf32(C, false)
+end
+
 -- Runs every case; report(op, shape, dtype, max_abs, max_rel, ok) gets each result.
 local function run_cases(lt, C, device, report)
   -- a CPU tensor of dtype holding buf, made through the Lua library
@@ -168,6 +253,7 @@ local function run_cases(lt, C, device, report)
       report("add", shape, dt, abs, rel, ok)
     end
   end
+  run_matmul_cases(lt, C, device, report)
 end
 
 -- ---- output ---------------------------------------------------------------------------------
@@ -177,7 +263,7 @@ local function fmt_err(x)
   return string.format("%.3g", x)
 end
 
-local OP_ORDER = {["copy h2d+d2h"] = 1, fill = 2, convert = 3, add = 4}
+local OP_ORDER = {["copy h2d+d2h"] = 1, fill = 2, convert = 3, add = 4, matmul = 5, ["matmul tf32"] = 6}
 
 -- One row per (op, dtype): the largest errors over all shapes, and the shape they came from.
 local function print_table(rows)
