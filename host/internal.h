@@ -228,7 +228,13 @@ int lt_cuda_device_synchronize(int device);
  * BIAS and GELU_BIAS add bias (N values, one per column of C, dtype out_dtype) before
  * the (tanh) GELU; BGRAD_A writes into bias_grad the M row sums of op(A) over K (the bias
  * gradient of a linear layer when op(A) = dy^T), in out_dtype. */
-enum { LT_GEMM_EPI_NONE = 0, LT_GEMM_EPI_BIAS = 1, LT_GEMM_EPI_GELU_BIAS = 2, LT_GEMM_EPI_BGRAD_A = 3, LT_GEMM_EPI_GELU = 4 };
+enum {
+  LT_GEMM_EPI_NONE = 0,
+  LT_GEMM_EPI_BIAS = 1,
+  LT_GEMM_EPI_GELU_BIAS = 2,
+  LT_GEMM_EPI_BGRAD_A = 3,
+  LT_GEMM_EPI_GELU = 4
+};
 typedef struct lt_cuda_gemm_args {
   int device, dtype, out_dtype;
   int64_t M, N, K, batch;

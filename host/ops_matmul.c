@@ -192,8 +192,8 @@ static lt_tensor *cuda_contiguous(const lt_tensor *t, bool fill) {
   int64_t stride[LT_MAX_DIMS];
   if (!c || lt_empty(c, t->ndim, t->shape, t->dtype, t->device)) return lt_release(c), NULL;
   lt_contiguous_strides(t->ndim, t->shape, stride);
-  if (fill && lt_cuda_strided_copy(t->device, lt_data_ptr(c), stride, lt_data_ptr(t), t->stride, t->ndim, t->shape,
-                                   t->dtype))
+  if (fill &&
+      lt_cuda_strided_copy(t->device, lt_data_ptr(c), stride, lt_data_ptr(t), t->stride, t->ndim, t->shape, t->dtype))
     return lt_release(c), NULL;
   return c;
 }
@@ -297,7 +297,11 @@ static int check_args(lt_tensor *out, const lt_tensor *a, const lt_tensor *b, in
   LT_TRY(lt_check_defined("matmul", "a", a));
   LT_TRY(lt_check_defined("matmul", "b", b));
   if (a->device != b->device) return lt_check_same_device("matmul", a, b);
-#ifndef LUTRA_HAVE_CUDA
+#ifdef LUTRA_HAVE_CUDA
+  char dev[16];
+  if (a->device != LT_DEVICE_CPU && a->device >= lt_cuda_device_count())
+    return lt_errorf("matmul: device %s is not available (%s)", lt_device_str(dev, a->device), lt_cuda_status());
+#else
   if (a->device != LT_DEVICE_CPU) return lt_errorf("matmul: not implemented on cuda yet");
 #endif
   LT_TRY(lt_check_same_dtype("matmul", a, b));

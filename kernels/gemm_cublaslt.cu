@@ -160,9 +160,9 @@ int lt_cuda_gemm(const char *op, const lt_cuda_gemm_args *g) {
   LT_TRY(device_context(op, g->device, &handle, &workspace));
 
   bool f64 = g->dtype == LT_F64;
-  cublasComputeType_t compute = f64                                  ? CUBLAS_COMPUTE_64F
+  cublasComputeType_t compute = f64                               ? CUBLAS_COMPUTE_64F
                                 : (g->dtype == LT_F32 && g->tf32) ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                                                     : CUBLAS_COMPUTE_32F;
+                                                                  : CUBLAS_COMPUTE_32F;
   cudaDataType_t scale_type = f64 ? CUDA_R_64F : CUDA_R_32F;
   float alpha_f = (float)g->alpha, beta_f = (float)g->beta;
   const void *alpha = f64 ? (const void *)&g->alpha : (const void *)&alpha_f;
@@ -182,11 +182,27 @@ int lt_cuda_gemm(const char *op, const lt_cuda_gemm_args *g) {
   int32_t batch = (int32_t)g->batch;
   gemm_key key;
   memset(&key, 0, sizeof key);
-  key = (gemm_key){g->device,        g->dtype,           g->out_dtype,         g->M,         g->N,
-                   g->K,             g->batch,           g->lda,               g->ldb,       g->ldc,
-                   g->stride_a,      g->stride_b,        g->stride_c,          g->trans_a,   g->trans_b,
-                   g->epilogue,      g->tf32,            alignment_of(g->a),   alignment_of(g->b),
-                   alignment_of(g->c), g->bias ? alignment_of(g->bias) : 0};
+  key = (gemm_key){g->device,
+                   g->dtype,
+                   g->out_dtype,
+                   g->M,
+                   g->N,
+                   g->K,
+                   g->batch,
+                   g->lda,
+                   g->ldb,
+                   g->ldc,
+                   g->stride_a,
+                   g->stride_b,
+                   g->stride_c,
+                   g->trans_a,
+                   g->trans_b,
+                   g->epilogue,
+                   g->tf32,
+                   alignment_of(g->a),
+                   alignment_of(g->b),
+                   alignment_of(g->c),
+                   g->bias ? alignment_of(g->bias) : 0};
   cublasLtMatmulAlgo_t algo;
 
   LT_BLAS_TRY(op, g->device, cublasLtMatmulDescCreate(&desc, compute, scale_type));
@@ -209,11 +225,12 @@ int lt_cuda_gemm(const char *op, const lt_cuda_gemm_args *g) {
     cublasLtMatrixLayout_t layouts[3] = {la, lb, lc};
     int64_t strides[3] = {g->stride_b, g->stride_a, g->stride_c};
     for (int i = 0; i < 3; i++) {
+      LT_BLAS_TRY(
+          op, g->device,
+          cublasLtMatrixLayoutSetAttribute(layouts[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof batch));
       LT_BLAS_TRY(op, g->device,
-                  cublasLtMatrixLayoutSetAttribute(layouts[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof batch));
-      LT_BLAS_TRY(op, g->device,
-                  cublasLtMatrixLayoutSetAttribute(layouts[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
-                                                   &strides[i], sizeof strides[i]));
+                  cublasLtMatrixLayoutSetAttribute(layouts[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &strides[i],
+                                                   sizeof strides[i]));
     }
   }
 
@@ -238,14 +255,13 @@ int lt_cuda_gemm(const char *op, const lt_cuda_gemm_args *g) {
     cublasLtMatmulHeuristicResult_t result;
     int found = 0;
     memset(&result, 0, sizeof result);
-    LT_BLAS_TRY(op, g->device,
-                cublasLtMatmulAlgoGetHeuristic(handle, desc, la, lb, lc, lc, pref, 1, &result, &found));
+    LT_BLAS_TRY(op, g->device, cublasLtMatmulAlgoGetHeuristic(handle, desc, la, lb, lc, lc, pref, 1, &result, &found));
     if (found < 1) {
-      rc = lt_errorf("%s: cuBLASLt has no algorithm for %s (M=%lld N=%lld K=%lld, batch %lld, lds %lld/%lld/%lld, "
-                     "epilogue %d) on cuda:%d",
-                     op, lt_dtype_name(g->dtype), (long long)g->M, (long long)g->N, (long long)g->K,
-                     (long long)g->batch, (long long)g->lda, (long long)g->ldb, (long long)g->ldc, g->epilogue,
-                     g->device);
+      rc =
+          lt_errorf("%s: cuBLASLt has no algorithm for %s (M=%lld N=%lld K=%lld, batch %lld, lds %lld/%lld/%lld, "
+                    "epilogue %d) on cuda:%d",
+                    op, lt_dtype_name(g->dtype), (long long)g->M, (long long)g->N, (long long)g->K, (long long)g->batch,
+                    (long long)g->lda, (long long)g->ldb, (long long)g->ldc, g->epilogue, g->device);
       goto done;
     }
     algo = result.algo;
@@ -293,7 +309,7 @@ int lt_cuda_linear_forward(lt_tensor *out, const lt_tensor *x, const lt_tensor *
   LT_TRY(check_cuda_operand(op, "w", w, x->device));
   LT_TRY(lt_check_same_dtype(op, x, w));
   char sx[LT_SHAPE_STR], sw[LT_SHAPE_STR];
-  if (x->ndim < 1 || w->ndim != 2 || w->shape[1] != x->shape[x->ndim - 1] || x->ndim + 0 > LT_MAX_DIMS)
+  if (x->ndim < 1 || w->ndim != 2 || w->shape[1] != x->shape[x->ndim - 1])
     return lt_errorf("%s: needs x (..., K) and w (N, K), got %s and %s", op, lt_shape_str(sx, x->ndim, x->shape),
                      lt_shape_str(sw, w->ndim, w->shape));
   if (act != 0 && act != 1) return lt_errorf("%s: act must be 0 (none) or 1 (gelu), got %d", op, act);
@@ -322,7 +338,8 @@ int lt_cuda_linear_forward(lt_tensor *out, const lt_tensor *x, const lt_tensor *
   g.b = lt_data_ptr(w), g.ldb = K, g.trans_b = 1; /* w (N, K) read as w^T (K, N) */
   g.c = lt_data_ptr(out), g.ldc = N;
   g.alpha = 1, g.beta = 0;
-  g.epilogue = has_bias ? (act ? LT_GEMM_EPI_GELU_BIAS : LT_GEMM_EPI_BIAS) : (act ? LT_GEMM_EPI_GELU : LT_GEMM_EPI_NONE);
+  g.epilogue =
+      has_bias ? (act ? LT_GEMM_EPI_GELU_BIAS : LT_GEMM_EPI_BIAS) : (act ? LT_GEMM_EPI_GELU : LT_GEMM_EPI_NONE);
   g.bias = has_bias ? lt_data_ptr(bias) : NULL;
   g.tf32 = lt_cuda_get_tf32();
   return lt_cuda_gemm(op, &g);
@@ -397,9 +414,18 @@ int lt_cuda_strided_copy(int device, void *dst, const int64_t *dst_stride, const
   }
   int blocks = lt_cuda_blocks(device, n);
   switch (lt_dtype_size(dtype)) {
-  case 2: strided_copy_kernel<uint16_t><<<blocks, LT_CUDA_THREADS>>>((uint16_t *)dst, (const uint16_t *)src, n, ndim, sh, ds, ss); break;
-  case 4: strided_copy_kernel<uint32_t><<<blocks, LT_CUDA_THREADS>>>((uint32_t *)dst, (const uint32_t *)src, n, ndim, sh, ds, ss); break;
-  case 8: strided_copy_kernel<uint64_t><<<blocks, LT_CUDA_THREADS>>>((uint64_t *)dst, (const uint64_t *)src, n, ndim, sh, ds, ss); break;
+  case 2:
+    strided_copy_kernel<uint16_t>
+        <<<blocks, LT_CUDA_THREADS>>>((uint16_t *)dst, (const uint16_t *)src, n, ndim, sh, ds, ss);
+    break;
+  case 4:
+    strided_copy_kernel<uint32_t>
+        <<<blocks, LT_CUDA_THREADS>>>((uint32_t *)dst, (const uint32_t *)src, n, ndim, sh, ds, ss);
+    break;
+  case 8:
+    strided_copy_kernel<uint64_t>
+        <<<blocks, LT_CUDA_THREADS>>>((uint64_t *)dst, (const uint64_t *)src, n, ndim, sh, ds, ss);
+    break;
   default: return lt_errorf("matmul: strided copy of %s is not supported", lt_dtype_name(dtype));
   }
   return lt_cuda_check_launch("matmul", device);
