@@ -210,6 +210,85 @@ local function run_matmul_cases(lt, C, device, report)
   set_tf32(C, false)
 end
 
+-- The fused linear layer (kernels/gemm_cublaslt.cu: cuBLASLt's BIAS, GELU_BIAS and BGRADB
+-- epilogues) against naive loops in double on the inputs as stored. CUDA only: there is no
+-- CPU entry point for it yet.
+local LINEAR_DECLS = {
+  "int lt_cuda_linear_forward(lt_tensor *out, const lt_tensor *x, const lt_tensor *w, const lt_tensor *bias, int act);",
+  "int lt_cuda_linear_backward_params(lt_tensor *dw, lt_tensor *dbias, const lt_tensor *dy, const lt_tensor *x);",
+}
+
+local function run_linear_cases(lt, C, device, report)
+  for _, decl in ipairs(LINEAR_DECLS) do pcall(ffi.cdef, decl) end
+  if device == "cpu" or not pcall(function() return C.lt_cuda_linear_forward end) then return end
+  local function doubles(t) -- a CPU tensor's values as a double buffer
+    local n = numel(t.shape)
+    local buf = ffi.new("double[?]", math.max(n, 1))
+    assert(C.lt_copy_to_buffer(t:contiguous(), buf, C.LT_F64, n) == 0, ffi.string(C.lt_last_error()))
+    return buf
+  end
+  local function rand(shape, dtype)
+    local n = numel(shape)
+    local buf = ffi.new("double[?]", math.max(n, 1))
+    for i = 0, n - 1 do buf[i] = uniform() * 2 - 1 end
+    local t = lt.empty(shape, {dtype = dtype})
+    assert(C.lt_copy_from_buffer(t, buf, C.LT_F64, n) == 0, ffi.string(C.lt_last_error()))
+    return t
+  end
+  local function check(label, shape, dt, got, want)
+    local g, n = doubles(got), numel(shape)
+    local max_abs, max_rel, scale = 0, 0, 1
+    for i = 0, n - 1 do
+      local abs = math.abs(g[i] - want[i])
+      if abs ~= abs then abs = math.huge end
+      max_abs = math.max(max_abs, abs)
+      max_rel = math.max(max_rel, abs / math.max(math.abs(want[i]), 1e-300))
+      scale = math.max(scale, math.abs(want[i]))
+    end
+    if max_abs == 0 then max_rel = 0 end
+    report(label, shape, dt, max_abs, max_rel, max_abs <= MATMUL_TOL[dt] * scale)
+  end
+  local function gelu(v) return 0.5 * v * (1 + math.tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))) end
+  set_tf32(C, false)
+  for _, dt in ipairs {"f32", "bf16", "f16"} do
+    for _, mkn in ipairs {{1, 1, 1}, {7, 13, 5}, {33, 65, 17}, {64, 128, 96}} do
+      local M, K, N = mkn[1], mkn[2], mkn[3]
+      local x, w, b, dy = rand({M, K}, dt), rand({N, K}, dt), rand({N}, dt), rand({M, N}, dt)
+      local xd, wd, bd, dyd = doubles(x), doubles(w), doubles(b), doubles(dy)
+      for act = 0, 1 do
+        local want = ffi.new("double[?]", M * N)
+        for i = 0, M - 1 do
+          for j = 0, N - 1 do
+            local acc = bd[j]
+            for k = 0, K - 1 do acc = acc + xd[i * K + k] * wd[j * K + k] end
+            want[i * N + j] = act == 1 and gelu(acc) or acc
+          end
+        end
+        local out = lt.empty({M, N}, {dtype = dt, device = device})
+        assert(C.lt_cuda_linear_forward(out, x:to(device), w:to(device), b:to(device), act) == 0,
+               ffi.string(C.lt_last_error()))
+        check(act == 1 and "linear gelu" or "linear bias", {M, N}, dt, out:cpu(), want)
+      end
+      -- dw (N, K) = dy^T @ x, db (N) = dy summed over rows
+      local want_dw, want_db = ffi.new("double[?]", N * K), ffi.new("double[?]", N)
+      for j = 0, N - 1 do
+        local db = 0
+        for i = 0, M - 1 do db = db + dyd[i * N + j] end
+        want_db[j] = db
+        for k = 0, K - 1 do
+          local acc = 0
+          for i = 0, M - 1 do acc = acc + dyd[i * N + j] * xd[i * K + k] end
+          want_dw[j * K + k] = acc
+        end
+      end
+      local dw, db = lt.empty({N, K}, {dtype = dt, device = device}), lt.empty({N}, {dtype = dt, device = device})
+      assert(C.lt_cuda_linear_backward_params(dw, db, dy:to(device), x:to(device)) == 0, ffi.string(C.lt_last_error()))
+      check("linear dw", {N, K}, dt, dw:cpu(), want_dw)
+      check("linear dbias", {N}, dt, db:cpu(), want_db)
+    end
+  end
+end
+
 -- Runs every case; report(op, shape, dtype, max_abs, max_rel, ok) gets each result.
 local function run_cases(lt, C, device, report)
   -- a CPU tensor of dtype holding buf, made through the Lua library
@@ -254,6 +333,7 @@ local function run_cases(lt, C, device, report)
     end
   end
   run_matmul_cases(lt, C, device, report)
+  run_linear_cases(lt, C, device, report)
 end
 
 -- ---- output ---------------------------------------------------------------------------------
@@ -263,7 +343,8 @@ local function fmt_err(x)
   return string.format("%.3g", x)
 end
 
-local OP_ORDER = {["copy h2d+d2h"] = 1, fill = 2, convert = 3, add = 4, matmul = 5, ["matmul tf32"] = 6}
+local OP_ORDER = {["copy h2d+d2h"] = 1, fill = 2, convert = 3, add = 4, matmul = 5, ["matmul tf32"] = 6,
+                  ["linear bias"] = 7, ["linear gelu"] = 8, ["linear dw"] = 9, ["linear dbias"] = 10}
 
 -- One row per (op, dtype): the largest errors over all shapes, and the shape they came from.
 local function print_table(rows)
