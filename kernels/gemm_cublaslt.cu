@@ -154,6 +154,7 @@ int lt_cuda_gemm(const char *op, const lt_cuda_gemm_args *g) {
   cudaDataType_t ab_type = CUDA_R_32F, c_type = CUDA_R_32F;
   LT_TRY(check_gemm_args(op, g, &ab_type, &c_type));
   if (g->M == 0 || g->N == 0 || g->batch == 0) return 0;
+  if (g->K == 0) return lt_errorf("%s: cuda gemm with K == 0 (the caller fills or scales C)", op);
   LT_TRY(lt_cuda_use_device(op, g->device));
   cublasLtHandle_t handle = NULL;
   void *workspace = NULL;
@@ -383,10 +384,13 @@ int lt_cuda_linear_backward_params(lt_tensor *dw, lt_tensor *dbias, const lt_ten
 
 /* ---- strided gather/scatter for operands cuBLASLt cannot read as they lie ------------------------ */
 
+struct dims_arg { /* passed by value to the kernel */
+  int64_t v[LT_MAX_DIMS];
+};
+
 template <typename T>
-__global__ void strided_copy_kernel(T *dst, const T *src, int64_t n, int ndim, lt_dev_vec<int64_t, LT_MAX_DIMS> shape,
-                                    lt_dev_vec<int64_t, LT_MAX_DIMS> dst_stride,
-                                    lt_dev_vec<int64_t, LT_MAX_DIMS> src_stride) {
+__global__ void strided_copy_kernel(T *dst, const T *src, int64_t n, int ndim, dims_arg shape, dims_arg dst_stride,
+                                    dims_arg src_stride) {
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     int64_t rest = i, od = 0, os = 0;
     for (int d = ndim - 1; d >= 0; d--) {
@@ -406,7 +410,7 @@ int lt_cuda_strided_copy(int device, void *dst, const int64_t *dst_stride, const
   int64_t n = lt_shape_numel(ndim, shape);
   if (n == 0) return 0;
   LT_TRY(lt_cuda_use_device("matmul", device));
-  lt_dev_vec<int64_t, LT_MAX_DIMS> sh, ds, ss;
+  dims_arg sh, ds, ss;
   for (int d = 0; d < LT_MAX_DIMS; d++) {
     sh.v[d] = d < ndim ? shape[d] : 1;
     ds.v[d] = d < ndim ? dst_stride[d] : 0;
