@@ -5,6 +5,7 @@
  * such blocks back to the kernel at each free). Small blocks go to malloc. */
 #include "internal.h"
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 enum { CACHE_MIN = 1 << 20, CACHE_ROUND = 1 << 16, CACHE_SLOTS = 64 };
@@ -95,7 +96,8 @@ lt_storage *lt_storage_alloc(const char *op, int64_t nbytes, int device) {
   if (!s) return lt_errorf("%s: out of host memory allocating a storage header", op), NULL;
   int64_t size = rounded_size(nbytes);
   pthread_mutex_lock(&memory_lock);
-  void *p = size >= CACHE_MIN ? take_cached(m, size) : NULL;
+  /* CUDA devices cache in their own allocator (host/caching_alloc.c) */
+  void *p = size >= CACHE_MIN && device == LT_DEVICE_CPU ? take_cached(m, size) : NULL;
   bool from_cache = p != NULL;
   if (!p) {
     p = raw_alloc(device, size);
@@ -108,6 +110,11 @@ lt_storage *lt_storage_alloc(const char *op, int64_t nbytes, int device) {
     lt_memory_stats st = m->stats;
     pthread_mutex_unlock(&memory_lock);
     free(s);
+    if (device != LT_DEVICE_CPU) { /* the caching allocator's message has its stats */
+      char why[512];
+      snprintf(why, sizeof why, "%s", lt_last_error());
+      return lt_errorf("%s: %s", op, why), NULL;
+    }
     return lt_errorf("%s: out of memory on %s allocating %lld bytes (allocated %lld, reserved %lld, peak %lld)", op,
                      lt_device_str(dev, device), (long long)nbytes, (long long)st.allocated, (long long)st.reserved,
                      (long long)st.peak),
@@ -132,7 +139,8 @@ void lt_storage_release(lt_storage *s) {
   pthread_mutex_lock(&memory_lock);
   m->stats.allocated -= s->nbytes;
   m->stats.num_frees++;
-  if (s->nbytes >= CACHE_MIN && m->ncached < CACHE_SLOTS && m->cached_bytes + s->nbytes <= cache_max_bytes) {
+  if (s->device == LT_DEVICE_CPU && s->nbytes >= CACHE_MIN && m->ncached < CACHE_SLOTS &&
+      m->cached_bytes + s->nbytes <= cache_max_bytes) {
     m->cache[m->ncached++] = (cached_block){s->data, s->nbytes};
     m->cached_bytes += s->nbytes;
   } else {
@@ -149,6 +157,12 @@ int lt_memory_get_stats(int device, lt_memory_stats *stats) {
   pthread_mutex_lock(&memory_lock);
   *stats = m->stats;
   pthread_mutex_unlock(&memory_lock);
+  lt_cuda_memory_stats cs;
+  if (device >= 0 && device < lt_cuda_device_count() && lt_cuda_get_memory_stats(device, &cs) == 0) {
+    stats->allocated = cs.allocated; /* block sizes, as the caching allocator holds them */
+    stats->reserved = cs.reserved;
+    stats->peak = cs.peak_allocated;
+  }
   return 0;
 }
 
@@ -158,6 +172,7 @@ int lt_memory_reset_peak(int device) {
   pthread_mutex_lock(&memory_lock);
   m->stats.peak = m->stats.allocated;
   pthread_mutex_unlock(&memory_lock);
+  if (device >= 0 && device < lt_cuda_device_count()) return lt_cuda_reset_peak_memory_stats(device);
   return 0;
 }
 
@@ -174,6 +189,7 @@ int lt_memory_empty_cache(int device) {
   pthread_mutex_lock(&memory_lock);
   drain_cache(m, device);
   pthread_mutex_unlock(&memory_lock);
+  if (device >= 0 && device < lt_cuda_device_count()) return lt_cuda_empty_cache(device);
   return 0;
 }
 
