@@ -91,6 +91,9 @@ int lt_dtype_from_name(const char *name, int *dtype);
  * count is 0 and lt_cuda_status() says why. */
 int lt_cuda_device_count(void);
 const char *lt_cuda_status(void);
+/* TF32 tensor cores for f32 matmuls on CUDA (off by default, as PyTorch); no effect on the CPU. */
+int lt_cuda_set_tf32(int enabled);
+int lt_cuda_get_tf32(void);
 int lt_cuda_synchronize(int device);
 
 /* device: LT_DEVICE_CPU or a CUDA ordinal */

@@ -111,6 +111,8 @@ M.cuda = {
   memory_stats = function(device) return memory.memory_stats(device or "cuda:0") end,
   reset_peak_memory_stats = function(device) return memory.reset_peak_memory_stats(device or "cuda:0") end,
   empty_cache = function(device) return memory.empty_cache(device or "cuda:0") end,
+  set_tf32 = function(on) C.lt_cuda_set_tf32(on and 1 or 0) end, -- TF32 tensor cores for f32 matmuls
+  get_tf32 = function() return C.lt_cuda_get_tf32() ~= 0 end,
 }
 
 -- Said once per process: a CUDA build on a machine where CUDA cannot be used.
