@@ -29,6 +29,8 @@ struct lt_ckpt_job {
   char *owned; /* data[i] is the job's copy */
   int64_t copied;
   atomic_int copies_done; /* the deferred copies (copy == 2) are taken: the sources may change */
+  lt_tensor **held;       /* the sources' tensors, retained until their copies are taken */
+  int64_t n_held, cap_held;
   int64_t *nbytes;
   lt_ckpt_piece *pieces;
   int64_t n_files, n_remove;
@@ -394,6 +396,25 @@ static int commit(lt_ckpt_job *j) {
   return 0;
 }
 
+static void release_held(lt_ckpt_job *j) {
+  for (int64_t i = 0; i < j->n_held; i++) lt_release(j->held[i]);
+  j->n_held = 0;
+}
+
+int lt_ckpt_job_hold(lt_ckpt_job *j, lt_tensor *t) {
+  if (!j || !t) return lt_errorf("ckpt: job_hold: NULL argument");
+  if (j->started) return lt_errorf("ckpt: job_hold: the job already started");
+  if (j->n_held == j->cap_held) {
+    int64_t cap = j->cap_held ? 2 * j->cap_held : 32;
+    lt_tensor **h = realloc(j->held, (size_t)cap * sizeof *h);
+    if (!h) return lt_errorf("ckpt: job_hold: out of memory");
+    j->held = h, j->cap_held = cap;
+  }
+  lt_retain(t);
+  j->held[j->n_held++] = t;
+  return 0;
+}
+
 /* The deferred copies, before anything else the job does: the caller goes on computing and
  * waits (lt_ckpt_job_wait_copied) only before it changes the sources. */
 static int take_copies(lt_ckpt_job *j) {
@@ -412,6 +433,7 @@ static int take_copies(lt_ckpt_job *j) {
   }
   for (int64_t i = 0; i < j->n; i++) /* after a failure no source is read again */
     if (j->owned[i] == 2) j->owned[i] = 0, j->data[i] = NULL;
+  release_held(j);
   atomic_store(&j->copies_done, 1);
   return rc;
 }
@@ -534,8 +556,10 @@ int lt_ckpt_job_stats(const lt_ckpt_job *j, int64_t *raw, int64_t *compressed, d
 int lt_ckpt_job_free(lt_ckpt_job *j) {
   if (!j) return 0;
   join(j);
-  for (int64_t i = 0; i < j->n; i++)
-    if (j->owned[i]) pool_put((void *)j->data[i], j->nbytes[i]);
+  for (int64_t i = 0; i < j->n; i++) /* 2: a deferred copy never taken (the job never ran) */
+    if (j->owned[i] == 1) pool_put((void *)j->data[i], j->nbytes[i]);
+  release_held(j);
+  free(j->held);
   free(j->path), free(j->data), free(j->owned), free(j->nbytes), free(j->pieces);
   for (int64_t i = 0; i < j->n_files; i++) free(j->file_paths[i]), free(j->file_data[i]);
   free(j->file_paths), free(j->file_data), free(j->file_bytes);

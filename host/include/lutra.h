@@ -637,6 +637,9 @@ int lt_ckpt_job_poll(lt_ckpt_job *j, int *done); /* done = 1 once the thread fin
 /* Returns once a started job has taken its deferred copies (lt_ckpt_job_add with copy = 2: the
  * job's thread copies the sources first): after it the caller may change them. */
 int lt_ckpt_job_wait_copied(lt_ckpt_job *j);
+/* Retains t until the job has taken its deferred copies (then releases it, from the job's
+ * thread): a source freed by its owner (a Lua state closing at exit) stays readable. */
+int lt_ckpt_job_hold(lt_ckpt_job *j, lt_tensor *t);
 int lt_ckpt_job_wait(lt_ckpt_job *j);            /* joins; 0 or -1 with the job's error */
 /* After the job: piece i's frames, and totals (raw, compressed bytes; seconds it took). */
 int lt_ckpt_job_piece(const lt_ckpt_job *j, int64_t i, lt_ckpt_piece *piece);

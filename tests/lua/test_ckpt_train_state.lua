@@ -33,6 +33,7 @@ local function step(model, opt, i)
     l:backward()
     return l:item()
   end)
+  ckpt.fence() -- an async save copies the weights in its thread: before they change (as lt.train)
   opt:step()
   return loss
 end

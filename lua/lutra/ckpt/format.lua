@@ -312,6 +312,7 @@ function M.save(dir, state, opts)
       -- sources change); opts.defer = false copies here, before save returns
       local copy = opts.async and (opts.defer == false and 1 or 2) or 0
       if C.lt_ckpt_job_add(job, C.lt_data_ptr(v), nbytes, shuffle, copy) ~= 0 then fail() end
+      if copy == 2 and C.lt_ckpt_job_hold(job, v) ~= 0 then fail() end -- alive until copied
       keep_alive[#keep_alive + 1] = v
       b.index, n_own = n_own, n_own + 1
       copied_bytes = copied_bytes + nbytes
