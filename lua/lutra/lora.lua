@@ -84,15 +84,17 @@ function LoRALinear:forward(x)
   local xin = self.lora_dropout and self.lora_dropout(x) or x
   local h = self.lora_A(xin) -- (..., r)
   release(xin, x)
-  local ds
+  return self:add_update(y, h, self.lora_B.weight)
+end
+
+-- y + s * h B^T, h (..., r) the adapter's A x; with row blocks B is masked (its entries
+-- outside the blocks stay zero, their gradient masked too). Frees h and y. The tensor-
+-- parallel layers (lora_tp.lua) pass their own B (a shard, or B through a tp collective).
+function LoRALinear:add_update(y, h, b)
   local mask = rawget(self, "_mask")
-  if mask then -- row blocks: B's entries outside the blocks stay zero (their gradient is masked too)
-    local bm = self.lora_B.weight * mask
-    ds = F.linear(h, bm)
-    release(bm)
-  else
-    ds = self.lora_B(h) -- (..., out)
-  end
+  local bm = mask and b * mask or b
+  local ds = F.linear(h, bm) -- (..., out)
+  if mask then release(bm) end
   release(h)
   if self.scaling ~= 1 then
     local d = ds

@@ -92,23 +92,6 @@ local function flags(self, full)
   grad.set_requires_grad(self.lora_B.weight, full.lora_B.weight.requires_grad)
 end
 
--- s * h B^T (masked B for row blocks), added to y.
-local function add_update(self, y, h, b)
-  local mask = rawget(self, "_mask")
-  local bm = mask and b * mask or b
-  local ds = F.linear(h, bm)
-  if mask then release(bm) end
-  release(h)
-  if self.scaling ~= 1 then
-    local d = ds
-    ds = d * self.scaling
-    release(d)
-  end
-  local out = y + ds
-  release(ds)
-  release(y)
-  return out
-end
 
 -- ---- column parallel ------------------------------------------------------------------------
 
@@ -157,7 +140,7 @@ function Column:forward(x)
   local h = F.linear(xd, a) -- (..., r), the same on every rank
   release(xd, xi)
   release(xi, x)
-  return add_update(self, y, h, self.lora_B.weight)
+  return self:add_update(y, h, self.lora_B.weight)
 end
 
 -- Trainable adapter entries on this rank: A, and B's rows (less the masked zeros).
@@ -247,7 +230,7 @@ function Row:forward(x)
   release(hp, nil, h)
   local b = self.lora_B.weight
   if scatter then b = tp_ops.copy_to(b, group) end -- B saw this rank's tokens: summed in backward
-  return add_update(self, y, h, b)
+  return self:add_update(y, h, b)
 end
 
 function Row:adapter_size() return self.lora_A.weight:numel() + self.lora_B.weight:numel() end
