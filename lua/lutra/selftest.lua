@@ -133,6 +133,21 @@ end
 -- on both sides from f32 sums, so they may differ by about one unit in the last place.
 local MATMUL_TOL = {f64 = 1e-12, f32 = 1e-5, tf32 = 5e-3, bf16 = 1.6e-2, f16 = 2e-3}
 
+-- The largest |got - want|, the largest relative error and max(1, max |want|) over n values
+-- (double arrays; NaN counts as an infinite error).
+local function error_stats(got, want, n)
+  local max_abs, max_rel, scale = 0, 0, 1
+  for i = 0, n - 1 do
+    local abs = math.abs(got[i] - want[i])
+    if abs ~= abs then abs = math.huge end
+    max_abs = math.max(max_abs, abs)
+    max_rel = math.max(max_rel, abs / math.max(math.abs(want[i]), 1e-300))
+    scale = math.max(scale, math.abs(want[i]))
+  end
+  if max_abs == 0 then max_rel = 0 end
+  return max_abs, max_rel, scale
+end
+
 -- (M, K, N): ones, odd sizes, sizes past one tile
 local MATMUL_SIZES = {{1, 1, 1}, {7, 13, 5}, {33, 65, 17}, {3, 257, 31}, {128, 64, 96}}
 
@@ -160,15 +175,7 @@ local function run_matmul_cases(lt, C, device, report)
     local g, w = ffi.new("double[?]", math.max(n, 1)), ffi.new("double[?]", math.max(n, 1))
     assert(C.lt_copy_to_buffer(got:contiguous(), g, C.LT_F64, n) == 0, ffi.string(C.lt_last_error()))
     assert(C.lt_copy_to_buffer(want:contiguous(), w, C.LT_F64, n) == 0, ffi.string(C.lt_last_error()))
-    local max_abs, max_rel, scale = 0, 0, 1
-    for i = 0, n - 1 do
-      local abs = math.abs(g[i] - w[i])
-      if abs ~= abs then abs = math.huge end
-      max_abs = math.max(max_abs, abs)
-      max_rel = math.max(max_rel, abs / math.max(math.abs(w[i]), 1e-300))
-      scale = math.max(scale, math.abs(w[i]))
-    end
-    if max_abs == 0 then max_rel = 0 end
+    local max_abs, max_rel, scale = error_stats(g, w, n)
     report(label, shape, dt, max_abs, max_rel, max_abs <= MATMUL_TOL[tol_key] * scale)
   end
   -- the CPU result of a @ b, and the device result of the same operands made by `view`
@@ -237,15 +244,7 @@ local function run_linear_cases(lt, C, device, report)
   end
   local function check(label, shape, dt, got, want)
     local g, n = doubles(got), numel(shape)
-    local max_abs, max_rel, scale = 0, 0, 1
-    for i = 0, n - 1 do
-      local abs = math.abs(g[i] - want[i])
-      if abs ~= abs then abs = math.huge end
-      max_abs = math.max(max_abs, abs)
-      max_rel = math.max(max_rel, abs / math.max(math.abs(want[i]), 1e-300))
-      scale = math.max(scale, math.abs(want[i]))
-    end
-    if max_abs == 0 then max_rel = 0 end
+    local max_abs, max_rel, scale = error_stats(g, want, n)
     report(label, shape, dt, max_abs, max_rel, max_abs <= MATMUL_TOL[dt] * scale)
   end
   local function gelu(v) return 0.5 * v * (1 + math.tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))) end
