@@ -128,4 +128,14 @@ function M.params_of(model)
   return out
 end
 
+-- The one-process reference of each arch: {gpt2 = {losses =, params =}, llama = ...}.
+function M.references(batches)
+  local ref = {}
+  for _, arch in ipairs {"gpt2", "llama"} do
+    local losses, params = M.reference(arch, batches)
+    ref[arch] = {losses = losses, params = params}
+  end
+  return ref
+end
+
 return M

@@ -12,11 +12,7 @@ local testing = require "lutra.testing"
 
 local g = E.world()
 local batches = E.batches()
-local ref = {}
-for _, arch in ipairs {"gpt2", "llama"} do
-  local losses, params = E.reference(arch, batches)
-  ref[arch] = {losses = losses, params = params}
-end
+local ref = E.references(batches)
 
 -- Trains with ddp; micro = 2: two micro-batches a step, the first under no_sync.
 local function train(arch, micro, bucket_mb)

@@ -13,11 +13,7 @@ local testing = require "lutra.testing"
 
 local g = E.world()
 local batches = E.batches()
-local ref = {}
-for _, arch in ipairs {"gpt2", "llama"} do
-  local losses, params = E.reference(arch, batches)
-  ref[arch] = {losses = losses, params = params}
-end
+local ref = E.references(batches)
 
 local function shard_pairs(z)
   local out = {}
