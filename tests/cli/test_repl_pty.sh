@@ -166,6 +166,7 @@ def history():
         s.expect(P)
         s.line("'hist ok'")
         check("history recalled without error", s.expect(r"^hist ok\s*$") is not None)
+        s.expect(P)  # Ctrl-D typed before readline holds the terminal is eaten by the cooked tty
         s.eof()
         s.wait()
     finally:
