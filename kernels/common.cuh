@@ -33,9 +33,49 @@ static inline int lt_cuda_check_launch(const char *op, int device) {
   return err == cudaSuccess ? 0 : lt_cuda_error(op, device, err);
 }
 
+/* ---- streams -------------------------------------------------------------------------- */
+
+/* The compute stream of `device`: every kernel and cuBLASLt call of an op is queued on it,
+ * so ops run in program order without host synchronisation. The communication (NCCL) and
+ * copy streams order themselves after it with events (kernels/runtime.cu). */
+cudaStream_t lt_cuda_compute_stream(int device);
+
 /* ---- launch geometry -------------------------------------------------------------- */
 
 enum { LT_CUDA_THREADS = 256 };
+
+/* ---- reductions inside a block ------------------------------------------------------- */
+
+/* Sum and max across the 32 lanes of a warp (every lane gets the result). */
+template <typename T> __device__ inline T lt_warp_sum(T v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+template <typename T> __device__ inline T lt_warp_max(T v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v = fmax(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+/* Sum across the whole block (blockDim.x a multiple of 32, at most 1024); every thread
+ * gets the result. `scratch` is __shared__ T[32]; the block may call this again after it. */
+template <typename T> __device__ inline T lt_block_sum(T v, T *scratch) {
+  int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+  v = lt_warp_sum(v);
+  __syncthreads(); /* scratch may still be read by a previous call */
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < nwarps ? scratch[lane] : (T)0;
+  return lt_warp_sum(v);
+}
+template <typename T> __device__ inline T lt_block_max(T v, T *scratch) {
+  int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+  v = lt_warp_max(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < nwarps ? scratch[lane] : (T)-INFINITY;
+  return lt_warp_max(v);
+}
 
 /* Blocks for a grid-stride loop over `work` items: enough to fill the device a few
  * times over, never more than the work needs. */
