@@ -6,6 +6,10 @@
 --   lutra selftest --device=cpu   run the harness with the CPU on both sides (checks the
 --                             checker where there is no GPU; every error must be 0)
 --
+-- After the core cases below, each case module lua/lutra/selftest/<area>.lua (CASE_MODULES:
+-- elementwise, reductions, norms, loss/embedding/rope/rng, attention, optimizers, and whole
+-- training steps of gpt2 and llama) adds its own, through the `st` table of case_api().
+--
 -- The GPU kernels are designed to be bit-identical with the CPU (fill writes the host's
 -- bits, conversions round as host/internal.h does, adds round the f32 sum), so the
 -- expected error is 0; add on floats is allowed one unit in the last place. matmul (cuBLASLt)
@@ -288,6 +292,79 @@ local function run_linear_cases(lt, C, device, report)
   end
 end
 
+-- ---- the case modules: lua/lutra/selftest/<area>.lua ----------------------------------------
+
+-- Each module returns function(st); they run in this order after the core cases above.
+local CASE_MODULES = {"elementwise", "reduce", "norm", "nn_ops", "attention", "optim", "train"}
+
+-- What a case module gets (documented for their authors in the module list above):
+-- st.lt, st.C, st.device, st.uniform(), st.rand(shape, dtype, lo, hi), st.to_device(t),
+-- st.noncontig(t), st.check(op, dtype, got, want, tol), st.report(...), st.shapes().
+local function case_api(lt, C, device, report)
+  local st = {lt = lt, C = C, device = device, uniform = uniform, report = report, shapes = test_shapes}
+  function st.rand(shape, dtype, lo, hi)
+    lo, hi = lo or -1, hi or 1
+    local n = numel(shape)
+    local buf = ffi.new("double[?]", math.max(n, 1))
+    for i = 0, n - 1 do buf[i] = lo + (hi - lo) * uniform() end
+    local t = lt.empty(shape, {dtype = dtype or "f32"})
+    assert(C.lt_copy_from_buffer(t, buf, C.LT_F64, n) == 0, ffi.string(C.lt_last_error()))
+    return t
+  end
+  function st.to_device(t) return device == "cpu" and t:clone() or t:to(device) end
+  -- every other element of a tensor twice as wide in its last dim: strided, same values
+  function st.noncontig(t)
+    local shape = {}
+    for i, d in ipairs(t.shape) do shape[i] = d end
+    if #shape == 0 then return t:clone() end
+    shape[#shape] = shape[#shape] * 2
+    local big = lt.empty(shape, {dtype = t.dtype, device = t.device})
+    local v = big:slice(#shape - 1, 0, nil, 2)
+    v:copy_(t)
+    return v
+  end
+  -- got (any device) against want (a CPU tensor of the same shape): NaN matches NaN and an
+  -- infinity the same infinity; passes when max abs err <= tol * max(1, max |want|)
+  function st.check(op, dtype, got, want, tol)
+    local n = numel(want.shape)
+    local g, w = ffi.new("double[?]", math.max(n, 1)), ffi.new("double[?]", math.max(n, 1))
+    local gc = got:cpu():contiguous()
+    assert(numel(gc.shape) == n, op .. ": got " .. shape_str(gc.shape) .. ", want " .. shape_str(want.shape))
+    assert(C.lt_copy_to_buffer(gc, g, C.LT_F64, n) == 0, ffi.string(C.lt_last_error()))
+    assert(C.lt_copy_to_buffer(want:contiguous(), w, C.LT_F64, n) == 0, ffi.string(C.lt_last_error()))
+    local max_abs, max_rel, scale = 0, 0, 1
+    for i = 0, n - 1 do
+      local a, b = g[i], w[i]
+      if b == b and math.abs(b) ~= math.huge then scale = math.max(scale, math.abs(b)) end
+      if not (a == b or (a ~= a and b ~= b)) then
+        local abs = math.abs(a - b)
+        if abs ~= abs then abs = math.huge end
+        max_abs = math.max(max_abs, abs)
+        max_rel = math.max(max_rel, abs == math.huge and math.huge or abs / math.max(math.abs(b), 1e-300))
+      end
+    end
+    local ok = max_abs == 0 or (tol or 0) > 0 and max_abs <= tol * scale
+    report(op, want.shape, dtype, max_abs, max_rel, ok)
+    return ok
+  end
+  return st
+end
+
+local function run_case_modules(lt, C, device, report)
+  local st = case_api(lt, C, device, report)
+  for _, name in ipairs(CASE_MODULES) do
+    local modname = "lutra.selftest." .. name
+    local found = false
+    for _, searcher in ipairs(package.loaders) do
+      if type(searcher(modname)) == "function" then
+        found = true
+        break
+      end
+    end
+    if found then require(modname)(st) end
+  end
+end
+
 -- Runs every case; report(op, shape, dtype, max_abs, max_rel, ok) gets each result.
 local function run_cases(lt, C, device, report)
   -- a CPU tensor of dtype holding buf, made through the Lua library
@@ -333,6 +410,7 @@ local function run_cases(lt, C, device, report)
   end
   run_matmul_cases(lt, C, device, report)
   run_linear_cases(lt, C, device, report)
+  run_case_modules(lt, C, device, report)
 end
 
 -- ---- output ---------------------------------------------------------------------------------
@@ -342,16 +420,16 @@ local function fmt_err(x)
   return string.format("%.3g", x)
 end
 
-local OP_ORDER = {["copy h2d+d2h"] = 1, fill = 2, convert = 3, add = 4, matmul = 5, ["matmul tf32"] = 6,
-                  ["linear bias"] = 7, ["linear gelu"] = 8, ["linear dw"] = 9, ["linear dbias"] = 10}
-
--- One row per (op, dtype): the largest errors over all shapes, and the shape they came from.
+-- One row per (op, dtype): the largest errors over all shapes, and the shape they came from;
+-- ops in the order they first ran, each op's dtypes together.
 local function print_table(rows)
+  local op_order = {}
+  for _, r in ipairs(rows) do op_order[r.op] = op_order[r.op] or r.order end
   table.sort(rows, function(a, b)
-    if a.op ~= b.op then return OP_ORDER[a.op] < OP_ORDER[b.op] end
+    if a.op ~= b.op then return op_order[a.op] < op_order[b.op] end
     return a.order < b.order
   end)
-  local line = "%-14s %-12s %-7s %-12s %-11s %-11s %s"
+  local line = "%-22s %-12s %-7s %-16s %-11s %-11s %s"
   local head = string.format(line, "op", "dtype", "cases", "worst shape", "max abs err", "max rel err", "result")
   print(head)
   print(string.rep("-", #head))
@@ -404,7 +482,7 @@ function M.main(args)
     if not ok then failures = failures + 1 end
     local s = shape_str(shape)
     if verbose or not ok then
-      print(string.format("  %-14s %-16s %-12s abs %-9s rel %-9s %s", op, s, dtype, fmt_err(abs), fmt_err(rel),
+      print(string.format("  %-22s %-16s %-12s abs %-9s rel %-9s %s", op, s, dtype, fmt_err(abs), fmt_err(rel),
                           ok and "pass" or "FAIL"))
     end
     local key = op .. " " .. dtype
