@@ -131,7 +131,7 @@ static int ensure_pair(const char *op, lt_group *g, nccl_group *st, int peer) {
 static int order_after_compute(const char *op, nccl_group *st) {
   cudaEvent_t ready;
   cudaError_t err = cudaEventCreateWithFlags(&ready, cudaEventDisableTiming);
-  if (err == cudaSuccess) err = cudaEventRecord(ready, 0);
+  if (err == cudaSuccess) err = cudaEventRecord(ready, lt_cuda_compute_stream(st->device));
   if (err == cudaSuccess) err = cudaStreamWaitEvent(st->stream, ready, 0);
   cudaEventDestroy(ready); /* released once the wait is done */
   return err == cudaSuccess ? 0 : cuda_fail(op, st->device, err);
@@ -160,7 +160,8 @@ int lt_nccl_wait(lt_comm_request *r) {
   cudaEvent_t done = (cudaEvent_t)r->nccl_event;
   lt_flight_set_state(r->seq_slot, LT_COMM_WAITING);
   cudaError_t err = cudaEventSynchronize(done);
-  if (err == cudaSuccess) err = cudaStreamWaitEvent(0, done, 0); /* later compute sees the result */
+  if (err == cudaSuccess) /* later compute sees the result */
+    err = cudaStreamWaitEvent(lt_cuda_compute_stream(((nccl_group *)r->group->nccl)->device), done, 0);
   cudaEventDestroy(done);
   r->nccl_event = NULL;
   return err == cudaSuccess ? 0 : lt_errorf("%s on group %s: CUDA error: %s", r->op, r->group->name, cudaGetErrorString(err));
@@ -171,7 +172,7 @@ int lt_nccl_test(lt_comm_request *r, int *done) {
   cudaError_t err = cudaEventQuery(ev);
   if (err == cudaErrorNotReady) return *done = 0, 0;
   if (err != cudaSuccess) return lt_errorf("%s on group %s: CUDA error: %s", r->op, r->group->name, cudaGetErrorString(err));
-  cudaStreamWaitEvent(0, ev, 0);
+  cudaStreamWaitEvent(lt_cuda_compute_stream(((nccl_group *)r->group->nccl)->device), ev, 0);
   cudaEventDestroy(ev);
   r->nccl_event = NULL;
   *done = 1;

@@ -270,7 +270,7 @@ int lt_cuda_gemm(const char *op, const lt_cuda_gemm_args *g) {
   }
   LT_BLAS_TRY(op, g->device,
               cublasLtMatmul(handle, desc, alpha, g->b, la, g->a, lb, beta, g->c, lc, g->c, lc, &algo, workspace,
-                             GEMM_WORKSPACE_BYTES, 0));
+                             GEMM_WORKSPACE_BYTES, lt_cuda_compute_stream(g->device)));
   rc = lt_cuda_check_launch(op, g->device);
 done:
   if (pref) cublasLtMatmulPreferenceDestroy(pref);
@@ -420,15 +420,15 @@ int lt_cuda_strided_copy(int device, void *dst, const int64_t *dst_stride, const
   switch (lt_dtype_size(dtype)) {
   case 2:
     strided_copy_kernel<uint16_t>
-        <<<blocks, LT_CUDA_THREADS>>>((uint16_t *)dst, (const uint16_t *)src, n, ndim, sh, ds, ss);
+        <<<blocks, LT_CUDA_THREADS, 0, lt_cuda_compute_stream(device)>>>((uint16_t *)dst, (const uint16_t *)src, n, ndim, sh, ds, ss);
     break;
   case 4:
     strided_copy_kernel<uint32_t>
-        <<<blocks, LT_CUDA_THREADS>>>((uint32_t *)dst, (const uint32_t *)src, n, ndim, sh, ds, ss);
+        <<<blocks, LT_CUDA_THREADS, 0, lt_cuda_compute_stream(device)>>>((uint32_t *)dst, (const uint32_t *)src, n, ndim, sh, ds, ss);
     break;
   case 8:
     strided_copy_kernel<uint64_t>
-        <<<blocks, LT_CUDA_THREADS>>>((uint64_t *)dst, (const uint64_t *)src, n, ndim, sh, ds, ss);
+        <<<blocks, LT_CUDA_THREADS, 0, lt_cuda_compute_stream(device)>>>((uint64_t *)dst, (const uint64_t *)src, n, ndim, sh, ds, ss);
     break;
   default: return lt_errorf("matmul: strided copy of %s is not supported", lt_dtype_name(dtype));
   }
@@ -455,9 +455,11 @@ int lt_cuda_bench_cublas_gemm(int device, int dtype, int n, const void *a, const
   pthread_mutex_unlock(&gemm_lock);
   if (cst != CUBLAS_STATUS_SUCCESS) return blas_error(op, device, "cublasCreate", cst);
   cublasHandle_t h = blas_handles[device];
+  cudaStream_t stream = lt_cuda_compute_stream(device); /* where our own GEMMs run */
+  if ((cst = cublasSetStream(h, stream)) != CUBLAS_STATUS_SUCCESS) return blas_error(op, device, "cublasSetStream", cst);
   for (int i = 0; i < iters + 3; i++) {
     if (i == 3 && (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess ||
-                   cudaEventRecord(start, 0) != cudaSuccess)) {
+                   cudaEventRecord(start, stream) != cudaSuccess)) {
       rc = lt_cuda_error(op, device, cudaGetLastError());
       goto done;
     }
@@ -465,7 +467,7 @@ int lt_cuda_bench_cublas_gemm(int device, int dtype, int n, const void *a, const
                 cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, b, type, n, a, type, n, &zero, c, type, n,
                              compute, CUBLAS_GEMM_DEFAULT));
   }
-  if (cudaEventRecord(stop, 0) != cudaSuccess || cudaEventSynchronize(stop) != cudaSuccess ||
+  if (cudaEventRecord(stop, stream) != cudaSuccess || cudaEventSynchronize(stop) != cudaSuccess ||
       cudaEventElapsedTime(&ms, start, stop) != cudaSuccess) {
     rc = lt_cuda_error(op, device, cudaGetLastError());
     goto done;
