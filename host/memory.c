@@ -24,12 +24,13 @@ typedef struct device_memory {
 } device_memory;
 
 enum { MAX_DEVICES = 16 };
-static device_memory cpu_memory;
+static device_memory cpu_memory, pinned_memory;
 static device_memory cuda_memory[MAX_DEVICES];
 static pthread_mutex_t memory_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static device_memory *memory_of(int device) {
   if (device == LT_DEVICE_CPU) return &cpu_memory;
+  if (device == LT_STORAGE_PINNED) return &pinned_memory;
   if (device >= 0 && device < MAX_DEVICES) return &cuda_memory[device];
   return NULL;
 }
@@ -56,6 +57,10 @@ static void raw_free(int device, void *ptr) {
     free(ptr);
     return;
   }
+  if (device == LT_STORAGE_PINNED) {
+    lt_cuda_host_free(ptr); /* back to the pinned cache (kernels/runtime.cu) */
+    return;
+  }
 #ifdef LUTRA_HAVE_CUDA
   lt_cuda_free(device, ptr);
 #endif
@@ -69,8 +74,9 @@ static void *raw_alloc(int device, int64_t nbytes) {
     size_t size = (size_t)((nbytes + 63) / 64 * 64);
     return aligned_alloc(64, size);
   }
-#ifdef LUTRA_HAVE_CUDA
   void *p = NULL;
+  if (device == LT_STORAGE_PINNED) return lt_cuda_host_alloc(nbytes, &p) == 0 ? p : NULL;
+#ifdef LUTRA_HAVE_CUDA
   return lt_cuda_alloc(device, nbytes, &p) == 0 ? p : NULL;
 #else
   return NULL;
@@ -89,7 +95,7 @@ lt_storage *lt_storage_alloc(const char *op, int64_t nbytes, int device) {
   char dev[16];
   device_memory *m = memory_of(device);
   if (!m) return lt_errorf("%s: invalid device %d", op, device), NULL;
-  if (device != LT_DEVICE_CPU && device >= lt_cuda_device_count())
+  if (device >= 0 && device >= lt_cuda_device_count())
     return lt_errorf("%s: device %s is not available (%s)", op, lt_device_str(dev, device), lt_cuda_status()), NULL;
   if (nbytes < 0) return lt_errorf("%s: negative allocation size %lld", op, (long long)nbytes), NULL;
   lt_storage *s = malloc(sizeof *s);
@@ -110,7 +116,7 @@ lt_storage *lt_storage_alloc(const char *op, int64_t nbytes, int device) {
     lt_memory_stats st = m->stats;
     pthread_mutex_unlock(&memory_lock);
     free(s);
-    if (device != LT_DEVICE_CPU) { /* the caching allocator's message has its stats */
+    if (device != LT_DEVICE_CPU) { /* the caching allocator's message says why */
       char why[512];
       snprintf(why, sizeof why, "%s", lt_last_error());
       return lt_errorf("%s: %s", op, why), NULL;

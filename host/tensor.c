@@ -92,12 +92,15 @@ static int check_shape(const char *op, int ndim, const int64_t *shape) {
   return 0;
 }
 
-int lt_empty(lt_tensor *out, int ndim, const int64_t *shape, int dtype, int device) {
-  if (!out) return lt_errorf("empty: out is NULL");
-  LT_TRY(check_shape("empty", ndim, shape));
-  if (lt_dtype_size(dtype) == 0) return lt_errorf("empty: unknown dtype %d", dtype);
+/* A fresh contiguous tensor on device whose storage comes from storage_device (the
+ * same, or LT_STORAGE_PINNED for a CPU tensor in page-locked memory). */
+static int empty_on(const char *op, lt_tensor *out, int ndim, const int64_t *shape, int dtype, int device,
+                    int storage_device) {
+  if (!out) return lt_errorf("%s: out is NULL", op);
+  LT_TRY(check_shape(op, ndim, shape));
+  if (lt_dtype_size(dtype) == 0) return lt_errorf("%s: unknown dtype %d", op, dtype);
   int64_t nbytes = lt_shape_numel(ndim, shape) * lt_dtype_size(dtype);
-  lt_storage *s = lt_storage_alloc("empty", nbytes, device);
+  lt_storage *s = lt_storage_alloc(op, nbytes, storage_device);
   if (!s) return -1;
   lt_storage_release(out->storage);
   out->storage = s;
@@ -109,6 +112,16 @@ int lt_empty(lt_tensor *out, int ndim, const int64_t *shape, int dtype, int devi
   out->device = device;
   return 0;
 }
+
+int lt_empty(lt_tensor *out, int ndim, const int64_t *shape, int dtype, int device) {
+  return empty_on("empty", out, ndim, shape, dtype, device, device);
+}
+
+int lt_empty_pinned(lt_tensor *out, int ndim, const int64_t *shape, int dtype) {
+  return empty_on("empty_pinned", out, ndim, shape, dtype, LT_DEVICE_CPU, LT_STORAGE_PINNED);
+}
+
+int lt_is_pinned(const lt_tensor *t) { return lt_is_defined(t) && t->storage->device == LT_STORAGE_PINNED; }
 
 int lt_set(lt_tensor *out, const lt_tensor *src) {
   if (!out) return lt_errorf("set: out is NULL");

@@ -251,6 +251,21 @@ int lt_layernorm_backward(lt_tensor *dx, lt_tensor *dweight, lt_tensor *dbias, c
 int lt_rmsnorm_forward(lt_tensor *out, lt_tensor *rstd, const lt_tensor *x, const lt_tensor *weight, double eps);
 int lt_rmsnorm_backward(lt_tensor *dx, lt_tensor *dweight, const lt_tensor *dout, const lt_tensor *x,
                         const lt_tensor *weight, const lt_tensor *rstd);
+/* The residual add of a pre-norm block fused with the next norm. res_out = x + residual
+ * (required; x's shape and dtype, residual too; 16-bit sums rounded once, as lt_binary),
+ * then out, mean, rstd exactly as the plain forward of res_out. res_out may be x or
+ * residual (in place), not out. Backward: x is the forward's res_out, and
+ * dx = the plain backward's dx + dres, dres (x's shape and dtype) the gradient reaching
+ * res_out from its other uses, or NULL; dx may be dout or dres (in place).            */
+int lt_add_layernorm_forward(lt_tensor *res_out, lt_tensor *out, lt_tensor *mean, lt_tensor *rstd, const lt_tensor *x,
+                             const lt_tensor *residual, const lt_tensor *weight, const lt_tensor *bias, double eps);
+int lt_add_rmsnorm_forward(lt_tensor *res_out, lt_tensor *out, lt_tensor *rstd, const lt_tensor *x,
+                           const lt_tensor *residual, const lt_tensor *weight, double eps);
+int lt_layernorm_backward_add(lt_tensor *dx, lt_tensor *dweight, lt_tensor *dbias, const lt_tensor *dout,
+                              const lt_tensor *dres, const lt_tensor *x, const lt_tensor *weight,
+                              const lt_tensor *mean, const lt_tensor *rstd);
+int lt_rmsnorm_backward_add(lt_tensor *dx, lt_tensor *dweight, const lt_tensor *dout, const lt_tensor *dres,
+                            const lt_tensor *x, const lt_tensor *weight, const lt_tensor *rstd);
 
 /* logits (N, V), targets (N) I32/I64. losses (N) f32: -log softmax(logits)[target],
  * 0 where target == ignore_index; lse (N) f32 saved for backward.
@@ -290,6 +305,30 @@ int lt_adamw_step(lt_tensor *param, const lt_tensor *grad, lt_tensor *m, lt_tens
  * m is f32 (f64 for an f64 param); a bf16/f16 param takes a grad of its dtype or f32. */
 int lt_lion_step(lt_tensor *param, const lt_tensor *grad, lt_tensor *m, double lr, double beta1, double beta2,
                  double weight_decay);
+
+/* lt_adamw_step over the n parameters of one param group in one call (host/ops_multi_tensor.c):
+ * one OpenMP loop over chunks of all of them on the CPU, one kernel launch on CUDA; each tensor
+ * gets exactly what lt_adamw_step gives it. All tensors on one device. masters may be NULL, and so
+ * may masters[i]: params[i] is then stepped itself. masters[i] defined (master weights): an f32
+ * tensor of params[i]'s numel, params[i] bf16/f16; the step updates the master in f32 (grads[i]
+ * f32 or the param's dtype) and params[i] receives the master rounded to its dtype. */
+int lt_adamw_step_multi(int64_t n, lt_tensor *const *params, const lt_tensor *const *grads, lt_tensor *const *m,
+                        lt_tensor *const *v, lt_tensor *const *masters, double lr, double beta1, double beta2,
+                        double eps, double weight_decay, int64_t step);
+/* The global gradient norm's square without a host sync: out (one element, f32 or f64, on the
+ * tensors' device; undefined: allocated as a 0-dim f32 there, on the CPU when n == 0) = the sum
+ * over the tensors of the sum of their squared elements. Each chunk of each tensor is summed in
+ * f64 (any dtype), the chunk sums are added in a fixed order: deterministic, no atomics.
+ * Tensors are f32, f64, bf16 or f16, any shape or layout, all on one device. */
+int lt_multi_tensor_sumsq(lt_tensor *out, int64_t n, const lt_tensor *const *tensors);
+/* tensors[i] *= s in place, s the value of `scale` (one element, f32 or f64, on their device),
+ * each element as lt_binary_scalar(t, t, s, LT_MUL, 0) computes it. */
+int lt_multi_tensor_scale(int64_t n, lt_tensor *const *tensors, const lt_tensor *scale);
+/* Gradient clipping's coefficient from lt_multi_tensor_sumsq's result, on its device:
+ * coef (one element, f32 or f64; undefined: allocated like sumsq) = max_norm / (sqrt(sumsq) + 1e-6)
+ * (torch's rule) when that is below 1 and the norm is finite, else 1 (a nan or inf norm leaves
+ * the gradients alone). */
+int lt_clip_coef(lt_tensor *coef, const lt_tensor *sumsq, double max_norm);
 
 /* ---- random numbers: counter-based (Philox4x32-10) ------------------------------
  * Element i (in row-major order of out) draws from counter (offset + i) under key
@@ -702,6 +741,33 @@ int lt_cuda_empty_cache(int device); /* returns fully free segments to the devic
  * the copies using it have completed (synchronize the stream first). */
 int lt_cuda_host_alloc(int64_t nbytes, void **ptr);
 int lt_cuda_host_free(void *ptr);
+
+/* ---- pinned tensors, streams and events --------------------------------------------
+ * Each CUDA device has a compute stream (every op runs on it, in program order), a copy
+ * stream (asynchronous host<->device copies) and a communication stream (NCCL). Work on
+ * one stream is ordered after another's with events. Without CUDA these return an error
+ * that says so (lt_empty_pinned, lt_copy_async) or do nothing (synchronize). */
+enum { LT_STORAGE_PINNED = -2 }; /* lt_storage.device of a CPU tensor in page-locked memory */
+typedef enum lt_stream_kind { LT_STREAM_COMPUTE = 0, LT_STREAM_COPY = 1 } lt_stream_kind;
+/* A CPU tensor whose storage is page-locked, so copies to and from a GPU can be async. */
+int lt_empty_pinned(lt_tensor *out, int ndim, const int64_t *shape, int dtype);
+int lt_is_pinned(const lt_tensor *t);
+/* dst = src between a pinned CPU tensor and a CUDA tensor (either way; same shape and
+ * dtype, both contiguous), queued on the device's copy stream after the work its compute
+ * stream has queued so far; returns at once. The compute stream waits for the copy before
+ * its next op, and *done (when not NULL) is an event for the host to wait on before it
+ * reads or reuses the CPU side. Any other pair of tensors falls back to lt_copy (sync). */
+int lt_copy_async(lt_tensor *dst, const lt_tensor *src, void **done);
+/* Events: create (with timing), record on a device's stream, wait from the host or from
+ * another stream, query (1 complete, 0 pending), elapsed milliseconds between two. */
+int lt_cuda_event_create(void **event);
+int lt_cuda_event_destroy(void *event);
+int lt_cuda_event_record(void *event, int device, int stream);
+int lt_cuda_event_synchronize(void *event);
+int lt_cuda_event_query(void *event);
+int lt_cuda_event_elapsed_ms(void *start, void *end, double *ms);
+int lt_cuda_stream_wait_event(int device, int stream, void *event);
+int lt_cuda_stream_synchronize(int device, int stream);
 
 #ifdef __cplusplus
 }

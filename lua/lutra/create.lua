@@ -60,6 +60,12 @@ end
 function M.empty(...)
   local n, a, opts = shape.parse("empty", ...)
   local dt, dev = options("empty", opts, dtype.F32, dtype.CPU)
+  if type(opts) == "table" and opts.pin_memory then -- page-locked, for async copies to a GPU
+    if dev ~= dtype.CPU then raise("empty: pin_memory is for CPU tensors, not " .. dtype.device_name(dev)) end
+    local out = new()
+    if C.lt_empty_pinned(out, n, a, dt) ~= 0 then fail() end
+    return finish(out, opts)
+  end
   return finish(empty(n, a, dt, dev), opts)
 end
 

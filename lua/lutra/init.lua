@@ -101,19 +101,7 @@ M.ckpt = require "lutra.ckpt" -- sharded checkpoints: lt.ckpt.save/load/latest, 
 M.autocast = require("lutra.autocast").run -- lt.autocast("bf16", fn, ...)
 M.dist = require "lutra.dist" -- lt.dist.init{dp =, tp =, pp =, zero =} -> mesh; groups and collectives
 
-M.cuda = {
-  is_available = function() return C.lt_cuda_device_count() > 0 end,
-  device_count = function() return C.lt_cuda_device_count() end,
-  status = function() return ffi.string(C.lt_cuda_status()) end,
-  synchronize = function(device)
-    if C.lt_cuda_synchronize(dtype.device_id(device, 0)) ~= 0 then errors.fail() end
-  end,
-  memory_stats = function(device) return memory.memory_stats(device or "cuda:0") end,
-  reset_peak_memory_stats = function(device) return memory.reset_peak_memory_stats(device or "cuda:0") end,
-  empty_cache = function(device) return memory.empty_cache(device or "cuda:0") end,
-  set_tf32 = function(on) C.lt_cuda_set_tf32(on and 1 or 0) end, -- TF32 tensor cores for f32 matmuls
-  get_tf32 = function() return C.lt_cuda_get_tf32() ~= 0 end,
-}
+M.cuda = require "lutra.cuda" -- devices, memory stats, events, pinned memory, async copies
 
 -- Said once per process: a CUDA build on a machine where CUDA cannot be used.
 if ffi.string(C.lt_build_info()):find("cuda: built", 1, true) and C.lt_cuda_device_count() == 0

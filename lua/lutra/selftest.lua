@@ -295,7 +295,7 @@ end
 -- ---- the case modules: lua/lutra/selftest/<area>.lua ----------------------------------------
 
 -- Each module returns function(st); they run in this order after the core cases above.
-local CASE_MODULES = {"elementwise", "reduce", "norm", "nn_ops", "attention", "optim", "train"}
+local CASE_MODULES = {"streams", "elementwise", "reduce", "norm", "nn_ops", "attention", "optim", "train"}
 
 -- What a case module gets (documented for their authors in the module list above):
 -- st.lt, st.C, st.device, st.uniform(), st.rand(shape, dtype, lo, hi), st.to_device(t),
