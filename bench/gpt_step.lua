@@ -4,6 +4,9 @@
 -- peer; fp32; random tokens).
 --   lutra bench/gpt_step.lua [--layers 4] [--heads 4] [--dim 256] [--seq 256] [--vocab 4096]
 --                            [--batch 8] [--steps 8] [--warmup 2] [--threads 2] [--verbose 1]
+--                            [--gpu 1] [--bf16 1]
+-- --gpu 1 runs on cuda:0 (the peer's --device cuda); --bf16 1 computes in bf16 autocast with
+-- f32 master weights (the peer's --bf16: torch.autocast).
 -- Prints: params=<int> tokens_per_s=<float> tflops=<float> peak_rss_mb=<float>
 -- (peak RSS is getrusage's ru_maxrss of this process, as the peer reports it). --verbose 1
 -- adds the first and last losses and the tensor memory figures (lutra.memory_stats: peak,
@@ -13,7 +16,7 @@ local optim = require "lutra.optim"
 local ffi = require "ffi"
 
 local a = {layers = 4, heads = 4, dim = 256, seq = 256, vocab = 4096, batch = 8, steps = 8, warmup = 2, threads = 2,
-           verbose = 0}
+           verbose = 0, gpu = 0, bf16 = 0}
 local i = 1
 while i <= #arg do
   local key, val = arg[i]:match("^%-%-([%w_]+)=(.*)$")
@@ -43,12 +46,20 @@ end
 lt.set_num_threads(a.threads)
 lt.manual_seed(0)
 
+local device = a.gpu ~= 0 and "cuda:0" or "cpu"
+if a.gpu ~= 0 and not lt.cuda.is_available() then
+  io.stderr:write("gpt_step: --gpu 1 but no CUDA device (" .. lt.cuda.status() .. ")\n")
+  os.exit(77)
+end
 local model = lt.models.build {arch = "gpt2", n_layer = a.layers, n_head = a.heads, d_model = a.dim,
                                vocab_size = a.vocab, block_size = a.seq, dropout = 0}
+model:to(device)
 local params = model:parameters()
 local opt = optim.AdamW(params, {lr = 3e-4, weight_decay = 0.1})
-local idx = lt.randint(0, a.vocab, {a.batch, a.seq})
-local tgt = lt.randint(0, a.vocab, {a.batch, a.seq})
+local idx = lt.randint(0, a.vocab, {a.batch, a.seq}):to(device)
+local tgt = lt.randint(0, a.vocab, {a.batch, a.seq}):to(device)
+local autocast = a.bf16 ~= 0 and "bf16" or nil
+local function forward(x, y) return lt.autocast(autocast, model.forward, model, x, y) end
 
 local function step()
   -- set_to_none, as the peer; the old gradients' memory comes back now (PyTorch frees them
@@ -58,7 +69,7 @@ local function step()
   end
   opt:zero_grad(true)
   local loss = lt.tidy(function()
-    local logits, loss = model(idx, tgt)
+    local logits, loss = forward(idx, tgt)
     logits:free() -- unused here (the peer's model returns only the loss); backward frees its saved copy
     loss:backward()
     return loss:item()
@@ -72,8 +83,10 @@ for i = 1, a.warmup do
   local l = step()
   if i == 1 then first_loss = l end
 end
+if a.gpu ~= 0 then lt.cuda.synchronize(device) end
 local t0 = now()
 for _ = 1, a.steps do last_loss = step() end
+if a.gpu ~= 0 then lt.cuda.synchronize(device) end
 local dt = now() - t0
 
 local nparams = 0
@@ -87,5 +100,7 @@ if a.verbose ~= 0 then
   io.stderr:write(string.format("tensors: peak %.1f MB, allocated %.1f MB, reserved %.1f MB, %d allocations\n",
     st.peak / 2 ^ 20, st.allocated / 2 ^ 20, st.reserved / 2 ^ 20, st.num_allocs))
 end
-print(string.format("params=%d tokens_per_s=%.1f tflops=%.3f peak_rss_mb=%.1f", nparams, tps,
-  tps * flops_tok / 1e12, peak_rss_mb()))
+local extra = ""
+if a.gpu ~= 0 then extra = string.format(" peak_gpu_mb=%.1f", lt.cuda.memory_stats(device).peak / 2 ^ 20) end
+print(string.format("params=%d tokens_per_s=%.1f tflops=%.3f peak_rss_mb=%.1f%s", nparams, tps,
+  tps * flops_tok / 1e12, peak_rss_mb(), extra))
