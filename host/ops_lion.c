@@ -4,7 +4,9 @@
  *   m = m * beta2 + (1 - beta2) * grad
  * Each product and sum is rounded in the compute dtype, as torch's mul_ and add(alpha=) do, with
  * the scalars formed in double and cast once. Dtypes: f32 param/grad/m; f64 param/grad/m; or a
- * bf16/f16 param (grad of its dtype or f32) with an f32 m, computed in f32 and rounded once. */
+ * bf16/f16 param (grad of its dtype or f32) with an f32 m, computed in f32 and rounded once.
+ * CUDA tensors go to kernels/optim.cu, which repeats this arithmetic operation by operation. */
+#include "cuda_optim.h"
 #include "internal.h"
 
 #if defined(__GNUC__) && !defined(__clang__)
@@ -13,11 +15,7 @@
 #pragma clang fp contract(off)
 #endif
 
-typedef struct lion_scalars {
-  double decay; /* 1 - lr * weight_decay */
-  double neg_lr;
-  double beta1, one_minus_beta1, beta2, one_minus_beta2;
-} lion_scalars;
+typedef lt_lion_scalars lion_scalars;
 
 static void lion_f32(float *p, const float *g, float *m, int64_t n, const lion_scalars *s) {
   const float decay = (float)s->decay, neg_lr = (float)s->neg_lr, b1 = (float)s->beta1;
@@ -78,7 +76,7 @@ static inline void lion_chunk(char *pp, int pdtype, const char *gp, int gdtype, 
 int lt_lion_step(lt_tensor *param, const lt_tensor *grad, lt_tensor *m, double lr, double beta1, double beta2,
                  double weight_decay) {
   LT_TRY(lt_check_defined("lion", "param", param));
-  if (param->device != LT_DEVICE_CPU) return lt_errorf("lion: not implemented on cuda yet");
+  LT_TRY(lt_optim_check_build("lion", param->device));
   int pdtype = param->dtype;
   if (!lt_dtype_is_float(pdtype))
     return lt_errorf("lion: param is %s, expected a floating dtype", lt_dtype_name(pdtype));
@@ -88,8 +86,8 @@ int lt_lion_step(lt_tensor *param, const lt_tensor *grad, lt_tensor *m, double l
     return lt_errorf("lion: lr and weight_decay must be >= 0, got lr %g weight_decay %g", lr, weight_decay);
   int64_t n = lt_numel(param);
   int half = pdtype == LT_BF16 || pdtype == LT_F16, mdtype = pdtype == LT_F64 ? LT_F64 : LT_F32;
-  LT_TRY(lt_check_step_operand("lion", "grad", grad, n, pdtype, half ? LT_F32 : pdtype, param));
-  LT_TRY(lt_check_step_operand("lion", "m", m, n, mdtype, mdtype, param));
+  LT_TRY(lt_optim_check_operand("lion", "grad", grad, n, pdtype, half ? LT_F32 : pdtype, param));
+  LT_TRY(lt_optim_check_operand("lion", "m", m, n, mdtype, mdtype, param));
   if (lt_data_ptr(m) == lt_data_ptr(param) || lt_data_ptr(m) == lt_data_ptr(grad))
     return lt_errorf("lion: m must not share memory with param or grad");
   lion_scalars s = {
@@ -106,6 +104,13 @@ int lt_lion_step(lt_tensor *param, const lt_tensor *grad, lt_tensor *m, double l
   char *pp = lt_data_ptr(pc), *mp = lt_data_ptr(mc);
   const char *gp = lt_data_ptr(gc);
   int gdtype = gc->dtype;
+  if (param->device != LT_DEVICE_CPU) {
+#ifdef LUTRA_HAVE_CUDA
+    lt_optim_entry e = {.param = pp, .grad = gp, .m = mp, .n = n, .pdtype = pdtype, .gdtype = gdtype};
+    rc = n > 0 ? lt_cuda_lion(param->device, &e, &s) : 0;
+#endif
+    goto done;
+  }
   int64_t nchunks = (n + LION_CHUNK - 1) / LION_CHUNK;
   if (n >= 2 * LT_PAR_GRAIN) { /* no omp construct for small work: see ew_execute */
 #pragma omp parallel for schedule(static)

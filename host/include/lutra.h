@@ -306,7 +306,7 @@ int lt_adamw_step(lt_tensor *param, const lt_tensor *grad, lt_tensor *m, lt_tens
 int lt_lion_step(lt_tensor *param, const lt_tensor *grad, lt_tensor *m, double lr, double beta1, double beta2,
                  double weight_decay);
 
-/* lt_adamw_step over the n parameters of one param group in one call (host/ops_multi_tensor.c):
+/* lt_adamw_step over the n parameters of one param group in one call (host/ops_adamw.c):
  * one OpenMP loop over chunks of all of them on the CPU, one kernel launch on CUDA; each tensor
  * gets exactly what lt_adamw_step gives it. All tensors on one device. masters may be NULL, and so
  * may masters[i]: params[i] is then stepped itself. masters[i] defined (master weights): an f32
