@@ -1,7 +1,8 @@
 /* ops_argmax.c — argmax and argmin along one dim (or all dims), on the CPU.
  * Indices are LT_I64, 0-based; ties give the first occurrence and a NaN wins (the first
  * NaN), as in torch. Same two paths as ops_reduce.c (see reduce_geom.h): runs along
- * memory for the inner case, whole rows compared against a vector of bests otherwise. */
+ * memory for the inner case, whole rows compared against a vector of bests otherwise.
+ * CUDA tensors take the same checks and plan, then kernels/reduce.cu (host/cuda_reduce.h). */
 #include "reduce_geom.h"
 #include <stdlib.h>
 
@@ -190,16 +191,45 @@ static void arg_outer(const reduce_geom *g, const char *base, int dtype, bool is
   }
 }
 
+/* A CUDA tensor over all its dims: the flat row-major index is walked over a's own dims (size-1
+ * dims dropped, neighbours that step as one coalesced), so nothing is copied. */
+static int arg_all_cuda(const char *op, lt_tensor *out, const lt_tensor *a, int keepdim, bool is_max) {
+  int64_t oshape[LT_MAX_DIMS];
+  int ondim = keepdim ? a->ndim : 0;
+  for (int d = 0; d < ondim; d++) oshape[d] = 1;
+  LT_TRY(lt_prepare_out(op, out, ondim, oshape, LT_I64, a->device));
+#ifdef LUTRA_HAVE_CUDA
+  lt_cuda_red_geom c;
+  memset(&c, 0, sizeof c);
+  c.n_out = 1, c.n_red = lt_numel(a), c.nkept = 1, c.kshape[0] = 1, c.inner = 1;
+  for (int d = 0; d < a->ndim; d++) {
+    if (a->shape[d] == 1) continue;
+    int k = c.nred;
+    if (k > 0 && c.rstride[k - 1] == a->stride[d] * a->shape[d]) {
+      c.rshape[k - 1] *= a->shape[d], c.rstride[k - 1] = a->stride[d];
+    } else {
+      c.rshape[k] = a->shape[d], c.rstride[k] = a->stride[d], c.nred++;
+    }
+  }
+  if (c.nred == 0) c.rshape[0] = 1, c.rstride[0] = 0, c.nred = 1;
+  return lt_cuda_argreduce(op, a->device, &c, lt_data_ptr(a), a->dtype, lt_data_ptr(out), is_max);
+#else
+  (void)is_max;
+  return lt_reduce_check_device(op, a);
+#endif
+}
+
 static int arg_reduce(const char *op, lt_tensor *out, const lt_tensor *a, int dim, int keepdim, int all_dims,
                       bool is_max) {
   LT_TRY(lt_check_defined(op, "input", a));
-  if (a->device != LT_DEVICE_CPU) return lt_errorf("%s: not implemented on cuda yet", op);
+  LT_TRY(lt_reduce_check_device(op, a));
   if (a->dtype < 0 || a->dtype >= LT_NUM_DTYPES) return lt_errorf("%s: unknown dtype %d", op, a->dtype);
   lt_tensor *flat = NULL;
   const lt_tensor *src = a;
   if (all_dims) {
     int64_t numel = lt_numel(a);
     if (numel == 0) return lt_errorf("%s: cannot reduce an empty dim (the tensor has no elements)", op);
+    if (a->device != LT_DEVICE_CPU) return arg_all_cuda(op, out, a, keepdim, is_max);
     flat = lt_tensor_new();
     if (!flat || lt_reshape(flat, a, 1, &numel)) return lt_release(flat), -1;
     src = flat;
@@ -219,12 +249,20 @@ static int arg_reduce(const char *op, lt_tensor *out, const lt_tensor *a, int di
     ondim = keepdim ? a->ndim : 0;
     for (int d = 0; d < ondim; d++) oshape[d] = 1;
   }
-  if (lt_prepare_out(op, out, ondim, oshape, LT_I64, LT_DEVICE_CPU)) goto done;
+  if (lt_prepare_out(op, out, ondim, oshape, LT_I64, src->device)) goto done;
   if (g.n_out == 0) {
     rc = 0;
     goto done;
   }
   reduce_geom_set_out(&g, src, out, keepdim && !all_dims);
+#ifdef LUTRA_HAVE_CUDA
+  if (src->device != LT_DEVICE_CPU) {
+    lt_cuda_red_geom c;
+    reduce_geom_to_cuda(&g, &c);
+    rc = lt_cuda_argreduce(op, src->device, &c, lt_data_ptr(src), src->dtype, lt_data_ptr(out), is_max);
+    goto done;
+  }
+#endif
   res = malloc(sizeof(int64_t) * g.n_out);
   if (!res) {
     rc = lt_errorf("%s: out of host memory", op);

@@ -6,7 +6,8 @@
  *   (N, C) tensor reduced over C); few outputs split their reduction into fixed chunks.
  * - outer: the innermost dim is kept. Each output row accumulates whole input rows into a
  *   vector (dim 0 of (N, C): add N rows of C), never striding across memory.
- * Floats accumulate in double (16M x 0.1f sums right to ~1e-9), integers in int64. */
+ * Floats accumulate in double (16M x 0.1f sums right to ~1e-9), integers in int64.
+ * CUDA tensors take the same checks and plan, then kernels/reduce.cu (host/cuda_reduce.h). */
 #include "reduce_geom.h"
 #include <stdlib.h>
 
@@ -382,17 +383,32 @@ static void store_results(lt_tensor *out, const reduce_geom *g, const double *re
   }
 }
 
+/* A CUDA tensor's reduction `what` (an lt_reduce_op or LT_CUDA_REDUCE_VAR), by kernels/reduce.cu. */
+static int reduce_cuda(const char *op, lt_tensor *out, const lt_tensor *a, const reduce_geom *g, int what,
+                       double var_denom) {
+#ifdef LUTRA_HAVE_CUDA
+  lt_cuda_red_geom c;
+  reduce_geom_to_cuda(g, &c);
+  return lt_cuda_reduce(op, a->device, &c, lt_data_ptr(a), lt_data_ptr(out), a->dtype, what, var_denom);
+#else
+  (void)out, (void)g, (void)what, (void)var_denom;
+  return lt_reduce_check_device(op, a); /* lt_reduce_check_device refused it already */
+#endif
+}
+
 /* Checks a, plans the geometry and prepares out; buffers of n_out results are returned. */
 static int reduce_setup(const char *op, lt_tensor *out, const lt_tensor *a, int ndims, const int64_t *dims, int keepdim,
                         bool empty_is_error, reduce_geom *g, double **resf, int64_t **resi) {
   LT_TRY(lt_check_defined(op, "input", a));
-  if (a->device != LT_DEVICE_CPU) return lt_errorf("%s: not implemented on cuda yet", op);
+  LT_TRY(lt_reduce_check_device(op, a));
   LT_TRY(reduce_geom_plan(op, g, a, ndims, dims));
   if (empty_is_error && g->n_red == 0) return lt_errorf("%s: cannot reduce an empty dim", op);
   int64_t oshape[LT_MAX_DIMS];
   int ondim = reduce_out_shape(a, g->reduced, keepdim, oshape);
   LT_TRY(lt_prepare_out(op, out, ondim, oshape, a->dtype, a->device));
   reduce_geom_set_out(g, a, out, keepdim);
+  *resf = NULL, *resi = NULL;
+  if (a->device != LT_DEVICE_CPU) return 0; /* the kernels keep their results on the device */
   int64_t n = g->n_out > 0 ? g->n_out : 1;
   *resf = malloc(sizeof(double) * n);
   *resi = malloc(sizeof(int64_t) * n);
@@ -413,6 +429,7 @@ int lt_reduce(lt_tensor *out, const lt_tensor *a, int op, int ndims, const int64
   double *resf;
   int64_t *resi;
   LT_TRY(reduce_setup(name, out, a, ndims, dims, keepdim, op == LT_MAX || op == LT_MIN, &g, &resf, &resi));
+  if (a->device != LT_DEVICE_CPU) return reduce_cuda(name, out, a, &g, op, 0);
   static const acc_op acc_of[LT_NUM_REDUCE_OPS] = {ACC_SUM, ACC_SUM, ACC_MAX, ACC_MIN, ACC_PROD, ACC_SUMSQ};
   reduce_job J = {&g, lt_data_ptr(a), a->dtype, lt_dtype_size(a->dtype), is_int, acc_of[op], NULL};
   int rc = run_reduction(&J, resf, resi);
@@ -436,6 +453,8 @@ int lt_var(lt_tensor *out, const lt_tensor *a, int ndims, const int64_t *dims, i
   double *resf;
   int64_t *resi;
   LT_TRY(reduce_setup("var", out, a, ndims, dims, keepdim, false, &g, &resf, &resi));
+  double denom = g.n_red > correction ? (double)(g.n_red - correction) : 0; /* 0/0 is nan, as torch */
+  if (a->device != LT_DEVICE_CPU) return reduce_cuda("var", out, a, &g, LT_CUDA_REDUCE_VAR, denom);
   double *mean = malloc(sizeof(double) * (g.n_out > 0 ? g.n_out : 1));
   if (!mean) return free(resf), free(resi), lt_errorf("var: out of host memory");
   reduce_job J = {&g, lt_data_ptr(a), a->dtype, lt_dtype_size(a->dtype), false, ACC_SUM, NULL};
@@ -447,7 +466,6 @@ int lt_var(lt_tensor *out, const lt_tensor *a, int ndims, const int64_t *dims, i
     rc = run_reduction(&J, resf, resi);
   }
   if (rc == 0) {
-    double denom = g.n_red > correction ? (double)(g.n_red - correction) : 0; /* 0/0 is nan, as torch */
     for (int64_t o = 0; o < g.n_out; o++) resf[o] /= denom;
     store_results(out, &g, resf, resi, false);
   }

@@ -3,9 +3,11 @@
  * Work goes row by row, a row being the n elements along `dim`. Rows that lie contiguous
  * in f32 or f64 are used in place; others (a dim that is not innermost, 16-bit dtypes) are
  * gathered into per-thread f32/f64 scratch and scattered back. Numerically stable: the
- * row max is subtracted before exp. 16-bit dtypes compute in f32, f64 in f64. */
-#include "internal.h"
+ * row max is subtracted before exp. 16-bit dtypes compute in f32, f64 in f64.
+ * CUDA tensors take the same checks and plan, then kernels/softmax.cu (host/cuda_reduce.h). */
 #include <stdlib.h>
+#include "cuda_reduce.h"
+#include "internal.h"
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -21,6 +23,7 @@
  * as fast as a float sum, as accurate as a double one for long rows. */
 enum { SUM_BLOCK = 512 };
 
+/* In the order of host/cuda_reduce.h's LT_CUDA_SOFTMAX... */
 typedef enum { SOFTMAX, LOG_SOFTMAX, SOFTMAX_BACKWARD, LOG_SOFTMAX_BACKWARD } softmax_kind;
 
 /* ---- row kernels: forward out = f(x); backward out = grad_in from x = grad_out, y ------- */
@@ -206,6 +209,24 @@ static int softmax_blocks(void *job, int tid, int nthreads) {
   return 0;
 }
 
+/* A CUDA tensor's rows, by kernels/softmax.cu (the kinds are in the same order). */
+static int softmax_cuda(const char *op, const softmax_plan *P, int device) {
+#ifdef LUTRA_HAVE_CUDA
+  lt_cuda_softmax_args a;
+  memset(&a, 0, sizeof a);
+  a.kind = (int32_t)P->kind, a.dtype = P->dtype, a.nops = P->nops, a.nrest = P->nrest;
+  a.n = P->n, a.rows = P->rows;
+  memcpy(a.rest_shape, P->rest_shape, sizeof a.rest_shape);
+  memcpy(a.rest_stride, P->rest_stride, sizeof a.rest_stride);
+  memcpy(a.dim_stride, P->dim_stride, sizeof a.dim_stride);
+  for (int k = 0; k < P->nops; k++) a.base[k] = P->base[k];
+  return lt_cuda_softmax(op, device, &a);
+#else
+  (void)P, (void)device;
+  return lt_errorf("%s: lutra was built without CUDA", op);
+#endif
+}
+
 static int softmax_run(const char *op, softmax_kind kind, lt_tensor *out, const lt_tensor *x, const lt_tensor *y,
                        int dim) {
   bool backward = kind == SOFTMAX_BACKWARD || kind == LOG_SOFTMAX_BACKWARD;
@@ -219,7 +240,7 @@ static int softmax_run(const char *op, softmax_kind kind, lt_tensor *out, const 
       return lt_errorf("%s: grad_out is %s but y is %s", op, lt_desc(a, x), lt_desc(b, y));
     }
   }
-  if (x->device != LT_DEVICE_CPU) return lt_errorf("%s: not implemented on cuda yet", op);
+  LT_TRY(lt_reduce_check_device(op, x));
   if (!lt_dtype_is_float(x->dtype)) return lt_errorf("%s: needs a floating dtype, got %s", op, lt_dtype_name(x->dtype));
   int d;
   LT_TRY(lt_wrap_dim(op, dim, x->ndim, &d));
@@ -240,6 +261,7 @@ static int softmax_run(const char *op, softmax_kind kind, lt_tensor *out, const 
   }
   P.rows = lt_shape_numel(P.nrest, P.rest_shape);
   if (P.rows == 0 || P.n == 0) return 0;
+  if (x->device != LT_DEVICE_CPU) return softmax_cuda(op, &P, x->device);
   P.direct = P.dtype == LT_F32 || P.dtype == LT_F64;
   for (int k = 0; k < P.nops; k++) P.direct &= P.dim_stride[k] == 1 || P.n == 1;
   P.block = P.n >= (1 << 18) / BLOCK ? (int)((1 << 18) / P.n > 1 ? (1 << 18) / P.n : 1) : BLOCK;

@@ -7,8 +7,9 @@
  * memory; otherwise the innermost dim is kept and outputs accumulate whole rows. */
 #ifndef LUTRA_REDUCE_GEOM_H
 #define LUTRA_REDUCE_GEOM_H
-#include "internal.h"
 #include <stdlib.h>
+#include "cuda_reduce.h"
+#include "internal.h"
 
 typedef struct reduce_geom {
   bool reduced[LT_MAX_DIMS]; /* per input dim */
@@ -98,6 +99,20 @@ static inline void reduce_geom_set_out(reduce_geom *g, const lt_tensor *a, const
   if (g->nkept == 0) g->kshape[0] = 1, g->kstride[0] = 0, g->kout[0] = 0, g->nkept = 1;
   if (g->nred == 0) g->rshape[0] = 1, g->rstride[0] = 0, g->nred = 1;
 }
+
+#ifdef LUTRA_HAVE_CUDA
+/* The plan as kernels/reduce.cu takes it. */
+static inline void reduce_geom_to_cuda(const reduce_geom *g, lt_cuda_red_geom *c) {
+  memset(c, 0, sizeof *c);
+  c->n_out = g->n_out, c->n_red = g->n_red;
+  c->nkept = g->nkept, c->nred = g->nred, c->inner = g->inner;
+  memcpy(c->kshape, g->kshape, sizeof c->kshape);
+  memcpy(c->kstride, g->kstride, sizeof c->kstride);
+  memcpy(c->kout, g->kout, sizeof c->kout);
+  memcpy(c->rshape, g->rshape, sizeof c->rshape);
+  memcpy(c->rstride, g->rstride, sizeof c->rstride);
+}
+#endif
 
 /* Walks flat indices over (n, shape) keeping the element offset under stride. */
 typedef struct reduce_odometer {
