@@ -1,6 +1,7 @@
 /* rng.c — counter-based random numbers: Philox4x32-10 and the distributions drawn from it.
  *
- * The exact recipe, which the CUDA kernels reproduce bit for bit:
+ * The exact recipe, which the CUDA kernels (kernels/rng.cu) reproduce bit for bit: the generator
+ * and the bits -> value transforms live in host/philox.h, compiled for both sides.
  *
  * Generator. Philox4x32-10 as in Random123 (Salmon et al., SC'11): multipliers 0xD2511F53 and
  * 0xCD9E8D57, key increments 0x9E3779B9 and 0xBB67AE85, 10 rounds, the key bumped between rounds.
@@ -28,35 +29,21 @@
  *   in out's dtype (bool, u8, any).
  */
 #include "internal.h"
-
-enum { PHILOX_M0 = 0xD2511F53u, PHILOX_M1 = 0xCD9E8D57u, PHILOX_W0 = 0x9E3779B9u, PHILOX_W1 = 0xBB67AE85u };
-
-/* Philox4x32-10 on a full 4-word counter and 2-word key. */
-static inline void philox4x32_10(const uint32_t ctr_in[4], const uint32_t key_in[2], uint32_t out[4]) {
-  uint32_t c0 = ctr_in[0], c1 = ctr_in[1], c2 = ctr_in[2], c3 = ctr_in[3], k0 = key_in[0], k1 = key_in[1];
-  for (int round = 0; round < 10; round++) {
-    uint64_t p0 = (uint64_t)PHILOX_M0 * c0, p1 = (uint64_t)PHILOX_M1 * c2;
-    uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
-    c0 = n0;
-    c1 = (uint32_t)p1;
-    c2 = n2;
-    c3 = (uint32_t)p0;
-    k0 += PHILOX_W0;
-    k1 += PHILOX_W1;
-  }
-  out[0] = c0, out[1] = c1, out[2] = c2, out[3] = c3;
-}
+#include "philox.h"
+#ifdef LUTRA_HAVE_CUDA
+#include "cuda_nn_ops.h"
+#endif
 
 /* The generator with every counter word exposed (for the Random123 known-answer tests; not in
  * lutra.h because the distributions only ever use 64-bit counters). */
 void lt_philox4x32_words(const uint32_t counter[4], const uint32_t key[2], uint32_t out4[4]) {
-  philox4x32_10(counter, key, out4);
+  lt_philox4x32_10(counter, key, out4);
 }
 
 int lt_philox4x32(uint64_t key, uint64_t counter, uint32_t *out4) {
   if (!out4) return lt_errorf("philox4x32: out4 is NULL");
   uint32_t c[4] = {(uint32_t)counter, (uint32_t)(counter >> 32), 0, 0}, k[2] = {(uint32_t)key, (uint32_t)(key >> 32)};
-  philox4x32_10(c, k, out4);
+  lt_philox4x32_10(c, k, out4);
   return 0;
 }
 
@@ -137,45 +124,28 @@ static void fill_run(char *base, int dtype, int64_t stride, int64_t n, uint64_t 
   const double lo = d->a, span = d->b - d->a;
   for (int64_t j0 = 0; j0 < n; j0 += RNG_CHUNK) {
     int m = n - j0 < RNG_CHUNK ? (int)(n - j0) : RNG_CHUNK;
-    for (int j = 0; j < m; j++) { /* the generator: independent lanes, vectorisable */
-      uint64_t c = counter0 + (uint64_t)(j0 + j);
-      uint32_t ctr[4] = {(uint32_t)c, (uint32_t)(c >> 32), 0, 0}, w[4];
-      philox4x32_10(ctr, d->key, w);
-      w0[j] = w[0];
-      w1[j] = w[1];
-    }
+    for (int j = 0; j < m; j++) /* the generator: independent lanes, vectorisable */
+      lt_philox_draw(d->key, counter0 + (uint64_t)(j0 + j), &w0[j], &w1[j]);
     bool ints = false;
-    switch (d->kind) {
+    switch (d->kind) { /* the value transforms of philox.h, shared with kernels/rng.cu */
     case DIST_UNIFORM:
       if (dtype == LT_F64) {
-        for (int j = 0; j < m; j++) {
-          uint64_t k = (((uint64_t)w1[j] << 32) | w0[j]) >> 11;
-          double x = fma(span, (double)(int64_t)k * 0x1p-53, lo);
-          v[j] = k >= d->first_top ? lo : x;
-        }
+        for (int j = 0; j < m; j++)
+          v[j] = lt_philox_uniform53_value(lt_philox_uniform_k53(w0[j], w1[j]), lo, span, d->first_top);
       } else {
-        for (int j = 0; j < m; j++) {
-          uint32_t k = w0[j] >> 8;
-          double x = fma(span, (double)(int32_t)k * 0x1p-24, lo);
-          v[j] = k >= d->first_top ? lo : x;
-        }
+        for (int j = 0; j < m; j++)
+          v[j] = lt_philox_uniform24_value(lt_philox_uniform_k24(w0[j]), lo, span, d->first_top);
       }
       break;
     case DIST_NORMAL:
-      for (int j = 0; j < m; j++) {
-        double u1 = ((double)w0[j] + 1.0) * 0x1p-32, u2 = (double)w1[j] * 0x1p-32;
-        v[j] = fma(d->b, sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2), d->a);
-      }
+      for (int j = 0; j < m; j++) v[j] = lt_philox_normal_value(w0[j], w1[j], d->a, d->b);
       break;
     case DIST_INT:
-      for (int j = 0; j < m; j++) {
-        uint64_t x = ((uint64_t)w1[j] << 32) | w0[j];
-        iv[j] = (int64_t)((uint64_t)d->ilo + (uint64_t)(((unsigned __int128)x * d->range) >> 64));
-      }
+      for (int j = 0; j < m; j++) iv[j] = lt_philox_int_value(w0[j], w1[j], d->ilo, d->range);
       ints = true;
       break;
     case DIST_BERNOULLI:
-      for (int j = 0; j < m; j++) iv[j] = (w0[j] >> 8) < d->below;
+      for (int j = 0; j < m; j++) iv[j] = lt_philox_bernoulli_value(w0[j], d->below);
       ints = true;
       break;
     }
@@ -197,6 +167,27 @@ static inline void fill_piece(const lt_strided_loop *L, char *base, int dtype, i
 static int fill(lt_tensor *out, uint64_t seed, uint64_t offset, dist *d) {
   d->key[0] = (uint32_t)seed;
   d->key[1] = (uint32_t)(seed >> 32);
+#ifdef LUTRA_HAVE_CUDA
+  if (out->device != LT_DEVICE_CPU) { /* kernels/rng.cu: the same recipe through philox.h */
+    static const int kinds[4] = {LT_RNG_UNIFORM, LT_RNG_NORMAL, LT_RNG_INT, LT_RNG_BERNOULLI};
+    lt_cuda_rng_args a = {.device = out->device,
+                          .dtype = out->dtype,
+                          .kind = kinds[d->kind],
+                          .ndim = out->ndim,
+                          .data = lt_data_ptr(out),
+                          .key = {d->key[0], d->key[1]},
+                          .offset = offset,
+                          .a = d->a,
+                          .b = d->kind == DIST_UNIFORM ? d->b - d->a : d->b,
+                          .first_top = d->first_top,
+                          .below = d->below,
+                          .ilo = d->ilo,
+                          .range = d->range};
+    memcpy(a.shape, out->shape, sizeof a.shape);
+    memcpy(a.stride, out->stride, sizeof a.stride);
+    return lt_cuda_rng_fill(&a);
+  }
+#endif
   const int64_t *strides[1] = {out->stride};
   lt_strided_loop L;
   lt_loop_init(&L, out->ndim, out->shape, 1, strides);
@@ -219,7 +210,9 @@ static int fill(lt_tensor *out, uint64_t seed, uint64_t offset, dist *d) {
 
 static int check_out(const char *op, const lt_tensor *out) {
   LT_TRY(lt_check_defined(op, "out", out));
-  if (out->device != LT_DEVICE_CPU) return lt_errorf("%s: not implemented on cuda yet", op);
+#ifndef LUTRA_HAVE_CUDA
+  if (out->device != LT_DEVICE_CPU) return lt_errorf("%s: lutra was built without CUDA", op);
+#endif
   return 0;
 }
 
