@@ -158,7 +158,7 @@ static int adamw_check_entry(const char *op, bool single, int64_t i, lt_tensor *
   return 0;
 }
 
-static int adamw_run(const char *op, bool single, int64_t n, lt_tensor *const *params, const lt_tensor *const *grads,
+static int adamw_run(const char *op, bool single, int64_t n, lt_tensor *const *params, lt_tensor *const *grads,
                      lt_tensor *const *ms, lt_tensor *const *vs, lt_tensor *const *masters, double lr, double beta1,
                      double beta2, double eps, double weight_decay, int64_t step) {
   if (n < 0) return lt_errorf("%s: n must be >= 0, got %lld", op, (long long)n);
@@ -236,10 +236,11 @@ done:
 
 int lt_adamw_step(lt_tensor *param, const lt_tensor *grad, lt_tensor *m, lt_tensor *v, double lr, double beta1,
                   double beta2, double eps, double weight_decay, int64_t step) {
-  return adamw_run("adamw", true, 1, &param, &grad, &m, &v, NULL, lr, beta1, beta2, eps, weight_decay, step);
+  lt_tensor *g = (lt_tensor *)grad; /* only read */
+  return adamw_run("adamw", true, 1, &param, &g, &m, &v, NULL, lr, beta1, beta2, eps, weight_decay, step);
 }
 
-int lt_adamw_step_multi(int64_t n, lt_tensor *const *params, const lt_tensor *const *grads, lt_tensor *const *m,
+int lt_adamw_step_multi(int64_t n, lt_tensor *const *params, lt_tensor *const *grads, lt_tensor *const *m,
                         lt_tensor *const *v, lt_tensor *const *masters, double lr, double beta1, double beta2,
                         double eps, double weight_decay, int64_t step) {
   return adamw_run("adamw_multi", false, n, params, grads, m, v, masters, lr, beta1, beta2, eps, weight_decay, step);

@@ -141,7 +141,7 @@ static void sumsq_chunk(void *ctx, int64_t c) {
   j->partial[c] = acc;
 }
 
-int lt_multi_tensor_sumsq(lt_tensor *out, int64_t n, const lt_tensor *const *tensors) {
+int lt_multi_tensor_sumsq(lt_tensor *out, int64_t n, lt_tensor *const *tensors) {
   const char *op = "multi_tensor_sumsq";
   if (n < 0) return lt_errorf("%s: n must be >= 0, got %lld", op, (long long)n);
   if (n > 0 && !tensors) return lt_errorf("%s: tensors is NULL for n = %lld", op, (long long)n);
@@ -153,8 +153,8 @@ int lt_multi_tensor_sumsq(lt_tensor *out, int64_t n, const lt_tensor *const *ten
     rc = lt_errorf("%s: out of memory for %lld tensors", op, (long long)n);
     goto done;
   }
-  if (gather(op, n, tensors, held, entries, false, &device) || lt_optim_check_build(op, device) ||
-      check_scalar_out(op, "out", out, device))
+  if (gather(op, n, (const lt_tensor *const *)tensors, held, entries, false, &device) ||
+      lt_optim_check_build(op, device) || check_scalar_out(op, "out", out, device))
     goto done;
   int64_t chunks = lt_optim_number_chunks(entries, n), elements = 0;
   for (int64_t i = 0; i < n; i++) elements += entries[i].n;

@@ -312,7 +312,7 @@ int lt_lion_step(lt_tensor *param, const lt_tensor *grad, lt_tensor *m, double l
  * may masters[i]: params[i] is then stepped itself. masters[i] defined (master weights): an f32
  * tensor of params[i]'s numel, params[i] bf16/f16; the step updates the master in f32 (grads[i]
  * f32 or the param's dtype) and params[i] receives the master rounded to its dtype. */
-int lt_adamw_step_multi(int64_t n, lt_tensor *const *params, const lt_tensor *const *grads, lt_tensor *const *m,
+int lt_adamw_step_multi(int64_t n, lt_tensor *const *params, lt_tensor *const *grads, lt_tensor *const *m,
                         lt_tensor *const *v, lt_tensor *const *masters, double lr, double beta1, double beta2,
                         double eps, double weight_decay, int64_t step);
 /* The global gradient norm's square without a host sync: out (one element, f32 or f64, on the
@@ -320,7 +320,7 @@ int lt_adamw_step_multi(int64_t n, lt_tensor *const *params, const lt_tensor *co
  * over the tensors of the sum of their squared elements. Each chunk of each tensor is summed in
  * f64 (any dtype), the chunk sums are added in a fixed order: deterministic, no atomics.
  * Tensors are f32, f64, bf16 or f16, any shape or layout, all on one device. */
-int lt_multi_tensor_sumsq(lt_tensor *out, int64_t n, const lt_tensor *const *tensors);
+int lt_multi_tensor_sumsq(lt_tensor *out, int64_t n, lt_tensor *const *tensors);
 /* tensors[i] *= s in place, s the value of `scale` (one element, f32 or f64, on their device),
  * each element as lt_binary_scalar(t, t, s, LT_MUL, 0) computes it. */
 int lt_multi_tensor_scale(int64_t n, lt_tensor *const *tensors, const lt_tensor *scale);

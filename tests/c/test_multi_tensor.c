@@ -71,7 +71,7 @@ static void test_adamw_multi(void) {
         for (int64_t e = 0; e < sizes[i]; e++) before[i][k][e] = check_at(src[k], e);
       }
     }
-    CHECK_OK(lt_adamw_step_multi(NT, p, (const lt_tensor *const *)g, m, v, master, LR, B1, B2, EPS, WD, step));
+    CHECK_OK(lt_adamw_step_multi(NT, p, g, m, v, master, LR, B1, B2, EPS, WD, step));
     for (int i = 0; i < NT; i++) { /* the per-tensor path: f32 grad for a master, the master rounded into p */
       if (master2[i]) {
         lt_tensor *g32 = clone(g[i], LT_F32);
@@ -131,7 +131,7 @@ static void test_sumsq_scale(void) {
     t[i] = make(sizes[i], kinds[i].pdtype, i % 2 == 0, -2, 2);
     for (int64_t e = 0; e < sizes[i]; e++) want += check_at(t[i], e) * check_at(t[i], e);
   }
-  const lt_tensor *const *ct = (const lt_tensor *const *)t;
+  lt_tensor *const *ct = t;
   lt_tensor *out = lt_tensor_new(), *out64 = lt_tensor_new(), *one = lt_tensor_new();
   int64_t shape1[1] = {1};
   CHECK_OK(lt_multi_tensor_sumsq(out, NT, ct));
@@ -191,7 +191,7 @@ static void test_bad_inputs(void) {
   lt_tensor *undef = lt_tensor_new(), *out = lt_tensor_new();
   double before[8];
   for (int e = 0; e < 8; e++) before[e] = check_at(p[0], e);
-  const lt_tensor *const *cg = (const lt_tensor *const *)g;
+  lt_tensor *const *cg = g;
 #define MULTI(params, grads, ms, vs, masters, step)                                                                    \
   lt_adamw_step_multi(2, params, grads, ms, vs, masters, 1e-3, 0.9, 0.999, 1e-8, 0.1, step)
   CHECK_ERR(lt_adamw_step_multi(-1, p, cg, m, v, NULL, 1e-3, 0.9, 0.999, 1e-8, 0.1, 1), "n must be >= 0, got -1");
@@ -200,8 +200,8 @@ static void test_bad_inputs(void) {
   lt_tensor *pp[2] = {p[0], NULL}, *gg[2] = {g[0], g7}, *mm[2] = {m[0], m64}, *vv[2] = {v[0], m[1]};
   lt_tensor *ms[2] = {NULL, pb}, *pbs[2] = {p[0], pb}, *mbs[2] = {NULL, mb}, *gu[2] = {g[0], undef};
   CHECK_ERR(MULTI(pp, cg, m, v, NULL, 1), "adamw_multi: params[1] is NULL");
-  CHECK_ERR(MULTI(p, (const lt_tensor *const *)gg, m, v, NULL, 1), "grads[1] is [7] f32 cpu, expected 8 elements");
-  CHECK_ERR(MULTI(p, (const lt_tensor *const *)gu, m, v, NULL, 1), "adamw_multi: grads[1] is undefined");
+  CHECK_ERR(MULTI(p, gg, m, v, NULL, 1), "grads[1] is [7] f32 cpu, expected 8 elements");
+  CHECK_ERR(MULTI(p, gu, m, v, NULL, 1), "adamw_multi: grads[1] is undefined");
   CHECK_ERR(MULTI(p, cg, mm, v, NULL, 1), "m[1] is [8] f64 cpu, expected f32");
   CHECK_ERR(MULTI(p, cg, m, vv, NULL, 1), "adamw_multi: m[1] and v[1] must be different tensors");
   CHECK_ERR(MULTI(p, cg, m, v, ms, 1), "masters[1] is given for params[1] [8] f32 cpu: master weights are for bf16");
@@ -219,8 +219,8 @@ static void test_bad_inputs(void) {
   /* sum of squares, scale, coefficient */
   lt_tensor *bad[2] = {p[0], NULL}, *ints[2] = {p[0], pi};
   CHECK_ERR(lt_multi_tensor_sumsq(out, 1, NULL), "multi_tensor_sumsq: tensors is NULL");
-  CHECK_ERR(lt_multi_tensor_sumsq(out, 2, (const lt_tensor *const *)bad), "multi_tensor_sumsq: tensors[1] is NULL");
-  CHECK_ERR(lt_multi_tensor_sumsq(out, 2, (const lt_tensor *const *)ints), "tensors[1] is [8] i32 cpu, expected f32");
+  CHECK_ERR(lt_multi_tensor_sumsq(out, 2, bad), "multi_tensor_sumsq: tensors[1] is NULL");
+  CHECK_ERR(lt_multi_tensor_sumsq(out, 2, ints), "tensors[1] is [8] i32 cpu, expected f32");
   CHECK_ERR(lt_multi_tensor_sumsq(two, 2, cg), "out is [2] f32 cpu, expected one f32 or f64 element");
   CHECK_ERR(lt_multi_tensor_sumsq(NULL, 2, cg), "multi_tensor_sumsq: out is NULL");
   g[1]->device = 0;

@@ -8,6 +8,13 @@
 --   p = p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
 -- State per parameter: {step = t, exp_avg = m, exp_avg_sq = v}; m and v are f32 (f64
 -- for an f64 parameter), also for bf16/f16 parameters, whose grad may be f32.
+--
+-- update_group steps a whole param group with lt_adamw_step_multi: one C call (one OpenMP
+-- loop, one CUDA launch) per device and step count, master weights included (the f32 copy is
+-- stepped and rounded into the parameter inside the same pass). It gives every tensor exactly
+-- what update gives it (bitwise), and falls back to update, tensor by tensor, when the
+-- multi-tensor call refuses its input, so that errors name the tensor as before.
+local ffi = require "ffi"
 local lt = require "lutra.ffi"
 local errors = require "lutra.errors"
 local create = require "lutra.create"
@@ -15,6 +22,7 @@ local common = require "lutra.optim.common"
 local Optimizer = require "lutra.optim.optimizer"
 
 local C_adamw = lt.fn("lt_adamw_step")
+local C_adamw_multi = lt.fn("lt_adamw_step_multi")
 
 local kind = {
   name = "adamw",
@@ -49,6 +57,67 @@ function kind.update(p, g, st, group, lr)
   end
   st.step = step
   Optimizer.bump(p)
+end
+
+-- The tensors of one multi-tensor call, as C arrays.
+local function c_arrays(n)
+  return ffi.new("lt_tensor*[?]", n), ffi.new("lt_tensor*[?]", n), ffi.new("lt_tensor*[?]", n),
+    ffi.new("lt_tensor*[?]", n), ffi.new("lt_tensor*[?]", n)
+end
+
+-- One optimizer step of a param group: items = {{p =, grad =, st =}, ...} in the group's
+-- order (each st made by init; st.master: the f32 master copy of a bf16/f16 p). Tensors are
+-- batched by device and step count (the bias correction), in order.
+function kind.update_group(items, group, lr)
+  local buckets, order = {}, {}
+  for _, it in ipairs(items) do
+    local key = tostring(it.p.device) .. "/" .. (it.st.step + 1)
+    local b = buckets[key]
+    if not b then
+      b = {}
+      buckets[key], order[#order + 1] = b, key
+    end
+    b[#b + 1] = it
+  end
+  local b1, b2 = group.betas[1], group.betas[2]
+  for _, key in ipairs(order) do
+    local b = buckets[key]
+    local n, step = #b, b[1].st.step + 1
+    local params, grads, ms, vs, masters = c_arrays(n)
+    local any_master, held = false, {} -- held: converted grads stay alive until the call
+    for i, it in ipairs(b) do
+      local st, grad = it.st, it.grad
+      if st.master ~= nil and grad.dtype ~= "f32" and grad.dtype ~= it.p.dtype then
+        grad = grad:to("f32")
+        held[i] = grad
+      end
+      params[i - 1], grads[i - 1], ms[i - 1], vs[i - 1] = it.p, grad, st.exp_avg, st.exp_avg_sq
+      if st.master ~= nil then masters[i - 1], any_master = st.master, true end
+    end
+    if C_adamw_multi(n, params, grads, ms, vs, any_master and masters or nil, lr, b1, b2, group.eps,
+        group.weight_decay, step) == 0 then
+      for _, it in ipairs(b) do
+        it.st.step = step
+        if it.st.master ~= nil then Optimizer.bump(it.st.master) end
+        Optimizer.bump(it.p)
+      end
+    else -- refused before touching anything: the per-tensor path names the culprit
+      for _, it in ipairs(b) do kind.update_one(it, group, lr) end
+    end
+  end
+end
+
+-- The per-tensor path of one item (as the optimizer's own loop does it).
+function kind.update_one(it, group, lr)
+  local st, grad = it.st, it.grad
+  if st.master ~= nil then
+    if grad.dtype ~= "f32" then grad = grad:to("f32") end
+    kind.update(st.master, grad, st, group, lr)
+    it.p:copy_(st.master)
+    Optimizer.bump(it.p)
+  else
+    kind.update(it.p, grad, st, group, lr)
+  end
 end
 
 return kind
