@@ -1,0 +1,134 @@
+-- lutra.selftest.optim — the optimizer kernels (kernels/optim.cu) on st.device against the
+-- CPU on the same inputs: AdamW one tensor at a time and multi-tensor (mixed dtypes, empty and
+-- odd sizes, master weights), Lion, the multi-tensor sum of squares and scale, and clipping's
+-- coefficient. Two steps each, so that the second starts from state the device wrote.
+--
+-- Tolerances (st.check: max abs error <= tol * max(1, max |want|)):
+-- * AdamW, Lion, scale, clip coefficient: exact (tol 0). The kernels round every product, sum,
+--   quotient and square root explicitly (__fmul_rn, __fadd_rn, __fdiv_rn, __fsqrt_rn, their
+--   f64 forms), never contract them into an fma, take the lerp's one fma where the CPU does
+--   (fmaf), get the scalars cast from the same doubles, and round 16-bit results with the
+--   host's own conversions: the same IEEE operations in the same order as the CPU.
+-- * sum of squares: both sides sum in f64 in different orders (per thread, a block tree, the
+--   chunk sums), a difference of about n * 2^-53 of the sum (~1e-11 at 10^5 elements): tol
+--   1e-12 relative for an f64 result; an f32 result rounds that once: 2 ulp, 2^-22.
+local ffi = require "ffi"
+
+local FLOATS = {"f32", "f64", "bf16", "f16"}
+
+return function(st)
+  local lt, C = st.lt, st.C
+
+  local function ok(rc) assert(rc == 0, ffi.string(C.lt_last_error())) end
+  local function state_dtype(dt) return dt == "f64" and "f64" or "f32" end
+  local function grad_dtype(dt, k) return (dt == "bf16" or dt == "f16") and k % 2 == 0 and "f32" or dt end
+  local function arr(list)
+    local a = ffi.new("lt_tensor*[?]", math.max(#list, 1))
+    for i, t in ipairs(list) do a[i - 1] = t end
+    return a
+  end
+
+  -- ---- AdamW and Lion, one tensor ---------------------------------------------------------------
+  for k, shape in ipairs(st.shapes()) do
+    for _, dt in ipairs(FLOATS) do
+      local sd, gd = state_dtype(dt), grad_dtype(dt, k)
+      local p, m, v = st.rand(shape, dt), st.rand(shape, sd, -0.1, 0.1), st.rand(shape, sd, 0, 0.01)
+      local dp, dm, dv = st.to_device(p), st.to_device(m), st.to_device(v)
+      for step = 1, 2 do
+        local g = st.rand(shape, gd)
+        -- a non-contiguous grad on every other shape (read through a contiguous copy)
+        local dg = k % 2 == 1 and st.noncontig(st.to_device(g)) or st.to_device(g)
+        ok(C.lt_adamw_step(dp, dg, dm, dv, 1e-2, 0.9, 0.95, 1e-6, 0.1, step))
+        ok(C.lt_adamw_step(p, g, m, v, 1e-2, 0.9, 0.95, 1e-6, 0.1, step))
+      end
+      st.check("adamw param", dt .. (gd ~= dt and "/" .. gd or ""), dp, p, 0)
+      st.check("adamw m", dt, dm, m, 0)
+      st.check("adamw v", dt, dv, v, 0)
+
+      local lp, lm = st.rand(shape, dt), st.rand(shape, sd, -0.1, 0.1)
+      local dlp, dlm = st.to_device(lp), st.to_device(lm)
+      for _ = 1, 2 do
+        local g = st.rand(shape, gd)
+        ok(C.lt_lion_step(dlp, st.to_device(g), dlm, 1e-2, 0.9, 0.99, 0.1))
+        ok(C.lt_lion_step(lp, g, lm, 1e-2, 0.9, 0.99, 0.1))
+      end
+      st.check("lion param", dt .. (gd ~= dt and "/" .. gd or ""), dlp, lp, 0)
+      st.check("lion m", dt, dlm, lm, 0)
+    end
+  end
+
+  -- ---- multi-tensor AdamW: every shape and dtype in one call, some with masters ---------------------
+  local cpu, dev = {p = {}, m = {}, v = {}, master = {}}, {p = {}, m = {}, v = {}, master = {}}
+  local kinds = {}
+  for k, shape in ipairs(st.shapes()) do
+    for j, dt in ipairs(FLOATS) do
+      local i = #kinds + 1
+      local half = dt == "bf16" or dt == "f16"
+      kinds[i] = {shape = shape, dt = dt, master = half and (k + j) % 2 == 0, gd = grad_dtype(dt, k + j)}
+      local sd = state_dtype(dt)
+      cpu.p[i], cpu.m[i], cpu.v[i] = st.rand(shape, dt), st.rand(shape, sd, -0.1, 0.1), st.rand(shape, sd, 0, 0.01)
+      dev.p[i], dev.m[i], dev.v[i] = st.to_device(cpu.p[i]), st.to_device(cpu.m[i]), st.to_device(cpu.v[i])
+      if kinds[i].master then
+        cpu.master[i] = cpu.p[i]:to("f32")
+        dev.master[i] = st.to_device(cpu.master[i])
+      end
+    end
+  end
+  local n = #kinds
+  local function masters(side)
+    local a = ffi.new("lt_tensor*[?]", n)
+    for i = 1, n do if side.master[i] then a[i - 1] = side.master[i] end end
+    return a
+  end
+  for step = 1, 2 do
+    local gc, gdv = {}, {}
+    for i, kd in ipairs(kinds) do
+      gc[i] = st.rand(kd.shape, kd.gd)
+      gdv[i] = st.to_device(gc[i])
+    end
+    ok(C.lt_adamw_step_multi(n, arr(dev.p), arr(gdv), arr(dev.m), arr(dev.v), masters(dev), 3e-2, 0.9, 0.999, 1e-8,
+      0.05, step))
+    ok(C.lt_adamw_step_multi(n, arr(cpu.p), arr(gc), arr(cpu.m), arr(cpu.v), masters(cpu), 3e-2, 0.9, 0.999, 1e-8,
+      0.05, step))
+  end
+  for i, kd in ipairs(kinds) do
+    local tag = kd.dt .. (kd.master and " master" or "")
+    st.check("adamw_multi param", tag, dev.p[i], cpu.p[i], 0)
+    st.check("adamw_multi m", tag, dev.m[i], cpu.m[i], 0)
+    st.check("adamw_multi v", tag, dev.v[i], cpu.v[i], 0)
+    if kd.master then st.check("adamw_multi master", tag, dev.master[i], cpu.master[i], 0) end
+  end
+
+  -- ---- sum of squares, scale, clip coefficient over the same list ------------------------------------
+  local hs, ds = {}, {}
+  for i, kd in ipairs(kinds) do
+    hs[i] = st.rand(kd.shape, kd.dt, -2, 2)
+    ds[i] = st.to_device(hs[i])
+  end
+  for _, out_dt in ipairs {"f64", "f32"} do
+    local want = lt.zeros({1}, {dtype = out_dt})
+    local got = st.to_device(want)
+    ok(C.lt_multi_tensor_sumsq(got, n, arr(ds)))
+    ok(C.lt_multi_tensor_sumsq(want, n, arr(hs)))
+    st.check("multi_tensor_sumsq", out_dt, got, want, out_dt == "f64" and 1e-12 or 2 ^ -22)
+    -- clipping: the coefficient from that sum, then the scale by it (0.37 of it: clips)
+    local norm = math.sqrt(want:item())
+    local cw, cg = lt.zeros({1}, {dtype = out_dt}), st.to_device(lt.zeros({1}, {dtype = out_dt}))
+    ok(C.lt_clip_coef(cg, st.to_device(want), 0.37 * norm))
+    ok(C.lt_clip_coef(cw, want, 0.37 * norm))
+    st.check("clip_coef", out_dt, cg, cw, 0)
+    ok(C.lt_multi_tensor_scale(n, arr(ds), cg))
+    ok(C.lt_multi_tensor_scale(n, arr(hs), cw))
+  end
+  for i, kd in ipairs(kinds) do st.check("multi_tensor_scale", kd.dt, ds[i], hs[i], 0) end
+  local empty = st.to_device(lt.full({1}, 5, {dtype = "f64"}))
+  ok(C.lt_multi_tensor_sumsq(empty, 0, nil))
+  st.check("multi_tensor_sumsq (none)", "f64", empty, lt.zeros({1}, {dtype = "f64"}), 0)
+  for _, case in ipairs {{4, 1}, {4, 10}, {0 / 0, 1}, {math.huge, 1}} do
+    local s = lt.full({1}, case[1], {dtype = "f64"})
+    local cw, cg = lt.zeros({1}, {dtype = "f64"}), st.to_device(lt.zeros({1}, {dtype = "f64"}))
+    ok(C.lt_clip_coef(cg, st.to_device(s), case[2]))
+    ok(C.lt_clip_coef(cw, s, case[2]))
+    st.check("clip_coef " .. tostring(case[1]), "f64", cg, cw, 0)
+  end
+end
