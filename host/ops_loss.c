@@ -17,6 +17,9 @@
 #pragma GCC optimize("no-trapping-math")
 #endif
 #include "vecmath.h"
+#ifdef LUTRA_HAVE_CUDA
+#include "cuda_nn_ops.h"
+#endif
 
 /* ---- row kernels ------------------------------------------------------------------- */
 
@@ -55,34 +58,43 @@ static void row_grad_f64(double *dx, const double *x, int64_t V, double lse, dou
 
 /* ---- helpers ----------------------------------------------------------------------- */
 
-/* Checks logits (N, V) and targets (N) and reads the targets into a new int64 array (NULL on
- * error); a target outside [0, V) that is not ignore_index is an error naming the row. */
-static int64_t *check_inputs(const char *op, const lt_tensor *logits, const lt_tensor *targets, int64_t ignore_index,
-                             int64_t *N, int64_t *V) {
+/* Checks logits (N, V) and targets (N): shapes, dtypes, devices (on one device; without CUDA,
+ * on the CPU). */
+static int check_shapes(const char *op, const lt_tensor *logits, const lt_tensor *targets, int64_t *N, int64_t *V) {
   char d1[LT_DESC_STR], d2[LT_DESC_STR];
-  if (lt_check_defined(op, "logits", logits) || lt_check_defined(op, "targets", targets)) return NULL;
-  if (lt_check_cpu(op, logits) || lt_check_cpu(op, targets)) return NULL;
-  if (logits->ndim != 2 || logits->shape[1] < 1 || !lt_dtype_is_float(logits->dtype)) {
-    lt_errorf("%s: logits is %s, expected (N, V) with V >= 1 and a floating dtype", op, lt_desc(d1, logits));
-    return NULL;
-  }
+  LT_TRY(lt_check_defined(op, "logits", logits));
+  LT_TRY(lt_check_defined(op, "targets", targets));
+  LT_TRY(lt_check_same_device(op, logits, targets));
+#ifndef LUTRA_HAVE_CUDA
+  if (logits->device != LT_DEVICE_CPU) return lt_errorf("%s: lutra was built without CUDA", op);
+#endif
+  if (logits->ndim != 2 || logits->shape[1] < 1 || !lt_dtype_is_float(logits->dtype))
+    return lt_errorf("%s: logits is %s, expected (N, V) with V >= 1 and a floating dtype", op, lt_desc(d1, logits));
   *N = logits->shape[0], *V = logits->shape[1];
-  if (targets->ndim != 1 || targets->shape[0] != *N || (targets->dtype != LT_I32 && targets->dtype != LT_I64)) {
-    lt_errorf("%s: targets is %s, expected [%lld] i32 or i64 for logits %s", op, lt_desc(d1, targets), (long long)*N,
-              lt_desc(d2, logits));
-    return NULL;
-  }
-  int64_t *t = malloc((size_t)(*N > 0 ? *N : 1) * sizeof(int64_t));
+  if (targets->ndim != 1 || targets->shape[0] != *N || (targets->dtype != LT_I32 && targets->dtype != LT_I64))
+    return lt_errorf("%s: targets is %s, expected [%lld] i32 or i64 for logits %s", op, lt_desc(d1, targets),
+                     (long long)*N, lt_desc(d2, logits));
+  return 0;
+}
+
+static int target_error(const char *op, int64_t t, int64_t V, int64_t row, int64_t ignore_index) {
+  return lt_errorf("%s: target %lld out of range [0, %lld) at row %lld (ignore_index is %lld)", op, (long long)t,
+                   (long long)V, (long long)row, (long long)ignore_index);
+}
+
+/* Reads CPU targets (N) into a new int64 array (NULL on
+ * error); a target outside [0, V) that is not ignore_index is an error naming the row. */
+static int64_t *read_targets(const char *op, const lt_tensor *targets, int64_t ignore_index, int64_t N, int64_t V) {
+  int64_t *t = malloc((size_t)(N > 0 ? N : 1) * sizeof(int64_t));
   if (!t) {
     lt_errorf("%s: out of host memory", op);
     return NULL;
   }
   const void *tp = lt_data_ptr(targets);
-  for (int64_t i = 0; i < *N; i++) {
+  for (int64_t i = 0; i < N; i++) {
     t[i] = lt_load_i64(tp, targets->dtype, i * targets->stride[0]);
-    if (t[i] != ignore_index && (t[i] < 0 || t[i] >= *V)) {
-      lt_errorf("%s: target %lld out of range [0, %lld) at row %lld (ignore_index is %lld)", op, (long long)t[i],
-                (long long)*V, (long long)i, (long long)ignore_index);
+    if (t[i] != ignore_index && (t[i] < 0 || t[i] >= V)) {
+      target_error(op, t[i], V, i, ignore_index);
       free(t);
       return NULL;
     }
@@ -136,19 +148,69 @@ static int forward_rows(void *job, int tid, int nthreads) {
   return 0;
 }
 
+/* ---- CUDA (kernels/loss.cu) ---------------------------------------------------------- */
+#ifdef LUTRA_HAVE_CUDA
+/* The CPU's check of targets, run on the device (one flag read back). */
+static int check_targets_cuda(const char *op, const lt_tensor *targets, int64_t N, int64_t V, int64_t ignore_index) {
+  int64_t bad, id;
+  LT_TRY(lt_cuda_check_indices(op, targets->device, lt_data_ptr(targets), targets->dtype, targets->stride[0], N, V, 1,
+                               ignore_index, &bad, &id));
+  return bad >= 0 ? target_error(op, id, V, bad, ignore_index) : 0;
+}
+
+static int forward_cuda(lt_tensor *losses, lt_tensor *lse, const lt_tensor *logits, const lt_tensor *targets,
+                        int64_t ignore_index, int64_t N, int64_t V) {
+  const char *op = "cross_entropy";
+  int device = logits->device, rc = -1;
+  int64_t nshape[1] = {N};
+  LT_TRY(check_targets_cuda(op, targets, N, V, ignore_index));
+  lt_tensor *xc = lt_nn_cuda_contiguous(logits), *lw = NULL, *sw = NULL;
+  if (!xc) goto done;
+  if (!(lw = lt_nn_cuda_out_begin(op, "losses", losses, 1, nshape, row_dtype(logits, losses), device))) goto done;
+  if (lse && !(sw = lt_nn_cuda_out_begin(op, "lse", lse, 1, nshape, row_dtype(logits, lse), device))) goto done;
+  rc = lt_cuda_cross_entropy_forward(device, logits->dtype, lt_data_ptr(xc), N, V, lt_data_ptr(targets),
+                                     targets->dtype, targets->stride[0], ignore_index, lt_data_ptr(lw), lw->dtype,
+                                     sw ? lt_data_ptr(sw) : NULL, sw ? sw->dtype : LT_F32);
+done:
+  rc = lt_nn_cuda_out_finish(losses, lw, rc);
+  if (lse) rc = lt_nn_cuda_out_finish(lse, sw, rc);
+  lt_release(xc);
+  return rc;
+}
+
+static int backward_cuda(lt_tensor *dlogits, const lt_tensor *dlosses, const lt_tensor *logits,
+                         const lt_tensor *targets, const lt_tensor *lse, int64_t ignore_index, int64_t N, int64_t V) {
+  const char *op = "cross_entropy_backward";
+  int device = logits->device, rc = -1, cdtype = logits->dtype == LT_F64 ? LT_F64 : LT_F32;
+  LT_TRY(check_targets_cuda(op, targets, N, V, ignore_index));
+  lt_tensor *xc = lt_nn_cuda_contiguous(logits), *gw = NULL;
+  lt_tensor *dl = lt_nn_cuda_values(dlosses, cdtype), *ls = lt_nn_cuda_values(lse, cdtype);
+  if (!xc || !dl || !ls) goto done;
+  if (!(gw = lt_nn_cuda_out_begin(op, "dlogits", dlogits, 2, logits->shape, logits->dtype, device))) goto done;
+  rc = lt_cuda_cross_entropy_backward(device, logits->dtype, lt_data_ptr(gw), lt_data_ptr(xc), N, V,
+                                      lt_data_ptr(targets), targets->dtype, targets->stride[0], ignore_index,
+                                      lt_data_ptr(dl), lt_data_ptr(ls));
+done:
+  rc = lt_nn_cuda_out_finish(dlogits, gw, rc);
+  lt_release(xc), lt_release(dl), lt_release(ls);
+  return rc;
+}
+#endif
+
 int lt_cross_entropy_forward(lt_tensor *losses, lt_tensor *lse, const lt_tensor *logits, const lt_tensor *targets,
                              int64_t ignore_index) {
   const char *op = "cross_entropy";
   int64_t N, V;
-  int64_t *tgt = check_inputs(op, logits, targets, ignore_index, &N, &V);
+  LT_TRY(check_shapes(op, logits, targets, &N, &V));
+  if (!losses) return lt_errorf("%s: losses is NULL", op);
+#ifdef LUTRA_HAVE_CUDA
+  if (logits->device != LT_DEVICE_CPU) return forward_cuda(losses, lse, logits, targets, ignore_index, N, V);
+#endif
+  int64_t *tgt = read_targets(op, targets, ignore_index, N, V);
   if (!tgt) return -1;
   int rc = -1, dtype = logits->dtype, failed = 0;
   int64_t nshape[1] = {N};
   lt_tensor *xc = lt_tensor_new(), *lw = NULL, *sw = NULL;
-  if (!losses) {
-    rc = lt_errorf("%s: losses is NULL", op);
-    goto done;
-  }
   if (!xc || lt_contiguous(xc, logits)) goto done;
   if (!(lw = lt_out_begin(op, "losses", losses, 1, nshape, row_dtype(logits, losses)))) goto done;
   if (lse && !(sw = lt_out_begin(op, "lse", lse, 1, nshape, row_dtype(logits, lse)))) goto done;
@@ -167,14 +229,30 @@ done:
 
 /* ---- backward ---------------------------------------------------------------------- */
 
-/* A per-row input (N) of any floating dtype, read into a new buffer of `dtype` (f32 or f64). */
-static void *row_values(const char *op, const char *what, const lt_tensor *t, int64_t N, int dtype) {
+/* A per-row input (N) of any floating dtype on logits' device. */
+static int check_row_input(const char *op, const char *what, const lt_tensor *t, int64_t N, const lt_tensor *logits) {
   char d[LT_DESC_STR];
-  if (lt_check_defined(op, what, t) || lt_check_cpu(op, t)) return NULL;
-  if (lt_numel(t) != N || !lt_dtype_is_float(t->dtype)) {
-    lt_errorf("%s: %s is %s, expected [%lld] floating (one per row of logits)", op, what, lt_desc(d, t), (long long)N);
-    return NULL;
-  }
+  LT_TRY(lt_check_defined(op, what, t));
+  LT_TRY(lt_check_same_device(op, logits, t));
+  if (lt_numel(t) != N || !lt_dtype_is_float(t->dtype))
+    return lt_errorf("%s: %s is %s, expected [%lld] floating (one per row of logits)", op, what, lt_desc(d, t),
+                     (long long)N);
+  return 0;
+}
+
+/* dlosses and lse for backward: lse is what forward saved (f32, or f64 for f64 logits). */
+static int check_backward_rows(const char *op, const lt_tensor *dlosses, const lt_tensor *lse, int64_t N,
+                               const lt_tensor *logits) {
+  char d[LT_DESC_STR];
+  LT_TRY(check_row_input(op, "dlosses", dlosses, N, logits));
+  LT_TRY(lt_check_defined(op, "lse", lse));
+  if (lse->dtype != LT_F32 && lse->dtype != LT_F64)
+    return lt_errorf("%s: lse is %s, expected f32 [%lld]", op, lt_desc(d, lse), (long long)N);
+  return check_row_input(op, "lse", lse, N, logits);
+}
+
+/* A checked CPU per-row input (N), read into a new buffer of `dtype` (f32 or f64). */
+static void *row_values(const char *op, const lt_tensor *t, int64_t N, int dtype) {
   void *buf = malloc((size_t)(N > 0 ? N : 1) * (size_t)lt_dtype_size(dtype));
   if (!buf) {
     lt_errorf("%s: out of host memory", op);
@@ -229,19 +307,18 @@ int lt_cross_entropy_backward(lt_tensor *dlogits, const lt_tensor *dlosses, cons
                               const lt_tensor *targets, const lt_tensor *lse, int64_t ignore_index) {
   const char *op = "cross_entropy_backward";
   int64_t N, V;
-  int64_t *tgt = check_inputs(op, logits, targets, ignore_index, &N, &V);
+  LT_TRY(check_shapes(op, logits, targets, &N, &V));
+  LT_TRY(check_backward_rows(op, dlosses, lse, N, logits));
+#ifdef LUTRA_HAVE_CUDA
+  if (logits->device != LT_DEVICE_CPU) return backward_cuda(dlogits, dlosses, logits, targets, lse, ignore_index, N, V);
+#endif
+  int64_t *tgt = read_targets(op, targets, ignore_index, N, V);
   if (!tgt) return -1;
   int rc = -1, dtype = logits->dtype, cdtype = dtype == LT_F64 ? LT_F64 : LT_F32, failed = 0;
-  char d[LT_DESC_STR];
   lt_tensor *xc = lt_tensor_new(), *gw = NULL;
-  void *dl = row_values(op, "dlosses", dlosses, N, cdtype), *ls = NULL;
-  if (!xc || !dl || lt_contiguous(xc, logits)) goto done;
-  if (lt_check_defined(op, "lse", lse)) goto done;
-  if (lse->dtype != LT_F32 && lse->dtype != LT_F64) { /* lse is what forward saved */
-    rc = lt_errorf("%s: lse is %s, expected f32 [%lld]", op, lt_desc(d, lse), (long long)N);
-    goto done;
-  }
-  if (!(ls = row_values(op, "lse", lse, N, cdtype))) goto done;
+  void *dl = NULL, *ls = NULL;
+  if (!xc || lt_contiguous(xc, logits)) goto done;
+  if (!(dl = row_values(op, dlosses, N, cdtype)) || !(ls = row_values(op, lse, N, cdtype))) goto done;
   if (!(gw = lt_out_begin(op, "dlogits", dlogits, 2, logits->shape, dtype))) goto done;
   const void *xp = lt_data_ptr(xc);
   void *gp = lt_data_ptr(gw);
