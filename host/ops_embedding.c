@@ -3,24 +3,38 @@
  * weight (V, C), ids (...) I32/I64 -> out (..., C). Backward is deterministic: the
  * positions are grouped by id with a stable counting sort, then each row of dweight is
  * summed by one thread in position order, so the result does not depend on the thread
- * count (and rows never race). */
+ * count (and rows never race). CUDA tensors go to kernels/embedding.cu, which sums in the same
+ * order and gives the same bits. */
 #include "internal.h"
 #include <stdio.h>
 #include <stdlib.h>
+#ifdef LUTRA_HAVE_CUDA
+#include "cuda_nn_ops.h"
+#endif
 
-/* Reads ids (any shape, I32/I64) in row-major order into a new int64 array, checking each is
- * in [0, V). NULL on error. */
-static int64_t *read_ids(const char *op, const lt_tensor *ids, int64_t V) {
+/* Checks ids (any shape, I32/I64, on `like`'s device; without CUDA, on the CPU). */
+static int check_ids(const char *op, const lt_tensor *ids, const lt_tensor *like) {
   char d[LT_DESC_STR];
-  if (lt_check_defined(op, "ids", ids) || lt_check_cpu(op, ids)) return NULL;
-  if (ids->dtype != LT_I32 && ids->dtype != LT_I64) {
-    lt_errorf("%s: ids is %s, expected i32 or i64", op, lt_desc(d, ids));
-    return NULL;
-  }
-  if (ids->ndim >= LT_MAX_DIMS) {
-    lt_errorf("%s: ids is %s: at most %d dims (out adds one)", op, lt_desc(d, ids), LT_MAX_DIMS - 1);
-    return NULL;
-  }
+  LT_TRY(lt_check_defined(op, "ids", ids));
+  LT_TRY(lt_check_same_device(op, like, ids));
+#ifndef LUTRA_HAVE_CUDA
+  if (ids->device != LT_DEVICE_CPU) return lt_errorf("%s: lutra was built without CUDA", op);
+#endif
+  if (ids->dtype != LT_I32 && ids->dtype != LT_I64)
+    return lt_errorf("%s: ids is %s, expected i32 or i64", op, lt_desc(d, ids));
+  if (ids->ndim >= LT_MAX_DIMS)
+    return lt_errorf("%s: ids is %s: at most %d dims (out adds one)", op, lt_desc(d, ids), LT_MAX_DIMS - 1);
+  return 0;
+}
+
+static int index_error(const char *op, int64_t id, int64_t V, int64_t pos) {
+  return lt_errorf("%s: index %lld out of range [0, %lld) at position %lld", op, (long long)id, (long long)V,
+                   (long long)pos);
+}
+
+/* Reads checked CPU ids in row-major order into a new int64 array, checking each is in [0, V).
+ * NULL on error. */
+static int64_t *read_ids(const char *op, const lt_tensor *ids, int64_t V) {
   int64_t n = lt_numel(ids);
   int64_t *v = malloc((size_t)(n > 0 ? n : 1) * sizeof(int64_t));
   if (!v) {
@@ -33,26 +47,81 @@ static int64_t *read_ids(const char *op, const lt_tensor *ids, int64_t V) {
   }
   for (int64_t i = 0; i < n; i++)
     if (v[i] < 0 || v[i] >= V) {
-      lt_errorf("%s: index %lld out of range [0, %lld) at position %lld", op, (long long)v[i], (long long)V,
-                (long long)i);
+      index_error(op, v[i], V, i);
       free(v);
       return NULL;
     }
   return v;
 }
 
+#ifdef LUTRA_HAVE_CUDA
+/* ids on a CUDA device, contiguous (a gathered copy when needed) and checked in [0, V) there
+ * (one flag read back). NULL on error. */
+static lt_tensor *cuda_ids(const char *op, const lt_tensor *ids, int64_t V) {
+  lt_tensor *ic = lt_nn_cuda_contiguous(ids);
+  int64_t bad, id;
+  if (!ic) return NULL;
+  if (lt_cuda_check_indices(op, ic->device, lt_data_ptr(ic), ic->dtype, 1, lt_numel(ic), V, 0, 0, &bad, &id) == 0) {
+    if (bad < 0) return ic;
+    index_error(op, id, V, bad);
+  }
+  lt_release(ic);
+  return NULL;
+}
+
+static int forward_cuda(lt_tensor *out, const lt_tensor *weight, const lt_tensor *ids, int ndim, const int64_t *shape) {
+  const char *op = "embedding";
+  int64_t V = weight->shape[0], C = weight->shape[1];
+  int rc = -1;
+  lt_tensor *ic = cuda_ids(op, ids, V), *wc = NULL, *o = NULL;
+  if (!ic) return -1;
+  /* rows with unit column stride are read in place; other layouts are made contiguous */
+  if (weight->stride[1] == 1 || C == 1) {
+    if (!(wc = lt_tensor_new()) || lt_set(wc, weight)) goto done;
+  } else if (!(wc = lt_nn_cuda_contiguous(weight))) {
+    goto done;
+  }
+  if (!(o = lt_nn_cuda_out_begin(op, "out", out, ndim, shape, weight->dtype, weight->device))) goto done;
+  rc = lt_cuda_embedding_forward(weight->device, lt_data_ptr(o), lt_data_ptr(wc), wc->stride[0],
+                                 lt_dtype_size(weight->dtype), lt_data_ptr(ic), ic->dtype, lt_numel(ic), C);
+done:
+  rc = lt_nn_cuda_out_finish(out, o, rc);
+  lt_release(ic), lt_release(wc);
+  return rc;
+}
+
+static int backward_cuda(lt_tensor *dweight, const lt_tensor *dout, const lt_tensor *ids) {
+  const char *op = "embedding_backward";
+  int64_t V = dweight->shape[0], C = dweight->shape[1];
+  int rc = -1;
+  lt_tensor *ic = cuda_ids(op, ids, V), *dc = NULL, *g = NULL;
+  if (!ic) return -1;
+  if (!(dc = lt_nn_cuda_contiguous(dout))) goto done;
+  if (!(g = lt_nn_cuda_out_begin(op, "dweight", dweight, 2, dweight->shape, dweight->dtype, dweight->device))) goto done;
+  rc = lt_cuda_embedding_backward(dweight->device, dweight->dtype, lt_data_ptr(g), V, C, lt_data_ptr(dc),
+                                  lt_data_ptr(ic), ic->dtype, lt_numel(ic));
+done:
+  rc = lt_nn_cuda_out_finish(dweight, g, rc);
+  lt_release(ic), lt_release(dc);
+  return rc;
+}
+#endif
+
 int lt_embedding_forward(lt_tensor *out, const lt_tensor *weight, const lt_tensor *ids) {
   const char *op = "embedding";
   char d[LT_DESC_STR];
   LT_TRY(lt_check_defined(op, "weight", weight));
-  LT_TRY(lt_check_cpu(op, weight));
   if (weight->ndim != 2) return lt_errorf("%s: weight is %s, expected (V, C)", op, lt_desc(d, weight));
-  int64_t V = weight->shape[0], C = weight->shape[1];
-  int64_t *id = read_ids(op, ids, V);
-  if (!id) return -1;
-  int64_t n = lt_numel(ids), shape[LT_MAX_DIMS];
+  LT_TRY(check_ids(op, ids, weight));
+  int64_t V = weight->shape[0], C = weight->shape[1], shape[LT_MAX_DIMS];
   memcpy(shape, ids->shape, (size_t)ids->ndim * sizeof(int64_t));
   shape[ids->ndim] = C;
+#ifdef LUTRA_HAVE_CUDA
+  if (weight->device != LT_DEVICE_CPU) return forward_cuda(out, weight, ids, ids->ndim + 1, shape);
+#endif
+  int64_t *id = read_ids(op, ids, V);
+  if (!id) return -1;
+  int64_t n = lt_numel(ids);
   int rc = -1, esize = lt_dtype_size(weight->dtype);
   lt_tensor *wc = lt_tensor_new(), *o = NULL;
   if (!wc) goto done;
@@ -117,26 +186,29 @@ int lt_embedding_backward(lt_tensor *dweight, const lt_tensor *dout, const lt_te
   char d1[LT_DESC_STR], d2[LT_DESC_STR];
   if (!dweight || !dweight->storage)
     return lt_errorf("%s: dweight must be a defined (V, C) tensor: the vocabulary size is not known from ids", op);
-  LT_TRY(lt_check_cpu(op, dweight));
   LT_TRY(lt_check_defined(op, "dout", dout));
-  LT_TRY(lt_check_cpu(op, dout));
+  LT_TRY(lt_check_same_device(op, dweight, dout));
   if (dweight->ndim != 2 || !lt_dtype_is_float(dweight->dtype))
     return lt_errorf("%s: dweight is %s, expected (V, C) floating", op, lt_desc(d1, dweight));
+  LT_TRY(check_ids(op, ids, dweight));
   int64_t V = dweight->shape[0], C = dweight->shape[1];
+  int dtype = dweight->dtype;
+  bool shape_ok = dout->ndim == ids->ndim + 1 && dout->shape[ids->ndim] == C && dout->dtype == dtype;
+  for (int k = 0; shape_ok && k < ids->ndim; k++) shape_ok = dout->shape[k] == ids->shape[k];
+  if (!shape_ok) {
+    char s[LT_SHAPE_STR];
+    return lt_errorf("%s: dout is %s, expected ids' shape %s plus (C = %lld) and dweight's dtype (%s)", op,
+                     lt_desc(d1, dout), lt_shape_str(s, ids->ndim, ids->shape), (long long)C, lt_desc(d2, dweight));
+  }
+#ifdef LUTRA_HAVE_CUDA
+  if (dweight->device != LT_DEVICE_CPU) return backward_cuda(dweight, dout, ids);
+#endif
   int64_t *id = read_ids(op, ids, V);
   if (!id) return -1;
   int64_t n = lt_numel(ids);
-  int rc = -1, dtype = dweight->dtype;
-  bool shape_ok = dout->ndim == ids->ndim + 1 && dout->shape[ids->ndim] == C && dout->dtype == dtype;
-  for (int k = 0; shape_ok && k < ids->ndim; k++) shape_ok = dout->shape[k] == ids->shape[k];
+  int rc = -1;
   int64_t *start = NULL, *order = NULL;
   lt_tensor *dc = lt_tensor_new(), *g = NULL;
-  if (!shape_ok) {
-    char s[LT_SHAPE_STR];
-    rc = lt_errorf("%s: dout is %s, expected ids' shape %s plus (C = %lld) and dweight's dtype (%s)", op,
-                   lt_desc(d1, dout), lt_shape_str(s, ids->ndim, ids->shape), (long long)C, lt_desc(d2, dweight));
-    goto done;
-  }
   if (!dc || lt_contiguous(dc, dout)) goto done;
   if (!(g = lt_out_begin(op, "dweight", dweight, 2, dweight->shape, dtype))) goto done;
   /* stable counting sort: positions of id v are order[start[v] .. start[v+1]), increasing */
