@@ -228,6 +228,14 @@ int lt_argmin(lt_tensor *out, const lt_tensor *a, int dim, int keepdim, int all_
  * With beta == 0 `out` may be undefined. */
 int lt_matmul(lt_tensor *out, const lt_tensor *a, const lt_tensor *b, int trans_a, int trans_b, double alpha,
               double beta);
+/* The linear layer: out (..., N) = act(x (..., K) @ w^T + bias), w (N, K), bias (N) of x's
+ * dtype or NULL, act 0 none or 1 GELU (tanh form). On CUDA one cuBLASLt GEMM with the bias and
+ * GELU in its epilogue (contiguous operands; else as on the CPU): out starts as the broadcast
+ * bias and the GEMM adds into it. */
+int lt_linear(lt_tensor *out, const lt_tensor *x, const lt_tensor *w, const lt_tensor *bias, int act);
+/* Its parameter gradients: dw (N, K) = dy^T @ x over all rows of dy (..., N) and x (..., K);
+ * dbias (N) = dy summed over rows, or NULL. One GEMM on CUDA (the bias gradient in its epilogue). */
+int lt_linear_backward_params(lt_tensor *dw, lt_tensor *dbias, const lt_tensor *dy, const lt_tensor *x);
 
 /* ---- softmax ------------------------------------------------------------------ */
 
