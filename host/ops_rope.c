@@ -8,10 +8,13 @@
  * Precision: angles, cos and sin are always computed in double (positions stay exact up to 2^53
  * and large positions keep their phase); f64 then rotates in double, while f32, bf16 and f16 round
  * cos and sin to f32 and rotate in f32 (bf16/f16 rows are converted to f32 and rounded back).
- * The CUDA kernel follows the same recipe.
+ * The CUDA kernel (kernels/rope.cu) follows the same recipe, with these frequencies.
  */
 #include "internal.h"
 #include <stdlib.h>
+#ifdef LUTRA_HAVE_CUDA
+#include "cuda_nn_ops.h"
+#endif
 
 /* A row of n elements at src (element stride `stride`, any float dtype) into f32 / f64 buffers. */
 static void load_row_f32(float *dst, const char *src, int dtype, int64_t stride, int64_t n) {
@@ -120,6 +123,34 @@ static int check_positions(const lt_tensor *pos, const lt_tensor *x) {
   return 0;
 }
 
+#ifdef LUTRA_HAVE_CUDA
+/* x, out on one CUDA device (checked); the frequencies as the CPU computes them. */
+static int rope_cuda(lt_tensor *out, const lt_tensor *x, const lt_tensor *positions, double theta, int inverse) {
+  const int64_t D = x->shape[3], half = D / 2;
+  double *freq = malloc((size_t)(half > 0 ? half : 1) * sizeof(double));
+  if (!freq) return lt_errorf("rope: out of host memory");
+  for (int64_t i = 0; i < half; i++) freq[i] = pow(theta, -(double)(2 * i) / (double)D);
+  lt_cuda_rope_args a = {.device = x->device,
+                         .dtype = x->dtype,
+                         .B = x->shape[0],
+                         .T = x->shape[1],
+                         .H = x->shape[2],
+                         .D = D,
+                         .x = lt_data_ptr(x),
+                         .out = lt_data_ptr(out),
+                         .pos = positions ? lt_data_ptr(positions) : NULL,
+                         .pdtype = positions ? positions->dtype : LT_I64,
+                         .per_batch = positions && positions->ndim == 2,
+                         .freq = freq,
+                         .sign = inverse ? -1.0 : 1.0};
+  for (int d = 0; d < 4; d++) a.xs[d] = x->stride[d], a.os[d] = out->stride[d];
+  if (positions) a.ps[0] = positions->stride[0], a.ps[1] = positions->ndim == 2 ? positions->stride[1] : 0;
+  int rc = lt_cuda_rope(&a);
+  free(freq);
+  return rc;
+}
+#endif
+
 int lt_rope(lt_tensor *out, const lt_tensor *x, const lt_tensor *positions, double theta, int inverse) {
   char a[LT_DESC_STR];
   LT_TRY(lt_check_defined("rope", "x", x));
@@ -127,11 +158,16 @@ int lt_rope(lt_tensor *out, const lt_tensor *x, const lt_tensor *positions, doub
     return lt_errorf("rope: x must be (B, T, H, D) with D even and a floating dtype, got %s", lt_desc(a, x));
   if (!(theta > 0) || !isfinite(theta)) return lt_errorf("rope: theta must be positive and finite, got %g", theta);
   LT_TRY(check_positions(positions, x));
-  if (x->device != LT_DEVICE_CPU) return lt_errorf("rope: not implemented on cuda yet");
+#ifndef LUTRA_HAVE_CUDA
+  if (x->device != LT_DEVICE_CPU) return lt_errorf("rope: lutra was built without CUDA");
+#endif
   LT_TRY(lt_prepare_out_like("rope", out, x, x->dtype));
   const int64_t B = x->shape[0], T = x->shape[1], H = x->shape[2], D = x->shape[3], half = D / 2;
   if (lt_numel(x) == 0) return 0;
   const bool f64 = x->dtype == LT_F64, per_batch = positions && positions->ndim == 2;
+#ifdef LUTRA_HAVE_CUDA
+  if (x->device != LT_DEVICE_CPU) return rope_cuda(out, x, positions, theta, inverse);
+#endif
 
   /* cos/sin table: one row of `half` angles per position row ((B*T) or (T) rows) */
   const int64_t tab_rows = per_batch ? B * T : T, esize = f64 ? 8 : 4;
