@@ -229,10 +229,12 @@ void lt_loop_row_offsets(const lt_strided_loop *L, int64_t r, int64_t *offsets) 
 static int element_offset(const char *op, const lt_tensor *t, const int64_t *index, int64_t *off) {
   LT_TRY(lt_check_defined(op, "tensor", t));
   if (t->ndim > 0 && !index) return lt_errorf("%s: index is NULL", op);
+#ifndef LUTRA_HAVE_CUDA
   if (t->device != LT_DEVICE_CPU) {
     char d[16];
-    return lt_errorf("%s: tensor is on %s; copy it to the cpu first", op, lt_device_str(d, t->device));
+    return lt_errorf("%s: tensor is on %s, and lutra was built without CUDA", op, lt_device_str(d, t->device));
   }
+#endif
   int64_t o = 0;
   for (int d = 0; d < t->ndim; d++) {
     int64_t i = index[d];
@@ -247,9 +249,20 @@ static int element_offset(const char *op, const lt_tensor *t, const int64_t *ind
   return 0;
 }
 
+/* One element of a CUDA tensor goes through a small synchronous copy (as torch's t[i]:
+ * fine for a REPL or a test, slow in a loop). */
 int lt_get_at(const lt_tensor *t, const int64_t *index, double *value) {
   int64_t off;
   LT_TRY(element_offset("get", t, index, &off));
+  if (t->device != LT_DEVICE_CPU) {
+#ifdef LUTRA_HAVE_CUDA
+    unsigned char raw[8];
+    int64_t size = lt_dtype_size(t->dtype);
+    LT_TRY(lt_cuda_memcpy(raw, LT_DEVICE_CPU, (char *)lt_data_ptr(t) + off * size, t->device, size));
+    *value = lt_load_f64(raw, t->dtype, 0);
+    return 0;
+#endif
+  }
   *value = lt_load_f64(lt_data_ptr(t), t->dtype, off);
   return 0;
 }
@@ -257,6 +270,14 @@ int lt_get_at(const lt_tensor *t, const int64_t *index, double *value) {
 int lt_set_at(lt_tensor *t, const int64_t *index, double value) {
   int64_t off;
   LT_TRY(element_offset("set", t, index, &off));
+  if (t->device != LT_DEVICE_CPU) {
+#ifdef LUTRA_HAVE_CUDA
+    unsigned char raw[8];
+    int64_t size = lt_dtype_size(t->dtype);
+    lt_store_f64(raw, t->dtype, 0, value);
+    return lt_cuda_memcpy((char *)lt_data_ptr(t) + off * size, t->device, raw, LT_DEVICE_CPU, size);
+#endif
+  }
   lt_store_f64(lt_data_ptr(t), t->dtype, off, value);
   return 0;
 }

@@ -17,6 +17,21 @@ return function(st)
     st.check("copy_async up+down", "f32", back, host:clone() + host:clone(), 0)
     st.report("copy_async events", {n}, "f32", 0, 0, up ~= nil and down ~= nil and down:query())
   end
+  -- single elements of a device tensor, read and written (lt_get_at / lt_set_at)
+  local ffi, C = require "ffi", st.C
+  for _, dt in ipairs {"f32", "bf16", "i64"} do
+    local h = st.rand({5, 7}, dt, -50, 50)
+    local d = st.to_device(h):transpose(0, 1) -- (7, 5), strided
+    local idx, v = ffi.new("int64_t[2]", 6, 3), ffi.new("double[1]")
+    local want = ffi.new("double[1]")
+    assert(C.lt_get_at(d, idx, v) == 0, ffi.string(C.lt_last_error()))
+    assert(C.lt_get_at(h:transpose(0, 1), idx, want) == 0, ffi.string(C.lt_last_error()))
+    assert(C.lt_set_at(d, idx, 3) == 0, ffi.string(C.lt_last_error()))
+    local back = ffi.new("double[1]")
+    assert(C.lt_get_at(d, idx, back) == 0, ffi.string(C.lt_last_error()))
+    local ok = v[0] == want[0] and back[0] == 3
+    st.report("get/set one element", {7, 5}, dt, math.abs(v[0] - want[0]), 0, ok)
+  end
   -- events time work on the compute stream
   local a, b = lt.cuda.event():record(st.device), nil
   local x = lt.ones({1024, 1024}, {device = st.device})
