@@ -3,11 +3,12 @@
  *
  * The host plans the geometry (host/reduce_geom.h): n_out outputs in kept-linear order, each
  * reducing n_red elements. Two kernel shapes follow from the innermost input dim:
- * - rows (g->inner: it is reduced): a warp (short reductions) or a block (long ones) per
- *   output, threads striding over its elements, 128-bit loads when the run is contiguous,
- *   then a warp or block combine.
- * - cols (it is kept): a thread per output, consecutive threads on consecutive outputs (so
- *   a warp reads neighbouring elements), each looping over the reduced elements in order.
+ * - rows (it is reduced, more than ROWS_MIN elements an output): a warp (short reductions) or
+ *   a block (long ones) per output, threads striding over its elements, 128-bit loads when
+ *   the run is contiguous, then a warp or block combine.
+ * - cols (it is kept, or outputs of a few elements): a thread per output, consecutive threads
+ *   on consecutive outputs (so a warp reads neighbouring elements), each looping over the
+ *   reduced elements in order.
  * When the outputs are too few to fill the device, each reduction is split into S chunks
  * (more warps/blocks for rows, grid y for cols) whose partial results go to a scratch
  * buffer, and reduce_finish combines them in chunk order (the two-pass path; a whole-tensor
@@ -256,10 +257,15 @@ template <typename T> __global__ void __launch_bounds__(256) reduce_finish(const
 
 /* ---- launch ------------------------------------------------------------------------------- */
 
-enum { ROW_WARP_MAX = 1024, ROW_BLOCK = 512, ROW_CHUNK_MIN = 8192, COL_CHUNK_MIN = 32, MAX_SPLIT = 65535 };
+enum { ROWS_MIN = 16, ROW_WARP_MAX = 1024, ROW_BLOCK = 512, ROW_CHUNK_MIN = 8192, COL_CHUNK_MIN = 32, MAX_SPLIT = 65535 };
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static int64_t clamp64(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+/* Rows (a warp or block per output) when the innermost dim is reduced, unless each output
+ * reduces only a few elements: then a thread per output wastes less (the cols kernel takes
+ * any geometry with one reduced dim). */
+static bool use_rows(const lt_cuda_red_geom &g) { return g.inner && (g.n_red > ROWS_MIN || g.nred != 1); }
 
 /* Blocks of 256 threads that fill the device (8 per SM). */
 static int64_t device_fill(int device) { return lt_cuda_blocks(device, (int64_t)1 << 40); }
@@ -270,7 +276,8 @@ template <typename T> static int run_pass(const char *op, int device, red_args a
   const lt_cuda_red_geom &g = a.g;
   int64_t fill = device_fill(device), S = 1, blocks;
   int threads, group = 32;
-  if (g.inner) {
+  bool rows = use_rows(g);
+  if (rows) {
     if (g.n_red > ROW_WARP_MAX) {
       group = ROW_BLOCK;
       if (g.n_out < fill) S = clamp64(std::min(ceil_div(fill, g.n_out), ceil_div(g.n_red, ROW_CHUNK_MIN)), 1, MAX_SPLIT);
@@ -290,7 +297,7 @@ template <typename T> static int run_pass(const char *op, int device, red_args a
     LT_TRY(lt_cuda_alloc(device, g.n_out * S * (int64_t)sizeof(acc_t<T>), &partial));
     a.partial = partial;
   }
-  if (g.inner)
+  if (rows)
     reduce_rows<T><<<(unsigned)blocks, threads, 0, stream>>>(a, group);
   else
     reduce_cols<T><<<dim3((unsigned)blocks, (unsigned)S), threads, 0, stream>>>(a);
@@ -475,7 +482,8 @@ template <typename T> static int run_arg(const char *op, int device, arg_args a)
   const lt_cuda_red_geom &g = a.g;
   int64_t fill = device_fill(device), S = 1, blocks;
   int threads, group = 32;
-  if (g.inner) {
+  bool rows = use_rows(g);
+  if (rows) {
     if (g.n_red > ROW_WARP_MAX) {
       group = ROW_BLOCK;
       if (g.n_out < fill) S = clamp64(std::min(ceil_div(fill, g.n_out), ceil_div(g.n_red, ROW_CHUNK_MIN)), 1, MAX_SPLIT);
@@ -491,7 +499,7 @@ template <typename T> static int run_arg(const char *op, int device, arg_args a)
   a.S = S;
   a.partial = NULL;
   if (S > 1) LT_TRY(lt_cuda_alloc(device, g.n_out * S * (int64_t)sizeof(arg_best), (void **)&a.partial));
-  if (g.inner)
+  if (rows)
     arg_rows<T><<<(unsigned)blocks, threads, 0, stream>>>(a, group);
   else
     arg_cols<T><<<dim3((unsigned)blocks, (unsigned)S), threads, 0, stream>>>(a);
