@@ -5,9 +5,9 @@
  * gathered into per-thread f32/f64 scratch and scattered back. Numerically stable: the
  * row max is subtracted before exp. 16-bit dtypes compute in f32, f64 in f64.
  * CUDA tensors take the same checks and plan, then kernels/softmax.cu (host/cuda_reduce.h). */
-#include <stdlib.h>
 #include "cuda_reduce.h"
 #include "internal.h"
+#include <stdlib.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif

@@ -7,9 +7,9 @@
  * memory; otherwise the innermost dim is kept and outputs accumulate whole rows. */
 #ifndef LUTRA_REDUCE_GEOM_H
 #define LUTRA_REDUCE_GEOM_H
-#include <stdlib.h>
 #include "cuda_reduce.h"
 #include "internal.h"
+#include <stdlib.h>
 
 typedef struct reduce_geom {
   bool reduced[LT_MAX_DIMS]; /* per input dim */

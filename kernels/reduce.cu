@@ -19,10 +19,10 @@
  * rounding of a double sum (in practice: at most an ulp of the output dtype, usually none);
  * max/min (a NaN wins) and integer results are bit-identical. argmax/argmin give the first
  * NaN, else the first index of the extreme value: bit-identical too. */
+#include "common.cuh"
 #include <algorithm>
 #include <stdlib.h>
 #include <type_traits>
-#include "common.cuh"
 extern "C" {
 #include "cuda_reduce.h"
 }
@@ -174,7 +174,8 @@ __device__ __forceinline__ A run_contig(int op, A acc, const T *p, int64_t n, in
 
 /* Task t = o * S + s: chunk s of output o, done by a group of `group` threads (32: a warp;
  * blockDim.x: the block). Loop bounds are uniform over each group, as the combines need. */
-template <typename T> __global__ void __launch_bounds__(512) reduce_rows(const __grid_constant__ red_args a, int group) {
+template <typename T>
+__global__ void __launch_bounds__(512) reduce_rows(const __grid_constant__ red_args a, int group) {
   using A = acc_t<T>;
   __shared__ A scratch[32];
   const T *in = (const T *)a.in;
@@ -213,7 +214,8 @@ template <typename T> __global__ void __launch_bounds__(256) reduce_cols(const _
   const T *in = (const T *)a.in;
   int64_t s = blockIdx.y, r0 = a.g.n_red * s / a.S, r1 = a.g.n_red * (s + 1) / a.S;
   int nred = a.g.nred;
-  for (int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; o < a.g.n_out; o += (int64_t)gridDim.x * blockDim.x) {
+  for (int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; o < a.g.n_out;
+       o += (int64_t)gridDim.x * blockDim.x) {
     double center = a.acc == ACC_SQDEV ? a.center[o] : 0.0;
     const T *p = in + offset_of(o, a.g.nkept, a.g.kshape, a.g.kstride);
     A acc = acc_init<A>(a.acc);
@@ -248,7 +250,8 @@ template <typename T> __global__ void __launch_bounds__(256) reduce_cols(const _
 template <typename T> __global__ void __launch_bounds__(256) reduce_finish(const __grid_constant__ red_args a) {
   using A = acc_t<T>;
   const A *part = (const A *)a.partial;
-  for (int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; o < a.g.n_out; o += (int64_t)gridDim.x * blockDim.x) {
+  for (int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; o < a.g.n_out;
+       o += (int64_t)gridDim.x * blockDim.x) {
     A acc = part[o * a.S];
     for (int64_t s = 1; s < a.S; s++) acc = acc_combine(a.acc, acc, part[o * a.S + s]);
     store_out<T>(a, o, acc);
@@ -257,7 +260,14 @@ template <typename T> __global__ void __launch_bounds__(256) reduce_finish(const
 
 /* ---- launch ------------------------------------------------------------------------------- */
 
-enum { ROWS_MIN = 16, ROW_WARP_MAX = 1024, ROW_BLOCK = 512, ROW_CHUNK_MIN = 8192, COL_CHUNK_MIN = 32, MAX_SPLIT = 65535 };
+enum {
+  ROWS_MIN = 16,
+  ROW_WARP_MAX = 1024,
+  ROW_BLOCK = 512,
+  ROW_CHUNK_MIN = 8192,
+  COL_CHUNK_MIN = 32,
+  MAX_SPLIT = 65535
+};
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static int64_t clamp64(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : v > hi ? hi : v; }
@@ -280,7 +290,8 @@ template <typename T> static int run_pass(const char *op, int device, red_args a
   if (rows) {
     if (g.n_red > ROW_WARP_MAX) {
       group = ROW_BLOCK;
-      if (g.n_out < fill) S = clamp64(std::min(ceil_div(fill, g.n_out), ceil_div(g.n_red, ROW_CHUNK_MIN)), 1, MAX_SPLIT);
+      if (g.n_out < fill)
+        S = clamp64(std::min(ceil_div(fill, g.n_out), ceil_div(g.n_red, ROW_CHUNK_MIN)), 1, MAX_SPLIT);
     }
     threads = group == 32 ? 256 : ROW_BLOCK;
     blocks = clamp64(ceil_div(g.n_out * S, threads / group), 1, fill * 4);
@@ -454,7 +465,8 @@ template <typename T> __global__ void __launch_bounds__(256) arg_cols(const __gr
   constexpr bool IS_INT = !lt_dev_dtype<T>::is_float;
   const T *in = (const T *)a.in;
   int64_t n = a.g.n_red, rs = a.g.rstride[0], s = blockIdx.y, r0 = n * s / a.S, r1 = n * (s + 1) / a.S;
-  for (int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; o < a.g.n_out; o += (int64_t)gridDim.x * blockDim.x) {
+  for (int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; o < a.g.n_out;
+       o += (int64_t)gridDim.x * blockDim.x) {
     const T *p = in + offset_of(o, a.g.nkept, a.g.kshape, a.g.kstride);
     arg_best b = {0, 0, -1};
     for (int64_t r = r0; r < r1; r++) {
@@ -469,7 +481,8 @@ template <typename T> __global__ void __launch_bounds__(256) arg_cols(const __gr
 }
 
 template <bool IS_INT> __global__ void __launch_bounds__(256) arg_finish(const __grid_constant__ arg_args a) {
-  for (int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; o < a.g.n_out; o += (int64_t)gridDim.x * blockDim.x) {
+  for (int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; o < a.g.n_out;
+       o += (int64_t)gridDim.x * blockDim.x) {
     arg_best b = a.partial[o * a.S];
     for (int64_t s = 1; s < a.S; s++)
       if (arg_better<IS_INT>(a.partial[o * a.S + s], b, a.is_max)) b = a.partial[o * a.S + s];
@@ -486,7 +499,8 @@ template <typename T> static int run_arg(const char *op, int device, arg_args a)
   if (rows) {
     if (g.n_red > ROW_WARP_MAX) {
       group = ROW_BLOCK;
-      if (g.n_out < fill) S = clamp64(std::min(ceil_div(fill, g.n_out), ceil_div(g.n_red, ROW_CHUNK_MIN)), 1, MAX_SPLIT);
+      if (g.n_out < fill)
+        S = clamp64(std::min(ceil_div(fill, g.n_out), ceil_div(g.n_red, ROW_CHUNK_MIN)), 1, MAX_SPLIT);
     }
     threads = group == 32 ? 256 : ROW_BLOCK;
     blocks = clamp64(ceil_div(g.n_out * S, threads / group), 1, fill * 4);

@@ -14,8 +14,8 @@
  * of x - max below -87 is 0; sums run in f32 over runs of 512 elements and add up in
  * double), f64 in f64. Differences from the CPU: expf is the device's (within 2 ulp, the CPU
  * uses its own polynomial) and the sums run in another order. */
-#include <type_traits>
 #include "common.cuh"
+#include <type_traits>
 extern "C" {
 #include "cuda_reduce.h"
 }
