@@ -88,7 +88,7 @@ template <typename W> struct run_sum {
 /* Row r is handled by the `group` threads r maps to; every loop bound below is uniform over a
  * group, as the warp and block reductions need. */
 template <typename T>
-__global__ void __launch_bounds__(512) softmax_kernel(const __grid_constant__ lt_cuda_softmax_args a, int group) {
+__global__ void __launch_bounds__(512, 2) softmax_kernel(const __grid_constant__ lt_cuda_softmax_args a, int group) {
   using W = comp_t<T>;
   constexpr bool wide = std::is_same<T, double>::value;
   __shared__ double sum_scratch[32];
