@@ -30,6 +30,9 @@
 #include <omp.h>
 #endif
 #include "vecmath.h"
+#ifdef LUTRA_HAVE_CUDA
+#include "cuda_attention.h"
+#endif
 
 enum {
   BLOCK_ROWS = 32, /* query rows per forward / dQ task */
@@ -201,7 +204,13 @@ static int check_qkv(const char *op, const lt_tensor *q, const lt_tensor *k, con
                      lt_desc(b, k), lt_desc(d, v));
   LT_TRY(lt_check_same_device(op, q, k));
   LT_TRY(lt_check_same_device(op, q, v));
-  if (q->device != LT_DEVICE_CPU) return lt_errorf("%s: not implemented on cuda yet", op);
+#ifdef LUTRA_HAVE_CUDA
+  char dev[16];
+  if (q->device != LT_DEVICE_CPU && q->device >= lt_cuda_device_count())
+    return lt_errorf("%s: device %s is not available (%s)", op, lt_device_str(dev, q->device), lt_cuda_status());
+#else
+  if (q->device != LT_DEVICE_CPU) return lt_errorf("%s: lutra was built without CUDA", op);
+#endif
   bool kv_same = true;
   for (int i = 0; i < 4; i++) kv_same &= k->shape[i] == v->shape[i];
   if (!kv_same || k->shape[0] != q->shape[0] || k->shape[3] != q->shape[3] || k->shape[2] < 1 ||
@@ -335,10 +344,13 @@ int lt_attention_forward(lt_tensor *out, lt_tensor *lse, const lt_tensor *q, con
   ctx_init(&c, q, k, scale, causal);
   int64_t lse_shape[3] = {c.B, c.H, c.T};
   LT_TRY(lt_prepare_out_like(op, out, q, q->dtype));
-  if (lse) LT_TRY(lt_prepare_out(op, lse, 3, lse_shape, LT_F32, LT_DEVICE_CPU));
+  if (lse) LT_TRY(lt_prepare_out(op, lse, 3, lse_shape, LT_F32, q->device));
   const lt_tensor *ins[4] = {q, k, v, segment_ids};
   LT_TRY(check_no_alias(op, "out", out, ins, 4));
   if (lse) LT_TRY(check_no_alias(op, "lse", lse, ins, 4));
+#ifdef LUTRA_HAVE_CUDA
+  if (q->device != LT_DEVICE_CPU) return lt_attention_forward_cuda(out, lse, q, k, v, segment_ids, scale, causal);
+#endif
   if (lse) {
     c.lse = lt_data_ptr(lse);
     c.lse_sb = lse->stride[0], c.lse_sh = lse->stride[1], c.lse_st = lse->stride[2];
@@ -450,12 +462,12 @@ int lt_attention_backward(lt_tensor *dq, lt_tensor *dk, lt_tensor *dv, const lt_
   LT_TRY(check_like(op, "out", out, q));
   att_ctx c;
   ctx_init(&c, q, k, scale, causal);
-  char a[LT_DESC_STR];
+  char a[LT_DESC_STR], dev[16];
   LT_TRY(lt_check_defined(op, "lse", lse));
   if (lse->ndim != 3 || lse->shape[0] != c.B || lse->shape[1] != c.H || lse->shape[2] != c.T || lse->dtype != LT_F32 ||
-      lse->device != LT_DEVICE_CPU)
-    return lt_errorf("%s: lse is %s, expected [%lld,%lld,%lld] f32 cpu (B, H, T)", op, lt_desc(a, lse), (long long)c.B,
-                     (long long)c.H, (long long)c.T);
+      lse->device != q->device)
+    return lt_errorf("%s: lse is %s, expected [%lld,%lld,%lld] f32 %s (B, H, T)", op, lt_desc(a, lse), (long long)c.B,
+                     (long long)c.H, (long long)c.T, lt_device_str(dev, q->device));
   LT_TRY(lt_prepare_out_like("attention_backward dq", dq, q, q->dtype));
   LT_TRY(lt_prepare_out_like("attention_backward dk", dk, k, k->dtype));
   LT_TRY(lt_prepare_out_like("attention_backward dv", dv, k, k->dtype));
@@ -463,6 +475,10 @@ int lt_attention_backward(lt_tensor *dq, lt_tensor *dk, lt_tensor *dv, const lt_
   LT_TRY(check_no_alias(op, "dq", dq, ins, 7));
   LT_TRY(check_no_alias(op, "dk", dk, ins, 7));
   LT_TRY(check_no_alias(op, "dv", dv, ins, 7));
+#ifdef LUTRA_HAVE_CUDA
+  if (q->device != LT_DEVICE_CPU)
+    return lt_attention_backward_cuda(dq, dk, dv, dout, q, k, v, out, lse, segment_ids, scale, causal);
+#endif
   c.lse_in = lt_data_ptr(lse);
   c.lse_sb = lse->stride[0], c.lse_sh = lse->stride[1], c.lse_st = lse->stride[2];
   bool f64 = q->dtype == LT_F64;

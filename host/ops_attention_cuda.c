@@ -1,0 +1,142 @@
+/* ops_attention_cuda.c — attention on CUDA tensors: lays q, k, v, ... out for the kernels of
+ * kernels/attention_fwd.cu and kernels/attention_bwd.cu, with the scratch they need.
+ *
+ * The kernels read and write (B, T, heads, D) operands through strides with D dense, so the fused
+ * qkv views of nn/attention.lua are used in place. An input they cannot read (D strided; for the
+ * tensor-core forward also rows not 16-byte aligned) is copied to a contiguous tensor first; an
+ * output they cannot write is computed into a contiguous scratch that is copied into it after.
+ * Everything is queued on the device's compute stream: no host synchronisation.
+ * host/ops_attention.c has checked shapes, dtypes, devices and aliasing before these run.
+ */
+#include "internal.h"
+#ifdef LUTRA_HAVE_CUDA
+#include "cuda_attention.h"
+#include <stdint.h>
+
+/* The kernels can use x as it lies: D dense and, for the tensor-core forward (mma), element
+ * [0,0,0,0] 16-byte aligned with every batch, row and head stride a multiple of 8 elements. */
+static bool fits(const lt_tensor *x, bool mma) {
+  if (x->shape[3] > 1 && x->stride[3] != 1) return false;
+  if (!mma) return true;
+  if ((uintptr_t)lt_data_ptr(x) % 16 != 0) return false;
+  for (int i = 0; i < 3; i++)
+    if (x->shape[i] > 1 && x->stride[i] % 8 != 0) return false;
+  return true;
+}
+
+typedef struct dev_operand {
+  lt_tensor *work; /* a contiguous stand-in for the caller's tensor, or NULL */
+  lt_tensor *dst;  /* an output computed into work: where it goes after the kernels */
+} dev_operand;
+
+static void set_operand(lt_cuda_att_operand *o, const lt_tensor *t) {
+  o->data = lt_data_ptr(t);
+  o->sb = t->stride[0], o->st = t->stride[1], o->sh = t->stride[2];
+}
+
+/* o describes x, or a contiguous copy of x (held in d->work) when the kernels cannot read x. */
+static int operand_in(lt_cuda_att_operand *o, dev_operand *d, const lt_tensor *x, bool mma) {
+  d->work = d->dst = NULL;
+  if (fits(x, mma)) return set_operand(o, x), 0;
+  int64_t stride[LT_MAX_DIMS];
+  if (!(d->work = lt_tensor_new())) return lt_errorf("attention: out of memory");
+  LT_TRY(lt_empty(d->work, 4, x->shape, x->dtype, x->device));
+  lt_contiguous_strides(4, x->shape, stride);
+  LT_TRY(lt_cuda_strided_copy(x->device, lt_data_ptr(d->work), stride, lt_data_ptr(x), x->stride, 4, x->shape,
+                              x->dtype));
+  set_operand(o, d->work);
+  return 0;
+}
+
+/* o describes out, or a contiguous scratch that operand_finish copies into out. */
+static int operand_out(lt_cuda_att_operand *o, dev_operand *d, lt_tensor *out, bool mma) {
+  d->work = d->dst = NULL;
+  /* rows at least D apart (no overlapping writes), as the CPU path asks of an output */
+  bool rows_apart = out->shape[1] <= 1 || out->stride[1] >= out->shape[3];
+  if (fits(out, mma) && rows_apart) return set_operand(o, out), 0;
+  if (!(d->work = lt_tensor_new())) return lt_errorf("attention: out of memory");
+  LT_TRY(lt_empty(d->work, 4, out->shape, out->dtype, out->device));
+  d->dst = out;
+  set_operand(o, d->work);
+  return 0;
+}
+
+/* Copies a scratch result into its output (when rc is still 0) and drops the stand-in. */
+static int operand_finish(dev_operand *d, int rc) {
+  if (rc == 0 && d->dst) {
+    int64_t stride[LT_MAX_DIMS];
+    lt_contiguous_strides(4, d->work->shape, stride);
+    rc = lt_cuda_strided_copy(d->dst->device, lt_data_ptr(d->dst), d->dst->stride, lt_data_ptr(d->work), stride, 4,
+                              d->dst->shape, d->dst->dtype);
+  }
+  lt_release(d->work);
+  d->work = d->dst = NULL;
+  return rc;
+}
+
+static void args_init(lt_cuda_att_args *a, const lt_tensor *q, const lt_tensor *k, const lt_tensor *seg, double scale,
+                      int causal) {
+  memset(a, 0, sizeof *a);
+  a->device = q->device, a->dtype = q->dtype, a->causal = causal != 0;
+  a->B = q->shape[0], a->T = q->shape[1], a->H = q->shape[2], a->D = q->shape[3];
+  a->S = k->shape[1], a->Hkv = k->shape[2];
+  a->group = a->H / a->Hkv, a->off = a->S - a->T;
+  a->scale = scale;
+  if (seg) {
+    a->seg = lt_data_ptr(seg);
+    a->seg_dtype = seg->dtype;
+    a->seg_sb = seg->stride[0], a->seg_st = seg->stride[1];
+  }
+}
+
+static void args_lse(lt_cuda_att_args *a, const lt_tensor *lse) {
+  a->lse = lt_data_ptr(lse);
+  a->lse_sb = lse->stride[0], a->lse_sh = lse->stride[1], a->lse_st = lse->stride[2];
+}
+
+int lt_attention_forward_cuda(lt_tensor *out, lt_tensor *lse, const lt_tensor *q, const lt_tensor *k,
+                              const lt_tensor *v, const lt_tensor *segment_ids, double scale, int causal) {
+  lt_cuda_att_args a;
+  args_init(&a, q, k, segment_ids, scale, causal);
+  if (a.B * a.H * a.T == 0) return 0; /* out and lse are empty */
+  if (lse) args_lse(&a, lse);
+  bool mma = lt_cuda_attention_fwd_uses_mma(a.dtype, a.D) != 0;
+  dev_operand d[4] = {{0}};
+  int rc = 0;
+  if (operand_in(&a.q, &d[0], q, mma) || operand_in(&a.k, &d[1], k, mma) || operand_in(&a.v, &d[2], v, mma) ||
+      operand_out(&a.out, &d[3], out, mma))
+    rc = -1;
+  if (rc == 0) rc = lt_cuda_attention_forward(&a);
+  for (int i = 0; i < 4; i++) rc = operand_finish(&d[i], rc);
+  return rc;
+}
+
+int lt_attention_backward_cuda(lt_tensor *dq, lt_tensor *dk, lt_tensor *dv, const lt_tensor *dout,
+                               const lt_tensor *q, const lt_tensor *k, const lt_tensor *v, const lt_tensor *out,
+                               const lt_tensor *lse, const lt_tensor *segment_ids, double scale, int causal) {
+  lt_cuda_att_args a;
+  args_init(&a, q, k, segment_ids, scale, causal);
+  args_lse(&a, lse);
+  bool f64 = a.dtype == LT_F64;
+  int64_t rows = a.B * a.H * a.T;
+  lt_tensor *delta = lt_tensor_new(), *lse2 = f64 ? lt_tensor_new() : NULL;
+  dev_operand d[8] = {{0}};
+  int rc = !delta || (f64 && !lse2) ? lt_errorf("attention_backward: out of memory") : 0;
+  if (rc == 0) rc = lt_empty(delta, 1, &rows, f64 ? LT_F64 : LT_F32, a.device);
+  if (rc == 0 && f64) rc = lt_empty(lse2, 1, &rows, LT_F64, a.device);
+  if (rc == 0 && (operand_in(&a.q, &d[0], q, false) || operand_in(&a.k, &d[1], k, false) ||
+                  operand_in(&a.v, &d[2], v, false) || operand_in(&a.dout, &d[3], dout, false) ||
+                  operand_in(&a.out, &d[4], out, false) || operand_out(&a.dq, &d[5], dq, false) ||
+                  operand_out(&a.dk, &d[6], dk, false) || operand_out(&a.dv, &d[7], dv, false)))
+    rc = -1;
+  if (rc == 0) {
+    a.delta = lt_data_ptr(delta);
+    a.lse2 = f64 ? lt_data_ptr(lse2) : NULL;
+    rc = lt_cuda_attention_backward(&a);
+  }
+  for (int i = 0; i < 8; i++) rc = operand_finish(&d[i], rc);
+  lt_release(delta);
+  lt_release(lse2);
+  return rc;
+}
+#endif
