@@ -49,6 +49,7 @@ local cfg = config {
   sample_every = 0, sample_tokens = 300, sample_prompt = "", temperature = 0.8, top_k = 0, top_p = 0.95,
   log_every = 1, print_every = 0, run_dir = "runs/pretrain", ckpt_every = 0, ckpt_keep = 2, resume = "",
   threads = 0,                        -- 0: the default (OMP_NUM_THREADS or all cores)
+  device = "auto",                    -- auto: cuda:(local rank) when there is a GPU, else cpu; or cpu, cuda, cuda:K
   -- under `lutra launch -n N`: --parallel.dp=2 --parallel.tp=2, pp (stages), zero (1-3), schedule,
   -- micro_batches, sequence_parallel, bucket_mb, timeout (every key: lua/lutra/dist/mesh.lua)
   parallel = lt.dist.defaults(),
@@ -93,10 +94,12 @@ local m = cfg.model
 local model = models.build{arch = m.arch, n_layer = m.n_layer, n_head = m.n_head,
                            n_kv_head = m.n_kv_head > 0 and m.n_kv_head or nil, d_model = m.d_model,
                            block_size = m.block_size, dropout = m.dropout, vocab_size = tok.vocab_size}
+local device = cfg.device == "auto" and lt.dist.default_device() or cfg.device
+model:to(device) -- the trainer brings each batch to the model's device
 local nparams = 0
 for _, p in ipairs(model:parameters()) do nparams = nparams + p:numel() end
-print(string.format("model: %s, %d layers, %d heads, d_model %d: %.2fM parameters", m.arch, m.n_layer, m.n_head,
-                    m.d_model, nparams / 1e6))
+print(string.format("model: %s, %d layers, %d heads, d_model %d: %.2fM parameters, on %s", m.arch, m.n_layer,
+                    m.n_head, m.d_model, nparams / 1e6, device))
 
 -- ---- train ----------------------------------------------------------------------------------
 local result = train{model = model, data = data, config = cfg, tokenizer = tok}

@@ -141,10 +141,26 @@ end
 
 -- ---- batches and losses ------------------------------------------------------------------------
 
-local function next_batch(loader)
+-- The loader's next batch, its tensors on `device` (the model's: loaders make CPU batches).
+local function next_batch(loader, device)
   local a, b = loader:next()
-  if type(a) == "table" and not is_tensor(a) then return a end
-  return {x = a, y = b, a, b}
+  local batch = (type(a) == "table" and not is_tensor(a)) and a or {x = a, y = b, a, b}
+  if device and device ~= "cpu" then
+    local moved = {}
+    for k, v in pairs(batch) do
+      if is_tensor(v) and v.device ~= device then
+        moved[v] = moved[v] or v:to(device) -- x and batch[1] are one tensor: one copy
+        batch[k] = moved[v]
+      end
+    end
+  end
+  return batch
+end
+
+-- Where the model's parameters are (the first one's device; "cpu" for a model without any).
+local function device_of(params)
+  local p = params[1]
+  return p ~= nil and p.device or "cpu"
 end
 
 local function default_loss(model, batch)
@@ -165,12 +181,12 @@ local function to_number(loss)
 end
 
 -- The mean loss over n batches of the val loader (no grad, eval mode).
-local function evaluate(model, val, n, loss_fn)
+local function evaluate(model, val, n, loss_fn, device)
   if type(model.eval) == "function" then model:eval() end
   local sum = 0
   local ok, err = pcall(function()
     for _ = 1, n do
-      sum = sum + grad.no_grad(tidy, function() return to_number(loss_fn(model, next_batch(val))) end)
+      sum = sum + grad.no_grad(tidy, function() return to_number(loss_fn(model, next_batch(val, device))) end)
     end
   end)
   if type(model.train) == "function" then model:train() end
@@ -254,12 +270,12 @@ local function restore(run, path)
 end
 
 -- The mean loss over n batches of the val loader under a parallel layout.
-evaluate_parallel = function(par, val, n, loss_fn)
+evaluate_parallel = function(par, val, n, loss_fn, device)
   local model = par.model
   if type(model.eval) == "function" then model:eval() end
   local sum = 0
   local ok, err = pcall(function()
-    for _ = 1, n do sum = sum + par:eval_loss(next_batch(val), loss_fn) end
+    for _ = 1, n do sum = sum + par:eval_loss(next_batch(val, device), loss_fn) end
   end)
   if type(model.train) == "function" then model:train() end
   if not ok then error(err, 0) end
@@ -275,7 +291,7 @@ local function one_step(run, lr)
   local norm = tidy(function()
     run.opt:zero_grad()
     for _ = 1, k do
-      local batch = next_batch(run.data)
+      local batch = next_batch(run.data, run.device)
       tokens = tokens + batch_tokens(batch)
       local loss, extra = loss_fn(run.model, batch)
       if not is_tensor(loss) and type(loss) ~= "table" then
@@ -318,7 +334,7 @@ local function one_step_parallel(run, lr)
     par:zero_grad()
     local batches = {}
     for i = 1, k do
-      batches[i] = next_batch(run.data)
+      batches[i] = next_batch(run.data, run.device)
       tokens = tokens + batch_tokens(batches[i])
     end
     -- fp16: losses scaled before backward, gradients unscaled + clipped after the sync,
@@ -415,6 +431,7 @@ function M.train(args)
     run.params = run.par:parameters()
   end
   run.opt = run.opt or args.optimizer or make_optimizer(model, get)
+  run.device = device_of(run.params) -- batches follow the model (recipes put it on the GPU: lt.device())
   run.val = args.val_data
   if run.val == nil and type(data.with) == "function" and get "eval_every" > 0 then
     local ok, v = pcall(data.with, data, {split = "val"})
@@ -508,8 +525,8 @@ function M.train(args)
     while true do
       local done = run.step >= total
       if run.val and eval_every > 0 and (run.step % eval_every == 0 or done) then
-        local v = run.par and evaluate_parallel(run.par, run.val, eval_iters, run.loss_fn)
-          or evaluate(model, run.val, eval_iters, run.loss_fn)
+        local v = run.par and evaluate_parallel(run.par, run.val, eval_iters, run.loss_fn, run.device)
+          or evaluate(model, run.val, eval_iters, run.loss_fn, run.device)
         last_val = v
         if run.best_val == nil or v < run.best_val then run.best_val = v end
         val_losses[#val_losses + 1] = {step = run.step, loss = v}

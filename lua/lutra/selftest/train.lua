@@ -99,9 +99,43 @@ local function bf16_tracks(st, arch)
   st.report(arch .. " bf16 vs fp32", {steps}, "bf16", max_abs, max_rel, learned and max_rel <= BF16_TRACK)
 end
 
+-- lutra.train with the model on the device and a loader of CPU batches (the trainer moves
+-- them): 5 steps with eval, the losses against the same run on the CPU.
+local function trainer(st, arch)
+  local lt, train = st.lt, require "lutra.train"
+  local function loader()
+    local L = {pos = 0, batches = {}}
+    for i = 1, 3 do L.batches[i] = {batch(lt, 200 + i)} end
+    function L:next()
+      self.pos = self.pos % #self.batches + 1
+      return self.batches[self.pos][1], self.batches[self.pos][2]
+    end
+    return L
+  end
+  local function losses_on(device)
+    local model = build(arch, 44)
+    model:to(device)
+    local cfg = {steps = 5, lr = 3e-3, warmup = 1, eval_every = 5, eval_iters = 2, run_dir = "", log_every = 1}
+    local r = train.train {model = model, data = loader(), val_data = loader(), config = cfg, quiet = true}
+    local out = {}
+    for i, l in ipairs(r.losses) do out[i] = l end
+    out[#out + 1] = r.val_loss
+    return out
+  end
+  local want, got = losses_on("cpu"), losses_on(st.device)
+  local max_abs, max_rel = 0, 0
+  for i = 1, #want do
+    local abs = math.abs((got[i] or math.huge) - want[i])
+    if abs ~= abs then abs = math.huge end
+    max_abs, max_rel = math.max(max_abs, abs), math.max(max_rel, abs / math.abs(want[i]))
+  end
+  st.report(arch .. " lutra.train", {#want}, "f32", max_abs, max_rel, #got == #want and max_rel <= TOL.grads)
+end
+
 return function(st)
   for _, arch in ipairs {"gpt2", "llama"} do
     one_step(st, arch)
+    trainer(st, arch)
     bf16_tracks(st, arch)
   end
 end
