@@ -65,8 +65,7 @@ int lt_linear_backward_params(lt_tensor *dw, lt_tensor *dbias, const lt_tensor *
   LT_TRY(lt_check_same_device(op, dy, x));
   LT_TRY(lt_check_same_dtype(op, dy, x));
   char sa[LT_SHAPE_STR], sb[LT_SHAPE_STR];
-  if (dy->ndim < 1 || x->ndim < 1 ||
-      lt_shape_numel(dy->ndim - 1, dy->shape) != lt_shape_numel(x->ndim - 1, x->shape))
+  if (dy->ndim < 1 || x->ndim < 1 || lt_shape_numel(dy->ndim - 1, dy->shape) != lt_shape_numel(x->ndim - 1, x->shape))
     return lt_errorf("%s: dy (..., N) and x (..., K) need the same rows, got %s and %s", op,
                      lt_shape_str(sa, dy->ndim, dy->shape), lt_shape_str(sb, x->ndim, x->shape));
   int64_t N = dy->shape[dy->ndim - 1], K = x->shape[x->ndim - 1], rows = lt_shape_numel(x->ndim - 1, x->shape);

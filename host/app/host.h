@@ -1,4 +1,4 @@
-/* host.h — what the pieces of the lutra executable share (main.c, lineedit.c). */
+/* host.h — what the pieces of the lutra executable share (main.c, lineedit.c, crash.c). */
 #ifndef LUTRA_APP_HOST_H
 #define LUTRA_APP_HOST_H
 #include <lua.h>
@@ -11,5 +11,9 @@ int luaopen_lutra_host(lua_State *L);
  * running Lua code with an "interrupted!" error (a second Ctrl-C kills the process). */
 void lutra_host_arm_sigint(lua_State *L);
 void lutra_host_disarm_sigint(void);
+
+/* SIGSEGV, SIGBUS, SIGILL, SIGFPE print a C backtrace on stderr, then end the process as
+ * they would have (crash.c). LUTRA_NO_CRASH_HANDLER=1 leaves them alone. */
+void lutra_install_crash_handler(void);
 
 #endif

@@ -362,6 +362,7 @@ int main(int argc, char **argv) {
   /* A closed stdin/stdout/stderr would be taken by the next open (the REPL's wake-up pipe). */
   for (int fd = 0; fd < 3; fd++)
     if (fcntl(fd, F_GETFD) < 0) (void)!open("/dev/null", fd ? O_WRONLY : O_RDONLY);
+  lutra_install_crash_handler();
   if (argv[0] && argv[0][0]) {
     const char *slash = strrchr(argv[0], '/');
     progname = slash ? slash + 1 : argv[0];
