@@ -323,6 +323,16 @@ static void check_bounds(void) {
     if (qb > 0) CHECK(!att_visible(qb - 1, T, s0 + 0, S, off, 1), "s0 %lld qb %lld", (long long)s0, (long long)qb);
     CHECK(att_key_end(t_last, S, off, 0) == S && att_query_begin(s0, off, 0) == 0, "non-causal bounds");
   }
+  /* the CUDA-core kernels' tiles fit the shared memory they launch with (no opt-in above 48 KB) */
+  for (int64_t D = 0; D <= ATT_GEN_MAX_D; D++)
+    for (int es = 4; es <= 8; es += 4) {
+      int bc1 = att_gen_bc(D, es, 1), bc2 = att_gen_bc(D, es, 2), kpw, bq;
+      att_dkv_tiles(D, es, &kpw, &bq);
+      CHECK(bc1 >= 1 && bc1 <= 32 && att_gen_smem(D, es, 1, bc1) <= ATT_SMEM_BUDGET, "D %lld fwd bc %d", (long long)D, bc1);
+      CHECK(bc2 >= 1 && bc2 <= 32 && att_gen_smem(D, es, 2, bc2) <= ATT_SMEM_BUDGET, "D %lld dq bc %d", (long long)D, bc2);
+      CHECK(kpw >= 1 && kpw <= ATT_DKV_MAX_KPW && bq >= 1 && bq <= 32 && att_dkv_smem(D, es, kpw, bq) <= ATT_SMEM_BUDGET,
+            "D %lld dkv kpw %d bq %d", (long long)D, kpw, bq);
+    }
   /* the online softmax of a row in two tiles equals the one-pass softmax */
   float x[6] = {0.5f, -3.f, 2.f, -INFINITY, 7.f, 1.f}, m = -INFINITY, l = 0, ref_m = 7.f, ref_l = 0;
   for (int tile = 0; tile < 2; tile++) {
