@@ -1,140 +1,138 @@
-/* ops_norm.c — LayerNorm and RMSNorm on the CPU, forward and backward.
- *
- * RMSNorm is LayerNorm without centering (mean taken as 0) and without bias, so both
- * share one row kernel with a `center` flag. x is (..., C), N = numel / C rows.
- * x is f32, f64, bf16 or f16; 16-bit rows are converted to f32 scratch and computed in
- * f32, f64 computes in f64. The saved mean/rstd are f32 (N).
- * dweight/dbias are summed over rows in a fixed number of row chunks (set by the shape,
- * not by the thread count) and the chunk partials are added in chunk order, so results
- * are bitwise reproducible for any number of threads. */
-#include "internal.h"
-#ifdef _OPENMP
-#include <omp.h>
+/* ops_norm.c — LayerNorm and RMSNorm, forward and backward, plain or with the residual
+ * add fused in: argument checks, outputs, and the dispatch to the CPU rows (ops_norm_cpu.c)
+ * or the CUDA kernels (kernels/norm.cu). Both sides see contiguous (N, C) rows: x (..., C)
+ * with N = numel / C; non-contiguous inputs are gathered and non-contiguous outputs written
+ * through a contiguous work tensor. Saved mean/rstd are f32 (N), or f64 when the caller
+ * passes them defined as f64 for f64 x. The fused entry points are in ops_norm_residual.c. */
+#include "ops_norm.h"
+#ifdef LUTRA_HAVE_CUDA
+#include "cuda_norm.h"
 #endif
 #include <stdio.h>
-#include <stdlib.h>
 
-/* ---- row kernels: one for float, one for double ------------------------------------ */
+/* ---- device-aware helpers --------------------------------------------------------------- */
 
-/* y (C) = (x - mu) * rstd * w + b with mu = mean(x) when center, else 0. */
-static void norm_row_forward_f32(float *y, const float *x, const float *w, const float *b, int64_t C, float eps,
-                                 int center, double *mean_out, double *rstd_out) {
-  float mu = 0, ss = 0;
-  if (center) {
-    float s = 0;
-#pragma omp simd reduction(+ : s)
-    for (int64_t j = 0; j < C; j++) s += x[j];
-    mu = s / (float)C;
-  }
-#pragma omp simd reduction(+ : ss)
-  for (int64_t j = 0; j < C; j++) ss += (x[j] - mu) * (x[j] - mu);
-  float rs = 1.0f / sqrtf(ss / (float)C + eps);
-  for (int64_t j = 0; j < C; j++) y[j] = (x[j] - mu) * rs * w[j] + b[j];
-  *mean_out = mu;
-  *rstd_out = rs;
+/* Checks that t (weight, residual, a statistic, ...) lives where x does. */
+static int check_device(const char *op, const char *what, const lt_tensor *t, const lt_tensor *x) {
+  if (t->device == x->device) return 0;
+  char d[LT_DESC_STR], dev[16];
+  return lt_errorf("%s: %s is %s, expected x's device (%s)", op, what, lt_desc(d, t), lt_device_str(dev, x->device));
 }
 
-static void norm_row_forward_f64(double *y, const double *x, const double *w, const double *b, int64_t C, double eps,
-                                 int center, double *mean_out, double *rstd_out) {
-  double mu = 0, ss = 0;
-  if (center) {
-    double s = 0;
-#pragma omp simd reduction(+ : s)
-    for (int64_t j = 0; j < C; j++) s += x[j];
-    mu = s / (double)C;
-  }
-#pragma omp simd reduction(+ : ss)
-  for (int64_t j = 0; j < C; j++) ss += (x[j] - mu) * (x[j] - mu);
-  double rs = 1.0 / sqrt(ss / (double)C + eps);
-  for (int64_t j = 0; j < C; j++) y[j] = (x[j] - mu) * rs * w[j] + b[j];
-  *mean_out = mu;
-  *rstd_out = rs;
+/* c = t as a contiguous tensor on t's device (a view when t already is). */
+static int gather(lt_tensor *c, const lt_tensor *t) {
+  if (t->device == LT_DEVICE_CPU || lt_is_contiguous(t)) return lt_contiguous(c, t);
+#ifdef LUTRA_HAVE_CUDA
+  int64_t stride[LT_MAX_DIMS];
+  LT_TRY(lt_empty(c, t->ndim, t->shape, t->dtype, t->device));
+  lt_contiguous_strides(t->ndim, t->shape, stride);
+  return lt_cuda_strided_copy(t->device, lt_data_ptr(c), stride, lt_data_ptr(t), t->stride, t->ndim, t->shape,
+                              t->dtype);
+#else
+  return lt_errorf("contiguous: lutra was built without CUDA");
+#endif
 }
 
-/* With xhat = (x - mu) * rstd and g = dy * w:
- *   dx = rstd * (g - mean(g) - xhat * mean(g * xhat))   (mean(g) term only when center)
- *   dw += dy * xhat, db += dy  (dw, db may be NULL).
- * dx may alias dy: every dy is read before dx is written. */
-static void norm_row_backward_f32(float *dx, float *dw, float *db, const float *dy, const float *x, const float *w,
-                                  int64_t C, float mu, float rs, int center) {
-  float sum_g = 0, sum_gx = 0;
-#pragma omp simd reduction(+ : sum_g, sum_gx)
-  for (int64_t j = 0; j < C; j++) {
-    float g = dy[j] * w[j];
-    sum_g += g;
-    sum_gx += g * ((x[j] - mu) * rs);
-  }
-  if (dw)
-    for (int64_t j = 0; j < C; j++) dw[j] += dy[j] * ((x[j] - mu) * rs);
-  if (db)
-    for (int64_t j = 0; j < C; j++) db[j] += dy[j];
-  if (!dx) return;
-  float mean_g = center ? sum_g / (float)C : 0.0f, mean_gx = sum_gx / (float)C;
-  for (int64_t j = 0; j < C; j++) dx[j] = rs * (dy[j] * w[j] - mean_g - (x[j] - mu) * rs * mean_gx);
-}
-
-static void norm_row_backward_f64(double *dx, double *dw, double *db, const double *dy, const double *x,
-                                  const double *w, int64_t C, double mu, double rs, int center) {
-  double sum_g = 0, sum_gx = 0;
-#pragma omp simd reduction(+ : sum_g, sum_gx)
-  for (int64_t j = 0; j < C; j++) {
-    double g = dy[j] * w[j];
-    sum_g += g;
-    sum_gx += g * ((x[j] - mu) * rs);
-  }
-  if (dw)
-    for (int64_t j = 0; j < C; j++) dw[j] += dy[j] * ((x[j] - mu) * rs);
-  if (db)
-    for (int64_t j = 0; j < C; j++) db[j] += dy[j];
-  if (!dx) return;
-  double mean_g = center ? sum_g / (double)C : 0.0, mean_gx = sum_gx / (double)C;
-  for (int64_t j = 0; j < C; j++) dx[j] = rs * (dy[j] * w[j] - mean_g - (x[j] - mu) * rs * mean_gx);
-}
-
-/* ---- helpers ------------------------------------------------------------------------ */
-
-/* Checks weight (or bias) is a (C) vector of x's dtype or f32 and returns it as a contiguous buffer
- * of the compute type (f64 for f64 x, else f32); `fill` stands in when t is NULL. NULL on error. */
-static void *param_buffer(const char *op, const char *what, const lt_tensor *t, const lt_tensor *x, int64_t C,
-                          double fill) {
-  if (t) {
-    if (lt_check_defined(op, what, t) || lt_check_cpu(op, t)) return NULL;
-    char d[LT_DESC_STR];
-    if (t->ndim != 1 || t->shape[0] != C) {
-      lt_errorf("%s: %s is %s, expected [%lld] for x's last dim", op, what, lt_desc(d, t), (long long)C);
+/* A contiguous tensor on `device` to compute an output into: out itself when contiguous (allocated
+ * if undefined), else a work tensor that out_finish scatters back (lt_out_begin on any device). */
+static lt_tensor *out_begin(const char *op, const char *what, lt_tensor *out, int ndim, const int64_t *shape,
+                            int dtype, int device) {
+  if (device == LT_DEVICE_CPU) return lt_out_begin(op, what, out, ndim, shape, dtype);
+  char name[96];
+  snprintf(name, sizeof name, "%s (%s)", op, what);
+  const char *who = strcmp(what, "out") ? name : op;
+  if (lt_prepare_out(who, out, ndim, shape, dtype, device)) return NULL;
+  if (lt_is_contiguous(out)) return lt_retain(out), out;
+  for (int d = 0; d < out->ndim; d++)
+    if (out->stride[d] == 0 && out->shape[d] > 1) {
+      lt_errorf("%s: out is an expanded view (its elements overlap)", who);
       return NULL;
     }
-    if (t->dtype != x->dtype && t->dtype != LT_F32) {
-      lt_errorf("%s: %s is %s, expected x's dtype (%s) or f32", op, what, lt_dtype_name(t->dtype),
-                lt_dtype_name(x->dtype));
-      return NULL;
+  lt_tensor *t = lt_tensor_new();
+  if (t && lt_empty(t, ndim, shape, dtype, device) == 0) return t;
+  lt_release(t);
+  return NULL;
+}
+
+static int out_finish(lt_tensor *out, lt_tensor *work, int rc) {
+  if (!work) return rc;
+  if (rc == 0 && work != out) {
+    if (out->device == LT_DEVICE_CPU) {
+      rc = lt_copy(out, work);
+    } else {
+#ifdef LUTRA_HAVE_CUDA
+      int64_t stride[LT_MAX_DIMS];
+      lt_contiguous_strides(work->ndim, work->shape, stride);
+      rc = lt_cuda_strided_copy(out->device, lt_data_ptr(out), out->stride, lt_data_ptr(work), stride, out->ndim,
+                                out->shape, out->dtype);
+#endif
     }
   }
+  lt_release(work);
+  return rc;
+}
+
+/* Checks weight (or bias) is a (C) vector of x's dtype or f32 on x's device, and makes buf a
+ * contiguous (C) tensor of the compute type (f64 for f64 x, else f32) holding it, or `fill`
+ * everywhere when t is NULL. */
+static int param_tensor(const char *op, const char *what, const lt_tensor *t, const lt_tensor *x, int64_t C,
+                        double fill, lt_tensor *buf) {
   int cdtype = x->dtype == LT_F64 ? LT_F64 : LT_F32;
-  void *buf = malloc((size_t)(C > 0 ? C : 1) * (size_t)lt_dtype_size(cdtype));
-  if (!buf) {
-    lt_errorf("%s: out of host memory", op);
-    return NULL;
-  }
+  int64_t shape[1] = {C};
   if (t) {
-    if (lt_copy_to_buffer(t, buf, cdtype, C) == 0) return buf;
-    free(buf);
-    return NULL;
+    LT_TRY(lt_check_defined(op, what, t));
+    LT_TRY(check_device(op, what, t, x));
+    char d[LT_DESC_STR];
+    if (t->ndim != 1 || t->shape[0] != C)
+      return lt_errorf("%s: %s is %s, expected [%lld] for x's last dim", op, what, lt_desc(d, t), (long long)C);
+    if (t->dtype != x->dtype && t->dtype != LT_F32)
+      return lt_errorf("%s: %s is %s, expected x's dtype (%s) or f32", op, what, lt_dtype_name(t->dtype),
+                       lt_dtype_name(x->dtype));
+    if (t->dtype == cdtype && lt_is_contiguous(t)) return lt_set(buf, t);
   }
-  for (int64_t j = 0; j < C; j++) lt_store_f64(buf, cdtype, j, fill);
-  return buf;
+  if (x->device != LT_DEVICE_CPU) {
+#ifdef LUTRA_HAVE_CUDA
+    LT_TRY(lt_cuda_norm_use_device(op, x->device));
+#else
+    return lt_errorf("%s: lutra was built without CUDA", op);
+#endif
+  }
+  LT_TRY(lt_empty(buf, 1, shape, cdtype, x->device));
+  if (!t) return lt_fill(buf, fill);
+  if (x->device == LT_DEVICE_CPU) return lt_copy(buf, t);
+  lt_tensor *tc = lt_tensor_new();
+  int rc = tc ? gather(tc, t) : -1;
+  if (rc == 0) rc = lt_copy(buf, tc); /* contiguous, same device: a conversion kernel */
+  lt_release(tc);
+  return rc;
 }
 
-/* Validates x and returns its row count and width. */
+/* Validates x and returns its row count and width; a CUDA x needs a CUDA build and the device. */
 static int check_x(const char *op, const lt_tensor *x, int64_t *N, int64_t *C) {
   LT_TRY(lt_check_defined(op, "x", x));
-  LT_TRY(lt_check_cpu(op, x));
   char d[LT_DESC_STR];
   if (!lt_dtype_is_float(x->dtype)) return lt_errorf("%s: x is %s, expected a floating dtype", op, lt_desc(d, x));
   if (x->ndim < 1 || x->shape[x->ndim - 1] < 1)
     return lt_errorf("%s: x is %s, expected (..., C) with C >= 1", op, lt_desc(d, x));
+  if (x->device != LT_DEVICE_CPU) {
+#ifdef LUTRA_HAVE_CUDA
+    LT_TRY(lt_cuda_norm_use_device(op, x->device));
+#else
+    return lt_errorf("%s: lutra was built without CUDA", op);
+#endif
+  }
   *C = x->shape[x->ndim - 1];
   *N = lt_numel(x) / *C;
+  return 0;
+}
+
+/* A tensor that must have x's shape, dtype and device (residual, dout, dres). */
+static int check_like_x(const char *op, const char *what, const lt_tensor *t, const lt_tensor *x) {
+  LT_TRY(lt_check_defined(op, what, t));
+  LT_TRY(check_device(op, what, t, x));
+  char d1[LT_DESC_STR], d2[LT_DESC_STR];
+  if (!lt_same_shape(t, x) || t->dtype != x->dtype)
+    return lt_errorf("%s: %s is %s, expected the shape and dtype of x (%s)", op, what, lt_desc(d1, t), lt_desc(d2, x));
   return 0;
 }
 
@@ -146,258 +144,146 @@ static int stat_dtype(const lt_tensor *x, const lt_tensor *stat) {
   return x->dtype == LT_F64 && stat->storage && stat->dtype == LT_F64 ? LT_F64 : LT_F32;
 }
 
-typedef struct norm_fwd_job {
-  int dtype;
-  int64_t C, N;
-  double eps;
-  int center;
-  const void *xp;
-  void *yp;
-  const void *w, *b;
-  void *mup;
-  int mu_dtype;
-  void *rsp;
-  int rs_dtype;
-} norm_fwd_job;
-
-/* Part tid of nth: rows [N*tid/nth, N*(tid+1)/nth). Rows are independent, so the split does not
- * change results. Returns 1 when the scratch row could not be allocated. */
-static int norm_forward_part(void *job, int tid, int nth) {
-  const norm_fwd_job *J = job;
-  int dtype = J->dtype, center = J->center;
-  int64_t C = J->C, i0 = J->N * tid / nth, i1 = J->N * (tid + 1) / nth;
-  const void *xp = J->xp, *w = J->w, *b = J->b;
-  void *yp = J->yp;
-  if (i0 >= i1) return 0;
-  float *scratch = dtype == LT_BF16 || dtype == LT_F16 ? malloc(2 * (size_t)C * sizeof(float)) : NULL;
-  if (dtype != LT_F32 && dtype != LT_F64 && !scratch) return 1;
-  for (int64_t i = i0; i < i1; i++) {
-    double m, r;
-    if (dtype == LT_F64) {
-      norm_row_forward_f64((double *)yp + i * C, (const double *)xp + i * C, w, b, C, J->eps, center, &m, &r);
-    } else if (dtype == LT_F32) {
-      norm_row_forward_f32((float *)yp + i * C, (const float *)xp + i * C, w, b, C, (float)J->eps, center, &m, &r);
-    } else {
-      const float *xr = lt_load_row_f32(xp, dtype, i * C, C, scratch);
-      norm_row_forward_f32(scratch + C, xr, w, b, C, (float)J->eps, center, &m, &r);
-      lt_store_row_f32(yp, dtype, i * C, scratch + C, C);
-    }
-    if (J->mup) lt_store_f64(J->mup, J->mu_dtype, i, m);
-    if (J->rsp) lt_store_f64(J->rsp, J->rs_dtype, i, r);
-  }
-  free(scratch);
-  return 0;
-}
-
-static int norm_forward(const char *op, lt_tensor *out, lt_tensor *mean, lt_tensor *rstd, const lt_tensor *x,
-                        const lt_tensor *weight, const lt_tensor *bias, double eps, int center) {
+int lt_norm_forward_op(const char *op, lt_tensor *res_out, lt_tensor *out, lt_tensor *mean, lt_tensor *rstd,
+                       const lt_tensor *x, const lt_tensor *residual, const lt_tensor *weight, const lt_tensor *bias,
+                       double eps, int center) {
   int64_t N, C;
   LT_TRY(check_x(op, x, &N, &C));
-  int rc = -1, dtype = x->dtype;
+  if (residual) {
+    LT_TRY(check_like_x(op, "residual", residual, x));
+    if (!res_out) return lt_errorf("%s: res_out is NULL", op);
+    if (res_out == out || (res_out->storage && out && out->storage && lt_data_ptr(res_out) == lt_data_ptr(out)))
+      return lt_errorf("%s: res_out and out must be different tensors", op);
+  }
+  int rc = -1, dtype = x->dtype, device = x->device;
   int64_t nshape[1] = {N};
-  lt_tensor *xc = lt_tensor_new(), *y = NULL, *mu_t = NULL, *rs_t = NULL;
-  void *w = param_buffer(op, "weight", weight, x, C, 1.0);
-  void *b = w ? param_buffer(op, "bias", bias, x, C, 0.0) : NULL;
-  if (!xc || !w || !b || lt_contiguous(xc, x)) goto done;
-  if (!(y = lt_out_begin(op, "out", out, x->ndim, x->shape, dtype))) goto done;
-  if (mean && !(mu_t = lt_out_begin(op, "mean", mean, 1, nshape, stat_dtype(x, mean)))) goto done;
-  if (rstd && !(rs_t = lt_out_begin(op, "rstd", rstd, 1, nshape, stat_dtype(x, rstd)))) goto done;
-  const void *xp = lt_data_ptr(xc);
-  void *yp = lt_data_ptr(y);
-  void *mup = mu_t ? lt_data_ptr(mu_t) : NULL, *rsp = rs_t ? lt_data_ptr(rs_t) : NULL;
-  norm_fwd_job J = {dtype, C, N, eps, center, xp, yp, w, b, mup, mu_t ? mu_t->dtype : 0, rsp, rs_t ? rs_t->dtype : 0};
-  int failed = lt_run_parts(norm_forward_part, &J, N * C >= LT_PAR_GRAIN && N > 1);
-  rc = failed ? lt_errorf("%s: out of host memory", op) : 0;
+  lt_tensor *xc = lt_tensor_new(), *rc_t = lt_tensor_new(), *w = lt_tensor_new(), *b = lt_tensor_new();
+  lt_tensor *y = NULL, *res = NULL, *mu_t = NULL, *rs_t = NULL;
+  if (!xc || !rc_t || !w || !b) goto done;
+  if (param_tensor(op, "weight", weight, x, C, 1.0, w) || param_tensor(op, "bias", bias, x, C, 0.0, b)) goto done;
+  if (gather(xc, x) || (residual && gather(rc_t, residual))) goto done;
+  if (residual && !(res = out_begin(op, "res_out", res_out, x->ndim, x->shape, dtype, device))) goto done;
+  if (!(y = out_begin(op, "out", out, x->ndim, x->shape, dtype, device))) goto done;
+  if (mean && !(mu_t = out_begin(op, "mean", mean, 1, nshape, stat_dtype(x, mean), device))) goto done;
+  if (rstd && !(rs_t = out_begin(op, "rstd", rstd, 1, nshape, stat_dtype(x, rstd), device))) goto done;
+  lt_norm_fwd p = {.device = device,
+                   .dtype = dtype,
+                   .N = N,
+                   .C = C,
+                   .eps = eps,
+                   .center = center,
+                   .x = lt_data_ptr(xc),
+                   .residual = residual ? lt_data_ptr(rc_t) : NULL,
+                   .res = res ? lt_data_ptr(res) : NULL,
+                   .y = lt_data_ptr(y),
+                   .w = lt_data_ptr(w),
+                   .b = lt_data_ptr(b),
+                   .mean = mu_t ? lt_data_ptr(mu_t) : NULL,
+                   .rstd = rs_t ? lt_data_ptr(rs_t) : NULL,
+                   .mean_dtype = mu_t ? mu_t->dtype : LT_F32,
+                   .rstd_dtype = rs_t ? rs_t->dtype : LT_F32};
+#ifdef LUTRA_HAVE_CUDA
+  rc = device == LT_DEVICE_CPU ? lt_norm_forward_cpu(op, &p) : lt_cuda_norm_forward(op, &p);
+#else
+  rc = lt_norm_forward_cpu(op, &p);
+#endif
 done:
-  rc = lt_out_finish(out, y, rc);
-  if (mean) rc = lt_out_finish(mean, mu_t, rc);
-  if (rstd) rc = lt_out_finish(rstd, rs_t, rc);
-  lt_release(xc);
-  free(w);
-  free(b);
+  if (residual) rc = out_finish(res_out, res, rc);
+  rc = out_finish(out, y, rc);
+  if (mean) rc = out_finish(mean, mu_t, rc);
+  if (rstd) rc = out_finish(rstd, rs_t, rc);
+  lt_release(xc), lt_release(rc_t), lt_release(w), lt_release(b);
   return rc;
 }
 
 int lt_layernorm_forward(lt_tensor *out, lt_tensor *mean, lt_tensor *rstd, const lt_tensor *x, const lt_tensor *weight,
                          const lt_tensor *bias, double eps) {
-  return norm_forward("layernorm", out, mean, rstd, x, weight, bias, eps, 1);
+  return lt_norm_forward_op("layernorm", NULL, out, mean, rstd, x, NULL, weight, bias, eps, 1);
 }
 
 int lt_rmsnorm_forward(lt_tensor *out, lt_tensor *rstd, const lt_tensor *x, const lt_tensor *weight, double eps) {
-  return norm_forward("rmsnorm", out, NULL, rstd, x, weight, NULL, eps, 0);
+  return lt_norm_forward_op("rmsnorm", NULL, out, NULL, rstd, x, NULL, weight, NULL, eps, 0);
 }
 
 /* ---- backward ----------------------------------------------------------------------- */
 
-/* A saved statistic: f32 (or f64) with N elements, made contiguous into tc. */
-static int check_stat(const char *op, const char *what, const lt_tensor *t, int64_t N, lt_tensor *tc) {
+/* A saved statistic: f32 (or f64) with N elements on x's device, made contiguous into tc. */
+static int check_stat(const char *op, const char *what, const lt_tensor *t, const lt_tensor *x, int64_t N,
+                      lt_tensor *tc) {
   LT_TRY(lt_check_defined(op, what, t));
-  LT_TRY(lt_check_cpu(op, t));
+  LT_TRY(check_device(op, what, t, x));
   char d[LT_DESC_STR];
   if ((t->dtype != LT_F32 && t->dtype != LT_F64) || lt_numel(t) != N)
     return lt_errorf("%s: %s is %s, expected f32 [%lld] (one per row of x)", op, what, lt_desc(d, t), (long long)N);
-  return lt_contiguous(tc, t);
+  return gather(tc, t);
 }
 
-/* Rows per chunk for the dweight/dbias partial sums depend only on the shape. */
-static int64_t num_row_chunks(int64_t N, int64_t C) {
-  int64_t k = N * C / LT_PAR_GRAIN;
-  k = k < 1 ? 1 : k > 64 ? 64 : k;
-  return k < N ? k : N;
-}
-
-typedef struct norm_bwd_job {
-  int dtype;
-  int64_t C, N, nchunks;
-  int center;
-  const void *xp, *dyp, *w;
-  const void *mup;
-  int mu_dtype;
-  const void *rsp;
-  int rs_dtype;
-  void *dxp;
-  char *pw_base, *pb_base; /* partials, NULL when not requested */
-} norm_bwd_job;
-
-/* Part tid of nth: row chunks [nchunks*tid/nth, nchunks*(tid+1)/nth). Each chunk writes its own
- * partials, so the split does not change results. Returns 1 when scratch could not be allocated. */
-static int norm_backward_part(void *job, int tid, int nth) {
-  const norm_bwd_job *J = job;
-  int dtype = J->dtype, is64 = dtype == LT_F64, center = J->center, csize = is64 ? 8 : 4;
-  int64_t C = J->C, N = J->N, nchunks = J->nchunks;
-  int64_t k0 = nchunks * tid / nth, k1 = nchunks * (tid + 1) / nth;
-  const void *xp = J->xp, *dyp = J->dyp, *w = J->w;
-  void *dxp = J->dxp;
-  if (k0 >= k1) return 0;
-  float *scratch = !is64 && dtype != LT_F32 ? malloc(3 * (size_t)C * sizeof(float)) : NULL;
-  if (!is64 && dtype != LT_F32 && !scratch) return 1;
-  for (int64_t k = k0; k < k1; k++) {
-    int64_t i0 = N * k / nchunks, i1 = N * (k + 1) / nchunks;
-    char *pw = J->pw_base ? J->pw_base + (size_t)(k * C * csize) : NULL;
-    char *pb = J->pb_base ? J->pb_base + (size_t)((nchunks + k) * C * csize) : NULL;
-    for (int64_t i = i0; i < i1; i++) {
-      double mu = center ? lt_load_f64(J->mup, J->mu_dtype, i) : 0.0, rs = lt_load_f64(J->rsp, J->rs_dtype, i);
-      if (is64) {
-        double *dxr = dxp ? (double *)dxp + i * C : NULL;
-        norm_row_backward_f64(dxr, (double *)pw, (double *)pb, (const double *)dyp + i * C, (const double *)xp + i * C,
-                              w, C, mu, rs, center);
-      } else if (dtype == LT_F32) {
-        float *dxr = dxp ? (float *)dxp + i * C : NULL;
-        norm_row_backward_f32(dxr, (float *)pw, (float *)pb, (const float *)dyp + i * C, (const float *)xp + i * C, w,
-                              C, mu, rs, center);
-      } else {
-        const float *xr = lt_load_row_f32(xp, dtype, i * C, C, scratch);
-        const float *dyr = lt_load_row_f32(dyp, dtype, i * C, C, scratch + C);
-        norm_row_backward_f32(dxp ? scratch + 2 * C : NULL, (float *)pw, (float *)pb, dyr, xr, w, C, mu, rs, center);
-        if (dxp) lt_store_row_f32(dxp, dtype, i * C, scratch + 2 * C, C);
-      }
-    }
-  }
-  free(scratch);
-  return 0;
-}
-
-/* Column j of the chunk partials, summed in fixed chunk order. */
-static inline void sum_partials(void *tp, int tdtype, const char *base, int is64, int64_t nchunks, int64_t C,
-                                int64_t j) {
-  double s = 0;
-  for (int64_t k = 0; k < nchunks; k++)
-    s += is64 ? ((const double *)base)[k * C + j] : (double)((const float *)base)[k * C + j];
-  lt_store_f64(tp, tdtype, j, s);
-}
-
-static int norm_backward(const char *op, lt_tensor *dx, lt_tensor *dweight, lt_tensor *dbias, const lt_tensor *dout,
-                         const lt_tensor *x, const lt_tensor *weight, const lt_tensor *mean, const lt_tensor *rstd,
-                         int center) {
+int lt_norm_backward_op(const char *op, lt_tensor *dx, lt_tensor *dweight, lt_tensor *dbias, const lt_tensor *dout,
+                        const lt_tensor *dres, const lt_tensor *x, const lt_tensor *weight, const lt_tensor *mean,
+                        const lt_tensor *rstd, int center) {
   int64_t N, C;
   LT_TRY(check_x(op, x, &N, &C));
-  LT_TRY(lt_check_defined(op, "dout", dout));
-  LT_TRY(lt_check_cpu(op, dout));
-  char d1[LT_DESC_STR], d2[LT_DESC_STR];
-  if (!lt_same_shape(dout, x) || dout->dtype != x->dtype)
-    return lt_errorf("%s: dout is %s, expected the shape and dtype of x (%s)", op, lt_desc(d1, dout), lt_desc(d2, x));
+  LT_TRY(check_like_x(op, "dout", dout, x));
+  if (dres) LT_TRY(check_like_x(op, "dres", dres, x));
   if (dweight && !weight) return lt_errorf("%s: dweight requested but weight is NULL", op);
-  int dtype = x->dtype, is64 = dtype == LT_F64, csize = is64 ? 8 : 4;
+  int dtype = x->dtype, device = x->device;
   int dbias_dtype = weight ? weight->dtype : dtype;
   if (dbias && dbias->storage) {
+    char d[LT_DESC_STR];
     if (dbias->dtype != dtype && dbias->dtype != LT_F32)
-      return lt_errorf("%s: dbias is %s, expected %s or f32", op, lt_desc(d1, dbias), lt_dtype_name(dtype));
+      return lt_errorf("%s: dbias is %s, expected %s or f32", op, lt_desc(d, dbias), lt_dtype_name(dtype));
     dbias_dtype = dbias->dtype;
   }
-  int rc = -1, failed = 0;
-  int64_t cshape[1] = {C}, nchunks = num_row_chunks(N, C);
-  lt_tensor *xc = lt_tensor_new(), *dyc = lt_tensor_new(), *muc = lt_tensor_new(), *rsc = lt_tensor_new();
+  int rc = -1;
+  int64_t cshape[1] = {C};
+  lt_tensor *xc = lt_tensor_new(), *dyc = lt_tensor_new(), *drc = lt_tensor_new(), *muc = lt_tensor_new();
+  lt_tensor *rsc = lt_tensor_new(), *w = lt_tensor_new();
   lt_tensor *dxw = NULL, *dww = NULL, *dbw = NULL;
-  char *partial = NULL;
-  void *w = param_buffer(op, "weight", weight, x, C, 1.0);
-  if (!xc || !dyc || !muc || !rsc || !w) goto done;
-  if (center && check_stat(op, "mean", mean, N, muc)) goto done;
-  if (check_stat(op, "rstd", rstd, N, rsc) || lt_contiguous(xc, x) || lt_contiguous(dyc, dout)) goto done;
-  if (dx && !(dxw = lt_out_begin(op, "dx", dx, x->ndim, x->shape, dtype))) goto done;
-  if (dweight && !(dww = lt_out_begin(op, "dweight", dweight, 1, cshape, weight->dtype))) goto done;
-  if (dbias && !(dbw = lt_out_begin(op, "dbias", dbias, 1, cshape, dbias_dtype))) goto done;
-  /* partials: chunk k's dweight sums at [k*C], its dbias sums at [(nchunks + k)*C] */
-  partial = calloc((size_t)(2 * nchunks * C + 1), (size_t)csize);
-  if (!partial) {
-    rc = lt_errorf("%s: out of host memory", op);
-    goto done;
-  }
-  const void *xp = lt_data_ptr(xc), *dyp = lt_data_ptr(dyc);
-  const void *mup = center ? lt_data_ptr(muc) : NULL, *rsp = lt_data_ptr(rsc);
-  void *dxp = dxw ? lt_data_ptr(dxw) : NULL;
-  norm_bwd_job J = {dtype,
-                    C,
-                    N,
-                    nchunks,
-                    center,
-                    xp,
-                    dyp,
-                    w,
-                    mup,
-                    center ? muc->dtype : 0,
-                    rsp,
-                    rsc->dtype,
-                    dxp,
-                    dww ? partial : NULL,
-                    dbw ? partial : NULL};
-  failed = lt_run_parts(norm_backward_part, &J, N * C >= LT_PAR_GRAIN && nchunks > 1);
-  if (failed) {
-    rc = lt_errorf("%s: out of host memory", op);
-    goto done;
-  }
-  /* fixed-order reduction of the chunk partials */
-  for (int which = 0; which < 2; which++) {
-    lt_tensor *t = which ? dbw : dww;
-    if (!t) continue;
-    const char *base = partial + (size_t)(which * nchunks * C * csize);
-    void *tp = lt_data_ptr(t);
-    if (nchunks * C >= LT_PAR_GRAIN) {
-#pragma omp parallel for schedule(static)
-      for (int64_t j = 0; j < C; j++) sum_partials(tp, t->dtype, base, is64, nchunks, C, j);
-    } else {
-      for (int64_t j = 0; j < C; j++) sum_partials(tp, t->dtype, base, is64, nchunks, C, j);
-    }
-  }
-  rc = 0;
+  if (!xc || !dyc || !drc || !muc || !rsc || !w) goto done;
+  if (param_tensor(op, "weight", weight, x, C, 1.0, w)) goto done;
+  if (center && check_stat(op, "mean", mean, x, N, muc)) goto done;
+  if (check_stat(op, "rstd", rstd, x, N, rsc) || gather(xc, x) || gather(dyc, dout)) goto done;
+  if (dres && gather(drc, dres)) goto done;
+  if (dx && !(dxw = out_begin(op, "dx", dx, x->ndim, x->shape, dtype, device))) goto done;
+  if (dweight && !(dww = out_begin(op, "dweight", dweight, 1, cshape, weight->dtype, device))) goto done;
+  if (dbias && !(dbw = out_begin(op, "dbias", dbias, 1, cshape, dbias_dtype, device))) goto done;
+  lt_norm_bwd p = {.device = device,
+                   .dtype = dtype,
+                   .N = N,
+                   .C = C,
+                   .center = center,
+                   .dy = lt_data_ptr(dyc),
+                   .x = lt_data_ptr(xc),
+                   .dres = dres ? lt_data_ptr(drc) : NULL,
+                   .w = lt_data_ptr(w),
+                   .mean = center ? lt_data_ptr(muc) : NULL,
+                   .rstd = lt_data_ptr(rsc),
+                   .mean_dtype = center ? muc->dtype : LT_F32,
+                   .rstd_dtype = rsc->dtype,
+                   .dx = dxw ? lt_data_ptr(dxw) : NULL,
+                   .dw = dww ? lt_data_ptr(dww) : NULL,
+                   .db = dbw ? lt_data_ptr(dbw) : NULL,
+                   .dw_dtype = dww ? dww->dtype : LT_F32,
+                   .db_dtype = dbw ? dbw->dtype : LT_F32};
+#ifdef LUTRA_HAVE_CUDA
+  rc = device == LT_DEVICE_CPU ? lt_norm_backward_cpu(op, &p) : lt_cuda_norm_backward(op, &p);
+#else
+  rc = lt_norm_backward_cpu(op, &p);
+#endif
 done:
-  if (dx) rc = lt_out_finish(dx, dxw, rc);
-  if (dweight) rc = lt_out_finish(dweight, dww, rc);
-  if (dbias) rc = lt_out_finish(dbias, dbw, rc);
-  lt_release(xc);
-  lt_release(dyc);
-  lt_release(muc);
-  lt_release(rsc);
-  free(partial);
-  free(w);
+  if (dx) rc = out_finish(dx, dxw, rc);
+  if (dweight) rc = out_finish(dweight, dww, rc);
+  if (dbias) rc = out_finish(dbias, dbw, rc);
+  lt_release(xc), lt_release(dyc), lt_release(drc), lt_release(muc), lt_release(rsc), lt_release(w);
   return rc;
 }
 
 int lt_layernorm_backward(lt_tensor *dx, lt_tensor *dweight, lt_tensor *dbias, const lt_tensor *dout,
                           const lt_tensor *x, const lt_tensor *weight, const lt_tensor *mean, const lt_tensor *rstd) {
-  return norm_backward("layernorm_backward", dx, dweight, dbias, dout, x, weight, mean, rstd, 1);
+  return lt_norm_backward_op("layernorm_backward", dx, dweight, dbias, dout, NULL, x, weight, mean, rstd, 1);
 }
 
 int lt_rmsnorm_backward(lt_tensor *dx, lt_tensor *dweight, const lt_tensor *dout, const lt_tensor *x,
                         const lt_tensor *weight, const lt_tensor *rstd) {
-  return norm_backward("rmsnorm_backward", dx, dweight, NULL, dout, x, weight, NULL, rstd, 0);
+  return lt_norm_backward_op("rmsnorm_backward", dx, dweight, NULL, dout, NULL, x, weight, NULL, rstd, 0);
 }

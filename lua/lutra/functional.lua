@@ -4,6 +4,11 @@
 --
 --   F.layer_norm(x, weight, bias, eps, out)     -> y, mean, rstd   over the last dim
 --   F.rms_norm(x, weight, eps, out)             -> y, rstd         over the last dim
+--   F.add_layer_norm(x, residual, weight, bias, eps) -> res, y, mean, rstd
+--   F.add_rms_norm(x, residual, weight, eps)         -> res, y, rstd
+--       res = x + residual (a pre-norm block's new residual stream), y = the norm of res, in
+--       one pass; x and residual have one shape and dtype. Both res and y are differentiable:
+--       backward adds res's own gradient into the norm's in the same kernel.
 --   F.linear(x, weight, bias, out)              -> x @ weight^T (+ bias)
 --   F.cross_entropy(logits, targets, opts)      -> loss, losses, lse
 --       opts: {ignore_index = -100, reduction = "mean" | "sum" | "none", out = }
@@ -15,7 +20,8 @@
 --                                               -> out, lse; q (B, T, H, D), k, v (B, S, Hkv, D)
 --   F.adamw_step(param, grad, m, v, {lr=, beta1=, beta2=, eps=, weight_decay=, step=})
 --                                               -> param, updated in place (m, v too)
--- Backward kernels, for autograd: layer_norm_backward, rms_norm_backward,
+-- Backward kernels, for autograd: layer_norm_backward, rms_norm_backward (both take an
+-- optional dres, added to dx: the fused ops' backward),
 -- cross_entropy_backward, embedding_backward, rope_backward, attention_backward,
 -- softmax_backward, log_softmax_backward, unary_backward.
 -- Autograd records the first result of each op (y, loss, out) when an input requires
@@ -109,9 +115,9 @@ function F.layer_norm(x, ...)
   return out, mean, rstd
 end
 
-function F.layer_norm_backward(dout, x, weight, mean, rstd)
+function F.layer_norm_backward(dout, x, weight, mean, rstd, dres)
   local dx, dweight, dbias = new(), weight and new() or nil, weight and new() or nil
-  if C.lt_layernorm_backward(dx, dweight, dbias, dout, x, weight, mean, rstd) ~= 0 then fail() end
+  if C.lt_layernorm_backward_add(dx, dweight, dbias, dout, dres, x, weight, mean, rstd) ~= 0 then fail() end
   return dx, dweight, dbias
 end
 
@@ -127,10 +133,37 @@ function F.rms_norm(x, ...)
   return out, rstd
 end
 
-function F.rms_norm_backward(dout, x, weight, rstd)
+function F.rms_norm_backward(dout, x, weight, rstd, dres)
   local dx, dweight = new(), weight and new() or nil
-  if C.lt_rmsnorm_backward(dx, dweight, dout, x, weight, rstd) ~= 0 then fail() end
+  if C.lt_rmsnorm_backward_add(dx, dweight, dout, dres, x, weight, rstd) ~= 0 then fail() end
   return dx, dweight
+end
+
+local function tracked4(a, b, c, d)
+  return S.enabled and (grad_of(a) or grad_of(b) or grad_of(c) or grad_of(d))
+end
+
+function F.add_layer_norm(x, residual, weight, bias, eps)
+  need("add_layer_norm", "x", x)
+  need("add_layer_norm", "residual", residual)
+  tensor_or_nil("add_layer_norm", "weight", weight)
+  tensor_or_nil("add_layer_norm", "bias", bias)
+  local res, out = new(), new()
+  local mean, rstd = row_stats(x), row_stats(x)
+  if C.lt_add_layernorm_forward(res, out, mean, rstd, x, residual, weight, bias, eps or 1e-5) ~= 0 then fail() end
+  if tracked4(x, residual, weight, bias) then S.add_norm(res, out, x, residual, weight, bias, mean, rstd) end
+  return res, out, mean, rstd
+end
+
+function F.add_rms_norm(x, residual, weight, eps)
+  need("add_rms_norm", "x", x)
+  need("add_rms_norm", "residual", residual)
+  tensor_or_nil("add_rms_norm", "weight", weight)
+  local res, out = new(), new()
+  local rstd = row_stats(x)
+  if C.lt_add_rmsnorm_forward(res, out, rstd, x, residual, weight, eps or 1e-6) ~= 0 then fail() end
+  if tracked4(x, residual, weight) then S.add_norm(res, out, x, residual, weight, nil, nil, rstd) end
+  return res, out, rstd
 end
 
 local linear_shape = ffi.new("int64_t[?]", 16)

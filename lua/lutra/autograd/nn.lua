@@ -1,6 +1,7 @@
 -- lutra.autograd.nn — records and backward formulas of matmul/gemm and of the fused
--- kernels (linear, layer_norm, rms_norm, cross_entropy, embedding, rope, attention),
--- whose backwards are the C entry points (lt_*_backward) through lutra.F.
+-- kernels (linear, layer_norm, rms_norm, add_layer_norm, add_rms_norm, cross_entropy,
+-- embedding, rope, attention), whose backwards are the C entry points (lt_*_backward)
+-- through lutra.F.
 local lt = require "lutra.ffi"
 local S = require "lutra.autograd.state"
 local U = require "lutra.autograd.util"
@@ -196,6 +197,55 @@ function Attention.backward(n, g)
     fail()
   end
   return n[1] and dq or nil, n[2] and dk or nil, n[3] and dv or nil
+end
+
+-- ---- add_layer_norm, add_rms_norm: res = x + residual, y = norm(res) --------------------------------
+-- Two outputs that both take gradients. res carries the op's node (AddNormBackward: edges x,
+-- residual, weight, bias); y's record (AddNormOutput) hands y's gradient to that node, as
+-- checkpoint's outputs do. The node runs once res's own gradient (from its other uses) and y's
+-- have both arrived, and one kernel gives dx = norm_backward(dy) + dres for x and residual.
+
+local AddNorm = class("AddNormBackward", {"res", "w", "mean", "rstd"})
+AddNorm.always = true -- runs from y's gradient even when res got none of its own
+
+local AddNormOutput = class("AddNormOutput")
+AddNormOutput.keeps_grad = true -- the engine must not free what it hands over
+function AddNormOutput.backward(n, g)
+  n[1].dy = g
+  return require("lutra.autograd.engine").DELIVERED
+end
+
+-- mean is nil for rms_norm.
+function S.add_norm(res, y, x, residual, w, b, mean, rstd)
+  local node = {edge(x), edge(residual), w ~= nil and edge(w) or false, b ~= nil and edge(b) or false, cls = AddNorm,
+                center = mean ~= nil}
+  save_output(node, "res", "ver_res", res)
+  if w ~= nil then save(node, "w", "ver_w", w) end
+  if mean ~= nil then save(node, "mean", "ver_mean", mean) end
+  save(node, "rstd", "ver_rstd", rstd)
+  attach(res, node)
+  attach(y, {node, cls = AddNormOutput})
+end
+
+function AddNorm.backward(n, g) -- g: res's own gradient (nil when it had none)
+  local dy = n.dy
+  n.dy = nil
+  if dy == nil then -- y took no gradient: res's passes through the add
+    if g == nil then return nil end
+    return g, g
+  end
+  local dx = new()
+  local dw = n[3] and new() or nil
+  local db = n[4] and new() or nil
+  local rc
+  if n.center then
+    rc = C.lt_layernorm_backward_add(dx, dw, db, dy, g, n.res, n.w, n.mean, n.rstd)
+  else
+    rc = C.lt_rmsnorm_backward_add(dx, dw, dy, g, n.res, n.w, n.rstd)
+  end
+  if rc ~= 0 then fail() end
+  local gx = (n[1] or n[2]) and dx or nil
+  return {n[1] and gx or nil, n[2] and gx or nil, dw, db}
 end
 
 return {}

@@ -2,6 +2,9 @@
 --   mlp = "gelu" | "swiglu", ffn_hidden =, bias = true, dropout = 0, rope = false,
 --   rope_theta =, dtype =, device =}
 -- The pre-norm transformer block: x + attn(ln_1(x)), then + mlp(ln_2(x)).
+-- The first residual add and ln_2 run as one fused kernel (F.add_layer_norm / F.add_rms_norm)
+-- when ln_2 is a plain LayerNorm/RMSNorm and the two addends share a dtype; the result is the
+-- same. Block.fuse_residual_norm = false (or the field on one block) turns that off.
 -- forward(x, cache, pos) passes the key/value cache to the attention; forward(x, nil, 0,
 -- {positions =, segments =}) passes packed-row positions and document ids to it.
 local Module = require "lutra.nn.module"
@@ -16,6 +19,7 @@ local SwiGLU = require "lutra.nn.swiglu"
 local raise = errors.raise
 
 local Block = Module:extend("Block")
+Block.fuse_residual_norm = true
 
 local KEYS = {"d_model", "n_head", "n_kv_head", "norm", "norm_eps", "mlp", "ffn_hidden", "bias", "dropout", "rope",
               "rope_theta", "dtype", "device"}
@@ -52,13 +56,25 @@ end
 local release = require("lutra.nn.grad").release
 
 -- (the intermediates are released as soon as used: see nn.grad.release)
+-- ln_2 computes exactly LayerNorm's or RMSNorm's forward (not a subclass that changed it).
+local function fusable(norm)
+  local f = norm.forward
+  return (f == LayerNorm.forward or f == RMSNorm.forward) and norm.forward_add ~= nil
+end
+
 function Block:forward(x, cache, pos, opts)
   local h = self.ln_1(x)
   local a = self.attn(h, cache, pos, opts)
   release(h, x, a)
-  local x1 = x + a
-  release(a, x)
-  h = self.ln_2(x1)
+  local x1
+  if self.fuse_residual_norm and a.dtype_ == x.dtype_ and fusable(self.ln_2) then
+    x1, h = self.ln_2:forward_add(a, x) -- x1 = a + x (= x + a exactly), h = ln_2(x1)
+    release(a, x)
+  else
+    x1 = x + a
+    release(a, x)
+    h = self.ln_2(x1)
+  end
   local m = self.mlp(h)
   release(h, x1, m)
   local y = x1 + m

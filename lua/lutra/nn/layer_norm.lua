@@ -1,6 +1,7 @@
 -- nn.LayerNorm(dim, {eps = 1e-5, bias = true, affine = true, dtype =, device =}):
 -- normalises the last dim to zero mean and unit variance, then * weight + bias
 -- (weight starts at one, bias at zero). bias = false keeps the weight only.
+-- forward_add(x, residual) -> x + residual, and the norm of it (one fused kernel).
 local Module = require "lutra.nn.module"
 local create = require "lutra.create"
 local F = require "lutra.functional"
@@ -20,6 +21,12 @@ function LayerNorm:init(dim, opts)
 end
 
 function LayerNorm:forward(x) return (F.layer_norm(x, self.weight, self.bias, self.eps)) end
+
+-- x + residual and its norm, in one pass: returns both (the residual stream, the normalised value).
+function LayerNorm:forward_add(x, residual)
+  local res, y = F.add_layer_norm(x, residual, self.weight, self.bias, self.eps)
+  return res, y
+end
 
 function LayerNorm:extra_repr()
   local s = string.format("%d, eps=%g", self.dim, self.eps)

@@ -1,5 +1,6 @@
 -- nn.RMSNorm(dim, {eps = 1e-6, affine = true, dtype =, device =}):
 -- x / sqrt(mean(x^2) + eps) * weight over the last dim (weight starts at one).
+-- forward_add(x, residual) -> x + residual, and the norm of it (one fused kernel).
 local Module = require "lutra.nn.module"
 local create = require "lutra.create"
 local F = require "lutra.functional"
@@ -15,6 +16,12 @@ function RMSNorm:init(dim, opts)
 end
 
 function RMSNorm:forward(x) return (F.rms_norm(x, self.weight, self.eps)) end
+
+-- x + residual and its norm, in one pass: returns both (the residual stream, the normalised value).
+function RMSNorm:forward_add(x, residual)
+  local res, y = F.add_rms_norm(x, residual, self.weight, self.eps)
+  return res, y
+end
 
 function RMSNorm:extra_repr()
   return string.format("%d, eps=%g%s", self.dim, self.eps, self.weight == nil and ", affine=false" or "")
