@@ -1,4 +1,5 @@
 /* copy.c — copy across dtypes, devices and layouts; fill, arange, linspace. */
+#include "cuda_elementwise.h"
 #include "internal.h"
 #include <stdlib.h>
 #ifdef __F16C__
@@ -135,6 +136,59 @@ static int check_broadcast_to(const char *op, const lt_tensor *src, const lt_ten
                    lt_shape_str(a, src->ndim, src->shape), lt_shape_str(b, dst->ndim, dst->shape));
 }
 
+#ifdef LUTRA_HAVE_CUDA
+/* dst = src on one CUDA device: any layouts, src broadcast, dtype converted in the same kernel. */
+static int copy_on_device(lt_tensor *dst, const lt_tensor *src) {
+  lt_ew_geom g;
+  lt_ew_geom_of(&g, dst, 1, &src);
+  return lt_cuda_copy(dst->device, &g, lt_data_ptr(dst), dst->dtype, lt_data_ptr(src), src->dtype);
+}
+
+/* A contiguous tensor of src's shape, in `dtype` on `device`, holding src's values: src itself
+ * (a new view) when it already is one, else a copy (made on src's device). NULL on error. */
+static lt_tensor *contiguous_as(const lt_tensor *src, int dtype, int device) {
+  lt_tensor *t = lt_tensor_new();
+  if (!t) return lt_errorf("copy: out of host memory"), NULL;
+  int rc;
+  if (lt_is_contiguous(src) && src->dtype == dtype && src->device == device) {
+    rc = lt_set(t, src);
+  } else {
+    rc = lt_empty(t, src->ndim, src->shape, dtype, device);
+    if (rc == 0 && src->device == LT_DEVICE_CPU)
+      copy_cpu(t, src);
+    else if (rc == 0)
+      rc = copy_on_device(t, src);
+  }
+  if (rc) lt_release(t), t = NULL;
+  return t;
+}
+
+/* dst = src across devices (CPU <-> CUDA, or two CUDA devices): src's values, made contiguous in
+ * its own shape (and, from the CPU, already in dst's dtype), cross in one memcpy; dst's device
+ * then broadcasts, converts and scatters them into dst's layout. */
+static int copy_across(lt_tensor *dst, const lt_tensor *src) {
+  bool to_cpu = dst->device == LT_DEVICE_CPU;
+  /* from the CPU convert first (the host does it, and fewer bytes may cross) */
+  lt_tensor *packed = contiguous_as(src, src->device == LT_DEVICE_CPU ? dst->dtype : src->dtype, src->device);
+  if (!packed) return -1;
+  int64_t nbytes = lt_numel(packed) * lt_dtype_size(packed->dtype);
+  int rc;
+  if (lt_is_contiguous(dst) && lt_same_shape(dst, packed) && dst->dtype == packed->dtype) {
+    rc = lt_cuda_memcpy(lt_data_ptr(dst), dst->device, lt_data_ptr(packed), packed->device, nbytes);
+  } else {
+    lt_tensor *landed = lt_tensor_new();
+    rc = landed ? lt_empty(landed, packed->ndim, packed->shape, packed->dtype, dst->device)
+                : lt_errorf("copy: out of host memory");
+    if (rc == 0) rc = lt_cuda_memcpy(lt_data_ptr(landed), dst->device, lt_data_ptr(packed), packed->device, nbytes);
+    if (rc == 0 && to_cpu) copy_cpu(dst, landed);
+    if (rc == 0 && !to_cpu) rc = copy_on_device(dst, landed);
+    lt_release(landed);
+  }
+  lt_release(packed);
+  return rc;
+}
+#endif
+
 int lt_copy(lt_tensor *dst, const lt_tensor *src) {
   LT_TRY(lt_check_defined("copy", "destination", dst));
   LT_TRY(lt_check_defined("copy", "source", src));
@@ -144,52 +198,8 @@ int lt_copy(lt_tensor *dst, const lt_tensor *src) {
     return 0;
   }
 #ifdef LUTRA_HAVE_CUDA
-  /* Across devices: bring src into a contiguous buffer of dst's shape and dtype on
-   * src's device, then one memcpy. CUDA-side layouts beyond contiguous are issue 4. */
-  bool plain = lt_is_contiguous(dst) && lt_is_contiguous(src) && lt_same_shape(dst, src);
-  if (plain && src->dtype == dst->dtype)
-    return lt_cuda_memcpy(lt_data_ptr(dst), dst->device, lt_data_ptr(src), src->device,
-                          lt_numel(dst) * lt_dtype_size(dst->dtype));
-  if (plain && src->device == dst->device)
-    return lt_cuda_convert_contig(dst->device, lt_data_ptr(dst), dst->dtype, lt_data_ptr(src), src->dtype,
-                                  lt_numel(dst));
-  /* general case: stage through the host */
-  int rc = -1;
-  lt_tensor *hs = lt_tensor_new(), *hd = lt_tensor_new();
-  if (!hs || !hd) goto done;
-  if (src->device != LT_DEVICE_CPU) {
-    lt_tensor *cs = lt_tensor_new();
-    if (!cs) goto done;
-    if (lt_is_contiguous(src)) {
-      rc = lt_set(cs, src);
-    } else {
-      rc = lt_errorf("copy: non-contiguous cuda source is not supported yet; call contiguous() on the cpu side");
-    }
-    if (rc == 0) rc = lt_empty(hs, src->ndim, src->shape, src->dtype, LT_DEVICE_CPU);
-    if (rc == 0)
-      rc = lt_cuda_memcpy(lt_data_ptr(hs), LT_DEVICE_CPU, lt_data_ptr(cs), cs->device,
-                          lt_numel(cs) * lt_dtype_size(cs->dtype));
-    lt_release(cs);
-    if (rc) goto done;
-  } else {
-    LT_TRY(lt_set(hs, src));
-  }
-  if (dst->device == LT_DEVICE_CPU) {
-    copy_cpu(dst, hs);
-    rc = 0;
-  } else if (!lt_is_contiguous(dst)) {
-    rc = lt_errorf("copy: non-contiguous cuda destination is not supported yet");
-  } else {
-    rc = lt_empty(hd, dst->ndim, dst->shape, dst->dtype, LT_DEVICE_CPU);
-    if (rc == 0) copy_cpu(hd, hs);
-    if (rc == 0)
-      rc = lt_cuda_memcpy(lt_data_ptr(dst), dst->device, lt_data_ptr(hd), LT_DEVICE_CPU,
-                          lt_numel(dst) * lt_dtype_size(dst->dtype));
-  }
-done:
-  lt_release(hs);
-  lt_release(hd);
-  return rc;
+  if (dst->device == src->device) return copy_on_device(dst, src);
+  return copy_across(dst, src);
 #else
   return lt_errorf("copy: this build of lutra has no CUDA support");
 #endif
@@ -199,8 +209,9 @@ int lt_fill(lt_tensor *out, double value) {
   LT_TRY(lt_check_defined("fill", "out", out));
   if (out->device != LT_DEVICE_CPU) {
 #ifdef LUTRA_HAVE_CUDA
-    if (!lt_is_contiguous(out)) return lt_errorf("fill: non-contiguous cuda tensors are not supported yet");
-    return lt_cuda_fill_contig(out->device, lt_data_ptr(out), out->dtype, lt_numel(out), value);
+    lt_ew_geom g;
+    lt_ew_geom_of(&g, out, 0, NULL);
+    return lt_cuda_fill(out->device, &g, lt_data_ptr(out), out->dtype, value);
 #else
     return lt_errorf("fill: this build of lutra has no CUDA support");
 #endif
@@ -217,6 +228,9 @@ int lt_fill(lt_tensor *out, double value) {
 static int fill_sequence(const char *op, lt_tensor *out, int64_t n, double start, double step, int dtype, int device) {
   int64_t shape[1] = {n};
   LT_TRY(lt_prepare_out(op, out, 1, shape, dtype, device));
+#ifdef LUTRA_HAVE_CUDA
+  if (device != LT_DEVICE_CPU) return lt_cuda_sequence(device, lt_data_ptr(out), out->stride[0], dtype, n, start, step);
+#endif
   lt_tensor *host = out;
   if (device != LT_DEVICE_CPU) {
     host = lt_tensor_new();

@@ -7,6 +7,7 @@
 #pragma GCC optimize("no-trapping-math", "no-math-errno")
 #endif
 #include "ops_elementwise.h"
+#include "cuda_elementwise.h"
 #include <stdio.h>
 
 static const char *const binary_names[LT_NUM_BINARY_OPS] = {"add", "sub", "mul", "div", "pow", "maximum", "minimum",
@@ -173,19 +174,6 @@ static void binary_cpu(lt_tensor *out, const lt_tensor *x, const lt_tensor *y, i
   ew_execute(out->ndim, out->shape, 3, base, esize, (const int64_t(*)[LT_MAX_DIMS])st, binary_kernel, &c, grain);
 }
 
-#ifdef LUTRA_HAVE_CUDA
-/* add of same-shape contiguous tensors on one CUDA device: the one CUDA case so far. */
-static int binary_cuda(lt_tensor *out, const lt_tensor *a, const lt_tensor *b, int op) {
-  const char *name = lt_binary_name(op);
-  if (op != LT_ADD || !lt_same_shape(a, b) || !lt_is_contiguous(a) || !lt_is_contiguous(b))
-    return lt_errorf("%s: not implemented on cuda yet", name);
-  if (lt_is_defined(out) && !lt_is_contiguous(out)) return lt_errorf("%s: not implemented on cuda yet", name);
-  LT_TRY(ew_prepare_out(name, out, a->ndim, a->shape, a->dtype, a->device));
-  LT_TRY(ew_check_overlap(name, out, a, "a"));
-  LT_TRY(ew_check_overlap(name, out, b, "b"));
-  return lt_cuda_add_contig(a->device, lt_data_ptr(out), lt_data_ptr(a), lt_data_ptr(b), a->dtype, lt_numel(a));
-}
-#endif
 
 int lt_binary(lt_tensor *out, const lt_tensor *a, const lt_tensor *b, int op) {
   if (op < 0 || op >= LT_NUM_BINARY_OPS) return lt_errorf("binary: unknown op %d", op);
@@ -198,16 +186,18 @@ int lt_binary(lt_tensor *out, const lt_tensor *a, const lt_tensor *b, int op) {
   int ndim;
   int64_t shape[LT_MAX_DIMS];
   LT_TRY(broadcast_pair(name, a, b, &ndim, shape));
-  if (a->device != LT_DEVICE_CPU) {
-#ifdef LUTRA_HAVE_CUDA
-    return binary_cuda(out, a, b, op);
-#else
-    return ew_check_cpu(name, a);
-#endif
-  }
+  LT_TRY(ew_check_device(name, a));
   LT_TRY(ew_prepare_out(name, out, ndim, shape, is_comparison(op) ? LT_BOOL : a->dtype, a->device));
   LT_TRY(ew_check_overlap(name, out, a, "a"));
   LT_TRY(ew_check_overlap(name, out, b, "b"));
+#ifdef LUTRA_HAVE_CUDA
+  if (a->device != LT_DEVICE_CPU) {
+    lt_ew_geom g;
+    const lt_tensor *ins[2] = {a, b};
+    lt_ew_geom_of(&g, out, 2, ins);
+    return lt_cuda_binary(a->device, op, a->dtype, &g, lt_data_ptr(out), lt_data_ptr(a), lt_data_ptr(b), 0, NULL);
+  }
+#endif
   binary_cpu(out, a, b, op, a->dtype);
   return 0;
 }
@@ -238,7 +228,7 @@ int lt_binary_scalar(lt_tensor *out, const lt_tensor *a, double s, int op, int r
   const char *name = binary_names[op];
   LT_TRY(lt_check_defined(name, "a", a));
   LT_TRY(check_binary_dtype(name, op, a->dtype));
-  LT_TRY(ew_check_cpu(name, a));
+  LT_TRY(ew_check_device(name, a));
   _Alignas(8) unsigned char buf[8] = {0};
   int sdtype = a->dtype;
   LT_TRY(scalar_operand(name, a->dtype, s, buf, &sdtype));
@@ -249,6 +239,15 @@ int lt_binary_scalar(lt_tensor *out, const lt_tensor *a, double s, int op, int r
     int uop = s == 2 ? LT_SQUARE : s == 0.5 ? LT_SQRT : s == -0.5 ? LT_RSQRT : s == -1 ? LT_RECIPROCAL : -1;
     if (uop >= 0) return lt_unary(out, a, uop);
   }
+#ifdef LUTRA_HAVE_CUDA
+  if (a->device != LT_DEVICE_CPU) { /* the scalar is not an operand: a's geometry stands in for it */
+    lt_ew_geom g;
+    const lt_tensor *ins[2] = {a, a};
+    lt_ew_geom_of(&g, out, 2, ins);
+    return lt_cuda_binary(a->device, op, a->dtype, &g, lt_data_ptr(out), lt_data_ptr(a), lt_data_ptr(a),
+                          reverse ? 1 : 2, buf);
+  }
+#endif
   lt_storage st = {buf, 8, 1, LT_DEVICE_CPU};
   lt_tensor scalar = {.storage = &st, .ndim = 0, .dtype = sdtype, .device = LT_DEVICE_CPU, .refcount = 1};
   if (reverse)
@@ -303,13 +302,21 @@ int lt_where(lt_tensor *out, const lt_tensor *cond, const lt_tensor *a, const lt
   lt_tensor ab_shape = {.ndim = nab};
   memcpy(ab_shape.shape, ab, sizeof ab);
   LT_TRY(broadcast_pair("where", cond, &ab_shape, &ndim, shape));
-  LT_TRY(ew_check_cpu("where", a));
+  LT_TRY(ew_check_device("where", a));
   LT_TRY(ew_prepare_out("where", out, ndim, shape, a->dtype, a->device));
   LT_TRY(ew_check_overlap("where", out, cond, "cond"));
   LT_TRY(ew_check_overlap("where", out, a, "a"));
   LT_TRY(ew_check_overlap("where", out, b, "b"));
-  int64_t st[4][LT_MAX_DIMS];
   const lt_tensor *ops[4] = {out, cond, a, b};
+#ifdef LUTRA_HAVE_CUDA
+  if (a->device != LT_DEVICE_CPU) {
+    lt_ew_geom g;
+    lt_ew_geom_of(&g, out, 3, ops + 1);
+    return lt_cuda_where(a->device, lt_dtype_size(a->dtype), &g, lt_data_ptr(out), lt_data_ptr(cond), lt_data_ptr(a),
+                         lt_data_ptr(b));
+  }
+#endif
+  int64_t st[4][LT_MAX_DIMS];
   char *base[4];
   int esize[4];
   for (int k = 0; k < 4; k++) {

@@ -1,6 +1,7 @@
 /* ops_elementwise.c — the loop driver of the elementwise ops (runs along the innermost
  * dim, split across threads) and the 16-bit float block conversions they share. */
 #include "ops_elementwise.h"
+#include "cuda_elementwise.h"
 #include <stdlib.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -35,6 +36,26 @@ static int coalesce(int ndim, const int64_t *shape, int nops, const int64_t (*st
     n = 1;
   }
   return n;
+}
+
+void lt_ew_geom_init(lt_ew_geom *g, int ndim, const int64_t *shape, int nops, const int64_t (*strides)[LT_MAX_DIMS]) {
+  int64_t sh[LT_MAX_DIMS], st[EW_MAX_OPERANDS][LT_MAX_DIMS];
+  memset(g, 0, sizeof *g);
+  g->nops = nops;
+  int nd = coalesce(ndim, shape, nops, strides, sh, st);
+  g->ndim = nd > 0 ? nd : 1;
+  g->numel = nd > 0 ? lt_shape_numel(nd, sh) : 0;
+  for (int d = 0; d < nd; d++) { /* innermost first */
+    g->shape[d] = sh[nd - 1 - d];
+    for (int k = 0; k < nops; k++) g->stride[k][d] = st[k][nd - 1 - d];
+  }
+}
+
+void lt_ew_geom_of(lt_ew_geom *g, const lt_tensor *out, int nin, const lt_tensor *const *ins) {
+  int64_t st[EW_MAX_OPERANDS][LT_MAX_DIMS];
+  lt_broadcast_strides(out, out->ndim, out->shape, st[0]);
+  for (int k = 0; k < nin; k++) lt_broadcast_strides(ins[k], out->ndim, out->shape, st[k + 1]);
+  lt_ew_geom_init(g, out->ndim, out->shape, nin + 1, (const int64_t(*)[LT_MAX_DIMS])st);
 }
 
 /* Element offsets of each operand at index r of the dims [0, nd) (row-major). */
@@ -152,9 +173,15 @@ int ew_check_overlap(const char *op, const lt_tensor *out, const lt_tensor *in, 
                    what, lt_desc(b, in));
 }
 
-int ew_check_cpu(const char *op, const lt_tensor *t) {
+int ew_check_device(const char *op, const lt_tensor *t) {
   if (t->device == LT_DEVICE_CPU) return 0;
-  return lt_errorf("%s: not implemented on cuda yet", op);
+#ifdef LUTRA_HAVE_CUDA
+  if (t->device >= 0 && t->device < lt_cuda_device_count()) return 0;
+  char dev[16];
+  return lt_errorf("%s: device %s is not available (%s)", op, lt_device_str(dev, t->device), lt_cuda_status());
+#else
+  return lt_errorf("%s: not implemented on cuda yet (lutra was built without CUDA)", op);
+#endif
 }
 
 /* ---- 16-bit floats <-> f32 ------------------------------------------------------- */

@@ -26,8 +26,10 @@ int ew_prepare_out(const char *op, lt_tensor *out, int ndim, const int64_t *shap
  * a shifted view): the result would depend on the order of the loops. */
 int ew_check_overlap(const char *op, const lt_tensor *out, const lt_tensor *in, const char *what);
 
-/* Error "<op>: not implemented on cuda yet" when t is on a CUDA device. */
-int ew_check_cpu(const char *op, const lt_tensor *t);
+/* 0 when t's device can run the op: the CPU, or (CUDA builds) a CUDA device that exists.
+ * Else "<op>: device cuda:K is not available (why)", or in a CPU-only build
+ * "<op>: not implemented on cuda yet (lutra was built without CUDA)". */
+int ew_check_device(const char *op, const lt_tensor *t);
 
 /* Reads n elements of src (f32, bf16 or f16, element stride `stride`) into dst as f32.
  * A broadcast source (stride 0) is read once into dst[0]. Returns the stride to use

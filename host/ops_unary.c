@@ -7,6 +7,7 @@
 #pragma GCC optimize("no-trapping-math", "no-math-errno")
 #endif
 #include "ops_elementwise.h"
+#include "cuda_elementwise.h"
 #include <stdio.h>
 
 static const char *const unary_names[LT_NUM_UNARY_OPS] = {"neg",  "exp",     "log",  "sqrt",   "rsqrt",
@@ -148,9 +149,16 @@ int lt_unary(lt_tensor *out, const lt_tensor *a, int op) {
   const char *name = unary_names[op];
   LT_TRY(lt_check_defined(name, "input", a));
   LT_TRY(check_unary_dtype(name, op, a->dtype));
-  LT_TRY(ew_check_cpu(name, a));
+  LT_TRY(ew_check_device(name, a));
   LT_TRY(ew_prepare_out(name, out, a->ndim, a->shape, a->dtype, a->device));
   LT_TRY(ew_check_overlap(name, out, a, "input"));
+#ifdef LUTRA_HAVE_CUDA
+  if (a->device != LT_DEVICE_CPU) {
+    lt_ew_geom g;
+    lt_ew_geom_of(&g, out, 1, &a);
+    return lt_cuda_unary(a->device, op, a->dtype, &g, lt_data_ptr(out), lt_data_ptr(a));
+  }
+#endif
   int64_t st[2][LT_MAX_DIMS];
   unary_strides(out, a, st);
   char *base[2] = {lt_data_ptr(out), lt_data_ptr(a)};
@@ -236,10 +244,19 @@ int lt_unary_backward(lt_tensor *grad_in, const lt_tensor *grad_out, const lt_te
     return lt_errorf("%s: grad_out %s and x %s differ in shape", name, lt_shape_str(a, grad_out->ndim, grad_out->shape),
                      lt_shape_str(b, x->ndim, x->shape));
   }
-  LT_TRY(ew_check_cpu(name, x));
+  LT_TRY(ew_check_device(name, x));
   LT_TRY(ew_prepare_out(name, grad_in, x->ndim, x->shape, x->dtype, x->device));
   LT_TRY(ew_check_overlap(name, grad_in, grad_out, "grad_out"));
   LT_TRY(ew_check_overlap(name, grad_in, x, "x"));
+#ifdef LUTRA_HAVE_CUDA
+  if (x->device != LT_DEVICE_CPU) {
+    lt_ew_geom g;
+    const lt_tensor *ins[2] = {grad_out, x};
+    lt_ew_geom_of(&g, grad_in, 2, ins);
+    return lt_cuda_unary_backward(x->device, op, x->dtype, &g, lt_data_ptr(grad_in), lt_data_ptr(grad_out),
+                                  lt_data_ptr(x));
+  }
+#endif
   int64_t st[3][LT_MAX_DIMS];
   lt_broadcast_strides(grad_in, x->ndim, x->shape, st[0]);
   lt_broadcast_strides(grad_out, x->ndim, x->shape, st[1]);
@@ -298,7 +315,7 @@ int lt_clamp(lt_tensor *out, const lt_tensor *a, double lo, double hi) {
   if (isnan(lo) || isnan(hi)) return lt_errorf("clamp: bounds must not be NaN (got %g, %g)", lo, hi);
   if (!lt_dtype_is_float(a->dtype) && !ew_is_int(a->dtype))
     return lt_errorf("clamp: not supported for %s tensors", lt_dtype_name(a->dtype));
-  LT_TRY(ew_check_cpu("clamp", a));
+  LT_TRY(ew_check_device("clamp", a));
   clamp_ctx c = {a->dtype, lo, hi};
   if (ew_is_int(a->dtype)) { /* integer bounds: round inwards, then clip to the dtype's range */
     double tmin = a->dtype == LT_I32 ? -2147483648.0 : a->dtype == LT_I64 ? -9223372036854775808.0 : 0;
@@ -308,6 +325,13 @@ int lt_clamp(lt_tensor *out, const lt_tensor *a, double lo, double hi) {
   }
   LT_TRY(ew_prepare_out("clamp", out, a->ndim, a->shape, a->dtype, a->device));
   LT_TRY(ew_check_overlap("clamp", out, a, "input"));
+#ifdef LUTRA_HAVE_CUDA
+  if (a->device != LT_DEVICE_CPU) {
+    lt_ew_geom g;
+    lt_ew_geom_of(&g, out, 1, &a);
+    return lt_cuda_clamp(a->device, a->dtype, &g, lt_data_ptr(out), lt_data_ptr(a), c.lo, c.hi);
+  }
+#endif
   int64_t st[2][LT_MAX_DIMS];
   unary_strides(out, a, st);
   char *base[2] = {lt_data_ptr(out), lt_data_ptr(a)};

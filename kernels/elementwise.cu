@@ -5,7 +5,7 @@
  * bit-identical with the CPU: fill writes the bit pattern the host computed, convert
  * follows host/copy.c's conversion rules, and 16-bit adds compute in f32 and round to
  * nearest even as the host does. */
-#include "common.cuh"
+#include "elementwise.cuh"
 
 /* ---- the shared loop shape ------------------------------------------------------------ */
 
@@ -43,9 +43,9 @@ template <typename T> static void launch_fill(int device, void *data, const unsi
   constexpr int N = 16 / sizeof(T);
   int blocks = lt_cuda_blocks(device, n / N + N);
   if (lt_aligned(data, 16))
-    fill_kernel<T, N><<<blocks, LT_CUDA_THREADS>>>((T *)data, pattern, n);
+    fill_kernel<T, N><<<blocks, LT_CUDA_THREADS, 0, lt_cuda_compute_stream(device)>>>((T *)data, pattern, n);
   else
-    fill_kernel<T, 1><<<blocks, LT_CUDA_THREADS>>>((T *)data, pattern, n);
+    fill_kernel<T, 1><<<blocks, LT_CUDA_THREADS, 0, lt_cuda_compute_stream(device)>>>((T *)data, pattern, n);
 }
 
 /* data[0..n) = value in dtype (bits as lt_store_f64 makes them on the host). */
@@ -66,28 +66,6 @@ int lt_cuda_fill_contig(int device, void *data, int dtype, int64_t n, double val
 }
 
 /* ---- convert ------------------------------------------------------------------------------ */
-
-/* One element of S as D, by host/copy.c's rules (convert_run, lt_load_f64/lt_store_f64). */
-template <typename D, typename S> __host__ __device__ inline D convert_one(S x) {
-  using SD = lt_dev_dtype<S>;
-  using DD = lt_dev_dtype<D>;
-  if constexpr (SD::is_int && DD::is_int && !std::is_same<D, lt_bool_byte>::value) {
-    /* integer to integer: through int64, wrapping */
-    int64_t v;
-    if constexpr (std::is_same<S, lt_bool_byte>::value)
-      v = x.byte;
-    else
-      v = (int64_t)x;
-    return (D)v;
-  } else if constexpr (SD::is_float && DD::is_float && !std::is_same<S, double>::value &&
-                       !std::is_same<D, double>::value) {
-    /* f32/bf16/f16 to f32/bf16/f16: through f32, which is what the host's double
-     * round trip amounts to since every such value is exact in f32 */
-    return DD::store((float)SD::load(x));
-  } else {
-    return DD::store(SD::load(x));
-  }
-}
 
 template <typename D, typename S, int N> struct convert_op {
   D *dst;
@@ -111,9 +89,9 @@ template <typename D, typename S> static void launch_convert(int device, void *d
   constexpr int N = 16 / (sizeof(S) > sizeof(D) ? sizeof(S) : sizeof(D));
   int blocks = lt_cuda_blocks(device, n / N + N);
   if (lt_aligned(dst, sizeof(D) * N) && lt_aligned(src, sizeof(S) * N))
-    convert_kernel<D, S, N><<<blocks, LT_CUDA_THREADS>>>((D *)dst, (const S *)src, n);
+    convert_kernel<D, S, N><<<blocks, LT_CUDA_THREADS, 0, lt_cuda_compute_stream(device)>>>((D *)dst, (const S *)src, n);
   else
-    convert_kernel<D, S, 1><<<blocks, LT_CUDA_THREADS>>>((D *)dst, (const S *)src, n);
+    convert_kernel<D, S, 1><<<blocks, LT_CUDA_THREADS, 0, lt_cuda_compute_stream(device)>>>((D *)dst, (const S *)src, n);
 }
 
 /* dst[0..n) (dst_dtype) = src[0..n) (src_dtype), both on `device`. */
@@ -190,9 +168,9 @@ template <typename T> static void launch_add(int device, void *out, const void *
   constexpr int N = 16 / sizeof(T);
   int blocks = lt_cuda_blocks(device, n / N + N);
   if (lt_aligned(out, 16) && lt_aligned(a, 16) && lt_aligned(b, 16))
-    add_kernel<T, N><<<blocks, LT_CUDA_THREADS>>>((T *)out, (const T *)a, (const T *)b, n);
+    add_kernel<T, N><<<blocks, LT_CUDA_THREADS, 0, lt_cuda_compute_stream(device)>>>((T *)out, (const T *)a, (const T *)b, n);
   else
-    add_kernel<T, 1><<<blocks, LT_CUDA_THREADS>>>((T *)out, (const T *)a, (const T *)b, n);
+    add_kernel<T, 1><<<blocks, LT_CUDA_THREADS, 0, lt_cuda_compute_stream(device)>>>((T *)out, (const T *)a, (const T *)b, n);
 }
 
 /* out[0..n) = a[0..n) + b[0..n); out may alias a or b exactly (in place). */
