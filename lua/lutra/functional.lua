@@ -117,7 +117,13 @@ end
 
 function F.layer_norm_backward(dout, x, weight, mean, rstd, dres)
   local dx, dweight, dbias = new(), weight and new() or nil, weight and new() or nil
-  if C.lt_layernorm_backward_add(dx, dweight, dbias, dout, dres, x, weight, mean, rstd) ~= 0 then fail() end
+  local rc
+  if dres == nil then
+    rc = C.lt_layernorm_backward(dx, dweight, dbias, dout, x, weight, mean, rstd)
+  else
+    rc = C.lt_layernorm_backward_add(dx, dweight, dbias, dout, dres, x, weight, mean, rstd)
+  end
+  if rc ~= 0 then fail() end
   return dx, dweight, dbias
 end
 
@@ -135,7 +141,13 @@ end
 
 function F.rms_norm_backward(dout, x, weight, rstd, dres)
   local dx, dweight = new(), weight and new() or nil
-  if C.lt_rmsnorm_backward_add(dx, dweight, dout, dres, x, weight, rstd) ~= 0 then fail() end
+  local rc
+  if dres == nil then
+    rc = C.lt_rmsnorm_backward(dx, dweight, dout, x, weight, rstd)
+  else
+    rc = C.lt_rmsnorm_backward_add(dx, dweight, dout, dres, x, weight, rstd)
+  end
+  if rc ~= 0 then fail() end
   return dx, dweight
 end
 
