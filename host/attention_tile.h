@@ -34,6 +34,12 @@ enum {
   ATT_DKV_MAX_KPW = 2,
   ATT_GEN_MAX_D = 256,
   ATT_SMEM_BUDGET = 48 * 1024, /* bytes of shared memory a CUDA-core CTA may use (no opt-in) */
+  /* tensor-core backward (bf16/f16, D 64 or 128), 4 warps of 16 rows: dQ by blocks of 64 query
+   * rows over key tiles of 32; dK, dV by tiles of 64 keys over query tiles of 32 */
+  ATT_BWD_MMA_BR = 64,
+  ATT_BWD_MMA_BC = 32,
+  ATT_BWD_MMA_BKV = 64,
+  ATT_BWD_MMA_BQ = 32,
 };
 
 /* ---- tile geometry ------------------------------------------------------------------------ */
@@ -95,6 +101,14 @@ static inline void att_dkv_tiles(int64_t D, int esize, int *kpw, int *bq) {
 static inline int64_t att_dkv_smem(int64_t D, int esize, int kpw, int bq) {
   int64_t bkv = (int64_t)ATT_GEN_WARPS * kpw;
   return (2 * bkv + 2 * (int64_t)bq) * att_gen_ld(D) * esize + bq * 24 + bkv * 8;
+}
+
+/* Shared memory of the tensor-core dK/dV kernel: K and V tiles (64 x (D + 8)), q and dout tiles
+ * row-major (32 x (D + 8)) and transposed (D x (32 + 8)), 16-bit; per query row lse, delta (f32)
+ * and segment id (int64); per key a segment id. */
+static inline int64_t att_dkv_mma_smem(int64_t D) {
+  return 2 * (int64_t)ATT_BWD_MMA_BKV * (D + 8) * 2 + 2 * (int64_t)ATT_BWD_MMA_BQ * (D + 8) * 2 +
+         2 * D * (ATT_BWD_MMA_BQ + 8) * 2 + ATT_BWD_MMA_BQ * 16 + ATT_BWD_MMA_BKV * 8;
 }
 
 /* ---- the online softmax, in float (f32, bf16, f16) and in double (f64) ---------------------- */

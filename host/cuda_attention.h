@@ -32,6 +32,9 @@ typedef struct lt_cuda_att_args {
 /* Whether the tensor-core forward takes these args (bf16/f16, D 64 or 128); it needs q, k, v,
  * out 16-byte aligned with strides that are multiples of 8 elements (the caller copies). */
 int lt_cuda_attention_fwd_uses_mma(int dtype, int64_t D);
+/* Whether the tensor-core backward takes them (bf16/f16, D 64 or 128): q, k, v, dout aligned as
+ * for the forward, dq, dk, dv likewise (the caller copies). */
+int lt_cuda_attention_bwd_uses_mma(int dtype, int64_t D);
 /* Forward: out (and lse when not NULL) from q, k, v. Queued on the device's compute stream. */
 int lt_cuda_attention_forward(const lt_cuda_att_args *a);
 /* Backward: dq, dk, dv from dout, q, k, v, out, lse (deterministic: no atomics). */

@@ -124,10 +124,11 @@ int lt_attention_backward_cuda(lt_tensor *dq, lt_tensor *dk, lt_tensor *dv, cons
   int rc = !delta || (f64 && !lse2) ? lt_errorf("attention_backward: out of memory") : 0;
   if (rc == 0) rc = lt_empty(delta, 1, &rows, f64 ? LT_F64 : LT_F32, a.device);
   if (rc == 0 && f64) rc = lt_empty(lse2, 1, &rows, LT_F64, a.device);
-  if (rc == 0 && (operand_in(&a.q, &d[0], q, false) || operand_in(&a.k, &d[1], k, false) ||
-                  operand_in(&a.v, &d[2], v, false) || operand_in(&a.dout, &d[3], dout, false) ||
-                  operand_in(&a.out, &d[4], out, false) || operand_out(&a.dq, &d[5], dq, false) ||
-                  operand_out(&a.dk, &d[6], dk, false) || operand_out(&a.dv, &d[7], dv, false)))
+  bool mma = lt_cuda_attention_bwd_uses_mma(a.dtype, a.D) != 0; /* out is read by the delta pass alone */
+  if (rc == 0 && (operand_in(&a.q, &d[0], q, mma) || operand_in(&a.k, &d[1], k, mma) ||
+                  operand_in(&a.v, &d[2], v, mma) || operand_in(&a.dout, &d[3], dout, mma) ||
+                  operand_in(&a.out, &d[4], out, false) || operand_out(&a.dq, &d[5], dq, mma) ||
+                  operand_out(&a.dk, &d[6], dk, mma) || operand_out(&a.dv, &d[7], dv, mma)))
     rc = -1;
   if (rc == 0) {
     a.delta = lt_data_ptr(delta);

@@ -11,8 +11,9 @@
  *    group's query heads in order and, for each, over query tiles of bq <= 32 rows (q, dout, lse,
  *    delta staged; lane i takes row i): dV += P^T dO, dK += scale dS^T Q, summed in registers in a
  *    fixed order. Query tiles before the first row that sees the key tile (causal) are skipped.
- * Every kernel computes in f32 (f64 for f64) on CUDA cores, within 48 KB of shared memory
- * (att_gen_bc, att_dkv_tiles), for any D <= 256.
+ * These kernels compute in f32 (f64 for f64) on CUDA cores, within 48 KB of shared memory
+ * (att_gen_bc, att_dkv_tiles), for any D <= 256. bf16/f16 with D 64 or 128 take the tensor-core
+ * passes 2 and 3 of attention_bwd_mma.cu instead (same structure, tiles of 64 x 32).
  */
 #include "attention_tile.cuh"
 
@@ -188,23 +189,25 @@ __global__ void __launch_bounds__(ATT_GEN_WARPS * 32)
 
 /* ---- launch ------------------------------------------------------------------------------------------ */
 
-template <typename E, typename acc> static void launch_backward(const lt_cuda_att_args *a, cudaStream_t stream) {
+template <typename E, typename acc> static int launch_backward(const lt_cuda_att_args *a, cudaStream_t stream) {
   acc *delta = (acc *)a->delta;
   double *lse2 = std::is_same<acc, double>::value ? a->lse2 : nullptr;
   int64_t rows = a->B * a->H * a->T;
+  if (rows > 0) att_delta<E, acc><<<lt_cuda_blocks(a->device, rows * 32), 256, 0, stream>>>(*a, delta);
+  if (lt_cuda_attention_bwd_uses_mma(a->dtype, a->D)) return att_backward_mma(a, stream, (const float *)delta);
   if (rows > 0) { /* dQ of rows that see no key (S == 0) is zeroed by att_dq too */
-    att_delta<E, acc><<<lt_cuda_blocks(a->device, rows * 32), 256, 0, stream>>>(*a, delta);
     int bc = att_gen_bc(a->D, sizeof(acc), 2);
     int64_t nblk = (a->T + ATT_GEN_BR - 1) / ATT_GEN_BR, smem = att_gen_smem(a->D, sizeof(acc), 2, bc);
     att_dq<E, acc>
         <<<(unsigned)(a->B * a->H * nblk), ATT_GEN_WARPS * 32, (size_t)smem, stream>>>(*a, nblk, bc, delta, lse2);
   }
-  if (a->B * a->Hkv * a->S == 0) return;
+  if (a->B * a->Hkv * a->S == 0) return 0;
   int kpw, bq;
   att_dkv_tiles(a->D, sizeof(acc), &kpw, &bq);
   int64_t bkv = (int64_t)ATT_GEN_WARPS * kpw, kblk = (a->S + bkv - 1) / bkv;
   att_dkv<E, acc><<<(unsigned)(a->B * a->Hkv * kblk), ATT_GEN_WARPS * 32, (size_t)att_dkv_smem(a->D, sizeof(acc), kpw, bq),
                     stream>>>(*a, kblk, kpw, bq, delta, lse2);
+  return 0;
 }
 
 extern "C" int lt_cuda_attention_backward(const lt_cuda_att_args *a) {
@@ -215,12 +218,14 @@ extern "C" int lt_cuda_attention_backward(const lt_cuda_att_args *a) {
     return lt_errorf("%s: B * H * T = %lld rows is too many for one grid", op, (long long)(a->B * a->H * a->T));
   LT_TRY(lt_cuda_use_device(op, a->device));
   cudaStream_t stream = lt_cuda_compute_stream(a->device);
+  int rc;
   switch (a->dtype) {
-  case LT_F32: launch_backward<float, float>(a, stream); break;
-  case LT_F64: launch_backward<double, double>(a, stream); break;
-  case LT_BF16: launch_backward<lt_bf16_bits, float>(a, stream); break;
-  case LT_F16: launch_backward<lt_f16_bits, float>(a, stream); break;
+  case LT_F32: rc = launch_backward<float, float>(a, stream); break;
+  case LT_F64: rc = launch_backward<double, double>(a, stream); break;
+  case LT_BF16: rc = launch_backward<lt_bf16_bits, float>(a, stream); break;
+  case LT_F16: rc = launch_backward<lt_f16_bits, float>(a, stream); break;
   default: return lt_errorf("%s: dtype %s is not supported on cuda", op, lt_dtype_name(a->dtype));
   }
+  if (rc) return rc;
   return lt_cuda_check_launch(op, a->device);
 }

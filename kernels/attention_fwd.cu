@@ -15,45 +15,8 @@
  *   output row is spread over the lanes (D / 32 values each).
  */
 #include "attention_tile.cuh"
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 
 /* ---- tensor-core forward ------------------------------------------------------------------ */
-
-template <typename T> struct mma_ops;
-template <> struct mma_ops<lt_bf16_bits> {
-  static __device__ inline uint32_t pack(float lo, float hi) { /* lo in the low half, as in memory */
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    uint32_t u;
-    memcpy(&u, &v, 4);
-    return u;
-  }
-  static __device__ inline uint16_t to_bits(float x) { return lt_f32_to_bf16(x); }
-  /* c (16 x 8, f32) += a (16 x 16, row) b (16 x 8, col) */
-  static __device__ inline void mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-};
-template <> struct mma_ops<lt_f16_bits> {
-  static __device__ inline uint32_t pack(float lo, float hi) {
-    __half2 v = __floats2half2_rn(lo, hi);
-    uint32_t u;
-    memcpy(&u, &v, 4);
-    return u;
-  }
-  static __device__ inline uint16_t to_bits(float x) { return lt_f32_to_f16(x); }
-  static __device__ inline void mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-};
-
-static __device__ inline uint32_t ld32(const uint16_t *p) { return *reinterpret_cast<const uint32_t *>(p); }
 
 /* Fragment layouts of mma.m16n8k16 (PTX ISA), lane = 4 * gid + tig:
  *   A (16 x 16): reg 0 = row gid, cols 2 tig, +1; reg 1 = row gid + 8, same cols;

@@ -4,6 +4,8 @@
 #ifndef LUTRA_KERNELS_ATTENTION_TILE_CUH
 #define LUTRA_KERNELS_ATTENTION_TILE_CUH
 #include "common.cuh"
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 extern "C" {
 #include "attention_tile.h"
 #include "cuda_attention.h"
@@ -66,5 +68,68 @@ template <typename acc> __device__ inline acc att_dot(const acc *x, const acc *y
   for (int64_t d = 0; d < D; d++) s += x[d] * y[d];
   return s;
 }
+
+/* ---- tensor cores: mma.sync m16n8k16 with f32 accumulation, for bf16 and f16 ---------------- */
+
+template <typename E> struct mma_ops;
+template <> struct mma_ops<lt_bf16_bits> {
+  static __device__ inline uint32_t pack(float lo, float hi) { /* lo in the low half, as in memory */
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    return u;
+  }
+  static __device__ inline uint16_t to_bits(float x) { return lt_f32_to_bf16(x); }
+  /* c (16 x 8, f32) += a (16 x 16, row) b (16 x 8, col) */
+  static __device__ inline void mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+template <> struct mma_ops<lt_f16_bits> {
+  static __device__ inline uint32_t pack(float lo, float hi) {
+    __half2 v = __floats2half2_rn(lo, hi);
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    return u;
+  }
+  static __device__ inline uint16_t to_bits(float x) { return lt_f32_to_f16(x); }
+  static __device__ inline void mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+
+static __device__ inline uint32_t ld32(const uint16_t *p) { return *reinterpret_cast<const uint32_t *>(p); }
+
+/* Stages rows [r0, r0 + n) of an operand's head h in batch b (16-bit elements, D a multiple of 8,
+ * rows 16-byte aligned) into dst (row-major, row stride ld) when dst is not NULL, and into dst_t
+ * transposed (dst_t[d * ld_t + r]) when dst_t is not NULL; rows at or past `limit` are zeros.
+ * The whole CTA calls it. */
+template <int D>
+__device__ inline void att_stage16(uint16_t *dst, int ld, uint16_t *dst_t, int ld_t, const lt_cuda_att_operand &o,
+                                   int64_t b, int64_t h, int64_t r0, int n, int64_t limit) {
+  const uint16_t *base = (const uint16_t *)o.data + b * o.sb + h * o.sh;
+  for (int i = threadIdx.x; i < n * (D / 8); i += blockDim.x) {
+    int r = i / (D / 8), c = i % (D / 8);
+    uint4 x = make_uint4(0, 0, 0, 0);
+    if (r0 + r < limit) x = *reinterpret_cast<const uint4 *>(base + (r0 + r) * o.st + c * 8);
+    if (dst) *reinterpret_cast<uint4 *>(&dst[r * ld + c * 8]) = x;
+    if (dst_t) {
+      uint16_t e[8];
+      memcpy(e, &x, 16);
+#pragma unroll
+      for (int k = 0; k < 8; k++) dst_t[(c * 8 + k) * ld_t + r] = e[k];
+    }
+  }
+}
+
+/* Passes 2 and 3 of the backward on tensor cores (attention_bwd_mma.cu), for the args that
+ * lt_cuda_attention_bwd_uses_mma accepts; delta (B, H, T) f32 is already queued. */
+int att_backward_mma(const lt_cuda_att_args *a, cudaStream_t stream, const float *delta);
 
 #endif

@@ -4,8 +4,8 @@
  * There is no GPU here, so the kernels' algorithm is run on the CPU instead: the same tile sizes,
  * loop orders, skip rules and online-softmax update (the functions of host/attention_tile.h, which
  * the kernels include), in f32 arithmetic for f32/bf16/f16 (every operation rounded to float) and
- * in f64 for f64, with P rounded to the 16-bit dtype before P V in the tensor-core forward. Random
- * shapes: causal with S < T (rows that see no key), S > T, segments (sorted and not), GQA, T and S
+ * in f64 for f64, with P (and dS) rounded to the 16-bit dtype before the products of the tensor-core
+ * forward and backward. Random shapes: causal with S < T (rows that see no key), S > T, segments (sorted and not), GQA, T and S
  * not multiples of the tiles, head dims that make the CUDA-core tiles small (D = 200, 256 in f64).
  * Also: every skipped tile (keys past att_key_end, queries before att_query_begin) is checked to be
  * fully masked, and the bounds are checked to be tight.
@@ -108,8 +108,10 @@ static void emu_forward(const emu *e, bool mma, double *out, float *lse, int64_t
 /* ---- backward: att_delta, att_dq, att_dkv ----------------------------------------------------------- */
 
 /* out: the forward output (B, T, H, D) as the backward reads it; lse (B, H, T) the saved f32 lse. */
-static void emu_backward(const emu *e, const double *out, const float *lse, double *dq, double *dk, double *dv,
-                         int64_t *violations) {
+/* mma: the tensor-core passes (tiles of 64 x 32; P and dS rounded to the 16-bit dtype before the
+ * products), else the CUDA-core ones. */
+static void emu_backward(const emu *e, bool mma, const double *out, const float *lse, double *dq, double *dk,
+                         double *dv, int64_t *violations) {
   int64_t B = e->B, T = e->T, H = e->H, D = e->D, es = e->f64 ? 8 : 4;
   double *delta = malloc((size_t)(B * H * T + 1) * sizeof(double)), *lse2 = malloc((size_t)(B * H * T + 1) * sizeof(double));
   double *acc = calloc((size_t)(2 * D + 2), sizeof(double));
@@ -122,12 +124,15 @@ static void emu_backward(const emu *e, const double *out, const float *lse, doub
         delta[(b * H + h) * T + t] = s;
       }
   /* dQ: blocks of ATT_GEN_BR rows, key tiles of bc */
-  int64_t bc = att_gen_bc(D, (int)es, 2), nblk = (T + ATT_GEN_BR - 1) / ATT_GEN_BR;
+  int64_t BR = mma ? ATT_BWD_MMA_BR : ATT_GEN_BR, bc = mma ? ATT_BWD_MMA_BC : att_gen_bc(D, (int)es, 2);
+  int64_t nblk = (T + BR - 1) / BR;
   for (int64_t b = 0; b < B; b++)
     for (int64_t h = 0; h < H; h++)
       for (int64_t task = 0; task < nblk; task++) {
-        int64_t t0 = att_query_block(task, nblk) * ATT_GEN_BR, t_last = (t0 + ATT_GEN_BR < T ? t0 + ATT_GEN_BR : T) - 1;
+        int64_t t0 = att_query_block(task, nblk) * BR, t_last = (t0 + BR < T ? t0 + BR : T) - 1;
         int64_t kend = att_key_end(t_last, e->S, e->off, e->causal), g = h / e->group;
+        for (int64_t t = t0; t <= t_last; t++)
+          for (int64_t s = kend; s < e->S; s++) *violations += visible(e, b, t, s);
         for (int64_t t = t0; t <= t_last; t++) {
           int64_t row = (b * H + h) * T + t;
           if (e->f64) { /* the row's lse again, by the online softmax over the same tiles */
@@ -156,6 +161,7 @@ static void emu_backward(const emu *e, const double *out, const float *lse, doub
               if (visible(e, b, t, s)) {
                 double p = prob(e, score2(e, b, t, h, s), lse2[row]);
                 ds = dscore(e, p, dot(e, row_q(e, e->dout, b, t, h), row_k(e, e->v, b, s, g)), delta[row]);
+                if (mma) ds = round_to(e->dtype, ds);
               }
               const double *ks = row_k(e, e->k, b, s, g);
               for (int64_t d = 0; d < D; d++) dqa[d] = rnd(e, dqa[d] + rnd(e, ds * ks[d]));
@@ -168,6 +174,7 @@ static void emu_backward(const emu *e, const double *out, const float *lse, doub
   int kpw, bq;
   att_dkv_tiles(D, (int)es, &kpw, &bq);
   int64_t bkv = (int64_t)ATT_GEN_WARPS * kpw;
+  if (mma) bkv = ATT_BWD_MMA_BKV, bq = ATT_BWD_MMA_BQ;
   for (int64_t b = 0; b < B; b++)
     for (int64_t g = 0; g < e->Hkv; g++)
       for (int64_t s0 = 0; s0 < e->S; s0 += bkv) {
@@ -185,6 +192,7 @@ static void emu_backward(const emu *e, const double *out, const float *lse, doub
                 if (visible(e, b, t, s)) {
                   p = prob(e, score2(e, b, t, h, s), lse2[row]);
                   ds = dscore(e, p, dot(e, row_q(e, e->dout, b, t, h), row_k(e, e->v, b, s, g)), delta[row]);
+                  if (mma) p = round_to(e->dtype, p), ds = round_to(e->dtype, ds);
                 }
                 const double *qt = row_q(e, e->q, b, t, h), *gt = row_q(e, e->dout, b, t, h);
                 for (int64_t d = 0; d < D; d++) {
@@ -295,12 +303,15 @@ static void run_case(int dtype, int64_t B, int64_t T, int64_t S, int64_t H, int6
   double *edq = calloc((size_t)nq + 1, sizeof(double)), *edk = calloc((size_t)nk + 1, sizeof(double)),
          *edv = calloc((size_t)nk + 1, sizeof(double));
   lse_values(lse, cpu_lse);
-  emu_backward(&e, ov, cpu_lse, edq, edk, edv, &violations);
   /* gradients sum more terms (and dS = P (dP - delta) cancels): a looser bound in f32 */
   double gtol = dtype == LT_F32 ? 1e-4 : dtype == LT_F64 ? 1e-10 : tol;
-  CHECK(close_to("dq", edq, dq, gtol, desc), "%s", desc);
-  CHECK(close_to("dk", edk, dk, gtol, desc), "%s", desc);
-  CHECK(close_to("dv", edv, dv, gtol, desc), "%s", desc);
+  for (int pi = 0; pi < 2; pi++) {
+    if (pi == 1 && !paths[1]) continue;
+    emu_backward(&e, paths[pi], ov, cpu_lse, edq, edk, edv, &violations);
+    CHECK(close_to(paths[pi] ? "mma dq" : "gen dq", edq, dq, gtol, desc), "%s", desc);
+    CHECK(close_to(paths[pi] ? "mma dk" : "gen dk", edk, dk, gtol, desc), "%s", desc);
+    CHECK(close_to(paths[pi] ? "mma dv" : "gen dv", edv, dv, gtol, desc), "%s", desc);
+  }
   CHECK(violations == 0, "%s: %lld visible (query, key) pairs in skipped tiles", desc, (long long)violations);
 
   free(qv), free(kv), free(vv), free(gv), free(ov), free(eo), free(el), free(elf), free(cpu_lse);
@@ -333,6 +344,9 @@ static void check_bounds(void) {
       CHECK(kpw >= 1 && kpw <= ATT_DKV_MAX_KPW && bq >= 1 && bq <= 32 && att_dkv_smem(D, es, kpw, bq) <= ATT_SMEM_BUDGET,
             "D %lld dkv kpw %d bq %d", (long long)D, kpw, bq);
     }
+  /* the tensor-core dK/dV kernel's shared memory fits an A100's opt-in limit (163 KB) */
+  CHECK(att_dkv_mma_smem(64) <= 48 * 1024 && att_dkv_mma_smem(128) <= 163 * 1024, "mma dkv smem %lld",
+        (long long)att_dkv_mma_smem(128));
   /* the online softmax of a row in two tiles equals the one-pass softmax */
   float x[6] = {0.5f, -3.f, 2.f, -INFINITY, 7.f, 1.f}, m = -INFINITY, l = 0, ref_m = 7.f, ref_l = 0;
   for (int tile = 0; tile < 2; tile++) {
