@@ -16,15 +16,15 @@ extern "C" {
 enum { LT_RNG_UNIFORM = 0, LT_RNG_NORMAL = 1, LT_RNG_INT = 2, LT_RNG_BERNOULLI = 3 };
 typedef struct lt_cuda_rng_args {
   int device, dtype, kind, ndim;
-  void *data;           /* element [0,...,0] of out */
-  int64_t shape[8];     /* LT_MAX_DIMS; element i (row-major over shape) gets counter offset + i */
-  int64_t stride[8];    /* in elements */
-  uint32_t key[2];      /* low32(seed), high32(seed) */
+  void *data;        /* element [0,...,0] of out */
+  int64_t shape[8];  /* LT_MAX_DIMS; element i (row-major over shape) gets counter offset + i */
+  int64_t stride[8]; /* in elements */
+  uint32_t key[2];   /* low32(seed), high32(seed) */
   uint64_t offset;
-  double a, b;          /* uniform: lo, hi - lo; normal: mean, std */
-  uint64_t first_top;   /* uniform: draws from here on give lo */
-  uint32_t below;       /* bernoulli */
-  int64_t ilo;          /* rand_int: lo, range */
+  double a, b;        /* uniform: lo, hi - lo; normal: mean, std */
+  uint64_t first_top; /* uniform: draws from here on give lo */
+  uint32_t below;     /* bernoulli */
+  int64_t ilo;        /* rand_int: lo, range */
   uint64_t range;
 } lt_cuda_rng_args;
 int lt_cuda_rng_fill(const lt_cuda_rng_args *a);
@@ -40,8 +40,8 @@ int lt_cuda_check_indices(const char *op, int device, const void *ids, int dtype
 /* logits (N, V) contiguous, dtype f32/f64/bf16/f16; targets[i * tstride] i32/i64, checked.
  * losses (N) and lse (N, or NULL) are f32, or f64 when their dtype says so (f64 logits). */
 int lt_cuda_cross_entropy_forward(int device, int dtype, const void *logits, int64_t N, int64_t V, const void *targets,
-                                  int tdtype, int64_t tstride, int64_t ignore_index, void *losses, int ldtype, void *lse,
-                                  int sdtype);
+                                  int tdtype, int64_t tstride, int64_t ignore_index, void *losses, int ldtype,
+                                  void *lse, int sdtype);
 /* dlogits (N, V) contiguous, logits' dtype (may be logits itself); dlosses and lse (N)
  * contiguous, f64 for f64 logits, else f32. */
 int lt_cuda_cross_entropy_backward(int device, int dtype, void *dlogits, const void *logits, int64_t N, int64_t V,
@@ -51,8 +51,8 @@ int lt_cuda_cross_entropy_backward(int device, int dtype, void *dlogits, const v
 /* ---- embedding (kernels/embedding.cu) --------------------------------------------------- */
 /* out (n, C) contiguous = rows ids[k] of weight (rows row_stride elements apart, unit column
  * stride), elements of esize bytes; ids (n) contiguous i32/i64, checked in [0, V). */
-int lt_cuda_embedding_forward(int device, void *out, const void *weight, int64_t row_stride, int esize,
-                              const void *ids, int idtype, int64_t n, int64_t C);
+int lt_cuda_embedding_forward(int device, void *out, const void *weight, int64_t row_stride, int esize, const void *ids,
+                              int idtype, int64_t n, int64_t C);
 /* dweight (V, C) contiguous, dtype f32/f64/bf16/f16, = per id the sum of its dout rows
  * (dout (n, C) contiguous) in increasing position order; rows of absent ids are zero. */
 int lt_cuda_embedding_backward(int device, int dtype, void *dweight, int64_t V, int64_t C, const void *dout,
@@ -68,7 +68,7 @@ typedef struct lt_cuda_rope_args {
   int64_t os[4];
   const void *pos; /* NULL: position t; else i32/i64 (T) or (B, T) */
   int pdtype, per_batch;
-  int64_t ps[2]; /* element strides of pos: (T) uses ps[0]; (B, T) uses both */
+  int64_t ps[2];      /* element strides of pos: (T) uses ps[0]; (B, T) uses both */
   const double *freq; /* host array of D / 2 frequencies, as the CPU computes them */
   double sign;        /* 1, or -1 for the inverse rotation */
 } lt_cuda_rope_args;
@@ -96,8 +96,8 @@ static inline lt_tensor *lt_nn_cuda_contiguous(const lt_tensor *t) {
   int64_t stride[LT_MAX_DIMS];
   lt_contiguous_strides(t->ndim, t->shape, stride);
   if (lt_empty(c, t->ndim, t->shape, t->dtype, t->device) == 0 &&
-      lt_cuda_strided_copy(t->device, lt_data_ptr(c), stride, lt_data_ptr(t), t->stride, t->ndim, t->shape,
-                           t->dtype) == 0)
+      lt_cuda_strided_copy(t->device, lt_data_ptr(c), stride, lt_data_ptr(t), t->stride, t->ndim, t->shape, t->dtype) ==
+          0)
     return c;
   lt_release(c);
   return NULL;

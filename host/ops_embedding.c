@@ -12,14 +12,11 @@
 #include "cuda_nn_ops.h"
 #endif
 
-/* Checks ids (any shape, I32/I64, on `like`'s device; without CUDA, on the CPU). */
+/* Checks ids (any shape, I32/I64, on `like`'s device). */
 static int check_ids(const char *op, const lt_tensor *ids, const lt_tensor *like) {
   char d[LT_DESC_STR];
   LT_TRY(lt_check_defined(op, "ids", ids));
   LT_TRY(lt_check_same_device(op, like, ids));
-#ifndef LUTRA_HAVE_CUDA
-  if (ids->device != LT_DEVICE_CPU) return lt_errorf("%s: lutra was built without CUDA", op);
-#endif
   if (ids->dtype != LT_I32 && ids->dtype != LT_I64)
     return lt_errorf("%s: ids is %s, expected i32 or i64", op, lt_desc(d, ids));
   if (ids->ndim >= LT_MAX_DIMS)
@@ -97,7 +94,8 @@ static int backward_cuda(lt_tensor *dweight, const lt_tensor *dout, const lt_ten
   lt_tensor *ic = cuda_ids(op, ids, V), *dc = NULL, *g = NULL;
   if (!ic) return -1;
   if (!(dc = lt_nn_cuda_contiguous(dout))) goto done;
-  if (!(g = lt_nn_cuda_out_begin(op, "dweight", dweight, 2, dweight->shape, dweight->dtype, dweight->device))) goto done;
+  if (!(g = lt_nn_cuda_out_begin(op, "dweight", dweight, 2, dweight->shape, dweight->dtype, dweight->device)))
+    goto done;
   rc = lt_cuda_embedding_backward(dweight->device, dweight->dtype, lt_data_ptr(g), V, C, lt_data_ptr(dc),
                                   lt_data_ptr(ic), ic->dtype, lt_numel(ic));
 done:
@@ -116,9 +114,13 @@ int lt_embedding_forward(lt_tensor *out, const lt_tensor *weight, const lt_tenso
   int64_t V = weight->shape[0], C = weight->shape[1], shape[LT_MAX_DIMS];
   memcpy(shape, ids->shape, (size_t)ids->ndim * sizeof(int64_t));
   shape[ids->ndim] = C;
+  if (weight->device != LT_DEVICE_CPU) {
 #ifdef LUTRA_HAVE_CUDA
-  if (weight->device != LT_DEVICE_CPU) return forward_cuda(out, weight, ids, ids->ndim + 1, shape);
+    return forward_cuda(out, weight, ids, ids->ndim + 1, shape);
+#else
+    return lt_errorf("%s: lutra was built without CUDA", op);
 #endif
+  }
   int64_t *id = read_ids(op, ids, V);
   if (!id) return -1;
   int64_t n = lt_numel(ids);
@@ -200,9 +202,13 @@ int lt_embedding_backward(lt_tensor *dweight, const lt_tensor *dout, const lt_te
     return lt_errorf("%s: dout is %s, expected ids' shape %s plus (C = %lld) and dweight's dtype (%s)", op,
                      lt_desc(d1, dout), lt_shape_str(s, ids->ndim, ids->shape), (long long)C, lt_desc(d2, dweight));
   }
+  if (dweight->device != LT_DEVICE_CPU) {
 #ifdef LUTRA_HAVE_CUDA
-  if (dweight->device != LT_DEVICE_CPU) return backward_cuda(dweight, dout, ids);
+    return backward_cuda(dweight, dout, ids);
+#else
+    return lt_errorf("%s: lutra was built without CUDA", op);
 #endif
+  }
   int64_t *id = read_ids(op, ids, V);
   if (!id) return -1;
   int64_t n = lt_numel(ids);

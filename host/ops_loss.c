@@ -58,16 +58,12 @@ static void row_grad_f64(double *dx, const double *x, int64_t V, double lse, dou
 
 /* ---- helpers ----------------------------------------------------------------------- */
 
-/* Checks logits (N, V) and targets (N): shapes, dtypes, devices (on one device; without CUDA,
- * on the CPU). */
+/* Checks logits (N, V) and targets (N): shapes, dtypes, one device. */
 static int check_shapes(const char *op, const lt_tensor *logits, const lt_tensor *targets, int64_t *N, int64_t *V) {
   char d1[LT_DESC_STR], d2[LT_DESC_STR];
   LT_TRY(lt_check_defined(op, "logits", logits));
   LT_TRY(lt_check_defined(op, "targets", targets));
   LT_TRY(lt_check_same_device(op, logits, targets));
-#ifndef LUTRA_HAVE_CUDA
-  if (logits->device != LT_DEVICE_CPU) return lt_errorf("%s: lutra was built without CUDA", op);
-#endif
   if (logits->ndim != 2 || logits->shape[1] < 1 || !lt_dtype_is_float(logits->dtype))
     return lt_errorf("%s: logits is %s, expected (N, V) with V >= 1 and a floating dtype", op, lt_desc(d1, logits));
   *N = logits->shape[0], *V = logits->shape[1];
@@ -168,8 +164,8 @@ static int forward_cuda(lt_tensor *losses, lt_tensor *lse, const lt_tensor *logi
   if (!xc) goto done;
   if (!(lw = lt_nn_cuda_out_begin(op, "losses", losses, 1, nshape, row_dtype(logits, losses), device))) goto done;
   if (lse && !(sw = lt_nn_cuda_out_begin(op, "lse", lse, 1, nshape, row_dtype(logits, lse), device))) goto done;
-  rc = lt_cuda_cross_entropy_forward(device, logits->dtype, lt_data_ptr(xc), N, V, lt_data_ptr(targets),
-                                     targets->dtype, targets->stride[0], ignore_index, lt_data_ptr(lw), lw->dtype,
+  rc = lt_cuda_cross_entropy_forward(device, logits->dtype, lt_data_ptr(xc), N, V, lt_data_ptr(targets), targets->dtype,
+                                     targets->stride[0], ignore_index, lt_data_ptr(lw), lw->dtype,
                                      sw ? lt_data_ptr(sw) : NULL, sw ? sw->dtype : LT_F32);
 done:
   rc = lt_nn_cuda_out_finish(losses, lw, rc);
@@ -203,9 +199,13 @@ int lt_cross_entropy_forward(lt_tensor *losses, lt_tensor *lse, const lt_tensor 
   int64_t N, V;
   LT_TRY(check_shapes(op, logits, targets, &N, &V));
   if (!losses) return lt_errorf("%s: losses is NULL", op);
+  if (logits->device != LT_DEVICE_CPU) {
 #ifdef LUTRA_HAVE_CUDA
-  if (logits->device != LT_DEVICE_CPU) return forward_cuda(losses, lse, logits, targets, ignore_index, N, V);
+    return forward_cuda(losses, lse, logits, targets, ignore_index, N, V);
+#else
+    return lt_errorf("%s: lutra was built without CUDA", op);
 #endif
+  }
   int64_t *tgt = read_targets(op, targets, ignore_index, N, V);
   if (!tgt) return -1;
   int rc = -1, dtype = logits->dtype, failed = 0;
@@ -309,9 +309,13 @@ int lt_cross_entropy_backward(lt_tensor *dlogits, const lt_tensor *dlosses, cons
   int64_t N, V;
   LT_TRY(check_shapes(op, logits, targets, &N, &V));
   LT_TRY(check_backward_rows(op, dlosses, lse, N, logits));
+  if (logits->device != LT_DEVICE_CPU) {
 #ifdef LUTRA_HAVE_CUDA
-  if (logits->device != LT_DEVICE_CPU) return backward_cuda(dlogits, dlosses, logits, targets, lse, ignore_index, N, V);
+    return backward_cuda(dlogits, dlosses, logits, targets, lse, ignore_index, N, V);
+#else
+    return lt_errorf("%s: lutra was built without CUDA", op);
 #endif
+  }
   int64_t *tgt = read_targets(op, targets, ignore_index, N, V);
   if (!tgt) return -1;
   int rc = -1, dtype = logits->dtype, cdtype = dtype == LT_F64 ? LT_F64 : LT_F32, failed = 0;

@@ -167,7 +167,10 @@ static inline void fill_piece(const lt_strided_loop *L, char *base, int dtype, i
 static int fill(lt_tensor *out, uint64_t seed, uint64_t offset, dist *d) {
   d->key[0] = (uint32_t)seed;
   d->key[1] = (uint32_t)(seed >> 32);
-#ifdef LUTRA_HAVE_CUDA
+#ifndef LUTRA_HAVE_CUDA
+  static const char *names[4] = {"rand_uniform", "rand_normal", "rand_int", "rand_bernoulli"};
+  if (out->device != LT_DEVICE_CPU) return lt_errorf("%s: lutra was built without CUDA", names[d->kind]);
+#else
   if (out->device != LT_DEVICE_CPU) { /* kernels/rng.cu: the same recipe through philox.h */
     static const int kinds[4] = {LT_RNG_UNIFORM, LT_RNG_NORMAL, LT_RNG_INT, LT_RNG_BERNOULLI};
     lt_cuda_rng_args a = {.device = out->device,
@@ -210,9 +213,6 @@ static int fill(lt_tensor *out, uint64_t seed, uint64_t offset, dist *d) {
 
 static int check_out(const char *op, const lt_tensor *out) {
   LT_TRY(lt_check_defined(op, "out", out));
-#ifndef LUTRA_HAVE_CUDA
-  if (out->device != LT_DEVICE_CPU) return lt_errorf("%s: lutra was built without CUDA", op);
-#endif
   return 0;
 }
 

@@ -102,8 +102,8 @@ size_t round_up(size_t x) { return (x + 255) / 256 * 256; }
 
 } // namespace
 
-int lt_cuda_embedding_forward(int device, void *out, const void *weight, int64_t row_stride, int esize,
-                              const void *ids, int idtype, int64_t n, int64_t C) {
+int lt_cuda_embedding_forward(int device, void *out, const void *weight, int64_t row_stride, int esize, const void *ids,
+                              int idtype, int64_t n, int64_t C) {
   const char *op = "embedding";
   if (n == 0 || C == 0) return 0;
   LT_TRY(lt_cuda_use_device(op, device));
@@ -177,7 +177,7 @@ int lt_cuda_embedding_backward(int device, int dtype, void *dweight, int64_t V, 
     bool known = with_float_dtype(dtype, [&](auto tag) {
       using T = typename decltype(tag)::type;
       sum_runs_kernel<T><<<blocks, threads, 0, s>>>((T *)dweight, (const T *)dout, C, unique, count, start,
-                                                     positions_sorted, num_runs);
+                                                    positions_sorted, num_runs);
     });
     err = known ? cudaGetLastError() : cudaSuccess;
     if (!known) {

@@ -255,17 +255,17 @@ int lt_cuda_check_indices(const char *op, int device, const void *ids, int dtype
 }
 
 int lt_cuda_cross_entropy_forward(int device, int dtype, const void *logits, int64_t N, int64_t V, const void *targets,
-                                  int tdtype, int64_t tstride, int64_t ignore_index, void *losses, int ldtype, void *lse,
-                                  int sdtype) {
+                                  int tdtype, int64_t tstride, int64_t ignore_index, void *losses, int ldtype,
+                                  void *lse, int sdtype) {
   const char *op = "cross_entropy";
   if (N == 0) return 0;
   LT_TRY(lt_cuda_use_device(op, device));
   cudaStream_t s = lt_cuda_compute_stream(device);
   bool known = with_float_dtype(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    ce_forward_kernel<T><<<row_blocks(N), row_threads(V), 0, s>>>((const T *)logits, N, V, targets,
-                                                                  tdtype == LT_I64, tstride, ignore_index, losses,
-                                                                  ldtype == LT_F64, lse, sdtype == LT_F64);
+    ce_forward_kernel<T><<<row_blocks(N), row_threads(V), 0, s>>>((const T *)logits, N, V, targets, tdtype == LT_I64,
+                                                                  tstride, ignore_index, losses, ldtype == LT_F64, lse,
+                                                                  sdtype == LT_F64);
   });
   if (!known) return lt_errorf("%s: dtype %s is not supported on cuda", op, lt_dtype_name(dtype));
   return lt_cuda_check_launch(op, device);

@@ -103,8 +103,11 @@ int lt_cuda_rng_fill(const lt_cuda_rng_args *a) {
   int64_t n = lt_shape_numel(a->ndim, a->shape);
   if (n == 0) return 0;
   LT_TRY(lt_cuda_use_device(op, a->device));
-  rng_params p = {a->kind, a->dtype == LT_F64, {a->key[0], a->key[1]}, a->offset, a->first_top, a->range,
-                  a->a,    a->b,               a->below,               a->ilo};
+  rng_params p;
+  p.kind = a->kind, p.f64 = a->dtype == LT_F64;
+  p.key[0] = a->key[0], p.key[1] = a->key[1];
+  p.offset = a->offset, p.first_top = a->first_top, p.range = a->range;
+  p.a = a->a, p.b = a->b, p.below = a->below, p.ilo = a->ilo;
   int64_t cstride[LT_MAX_DIMS];
   lt_contiguous_strides(a->ndim, a->shape, cstride);
   bool contiguous = true;

@@ -90,24 +90,31 @@ int lt_cuda_rope(const lt_cuda_rope_args *a) {
     lt_cuda_free(a->device, freq);
     return lt_cuda_error(op, a->device, err);
   }
-  rope_geom g = {a->B, a->T, a->H, half, {0}, {0}, {a->ps[0], a->ps[1]}, a->pdtype == LT_I64, a->pos != NULL,
-                 a->per_batch, a->sign};
+  rope_geom g;
+  g.B = a->B, g.T = a->T, g.H = a->H, g.half = half;
   for (int d = 0; d < 4; d++) g.xs[d] = a->xs[d], g.os[d] = a->os[d];
+  g.ps[0] = a->ps[0], g.ps[1] = a->ps[1];
+  g.p64 = a->pdtype == LT_I64, g.has_pos = a->pos != NULL, g.per_batch = a->per_batch;
+  g.sign = a->sign;
   int blocks = lt_cuda_blocks(a->device, total);
   switch (a->dtype) {
-  case LT_F32: rope_kernel<float><<<blocks, LT_CUDA_THREADS, 0, s>>>((float *)a->out, (const float *)a->x, freq, a->pos, g); break;
+  case LT_F32:
+    rope_kernel<float><<<blocks, LT_CUDA_THREADS, 0, s>>>((float *)a->out, (const float *)a->x, freq, a->pos, g);
+    break;
   case LT_F64:
     rope_kernel<double><<<blocks, LT_CUDA_THREADS, 0, s>>>((double *)a->out, (const double *)a->x, freq, a->pos, g);
     break;
   case LT_BF16:
-    rope_kernel<lt_bf16_bits><<<blocks, LT_CUDA_THREADS, 0, s>>>((lt_bf16_bits *)a->out, (const lt_bf16_bits *)a->x,
-                                                                  freq, a->pos, g);
+    rope_kernel<lt_bf16_bits>
+        <<<blocks, LT_CUDA_THREADS, 0, s>>>((lt_bf16_bits *)a->out, (const lt_bf16_bits *)a->x, freq, a->pos, g);
     break;
   case LT_F16:
-    rope_kernel<lt_f16_bits><<<blocks, LT_CUDA_THREADS, 0, s>>>((lt_f16_bits *)a->out, (const lt_f16_bits *)a->x,
-                                                                 freq, a->pos, g);
+    rope_kernel<lt_f16_bits>
+        <<<blocks, LT_CUDA_THREADS, 0, s>>>((lt_f16_bits *)a->out, (const lt_f16_bits *)a->x, freq, a->pos, g);
     break;
-  default: lt_cuda_free(a->device, freq); return lt_errorf("%s: dtype %s is not supported on cuda", op, lt_dtype_name(a->dtype));
+  default:
+    lt_cuda_free(a->device, freq);
+    return lt_errorf("%s: dtype %s is not supported on cuda", op, lt_dtype_name(a->dtype));
   }
   int rc = lt_cuda_check_launch(op, a->device);
   lt_cuda_free(a->device, freq); /* stream-ordered: reused only after the kernel */
