@@ -1,12 +1,12 @@
 /* softmax.cu — softmax and log-softmax over any dim, forward and backward, on CUDA tensors,
  * with the semantics of host/ops_softmax.c.
  *
- * A row is the n elements along dim. One kernel, three shapes of work by `group`, the number
- * of threads that share a row:
+ * A row is the n elements along dim. One kernel, three ways to share rows among threads:
  * - rows contiguous along dim, n <= 1024: a warp per row (8 rows a block);
  * - rows contiguous along dim, longer: a block of 512 per row;
- * - dim not innermost (strided rows): a thread per row, so that a warp reads the neighbouring
- *   rows' elements side by side (softmax over dim 0 of (N, C) reads C columns together).
+ * - dim not innermost (strided rows): 32 neighbouring rows a block of 512, 16 threads a row,
+ *   so that a warp reads the same element of 32 rows side by side (softmax over dim 0 of
+ *   (N, C) reads 32 columns together), and long rows still spread over 16 threads.
  * Each row takes three passes as the CPU: the max, the sum of exp(x - max), the output (the
  * row is re-read from L1/L2), and no online rescaling, so that -inf entries and NaN rows
  * come out exactly as on the CPU.
@@ -56,21 +56,46 @@ template <typename T> __device__ __forceinline__ T st(comp_t<T> v) {
 __device__ __forceinline__ float row_exp(float x) { return x >= -87.0f ? expf(x) : 0.0f; }
 __device__ __forceinline__ double row_exp(double x) { return exp(x); }
 
-/* Reductions over the threads sharing a row: 1 (nothing to do), a warp, or the block. */
-template <typename V> __device__ __forceinline__ V group_sum(V v, int group, V *scratch) {
-  if (group == 1) return v;
-  if (group == 32) return lt_warp_sum(v);
-  return lt_block_sum(v, scratch);
+/* How threads share rows:
+ * - MODE_WARP: a warp per row (lane = threadIdx.x % 32), blockDim.x / 32 rows a block;
+ * - MODE_BLOCK: the block per row;
+ * - MODE_COLS: 32 neighbouring rows a block (row rb + threadIdx.x % 32), each shared by the
+ *   blockDim.x / 32 threads of one column (lane = threadIdx.x / 32): a warp reads the same
+ *   element of 32 rows, side by side in memory when dim is not the innermost one. */
+enum { MODE_WARP, MODE_BLOCK, MODE_COLS };
+enum { COLS_THREADS = 512 };
+
+/* Reductions over the threads of a row; every thread of the row gets the result. scratch
+ * holds COLS_THREADS values. */
+template <typename V> __device__ __forceinline__ V group_sum(V v, int mode, V *scratch) {
+  if (mode == MODE_WARP) return lt_warp_sum(v);
+  if (mode == MODE_BLOCK) return lt_block_sum(v, scratch);
+  __syncthreads(); /* the previous reduction may still read scratch */
+  scratch[threadIdx.x] = v;
+  __syncthreads();
+  V s = 0;
+  for (unsigned k = threadIdx.x % 32; k < blockDim.x; k += 32) s += scratch[k]; /* in order: same sum in all */
+  return s;
 }
-template <typename V> __device__ __forceinline__ V group_max(V v, int group, V *scratch) {
-  if (group == 1) return v;
-  if (group == 32) return lt_warp_max(v);
-  return lt_block_max(v, scratch);
+template <typename V> __device__ __forceinline__ V group_max(V v, int mode, V *scratch) {
+  if (mode == MODE_WARP) return lt_warp_max(v);
+  if (mode == MODE_BLOCK) return lt_block_max(v, scratch);
+  __syncthreads();
+  scratch[threadIdx.x] = v;
+  __syncthreads();
+  V m = scratch[threadIdx.x % 32];
+  for (unsigned k = threadIdx.x % 32 + 32; k < blockDim.x; k += 32) m = scratch[k] > m ? scratch[k] : m;
+  return m;
 }
-__device__ __forceinline__ int group_any(int v, int group) {
-  if (group == 1) return v;
-  if (group == 32) return __any_sync(0xffffffffu, v);
-  return __syncthreads_or(v);
+__device__ __forceinline__ int group_any(int v, int mode, int *scratch) {
+  if (mode == MODE_WARP) return __any_sync(0xffffffffu, v);
+  if (mode == MODE_BLOCK) return __syncthreads_or(v);
+  __syncthreads();
+  scratch[threadIdx.x] = v;
+  __syncthreads();
+  int any = 0;
+  for (unsigned k = threadIdx.x % 32; k < blockDim.x; k += 32) any |= scratch[k];
+  return any;
 }
 
 /* s += v in runs of SUM_RUN: a W partial, folded into a double (the CPU's BLOCK_SUM). */
@@ -85,18 +110,27 @@ template <typename W> struct run_sum {
   __device__ __forceinline__ double done() { return total + part; }
 };
 
-/* Row r is handled by the `group` threads r maps to; every loop bound below is uniform over a
- * group, as the warp and block reductions need. */
+/* Rows go out in batches of rows_per_block a block (uniform over the block, so every thread
+ * reaches every reduction; a thread past the last row reduces nothing and writes nothing). */
 template <typename T>
-__global__ void __launch_bounds__(512, 2) softmax_kernel(const __grid_constant__ lt_cuda_softmax_args a, int group) {
+__global__ void __launch_bounds__(512, 2) softmax_kernel(const __grid_constant__ lt_cuda_softmax_args a, int mode) {
   using W = comp_t<T>;
   constexpr bool wide = std::is_same<T, double>::value;
-  __shared__ double sum_scratch[32];
-  __shared__ W max_scratch[32];
-  int lane = threadIdx.x % group;
-  int64_t per_block = blockDim.x / group, n = a.n;
+  __shared__ double sum_scratch[COLS_THREADS];
+  __shared__ W max_scratch[COLS_THREADS];
+  __shared__ int any_scratch[COLS_THREADS];
+  int lane, group;
+  int64_t sub, per_block;
+  if (mode == MODE_WARP)
+    lane = threadIdx.x % 32, group = 32, sub = threadIdx.x / 32, per_block = blockDim.x / 32;
+  else if (mode == MODE_BLOCK)
+    lane = threadIdx.x, group = blockDim.x, sub = 0, per_block = 1;
+  else
+    lane = threadIdx.x / 32, group = blockDim.x / 32, sub = threadIdx.x % 32, per_block = 32;
   int64_t so = a.dim_stride[0], sx = a.dim_stride[1], sy = a.dim_stride[2];
-  for (int64_t r = blockIdx.x * per_block + threadIdx.x / group; r < a.rows; r += gridDim.x * per_block) {
+  for (int64_t rb = blockIdx.x * per_block; rb < a.rows; rb += gridDim.x * per_block) {
+    int64_t r = rb + sub, n = r < a.rows ? a.n : 0; /* n = 0: this thread has no row */
+    if (r >= a.rows) r = a.rows - 1;                /* a valid row for the pointers below */
     T *out = (T *)a.base[0] + row_offset(r, a.nrest, a.rest_shape, a.rest_stride[0]);
     const T *x = (const T *)a.base[1] + row_offset(r, a.nrest, a.rest_shape, a.rest_stride[1]);
     const T *y = a.nops > 2 ? (const T *)a.base[2] + row_offset(r, a.nrest, a.rest_shape, a.rest_stride[2]) : x;
@@ -109,14 +143,15 @@ __global__ void __launch_bounds__(512, 2) softmax_kernel(const __grid_constant__
         m = v > m ? v : m; /* a NaN never compares greater: m stays a number (or -inf) */
         nan |= v != v;
       }
-      m = group_max(m, group, max_scratch);
-      if (!wide && group_any(nan, group)) { /* a NaN spreads over its row (f32 rows only, as the CPU) */
+      m = group_max(m, mode, max_scratch);
+      /* a NaN spreads over its row (f32 rows only, as the CPU; f64 rows get NaN from the sum) */
+      nan = wide ? 0 : group_any(nan, mode, any_scratch);
+      if (!nan)
+        for (int64_t i = lane; i < n; i += group) acc.add(row_exp(ld(x[i * sx]) - m));
+      double s = group_sum(acc.done(), mode, sum_scratch);
+      if (nan) {
         for (int64_t i = lane; i < n; i += group) out[i * so] = st<T>((W)NAN);
-        continue;
-      }
-      for (int64_t i = lane; i < n; i += group) acc.add(row_exp(ld(x[i * sx]) - m));
-      double s = group_sum(acc.done(), group, sum_scratch);
-      if (a.kind == LT_CUDA_SOFTMAX) {
+      } else if (a.kind == LT_CUDA_SOFTMAX) {
         if constexpr (wide) {
           for (int64_t i = lane; i < n; i += group) out[i * so] = row_exp(x[i * sx] - m) / s;
         } else {
@@ -129,11 +164,11 @@ __global__ void __launch_bounds__(512, 2) softmax_kernel(const __grid_constant__
       }
     } else if (a.kind == LT_CUDA_SOFTMAX_BACKWARD) { /* grad_in = y * (grad_out - sum(grad_out * y)) */
       for (int64_t i = lane; i < n; i += group) acc.add(ld(x[i * sx]) * ld(y[i * sy]));
-      W s = (W)group_sum(acc.done(), group, sum_scratch);
+      W s = (W)group_sum(acc.done(), mode, sum_scratch);
       for (int64_t i = lane; i < n; i += group) out[i * so] = st<T>(ld(y[i * sy]) * (ld(x[i * sx]) - s));
     } else { /* log_softmax: grad_in = grad_out - exp(y) * sum(grad_out) */
       for (int64_t i = lane; i < n; i += group) acc.add(ld(x[i * sx]));
-      W s = (W)group_sum(acc.done(), group, sum_scratch);
+      W s = (W)group_sum(acc.done(), mode, sum_scratch);
       for (int64_t i = lane; i < n; i += group) {
         W yv = ld(y[i * sy]);
         W e = wide ? row_exp(yv) : (yv != yv ? yv : row_exp(yv));
@@ -146,20 +181,20 @@ __global__ void __launch_bounds__(512, 2) softmax_kernel(const __grid_constant__
 template <typename T> static int launch_softmax(const char *op, int device, const lt_cuda_softmax_args *a) {
   bool contiguous = true;
   for (int k = 0; k < a->nops; k++) contiguous &= a->dim_stride[k] == 1 || a->n == 1;
-  int group, threads;
-  int64_t blocks;
+  int64_t cap = (int64_t)lt_cuda_blocks(device, (int64_t)1 << 40) * 4, blocks;
+  int mode, threads;
   if (!contiguous) {
-    group = 1, threads = LT_CUDA_THREADS;
-    blocks = lt_cuda_blocks(device, a->rows);
+    mode = MODE_COLS, threads = COLS_THREADS;
+    blocks = (a->rows + 31) / 32;
   } else if (a->n <= WARP_ROW_MAX) {
-    group = 32, threads = 256;
-    blocks = lt_cuda_blocks(device, a->rows * 32);
+    mode = MODE_WARP, threads = 256;
+    blocks = (a->rows + 7) / 8;
   } else {
-    group = threads = ROW_BLOCK;
-    int64_t cap = (int64_t)lt_cuda_blocks(device, (int64_t)1 << 40) * 4;
-    blocks = a->rows < cap ? a->rows : cap;
+    mode = MODE_BLOCK, threads = ROW_BLOCK;
+    blocks = a->rows;
   }
-  softmax_kernel<T><<<(unsigned)blocks, threads, 0, lt_cuda_compute_stream(device)>>>(*a, group);
+  blocks = blocks < cap ? blocks : cap;
+  softmax_kernel<T><<<(unsigned)blocks, threads, 0, lt_cuda_compute_stream(device)>>>(*a, mode);
   return lt_cuda_check_launch(op, device);
 }
 
