@@ -63,6 +63,13 @@ LT_HOST_DEVICE static inline bool att_visible(int64_t t, int64_t T, int64_t s, i
   return t < T && s < S && (!causal || s <= t + off);
 }
 
+/* Segment ids: a key tile whose ids span [kmin, kmax] is skipped by a query tile whose ids span
+ * [qmin, qmax] when the two ranges do not meet (no id in common; sorted ids of packed documents
+ * leave most tiles off the diagonal blocks). Used by the tensor-core kernels. */
+LT_HOST_DEVICE static inline bool att_ranges_meet(int64_t qmin, int64_t qmax, int64_t kmin, int64_t kmax) {
+  return !(qmax < kmin || kmax < qmin);
+}
+
 /* Forward CTAs take query blocks from the last (the longest under a causal mask) to the first,
  * so that the heavy blocks start first. */
 LT_HOST_DEVICE static inline int64_t att_query_block(int64_t task, int64_t nblk) { return nblk - 1 - task % nblk; }

@@ -53,6 +53,8 @@ __global__ void __launch_bounds__(ATT_MMA_WARPS * 32) att_dq_mma(const lt_cuda_a
   for (int n = 0; n < ND; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.f;
   const float scale2 = (float)(a.scale * ATT_LOG2E);
   const int64_t t_last = (t0 + BR < TQ ? t0 + BR : TQ) - 1, kend = att_key_end(t_last, S, a.off, a.causal);
+  int64_t qmin = 0, qmax = 0;
+  if (a.seg && t0 < TQ) att_seg_span(a, b, t0, t_last + 1, &qmin, &qmax);
 
   for (int64_t kv0 = 0; kv0 < kend; kv0 += BC) {
     __syncthreads();
@@ -60,6 +62,11 @@ __global__ void __launch_bounds__(ATT_MMA_WARPS * 32) att_dq_mma(const lt_cuda_a
     att_stage16<D>(sV, KLD, nullptr, 0, a.v, b, g, kv0, BC, S);
     if (a.seg && threadIdx.x < BC) sSeg[threadIdx.x] = kv0 + threadIdx.x < S ? att_seg(a, b, kv0 + threadIdx.x) : 0;
     __syncthreads();
+    if (a.seg) { /* the tile shares no segment with the block's rows */
+      int64_t kmin, kmax;
+      att_seg_span_shared(sSeg, (int)(S - kv0 < BC ? S - kv0 : BC), &kmin, &kmax);
+      if (!att_ranges_meet(qmin, qmax, kmin, kmax)) continue; /* uniform over the CTA */
+    }
     float s[NT][4], dp[NT][4];
 #pragma unroll
     for (int n = 0; n < NT; n++)
@@ -136,6 +143,8 @@ __global__ void __launch_bounds__(ATT_MMA_WARPS * 32) att_dkv_mma(const lt_cuda_
     for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.f;
   const float scale2 = (float)(a.scale * ATT_LOG2E);
   const int64_t qbegin = att_query_begin(s0, a.off, a.causal);
+  int64_t kmin = 0, kmax = 0;
+  if (a.seg) att_seg_span(a, b, s0, s0 + BKV < S ? s0 + BKV : S, &kmin, &kmax);
 
   for (int64_t h = g * a.group; h < (g + 1) * a.group; h++) {
     for (int64_t tq = qbegin; tq < TQ; tq += BQ) {
@@ -150,6 +159,11 @@ __global__ void __launch_bounds__(ATT_MMA_WARPS * 32) att_dkv_mma(const lt_cuda_
         sSegQ[i] = in ? att_seg(a, b, t) : 0;
       }
       __syncthreads();
+      if (a.seg) { /* the query tile shares no segment with the key tile */
+        int64_t qmin, qmax;
+        att_seg_span_shared(sSegQ, (int)(TQ - tq < BQ ? TQ - tq : BQ), &qmin, &qmax);
+        if (!att_ranges_meet(qmin, qmax, kmin, kmax)) continue; /* uniform over the CTA */
+      }
       /* S^T = K Q^T and dP^T = V dO^T: the warp's 16 keys against the tile's BQ queries */
       float st[NQ][4], dpt[NQ][4];
 #pragma unroll

@@ -55,6 +55,8 @@ __global__ void __launch_bounds__(ATT_MMA_WARPS * 32) att_fwd_mma(const lt_cuda_
   for (int n = 0; n < ND; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
   const float scale2 = (float)(a.scale * ATT_LOG2E);
   const int64_t t_last = (t0 + BR < TQ ? t0 + BR : TQ) - 1, kend = att_key_end(t_last, S, a.off, a.causal);
+  int64_t qmin = 0, qmax = 0;
+  if (a.seg && t0 < TQ) att_seg_span(a, b, t0, t_last + 1, &qmin, &qmax);
 
   for (int64_t kv0 = 0; kv0 < kend; kv0 += BC) {
     __syncthreads(); /* the previous tile is no longer read */
@@ -73,6 +75,11 @@ __global__ void __launch_bounds__(ATT_MMA_WARPS * 32) att_fwd_mma(const lt_cuda_
     }
     if (a.seg && threadIdx.x < BC) sSeg[threadIdx.x] = kv0 + threadIdx.x < S ? att_seg(a, b, kv0 + threadIdx.x) : 0;
     __syncthreads();
+    if (a.seg) { /* no key of the tile shares a segment with the block's rows: nothing to add */
+      int64_t kmin, kmax;
+      att_seg_span_shared(sSeg, (int)(S - kv0 < BC ? S - kv0 : BC), &kmin, &kmax);
+      if (!att_ranges_meet(qmin, qmax, kmin, kmax)) continue; /* uniform over the CTA */
+    }
 
     float s[NT][4]; /* scores of rows gid, gid + 8 against the tile's keys */
 #pragma unroll

@@ -39,6 +39,27 @@ __device__ inline int64_t att_seg(const lt_cuda_att_args &a, int64_t b, int64_t 
   return a.seg_dtype == LT_I32 ? (int64_t)((const int32_t *)a.seg)[i] : ((const int64_t *)a.seg)[i];
 }
 
+/* The span [lo, hi] of the segment ids of rows [r0, r1) (r0 < r1) of batch b, read from memory,
+ * or of n ids staged in shared memory (n >= 1). Every thread of the CTA gets the same. */
+__device__ inline void att_seg_span(const lt_cuda_att_args &a, int64_t b, int64_t r0, int64_t r1, int64_t *lo,
+                                    int64_t *hi) {
+  int64_t mn = INT64_MAX, mx = INT64_MIN;
+  for (int64_t r = r0; r < r1; r++) {
+    int64_t s = att_seg(a, b, r);
+    mn = s < mn ? s : mn;
+    mx = s > mx ? s : mx;
+  }
+  *lo = mn, *hi = mx;
+}
+__device__ inline void att_seg_span_shared(const int64_t *seg, int n, int64_t *lo, int64_t *hi) {
+  int64_t mn = INT64_MAX, mx = INT64_MIN;
+  for (int i = 0; i < n; i++) {
+    mn = seg[i] < mn ? seg[i] : mn;
+    mx = seg[i] > mx ? seg[i] : mx;
+  }
+  *lo = mn, *hi = mx;
+}
+
 __device__ inline float att_rescale(float m_old, float m_new) { return att_rescale_f32(m_old, m_new); }
 __device__ inline double att_rescale(double m_old, double m_new) { return att_rescale_f64(m_old, m_new); }
 __device__ inline float att_prob(float x2, float m) { return att_prob_f32(x2, m); }
