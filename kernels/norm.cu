@@ -4,9 +4,10 @@
  * Rows are contiguous (N, C). The compute type A is f32 for f32/bf16/f16 and f64 for f64, as on
  * the CPU, with the same formulas in the same order; only the order of the row sums differs
  * (a block reduction), which moves results by an ulp or so.
- *   forward:  one block per row (grid-stride over rows). Each thread owns columns
- *             j = threadIdx.x + k * blockDim.x in every pass, so a thread only ever reads back
- *             what it wrote itself (res, then y): in-place use (y == x, res == x) is safe.
+ *   forward:  one block per row (grid-stride over rows). A row moves in runs of V elements
+ *             (128-bit accesses when aligned) and each thread owns the same runs in every pass,
+ *             so a thread only ever reads back what it wrote itself (res, then y): in-place use
+ *             (y == x, res == x) is safe.
  *   backward: one block per chunk of rows. dx needs two block sums per row; dweight/dbias are
  *             accumulated per chunk into partial rows (each thread owns its columns: no atomics),
  *             then a second kernel adds the chunk partials in chunk order, in double (as the
@@ -68,36 +69,61 @@ int lt_cuda_norm_use_device(const char *op, int device) { return lt_cuda_use_dev
 
 /* ---- forward ------------------------------------------------------------------------------- */
 
-template <typename T> __global__ void norm_forward_kernel(const lt_norm_fwd p) {
+/* Rows are read and written as runs of V elements (lt_dev_vec: one 128-bit access when V is
+ * 16 / sizeof(T)); the host picks V = 1 unless every row pointer is 16-byte aligned and V divides
+ * C. Run v of a row belongs to thread v % blockDim.x in every pass. */
+template <typename T, int V> __global__ void norm_forward_kernel(const lt_norm_fwd p) {
   using E = norm_elem<T>;
   using A = typename E::A;
+  using Vec = lt_dev_vec<T, V>;
   __shared__ A scratch[32];
-  const int64_t C = p.C;
+  const int64_t C = p.C, nv = C / V;
   const A *w = (const A *)p.w, *b = (const A *)p.b;
   const A eps = (A)p.eps;
   const bool mean64 = p.mean_dtype == LT_F64, rstd64 = p.rstd_dtype == LT_F64;
   for (int64_t i = blockIdx.x; i < p.N; i += gridDim.x) {
-    const T *x = (const T *)p.x + i * C;
+    const Vec *x = reinterpret_cast<const Vec *>((const T *)p.x + i * C);
     if (p.residual) { /* res = x + residual rounded to T; the norm reads back these rounded values */
-      const T *r = (const T *)p.residual + i * C;
-      T *res = (T *)p.res + i * C;
-      for (int64_t j = threadIdx.x; j < C; j += blockDim.x) res[j] = E::store(E::load(x[j]) + E::load(r[j]));
+      const Vec *r = reinterpret_cast<const Vec *>((const T *)p.residual + i * C);
+      Vec *res = reinterpret_cast<Vec *>((T *)p.res + i * C);
+      for (int64_t v = threadIdx.x; v < nv; v += blockDim.x) {
+        Vec a = x[v], c = r[v], s;
+#pragma unroll
+        for (int k = 0; k < V; k++) s.v[k] = E::store(E::load(a.v[k]) + E::load(c.v[k]));
+        res[v] = s;
+      }
       x = res;
     }
     A mu = 0;
     if (p.center) {
       A s = 0;
-      for (int64_t j = threadIdx.x; j < C; j += blockDim.x) s += E::load(x[j]);
+      for (int64_t v = threadIdx.x; v < nv; v += blockDim.x) {
+        Vec a = x[v];
+#pragma unroll
+        for (int k = 0; k < V; k++) s += E::load(a.v[k]);
+      }
       mu = lt_block_sum(s, scratch) / (A)C;
     }
     A ss = 0;
-    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
-      A d = E::load(x[j]) - mu;
-      ss += d * d;
+    for (int64_t v = threadIdx.x; v < nv; v += blockDim.x) {
+      Vec a = x[v];
+#pragma unroll
+      for (int k = 0; k < V; k++) {
+        A d = E::load(a.v[k]) - mu;
+        ss += d * d;
+      }
     }
     A rs = norm_rsqrt(lt_block_sum(ss, scratch) / (A)C + eps);
-    T *y = (T *)p.y + i * C;
-    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) y[j] = E::store((E::load(x[j]) - mu) * rs * w[j] + b[j]);
+    Vec *y = reinterpret_cast<Vec *>((T *)p.y + i * C);
+    for (int64_t v = threadIdx.x; v < nv; v += blockDim.x) {
+      Vec a = x[v], o;
+#pragma unroll
+      for (int k = 0; k < V; k++) {
+        int64_t j = v * V + k;
+        o.v[k] = E::store((E::load(a.v[k]) - mu) * rs * w[j] + b[j]);
+      }
+      y[v] = o;
+    }
     if (threadIdx.x == 0) {
       if (p.mean) store_stat(p.mean, mean64, i, mu);
       if (p.rstd) store_stat(p.rstd, rstd64, i, rs);
@@ -114,8 +140,20 @@ static int row_threads(int64_t C) {
 
 static int grid_for(int64_t work) { return (int)(work < (1 << 20) ? work : (1 << 20)); }
 
+/* True when rows of C elements of T can be moved 16 bytes at a time from every pointer given. */
+template <typename T> static bool vec_ok(int64_t C, const void *a, const void *b, const void *c, const void *d) {
+  constexpr int V = 16 / sizeof(T);
+  return C % V == 0 && lt_aligned(a, 16) && (!b || lt_aligned(b, 16)) && (!c || lt_aligned(c, 16)) &&
+         (!d || lt_aligned(d, 16));
+}
+
 template <typename T> static void launch_forward(const lt_norm_fwd *p) {
-  norm_forward_kernel<T><<<grid_for(p->N), row_threads(p->C), 0, lt_cuda_compute_stream(p->device)>>>(*p);
+  constexpr int V = 16 / sizeof(T);
+  cudaStream_t stream = lt_cuda_compute_stream(p->device);
+  if (vec_ok<T>(p->C, p->x, p->residual, p->res, p->y))
+    norm_forward_kernel<T, V><<<grid_for(p->N), row_threads(p->C / V), 0, stream>>>(*p);
+  else
+    norm_forward_kernel<T, 1><<<grid_for(p->N), row_threads(p->C), 0, stream>>>(*p);
 }
 
 int lt_cuda_norm_forward(const char *op, const lt_norm_fwd *p) {
@@ -136,14 +174,16 @@ int lt_cuda_norm_forward(const char *op, const lt_norm_fwd *p) {
 /* With xhat = (x - mu) * rstd and g = dy * w (as host/ops_norm_cpu.c):
  *   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) + dres   (mean(g) only when center)
  *   partial dw[k] += dy * xhat, partial db[k] += dy over the rows of chunk k.
- * dx may alias dy or dres: a thread reads its own columns before writing them. */
-template <typename T>
+ * Runs of V as in the forward. dx may alias dy or dres: a thread reads its own runs before
+ * writing them; the partial columns of a run belong to its thread too. */
+template <typename T, int V>
 __global__ void norm_backward_kernel(const lt_norm_bwd p, int64_t nchunks, typename norm_elem<T>::A *pw,
                                      typename norm_elem<T>::A *pb) {
   using E = norm_elem<T>;
   using A = typename E::A;
+  using Vec = lt_dev_vec<T, V>;
   __shared__ A scratch[32];
-  const int64_t C = p.C, N = p.N;
+  const int64_t C = p.C, N = p.N, nv = C / V;
   const A *w = (const A *)p.w;
   const bool mean64 = p.mean_dtype == LT_F64, rstd64 = p.rstd_dtype == LT_F64;
   for (int64_t k = blockIdx.x; k < nchunks; k += gridDim.x) {
@@ -151,25 +191,38 @@ __global__ void norm_backward_kernel(const lt_norm_bwd p, int64_t nchunks, typen
     A *pwk = pw ? pw + k * C : nullptr, *pbk = pb ? pb + k * C : nullptr;
     for (int64_t i = i0; i < i1; i++) {
       A mu = p.center ? (A)load_stat(p.mean, mean64, i) : (A)0, rs = (A)load_stat(p.rstd, rstd64, i);
-      const T *dy = (const T *)p.dy + i * C, *x = (const T *)p.x + i * C;
+      const Vec *dy = reinterpret_cast<const Vec *>((const T *)p.dy + i * C);
+      const Vec *x = reinterpret_cast<const Vec *>((const T *)p.x + i * C);
       A sum_g = 0, sum_gx = 0;
-      for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
-        A d = E::load(dy[j]), xhat = (E::load(x[j]) - mu) * rs, g = d * w[j];
-        sum_g += g;
-        sum_gx += g * xhat;
-        if (pwk) pwk[j] = (i == i0 ? (A)0 : pwk[j]) + d * xhat;
-        if (pbk) pbk[j] = (i == i0 ? (A)0 : pbk[j]) + d;
+      for (int64_t v = threadIdx.x; v < nv; v += blockDim.x) {
+        Vec dv = dy[v], xv = x[v];
+#pragma unroll
+        for (int q = 0; q < V; q++) {
+          int64_t j = v * V + q;
+          A d = E::load(dv.v[q]), xhat = (E::load(xv.v[q]) - mu) * rs, g = d * w[j];
+          sum_g += g;
+          sum_gx += g * xhat;
+          if (pwk) pwk[j] = (i == i0 ? (A)0 : pwk[j]) + d * xhat;
+          if (pbk) pbk[j] = (i == i0 ? (A)0 : pbk[j]) + d;
+        }
       }
       sum_g = lt_block_sum(sum_g, scratch);
       sum_gx = lt_block_sum(sum_gx, scratch);
       if (!p.dx) continue; /* the same for every thread of the block */
       A mean_g = p.center ? sum_g / (A)C : (A)0, mean_gx = sum_gx / (A)C;
-      const T *dres = p.dres ? (const T *)p.dres + i * C : nullptr;
-      T *dx = (T *)p.dx + i * C;
-      for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
-        A v = rs * (E::load(dy[j]) * w[j] - mean_g - (E::load(x[j]) - mu) * rs * mean_gx);
-        if (dres) v += E::load(dres[j]);
-        dx[j] = E::store(v);
+      const Vec *dres = p.dres ? reinterpret_cast<const Vec *>((const T *)p.dres + i * C) : nullptr;
+      Vec *dx = reinterpret_cast<Vec *>((T *)p.dx + i * C);
+      for (int64_t v = threadIdx.x; v < nv; v += blockDim.x) {
+        Vec dv = dy[v], xv = x[v], o, rv = {};
+        if (dres) rv = dres[v];
+#pragma unroll
+        for (int q = 0; q < V; q++) {
+          int64_t j = v * V + q;
+          A val = rs * (E::load(dv.v[q]) * w[j] - mean_g - (E::load(xv.v[q]) - mu) * rs * mean_gx);
+          if (dres) val += E::load(rv.v[q]);
+          o.v[q] = E::store(val);
+        }
+        dx[v] = o;
       }
     }
   }
@@ -196,7 +249,11 @@ template <typename T> static int launch_backward(const char *op, const lt_norm_b
   void *partial = NULL;
   if (p->dw || p->db) LT_TRY(lt_cuda_alloc(device, 2 * nchunks * C * (int64_t)sizeof(A), &partial));
   A *pw = p->dw ? (A *)partial : nullptr, *pb = p->db ? (A *)partial + nchunks * C : nullptr;
-  norm_backward_kernel<T><<<(int)nchunks, row_threads(C), 0, stream>>>(*p, nchunks, pw, pb);
+  constexpr int V = 16 / sizeof(T);
+  if (vec_ok<T>(C, p->dy, p->x, p->dres, p->dx))
+    norm_backward_kernel<T, V><<<(int)nchunks, row_threads(C / V), 0, stream>>>(*p, nchunks, pw, pb);
+  else
+    norm_backward_kernel<T, 1><<<(int)nchunks, row_threads(C), 0, stream>>>(*p, nchunks, pw, pb);
   int rc = lt_cuda_check_launch(op, device);
   int blocks = lt_cuda_blocks(device, C);
   if (rc == 0 && p->dw) {
