@@ -4,6 +4,17 @@
  * truncated or corrupt files failing cleanly. */
 #include "check.h"
 #include <stdlib.h>
+#include <unistd.h>
+
+/* /tmp/lutra_test_tokenizer_<name>.<pid>.json: a name of this process's own, so that two runs
+ * of the test at once (parallel builds) never read each other's files. */
+static const char *tmp_path(const char *name) {
+  static char paths[4][128];
+  static int next;
+  char *p = paths[next++ % 4];
+  snprintf(p, 128, "/tmp/lutra_test_tokenizer_%s.%d.json", name, (int)getpid());
+  return p;
+}
 
 static char data_dir[1024];
 
@@ -72,8 +83,8 @@ static void test_fixtures(int resave) {
     CHECK_OK(lt_tokenizer_load(&tok, path));
     if (tok && resave) {
       lt_tokenizer *again = NULL;
-      CHECK_OK(lt_tokenizer_save(tok, "/tmp/lutra_test_tokenizer_resave.json"));
-      CHECK_OK(lt_tokenizer_load(&again, "/tmp/lutra_test_tokenizer_resave.json"));
+      CHECK_OK(lt_tokenizer_save(tok, tmp_path("resave")));
+      CHECK_OK(lt_tokenizer_load(&again, tmp_path("resave")));
       lt_tokenizer_free(tok);
       tok = again;
     }
@@ -100,8 +111,8 @@ static void test_round_trip(void) {
                                              "cial|>"};
   lt_tokenizer *tok = NULL, *back = NULL;
   CHECK_OK(lt_tokenizer_train_bpe(&tok, corpus, 20000, 500, specials, 2));
-  CHECK_OK(lt_tokenizer_save(tok, "/tmp/lutra_test_tokenizer_a.json"));
-  CHECK_OK(lt_tokenizer_load(&back, "/tmp/lutra_test_tokenizer_a.json"));
+  CHECK_OK(lt_tokenizer_save(tok, tmp_path("a")));
+  CHECK_OK(lt_tokenizer_load(&back, tmp_path("a")));
   if (!tok || !back) return;
   int same = lt_tokenizer_vocab_size(tok) == lt_tokenizer_vocab_size(back) &&
              lt_tokenizer_num_merges(tok) == lt_tokenizer_num_merges(back);
@@ -133,21 +144,21 @@ static void test_round_trip(void) {
   CHECK(n1 == n2 && memcmp(ids1, ids2, (size_t)n1 * 4) == 0 && decodes_to(back, ids2, n2, text, len) &&
             ids2[n2 - 1] == lt_tokenizer_vocab_size(tok) - 1,
         "ids after save/load");
-  CHECK_OK(lt_tokenizer_save(back, "/tmp/lutra_test_tokenizer_b.json"));
+  CHECK_OK(lt_tokenizer_save(back, tmp_path("b")));
   int32_t extra;
   CHECK_OK(lt_tokenizer_add_special(back, "<|extra|>", &extra));
   CHECK_OK(lt_tokenizer_fingerprint(back, &fp3));
   CHECK(fp3 != fp1, "a new special token keeps the fingerprint");
   CHECK_ERR(lt_tokenizer_fingerprint(NULL, &fp3), "tokenizer is NULL");
   int64_t la, lb;
-  char *a = read_all("/tmp/lutra_test_tokenizer_a.json", &la), *b = read_all("/tmp/lutra_test_tokenizer_b.json", &lb);
+  char *a = read_all(tmp_path("a"), &la), *b = read_all(tmp_path("b"), &lb);
   CHECK(a && b && la == lb && memcmp(a, b, (size_t)la) == 0, "saving a loaded tokenizer changes the file");
   free(a), free(b);
   lt_tokenizer_free(tok), lt_tokenizer_free(back);
   // char tokenizer
   CHECK_OK(lt_tokenizer_new_char(&tok, corpus, 20000, specials, 1));
-  CHECK_OK(lt_tokenizer_save(tok, "/tmp/lutra_test_tokenizer_c.json"));
-  CHECK_OK(lt_tokenizer_load(&back, "/tmp/lutra_test_tokenizer_c.json"));
+  CHECK_OK(lt_tokenizer_save(tok, tmp_path("c")));
+  CHECK_OK(lt_tokenizer_load(&back, tmp_path("c")));
   if (tok && back) {
     CHECK(strcmp(lt_tokenizer_kind_name(back), "char") == 0 &&
               lt_tokenizer_vocab_size(back) == lt_tokenizer_vocab_size(tok),
@@ -158,8 +169,8 @@ static void test_round_trip(void) {
           "char ids after save/load");
   }
   lt_tokenizer_free(tok), lt_tokenizer_free(back);
-  remove("/tmp/lutra_test_tokenizer_a.json"), remove("/tmp/lutra_test_tokenizer_b.json");
-  remove("/tmp/lutra_test_tokenizer_c.json"), remove("/tmp/lutra_test_tokenizer_resave.json");
+  remove(tmp_path("a")), remove(tmp_path("b"));
+  remove(tmp_path("c")), remove(tmp_path("resave"));
 }
 
 static int load_str(lt_tokenizer **tok, const char *json) {
