@@ -35,8 +35,8 @@ static int gather(lt_tensor *c, const lt_tensor *t) {
 
 /* A contiguous tensor on `device` to compute an output into: out itself when contiguous (allocated
  * if undefined), else a work tensor that out_finish scatters back (lt_out_begin on any device). */
-static lt_tensor *out_begin(const char *op, const char *what, lt_tensor *out, int ndim, const int64_t *shape,
-                            int dtype, int device) {
+static lt_tensor *out_begin(const char *op, const char *what, lt_tensor *out, int ndim, const int64_t *shape, int dtype,
+                            int device) {
   if (device == LT_DEVICE_CPU) return lt_out_begin(op, what, out, ndim, shape, dtype);
   char name[96];
   snprintf(name, sizeof name, "%s (%s)", op, what);

@@ -27,13 +27,13 @@ typedef struct lt_norm_bwd {
   int device, dtype;
   int64_t N, C;
   int center;
-  const void *dy, *x;       /* (N, C) */
-  const void *dres;         /* (N, C) added to dx, or NULL */
-  const void *w;            /* (C) compute type */
-  const void *mean, *rstd;  /* (N); mean unused without center */
+  const void *dy, *x;      /* (N, C) */
+  const void *dres;        /* (N, C) added to dx, or NULL */
+  const void *w;           /* (C) compute type */
+  const void *mean, *rstd; /* (N); mean unused without center */
   int mean_dtype, rstd_dtype;
-  void *dx;                 /* (N, C) or NULL */
-  void *dw, *db;            /* (C) or NULL, overwritten */
+  void *dx;      /* (N, C) or NULL */
+  void *dw, *db; /* (C) or NULL, overwritten */
   int dw_dtype, db_dtype;
 } lt_norm_bwd;
 

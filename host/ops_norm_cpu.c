@@ -73,8 +73,8 @@ static void row_backward_f32(float *dx, float *dw, float *db, const float *dy, c
     for (int64_t j = 0; j < C; j++) dx[j] = rs * (dy[j] * w[j] - mean_g - (x[j] - mu) * rs * mean_gx);
 }
 
-static void row_backward_f64(double *dx, double *dw, double *db, const double *dy, const double *dres,
-                             const double *x, const double *w, int64_t C, double mu, double rs, int center) {
+static void row_backward_f64(double *dx, double *dw, double *db, const double *dy, const double *dres, const double *x,
+                             const double *w, int64_t C, double mu, double rs, int center) {
   double sum_g = 0, sum_gx = 0;
 #pragma omp simd reduction(+ : sum_g, sum_gx)
   for (int64_t j = 0; j < C; j++) {
@@ -195,8 +195,8 @@ static int backward_part(void *job, int tid, int nth) {
       } else if (dtype == LT_F32) {
         float *dxr = p->dx ? (float *)p->dx + i * C : NULL;
         const float *dres = p->dres ? (const float *)p->dres + i * C : NULL;
-        row_backward_f32(dxr, (float *)pw, (float *)pb, (const float *)p->dy + i * C, dres,
-                         (const float *)p->x + i * C, p->w, C, mu, rs, center);
+        row_backward_f32(dxr, (float *)pw, (float *)pb, (const float *)p->dy + i * C, dres, (const float *)p->x + i * C,
+                         p->w, C, mu, rs, center);
       } else {
         const float *xr = lt_load_row_f32(p->x, dtype, i * C, C, scratch);
         const float *dyr = lt_load_row_f32(p->dy, dtype, i * C, C, scratch + C);

@@ -20,8 +20,8 @@ int lt_add_rmsnorm_forward(lt_tensor *res_out, lt_tensor *out, lt_tensor *rstd, 
 }
 
 int lt_layernorm_backward_add(lt_tensor *dx, lt_tensor *dweight, lt_tensor *dbias, const lt_tensor *dout,
-                              const lt_tensor *dres, const lt_tensor *x, const lt_tensor *weight,
-                              const lt_tensor *mean, const lt_tensor *rstd) {
+                              const lt_tensor *dres, const lt_tensor *x, const lt_tensor *weight, const lt_tensor *mean,
+                              const lt_tensor *rstd) {
   return lt_norm_backward_op("layernorm_backward_add", dx, dweight, dbias, dout, dres, x, weight, mean, rstd, 1);
 }
 

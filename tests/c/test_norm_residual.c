@@ -79,7 +79,8 @@ static bool same_values(const lt_tensor *a, const lt_tensor *b) {
 
 /* One case: fused forward and backward on (B, T, C) of dtype (weight f32 or dtype), inputs
  * and outputs contiguous or not, against the double reference and the unfused ops. */
-static void test_case(int center, int dtype, int wdtype, int64_t B, int64_t T, int64_t C, int noncontig, int with_dres) {
+static void test_case(int center, int dtype, int wdtype, int64_t B, int64_t T, int64_t C, int noncontig,
+                      int with_dres) {
   const char *name = center ? "add_layernorm" : "add_rmsnorm";
   int64_t shape[3] = {B, T, C}, N = B * T, cshape[1] = {C};
   lt_tensor *x0 = check_random(3, shape, dtype, -2, 3), *r0 = check_random(3, shape, dtype, -1, 1);
@@ -112,17 +113,19 @@ static void test_case(int center, int dtype, int wdtype, int64_t B, int64_t T, i
    * inputs of each step, several roundings) */
   double tol = dtype == LT_F64 ? 1e-12 : dtype == LT_F32 ? 2e-5 : dtype == LT_BF16 ? 2e-2 : 4e-3;
   double e_res = max_rel_err(res, res_ref, N * C);
-  CHECK(e_res <= (dtype == LT_F64 ? 1e-15 : dtype == LT_F32 ? 1e-7 : tol), "%s %s res C=%lld: %g", name,
-        lt_dtype_name(dtype), (long long)C, e_res);
+  double res_tol = dtype == LT_F64 ? 1e-15 : dtype == LT_F32 ? 1e-7 : tol;
+  CHECK(e_res <= res_tol, "%s %s res C=%lld: %g", name, lt_dtype_name(dtype), (long long)C, e_res);
   double e_y = max_rel_err(out, y_ref, N * C), e_dx = max_rel_err(dx, dx_ref, N * C);
   double e_dw = max_rel_err(dw, dw_ref, C), e_db = db ? max_rel_err(db, db_ref, C) : 0;
   double ptol = wdtype == LT_F32 && dtype == LT_F64 ? 2e-5 : tol; /* dw, db have the weight's dtype */
-  CHECK(e_y <= tol && e_dx <= tol && e_dw <= ptol && e_db <= ptol, "%s %s [%lld,%lld,%lld] nc=%d: y %g dx %g dw %g db %g",
-        name, lt_dtype_name(dtype), (long long)B, (long long)T, (long long)C, noncontig, e_y, e_dx, e_dw, e_db);
+  CHECK(e_y <= tol && e_dx <= tol && e_dw <= ptol && e_db <= ptol,
+        "%s %s [%lld,%lld,%lld] nc=%d: y %g dx %g dw %g db %g", name, lt_dtype_name(dtype), (long long)B, (long long)T,
+        (long long)C, noncontig, e_y, e_dx, e_dw, e_db);
 
   /* the unfused composition: add, then the plain norm; its backward, then add dres */
   lt_tensor *s = lt_tensor_new(), *y2 = lt_tensor_new(), *m2 = lt_tensor_new(), *r2 = lt_tensor_new();
-  lt_tensor *g2 = lt_tensor_new(), *dx2 = lt_tensor_new(), *dw2 = lt_tensor_new(), *db2 = center ? lt_tensor_new() : NULL;
+  lt_tensor *g2 = lt_tensor_new(), *dx2 = lt_tensor_new(), *dw2 = lt_tensor_new(),
+            *db2 = center ? lt_tensor_new() : NULL;
   if (dtype == LT_F64) {
     int64_t nshape[1] = {N};
     lt_empty(m2, 1, nshape, LT_F64, LT_DEVICE_CPU), lt_empty(r2, 1, nshape, LT_F64, LT_DEVICE_CPU);
@@ -231,7 +234,8 @@ static void test_errors(void) {
   lt_tensor *x = check_random(2, shape, LT_F32, -1, 1), *r7 = check_random(2, other, LT_F32, -1, 1);
   lt_tensor *r64 = check_random(2, shape, LT_F64, -1, 1), *out = lt_tensor_new(), *res = lt_tensor_new();
   lt_tensor *mean = lt_tensor_new(), *rstd = lt_tensor_new(), *dx = lt_tensor_new();
-  CHECK_ERR(lt_add_layernorm_forward(res, out, mean, rstd, x, NULL, NULL, NULL, EPS), "add_layernorm: residual is NULL");
+  CHECK_ERR(lt_add_layernorm_forward(res, out, mean, rstd, x, NULL, NULL, NULL, EPS),
+            "add_layernorm: residual is NULL");
   CHECK_ERR(lt_add_layernorm_forward(res, out, mean, rstd, x, r7, NULL, NULL, EPS),
             "add_layernorm: residual is [4,7] f32 cpu, expected the shape and dtype of x ([4,8] f32 cpu)");
   CHECK_ERR(lt_add_rmsnorm_forward(res, out, rstd, x, r64, NULL, EPS), "add_rmsnorm: residual is [4,8] f64 cpu");
@@ -253,10 +257,11 @@ static void test_errors(void) {
   x->device = 0; /* x on cuda:0: a CPU-only build says so; a CUDA build without that GPU too */
   bool built_with_cuda = strstr(lt_build_info(), "cuda: built with CUDA") != NULL;
   CHECK_ERR(lt_add_rmsnorm_forward(res, out, rstd, x, r64, NULL, EPS),
-            built_with_cuda ? "add_rmsnorm: device cuda:0 is not available" : "add_rmsnorm: lutra was built without CUDA");
-  CHECK_ERR(lt_rmsnorm_backward(dx, NULL, x, x, NULL, rstd),
-            built_with_cuda ? "rmsnorm_backward: device cuda:0 is not available"
-                            : "rmsnorm_backward: lutra was built without CUDA");
+            built_with_cuda ? "add_rmsnorm: device cuda:0 is not available"
+                            : "add_rmsnorm: lutra was built without CUDA");
+  CHECK_ERR(lt_rmsnorm_backward(dx, NULL, x, x, NULL, rstd), built_with_cuda
+                                                                 ? "rmsnorm_backward: device cuda:0 is not available"
+                                                                 : "rmsnorm_backward: lutra was built without CUDA");
   x->device = LT_DEVICE_CPU, r64->device = LT_DEVICE_CPU, r64->dtype = LT_F64;
   lt_release(x), lt_release(r7), lt_release(r64), lt_release(out), lt_release(res), lt_release(mean);
   lt_release(rstd), lt_release(dx);
