@@ -177,3 +177,25 @@ test("F.layer_norm_backward / F.rms_norm_backward with dres: the plain backward 
   close(gw1, gw0, {rtol = 0, atol = 0})
   fails("rmsnorm_backward_add: dres is [3,8] f64 cpu", function() F.rms_norm_backward(dout, x, w, rs, lt.randn(3, 8, "f64")) end)
 end)
+
+test("memory: after backward only the gradients are left (no GC), fused as unfused", function()
+  local function allocated() return lt.memory_stats().allocated end
+  local function full_gc() collectgarbage() collectgarbage() end
+  local left = {}
+  for k, fused in ipairs {true, false} do
+    full_gc()
+    local x, r = lt.randn({64, 1024}, {requires_grad = true}), lt.randn({64, 1024}, {requires_grad = true})
+    local base = allocated()
+    local loss
+    do
+      local res, y
+      if fused then res, y = F.add_rms_norm(x, r) else res = x + r; y = F.rms_norm(res) end
+      loss = (y * y):sum() + (res * 2):sum()
+    end
+    full_gc()
+    loss:backward()
+    left[k] = allocated() - base
+    local grads = 2 * x:numel() * 4
+    assert(left[k] <= grads + 4096, string.format("fused %s: left %d bytes, grads %d", tostring(fused), left[k], grads))
+  end
+end)

@@ -208,10 +208,15 @@ end
 local AddNorm = class("AddNormBackward", {"res", "w", "mean", "rstd"})
 AddNorm.always = true -- runs from y's gradient even when res got none of its own
 
+-- It keeps an alias of y's gradient: a reference of its own to the storage, made outside the
+-- formula's temporaries. The engine then frees the gradient as usual, and the storage lives
+-- until AddNormBackward used and freed the alias. (The extra reference also keeps the engine
+-- from summing into that storage in place meanwhile.)
 local AddNormOutput = class("AddNormOutput")
-AddNormOutput.keeps_grad = true -- the engine must not free what it hands over
 function AddNormOutput.backward(n, g)
-  n[1].dy = g
+  local owner = memory.set_owner(nil)
+  n[1].dy = S.alias(g)
+  memory.set_owner(owner)
   return require("lutra.autograd.engine").DELIVERED
 end
 
@@ -243,6 +248,7 @@ function AddNorm.backward(n, g) -- g: res's own gradient (nil when it had none)
   else
     rc = C.lt_rmsnorm_backward_add(dx, dw, dy, g, n.res, n.w, n.rstd)
   end
+  dy:free()
   if rc ~= 0 then fail() end
   local gx = (n[1] or n[2]) and dx or nil
   return {n[1] and gx or nil, n[2] and gx or nil, dw, db}
