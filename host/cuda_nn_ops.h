@@ -106,6 +106,7 @@ static inline lt_tensor *lt_nn_cuda_contiguous(const lt_tensor *t) {
 /* t (numel n, any layout, any floating dtype, on a CUDA device) as a new contiguous (n) tensor of
  * `dtype` on the same device. NULL on error. */
 static inline lt_tensor *lt_nn_cuda_values(const lt_tensor *t, int dtype) {
+  if (t->dtype == dtype && lt_is_contiguous(t)) return lt_nn_cuda_contiguous(t); /* t itself */
   lt_tensor *c = lt_nn_cuda_contiguous(t), *v = lt_tensor_new();
   int64_t n = lt_numel(t);
   int rc = !c || !v ? -1 : lt_empty(v, 1, &n, dtype, t->device);
