@@ -48,10 +48,16 @@ static void row_forward_f64(double *y, const double *x, const double *w, const d
   *rstd_out = rs;
 }
 
+/* With dres, the plain dx of a tile of columns is computed first (the very expression of the plain
+ * backward, so that the compiler contracts it into fmas alike), then dres is added: f32 and f64
+ * give the bits of the unfused backward followed by the add. The tile keeps dx == dy or
+ * dx == dres (in place) safe: a tile's inputs are read before its dx is written. */
+enum { DX_TILE = 256 };
+
 /* With xhat = (x - mu) * rstd and g = dy * w:
  *   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) + dres   (mean(g) only when center; dres may be NULL)
  *   dw += dy * xhat, db += dy  (dw, db may be NULL).
- * dx may alias dy or dres: both are read before dx[j] is written. */
+ * dx may alias dy or dres. */
 static void row_backward_f32(float *dx, float *dw, float *db, const float *dy, const float *dres, const float *x,
                              const float *w, int64_t C, float mu, float rs, int center) {
   float sum_g = 0, sum_gx = 0;
@@ -67,10 +73,16 @@ static void row_backward_f32(float *dx, float *dw, float *db, const float *dy, c
     for (int64_t j = 0; j < C; j++) db[j] += dy[j];
   if (!dx) return;
   float mean_g = center ? sum_g / (float)C : 0.0f, mean_gx = sum_gx / (float)C;
-  if (dres)
-    for (int64_t j = 0; j < C; j++) dx[j] = rs * (dy[j] * w[j] - mean_g - (x[j] - mu) * rs * mean_gx) + dres[j];
-  else
+  if (!dres) {
     for (int64_t j = 0; j < C; j++) dx[j] = rs * (dy[j] * w[j] - mean_g - (x[j] - mu) * rs * mean_gx);
+    return;
+  }
+  float t[DX_TILE]; /* see DX_TILE */
+  for (int64_t j0 = 0; j0 < C; j0 += DX_TILE) {
+    int64_t n = C - j0 < DX_TILE ? C - j0 : DX_TILE;
+    for (int64_t k = 0; k < n; k++) t[k] = rs * (dy[j0 + k] * w[j0 + k] - mean_g - (x[j0 + k] - mu) * rs * mean_gx);
+    for (int64_t k = 0; k < n; k++) dx[j0 + k] = t[k] + dres[j0 + k];
+  }
 }
 
 static void row_backward_f64(double *dx, double *dw, double *db, const double *dy, const double *dres, const double *x,
@@ -88,10 +100,16 @@ static void row_backward_f64(double *dx, double *dw, double *db, const double *d
     for (int64_t j = 0; j < C; j++) db[j] += dy[j];
   if (!dx) return;
   double mean_g = center ? sum_g / (double)C : 0.0, mean_gx = sum_gx / (double)C;
-  if (dres)
-    for (int64_t j = 0; j < C; j++) dx[j] = rs * (dy[j] * w[j] - mean_g - (x[j] - mu) * rs * mean_gx) + dres[j];
-  else
+  if (!dres) {
     for (int64_t j = 0; j < C; j++) dx[j] = rs * (dy[j] * w[j] - mean_g - (x[j] - mu) * rs * mean_gx);
+    return;
+  }
+  double t[DX_TILE]; /* see DX_TILE */
+  for (int64_t j0 = 0; j0 < C; j0 += DX_TILE) {
+    int64_t n = C - j0 < DX_TILE ? C - j0 : DX_TILE;
+    for (int64_t k = 0; k < n; k++) t[k] = rs * (dy[j0 + k] * w[j0 + k] - mean_g - (x[j0 + k] - mu) * rs * mean_gx);
+    for (int64_t k = 0; k < n; k++) dx[j0 + k] = t[k] + dres[j0 + k];
+  }
 }
 
 /* ---- forward ------------------------------------------------------------------------ */

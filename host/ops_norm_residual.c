@@ -4,6 +4,8 @@
  *   backward: dx = norm_backward(dout) + dres, dres the gradient that reaches res_out from
  *             its other use (the next residual add), so that one pass over the rows
  *             replaces a norm backward and an add.
+ * On the CPU both give the bits of the unfused ops for f32 and f64 (the forward's add rounds
+ * once, the backward adds dres to the plain dx); 16-bit dx rounds once instead of twice.
  * The checks and rows are the plain norms' (ops_norm.c, ops_norm_cpu.c, kernels/norm.cu). */
 #include "ops_norm.h"
 
