@@ -47,14 +47,9 @@ static void lion_half(uint16_t *p, int pdtype, const void *g, int gdtype, float 
   float pf[HALF_BLOCK], gf[HALF_BLOCK];
   for (int64_t i0 = 0; i0 < n; i0 += HALF_BLOCK) {
     int64_t len = n - i0 < HALF_BLOCK ? n - i0 : HALF_BLOCK;
-    for (int64_t i = 0; i < len; i++) pf[i] = pdtype == LT_BF16 ? lt_bf16_to_f32(p[i0 + i]) : lt_f16_to_f32(p[i0 + i]);
-    const float *gp = gf;
-    if (gdtype == LT_F32)
-      gp = (const float *)g + i0;
-    else
-      for (int64_t i = 0; i < len; i++) gf[i] = (float)lt_load_f64(g, gdtype, i0 + i);
-    lion_f32(pf, gp, m + i0, len, s);
-    for (int64_t i = 0; i < len; i++) p[i0 + i] = pdtype == LT_BF16 ? lt_f32_to_bf16(pf[i]) : lt_f32_to_f16(pf[i]);
+    lt_load_row_f32(p, pdtype, i0, len, pf);
+    lion_f32(pf, lt_load_row_f32(g, gdtype, i0, len, gf), m + i0, len, s);
+    lt_store_row_f32(p, pdtype, i0, pf, len);
   }
 }
 
