@@ -18,7 +18,7 @@ typedef struct lt_cuda_att_args {
   int64_t B, T, S, H, Hkv, D, group, off; /* group = H / Hkv, off = S - T */
   double scale;
   lt_cuda_att_operand q, k, v, out, dout, dq, dk, dv; /* forward: q k v out; backward: all */
-  float *lse; /* (B, H, T) f32: forward output (may be NULL), backward input */
+  float *lse;                                         /* (B, H, T) f32: forward output (may be NULL), backward input */
   int64_t lse_sb, lse_sh, lse_st;
   const void *seg; /* (B, T) segment ids (i32 or i64) or NULL */
   int seg_dtype;
@@ -40,15 +40,14 @@ int lt_cuda_attention_forward(const lt_cuda_att_args *a);
 /* Backward: dq, dk, dv from dout, q, k, v, out, lse (deterministic: no atomics). */
 int lt_cuda_attention_backward(const lt_cuda_att_args *a);
 
-
 /* The CUDA side of lt_attention_forward / lt_attention_backward (host/ops_attention_cuda.c),
  * called by host/ops_attention.c after its checks, with out / lse / dq / dk / dv prepared on q's
  * device: lays the operands out for the kernels (copies what they cannot read in place, computes
  * into a scratch what they cannot write in place), allocates scratch, launches. */
 int lt_attention_forward_cuda(lt_tensor *out, lt_tensor *lse, const lt_tensor *q, const lt_tensor *k,
                               const lt_tensor *v, const lt_tensor *segment_ids, double scale, int causal);
-int lt_attention_backward_cuda(lt_tensor *dq, lt_tensor *dk, lt_tensor *dv, const lt_tensor *dout,
-                               const lt_tensor *q, const lt_tensor *k, const lt_tensor *v, const lt_tensor *out,
-                               const lt_tensor *lse, const lt_tensor *segment_ids, double scale, int causal);
+int lt_attention_backward_cuda(lt_tensor *dq, lt_tensor *dk, lt_tensor *dv, const lt_tensor *dout, const lt_tensor *q,
+                               const lt_tensor *k, const lt_tensor *v, const lt_tensor *out, const lt_tensor *lse,
+                               const lt_tensor *segment_ids, double scale, int causal);
 #endif
 #endif

@@ -22,6 +22,9 @@
  * f32 and f64 compute in their type; bf16/f16 inputs are copied to f32 and results rounded back.
  * Inputs may be strided views (e.g. of a fused qkv projection): used in place when D is innermost
  * and dense, else copied. Outputs must not share storage with the inputs.
+ * CUDA tensors pass the same checks, then go to host/ops_attention_cuda.c (flash-style kernels in
+ * kernels/attention_*.cu, whose tile algorithm tests/c/test_attention_tiles.c emulates); lse then
+ * lives on q's device.
  */
 #include "internal.h"
 #include <cblas.h>

@@ -42,8 +42,8 @@ static int operand_in(lt_cuda_att_operand *o, dev_operand *d, const lt_tensor *x
   if (!(d->work = lt_tensor_new())) return lt_errorf("attention: out of memory");
   LT_TRY(lt_empty(d->work, 4, x->shape, x->dtype, x->device));
   lt_contiguous_strides(4, x->shape, stride);
-  LT_TRY(lt_cuda_strided_copy(x->device, lt_data_ptr(d->work), stride, lt_data_ptr(x), x->stride, 4, x->shape,
-                              x->dtype));
+  LT_TRY(
+      lt_cuda_strided_copy(x->device, lt_data_ptr(d->work), stride, lt_data_ptr(x), x->stride, 4, x->shape, x->dtype));
   set_operand(o, d->work);
   return 0;
 }
@@ -111,9 +111,9 @@ int lt_attention_forward_cuda(lt_tensor *out, lt_tensor *lse, const lt_tensor *q
   return rc;
 }
 
-int lt_attention_backward_cuda(lt_tensor *dq, lt_tensor *dk, lt_tensor *dv, const lt_tensor *dout,
-                               const lt_tensor *q, const lt_tensor *k, const lt_tensor *v, const lt_tensor *out,
-                               const lt_tensor *lse, const lt_tensor *segment_ids, double scale, int causal) {
+int lt_attention_backward_cuda(lt_tensor *dq, lt_tensor *dk, lt_tensor *dv, const lt_tensor *dout, const lt_tensor *q,
+                               const lt_tensor *k, const lt_tensor *v, const lt_tensor *out, const lt_tensor *lse,
+                               const lt_tensor *segment_ids, double scale, int causal) {
   lt_cuda_att_args a;
   args_init(&a, q, k, segment_ids, scale, causal);
   args_lse(&a, lse);
@@ -125,10 +125,10 @@ int lt_attention_backward_cuda(lt_tensor *dq, lt_tensor *dk, lt_tensor *dv, cons
   if (rc == 0) rc = lt_empty(delta, 1, &rows, f64 ? LT_F64 : LT_F32, a.device);
   if (rc == 0 && f64) rc = lt_empty(lse2, 1, &rows, LT_F64, a.device);
   bool mma = lt_cuda_attention_bwd_uses_mma(a.dtype, a.D) != 0; /* out is read by the delta pass alone */
-  if (rc == 0 && (operand_in(&a.q, &d[0], q, mma) || operand_in(&a.k, &d[1], k, mma) ||
-                  operand_in(&a.v, &d[2], v, mma) || operand_in(&a.dout, &d[3], dout, mma) ||
-                  operand_in(&a.out, &d[4], out, false) || operand_out(&a.dq, &d[5], dq, mma) ||
-                  operand_out(&a.dk, &d[6], dk, mma) || operand_out(&a.dv, &d[7], dv, mma)))
+  if (rc == 0 &&
+      (operand_in(&a.q, &d[0], q, mma) || operand_in(&a.k, &d[1], k, mma) || operand_in(&a.v, &d[2], v, mma) ||
+       operand_in(&a.dout, &d[3], dout, mma) || operand_in(&a.out, &d[4], out, false) ||
+       operand_out(&a.dq, &d[5], dq, mma) || operand_out(&a.dk, &d[6], dk, mma) || operand_out(&a.dv, &d[7], dv, mma)))
     rc = -1;
   if (rc == 0) {
     a.delta = lt_data_ptr(delta);

@@ -51,7 +51,8 @@ __global__ void __launch_bounds__(ATT_GEN_WARPS * 32)
   }
   const int64_t segq = t < TQ ? att_seg(a, b, t) : 0, row = (b * a.H + h) * TQ + t;
   const acc scale2 = (acc)(a.scale * ATT_LOG2E), delta_t = t < TQ ? delta[row] : (acc)0;
-  const int64_t t_last = (t0 + ATT_GEN_BR < TQ ? t0 + ATT_GEN_BR : TQ) - 1, kend = att_key_end(t_last, S, a.off, a.causal);
+  const int64_t t_last = (t0 + ATT_GEN_BR < TQ ? t0 + ATT_GEN_BR : TQ) - 1,
+                kend = att_key_end(t_last, S, a.off, a.causal);
 
   acc lse2 = -INFINITY;
   if (lse2_out) { /* f64: the row's lse again, in double, by the forward's online softmax */
@@ -139,9 +140,9 @@ __global__ void __launch_bounds__(ATT_GEN_WARPS * 32)
       for (int i = threadIdx.x; i < bq; i += blockDim.x) {
         int64_t t = tq + i, row = (b * a.H + h) * TQ + t;
         bool in = t < TQ;
-        sLse[i] = !in ? (acc)-INFINITY
-              : lse2_in ? (acc)lse2_in[row]
-                        : (acc)a.lse[b * a.lse_sb + h * a.lse_sh + t * a.lse_st] * (acc)ATT_LOG2E;
+        sLse[i] = !in       ? (acc)-INFINITY
+                  : lse2_in ? (acc)lse2_in[row]
+                            : (acc)a.lse[b * a.lse_sb + h * a.lse_sh + t * a.lse_st] * (acc)ATT_LOG2E;
         sDelta[i] = in ? delta[row] : (acc)0;
         sSegQ[i] = in ? att_seg(a, b, t) : 0;
       }
@@ -205,8 +206,8 @@ template <typename E, typename acc> static int launch_backward(const lt_cuda_att
   int kpw, bq;
   att_dkv_tiles(a->D, sizeof(acc), &kpw, &bq);
   int64_t bkv = (int64_t)ATT_GEN_WARPS * kpw, kblk = (a->S + bkv - 1) / bkv;
-  att_dkv<E, acc><<<(unsigned)(a->B * a->Hkv * kblk), ATT_GEN_WARPS * 32, (size_t)att_dkv_smem(a->D, sizeof(acc), kpw, bq),
-                    stream>>>(*a, kblk, kpw, bq, delta, lse2);
+  att_dkv<E, acc><<<(unsigned)(a->B * a->Hkv * kblk), ATT_GEN_WARPS * 32,
+                    (size_t)att_dkv_smem(a->D, sizeof(acc), kpw, bq), stream>>>(*a, kblk, kpw, bq, delta, lse2);
   return 0;
 }
 

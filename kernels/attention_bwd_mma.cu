@@ -16,7 +16,8 @@
 #include "attention_tile.cuh"
 
 template <typename E, int D>
-__global__ void __launch_bounds__(ATT_MMA_WARPS * 32) att_dq_mma(const lt_cuda_att_args a, int64_t nblk, const float *delta) {
+__global__ void __launch_bounds__(ATT_MMA_WARPS * 32)
+    att_dq_mma(const lt_cuda_att_args a, int64_t nblk, const float *delta) {
   constexpr int BR = ATT_BWD_MMA_BR, BC = ATT_BWD_MMA_BC, KLD = D + 8, KTLD = BC + 8, NK = D / 16, NT = BC / 8,
                 ND = D / 8;
   static_assert(BR == ATT_MMA_WARPS * 16, "one warp per 16 query rows");
@@ -76,7 +77,8 @@ __global__ void __launch_bounds__(ATT_MMA_WARPS * 32) att_dq_mma(const lt_cuda_a
     for (int kk = 0; kk < NK; kk++) {
 #pragma unroll
       for (int n = 0; n < NT; n++) {
-        const uint16_t *kp = &sK[(n * 8 + gid) * KLD + kk * 16 + tig * 2], *vp = &sV[(n * 8 + gid) * KLD + kk * 16 + tig * 2];
+        const uint16_t *kp = &sK[(n * 8 + gid) * KLD + kk * 16 + tig * 2],
+                       *vp = &sV[(n * 8 + gid) * KLD + kk * 16 + tig * 2];
         ops::mma(s[n], qf[kk], ld32(kp), ld32(kp + 8));
         ops::mma(dp[n], gf[kk], ld32(vp), ld32(vp + 8));
       }
@@ -110,14 +112,16 @@ __global__ void __launch_bounds__(ATT_MMA_WARPS * 32) att_dq_mma(const lt_cuda_a
     uint16_t *row = att_row<uint16_t>(a.dq, b, tr[r], h);
 #pragma unroll
     for (int n = 0; n < ND; n++) {
-      uint32_t pair = (uint32_t)ops::to_bits(scale * dq[n][2 * r]) | ((uint32_t)ops::to_bits(scale * dq[n][2 * r + 1]) << 16);
+      uint32_t pair =
+          (uint32_t)ops::to_bits(scale * dq[n][2 * r]) | ((uint32_t)ops::to_bits(scale * dq[n][2 * r + 1]) << 16);
       *reinterpret_cast<uint32_t *>(row + n * 8 + tig * 2) = pair;
     }
   }
 }
 
 template <typename E, int D>
-__global__ void __launch_bounds__(ATT_MMA_WARPS * 32) att_dkv_mma(const lt_cuda_att_args a, int64_t kblk, const float *delta) {
+__global__ void __launch_bounds__(ATT_MMA_WARPS * 32)
+    att_dkv_mma(const lt_cuda_att_args a, int64_t kblk, const float *delta) {
   constexpr int BKV = ATT_BWD_MMA_BKV, BQ = ATT_BWD_MMA_BQ, LD = D + 8, QTLD = BQ + 8, NK = D / 16, NQ = BQ / 8,
                 ND = D / 8;
   static_assert(BKV == ATT_MMA_WARPS * 16, "one warp per 16 keys");
@@ -177,7 +181,8 @@ __global__ void __launch_bounds__(ATT_MMA_WARPS * 32) att_dkv_mma(const lt_cuda_
         uint32_t vf[4] = {ld32(va), ld32(va + 8 * LD), ld32(va + 8), ld32(va + 8 * LD + 8)};
 #pragma unroll
         for (int n = 0; n < NQ; n++) {
-          const uint16_t *qp = &sQ[(n * 8 + gid) * LD + kk * 16 + tig * 2], *gp = &sdO[(n * 8 + gid) * LD + kk * 16 + tig * 2];
+          const uint16_t *qp = &sQ[(n * 8 + gid) * LD + kk * 16 + tig * 2],
+                         *gp = &sdO[(n * 8 + gid) * LD + kk * 16 + tig * 2];
           ops::mma(st[n], kf, ld32(qp), ld32(qp + 8));
           ops::mma(dpt[n], vf, ld32(gp), ld32(gp + 8));
         }
@@ -198,7 +203,8 @@ __global__ void __launch_bounds__(ATT_MMA_WARPS * 32) att_dkv_mma(const lt_cuda_
 #pragma unroll
       for (int kk = 0; kk < BQ / 16; kk++) {
         uint32_t pa[4] = {ops::pack(st[2 * kk][0], st[2 * kk][1]), ops::pack(st[2 * kk][2], st[2 * kk][3]),
-                          ops::pack(st[2 * kk + 1][0], st[2 * kk + 1][1]), ops::pack(st[2 * kk + 1][2], st[2 * kk + 1][3])};
+                          ops::pack(st[2 * kk + 1][0], st[2 * kk + 1][1]),
+                          ops::pack(st[2 * kk + 1][2], st[2 * kk + 1][3])};
         uint32_t da[4] = {ops::pack(dpt[2 * kk][0], dpt[2 * kk][1]), ops::pack(dpt[2 * kk][2], dpt[2 * kk][3]),
                           ops::pack(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]),
                           ops::pack(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3])};
@@ -220,7 +226,8 @@ __global__ void __launch_bounds__(ATT_MMA_WARPS * 32) att_dkv_mma(const lt_cuda_
     uint16_t *krow = att_row<uint16_t>(a.dk, b, s, g), *vrow = att_row<uint16_t>(a.dv, b, s, g);
 #pragma unroll
     for (int n = 0; n < ND; n++) {
-      uint32_t kp = (uint32_t)ops::to_bits(scale * dk[n][2 * r]) | ((uint32_t)ops::to_bits(scale * dk[n][2 * r + 1]) << 16);
+      uint32_t kp =
+          (uint32_t)ops::to_bits(scale * dk[n][2 * r]) | ((uint32_t)ops::to_bits(scale * dk[n][2 * r + 1]) << 16);
       uint32_t vp = (uint32_t)ops::to_bits(dv[n][2 * r]) | ((uint32_t)ops::to_bits(dv[n][2 * r + 1]) << 16);
       *reinterpret_cast<uint32_t *>(krow + n * 8 + tig * 2) = kp;
       *reinterpret_cast<uint32_t *>(vrow + n * 8 + tig * 2) = vp;

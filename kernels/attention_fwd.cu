@@ -28,8 +28,8 @@ template <typename T, int D>
 __global__ void __launch_bounds__(ATT_MMA_WARPS * 32) att_fwd_mma(const lt_cuda_att_args a, int64_t nblk) {
   constexpr int BR = ATT_MMA_BR, BC = ATT_MMA_BC, KLD = D + 8, VLD = BC + 8, NK = D / 16, NT = BC / 8, ND = D / 8;
   static_assert(BR == ATT_MMA_WARPS * 16, "one warp per 16 query rows");
-  __shared__ __align__(16) uint16_t sK[BC * KLD];  /* K tile, row = key */
-  __shared__ __align__(16) uint16_t sVt[D * VLD];  /* V tile transposed, row = dim */
+  __shared__ __align__(16) uint16_t sK[BC * KLD]; /* K tile, row = key */
+  __shared__ __align__(16) uint16_t sVt[D * VLD]; /* V tile transposed, row = dim */
   __shared__ int64_t sSeg[BC];
   using ops = mma_ops<T>;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gid = lane / 4, tig = lane % 4;
@@ -179,7 +179,8 @@ __global__ void __launch_bounds__(ATT_GEN_WARPS * 32) att_fwd_gen(const lt_cuda_
   acc m = -INFINITY, l = 0, o[ATT_GEN_MAX_D / 32];
 #pragma unroll
   for (int i = 0; i < ATT_GEN_MAX_D / 32; i++) o[i] = 0;
-  const int64_t t_last = (t0 + ATT_GEN_BR < TQ ? t0 + ATT_GEN_BR : TQ) - 1, kend = att_key_end(t_last, S, a.off, a.causal);
+  const int64_t t_last = (t0 + ATT_GEN_BR < TQ ? t0 + ATT_GEN_BR : TQ) - 1,
+                kend = att_key_end(t_last, S, a.off, a.causal);
 
   for (int64_t kv0 = 0; kv0 < kend; kv0 += bc) {
     __syncthreads();
@@ -233,7 +234,8 @@ template <typename T, typename acc> static void launch_gen(const lt_cuda_att_arg
 extern "C" int lt_cuda_attention_forward(const lt_cuda_att_args *a) {
   const char *op = "attention_forward";
   if (a->B * a->H * a->T == 0) return 0;
-  if (a->D > ATT_GEN_MAX_D) return lt_errorf("%s: head dim %lld > %d is not implemented on cuda", op, (long long)a->D, ATT_GEN_MAX_D);
+  if (a->D > ATT_GEN_MAX_D)
+    return lt_errorf("%s: head dim %lld > %d is not implemented on cuda", op, (long long)a->D, ATT_GEN_MAX_D);
   int64_t rows = lt_cuda_attention_fwd_uses_mma(a->dtype, a->D) ? ATT_MMA_BR : ATT_GEN_BR;
   if (a->B * a->H * ((a->T + rows - 1) / rows) > INT32_MAX)
     return lt_errorf("%s: B * H * T = %lld rows is too many for one grid", op, (long long)(a->B * a->H * a->T));

@@ -5,10 +5,10 @@
  * loop orders, skip rules and online-softmax update (the functions of host/attention_tile.h, which
  * the kernels include), in f32 arithmetic for f32/bf16/f16 (every operation rounded to float) and
  * in f64 for f64, with P (and dS) rounded to the 16-bit dtype before the products of the tensor-core
- * forward and backward. Random shapes: causal with S < T (rows that see no key), S > T, segments (sorted and not), GQA, T and S
- * not multiples of the tiles, head dims that make the CUDA-core tiles small (D = 200, 256 in f64).
- * Also: every skipped tile (keys past att_key_end, queries before att_query_begin) is checked to be
- * fully masked, and the bounds are checked to be tight.
+ * forward and backward. Random shapes: causal with S < T (rows that see no key), S > T, segments (sorted and not), GQA,
+ * T and S not multiples of the tiles, head dims that make the CUDA-core tiles small (D = 200, 256 in f64). Also: every
+ * skipped tile (keys past att_key_end, queries before att_query_begin) is checked to be fully masked, and the bounds
+ * are checked to be tight.
  */
 #include "attention_tile.h"
 #include "check.h"
@@ -19,8 +19,8 @@ typedef struct emu {
   int causal, dtype;
   bool f64;
   double scale;
-  const int64_t *seg;                  /* (B, T) or NULL */
-  const double *q, *k, *v, *dout;      /* values as the kernels load them, contiguous */
+  const int64_t *seg;             /* (B, T) or NULL */
+  const double *q, *k, *v, *dout; /* values as the kernels load them, contiguous */
 } emu;
 
 static const double *row_q(const emu *e, const double *x, int64_t b, int64_t t, int64_t h) {
@@ -116,8 +116,7 @@ static void emu_forward(const emu *e, bool mma, double *out, float *lse, int64_t
           double inv = l > 0 ? rnd(e, 1 / l) : 0;
           double *orow = out + ((b * e->T + t) * e->H + h) * D;
           for (int64_t d = 0; d < D; d++) orow[d] = round_to(e->dtype, rnd(e, o[d] * inv));
-          lse[(b * e->H + h) * e->T + t] =
-              e->f64 ? (float)att_lse_f64(m, l) : att_lse_f32((float)m, (float)l);
+          lse[(b * e->H + h) * e->T + t] = e->f64 ? (float)att_lse_f64(m, l) : att_lse_f32((float)m, (float)l);
         }
       }
   free(o);
@@ -132,7 +131,8 @@ static void emu_forward(const emu *e, bool mma, double *out, float *lse, int64_t
 static void emu_backward(const emu *e, bool mma, const double *out, const float *lse, double *dq, double *dk,
                          double *dv, int64_t *violations) {
   int64_t B = e->B, T = e->T, H = e->H, D = e->D, es = e->f64 ? 8 : 4;
-  double *delta = malloc((size_t)(B * H * T + 1) * sizeof(double)), *lse2 = malloc((size_t)(B * H * T + 1) * sizeof(double));
+  double *delta = malloc((size_t)(B * H * T + 1) * sizeof(double)),
+         *lse2 = malloc((size_t)(B * H * T + 1) * sizeof(double));
   double *acc = calloc((size_t)(2 * D + 2), sizeof(double));
   for (int64_t b = 0; b < B; b++)
     for (int64_t h = 0; h < H; h++)
@@ -307,8 +307,22 @@ static void run_case(int dtype, int64_t B, int64_t T, int64_t S, int64_t H, int6
   CHECK_OK(lt_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, seg, scale, causal));
 
   double *qv = values_of(q), *kv = values_of(k), *vv = values_of(v), *gv = values_of(dout), *ov = values_of(out);
-  emu e = {.B = B, .T = T, .S = S, .H = H, .Hkv = Hkv, .D = D, .group = H / Hkv, .off = S - T, .causal = causal,
-           .dtype = dtype, .f64 = dtype == LT_F64, .scale = scale, .seg = segv, .q = qv, .k = kv, .v = vv,
+  emu e = {.B = B,
+           .T = T,
+           .S = S,
+           .H = H,
+           .Hkv = Hkv,
+           .D = D,
+           .group = H / Hkv,
+           .off = S - T,
+           .causal = causal,
+           .dtype = dtype,
+           .f64 = dtype == LT_F64,
+           .scale = scale,
+           .seg = segv,
+           .q = qv,
+           .k = kv,
+           .v = vv,
            .dout = gv};
   int64_t nq = B * T * H * D, nk = B * S * Hkv * D, nl = B * H * T, violations = 0;
   double *eo = calloc((size_t)nq + 1, sizeof(double)), *el = calloc((size_t)nl + 1, sizeof(double));
@@ -350,8 +364,12 @@ static void check_bounds(void) {
     int64_t T = check_randint(1, 200), S = check_randint(1, 200), off = S - T, t_last = check_randint(0, T);
     int64_t kend = att_key_end(t_last, S, off, 1);
     CHECK(kend >= 0 && kend <= S, "kend %lld", (long long)kend);
-    if (kend > 0) CHECK(att_visible(t_last, T, kend - 1, S, off, 1), "T %lld S %lld t %lld", (long long)T, (long long)S, (long long)t_last);
-    if (kend < S) CHECK(!att_visible(t_last, T, kend, S, off, 1), "T %lld S %lld t %lld", (long long)T, (long long)S, (long long)t_last);
+    if (kend > 0)
+      CHECK(att_visible(t_last, T, kend - 1, S, off, 1), "T %lld S %lld t %lld", (long long)T, (long long)S,
+            (long long)t_last);
+    if (kend < S)
+      CHECK(!att_visible(t_last, T, kend, S, off, 1), "T %lld S %lld t %lld", (long long)T, (long long)S,
+            (long long)t_last);
     int64_t s0 = check_randint(0, S), qb = att_query_begin(s0, off, 1);
     if (qb < T) CHECK(att_visible(qb, T, s0, S, off, 1), "s0 %lld qb %lld", (long long)s0, (long long)qb);
     if (qb > 0) CHECK(!att_visible(qb - 1, T, s0 + 0, S, off, 1), "s0 %lld qb %lld", (long long)s0, (long long)qb);
@@ -362,9 +380,12 @@ static void check_bounds(void) {
     for (int es = 4; es <= 8; es += 4) {
       int bc1 = att_gen_bc(D, es, 1), bc2 = att_gen_bc(D, es, 2), kpw, bq;
       att_dkv_tiles(D, es, &kpw, &bq);
-      CHECK(bc1 >= 1 && bc1 <= 32 && att_gen_smem(D, es, 1, bc1) <= ATT_SMEM_BUDGET, "D %lld fwd bc %d", (long long)D, bc1);
-      CHECK(bc2 >= 1 && bc2 <= 32 && att_gen_smem(D, es, 2, bc2) <= ATT_SMEM_BUDGET, "D %lld dq bc %d", (long long)D, bc2);
-      CHECK(kpw >= 1 && kpw <= ATT_DKV_MAX_KPW && bq >= 1 && bq <= 32 && att_dkv_smem(D, es, kpw, bq) <= ATT_SMEM_BUDGET,
+      CHECK(bc1 >= 1 && bc1 <= 32 && att_gen_smem(D, es, 1, bc1) <= ATT_SMEM_BUDGET, "D %lld fwd bc %d", (long long)D,
+            bc1);
+      CHECK(bc2 >= 1 && bc2 <= 32 && att_gen_smem(D, es, 2, bc2) <= ATT_SMEM_BUDGET, "D %lld dq bc %d", (long long)D,
+            bc2);
+      CHECK(kpw >= 1 && kpw <= ATT_DKV_MAX_KPW && bq >= 1 && bq <= 32 &&
+                att_dkv_smem(D, es, kpw, bq) <= ATT_SMEM_BUDGET,
             "D %lld dkv kpw %d bq %d", (long long)D, kpw, bq);
     }
   /* the tensor-core dK/dV kernel's shared memory fits an A100's opt-in limit (163 KB) */
@@ -393,14 +414,14 @@ int main(void) {
   /* fixed cases: the benchmark's shape in miniature, S < T and S > T under causal, segments, GQA */
   run_case(LT_BF16, 1, 130, 130, 4, 2, 64, 1, 0);
   run_case(LT_F16, 2, 70, 70, 2, 1, 128, 1, 1);
-  run_case(LT_BF16, 1, 90, 40, 3, 3, 64, 1, 0);  /* S < T: the first 50 rows see no key */
-  run_case(LT_F16, 1, 40, 150, 2, 2, 64, 1, 0);  /* S > T: a prefix every row sees */
-  run_case(LT_F32, 2, 45, 45, 6, 2, 17, 1, 2);   /* unsorted segments, GQA 3 */
-  run_case(LT_F64, 1, 21, 33, 2, 1, 200, 1, 0);  /* small CUDA-core tiles (kpw 1) */
+  run_case(LT_BF16, 1, 90, 40, 3, 3, 64, 1, 0); /* S < T: the first 50 rows see no key */
+  run_case(LT_F16, 1, 40, 150, 2, 2, 64, 1, 0); /* S > T: a prefix every row sees */
+  run_case(LT_F32, 2, 45, 45, 6, 2, 17, 1, 2);  /* unsorted segments, GQA 3 */
+  run_case(LT_F64, 1, 21, 33, 2, 1, 200, 1, 0); /* small CUDA-core tiles (kpw 1) */
   run_case(LT_F64, 1, 19, 19, 1, 1, 256, 0, 1);
   run_case(LT_BF16, 1, 300, 300, 2, 1, 64, 0, 1); /* packed documents: tiles skipped by segment */
-  run_case(LT_F32, 1, 0, 9, 2, 1, 8, 1, 0);      /* T == 0: dk, dv zero */
-  run_case(LT_F32, 1, 9, 0, 2, 1, 8, 0, 0);      /* S == 0: out 0, lse -inf */
+  run_case(LT_F32, 1, 0, 9, 2, 1, 8, 1, 0);       /* T == 0: dk, dv zero */
+  run_case(LT_F32, 1, 9, 0, 2, 1, 8, 0, 0);       /* S == 0: out 0, lse -inf */
   for (int trial = 0; trial < 14; trial++) {
     int dtype = dtypes[trial % 4];
     int64_t Ds[7] = {1, 3, 16, 33, 64, 128, 96};
