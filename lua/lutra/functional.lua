@@ -8,7 +8,8 @@
 --   F.add_rms_norm(x, residual, weight, eps)         -> res, y, rstd
 --       res = x + residual (a pre-norm block's new residual stream), y = the norm of res, in
 --       one pass; x and residual have one shape and dtype. Both res and y are differentiable:
---       backward adds res's own gradient into the norm's in the same kernel.
+--       backward adds res's own gradient into the norm's in the same kernel (so a hook or
+--       retain_grad on res sees the gradient of res's other uses only).
 --   F.linear(x, weight, bias, out)              -> x @ weight^T (+ bias)
 --   F.cross_entropy(logits, targets, opts)      -> loss, losses, lse
 --       opts: {ignore_index = -100, reduction = "mean" | "sum" | "none", out = }
