@@ -56,7 +56,7 @@ LT_HOST_DEVICE static inline bool lt_ew_geom_contiguous(const lt_ew_geom *g) {
       INDEX n = (INDEX)g->shape[d], q = i / n;                                                                         \
       int64_t r = (int64_t)(i - q * n);                                                                                \
       i = q;                                                                                                           \
-      LT_EW_UNROLL for (int k = 0; k < LT_EW_MAX_OPS; k++) if (k < nops) off[k] += r * g->stride[k][d];               \
+      LT_EW_UNROLL for (int k = 0; k < LT_EW_MAX_OPS; k++) if (k < nops) off[k] += r * g->stride[k][d];                \
     }                                                                                                                  \
   }
 LT_EW_DEFINE_OFFSETS(lt_ew_offsets32, uint32_t)
@@ -80,8 +80,7 @@ int lt_cuda_clamp(int device, int dtype, const lt_ew_geom *g, void *out, const v
 int lt_cuda_binary(int device, int op, int dtype, const lt_ew_geom *g, void *out, const void *a, const void *b,
                    int scalar_side, const void *scalar);
 /* out = cond ? a : b; cond bool/u8, elements of `size` bytes moved unchanged. */
-int lt_cuda_where(int device, int size, const lt_ew_geom *g, void *out, const void *cond, const void *a,
-                  const void *b);
+int lt_cuda_where(int device, int size, const lt_ew_geom *g, void *out, const void *cond, const void *a, const void *b);
 
 /* dst = src converted from src_dtype to dst_dtype by host/copy.c's rules (kernels/copy_strided.cu). */
 int lt_cuda_copy(int device, const lt_ew_geom *g, void *dst, int dst_dtype, const void *src, int src_dtype);

@@ -144,7 +144,8 @@ int lt_cuda_where(int device, int size, const lt_ew_geom *g, void *out, const vo
                   const void *b) {
   const uint8_t *c = (const uint8_t *)cond;
   switch (size) {
-  case 1: return ew_launch("where", device, where_fn<uint8_t>{(uint8_t *)out, c, (const uint8_t *)a, (const uint8_t *)b}, *g);
+  case 1:
+    return ew_launch("where", device, where_fn<uint8_t>{(uint8_t *)out, c, (const uint8_t *)a, (const uint8_t *)b}, *g);
   case 2:
     return ew_launch("where", device, where_fn<uint16_t>{(uint16_t *)out, c, (const uint16_t *)a, (const uint16_t *)b},
                      *g);

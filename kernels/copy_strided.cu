@@ -53,7 +53,8 @@ int lt_cuda_copy(int device, const lt_ew_geom *g, void *dst, int dst_dtype, cons
     lt_with_dtype(src_dtype, [&](auto src_tag) {
       using D = typename decltype(dst_tag)::type;
       using S = typename decltype(src_tag)::type;
-      if constexpr (!std::is_same<D, S>::value) rc = ew_launch("copy", device, convert_fn<D, S>{(D *)dst, (const S *)src}, *g);
+      if constexpr (!std::is_same<D, S>::value)
+        rc = ew_launch("copy", device, convert_fn<D, S>{(D *)dst, (const S *)src}, *g);
     });
   });
   return rc;
@@ -98,8 +99,9 @@ int lt_cuda_fill(int device, const lt_ew_geom *g, void *out, int dtype, double v
 /* out[i * stride] = start + i * step, in double, stored as lt_store_f64 stores (lt_dev_dtype). The
  * host's loop (copy.c, built with -mfma) computes it as one fused multiply-add, so this does too:
  * integer dtypes truncate, and a last-bit difference could move a value across an integer. */
-template <typename T> __host__ __device__ inline void sequence_range(T *out, int64_t stride, int64_t n, double start,
-                                                                     double step, int64_t first, int64_t every) {
+template <typename T>
+__host__ __device__ inline void sequence_range(T *out, int64_t stride, int64_t n, double start, double step,
+                                               int64_t first, int64_t every) {
   for (int64_t i = first; i < n; i += every) out[i * stride] = lt_dev_dtype<T>::store(fma((double)i, step, start));
 }
 

@@ -89,9 +89,11 @@ template <typename D, typename S> static void launch_convert(int device, void *d
   constexpr int N = 16 / (sizeof(S) > sizeof(D) ? sizeof(S) : sizeof(D));
   int blocks = lt_cuda_blocks(device, n / N + N);
   if (lt_aligned(dst, sizeof(D) * N) && lt_aligned(src, sizeof(S) * N))
-    convert_kernel<D, S, N><<<blocks, LT_CUDA_THREADS, 0, lt_cuda_compute_stream(device)>>>((D *)dst, (const S *)src, n);
+    convert_kernel<D, S, N>
+        <<<blocks, LT_CUDA_THREADS, 0, lt_cuda_compute_stream(device)>>>((D *)dst, (const S *)src, n);
   else
-    convert_kernel<D, S, 1><<<blocks, LT_CUDA_THREADS, 0, lt_cuda_compute_stream(device)>>>((D *)dst, (const S *)src, n);
+    convert_kernel<D, S, 1>
+        <<<blocks, LT_CUDA_THREADS, 0, lt_cuda_compute_stream(device)>>>((D *)dst, (const S *)src, n);
 }
 
 /* dst[0..n) (dst_dtype) = src[0..n) (src_dtype), both on `device`. */
@@ -168,9 +170,11 @@ template <typename T> static void launch_add(int device, void *out, const void *
   constexpr int N = 16 / sizeof(T);
   int blocks = lt_cuda_blocks(device, n / N + N);
   if (lt_aligned(out, 16) && lt_aligned(a, 16) && lt_aligned(b, 16))
-    add_kernel<T, N><<<blocks, LT_CUDA_THREADS, 0, lt_cuda_compute_stream(device)>>>((T *)out, (const T *)a, (const T *)b, n);
+    add_kernel<T, N>
+        <<<blocks, LT_CUDA_THREADS, 0, lt_cuda_compute_stream(device)>>>((T *)out, (const T *)a, (const T *)b, n);
   else
-    add_kernel<T, 1><<<blocks, LT_CUDA_THREADS, 0, lt_cuda_compute_stream(device)>>>((T *)out, (const T *)a, (const T *)b, n);
+    add_kernel<T, 1>
+        <<<blocks, LT_CUDA_THREADS, 0, lt_cuda_compute_stream(device)>>>((T *)out, (const T *)a, (const T *)b, n);
 }
 
 /* out[0..n) = a[0..n) + b[0..n); out may alias a or b exactly (in place). */

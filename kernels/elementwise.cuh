@@ -77,8 +77,8 @@ template <typename D, typename S> __host__ __device__ inline D convert_one(S x) 
 /* ---- the loops (host and device) ----------------------------------------------------------- */
 
 /* A grid-stride loop over contiguous operands: this thread's runs, then its tail elements. */
-template <typename F> __host__ __device__ inline void ew_contig_range(const F &f, int64_t n, int64_t first,
-                                                                      int64_t step) {
+template <typename F>
+__host__ __device__ inline void ew_contig_range(const F &f, int64_t n, int64_t first, int64_t step) {
   constexpr int N = F::vec_n > 0 ? F::vec_n : 1;
   int64_t runs = n / N;
   if constexpr (F::vec_n > 0)
@@ -91,9 +91,8 @@ template <typename F> __host__ __device__ inline void ew_contig_range(const F &f
 }
 
 /* A grid-stride loop over strided operands; Index is uint32_t when numel < 2^31. */
-template <typename Index, typename F> __host__ __device__ inline void ew_strided_range(const F &f,
-                                                                                       const lt_ew_geom &g,
-                                                                                       Index first, Index step) {
+template <typename Index, typename F>
+__host__ __device__ inline void ew_strided_range(const F &f, const lt_ew_geom &g, Index first, Index step) {
   Index n = (Index)g.numel;
   for (Index i = first; i < n; i += step) {
     int64_t off[LT_EW_MAX_OPS];

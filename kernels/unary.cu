@@ -204,7 +204,8 @@ int lt_cuda_clamp(int device, int dtype, const lt_ew_geom *g, void *out, const v
   lt_with_dtype(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using C = typename ew_compute<T>::type;
-    if constexpr (ew_is_arith<T>) rc = ew_launch("clamp", device, clamp_fn<T>{(T *)out, (const T *)a, (C)lo, (C)hi}, *g);
+    if constexpr (ew_is_arith<T>)
+      rc = ew_launch("clamp", device, clamp_fn<T>{(T *)out, (const T *)a, (C)lo, (C)hi}, *g);
   });
   return rc;
 }

@@ -47,8 +47,8 @@ static void check_walk(int ndim, const int64_t *shape, int nops, int64_t (*st)[L
       int64_t want = lt_offset_of(i, ndim, shape, st[k]);
       if (o32[k] != want || o64[k] != want) {
         bad++;
-        CHECK(0, "%s: element %lld operand %d: offsets %lld/%lld, want %lld", what, (long long)i, k,
-              (long long)o32[k], (long long)o64[k], (long long)want);
+        CHECK(0, "%s: element %lld operand %d: offsets %lld/%lld, want %lld", what, (long long)i, k, (long long)o32[k],
+              (long long)o64[k], (long long)want);
       }
     }
   }
@@ -271,7 +271,8 @@ static void test_binary_on_host(void) {
       int dtype = all_dtypes[di], odtype = op >= LT_EQ ? LT_BOOL : dtype;
       if (!binary_ok(op, dtype)) continue;
       double lo = -4, hi = 4;
-      if (!lt_dtype_is_float(dtype)) lo = dtype == LT_I32 || dtype == LT_I64 ? -300 : 0, hi = dtype == LT_BOOL ? 2 : 256;
+      if (!lt_dtype_is_float(dtype))
+        lo = dtype == LT_I32 || dtype == LT_I64 ? -300 : 0, hi = dtype == LT_BOOL ? 2 : 256;
       if (op == LT_POW) lo = 0.1;
       double tol = op == LT_POW ? math_tol(dtype) : 0;
       for (int bi = 0; bi < 4; bi++)
@@ -288,11 +289,11 @@ static void test_binary_on_host(void) {
           lt_ew_geom g;
           const lt_tensor *ins[2] = {a, b};
           lt_ew_geom_of(&g, got, 2, ins);
-          CHECK_OK(lt_cuda_binary(LT_DEVICE_CPU, op, dtype, &g, lt_data_ptr(got), lt_data_ptr(a), lt_data_ptr(b), 0,
-                                  NULL));
+          CHECK_OK(
+              lt_cuda_binary(LT_DEVICE_CPU, op, dtype, &g, lt_data_ptr(got), lt_data_ptr(a), lt_data_ptr(b), 0, NULL));
           double e = max_err(got, want);
-          CHECK(e <= tol, "binary %s %s b %d layout %d: error %g", lt_binary_name(op), lt_dtype_name(dtype), bi,
-                layout, e);
+          CHECK(e <= tol, "binary %s %s b %d layout %d: error %g", lt_binary_name(op), lt_dtype_name(dtype), bi, layout,
+                e);
           /* the scalar forms: the scalar as scalar_operand holds it (f32 for the 16-bit floats) */
           if (bi == 0) {
             double s = dtype == LT_BOOL ? 1 : lt_dtype_is_float(dtype) ? 1.3 : 7;
@@ -315,10 +316,10 @@ static void test_binary_on_host(void) {
           /* in place into a (not for comparisons: bool out); last, as it changes a */
           if (odtype == dtype) {
             lt_ew_geom_of(&g, a, 2, ins);
-            CHECK_OK(lt_cuda_binary(LT_DEVICE_CPU, op, dtype, &g, lt_data_ptr(a), lt_data_ptr(a), lt_data_ptr(b), 0,
-                                    NULL));
-            CHECK(max_err(a, want) <= tol, "binary %s %s in place: error %g", lt_binary_name(op),
-                  lt_dtype_name(dtype), max_err(a, want));
+            CHECK_OK(
+                lt_cuda_binary(LT_DEVICE_CPU, op, dtype, &g, lt_data_ptr(a), lt_data_ptr(a), lt_data_ptr(b), 0, NULL));
+            CHECK(max_err(a, want) <= tol, "binary %s %s in place: error %g", lt_binary_name(op), lt_dtype_name(dtype),
+                  max_err(a, want));
           }
           lt_release(a0), lt_release(b0), lt_release(a), lt_release(b), lt_release(want), lt_release(got);
           cases++;
@@ -333,7 +334,8 @@ static void test_where_on_host(void) {
     for (int layout = 0; layout < NUM_LAYOUTS; layout++) {
       int dtype = all_dtypes[di];
       lt_tensor *c0 = check_random(3, layout == 1 ? cshape : shape, layout == 2 ? LT_U8 : LT_BOOL, 0, 2);
-      lt_tensor *a0 = check_random(3, shape, dtype, -100, 100), *b0 = check_random(3, layout ? bshape : shape, dtype, -9, 9);
+      lt_tensor *a0 = check_random(3, shape, dtype, -100, 100),
+                *b0 = check_random(3, layout ? bshape : shape, dtype, -9, 9);
       lt_tensor *c = in_layout(c0, layout), *a = in_layout(a0, (layout + 1) % NUM_LAYOUTS), *b = in_layout(b0, layout);
       lt_tensor *want = lt_tensor_new(), *got = out_in_layout(3, shape, dtype, (layout + 2) % NUM_LAYOUTS);
       CHECK_OK(lt_where(want, c0, a0, b0));
@@ -369,8 +371,8 @@ static void test_copy_on_host(void) {
         bool same = true;
         for (int64_t i = 0; i < lt_numel(want) && same; i++) { /* bits, NaN payloads included */
           const char *pw = (const char *)lt_data_ptr(want) + i * lt_dtype_size(dd);
-          const char *pg = (const char *)lt_data_ptr(got) +
-                           lt_offset_of(i, got->ndim, got->shape, got->stride) * lt_dtype_size(dd);
+          const char *pg =
+              (const char *)lt_data_ptr(got) + lt_offset_of(i, got->ndim, got->shape, got->stride) * lt_dtype_size(dd);
           same = memcmp(pw, pg, (size_t)lt_dtype_size(dd)) == 0;
         }
         CHECK(same, "copy %s -> %s layout %d differs from the CPU's bits", lt_dtype_name(sd), lt_dtype_name(dd),

@@ -205,7 +205,7 @@ return function(st)
         guarded("clamp", shape, dt, function()
           local lo, hi = -0.5, 0.6
           if dt == "u8" then lo, hi = 10.5, 200.2 elseif not FLOAT[dt] then lo, hi = -100.5, 200.2 end
-          local a = input(shape, dt, FLOAT[dt] and -1 or -300, FLOAT[dt] and 1 or 256)
+          local a = input(shape, dt, FLOAT[dt] and -1 or dt == "u8" and 0 or -300, FLOAT[dt] and 1 or 256)
           if FLOAT[dt] then set_first(a, 0 / 0) end
           local want = empty(shape, dt)
           ok(C.lt_clamp(want, a, lo, hi))
@@ -272,8 +272,10 @@ return function(st)
   for _, n in ipairs {1, 7, 1023, 65537} do
     for _, dt in ipairs(ALL) do
       guarded("arange", {n}, dt, function()
-        local start, step = -5.5, 0.3 -- floats; integers truncate each start + i * step
-        if dt == "bool" then start, step = 0, 0.02 elseif dt == "u8" then start = 0 end
+        -- integers truncate each start + i * step; values stay in the dtype's range (C leaves
+        -- out-of-range float -> int conversions undefined)
+        local start, step = -5.5, 0.3
+        if dt == "bool" then start, step = 0, 0.02 elseif dt == "u8" then start, step = 0, 250.3 / n end
         local stop = start + n * step
         local want = lt.arange(start, stop, step, {dtype = dt})
         local got = empty({want.shape[1] * 2}, dt, device):slice(0, 0, nil, 2) -- a strided out
