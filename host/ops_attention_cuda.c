@@ -5,11 +5,13 @@
  * qkv views of nn/attention.lua are used in place. An input they cannot read (D strided; for the
  * tensor-core forward also rows not 16-byte aligned) is copied to a contiguous tensor first; an
  * output they cannot write is computed into a contiguous scratch that is copied into it after.
- * Everything is queued on the device's compute stream: no host synchronisation.
+ * Everything is queued on the device's compute stream: no host synchronisation. Head dims above
+ * 256 (ATT_GEN_MAX_D) go through the CPU op instead (copies both ways).
  * host/ops_attention.c has checked shapes, dtypes, devices and aliasing before these run.
  */
 #include "internal.h"
 #ifdef LUTRA_HAVE_CUDA
+#include "attention_tile.h"
 #include "cuda_attention.h"
 #include <stdint.h>
 
@@ -94,8 +96,58 @@ static void args_lse(lt_cuda_att_args *a, const lt_tensor *lse) {
   a->lse_sb = lse->stride[0], a->lse_sh = lse->stride[1], a->lse_st = lse->stride[2];
 }
 
+/* ---- head dims above ATT_GEN_MAX_D: no kernel keeps such rows in registers, so the CPU op computes
+ * them (copies both ways; slow but exact, and every shape the CPU takes works on CUDA) ---- */
+
+/* A CPU copy of x (NULL stays NULL); *fail set on error. */
+static lt_tensor *cpu_copy(const lt_tensor *x, bool *fail) {
+  if (!x || *fail) return NULL;
+  lt_tensor *c = lt_tensor_new();
+  if (!c || lt_empty(c, x->ndim, x->shape, x->dtype, LT_DEVICE_CPU) || lt_copy(c, x)) {
+    if (!c) lt_errorf("attention: out of memory");
+    *fail = true;
+    lt_release(c);
+    return NULL;
+  }
+  return c;
+}
+
+static int forward_via_cpu(lt_tensor *out, lt_tensor *lse, const lt_tensor *q, const lt_tensor *k, const lt_tensor *v,
+                           const lt_tensor *seg, double scale, int causal) {
+  bool fail = false;
+  lt_tensor *cq = cpu_copy(q, &fail), *ck = cpu_copy(k, &fail), *cv = cpu_copy(v, &fail), *cs = cpu_copy(seg, &fail);
+  lt_tensor *co = fail ? NULL : lt_tensor_new(), *cl = fail || !lse ? NULL : lt_tensor_new();
+  int rc = fail || !co || (lse && !cl) ? -1 : lt_attention_forward(co, cl, cq, ck, cv, cs, scale, causal);
+  if (rc == 0) rc = lt_copy(out, co);
+  if (rc == 0 && lse) rc = lt_copy(lse, cl);
+  lt_tensor *all[6] = {cq, ck, cv, cs, co, cl};
+  for (int i = 0; i < 6; i++) lt_release(all[i]);
+  return rc;
+}
+
+static int backward_via_cpu(lt_tensor *dq, lt_tensor *dk, lt_tensor *dv, const lt_tensor *dout, const lt_tensor *q,
+                            const lt_tensor *k, const lt_tensor *v, const lt_tensor *out, const lt_tensor *lse,
+                            const lt_tensor *seg, double scale, int causal) {
+  bool fail = false;
+  lt_tensor *in[7] = {cpu_copy(dout, &fail), cpu_copy(q, &fail),   cpu_copy(k, &fail),  cpu_copy(v, &fail),
+                      cpu_copy(out, &fail),  cpu_copy(lse, &fail), cpu_copy(seg, &fail)};
+  lt_tensor *g[3] = {lt_tensor_new(), lt_tensor_new(), lt_tensor_new()};
+  int rc = fail || !g[0] || !g[1] || !g[2] ? -1
+                                           : lt_attention_backward(g[0], g[1], g[2], in[0], in[1], in[2], in[3], in[4],
+                                                                   in[5], in[6], scale, causal);
+  if (rc == 0) rc = lt_copy(dq, g[0]);
+  if (rc == 0) rc = lt_copy(dk, g[1]);
+  if (rc == 0) rc = lt_copy(dv, g[2]);
+  for (int i = 0; i < 7; i++) lt_release(in[i]);
+  for (int i = 0; i < 3; i++) lt_release(g[i]);
+  return rc;
+}
+
+/* ---- the kernels ---------------------------------------------------------------------------------- */
+
 int lt_attention_forward_cuda(lt_tensor *out, lt_tensor *lse, const lt_tensor *q, const lt_tensor *k,
                               const lt_tensor *v, const lt_tensor *segment_ids, double scale, int causal) {
+  if (q->shape[3] > ATT_GEN_MAX_D) return forward_via_cpu(out, lse, q, k, v, segment_ids, scale, causal);
   lt_cuda_att_args a;
   args_init(&a, q, k, segment_ids, scale, causal);
   if (a.B * a.H * a.T == 0) return 0; /* out and lse are empty */
@@ -114,6 +166,8 @@ int lt_attention_forward_cuda(lt_tensor *out, lt_tensor *lse, const lt_tensor *q
 int lt_attention_backward_cuda(lt_tensor *dq, lt_tensor *dk, lt_tensor *dv, const lt_tensor *dout, const lt_tensor *q,
                                const lt_tensor *k, const lt_tensor *v, const lt_tensor *out, const lt_tensor *lse,
                                const lt_tensor *segment_ids, double scale, int causal) {
+  if (q->shape[3] > ATT_GEN_MAX_D)
+    return backward_via_cpu(dq, dk, dv, dout, q, k, v, out, lse, segment_ids, scale, causal);
   lt_cuda_att_args a;
   args_init(&a, q, k, segment_ids, scale, causal);
   args_lse(&a, lse);

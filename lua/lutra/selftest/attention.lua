@@ -1,6 +1,7 @@
 -- lutra.selftest.attention — attention forward and backward on st.device (kernels/attention_fwd.cu,
 -- attention_bwd.cu) against the CPU op on the same inputs: bf16, f16, f32, f64; head dims 64 and
--- 128 (the tensor-core forward for bf16/f16) and others (the CUDA-core kernels, up to 256); causal
+-- 128 (the tensor-core kernels for bf16/f16) and others (the CUDA-core kernels, up to 256; above,
+-- the CUDA path runs the CPU op on copies); causal
 -- or not, GQA and MQA, S < T (rows that see no key: out 0, lse -inf), S > T, segment ids (sorted
 -- and not), T and S not multiples of any tile; q, k, v as views of one fused qkv (strided, used in
 -- place), with a strided head dim (copied first), and a strided out. The backward is given the
@@ -62,6 +63,7 @@ return function(st)
     {B = 1, T = 33, S = 33, H = 2, Hkv = 1, D = 256, causal = true, seg = "unsorted", layout = "plain"},
     {B = 1, T = 70, S = 45, H = 2, Hkv = 1, D = 128, causal = false, layout = "strided"},
     {B = 1, T = 1, S = 1, H = 1, Hkv = 1, D = 1, causal = true, layout = "plain"},
+    {B = 1, T = 9, S = 12, H = 2, Hkv = 1, D = 300, causal = true, layout = "plain"}, -- D > 256: the CPU op's
   }
 
   for _, c in ipairs(CASES) do
