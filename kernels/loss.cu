@@ -26,7 +26,7 @@ namespace {
 
 template <typename T> using acc_t = typename std::conditional<std::is_same<T, double>::value, double, float>::type;
 
-template <typename T> __device__ inline acc_t<T> to_acc(T x) {
+template <typename T> __host__ __device__ inline acc_t<T> to_acc(T x) {
   if constexpr (std::is_same<T, lt_bf16_bits>::value)
     return lt_bf16_to_f32(x.bits);
   else if constexpr (std::is_same<T, lt_f16_bits>::value)
@@ -45,8 +45,8 @@ template <typename T> __device__ inline T from_acc(acc_t<T> v) {
 }
 
 /* exp with lt_exp_flush_f32's edges: x above 88 taken as 88, 0 below -87 and for NaN */
-__device__ inline float ce_exp(float x) { return x >= -87.0f ? expf(x < 88.0f ? x : 88.0f) : 0.0f; }
-__device__ inline double ce_exp(double x) { return exp(x); }
+__host__ __device__ inline float ce_exp(float x) { return x >= -87.0f ? expf(x < 88.0f ? x : 88.0f) : 0.0f; }
+__host__ __device__ inline double ce_exp(double x) { return exp(x); }
 
 __device__ inline int64_t load_index(const void *p, int is64, int64_t k) {
   return is64 ? ((const int64_t *)p)[k] : (int64_t)((const int32_t *)p)[k];
@@ -95,9 +95,9 @@ template <typename T, typename F> __device__ inline void map_row(T *out, const T
 
 /* The running max m (over values > -inf), the sum s of exp(x - m), and whether a NaN was seen. */
 template <typename A> struct lse_state {
-  A m, s;
-  int nan;
-  __device__ void add(A x) {
+  A m = (A)-INFINITY, s = (A)0;
+  int nan = 0;
+  __host__ __device__ void add(A x) {
     if (!(x > (A)-INFINITY)) { /* -inf adds exactly 0; NaN only matters to f64 rows */
       nan |= x != x;
       return;
@@ -109,7 +109,7 @@ template <typename A> struct lse_state {
       s += ce_exp(x - m);
     }
   }
-  __device__ void merge(A m2, A s2, int nan2) {
+  __host__ __device__ void merge(A m2, A s2, int nan2) {
     nan |= nan2;
     if (m2 == (A)-INFINITY) return;
     if (m == (A)-INFINITY) {
@@ -122,7 +122,7 @@ template <typename A> struct lse_state {
     }
   }
   /* host/ops_loss.c's row_lse: an infinite max is the answer; f64 rows with a NaN are NaN */
-  __device__ A result() const {
+  __host__ __device__ A result() const {
     if (isinf(m)) return m;
     if (std::is_same<A, double>::value && nan) return (A)NAN;
     return m + log(s);
@@ -152,7 +152,7 @@ __global__ void ce_forward_kernel(const T *logits, int64_t N, int64_t V, const v
   using A = acc_t<T>;
   for (int64_t i = blockIdx.x; i < N; i += gridDim.x) {
     const T *row = logits + i * V;
-    lse_state<A> st = {(A)-INFINITY, (A)0, 0};
+    lse_state<A> st;
     for_row(row, V, [&](T x) { st.add(to_acc(x)); });
     st = block_lse(st);
     if (threadIdx.x == 0) {
@@ -287,4 +287,31 @@ int lt_cuda_cross_entropy_backward(int device, int dtype, void *dlogits, const v
   });
   if (!known) return lt_errorf("%s: dtype %s is not supported on cuda", op, lt_dtype_name(dtype));
   return lt_cuda_check_launch(op, device);
+}
+
+/* The kernels' log-sum-exp state machine run on the CPU, exported for tests/c/test_nn_kernels_host.c:
+ * the row (f32, f64, bf16 or f16) dealt round-robin to `threads` states as for_row deals it, then
+ * merged as block_lse merges (a butterfly within each warp of 32, then warp results in order).
+ * Checks the edge cases (NaN, +-inf, empty threads) against host/ops_loss.c where no GPU is. */
+extern "C" int lt_cuda_row_lse_on_host(const void *row, int dtype, int64_t V, int threads, double *lse) {
+  if (threads <= 0 || threads % 32 || threads > 1024) return lt_errorf("row_lse_on_host: bad thread count %d", threads);
+  bool known = with_float_dtype(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = acc_t<T>;
+    lse_state<A> st[1024]; /* empty states: max -inf, sum 0 */
+    for (int64_t j = 0; j < V; j++) st[j % threads].add(to_acc(((const T *)row)[j]));
+    for (int w = 0; w < threads; w += 32) /* __shfl_xor butterfly: every lane ends with the warp's merge */
+      for (int off = 16; off > 0; off >>= 1) {
+        lse_state<A> next[32];
+        for (int lane = 0; lane < 32; lane++) {
+          next[lane] = st[w + lane];
+          const lse_state<A> &o = st[w + (lane ^ off)];
+          next[lane].merge(o.m, o.s, o.nan);
+        }
+        for (int lane = 0; lane < 32; lane++) st[w + lane] = next[lane];
+      }
+    for (int w = 32; w < threads; w += 32) st[0].merge(st[w].m, st[w].s, st[w].nan);
+    *lse = (double)st[0].result();
+  });
+  return known ? 0 : lt_errorf("row_lse_on_host: dtype %s is not floating", lt_dtype_name(dtype));
 }
