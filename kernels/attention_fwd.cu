@@ -36,7 +36,6 @@ __global__ void __launch_bounds__(ATT_MMA_WARPS * 32) att_fwd_mma(const lt_cuda_
   const int64_t task = blockIdx.x, qb = att_query_block(task, nblk), bh = task / nblk;
   const int64_t h = bh % a.H, b = bh / a.H, g = h / a.group, t0 = qb * BR, TQ = a.T, S = a.S;
   const int64_t tr[2] = {t0 + warp * 16 + gid, t0 + warp * 16 + gid + 8}; /* this lane's two rows */
-  const uint16_t *kb = att_row<const uint16_t>(a.k, b, 0, g), *vb = att_row<const uint16_t>(a.v, b, 0, g);
 
   uint32_t qf[NK][4]; /* the warp's 16 rows of Q as A fragments */
   int64_t segq[2];
@@ -60,19 +59,8 @@ __global__ void __launch_bounds__(ATT_MMA_WARPS * 32) att_fwd_mma(const lt_cuda_
 
   for (int64_t kv0 = 0; kv0 < kend; kv0 += BC) {
     __syncthreads(); /* the previous tile is no longer read */
-    for (int i = threadIdx.x; i < BC * (D / 8); i += blockDim.x) {
-      int r = i / (D / 8), c = i % (D / 8);
-      uint4 kx = make_uint4(0, 0, 0, 0), vx = make_uint4(0, 0, 0, 0);
-      if (kv0 + r < S) {
-        kx = *reinterpret_cast<const uint4 *>(kb + (kv0 + r) * a.k.st + c * 8);
-        vx = *reinterpret_cast<const uint4 *>(vb + (kv0 + r) * a.v.st + c * 8);
-      }
-      *reinterpret_cast<uint4 *>(&sK[r * KLD + c * 8]) = kx;
-      uint16_t ve[8];
-      memcpy(ve, &vx, 16);
-#pragma unroll
-      for (int e = 0; e < 8; e++) sVt[(c * 8 + e) * VLD + r] = ve[e];
-    }
+    att_stage16<D>(sK, KLD, nullptr, 0, a.k, b, g, kv0, BC, S);
+    att_stage16<D>(nullptr, 0, sVt, VLD, a.v, b, g, kv0, BC, S);
     if (a.seg && threadIdx.x < BC) sSeg[threadIdx.x] = kv0 + threadIdx.x < S ? att_seg(a, b, kv0 + threadIdx.x) : 0;
     __syncthreads();
     if (a.seg) { /* no key of the tile shares a segment with the block's rows: nothing to add */

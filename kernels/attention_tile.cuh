@@ -135,8 +135,13 @@ template <int D>
 __device__ inline void att_stage16(uint16_t *dst, int ld, uint16_t *dst_t, int ld_t, const lt_cuda_att_operand &o,
                                    int64_t b, int64_t h, int64_t r0, int n, int64_t limit) {
   const uint16_t *base = (const uint16_t *)o.data + b * o.sb + h * o.sh;
+  /* Row-major only: neighbouring threads read neighbouring 16-byte chunks of a row (coalesced).
+   * Transposed: neighbouring threads take neighbouring rows of one chunk, so that a warp's 2-byte
+   * stores to dst_t fall in distinct 32-bit words of distinct banks (a warp spanning a row's chunks
+   * would hit one bank 8 times: the transposed rows are a multiple of 32 banks apart). */
+  const bool by_rows = dst_t != nullptr;
   for (int i = threadIdx.x; i < n * (D / 8); i += blockDim.x) {
-    int r = i / (D / 8), c = i % (D / 8);
+    int r = by_rows ? i % n : i / (D / 8), c = by_rows ? i / n : i % (D / 8);
     uint4 x = make_uint4(0, 0, 0, 0);
     if (r0 + r < limit) x = *reinterpret_cast<const uint4 *>(base + (r0 + r) * o.st + c * 8);
     if (dst) *reinterpret_cast<uint4 *>(&dst[r * ld + c * 8]) = x;
