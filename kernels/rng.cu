@@ -27,7 +27,7 @@ struct rng_dims {
 };
 
 /* Element i's value: a double (uniform, normal) or an integer (int, bernoulli). */
-__device__ inline bool rng_value(const rng_params &p, uint64_t i, double *v, int64_t *iv) {
+__host__ __device__ inline bool rng_value(const rng_params &p, uint64_t i, double *v, int64_t *iv) {
   uint32_t w0, w1;
   lt_philox_draw(p.key, p.offset + i, &w0, &w1);
   switch (p.kind) {
@@ -42,7 +42,7 @@ __device__ inline bool rng_value(const rng_params &p, uint64_t i, double *v, int
 }
 
 /* host/rng.c's store_values, one element. */
-template <typename T> __device__ inline T rng_store(double v, int64_t iv, bool ints) {
+template <typename T> __host__ __device__ inline T rng_store(double v, int64_t iv, bool ints) {
   if constexpr (std::is_same<T, double>::value) {
     return ints ? (double)iv : v;
   } else if constexpr (std::is_same<T, float>::value) {
@@ -62,7 +62,7 @@ template <typename T> __device__ inline T rng_store(double v, int64_t iv, bool i
   }
 }
 
-template <typename T> __device__ inline T rng_element(const rng_params &p, uint64_t i) {
+template <typename T> __host__ __device__ inline T rng_element(const rng_params &p, uint64_t i) {
   double v = 0;
   int64_t iv = 0;
   bool ints = rng_value(p, i, &v, &iv);
@@ -95,23 +95,39 @@ __global__ void rng_strided_kernel(T *base, int64_t n, int ndim, rng_dims shape,
   }
 }
 
-} // namespace
-
-int lt_cuda_rng_fill(const lt_cuda_rng_args *a) {
-  static const char *names[4] = {"rand_uniform", "rand_normal", "rand_int", "rand_bernoulli"};
-  const char *op = names[a->kind & 3];
-  int64_t n = lt_shape_numel(a->ndim, a->shape);
-  if (n == 0) return 0;
-  LT_TRY(lt_cuda_use_device(op, a->device));
+/* The kernels' parameters from the host's arguments. */
+rng_params make_params(const lt_cuda_rng_args *a) {
   rng_params p;
   p.kind = a->kind, p.f64 = a->dtype == LT_F64;
   p.key[0] = a->key[0], p.key[1] = a->key[1];
   p.offset = a->offset, p.first_top = a->first_top, p.range = a->range;
   p.a = a->a, p.b = a->b, p.below = a->below, p.ilo = a->ilo;
+  return p;
+}
+
+/* True when element i of out lives at data[i] (dims of size 1 have any stride). */
+bool is_contiguous(const lt_cuda_rng_args *a) {
   int64_t cstride[LT_MAX_DIMS];
   lt_contiguous_strides(a->ndim, a->shape, cstride);
   bool contiguous = true;
   for (int d = 0; d < a->ndim; d++) contiguous &= a->shape[d] == 1 || a->stride[d] == cstride[d];
+  return contiguous;
+}
+
+const char *op_name(int kind) {
+  static const char *names[4] = {"rand_uniform", "rand_normal", "rand_int", "rand_bernoulli"};
+  return names[kind & 3];
+}
+
+} // namespace
+
+int lt_cuda_rng_fill(const lt_cuda_rng_args *a) {
+  const char *op = op_name(a->kind);
+  int64_t n = lt_shape_numel(a->ndim, a->shape);
+  if (n == 0) return 0;
+  LT_TRY(lt_cuda_use_device(op, a->device));
+  rng_params p = make_params(a);
+  bool contiguous = is_contiguous(a);
   rng_dims shape, stride;
   for (int d = 0; d < LT_MAX_DIMS; d++) {
     shape.v[d] = d < a->ndim ? a->shape[d] : 1;
@@ -131,4 +147,21 @@ int lt_cuda_rng_fill(const lt_cuda_rng_args *a) {
   });
   if (!known) return lt_errorf("%s: unknown dtype %d", op, a->dtype);
   return lt_cuda_check_launch(op, a->device);
+}
+
+/* The kernels' element rule and layout run on the CPU over host memory at a->data, exported for
+ * tests/c/test_nn_kernels_host.c (which routes host/rng.c's CUDA calls here): checks the
+ * arguments rng.c passes and the per-element code against lt_rand_* on the CPU. */
+extern "C" int lt_cuda_rng_fill_on_host(const lt_cuda_rng_args *a) {
+  int64_t n = lt_shape_numel(a->ndim, a->shape);
+  rng_params p = make_params(a);
+  bool contiguous = is_contiguous(a);
+  bool known = lt_with_dtype(a->dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    for (int64_t i = 0; i < n; i++) {
+      int64_t off = contiguous ? i : lt_offset_of(i, a->ndim, a->shape, a->stride);
+      ((T *)a->data)[off] = rng_element<T>(p, (uint64_t)i);
+    }
+  });
+  return known ? 0 : lt_errorf("%s: unknown dtype %d", op_name(a->kind), a->dtype);
 }

@@ -1,11 +1,25 @@
 /* test_nn_kernels_host.c — logic of the CUDA cross-entropy kernel checked on the CPU: its online
  * log-sum-exp (running max, rescaled sum, per-thread states merged as the block merges them),
  * exported by kernels/loss.cu as lt_cuda_row_lse_on_host, against host/ops_loss.c's two-pass lse,
- * on random rows and on the edge cases (NaN, +-inf, rows of -inf, threads left without elements).
- * Skipped (0 checks) in a CPU-only build. */
+ * on random rows and on the edge cases (NaN, +-inf, rows of -inf, threads left without elements);
+ * and the RNG's CUDA path (host/rng.c's arguments, kernels/rng.cu's element rule and layout) run
+ * on host memory against lt_rand_* on the CPU. Skipped (0 checks) in a CPU-only build. */
+#define LUTRA_HAVE_CUDA 1 /* for host/cuda_nn_ops.h's declarations; the checks run only in a CUDA build */
 #include "check.h"
+#include "cuda_nn_ops.h"
 
+/* kernels/ exports, present only in a CUDA build (weak so that a CPU build links) */
 __attribute__((weak)) int lt_cuda_row_lse_on_host(const void *row, int dtype, int64_t V, int threads, double *lse);
+__attribute__((weak)) int lt_cuda_rng_fill_on_host(const lt_cuda_rng_args *a);
+
+/* host/rng.c calls lt_cuda_rng_fill for a tensor on a CUDA device. This definition, in the
+ * executable, takes the library's place (ELF interposition): it runs the kernels' element rule
+ * and layout (kernels/rng.cu) on the tensor's bytes, which are host memory here. */
+static int rng_routed;
+int lt_cuda_rng_fill(const lt_cuda_rng_args *a) {
+  rng_routed++;
+  return lt_cuda_rng_fill_on_host ? lt_cuda_rng_fill_on_host(a) : lt_errorf("no lt_cuda_rng_fill_on_host");
+}
 
 /* host/ops_loss.c's lse of one row (targets ignored), kept in f64 for f64 rows. */
 static double cpu_lse(const lt_tensor *row) {
@@ -31,6 +45,60 @@ static void compare(const char *what, lt_tensor *row, int threads) {
   bool same = isnan(want) ? isnan(got) : isinf(want) ? got == want : fabs(got - want) <= tol * fmax(1, fabs(want));
   CHECK(same, "%s %s V=%lld threads=%d: kernel lse %.9g, cpu %.9g", what, lt_dtype_name(dtype), (long long)V, threads,
         got, want);
+}
+
+enum { U, N, I, B };
+static int draw(int kind, lt_tensor *t, uint64_t seed, uint64_t offset) {
+  switch (kind) {
+  case U: return lt_rand_uniform(t, seed, offset, -2.5, 3.0);
+  case N: return lt_rand_normal(t, seed, offset, 0.5, 2.0);
+  case I: return lt_rand_int(t, seed, offset, t->dtype == LT_U8 ? 3 : -1000, t->dtype == LT_U8 ? 250 : 777);
+  default: return lt_rand_bernoulli(t, seed, offset, 0.3);
+  }
+}
+
+/* The CUDA path of lt_rand_* (rng.c's arguments, rng.cu's element rule) equals the CPU path, bit
+ * for bit, for every dtype and distribution, contiguous and strided, at offsets not a multiple of 4. */
+static void test_rng_rule(void) {
+  static const int dtypes[] = {LT_F32, LT_F64, LT_BF16, LT_F16, LT_I32, LT_I64, LT_U8, LT_BOOL};
+  static const uint64_t offsets[] = {3, 0x100000005ull, 0xFFFFFFFFFFFFFFFDull};
+  for (int k = 0; k < 8; k++)
+    for (int kind = U; kind <= B; kind++) {
+      int dt = dtypes[k];
+      bool is_float = lt_dtype_is_float(dt);
+      if ((kind == U || kind == N) && !is_float) continue;
+      if (kind == I && dt == LT_BOOL) continue;
+      for (int o = 0; o < 3; o++)
+        for (int strided = 0; strided < 2; strided++) {
+          int64_t shape[2] = {37, 29};
+          uint64_t seed = 0x123456789abcdefull * (uint64_t)(o + 1);
+          lt_tensor *want = lt_tensor_new(), *base = lt_tensor_new(), *got = lt_tensor_new();
+          CHECK_OK(lt_empty(want, 2, shape, dt, LT_DEVICE_CPU));
+          CHECK_OK(lt_empty(base, 2, shape, dt, LT_DEVICE_CPU));
+          if (strided) { /* a (29, 37) tensor seen transposed: not contiguous */
+            int64_t tshape[2] = {29, 37};
+            CHECK_OK(lt_empty(base, 2, tshape, dt, LT_DEVICE_CPU));
+            CHECK_OK(lt_transpose(got, base, 0, 1));
+          } else {
+            CHECK_OK(lt_set(got, base));
+          }
+          CHECK_OK(draw(kind, want, seed, offsets[o]));
+          int before = rng_routed;
+          got->device = 0; /* claims cuda:0: rng.c takes its CUDA path */
+          CHECK_OK(draw(kind, got, seed, offsets[o]));
+          got->device = LT_DEVICE_CPU;
+          CHECK(rng_routed == before + 1, "rng.c did not call lt_cuda_rng_fill");
+          int bad = 0;
+          for (int64_t i = 0; i < 37 * 29; i++) {
+            double a = check_at(got, i), b = check_at(want, i);
+            bad += !(a == b || (a != a && b != b));
+          }
+          if (dt == LT_I64 && !strided) bad += memcmp(lt_data_ptr(got), lt_data_ptr(want), 37 * 29 * 8) != 0;
+          CHECK(bad == 0, "%s kind %d offset %d strided %d: %d elements differ", lt_dtype_name(dt), kind, o, strided,
+                bad);
+          lt_release(want), lt_release(base), lt_release(got);
+        }
+    }
 }
 
 int main(void) {
@@ -68,6 +136,7 @@ int main(void) {
         compare("one finite", row, threads[k]);
         lt_release(row);
       }
+  test_rng_rule();
   double got;
   CHECK_ERR(lt_cuda_row_lse_on_host(NULL, LT_F32, 0, 33, &got), "bad thread count");
   CHECK_ERR(lt_cuda_row_lse_on_host(NULL, LT_I32, 0, 32, &got), "not floating");
