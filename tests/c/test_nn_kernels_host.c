@@ -2,8 +2,10 @@
  * log-sum-exp (running max, rescaled sum, per-thread states merged as the block merges them),
  * exported by kernels/loss.cu as lt_cuda_row_lse_on_host, against host/ops_loss.c's two-pass lse,
  * on random rows and on the edge cases (NaN, +-inf, rows of -inf, threads left without elements);
- * and the RNG's CUDA path (host/rng.c's arguments, kernels/rng.cu's element rule and layout) run
- * on host memory against lt_rand_* on the CPU. Skipped (0 checks) in a CPU-only build. */
+ * and the CUDA paths of the RNG and rope (the host files' arguments, the kernels' element rules
+ * and index math) run on host memory against lt_rand_* (bit for bit) and lt_rope (to rounding). Skipped (0 checks) in a
+ * CPU-only build.
+ */
 #define LUTRA_HAVE_CUDA 1 /* for host/cuda_nn_ops.h's declarations; the checks run only in a CUDA build */
 #include "check.h"
 #include "cuda_nn_ops.h"
@@ -11,6 +13,7 @@
 /* kernels/ exports, present only in a CUDA build (weak so that a CPU build links) */
 __attribute__((weak)) int lt_cuda_row_lse_on_host(const void *row, int dtype, int64_t V, int threads, double *lse);
 __attribute__((weak)) int lt_cuda_rng_fill_on_host(const lt_cuda_rng_args *a);
+__attribute__((weak)) int lt_cuda_rope_on_host(const lt_cuda_rope_args *a);
 
 /* host/rng.c calls lt_cuda_rng_fill for a tensor on a CUDA device. This definition, in the
  * executable, takes the library's place (ELF interposition): it runs the kernels' element rule
@@ -45,6 +48,61 @@ static void compare(const char *what, lt_tensor *row, int threads) {
   bool same = isnan(want) ? isnan(got) : isinf(want) ? got == want : fabs(got - want) <= tol * fmax(1, fabs(want));
   CHECK(same, "%s %s V=%lld threads=%d: kernel lse %.9g, cpu %.9g", what, lt_dtype_name(dtype), (long long)V, threads,
         got, want);
+}
+
+/* Likewise host/ops_rope.c's call into kernels/rope.cu. */
+static int rope_routed;
+int lt_cuda_rope(const lt_cuda_rope_args *a) {
+  rope_routed++;
+  return lt_cuda_rope_on_host ? lt_cuda_rope_on_host(a) : lt_errorf("no lt_cuda_rope_on_host");
+}
+
+/* The CUDA path of lt_rope (ops_rope.c's arguments, rope.cu's work items with libm's cos/sin)
+ * equals the CPU path to rounding: positions none, (T) and (B, T), inverse, strided, in place. */
+static void test_rope_rule(void) {
+  static const int dtypes[] = {LT_F32, LT_F64, LT_BF16, LT_F16};
+  static const int64_t shapes[][4] = {{2, 5, 3, 8}, {1, 17, 4, 64}, {3, 7, 2, 2}, {2, 9, 5, 10}};
+  for (int k = 0; k < 4; k++)
+    for (int sh = 0; sh < 4; sh++)
+      for (int mode = 0; mode < 6; mode++) { /* positions: none, (T), (B, T); x contiguous or permuted */
+        const int64_t *shape = shapes[sh];
+        int64_t B = shape[0], T = shape[1], H = shape[2], D = shape[3];
+        int64_t perm_shape[4] = {B, H, T, D}, tshape[1] = {T}, btshape[2] = {B, T};
+        int inverse = mode % 2, dt = dtypes[k];
+        lt_tensor *x = lt_tensor_new(), *pos = NULL;
+        lt_tensor *stored = check_random(4, mode >= 3 ? perm_shape : shape, dt, -1, 1);
+        if (mode >= 3)
+          CHECK_OK(lt_transpose(x, stored, 1, 2));
+        else
+          CHECK_OK(lt_set(x, stored));
+        if (mode % 3 == 1) pos = check_random(1, tshape, LT_I64, 0, 5000);
+        if (mode % 3 == 2) pos = check_random(2, btshape, LT_I32, 0, 300000);
+        double theta = mode % 3 == 2 ? 500000 : 10000;
+        lt_tensor *want = lt_tensor_new(), *got = lt_tensor_new();
+        CHECK_OK(lt_rope(want, x, pos, theta, inverse));
+        CHECK_OK(lt_empty(got, 4, shape, dt, LT_DEVICE_CPU));
+        int before = rope_routed;
+        x->device = got->device = 0;
+        if (pos) pos->device = 0;
+        CHECK_OK(lt_rope(got, x, pos, theta, inverse));
+        if (mode == 5) CHECK_OK(lt_rope(x, x, pos, theta, inverse)); /* in place, strided */
+        x->device = got->device = LT_DEVICE_CPU;
+        if (pos) pos->device = LT_DEVICE_CPU;
+        CHECK(rope_routed == before + 1 + (mode == 5), "ops_rope.c did not call lt_cuda_rope");
+        /* The CPU build contracts x*c - y*s into FMAs (-mfma, GCC's default -ffp-contract=fast) where
+         * the kernel rounds each product: one rounding apart, 2 units of the dtype at |value| <= ~1.4.
+         * An index or stride mistake would be off by O(1). */
+        double eps = dt == LT_F64 ? 0x1p-52 : dt == LT_F32 ? 0x1p-23 : dt == LT_BF16 ? 0x1p-8 : 0x1p-11;
+        int bad = 0, bad_inplace = 0;
+        for (int64_t i = 0; i < B * T * H * D; i++) {
+          double w = check_at(want, i), tol = 2 * eps * fmax(1, fabs(w));
+          bad += !(fabs(check_at(got, i) - w) <= tol);
+          if (mode == 5) bad_inplace += !(fabs(check_at(x, i) - w) <= tol);
+        }
+        CHECK(bad == 0 && bad_inplace == 0, "rope %s shape %d mode %d: %d (in place %d) elements differ",
+              lt_dtype_name(dt), sh, mode, bad, bad_inplace);
+        lt_release(x), lt_release(stored), lt_release(pos), lt_release(want), lt_release(got);
+      }
 }
 
 enum { U, N, I, B };
@@ -137,6 +195,7 @@ int main(void) {
         lt_release(row);
       }
   test_rng_rule();
+  test_rope_rule();
   double got;
   CHECK_ERR(lt_cuda_row_lse_on_host(NULL, LT_F32, 0, 33, &got), "bad thread count");
   CHECK_ERR(lt_cuda_row_lse_on_host(NULL, LT_I32, 0, 32, &got), "not floating");
