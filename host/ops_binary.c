@@ -187,6 +187,7 @@ int lt_binary(lt_tensor *out, const lt_tensor *a, const lt_tensor *b, int op) {
   int64_t shape[LT_MAX_DIMS];
   LT_TRY(broadcast_pair(name, a, b, &ndim, shape));
   LT_TRY(ew_check_device(name, a));
+  LT_TRY(ew_check_device(name, b));
   LT_TRY(ew_prepare_out(name, out, ndim, shape, is_comparison(op) ? LT_BOOL : a->dtype, a->device));
   LT_TRY(ew_check_overlap(name, out, a, "a"));
   LT_TRY(ew_check_overlap(name, out, b, "b"));
@@ -302,7 +303,9 @@ int lt_where(lt_tensor *out, const lt_tensor *cond, const lt_tensor *a, const lt
   lt_tensor ab_shape = {.ndim = nab};
   memcpy(ab_shape.shape, ab, sizeof ab);
   LT_TRY(broadcast_pair("where", cond, &ab_shape, &ndim, shape));
+  LT_TRY(ew_check_device("where", cond));
   LT_TRY(ew_check_device("where", a));
+  LT_TRY(ew_check_device("where", b));
   LT_TRY(ew_prepare_out("where", out, ndim, shape, a->dtype, a->device));
   LT_TRY(ew_check_overlap("where", out, cond, "cond"));
   LT_TRY(ew_check_overlap("where", out, a, "a"));

@@ -176,9 +176,14 @@ int ew_check_overlap(const char *op, const lt_tensor *out, const lt_tensor *in, 
 int ew_check_device(const char *op, const lt_tensor *t) {
   if (t->device == LT_DEVICE_CPU) return 0;
 #ifdef LUTRA_HAVE_CUDA
-  if (t->device >= 0 && t->device < lt_cuda_device_count()) return 0;
-  char dev[16];
-  return lt_errorf("%s: device %s is not available (%s)", op, lt_device_str(dev, t->device), lt_cuda_status());
+  char dev[16], sdev[16];
+  if (t->device < 0 || t->device >= lt_cuda_device_count())
+    return lt_errorf("%s: device %s is not available (%s)", op, lt_device_str(dev, t->device), lt_cuda_status());
+  /* a tensor that claims a device its storage is not on: never hand its pointer to a kernel */
+  if (t->storage && t->storage->device != t->device)
+    return lt_errorf("%s: tensor on %s has its storage on %s", op, lt_device_str(dev, t->device),
+                     lt_device_str(sdev, t->storage->device));
+  return 0;
 #else
   return lt_errorf("%s: not implemented on cuda yet (lutra was built without CUDA)", op);
 #endif

@@ -244,6 +244,7 @@ int lt_unary_backward(lt_tensor *grad_in, const lt_tensor *grad_out, const lt_te
     return lt_errorf("%s: grad_out %s and x %s differ in shape", name, lt_shape_str(a, grad_out->ndim, grad_out->shape),
                      lt_shape_str(b, x->ndim, x->shape));
   }
+  LT_TRY(ew_check_device(name, grad_out));
   LT_TRY(ew_check_device(name, x));
   LT_TRY(ew_prepare_out(name, grad_in, x->ndim, x->shape, x->dtype, x->device));
   LT_TRY(ew_check_overlap(name, grad_in, grad_out, "grad_out"));
