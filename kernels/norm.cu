@@ -44,6 +44,10 @@ template <> struct norm_elem<lt_f16_bits> {
 __device__ inline float norm_rsqrt(float v) { return 1.0f / sqrtf(v); } /* IEEE sqrt and divide, as the CPU */
 __device__ inline double norm_rsqrt(double v) { return 1.0 / sqrt(v); }
 
+/* a + b never contracted into an fma with the product that made a */
+__device__ inline float norm_add_rn(float a, float b) { return __fadd_rn(a, b); }
+__device__ inline double norm_add_rn(double a, double b) { return __dadd_rn(a, b); }
+
 /* Statistics are f32 or f64 (is64). */
 __device__ inline double load_stat(const void *p, bool is64, int64_t i) {
   return is64 ? ((const double *)p)[i] : (double)((const float *)p)[i];
@@ -219,7 +223,7 @@ __global__ void norm_backward_kernel(const lt_norm_bwd p, int64_t nchunks, typen
         for (int q = 0; q < V; q++) {
           int64_t j = v * V + q;
           A val = rs * (E::load(dv.v[q]) * w[j] - mean_g - (E::load(xv.v[q]) - mu) * rs * mean_gx);
-          if (dres) val += E::load(rv.v[q]);
+          if (dres) val = norm_add_rn(val, E::load(rv.v[q])); /* rounded alone, as the CPU's add */
           o.v[q] = E::store(val);
         }
         dx[v] = o;
