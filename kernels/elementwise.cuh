@@ -114,7 +114,8 @@ __global__ void __launch_bounds__(LT_CUDA_THREADS) ew_strided_kernel(F f, const 
 }
 
 /* Threads the host emulation runs (first = t, step = EW_HOST_THREADS): enough to exercise
- * the grid-stride split of runs and tails. */
+ * the grid-stride split of runs and tails. Odd threads of a strided walk index in 64 bits
+ * even when 32 would do, so that both offset calculators run (each element still once). */
 enum { EW_HOST_THREADS = 3 };
 
 /* Runs f over g: kernels on device's compute stream, or the same loops on the host when
@@ -128,7 +129,7 @@ template <typename F> int ew_launch(const char *op, int device, const F &f, cons
     for (int t = 0; t < EW_HOST_THREADS; t++) {
       if (vec)
         ew_contig_range(f, g.numel, t, EW_HOST_THREADS);
-      else if (small)
+      else if (small && t % 2 == 0)
         ew_strided_range<uint32_t>(f, g, (uint32_t)t, (uint32_t)EW_HOST_THREADS);
       else
         ew_strided_range<int64_t>(f, g, (int64_t)t, (int64_t)EW_HOST_THREADS);
