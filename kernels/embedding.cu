@@ -10,10 +10,12 @@
  * for f32/bf16/f16 (rounded once) and f64 for f64. That is exactly host/ops_embedding.c's order
  * and arithmetic, so dweight is bit-identical with the CPU's. Rows of absent ids are zero. */
 #include "common.cuh"
+#include <algorithm>
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_run_length_encode.cuh>
 #include <cub/device/device_scan.cuh>
 #include <limits.h>
+#include <stdlib.h>
 extern "C" {
 #include "caching_alloc.h"
 #include "cuda_nn_ops.h"
@@ -21,7 +23,7 @@ extern "C" {
 
 namespace {
 
-__device__ inline int64_t load_id(const void *ids, int is64, int64_t k) {
+__host__ __device__ inline int64_t load_id(const void *ids, int is64, int64_t k) {
   return is64 ? ((const int64_t *)ids)[k] : (int64_t)((const int32_t *)ids)[k];
 }
 
@@ -45,7 +47,7 @@ __global__ void make_pairs_kernel(uint32_t *keys, uint32_t *positions, const voi
 }
 
 template <typename T> using acc_t = typename std::conditional<std::is_same<T, double>::value, double, float>::type;
-template <typename T> __device__ inline acc_t<T> to_acc(T x) {
+template <typename T> __host__ __device__ inline acc_t<T> to_acc(T x) {
   if constexpr (std::is_same<T, lt_bf16_bits>::value)
     return lt_bf16_to_f32(x.bits);
   else if constexpr (std::is_same<T, lt_f16_bits>::value)
@@ -53,7 +55,7 @@ template <typename T> __device__ inline acc_t<T> to_acc(T x) {
   else
     return x;
 }
-template <typename T> __device__ inline T from_acc(acc_t<T> v) {
+template <typename T> __host__ __device__ inline T from_acc(acc_t<T> v) {
   if constexpr (std::is_same<T, lt_bf16_bits>::value)
     return {lt_f32_to_bf16(v)};
   else if constexpr (std::is_same<T, lt_f16_bits>::value)
@@ -62,21 +64,26 @@ template <typename T> __device__ inline T from_acc(acc_t<T> v) {
     return v;
 }
 
+/* Column j of the dout rows positions[first .. last), summed in that order from 0: the CPU's
+ * memset row, then += in position order (no fma, no reordering). */
+template <typename T>
+__host__ __device__ inline T sum_column(const T *dout, int64_t C, const uint32_t *positions, int64_t first,
+                                        int64_t last, int64_t j) {
+  acc_t<T> acc = 0;
+  for (int64_t k = first; k < last; k++) acc = acc + to_acc(dout[(int64_t)positions[k] * C + j]);
+  return from_acc<T>(acc);
+}
+
 // Run r (r < *num_runs) is id unique[r] at sorted positions [start[r], start[r] + count[r]):
 // dweight row unique[r] = the sum of dout rows positions[start[r] ...] in that (ascending) order.
 template <typename T>
 __global__ void sum_runs_kernel(T *dweight, const T *dout, int64_t C, const uint32_t *unique, const uint32_t *count,
                                 const uint32_t *start, const uint32_t *positions, const int *num_runs) {
-  using A = acc_t<T>;
   int runs = *num_runs;
   for (int r = blockIdx.x; r < runs; r += gridDim.x) {
     int64_t first = start[r], last = first + count[r];
     T *row = dweight + (int64_t)unique[r] * C;
-    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
-      A acc = 0; /* the CPU's memset row, then += in position order: no fma, no reordering */
-      for (int64_t k = first; k < last; k++) acc = acc + to_acc(dout[(int64_t)positions[k] * C + j]);
-      row[j] = from_acc<T>(acc);
-    }
+    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) row[j] = sum_column(dout, C, positions, first, last, j);
   }
 }
 
@@ -187,4 +194,39 @@ int lt_cuda_embedding_backward(int device, int dtype, void *dweight, int64_t V, 
   }
   lt_cuda_free(device, scratch); /* stream-ordered: reused only after these kernels */
   return err == cudaSuccess ? 0 : lt_cuda_error(op, device, err);
+}
+
+/* The launches above run on the CPU over host memory (a stable sort by id in place of CUB's),
+ * exported for tests/c/test_nn_kernels_host.c: checks ops_embedding.c's arguments and the
+ * per-id sums against the CPU op. */
+extern "C" int lt_cuda_embedding_forward_on_host(int device, void *out, const void *weight, int64_t row_stride,
+                                                 int esize, const void *ids, int idtype, int64_t n, int64_t C) {
+  (void)device;
+  for (int64_t k = 0; k < n; k++)
+    memcpy((char *)out + k * C * esize, (const char *)weight + load_id(ids, idtype == LT_I64, k) * row_stride * esize,
+           (size_t)(C * esize));
+  return 0;
+}
+
+extern "C" int lt_cuda_embedding_backward_on_host(int device, int dtype, void *dweight, int64_t V, int64_t C,
+                                                  const void *dout, const void *ids, int idtype, int64_t n) {
+  (void)device;
+  memset(dweight, 0, (size_t)(V * C * lt_dtype_size(dtype)));
+  uint32_t *positions = (uint32_t *)malloc((size_t)(n > 0 ? n : 1) * sizeof(uint32_t));
+  if (!positions) return lt_errorf("embedding_backward: out of host memory");
+  for (int64_t k = 0; k < n; k++) positions[k] = (uint32_t)k;
+  int is64 = idtype == LT_I64;
+  std::stable_sort(positions, positions + n,
+                   [&](uint32_t a, uint32_t b) { return load_id(ids, is64, a) < load_id(ids, is64, b); });
+  bool known = with_float_dtype(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    for (int64_t first = 0, last; first < n; first = last) {
+      int64_t id = load_id(ids, is64, positions[first]);
+      for (last = first + 1; last < n && load_id(ids, is64, positions[last]) == id;) last++;
+      for (int64_t j = 0; j < C; j++)
+        ((T *)dweight)[id * C + j] = sum_column((const T *)dout, C, positions, first, last, j);
+    }
+  });
+  free(positions);
+  return known ? 0 : lt_errorf("embedding_backward: dtype %s is not supported on cuda", lt_dtype_name(dtype));
 }

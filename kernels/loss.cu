@@ -35,7 +35,7 @@ template <typename T> __host__ __device__ inline acc_t<T> to_acc(T x) {
     return x;
 }
 
-template <typename T> __device__ inline T from_acc(acc_t<T> v) {
+template <typename T> __host__ __device__ inline T from_acc(acc_t<T> v) {
   if constexpr (std::is_same<T, lt_bf16_bits>::value)
     return {lt_f32_to_bf16(v)};
   else if constexpr (std::is_same<T, lt_f16_bits>::value)
@@ -48,7 +48,7 @@ template <typename T> __device__ inline T from_acc(acc_t<T> v) {
 __host__ __device__ inline float ce_exp(float x) { return x >= -87.0f ? expf(x < 88.0f ? x : 88.0f) : 0.0f; }
 __host__ __device__ inline double ce_exp(double x) { return exp(x); }
 
-__device__ inline int64_t load_index(const void *p, int is64, int64_t k) {
+__host__ __device__ inline int64_t load_index(const void *p, int is64, int64_t k) {
   return is64 ? ((const int64_t *)p)[k] : (int64_t)((const int32_t *)p)[k];
 }
 
@@ -129,6 +129,33 @@ template <typename A> struct lse_state {
   }
 };
 
+/* Row i's loss lse - x[target] (0 when ignored) and lse, stored as the CPU stores them: the
+ * difference in double (of f32 values for f32 rows), then f32 or f64. */
+template <typename T, typename A>
+__host__ __device__ inline void ce_store_row(const T *row, int64_t i, A s, const void *targets, int t64,
+                                             int64_t tstride, int64_t ignore_index, void *losses, int l64, void *lse,
+                                             int s64) {
+  int64_t t = load_index(targets, t64, i * tstride);
+  double loss = t == ignore_index ? 0.0 : (double)s - (double)to_acc(row[t]);
+  if (l64)
+    ((double *)losses)[i] = loss;
+  else
+    ((float *)losses)[i] = (float)loss;
+  if (lse) {
+    if (s64)
+      ((double *)lse)[i] = (double)s;
+    else
+      ((float *)lse)[i] = (float)s;
+  }
+}
+
+/* dlogits[j] = dl * (exp(x[j] - lse) - (j == t)), in the row's compute type, then its dtype. */
+template <typename T> __host__ __device__ inline T ce_grad(T xv, int64_t j, int64_t t, acc_t<T> s, acc_t<T> dl) {
+  acc_t<T> e = ce_exp(to_acc(xv) - s);
+  if (j == t) e = e - (acc_t<T>)1;
+  return from_acc<T>(dl * e);
+}
+
 /* Merges the states of the whole block; thread 0 gets the result (others: partial). */
 template <typename A> __device__ inline lse_state<A> block_lse(lse_state<A> st) {
   __shared__ A sm[32], ss[32];
@@ -155,22 +182,7 @@ __global__ void ce_forward_kernel(const T *logits, int64_t N, int64_t V, const v
     lse_state<A> st;
     for_row(row, V, [&](T x) { st.add(to_acc(x)); });
     st = block_lse(st);
-    if (threadIdx.x == 0) {
-      A s = st.result();
-      int64_t t = load_index(targets, t64, i * tstride);
-      /* as the CPU: the difference in double, then stored (f32 rows: double of f32 values) */
-      double loss = t == ignore_index ? 0.0 : (double)s - (double)to_acc(row[t]);
-      if (l64)
-        ((double *)losses)[i] = loss;
-      else
-        ((float *)losses)[i] = (float)loss;
-      if (lse) {
-        if (s64)
-          ((double *)lse)[i] = (double)s;
-        else
-          ((float *)lse)[i] = (float)s;
-      }
-    }
+    if (threadIdx.x == 0) ce_store_row(row, i, st.result(), targets, t64, tstride, ignore_index, losses, l64, lse, s64);
   }
 }
 
@@ -189,11 +201,7 @@ __global__ void ce_backward_kernel(T *dlogits, const T *logits, int64_t N, int64
       continue;
     }
     A s = lse[i], dl = dlosses[i];
-    map_row(g, x, V, [&](T xv, int64_t j) {
-      A e = ce_exp(to_acc(xv) - s);
-      if (j == t) e = e - (A)1;
-      return from_acc<T>(dl * e);
-    });
+    map_row(g, x, V, [&](T xv, int64_t j) { return ce_grad<T>(xv, j, t, s, dl); });
   }
 }
 
@@ -314,4 +322,60 @@ extern "C" int lt_cuda_row_lse_on_host(const void *row, int dtype, int64_t V, in
     *lse = (double)st[0].result();
   });
   return known ? 0 : lt_errorf("row_lse_on_host: dtype %s is not floating", lt_dtype_name(dtype));
+}
+
+/* The launches above run on the CPU over host memory (one sequential state per row), exported for
+ * tests/c/test_nn_kernels_host.c, which routes host/ops_loss.c's and ops_embedding.c's CUDA calls
+ * here: checks the arguments those files pass and the kernels' per-row code against the CPU ops. */
+extern "C" int lt_cuda_check_indices_on_host(const char *op, int device, const void *ids, int dtype, int64_t stride,
+                                             int64_t n, int64_t V, int has_ignore, int64_t ignore_index,
+                                             int64_t *bad_pos, int64_t *bad_id) {
+  (void)op, (void)device;
+  *bad_pos = -1, *bad_id = 0;
+  for (int64_t k = 0; k < n; k++) {
+    int64_t id = load_index(ids, dtype == LT_I64, k * stride);
+    if ((id < 0 || id >= V) && !(has_ignore && id == ignore_index)) {
+      *bad_pos = k, *bad_id = id;
+      return 0;
+    }
+  }
+  return 0;
+}
+
+extern "C" int lt_cuda_cross_entropy_forward_on_host(int device, int dtype, const void *logits, int64_t N, int64_t V,
+                                                     const void *targets, int tdtype, int64_t tstride,
+                                                     int64_t ignore_index, void *losses, int ldtype, void *lse,
+                                                     int sdtype) {
+  (void)device;
+  bool known = with_float_dtype(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    for (int64_t i = 0; i < N; i++) {
+      const T *row = (const T *)logits + i * V;
+      lse_state<acc_t<T>> st;
+      for (int64_t j = 0; j < V; j++) st.add(to_acc(row[j]));
+      ce_store_row(row, i, st.result(), targets, tdtype == LT_I64, tstride, ignore_index, losses, ldtype == LT_F64, lse,
+                   sdtype == LT_F64);
+    }
+  });
+  return known ? 0 : lt_errorf("cross_entropy: dtype %s is not supported on cuda", lt_dtype_name(dtype));
+}
+
+extern "C" int lt_cuda_cross_entropy_backward_on_host(int device, int dtype, void *dlogits, const void *logits,
+                                                      int64_t N, int64_t V, const void *targets, int tdtype,
+                                                      int64_t tstride, int64_t ignore_index, const void *dlosses,
+                                                      const void *lse) {
+  (void)device;
+  bool known = with_float_dtype(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = acc_t<T>;
+    for (int64_t i = 0; i < N; i++) {
+      int64_t t = load_index(targets, tdtype == LT_I64, i * tstride);
+      for (int64_t j = 0; j < V; j++) {
+        T xv = ((const T *)logits)[i * V + j];
+        ((T *)dlogits)[i * V + j] =
+            t == ignore_index ? from_acc<T>((A)0) : ce_grad<T>(xv, j, t, ((const A *)lse)[i], ((const A *)dlosses)[i]);
+      }
+    }
+  });
+  return known ? 0 : lt_errorf("cross_entropy_backward: dtype %s is not supported on cuda", lt_dtype_name(dtype));
 }

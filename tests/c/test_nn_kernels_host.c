@@ -9,6 +9,7 @@
 #define LUTRA_HAVE_CUDA 1 /* for host/cuda_nn_ops.h's declarations; the checks run only in a CUDA build */
 #include "check.h"
 #include "cuda_nn_ops.h"
+#include <stdarg.h>
 
 /* kernels/ exports, present only in a CUDA build (weak so that a CPU build links) */
 __attribute__((weak)) int lt_cuda_row_lse_on_host(const void *row, int dtype, int64_t V, int threads, double *lse);
@@ -48,6 +49,158 @@ static void compare(const char *what, lt_tensor *row, int threads) {
   bool same = isnan(want) ? isnan(got) : isinf(want) ? got == want : fabs(got - want) <= tol * fmax(1, fabs(want));
   CHECK(same, "%s %s V=%lld threads=%d: kernel lse %.9g, cpu %.9g", what, lt_dtype_name(dtype), (long long)V, threads,
         got, want);
+}
+
+/* Likewise ops_loss.c's and ops_embedding.c's calls into kernels/loss.cu and embedding.cu. */
+__attribute__((weak)) int lt_cuda_check_indices_on_host(const char *op, int device, const void *ids, int dtype,
+                                                        int64_t stride, int64_t n, int64_t V, int has_ignore,
+                                                        int64_t ignore_index, int64_t *bad_pos, int64_t *bad_id);
+__attribute__((weak)) int lt_cuda_cross_entropy_forward_on_host(int device, int dtype, const void *logits, int64_t N,
+                                                                int64_t V, const void *targets, int tdtype,
+                                                                int64_t tstride, int64_t ignore_index, void *losses,
+                                                                int ldtype, void *lse, int sdtype);
+__attribute__((weak)) int lt_cuda_cross_entropy_backward_on_host(int device, int dtype, void *dlogits,
+                                                                 const void *logits, int64_t N, int64_t V,
+                                                                 const void *targets, int tdtype, int64_t tstride,
+                                                                 int64_t ignore_index, const void *dlosses,
+                                                                 const void *lse);
+__attribute__((weak)) int lt_cuda_embedding_forward_on_host(int device, void *out, const void *weight,
+                                                            int64_t row_stride, int esize, const void *ids, int idtype,
+                                                            int64_t n, int64_t C);
+__attribute__((weak)) int lt_cuda_embedding_backward_on_host(int device, int dtype, void *dweight, int64_t V, int64_t C,
+                                                             const void *dout, const void *ids, int idtype, int64_t n);
+static int nn_routed;
+int lt_cuda_check_indices(const char *op, int device, const void *ids, int dtype, int64_t stride, int64_t n, int64_t V,
+                          int has_ignore, int64_t ignore_index, int64_t *bad_pos, int64_t *bad_id) {
+  nn_routed++;
+  return lt_cuda_check_indices_on_host(op, device, ids, dtype, stride, n, V, has_ignore, ignore_index, bad_pos, bad_id);
+}
+int lt_cuda_cross_entropy_forward(int device, int dtype, const void *logits, int64_t N, int64_t V, const void *targets,
+                                  int tdtype, int64_t tstride, int64_t ignore_index, void *losses, int ldtype,
+                                  void *lse, int sdtype) {
+  nn_routed++;
+  return lt_cuda_cross_entropy_forward_on_host(device, dtype, logits, N, V, targets, tdtype, tstride, ignore_index,
+                                               losses, ldtype, lse, sdtype);
+}
+int lt_cuda_cross_entropy_backward(int device, int dtype, void *dlogits, const void *logits, int64_t N, int64_t V,
+                                   const void *targets, int tdtype, int64_t tstride, int64_t ignore_index,
+                                   const void *dlosses, const void *lse) {
+  nn_routed++;
+  return lt_cuda_cross_entropy_backward_on_host(device, dtype, dlogits, logits, N, V, targets, tdtype, tstride,
+                                                ignore_index, dlosses, lse);
+}
+int lt_cuda_embedding_forward(int device, void *out, const void *weight, int64_t row_stride, int esize, const void *ids,
+                              int idtype, int64_t n, int64_t C) {
+  nn_routed++;
+  return lt_cuda_embedding_forward_on_host(device, out, weight, row_stride, esize, ids, idtype, n, C);
+}
+int lt_cuda_embedding_backward(int device, int dtype, void *dweight, int64_t V, int64_t C, const void *dout,
+                               const void *ids, int idtype, int64_t n) {
+  nn_routed++;
+  return lt_cuda_embedding_backward_on_host(device, dtype, dweight, V, C, dout, ids, idtype, n);
+}
+
+/* Sets the device of each tensor of a NULL-terminated list. */
+static void claim(int device, lt_tensor *t, ...) {
+  va_list ap;
+  va_start(ap, t);
+  for (; t; t = va_arg(ap, lt_tensor *)) t->device = device;
+  va_end(ap);
+}
+
+static int count_bad(const lt_tensor *got, const lt_tensor *want, double tol) {
+  int bad = 0;
+  for (int64_t i = 0, n = lt_numel(want); i < n; i++) {
+    double a = check_at(got, i), b = check_at(want, i);
+    bad += !(a == b || (a != a && b != b) || fabs(a - b) <= tol * fmax(1, fabs(b)));
+  }
+  return bad;
+}
+
+/* The CUDA paths of cross-entropy and embedding (the host files' arguments, the kernels' row code,
+ * contiguous inputs and defined outputs: no device copies) against the CPU ops. Cross-entropy to
+ * the exp's rounding (expf here, a polynomial on the CPU); embedding bit for bit. */
+static void test_loss_embedding_rules(void) {
+  static const int dtypes[] = {LT_F32, LT_F64, LT_BF16, LT_F16};
+  static const int64_t sizes[][2] = {{3, 7}, {4, 1000}, {1, 1}, {5, 257}};
+  for (int k = 0; k < 4; k++)
+    for (int sz = 0; sz < 4; sz++) {
+      int dt = dtypes[k], cdt = dt == LT_F64 ? LT_F64 : LT_F32;
+      int64_t N = sizes[sz][0], V = sizes[sz][1];
+      lt_tensor *x = check_random(2, sizes[sz], dt, -6, 6), *tg = lt_tensor_new(),
+                *dl = check_random(1, &N, cdt, 0.5, 1.5);
+      CHECK_OK(lt_empty(tg, 1, &N, sz % 2 ? LT_I32 : LT_I64, LT_DEVICE_CPU));
+      for (int64_t i = 0; i < N; i++)
+        lt_store_f64(lt_data_ptr(tg), tg->dtype, i, i % 3 == 1 ? -100 : (double)((i * 7) % V));
+      lt_tensor *l_c = lt_tensor_new(), *s_c = lt_tensor_new(), *g_c = lt_tensor_new();
+      lt_tensor *l_d = lt_tensor_new(), *s_d = lt_tensor_new(), *g_d = lt_tensor_new();
+      CHECK_OK(lt_empty(l_c, 1, &N, cdt, LT_DEVICE_CPU));
+      CHECK_OK(lt_empty(s_c, 1, &N, cdt, LT_DEVICE_CPU));
+      CHECK_OK(lt_empty(l_d, 1, &N, cdt, LT_DEVICE_CPU));
+      CHECK_OK(lt_empty(s_d, 1, &N, cdt, LT_DEVICE_CPU));
+      CHECK_OK(lt_empty(g_c, 2, sizes[sz], dt, LT_DEVICE_CPU));
+      CHECK_OK(lt_empty(g_d, 2, sizes[sz], dt, LT_DEVICE_CPU));
+      CHECK_OK(lt_cross_entropy_forward(l_c, s_c, x, tg, -100));
+      CHECK_OK(lt_cross_entropy_backward(g_c, dl, x, tg, s_c, -100));
+      int before = nn_routed;
+      claim(0, x, tg, dl, l_d, s_d, g_d, s_c, NULL);
+      CHECK_OK(lt_cross_entropy_forward(l_d, s_d, x, tg, -100));
+      CHECK_OK(lt_cross_entropy_backward(g_d, dl, x, tg, s_c, -100));
+      claim(LT_DEVICE_CPU, x, tg, dl, l_d, s_d, g_d, s_c, NULL);
+      CHECK(nn_routed == before + 4, "ops_loss.c's CUDA path was not taken (%d calls)", nn_routed - before);
+      double ftol = dt == LT_F64 ? 1e-12 : 1e-5, gtol = dt == LT_F64 ? 1e-14 : dt == LT_F32 ? 1e-6 : 0x1p-6;
+      int bl = count_bad(l_d, l_c, ftol), bs = count_bad(s_d, s_c, ftol), bg = count_bad(g_d, g_c, gtol);
+      CHECK(bl + bs + bg == 0, "cross_entropy %s %lldx%lld: loss %d, lse %d, dlogits %d differ", lt_dtype_name(dt),
+            (long long)N, (long long)V, bl, bs, bg);
+      lt_release(x), lt_release(tg), lt_release(dl), lt_release(l_c), lt_release(s_c), lt_release(g_c);
+      lt_release(l_d), lt_release(s_d), lt_release(g_d);
+    }
+  /* a bad target: the CPU's message */
+  int64_t nv[2] = {3, 7}, three = 3;
+  lt_tensor *x = check_random(2, nv, LT_F32, -1, 1), *tg = lt_tensor_new(), *l = lt_tensor_new();
+  CHECK_OK(lt_empty(tg, 1, &three, LT_I64, LT_DEVICE_CPU));
+  CHECK_OK(lt_empty(l, 1, &three, LT_F32, LT_DEVICE_CPU));
+  int64_t *t = lt_data_ptr(tg);
+  t[0] = 1, t[1] = -100, t[2] = 7;
+  claim(0, x, tg, l, NULL);
+  CHECK_ERR(lt_cross_entropy_forward(l, NULL, x, tg, -100),
+            "cross_entropy: target 7 out of range [0, 7) at row 2 (ignore_index is -100)");
+  claim(LT_DEVICE_CPU, x, tg, l, NULL);
+  lt_release(x), lt_release(tg), lt_release(l);
+
+  for (int k = 0; k < 4; k++)
+    for (int rep = 0; rep < 2; rep++) {
+      int dt = dtypes[k];
+      int64_t V = rep ? 5 : 300, Cw = rep ? 129 : 8, ishape[2] = {7, 33}, oshape[3] = {7, 33, Cw}, wshape[2] = {V, Cw};
+      lt_tensor *w = check_random(2, wshape, dt, -2, 2), *ids = check_random(2, ishape, LT_I32, 0, (double)V);
+      lt_tensor *dout = check_random(3, oshape, dt, -1, 1), *o_c = lt_tensor_new(), *o_d = lt_tensor_new();
+      lt_tensor *g_c = lt_tensor_new(), *g_d = lt_tensor_new();
+      CHECK_OK(lt_empty(o_d, 3, oshape, dt, LT_DEVICE_CPU));
+      CHECK_OK(lt_empty(g_c, 2, wshape, dt, LT_DEVICE_CPU));
+      CHECK_OK(lt_empty(g_d, 2, wshape, dt, LT_DEVICE_CPU));
+      CHECK_OK(lt_embedding_forward(o_c, w, ids));
+      CHECK_OK(lt_embedding_backward(g_c, dout, ids));
+      int before = nn_routed;
+      claim(0, w, ids, dout, o_d, g_d, NULL);
+      CHECK_OK(lt_embedding_forward(o_d, w, ids));
+      CHECK_OK(lt_embedding_backward(g_d, dout, ids));
+      claim(LT_DEVICE_CPU, w, ids, dout, o_d, g_d, NULL);
+      CHECK(nn_routed == before + 4, "ops_embedding.c's CUDA path was not taken (%d calls)", nn_routed - before);
+      int bo = count_bad(o_d, o_c, 0), bg = count_bad(g_d, g_c, 0);
+      bg += memcmp(lt_data_ptr(g_d), lt_data_ptr(g_c), (size_t)(V * Cw * lt_dtype_size(dt))) != 0;
+      CHECK(bo + bg == 0, "embedding %s V=%lld C=%lld: out %d, dweight %d differ", lt_dtype_name(dt), (long long)V,
+            (long long)Cw, bo, bg);
+      ((int32_t *)lt_data_ptr(ids))[40] = (int32_t)V;
+      claim(0, w, ids, o_d, NULL);
+      CHECK_ERR(lt_embedding_forward(o_d, w, ids), "out of range [0,");
+      claim(LT_DEVICE_CPU, w, ids, o_d, NULL);
+      char want[128];
+      snprintf(want, sizeof want, "embedding: index %lld out of range [0, %lld) at position 40", (long long)V,
+               (long long)V);
+      CHECK(strstr(lt_last_error(), want) != NULL, "'%s' lacks '%s'", lt_last_error(), want);
+      lt_release(w), lt_release(ids), lt_release(dout), lt_release(o_c), lt_release(o_d), lt_release(g_c),
+          lt_release(g_d);
+    }
 }
 
 /* Likewise host/ops_rope.c's call into kernels/rope.cu. */
@@ -196,6 +349,7 @@ int main(void) {
       }
   test_rng_rule();
   test_rope_rule();
+  test_loss_embedding_rules();
   double got;
   CHECK_ERR(lt_cuda_row_lse_on_host(NULL, LT_F32, 0, 33, &got), "bad thread count");
   CHECK_ERR(lt_cuda_row_lse_on_host(NULL, LT_I32, 0, 32, &got), "not floating");
