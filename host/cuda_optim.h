@@ -52,6 +52,8 @@ const char *lt_optim_name(char *buf, int len, const char *what, int64_t i, bool 
 /* Like lt_check_step_operand, on any device: t defined, on param's device, n elements, dtype_a or dtype_b. */
 int lt_optim_check_operand(const char *op, const char *what, const lt_tensor *t, int64_t n, int dtype_a, int dtype_b,
                            const lt_tensor *param);
+/* A CUDA tensor's storage must be on its device: a pointer is never handed to a kernel otherwise. */
+int lt_optim_check_storage(const char *op, const char *what, const lt_tensor *t);
 /* "<op>: lutra was built without CUDA" in a CPU-only build for a CUDA device, else 0. */
 int lt_optim_check_build(const char *op, int device);
 /* Calls fn(ctx, c) for every chunk c < chunks, over OpenMP threads when elements is large. */

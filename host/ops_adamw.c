@@ -144,7 +144,7 @@ static int adamw_check_entry(const char *op, bool single, int64_t i, lt_tensor *
     if (lt_data_ptr(master) == lt_data_ptr(m) || lt_data_ptr(master) == lt_data_ptr(v))
       return lt_errorf("%s: %s must not share memory with m or v", op, name);
   }
-  return 0;
+  return lt_optim_check_storage(op, lt_optim_name(name, sizeof name, "params", i, single), param);
 }
 
 static int adamw_run(const char *op, bool single, int64_t n, lt_tensor *const *params, lt_tensor *const *grads,

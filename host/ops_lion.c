@@ -85,6 +85,7 @@ int lt_lion_step(lt_tensor *param, const lt_tensor *grad, lt_tensor *m, double l
   LT_TRY(lt_optim_check_operand("lion", "m", m, n, mdtype, mdtype, param));
   if (lt_data_ptr(m) == lt_data_ptr(param) || lt_data_ptr(m) == lt_data_ptr(grad))
     return lt_errorf("lion: m must not share memory with param or grad");
+  LT_TRY(lt_optim_check_storage("lion", "param", param));
   lion_scalars s = {
       .decay = 1.0 - lr * weight_decay,
       .neg_lr = -lr,

@@ -42,6 +42,14 @@ int lt_optim_check_operand(const char *op, const char *what, const lt_tensor *t,
     return lt_errorf("%s: %s is %s, expected %s%s%s for param %s", op, what, lt_desc(d, t), lt_dtype_name(dtype_a),
                      dtype_a == dtype_b ? "" : " or ", dtype_a == dtype_b ? "" : lt_dtype_name(dtype_b),
                      lt_desc(dp, param));
+  return lt_optim_check_storage(op, what, t);
+}
+
+int lt_optim_check_storage(const char *op, const char *what, const lt_tensor *t) {
+  char dev[16], sdev[16];
+  if (t->device >= 0 && t->storage && t->storage->device != t->device)
+    return lt_errorf("%s: %s on %s has its storage on %s", op, what, lt_device_str(dev, t->device),
+                     lt_device_str(sdev, t->storage->device));
   return 0;
 }
 
@@ -90,6 +98,8 @@ static int gather(const char *op, int64_t n, const lt_tensor *const *tensors, lt
       return lt_errorf("%s: %s is %s, expected f32, f64, bf16 or f16", op, name, lt_desc(d, t));
   }
   LT_TRY(lt_optim_check_build(op, *device));
+  for (int64_t i = 0; i < n; i++)
+    LT_TRY(lt_optim_check_storage(op, lt_optim_name(name, sizeof name, "tensors", i, false), tensors[i]));
   for (int64_t i = 0; i < n; i++) {
     held[i] = write_back ? lt_begin_inplace((lt_tensor *)tensors[i]) : lt_tensor_new();
     if (!held[i] || (!write_back && lt_contiguous(held[i], tensors[i]))) return -1;
@@ -106,7 +116,7 @@ static int check_scalar_out(const char *op, const char *what, lt_tensor *out, in
   if (lt_numel(out) != 1 || (out->dtype != LT_F32 && out->dtype != LT_F64) || out->device != device)
     return lt_errorf("%s: %s is %s, expected one f32 or f64 element on %s", op, what, lt_desc(d, out),
                      lt_device_str((char[16]){0}, device));
-  return 0;
+  return lt_optim_check_storage(op, what, out);
 }
 
 /* ---- sum of squares ------------------------------------------------------------------------ */
@@ -238,6 +248,7 @@ int lt_multi_tensor_scale(int64_t n, lt_tensor *const *tensors, const lt_tensor 
                    lt_device_str((char[16]){0}, device));
     goto done;
   }
+  if (lt_optim_check_storage(op, "scale", scale)) goto done;
   int64_t chunks = lt_optim_number_chunks(entries, n), elements = 0;
   for (int64_t i = 0; i < n; i++) elements += entries[i].n;
   if (device != LT_DEVICE_CPU) {
@@ -264,6 +275,7 @@ int lt_clip_coef(lt_tensor *coef, const lt_tensor *sumsq, double max_norm) {
   LT_TRY(lt_check_defined(op, "sumsq", sumsq));
   if (lt_numel(sumsq) != 1 || (sumsq->dtype != LT_F32 && sumsq->dtype != LT_F64))
     return lt_errorf("%s: sumsq is %s, expected one f32 or f64 element", op, lt_desc(d, sumsq));
+  LT_TRY(lt_optim_check_storage(op, "sumsq", sumsq));
   if (!(max_norm >= 0)) return lt_errorf("%s: max_norm must be >= 0, got %g", op, max_norm);
   LT_TRY(lt_optim_check_build(op, sumsq->device));
   LT_TRY(check_scalar_out(op, "coef", coef, sumsq->device));

@@ -213,6 +213,15 @@ static void test_bad_inputs(void) {
   g[1]->device = LT_DEVICE_CPU, p[1]->device = 0;
   CHECK_ERR(MULTI(p, cg, m, v, NULL, 1), "params[1] is [8] f32 cuda:0, expected it on cpu as params[0]");
   p[1]->device = LT_DEVICE_CPU;
+  /* every tensor claims cuda:0 while its storage is on the CPU: refused before any kernel */
+  bool cuda = strstr(lt_build_info(), "cuda: built") != NULL;
+  lt_tensor *s1 = check_random(1, (int64_t[]){1}, LT_F32, 0, 1);
+  for (int i = 0; i < 2; i++) p[i]->device = g[i]->device = m[i]->device = v[i]->device = s1->device = 0;
+  CHECK_ERR(MULTI(p, cg, m, v, NULL, 1), cuda ? "grads[0] on cuda:0 has its storage on cpu" : "built without CUDA");
+  CHECK_ERR(lt_multi_tensor_sumsq(out, 2, p), cuda ? "tensors[0] on cuda:0 has its storage on cpu" : "without CUDA");
+  CHECK_ERR(lt_multi_tensor_scale(2, p, s1), cuda ? "tensors[0] on cuda:0 has its storage on cpu" : "without CUDA");
+  for (int i = 0; i < 2; i++) p[i]->device = g[i]->device = m[i]->device = v[i]->device = LT_DEVICE_CPU;
+  lt_release(s1);
   bool untouched = true;
   for (int e = 0; e < 8; e++) untouched &= check_at(p[0], e) == before[e];
   CHECK(untouched, "a failed multi step touches no tensor, not even the valid ones");
