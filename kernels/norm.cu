@@ -242,14 +242,19 @@ __global__ void sum_partials_kernel(void *out, int out_dtype, const A *partial, 
   }
 }
 
-/* Row chunks for the dweight/dbias partials: enough blocks to fill a large GPU, set by the shape. */
-static int64_t gpu_chunks(int64_t N) { return N < 512 ? N : 512; }
+/* Row chunks (blocks) for the dweight/dbias partials, set by the shape only: up to 2048 blocks to
+ * fill a large GPU, fewer for wide rows so that the partials stay within 4M values each. */
+static int64_t gpu_chunks(int64_t N, int64_t C) {
+  int64_t k = ((int64_t)1 << 22) / C;
+  k = k < 64 ? 64 : k > 2048 ? 2048 : k;
+  return N < k ? N : k;
+}
 
 template <typename T> static int launch_backward(const char *op, const lt_norm_bwd *p) {
   using A = typename norm_elem<T>::A;
   int device = p->device;
   cudaStream_t stream = lt_cuda_compute_stream(device);
-  int64_t N = p->N, C = p->C, nchunks = gpu_chunks(N);
+  int64_t N = p->N, C = p->C, nchunks = gpu_chunks(N, C);
   void *partial = NULL;
   if (p->dw || p->db) LT_TRY(lt_cuda_alloc(device, 2 * nchunks * C * (int64_t)sizeof(A), &partial));
   A *pw = p->dw ? (A *)partial : nullptr, *pb = p->db ? (A *)partial + nchunks * C : nullptr;
