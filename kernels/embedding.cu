@@ -174,9 +174,10 @@ int lt_cuda_embedding_backward(int device, int dtype, void *dweight, int64_t V, 
   if (err == cudaSuccess)
     err = cub::DeviceRadixSort::SortPairs(temp, sort_bytes, keys, keys_sorted, positions, positions_sorted, items, 0,
                                           end_bit, s);
+  /* counts past the run count stay 0, so that the scan below reads only written memory */
+  if (err == cudaSuccess) err = cudaMemsetAsync(count, 0, (size_t)n * sizeof(uint32_t), s);
   if (err == cudaSuccess)
     err = cub::DeviceRunLengthEncode::Encode(temp, rle_bytes, keys_sorted, unique, count, num_runs, items, s);
-  /* counts past the run count are uninitialised; their (wrapping) sums are never read */
   if (err == cudaSuccess) err = cub::DeviceScan::ExclusiveSum(temp, scan_bytes, count, start, items, s);
   if (err == cudaSuccess) {
     int threads = C >= 256 ? 256 : C > 32 ? (int)((C + 31) / 32 * 32) : 32;
