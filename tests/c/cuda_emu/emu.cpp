@@ -1,53 +1,156 @@
-/* emu.cpp — the emulator's launch and the CUDA runtime entry points kernels/ call (emu.h).
+/* emu.cpp — the emulator's launch and the CUDA runtime entry points kernels/ and host/ call
+ * (emu.h), in place of kernels/runtime.cu and streams.cu: device memory is malloc'ed host
+ * memory (filled with 0xff, so that a kernel reading what nobody wrote shows), streams and
+ * events are no-ops (everything runs synchronously, in program order).
  * EMU_SMS (default 1) is the number of SMs lt_cuda_blocks sizes grids for: small values make
- * the kernels' split (two-pass) paths run on small inputs. */
-#include "common.cuh"
+ * the kernels' grid-stride and split (two-pass) paths run on small inputs. */
+#include "attention_tile.cuh"
 thread_local dim3 threadIdx, blockIdx;
+thread_local unsigned emu_tid;
 dim3 blockDim, gridDim;
+unsigned char *emu_dyn_smem;
+std::atomic<long> emu_errors;
 emu_block_state *emu_bs;
+int emu_launch_error;
 long emu_launches, emu_threads;
-void emu_launch(dim3 grid, dim3 block, std::function<void()> f) {
-  if (block.x % 32 || block.x > 1024 || block.y != 1 || grid.x == 0 || grid.y == 0 || grid.y > 65535) {
-    fprintf(stderr, "emu: bad launch grid (%u,%u) block (%u,%u)\n", grid.x, grid.y, block.x, block.y);
-    abort();
+
+/* A plain reusable barrier for every OS thread of the launch (between blocks). */
+struct emu_all_bar {
+  std::mutex m;
+  std::condition_variable cv;
+  int n, count = 0;
+  unsigned gen = 0;
+  void arrive() {
+    std::unique_lock<std::mutex> lk(m);
+    if (++count == n) {
+      count = 0, gen++;
+      cv.notify_all();
+      return;
+    }
+    unsigned g = gen;
+    cv.wait(lk, [&] { return gen != g; });
   }
+};
+
+void emu_launch(dim3 grid, dim3 block, size_t smem, std::function<void()> f) {
+  unsigned nt = block.x * block.y * block.z;
+  if (nt == 0 || nt > 1024 || block.z > 64 || grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 ||
+      grid.z > 65535 || grid.x > 2147483647u || smem > 227 * 1024) {
+    fprintf(stderr, "emu: bad launch grid (%u,%u,%u) block (%u,%u,%u) smem %zu\n", grid.x, grid.y, grid.z, block.x,
+            block.y, block.z, smem);
+    emu_errors++;
+    emu_launch_error = 9; /* cudaErrorInvalidConfiguration */
+    return;
+  }
+  if (nt % 32) fprintf(stderr, "emu: note: block of %u threads (not a multiple of 32)\n", nt);
   emu_launches++;
-  emu_threads += (long)grid.x * grid.y * block.x;
-  static emu_block_state bs;
-  emu_bs = &bs;
-  memset(&bs, 0, sizeof bs);
-  pthread_barrier_init(&bs.block_bar, NULL, block.x);
-  for (unsigned w = 0; w < block.x / 32; w++) pthread_barrier_init(&bs.warp_bar[w], NULL, 32);
+  emu_threads += (long)grid.x * grid.y * grid.z * nt;
+  static emu_block_state *bs = new emu_block_state;
+  emu_bs = bs;
+  std::vector<unsigned char> dyn(smem + 16);
+  memset(dyn.data(), 0xa5, dyn.size());
+  emu_dyn_smem = dyn.data();
   blockDim = block, gridDim = grid;
+  unsigned nwarps = (nt + 31) / 32;
+  auto reset = [&] {
+    bs->block_bar.reset((int)nt);
+    for (unsigned w = 0; w < nwarps; w++) bs->warp_bar[w].reset((int)std::min(32u, nt - w * 32));
+    memset(bs->exited, 0, sizeof bs->exited);
+    bs->or_flag = bs->and_flag = bs->cnt = 0;
+    memset(bs->warp_flag, 0, sizeof bs->warp_flag);
+    memset(bs->warp_bits, 0, sizeof bs->warp_bits);
+  };
+  reset();
+  emu_all_bar all;
+  all.n = (int)nt;
   std::vector<std::thread> th;
-  for (unsigned t = 0; t < block.x; t++)
+  for (unsigned t = 0; t < nt; t++)
     th.emplace_back([&, t] {
-      threadIdx = dim3(t, 0, 0);
-      for (unsigned by = 0; by < grid.y; by++)
-        for (unsigned bx = 0; bx < grid.x; bx++) {
-          blockIdx = dim3(bx, by, 0);
-          f();
-          pthread_barrier_wait(&bs.block_bar);
-        }
+      emu_tid = t;
+      threadIdx = dim3(t % block.x, t / block.x % block.y, t / (block.x * block.y));
+      for (unsigned bz = 0; bz < grid.z; bz++)
+        for (unsigned by = 0; by < grid.y; by++)
+          for (unsigned bx = 0; bx < grid.x; bx++) {
+            blockIdx = dim3(bx, by, bz);
+            f();
+            bs->exited[t / 32][t % 32] = 1;
+            bs->warp_bar[t / 32].leave();
+            bs->block_bar.leave();
+            all.arrive();
+            if (t == 0) reset();
+            all.arrive();
+          }
     });
   for (auto &x : th) x.join();
-  pthread_barrier_destroy(&bs.block_bar);
-  for (unsigned w = 0; w < block.x / 32; w++) pthread_barrier_destroy(&bs.warp_bar[w]);
+  emu_dyn_smem = nullptr;
 }
+
 int lt_cuda_error(const char *op, int device, cudaError_t err) {
-  return lt_errorf("%s: emu error %d on %d", op, err, device);
+  return lt_errorf("%s: CUDA error on cuda:%d: emulated error %d", op, device, err);
 }
-int lt_cuda_use_device(const char *, int) { return 0; }
+int lt_cuda_use_device(const char *op, int device) {
+  return device == 0 ? 0 : lt_errorf("%s: emulated device cuda:%d does not exist", op, device);
+}
 cudaStream_t lt_cuda_compute_stream(int) { return nullptr; }
 int lt_cuda_blocks(int, int64_t work) {
   static int sms = getenv("EMU_SMS") ? atoi(getenv("EMU_SMS")) : 1;
   int64_t needed = (work + LT_CUDA_THREADS - 1) / LT_CUDA_THREADS, cap = sms * 8;
   return (int)(needed < 1 ? 1 : needed < cap ? needed : cap);
 }
-extern "C" int lt_cuda_alloc(int, int64_t n, void **p) {
+extern "C" {
+long emu_live_allocs;
+int lt_cuda_alloc_stream(int, int64_t n, void *, void **p) {
   *p = malloc(n > 0 ? n : 1);
   memset(*p, 0xff, n > 0 ? n : 1);
+  emu_live_allocs++;
   return 0;
 }
-extern "C" void lt_cuda_free(int, void *p) { free(p); }
-extern "C" int emu_device_count(void) { return 1; }
+int lt_cuda_alloc(int device, int64_t n, void **p) { return lt_cuda_alloc_stream(device, n, NULL, p); }
+void lt_cuda_free(int, void *p) {
+  if (p) emu_live_allocs--;
+  free(p);
+}
+int lt_cuda_memcpy(void *dst, int, const void *src, int, int64_t nbytes) {
+  if (nbytes > 0) memmove(dst, src, (size_t)nbytes);
+  return 0;
+}
+int lt_cuda_copy_async_raw(void *dst, int, const void *src, int, int64_t nbytes, int) {
+  if (nbytes > 0) memmove(dst, src, (size_t)nbytes);
+  return 0;
+}
+int lt_cuda_device_synchronize(int) { return 0; }
+int lt_cuda_stream_synchronize(int, int) { return 0; }
+int lt_cuda_stream_wait_event(int, int, void *) { return 0; }
+int lt_cuda_device_count(void) { return 1; }
+int lt_cuda_host_alloc(int64_t nbytes, void **ptr) {
+  *ptr = malloc(nbytes > 0 ? nbytes : 1);
+  return 0;
+}
+int lt_cuda_host_free(void *ptr) {
+  free(ptr);
+  return 0;
+}
+int lt_cuda_gemm(const char *op, const lt_cuda_gemm_args *) {
+  return lt_errorf("%s: matmul is not emulated (cuBLASLt)", op);
+}
+int lt_cuda_attention_bwd_uses_mma(int, int64_t) { return 0; } /* mma.sync is not emulated */
+}
+int att_backward_mma(const lt_cuda_att_args *, cudaStream_t, const float *) {
+  fprintf(stderr, "emu: att_backward_mma called\n");
+  abort();
+}
+__nv_bfloat162 __floats2bfloat162_rn(float lo, float hi) { return {lt_f32_to_bf16(lo), lt_f32_to_bf16(hi)}; }
+__half2 __floats2half2_rn(float lo, float hi) { return {lt_f32_to_f16(lo), lt_f32_to_f16(hi)}; }
+extern "C" long emu_error_count(void) { return emu_errors.load(); }
+/* kernels/gemm_cublaslt.cu's strided copy (not emulated: a host loop) */
+extern "C" int lt_cuda_strided_copy(int, void *dst, const int64_t *dst_stride, const void *src,
+                                    const int64_t *src_stride, int ndim, const int64_t *shape, int dtype) {
+  int64_t n = 1, size = lt_dtype_size(dtype);
+  for (int d = 0; d < ndim; d++) n *= shape[d];
+  for (int64_t i = 0; i < n; i++) {
+    int64_t r = i, so = 0, doff = 0;
+    for (int d = ndim - 1; d >= 0; d--) so += r % shape[d] * src_stride[d], doff += r % shape[d] * dst_stride[d], r /= shape[d];
+    memcpy((char *)dst + doff * size, (const char *)src + so * size, (size_t)size);
+  }
+  return 0;
+}

@@ -1,24 +1,16 @@
 /* reduce_softmax.c — kernels/reduce.cu and kernels/softmax.cu run under the CUDA emulator
  * (emu.h) against the CPU ops, through the real host entry points (host/ops_reduce.c,
- * ops_argmax.c, ops_softmax.c compiled with LUTRA_HAVE_CUDA and renamed emu_lt_*), on
- * "device" tensors that are CPU tensors marked device 0: every reduce op over every dim set,
+ * ops_argmax.c, ops_softmax.c compiled with LUTRA_HAVE_CUDA), on
+ * "device" tensors (CPU tensors marked device 0): every reduce op over every dim set,
  * var, argmax/argmin with ties, softmax/log_softmax forward and backward over every dim, each
  * contiguous, strided and transposed, into contiguous and strided outs; odd sizes, empty and
- * size-1 dims, -inf and NaN. Usage: reduce_softmax [all|reduce|softmax] [shape index]. */
-#include "lutra.h"
+ * size-1 dims, -inf and NaN. Suites "reduce" and "softmax" of emu_main.c. */
+#include "emu_check.h"
+#undef OK
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-int emu_lt_reduce(lt_tensor *, const lt_tensor *, int, int, const int64_t *, int);
-int emu_lt_var(lt_tensor *, const lt_tensor *, int, const int64_t *, int64_t, int);
-int emu_lt_argmax(lt_tensor *, const lt_tensor *, int, int, int);
-int emu_lt_argmin(lt_tensor *, const lt_tensor *, int, int, int);
-int emu_lt_softmax(lt_tensor *, const lt_tensor *, int);
-int emu_lt_log_softmax(lt_tensor *, const lt_tensor *, int);
-int emu_lt_softmax_backward(lt_tensor *, const lt_tensor *, const lt_tensor *, int);
-int emu_lt_log_softmax_backward(lt_tensor *, const lt_tensor *, const lt_tensor *, int);
-extern long emu_launches, emu_threads;
 
 static unsigned long long rs = 88172645463325252ULL;
 static double uni(void) {
@@ -46,76 +38,17 @@ static lt_tensor *rnd(int nd, const int64_t *shape, int dtype, double lo, double
   free(b);
   return t;
 }
-/* x's values on the "device": 0 contiguous, 1 strided, 2 transposed storage */
-static lt_tensor *dev(const lt_tensor *x, int mode) {
-  lt_tensor *v = lt_tensor_new();
-  int nd = x->ndim;
-  if (mode == 1 && nd >= 1) {
-    int64_t sh[8];
-    memcpy(sh, x->shape, sizeof sh);
-    sh[nd - 1] *= 2;
-    lt_tensor *big = lt_tensor_new();
-    OK(lt_empty(big, nd, sh, x->dtype, -1));
-    OK(lt_slice(v, big, nd - 1, 0, sh[nd - 1], 2));
-    OK(lt_copy(v, x));
-    lt_release(big);
-  } else if (mode == 2 && nd >= 2) {
-    lt_tensor *tr = lt_tensor_new(), *c = lt_tensor_new();
-    OK(lt_transpose(tr, x, 0, nd - 1));
-    OK(lt_empty(c, nd, tr->shape, x->dtype, -1));
-    OK(lt_copy(c, tr));
-    OK(lt_transpose(v, c, 0, nd - 1));
-    lt_release(tr), lt_release(c);
-  } else {
-    OK(lt_empty(v, nd, x->shape, x->dtype, -1));
-    OK(lt_copy(v, x));
-  }
-  v->device = 0;
-  return v;
-}
+static lt_tensor *dev(const lt_tensor *x, int mode) { return emu_dev(x, mode); }
 static int out_count;
 /* every other out is a strided view (every other element of its last dim) */
 static lt_tensor *out_like(const lt_tensor *w) {
-  lt_tensor *o = lt_tensor_new();
-  if (w->ndim >= 1 && out_count++ % 2) {
-    int64_t sh[8];
-    memcpy(sh, w->shape, sizeof sh);
-    sh[w->ndim - 1] *= 2;
-    lt_tensor *big = lt_tensor_new();
-    OK(lt_empty(big, w->ndim, sh, w->dtype, -1));
-    OK(lt_slice(o, big, w->ndim - 1, 0, sh[w->ndim - 1], 2));
-    lt_release(big);
-  } else {
-    OK(lt_empty(o, w->ndim, w->shape, w->dtype, -1));
-  }
-  o->device = 0;
+  lt_tensor *o = emu_out(w, 1);
+  if (out_count++ % 2 == 0) lt_release(o), o = lt_tensor_new(), lt_empty(o, w->ndim, w->shape, w->dtype, 0);
   return o;
 }
 static void check(const char *what, int dtype, const lt_tensor *got, const lt_tensor *want, double tol) {
-  int64_t n = lt_numel(want);
-  double *g = malloc(8 * (n + 1)), *w = malloc(8 * (n + 1));
-  lt_tensor gc = *got;
-  gc.device = -1;
-  OK(lt_copy_to_buffer(&gc, g, LT_F64, n));
-  OK(lt_copy_to_buffer(want, w, LT_F64, n));
-  double scale = 1, err = 0;
-  for (int64_t i = 0; i < n; i++) {
-    if (isfinite(w[i]) && fabs(w[i]) > scale) scale = fabs(w[i]);
-    if (g[i] == w[i] || (g[i] != g[i] && w[i] != w[i])) continue;
-    double e = fabs(g[i] - w[i]);
-    if (e != e) e = INFINITY;
-    if (e > err) err = e;
-  }
-  if (err > tol * scale || got->ndim != want->ndim) {
-    fails++;
-    printf("FAIL %s %s shape", what, lt_dtype_name(dtype));
-    for (int d = 0; d < want->ndim; d++) printf(" %lld", (long long)want->shape[d]);
-    printf(": err %g (tol %g)\n", err, tol * scale);
-    for (int64_t i = 0; i < n && i < 8; i++) printf("   [%lld] got %.9g want %.9g\n", (long long)i, g[i], w[i]);
-  } else {
-    passes++;
-  }
-  free(g), free(w);
+  if (emu_check(what, dtype, got, want, tol)) passes++;
+  else fails++;
 }
 static double tol_of(int dt) {
   return dt == LT_F32    ? ldexp(1, -22)
@@ -163,7 +96,7 @@ static void reduce_cases(int nd, const int64_t *shape) {
             continue;
           } /* empty max */
           lt_tensor *got = out_like(want);
-          OK(emu_lt_reduce(got, srcd, op, nsets[s], sets[s], keep));
+          OK(lt_reduce(got, srcd, op, nsets[s], sets[s], keep));
           char name[64];
           snprintf(name, sizeof name, "%s%s set%d", lt_reduce_name(op), mode_name[mode], s);
           check(name, dt, got, want, op == LT_MAX || op == LT_MIN ? 0 : tol_of(dt));
@@ -173,7 +106,7 @@ static void reduce_cases(int nd, const int64_t *shape) {
           lt_tensor *want = lt_tensor_new();
           OK(lt_var(want, x, nsets[s], sets[s], s % 2, keep));
           lt_tensor *got = out_like(want);
-          OK(emu_lt_var(got, xd, nsets[s], sets[s], s % 2, keep));
+          OK(lt_var(got, xd, nsets[s], sets[s], s % 2, keep));
           check(mode ? "var nc" : "var", dt, got, want, tol_of(dt));
           lt_release(want), lt_release(got);
         }
@@ -190,8 +123,8 @@ static void reduce_cases(int nd, const int64_t *shape) {
             continue;
           }
           lt_tensor *got = out_like(want);
-          OK(mx ? emu_lt_argmax(got, xtd, d < 0 ? 0 : d, d % 2 == 0, d < 0)
-                : emu_lt_argmin(got, xtd, d < 0 ? 0 : d, d % 2 == 0, d < 0));
+          OK(mx ? lt_argmax(got, xtd, d < 0 ? 0 : d, d % 2 == 0, d < 0)
+                : lt_argmin(got, xtd, d < 0 ? 0 : d, d % 2 == 0, d < 0));
           check(mx ? "argmax" : "argmin", dt, got, want, 0);
           lt_release(want), lt_release(got);
         }
@@ -228,12 +161,12 @@ static void softmax_cases(int nd, const int64_t *shape) {
           if (kind < 2) {
             lt_set(want, y);
             got = out_like(want);
-            OK(kind == 0 ? emu_lt_softmax(got, xd, d) : emu_lt_log_softmax(got, xd, d));
+            OK(kind == 0 ? lt_softmax(got, xd, d) : lt_log_softmax(got, xd, d));
           } else {
             OK(kind == 2 ? lt_softmax_backward(want, g, y, d) : lt_log_softmax_backward(want, g, y, d));
             yd = dev(y, (mode + 1) % 3);
             got = out_like(want);
-            OK(kind == 2 ? emu_lt_softmax_backward(got, gd, yd, d) : emu_lt_log_softmax_backward(got, gd, yd, d));
+            OK(kind == 2 ? lt_softmax_backward(got, gd, yd, d) : lt_log_softmax_backward(got, gd, yd, d));
           }
           static const char *kn[4] = {"softmax", "log_softmax", "softmax_bwd", "log_softmax_bwd"};
           char name[64];
@@ -248,20 +181,15 @@ static void softmax_cases(int nd, const int64_t *shape) {
   }
 }
 
-int main(int argc, char **argv) {
-  const char *which = argc > 1 ? argv[1] : "all";
-  int64_t shapes[][4] = {{1, 7}, {1, 1023},    {3, 3, 5, 7}, {3, 4, 1, 6}, {2, 4, 0},  {2, 0, 5},
-                         {1, 1}, {2, 2, 3000}, {1, 20000},   {2, 3000, 3}, {2, 40, 33}};
-  int ns = sizeof shapes / sizeof *shapes;
-  int only = argc > 2 ? atoi(argv[2]) : -1;
+void emu_suite_reduce_softmax(const char *which) {
+  int64_t shapes[][4] = {{1, 7}, {2, 3, 33}, {3, 3, 5, 7}, {3, 4, 1, 6}, {2, 4, 0},  {2, 0, 5},
+                         {1, 1}, {2, 2, 3000}, {1, 20000},   {2, 3000, 3}, {2, 40, 33}, {1, 1023}};
+  int ns = emu_quick ? 2 : (int)(sizeof shapes / sizeof *shapes);
+  int p0 = passes, f0 = fails;
   for (int i = 0; i < ns; i++) {
-    if (only >= 0 && i != only) continue;
     int nd = (int)shapes[i][0];
-    if (strcmp(which, "all") == 0 || strcmp(which, "reduce") == 0) reduce_cases(nd, shapes[i] + 1);
-    if ((strcmp(which, "all") == 0 || strcmp(which, "softmax") == 0)) softmax_cases(nd, shapes[i] + 1);
-    printf("shape %d done: %d passed, %d failed (%ld launches)\n", i, passes, fails, emu_launches);
-    fflush(stdout);
+    if (strcmp(which, "reduce") == 0) reduce_cases(nd, shapes[i] + 1);
+    if (strcmp(which, "softmax") == 0) softmax_cases(nd, shapes[i] + 1);
   }
-  printf("%d passed, %d failed\n", passes, fails);
-  return fails != 0;
+  (void)p0, (void)f0; /* emu_check counted them */
 }

@@ -1,34 +1,83 @@
-#!/bin/sh
-# run.sh — kernels/reduce.cu and kernels/softmax.cu under the CUDA emulator (emu.h), against
-# the CPU ops of a CPU-only build. Slow (an OS thread per CUDA thread): minutes, not a ctest.
-#   tests/c/cuda_emu/run.sh BUILD_DIR [all|reduce|softmax] [shape index]
-# BUILD_DIR: a -DLUTRA_CUDA=OFF build (its liblutra.so gives the CPU ops). EMU_SMS=N sizes the
-# emulated device (default 1: the split paths run on small inputs).
+#!/usr/bin/env bash
+# run.sh — the CUDA kernels (kernels/*.cu) under the CUDA emulator (emu.h), against the CPU ops.
+#   tests/c/cuda_emu/run.sh [--quick] LIBDIR [SUITE ...]
+# LIBDIR holds a built liblutra.so (CPU-only or not). The emulated program links it, and its own
+# copies of the host files that dispatch to CUDA (host/memory.c, tensor.c, copy.c, ops_*.c, rng.c,
+# compiled with LUTRA_HAVE_CUDA) and of the kernels (compiled as C++ with emu.h) take precedence
+# over the library's (ELF interposition), so one process has the CPU ops (device -1) and the
+# emulated CUDA ops (device 0, host memory): each suite runs the same lt_* call on both and
+# compares. --quick: the tiny shapes only (the ctest, tests/cli/test_cuda_emu.sh).
+# SUITE: all (default) or any of the names emu_main.c lists. EMU_SMS=N sizes the emulated
+# device (default 1: grid-stride and split paths run on small inputs). EMU_WORK=DIR keeps the
+# objects there between runs (rebuilt when a source is newer). EMU_TIMEOUT (default 3000 s).
 set -e
-[ -n "$1" ] || { echo "usage: $0 BUILD_DIR [all|reduce|softmax] [shape index]" >&2; exit 2; }
+quick=0
+[ "$1" = "--quick" ] && quick=1 && shift
+[ -n "$1" ] || { echo "usage: $0 [--quick] LIBDIR [SUITE ...]" >&2; exit 2; }
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
-build=$(cd "$1" && pwd)
+lib=$(cd "$1" && pwd)
 shift
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cp "$here/emu.h" "$here/emu.cpp" "$work/"
-sed 's|#include <cuda_runtime.h>|#include "emu.h"|' "$root/kernels/common.cuh" >"$work/common.cuh"
-for k in reduce softmax; do # kernel<<<grid, block, smem, stream>>>(args) -> emu_launch(...)
-  perl -pe 's/(\w+(?:<[^<>;]*>)?)<<<(.*?)>>>\((.*?)\);/emu_launch(EMU_CFG($2), [&]{ $1($3); });/g' \
-    "$root/kernels/$k.cu" >"$work/$k.cu"
-done
-inc="-I$work -I$root/host -I$root/host/include"
-rename="-DLUTRA_HAVE_CUDA=1 -Dlt_cuda_device_count=emu_device_count -Dlt_reduce_name=emu_lt_reduce_name"
-for f in reduce var argmax argmin softmax log_softmax softmax_backward log_softmax_backward; do
-  rename="$rename -Dlt_$f=emu_lt_$f"
-done
+if [ -n "$EMU_WORK" ]; then
+  mkdir -p "$EMU_WORK" && work=$(cd "$EMU_WORK" && pwd)
+else
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+fi
 cd "$work"
-for f in ops_reduce ops_argmax ops_softmax; do
-  cc -O1 -g -std=gnu11 -fopenmp -mavx2 -mfma -mf16c $inc $rename -c "$root/host/$f.c" -o $f.o
+mkdir -p src cub/device
+# the kernels, rewritten for the emulator (into src/, so that a kernel edited meanwhile is re-copied)
+kernels="elementwise unary binary copy_strided norm loss embedding rope rng optim attention_fwd attention_bwd reduce softmax"
+hostfiles="memory tensor copy ops_elementwise ops_unary ops_binary ops_norm ops_loss ops_embedding ops_rope rng ops_adamw
+  ops_lion ops_multi_tensor ops_attention ops_attention_cuda ops_reduce ops_argmax ops_softmax"
+for h in emu.h emu_cub.h; do cp "$here/$h" src/$h.new; done
+sed 's|#include <cuda_runtime.h>|#include "emu.h"|' "$root/kernels/common.cuh" >src/common.cuh.new
+for h in cuda_bf16.h cuda_fp16.h; do echo '#include "emu.h"' >"src/$h.new"; done
+for h in device_radix_sort device_run_length_encode device_scan; do echo '#include "emu_cub.h"' >"cub/device/$h.cuh"; done
+for k in $(for k in $kernels; do echo $k.cu; done) $(cd "$root/kernels" && ls *.cuh | grep -v common.cuh); do
+  # kernel<<<grid, block, smem, stream>>>(args);  ->  emu_launch(grid, block, smem, [&]{ kernel(args); });
+  # extern __shared__ T name[];                   ->  T *name = (T *)emu_dyn_smem;
+  # inline PTX (mma.sync) cannot run: it aborts, and the forward's mma path is switched off.
+  perl -0pe 's/(\w+(?:<[^<>;]*>)?)\s*<<<(.*?)>>>\((.*?)\);/emu_launch(EMU_CFG($2), [&]{ $1($3); });/gs;
+    s/extern\s+__shared__\s+(?:__align__\(\d+\)\s+)?([\w ]+?)\s+(\w+)\[\];/$1 *$2 = ($1 *)emu_dyn_smem;/g;
+    s/asm\s+volatile\s*\((.*?)\);/abort();/gs;
+    s/(int lt_cuda_attention_fwd_uses_mma\([^)]*\)\s*\{)/$1 return 0;/' "$root/kernels/$k" >"src/$k.new"
 done
-for f in reduce.cu softmax.cu emu.cpp; do c++ -O1 -g -std=c++17 -DLUTRA_HAVE_CUDA=1 -w $inc -x c++ -c $f -o $f.o; done
-cc -O1 -g -std=gnu11 -I"$root/host/include" -c "$here/reduce_softmax.c" -o driver.o
-c++ -o emu_test driver.o ops_*.o reduce.cu.o softmax.cu.o emu.cpp.o -L"$build" -llutra -Wl,-rpath,"$build" -pthread \
-  -fopenmp -lm
-timeout 3000 ./emu_test "$@"
+for f in src/*.new; do # replace only what changed, so that make-like checks below skip the rest
+  cmp -s "$f" "${f%.new}" 2>/dev/null && rm "$f" || mv "$f" "${f%.new}"
+done
+for f in $hostfiles; do cmp -s "$root/host/$f.c" "src/$f.c" 2>/dev/null || cp "$root/host/$f.c" "src/$f.c"; done
+
+inc="-Isrc -I. -I$root/host -I$root/host/include"
+newer() { # newer OBJ SRC...: true when OBJ is missing or older than a source or a header
+  [ -f "$1" ] || return 0
+  local o=$1 s
+  shift
+  for s in "$@" src/*.h src/*.cuh "$root"/host/*.h; do [ "$s" -nt "$o" ] && return 0; done
+  return 1
+}
+objs=""
+: >cmds
+for f in $hostfiles; do
+  objs="$objs $f.o"
+  newer $f.o src/$f.c &&
+    echo "cc -O1 -g -std=gnu11 -fopenmp -mavx2 -mfma -mf16c -DLUTRA_HAVE_CUDA=1 -w $inc -c src/$f.c -o $f.o" >>cmds
+done
+for f in $kernels emu; do
+  s=src/$f.cu
+  [ $f = emu ] && s=$here/emu.cpp
+  objs="$objs $f.cu.o"
+  newer $f.cu.o $s "$here/emu.cpp" && echo "c++ -O1 -std=c++17 -DLUTRA_HAVE_CUDA=1 -w $inc -x c++ -c $s -o $f.cu.o" >>cmds
+done
+# two compiles at a time (CI and this machine have 2 cores)
+[ -s cmds ] && { xargs -P 2 -I{} sh -c '{} || exit 255' <cmds || { echo "run.sh: a compile failed" >&2; exit 1; }; }
+drivers="emu_main emu_check emu_elementwise emu_nn emu_optim emu_attention reduce_softmax"
+for d in $drivers; do
+  objs="$objs $d.o"
+  if newer $d.o "$here/$d.c" "$here/emu_check.h"; then
+    cc -O1 -g -std=gnu11 -w -I"$here" -I"$root/host/include" -I"$root/host" -c "$here/$d.c" -o $d.o
+  fi
+done
+c++ -o emu_test $objs -L"$lib" -llutra -Wl,-rpath,"$lib" -lopenblas -pthread -fopenmp -lm
+[ $# -gt 0 ] || set -- all
+EMU_QUICK=$quick timeout "${EMU_TIMEOUT:-3000}" ./emu_test "$@"
