@@ -84,12 +84,12 @@ function kind.update_group(items, group, lr)
     local b = buckets[key]
     local n, step = #b, b[1].st.step + 1
     local params, grads, ms, vs, masters = c_arrays(n)
-    local any_master, held = false, {} -- held: converted grads stay alive until the call
+    local any_master = false
     for i, it in ipairs(b) do
       local st, grad = it.st, it.grad
       if st.master ~= nil and grad.dtype ~= "f32" and grad.dtype ~= it.p.dtype then
         grad = grad:to("f32")
-        held[i] = grad
+        it.grad_f32 = grad -- alive (b is read after the call) while C holds its pointer
       end
       params[i - 1], grads[i - 1], ms[i - 1], vs[i - 1] = it.p, grad, st.exp_avg, st.exp_avg_sq
       if st.master ~= nil then masters[i - 1], any_master = st.master, true end
