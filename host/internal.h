@@ -259,7 +259,7 @@ int lt_cuda_linear_forward(lt_tensor *out, const lt_tensor *x, const lt_tensor *
 /* Its parameter gradients: dw (N, K) = dy^T @ x and, when dbias is non-NULL, dbias (N) = the
  * sum of dy over rows, fused into the same GEMM (BGRADB). dy (..., N), x (..., K) contiguous. */
 int lt_cuda_linear_backward_params(lt_tensor *dw, lt_tensor *dbias, const lt_tensor *dy, const lt_tensor *x);
-/* dst = src over shape, each with its own element strides (same dtype; 2, 4 or 8 bytes). */
+/* dst = src over shape, each with its own element strides (same dtype; any element size). */
 int lt_cuda_strided_copy(int device, void *dst, const int64_t *dst_stride, const void *src, const int64_t *src_stride,
                          int ndim, const int64_t *shape, int dtype);
 /* cuBLAS's own rate for a benchmark: c = a @ b, n x n matrices of dtype on device (f32 obeys

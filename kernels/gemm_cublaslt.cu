@@ -406,10 +406,10 @@ __global__ void strided_copy_kernel(T *dst, const T *src, int64_t n, int ndim, d
 /* dst[...] = src[...] elementwise over shape, each with its own element strides (same dtype). */
 int lt_cuda_strided_copy(int device, void *dst, const int64_t *dst_stride, const void *src, const int64_t *src_stride,
                          int ndim, const int64_t *shape, int dtype) {
-  if (ndim < 0 || ndim > LT_MAX_DIMS) return lt_errorf("matmul: strided copy of %d dims", ndim);
+  if (ndim < 0 || ndim > LT_MAX_DIMS) return lt_errorf("strided_copy: %d dims", ndim);
   int64_t n = lt_shape_numel(ndim, shape);
   if (n == 0) return 0;
-  LT_TRY(lt_cuda_use_device("matmul", device));
+  LT_TRY(lt_cuda_use_device("strided_copy", device));
   dims_arg sh, ds, ss;
   for (int d = 0; d < LT_MAX_DIMS; d++) {
     sh.v[d] = d < ndim ? shape[d] : 1;
@@ -418,6 +418,10 @@ int lt_cuda_strided_copy(int device, void *dst, const int64_t *dst_stride, const
   }
   int blocks = lt_cuda_blocks(device, n);
   switch (lt_dtype_size(dtype)) {
+  case 1:
+    strided_copy_kernel<uint8_t><<<blocks, LT_CUDA_THREADS, 0, lt_cuda_compute_stream(device)>>>(
+        (uint8_t *)dst, (const uint8_t *)src, n, ndim, sh, ds, ss);
+    break;
   case 2:
     strided_copy_kernel<uint16_t>
         <<<blocks, LT_CUDA_THREADS, 0, lt_cuda_compute_stream(device)>>>((uint16_t *)dst, (const uint16_t *)src, n, ndim, sh, ds, ss);
@@ -430,9 +434,9 @@ int lt_cuda_strided_copy(int device, void *dst, const int64_t *dst_stride, const
     strided_copy_kernel<uint64_t>
         <<<blocks, LT_CUDA_THREADS, 0, lt_cuda_compute_stream(device)>>>((uint64_t *)dst, (const uint64_t *)src, n, ndim, sh, ds, ss);
     break;
-  default: return lt_errorf("matmul: strided copy of %s is not supported", lt_dtype_name(dtype));
+  default: return lt_errorf("strided_copy: dtype %s is not supported", lt_dtype_name(dtype));
   }
-  return lt_cuda_check_launch("matmul", device);
+  return lt_cuda_check_launch("strided_copy", device);
 }
 
 /* ---- the benchmark's reference --------------------------------------------------------------------- */

@@ -179,27 +179,20 @@ function F.add_rms_norm(x, residual, weight, eps)
   return res, out, rstd
 end
 
-local linear_shape = ffi.new("int64_t[?]", 16)
 
 -- For a fresh y of x (..., in), weight (out, in) and bias (out), all of one dtype and device:
 -- y is made holding bias in every row, so that the gemm adds into it (beta = 1) instead of
 -- a separate pass adding the bias to y.
-local function linear_bias_first(y, x, weight, bias)
+-- Operands lt_linear takes as they are: x (..., in) with 2 <= ndim <= 16, weight (out, in),
+-- bias (out) or nil, one dtype and one device.
+local function linear_fusable(x, weight, bias)
   local nd = x.ndim
-  if nd < 2 or nd > 16 or weight.ndim ~= 2 or bias.ndim ~= 1 or bias.shape_[0] ~= weight.shape_[0]
-    or x.shape_[nd - 1] ~= weight.shape_[1] or bias.dtype_ ~= x.dtype_ or weight.dtype_ ~= x.dtype_
-    or bias.device_ ~= x.device_ or weight.device_ ~= x.device_ then
+  if nd < 2 or nd > 16 or weight.ndim ~= 2 or x.shape_[nd - 1] ~= weight.shape_[1] or weight.dtype_ ~= x.dtype_
+    or weight.device_ ~= x.device_ then
     return false
   end
-  for d = 0, nd - 2 do linear_shape[d] = x.shape_[d] end
-  linear_shape[nd - 1] = weight.shape_[0]
-  if C.lt_empty(y, nd, linear_shape, x.dtype_, x.device_) ~= 0 then fail() end
-  local rows = new()
-  local rc = C.lt_expand(rows, bias, nd, linear_shape)
-  if rc == 0 then rc = C.lt_copy(y, rows) end
-  memory.free(rows)
-  if rc ~= 0 then fail() end
-  return true
+  return bias == nil or (bias.ndim == 1 and bias.shape_[0] == weight.shape_[0] and bias.dtype_ == x.dtype_
+    and bias.device_ == x.device_)
 end
 
 -- x (..., in) @ weight (out, in)^T + bias (out).
@@ -210,8 +203,10 @@ function F.linear(x, weight, bias, out)
   if AC.dtype and out == nil then x, weight, bias = low(x), low(weight), low(bias) end
   writing("linear", out, x, weight, bias)
   local y = out or new()
-  if bias ~= nil and out == nil and linear_bias_first(y, x, weight, bias) then
-    if C.lt_matmul(y, x, weight, 0, 1, 1.0, 1.0) ~= 0 then fail() end
+  if out == nil and linear_fusable(x, weight, bias) then
+    -- one op: on CUDA one cuBLASLt GEMM with the bias in its epilogue; on the CPU the GEMM
+    -- adds into the broadcast bias (beta = 1)
+    if C.lt_linear(y, x, weight, bias, 0) ~= 0 then fail() end
   else
     if C.lt_matmul(y, x, weight, 0, 1, 1.0, 0.0) ~= 0 then fail() end
     if bias ~= nil and C.lt_binary(y, y, bias, ops.BINARY.add) ~= 0 then fail() end

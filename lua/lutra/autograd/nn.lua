@@ -75,6 +75,13 @@ function Linear.backward(n, g) -- g (..., out)
   local out_features = g:size(-1)
   local g2 = (n[2] or n[3]) and g:reshape(-1, out_features) or nil
   if n[1] then gx = ops.matmul(g, n.w) end
+  if n[2] and n[3] and g.dtype_ == n.x.dtype_ then
+    -- dW = g^T x and db = the row sums of g in one op: one GEMM on CUDA (the bias gradient in
+    -- cuBLASLt's epilogue); on the CPU the same two steps as below, bit for bit
+    gw, gb = new(), new()
+    if C.lt_linear_backward_params(gw, gb, g2, n.x) ~= 0 then fail() end
+    return gx, gw, gb
+  end
   if n[2] then
     local x = n.x
     gw = gemm(g2, x:reshape(-1, x:size(-1)), {trans_a = true})
