@@ -8,6 +8,9 @@
 --   fields      {step = "number", exp_avg = "tensor", ...}: its per-parameter state
 --   init(p, group)                         -> a fresh state table for p
 --   update(p, g, st, group, lr)            one step of p with gradient g, in place
+--   update_group(items, group, lr)         optional: one step of a whole group, items =
+--                                          {{p =, grad =, st =}, ...} (st.master: master
+--                                          weights, which it steps and rounds into p)
 --
 -- Fields of an optimizer `opt`:
 --   opt.param_groups   list of {params = {tensors}, names = {..} or nil, lr =, ...}
@@ -183,6 +186,7 @@ function Optimizer:step(opts)
     for _, g in ipairs(self.param_groups) do
       local glr = self:group_lr(g, self.steps, lr)
       g.last_lr = glr
+      local batch = impl.update_group and {} or nil -- kinds that step a group in one call
       for _, p in ipairs(g.params) do
         k = k + 1
         local key = keys[k]
@@ -200,7 +204,9 @@ function Optimizer:step(opts)
             end
             state[key] = st
           end
-          if st.master ~= nil then -- master weights: step the f32 copy, round it into p
+          if batch then
+            batch[#batch + 1] = {p = p, grad = grad, st = st}
+          elseif st.master ~= nil then -- master weights: step the f32 copy, round it into p
             if grad.dtype ~= "f32" then grad = grad:to("f32") end
             impl.update(st.master, grad, st, g, glr)
             p:copy_(st.master)
@@ -210,6 +216,7 @@ function Optimizer:step(opts)
           end
         end
       end
+      if batch and #batch > 0 then impl.update_group(batch, g, glr) end
     end
   end)
   self.steps = self.steps + 1
