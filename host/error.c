@@ -77,6 +77,14 @@ const char *lt_desc(char *buf, const lt_tensor *t) {
 int lt_check_defined(const char *op, const char *what, const lt_tensor *t) {
   if (!t) return lt_errorf("%s: %s is NULL", op, what);
   if (!t->storage) return lt_errorf("%s: %s is undefined (freed, or never allocated)", op, what);
+  /* A tensor on an existing GPU whose memory is elsewhere (a struct edited by hand through the
+   * FFI) is refused here, before any op could hand its pointer to a kernel. (On a device that
+   * does not exist, each op says that instead.) */
+  if (t->device >= 0 && t->storage->device != t->device && t->device < lt_cuda_device_count()) {
+    char dev[16], sdev[16];
+    return lt_errorf("%s: %s claims %s but its memory is on %s", op, what, lt_device_str(dev, t->device),
+                     lt_device_str(sdev, t->storage->device));
+  }
   return 0;
 }
 
