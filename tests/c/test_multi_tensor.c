@@ -208,18 +208,18 @@ static void test_bad_inputs(void) {
   CHECK_ERR(MULTI(pbs, cg, m, v, mbs, 1), "masters[1] is [8] bf16 cpu, expected f32");
   pp[1] = pi;
   CHECK_ERR(MULTI(pp, cg, m, v, NULL, 1), "adamw_multi: params[1] is i32, expected a floating dtype");
-  g[1]->device = 0; /* claims cuda:0, never dereferenced */
-  CHECK_ERR(MULTI(p, cg, m, v, NULL, 1), "grads[1] is [8] f32 cuda:0, expected it on the device of param");
-  g[1]->device = LT_DEVICE_CPU, p[1]->device = 0;
-  CHECK_ERR(MULTI(p, cg, m, v, NULL, 1), "params[1] is [8] f32 cuda:0, expected it on cpu as params[0]");
+  g[1]->device = 15; /* claims cuda:15, which no machine here has: refused before any kernel */
+  CHECK_ERR(MULTI(p, cg, m, v, NULL, 1), "grads[1] is [8] f32 cuda:15, expected it on the device of param");
+  g[1]->device = LT_DEVICE_CPU, p[1]->device = 15;
+  CHECK_ERR(MULTI(p, cg, m, v, NULL, 1), "params[1] is [8] f32 cuda:15, expected it on cpu as params[0]");
   p[1]->device = LT_DEVICE_CPU;
-  /* every tensor claims cuda:0 while its storage is on the CPU: refused before any kernel */
+  /* every tensor claims cuda:15 while its storage is on the CPU: refused before any kernel */
   bool cuda = strstr(lt_build_info(), "cuda: built") != NULL;
   lt_tensor *s1 = check_random(1, (int64_t[]){1}, LT_F32, 0, 1);
-  for (int i = 0; i < 2; i++) p[i]->device = g[i]->device = m[i]->device = v[i]->device = s1->device = 0;
-  CHECK_ERR(MULTI(p, cg, m, v, NULL, 1), cuda ? "grads[0] on cuda:0 has its storage on cpu" : "built without CUDA");
-  CHECK_ERR(lt_multi_tensor_sumsq(out, 2, p), cuda ? "tensors[0] on cuda:0 has its storage on cpu" : "without CUDA");
-  CHECK_ERR(lt_multi_tensor_scale(2, p, s1), cuda ? "tensors[0] on cuda:0 has its storage on cpu" : "without CUDA");
+  for (int i = 0; i < 2; i++) p[i]->device = g[i]->device = m[i]->device = v[i]->device = s1->device = 15;
+  CHECK_ERR(MULTI(p, cg, m, v, NULL, 1), cuda ? "grads[0] on cuda:15 has its storage on cpu" : "built without CUDA");
+  CHECK_ERR(lt_multi_tensor_sumsq(out, 2, p), cuda ? "tensors[0] on cuda:15 has its storage on cpu" : "without CUDA");
+  CHECK_ERR(lt_multi_tensor_scale(2, p, s1), cuda ? "tensors[0] on cuda:15 has its storage on cpu" : "without CUDA");
   for (int i = 0; i < 2; i++) p[i]->device = g[i]->device = m[i]->device = v[i]->device = LT_DEVICE_CPU;
   lt_release(s1);
   bool untouched = true;
@@ -232,8 +232,8 @@ static void test_bad_inputs(void) {
   CHECK_ERR(lt_multi_tensor_sumsq(out, 2, ints), "tensors[1] is [8] i32 cpu, expected f32");
   CHECK_ERR(lt_multi_tensor_sumsq(two, 2, cg), "out is [2] f32 cpu, expected one f32 or f64 element");
   CHECK_ERR(lt_multi_tensor_sumsq(NULL, 2, cg), "multi_tensor_sumsq: out is NULL");
-  g[1]->device = 0;
-  CHECK_ERR(lt_multi_tensor_sumsq(out, 2, cg), "tensors[1] is [8] f32 cuda:0, expected it on cpu as tensors[0]");
+  g[1]->device = 15;
+  CHECK_ERR(lt_multi_tensor_sumsq(out, 2, cg), "tensors[1] is [8] f32 cuda:15, expected it on cpu as tensors[0]");
   g[1]->device = LT_DEVICE_CPU;
   CHECK_ERR(lt_multi_tensor_scale(2, g, NULL), "multi_tensor_scale: scale is NULL");
   CHECK_ERR(lt_multi_tensor_scale(2, g, two), "scale is [2] f32 cpu, expected one f32 or f64 element");

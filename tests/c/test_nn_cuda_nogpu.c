@@ -1,6 +1,6 @@
 /* test_nn_cuda_nogpu.c — the CUDA paths of cross-entropy, embedding, rope and the RNG on a
  * machine without a GPU: tensors that claim cuda:0 (their bytes are never touched) get past
- * the argument checks and fail cleanly at the device, with "device cuda:0 is not available"
+ * the argument checks and fail cleanly at the device, with "device cuda:15 is not available"
  * in a CUDA build and "lutra was built without CUDA" in a CPU build; mixed devices are an
  * error before that. (With a GPU, `lutra selftest` compares these ops with the CPU.) */
 #include "check.h"
@@ -21,7 +21,7 @@ int main(void) {
     printf("a GPU is present: covered by lutra selftest\n");
     return check_summary();
   }
-  const char *want = lt_cuda_rng_fill ? "device cuda:0 is not available" : "lutra was built without CUDA";
+  const char *want = lt_cuda_rng_fill ? "device cuda:15 is not available" : "lutra was built without CUDA";
   int64_t nv[2] = {4, 7}, n[1] = {4}, ids_shape[2] = {2, 3}, emb[3] = {2, 3, 5}, w_shape[2] = {9, 5};
   int64_t x_shape[4] = {2, 3, 2, 4}, pos_shape[1] = {3};
   lt_tensor *logits = make(2, nv, LT_F32), *targets = make(1, n, LT_I64), *losses = make(1, n, LT_F32);
@@ -33,15 +33,15 @@ int main(void) {
   int count = (int)(sizeof all / sizeof *all);
 
   /* mixed devices: caught first, in any build */
-  logits->device = 0;
+  logits->device = 15;
   CHECK_ERR(lt_cross_entropy_forward(losses, lse, logits, targets, -100),
-            "cross_entropy: tensors on different devices: cuda:0 vs cpu");
-  w->device = 0;
-  CHECK_ERR(lt_embedding_forward(out, w, ids), "embedding: tensors on different devices: cuda:0 vs cpu");
-  x->device = 0;
+            "cross_entropy: tensors on different devices: cuda:15 vs cpu");
+  w->device = 15;
+  CHECK_ERR(lt_embedding_forward(out, w, ids), "embedding: tensors on different devices: cuda:15 vs cpu");
+  x->device = 15;
   CHECK_ERR(lt_rope(xo, x, pos, 10000, 0), "rope: tensors on different devices");
 
-  for (int k = 0; k < count; k++) all[k]->device = 0;
+  for (int k = 0; k < count; k++) all[k]->device = 15;
   CHECK_ERR(lt_cross_entropy_forward(losses, lse, logits, targets, -100), want);
   CHECK_ERR(lt_cross_entropy_backward(dlogits, dlosses, logits, targets, lse, -100), want);
   /* argument errors keep the CPU's messages on the device path */
@@ -50,7 +50,7 @@ int main(void) {
   CHECK_ERR(lt_embedding_forward(out, w, ids), want);
   CHECK_ERR(lt_embedding_forward(out, w, logits), "expected i32 or i64");
   CHECK_ERR(lt_embedding_backward(w, out, ids), want);
-  CHECK_ERR(lt_embedding_backward(w, dlogits, ids), "dout is [4,7] f32 cuda:0, expected ids' shape [2,3]");
+  CHECK_ERR(lt_embedding_backward(w, dlogits, ids), "dout is [4,7] f32 cuda:15, expected ids' shape [2,3]");
   CHECK_ERR(lt_rope(xo, x, pos, 10000, 0), want);
   CHECK_ERR(lt_rope(xo, x, NULL, 10000, 1), want);
   CHECK_ERR(lt_rope(xo, x, pos, -1, 0), "theta must be positive");

@@ -250,17 +250,17 @@ static void test_errors(void) {
   CHECK_ERR(lt_rmsnorm_backward_add(dx, NULL, r7, NULL, res, NULL, rstd), "rmsnorm_backward_add: dout is [4,7]");
   CHECK_ERR(lt_layernorm_backward_add(dx, NULL, NULL, x, NULL, res, NULL, NULL, rstd), "mean is NULL");
   CHECK_OK(lt_layernorm_backward_add(dx, NULL, NULL, x, NULL, res, NULL, mean, rstd));
-  /* a residual claiming to live on cuda:0 (never dereferenced) */
-  r64->dtype = LT_F32, r64->device = 0;
+  /* a residual claiming to live on cuda:15 (refused before any kernel) */
+  r64->dtype = LT_F32, r64->device = 15;
   CHECK_ERR(lt_add_rmsnorm_forward(res, out, rstd, x, r64, NULL, EPS),
-            "add_rmsnorm: residual is [4,8] f32 cuda:0, expected x's device (cpu)");
-  x->device = 0; /* x on cuda:0: a CPU-only build says so; a CUDA build without that GPU too */
+            "add_rmsnorm: residual is [4,8] f32 cuda:15, expected x's device (cpu)");
+  x->device = 15; /* x on cuda:15: a CPU-only build says so; a CUDA build without that GPU too */
   bool built_with_cuda = strstr(lt_build_info(), "cuda: built with CUDA") != NULL;
   CHECK_ERR(lt_add_rmsnorm_forward(res, out, rstd, x, r64, NULL, EPS),
-            built_with_cuda ? "add_rmsnorm: device cuda:0 is not available"
+            built_with_cuda ? "add_rmsnorm: device cuda:15 is not available"
                             : "add_rmsnorm: lutra was built without CUDA");
   CHECK_ERR(lt_rmsnorm_backward(dx, NULL, x, x, NULL, rstd), built_with_cuda
-                                                                 ? "rmsnorm_backward: device cuda:0 is not available"
+                                                                 ? "rmsnorm_backward: device cuda:15 is not available"
                                                                  : "rmsnorm_backward: lutra was built without CUDA");
   x->device = LT_DEVICE_CPU, r64->device = LT_DEVICE_CPU, r64->dtype = LT_F64;
   lt_release(x), lt_release(r7), lt_release(r64), lt_release(out), lt_release(res), lt_release(mean);

@@ -10,7 +10,7 @@
 static lt_tensor *fake_cuda(const lt_tensor *t) {
   lt_tensor *f = lt_tensor_new();
   CHECK_OK(lt_set(f, t));
-  f->device = 0; /* a view claiming cuda:0: only ever refused, never read */
+  f->device = 15; /* a view claiming cuda:15: only ever refused, never read */
   return f;
 }
 
