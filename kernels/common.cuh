@@ -153,6 +153,37 @@ template <> struct lt_dev_dtype<lt_bool_byte> {
   __host__ __device__ static lt_bool_byte store(double v) { return {(uint8_t)(v != 0)}; }
 };
 
+/* The type an element computes in, as on the CPU: double for f64, float for every other float
+ * dtype (bf16/f16 are widened to f32 and rounded back once). */
+template <typename T> using lt_acc_t = typename std::conditional<std::is_same<T, double>::value, double, float>::type;
+template <typename T> __host__ __device__ inline lt_acc_t<T> lt_to_acc(T x) {
+  if constexpr (std::is_same<T, lt_bf16_bits>::value)
+    return lt_bf16_to_f32(x.bits);
+  else if constexpr (std::is_same<T, lt_f16_bits>::value)
+    return lt_f16_to_f32(x.bits);
+  else
+    return x;
+}
+template <typename T> __host__ __device__ inline T lt_from_acc(lt_acc_t<T> v) {
+  if constexpr (std::is_same<T, lt_bf16_bits>::value)
+    return {lt_f32_to_bf16(v)};
+  else if constexpr (std::is_same<T, lt_f16_bits>::value)
+    return {lt_f32_to_f16(v)};
+  else
+    return (T)v;
+}
+
+/* Element offset of row-major linear index i over n dims of shape with strides. */
+__host__ __device__ inline int64_t lt_dev_offset(int64_t i, int n, const int64_t *shape, const int64_t *stride) {
+  int64_t off = 0;
+  for (int d = n - 1; d >= 0; d--) {
+    int64_t s = shape[d];
+    off += (i % s) * stride[d];
+    i /= s;
+  }
+  return off;
+}
+
 /* A run of N elements moved with one 128-bit (or narrower) load or store. */
 template <typename T, int N> struct alignas(sizeof(T) * N) lt_dev_vec { T v[N]; };
 

@@ -46,23 +46,7 @@ __global__ void make_pairs_kernel(uint32_t *keys, uint32_t *positions, const voi
   }
 }
 
-template <typename T> using acc_t = typename std::conditional<std::is_same<T, double>::value, double, float>::type;
-template <typename T> __host__ __device__ inline acc_t<T> to_acc(T x) {
-  if constexpr (std::is_same<T, lt_bf16_bits>::value)
-    return lt_bf16_to_f32(x.bits);
-  else if constexpr (std::is_same<T, lt_f16_bits>::value)
-    return lt_f16_to_f32(x.bits);
-  else
-    return x;
-}
-template <typename T> __host__ __device__ inline T from_acc(acc_t<T> v) {
-  if constexpr (std::is_same<T, lt_bf16_bits>::value)
-    return {lt_f32_to_bf16(v)};
-  else if constexpr (std::is_same<T, lt_f16_bits>::value)
-    return {lt_f32_to_f16(v)};
-  else
-    return v;
-}
+template <typename T> using acc_t = lt_acc_t<T>;
 
 /* Column j of the dout rows positions[first .. last), summed in that order from 0: the CPU's
  * memset row, then += in position order (no fma, no reordering). */
@@ -70,8 +54,8 @@ template <typename T>
 __host__ __device__ inline T sum_column(const T *dout, int64_t C, const uint32_t *positions, int64_t first,
                                         int64_t last, int64_t j) {
   acc_t<T> acc = 0;
-  for (int64_t k = first; k < last; k++) acc = acc + to_acc(dout[(int64_t)positions[k] * C + j]);
-  return from_acc<T>(acc);
+  for (int64_t k = first; k < last; k++) acc = acc + lt_to_acc(dout[(int64_t)positions[k] * C + j]);
+  return lt_from_acc<T>(acc);
 }
 
 // Run r (r < *num_runs) is id unique[r] at sorted positions [start[r], start[r] + count[r]):

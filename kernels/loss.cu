@@ -24,25 +24,7 @@ namespace {
 
 /* ---- element helpers ------------------------------------------------------------------- */
 
-template <typename T> using acc_t = typename std::conditional<std::is_same<T, double>::value, double, float>::type;
-
-template <typename T> __host__ __device__ inline acc_t<T> to_acc(T x) {
-  if constexpr (std::is_same<T, lt_bf16_bits>::value)
-    return lt_bf16_to_f32(x.bits);
-  else if constexpr (std::is_same<T, lt_f16_bits>::value)
-    return lt_f16_to_f32(x.bits);
-  else
-    return x;
-}
-
-template <typename T> __host__ __device__ inline T from_acc(acc_t<T> v) {
-  if constexpr (std::is_same<T, lt_bf16_bits>::value)
-    return {lt_f32_to_bf16(v)};
-  else if constexpr (std::is_same<T, lt_f16_bits>::value)
-    return {lt_f32_to_f16(v)};
-  else
-    return v;
-}
+template <typename T> using acc_t = lt_acc_t<T>;
 
 /* exp with lt_exp_flush_f32's edges: x above 88 taken as 88, 0 below -87 and for NaN */
 __host__ __device__ inline float ce_exp(float x) { return x >= -87.0f ? expf(x < 88.0f ? x : 88.0f) : 0.0f; }
@@ -136,7 +118,7 @@ __host__ __device__ inline void ce_store_row(const T *row, int64_t i, A s, const
                                              int64_t tstride, int64_t ignore_index, void *losses, int l64, void *lse,
                                              int s64) {
   int64_t t = load_index(targets, t64, i * tstride);
-  double loss = t == ignore_index ? 0.0 : (double)s - (double)to_acc(row[t]);
+  double loss = t == ignore_index ? 0.0 : (double)s - (double)lt_to_acc(row[t]);
   if (l64)
     ((double *)losses)[i] = loss;
   else
@@ -151,9 +133,9 @@ __host__ __device__ inline void ce_store_row(const T *row, int64_t i, A s, const
 
 /* dlogits[j] = dl * (exp(x[j] - lse) - (j == t)), in the row's compute type, then its dtype. */
 template <typename T> __host__ __device__ inline T ce_grad(T xv, int64_t j, int64_t t, acc_t<T> s, acc_t<T> dl) {
-  acc_t<T> e = ce_exp(to_acc(xv) - s);
+  acc_t<T> e = ce_exp(lt_to_acc(xv) - s);
   if (j == t) e = e - (acc_t<T>)1;
-  return from_acc<T>(dl * e);
+  return lt_from_acc<T>(dl * e);
 }
 
 /* Merges the states of the whole block; thread 0 gets the result (others: partial). */
@@ -180,7 +162,7 @@ __global__ void ce_forward_kernel(const T *logits, int64_t N, int64_t V, const v
   for (int64_t i = blockIdx.x; i < N; i += gridDim.x) {
     const T *row = logits + i * V;
     lse_state<A> st;
-    for_row(row, V, [&](T x) { st.add(to_acc(x)); });
+    for_row(row, V, [&](T x) { st.add(lt_to_acc(x)); });
     st = block_lse(st);
     if (threadIdx.x == 0) ce_store_row(row, i, st.result(), targets, t64, tstride, ignore_index, losses, l64, lse, s64);
   }
@@ -197,7 +179,7 @@ __global__ void ce_backward_kernel(T *dlogits, const T *logits, int64_t N, int64
     T *g = dlogits + i * V;
     const T *x = logits + i * V;
     if (t == ignore_index) {
-      map_row(g, x, V, [](T, int64_t) { return from_acc<T>((A)0); });
+      map_row(g, x, V, [](T, int64_t) { return lt_from_acc<T>((A)0); });
       continue;
     }
     A s = lse[i], dl = dlosses[i];
@@ -307,7 +289,7 @@ extern "C" int lt_cuda_row_lse_on_host(const void *row, int dtype, int64_t V, in
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
     lse_state<A> st[1024]; /* empty states: max -inf, sum 0 */
-    for (int64_t j = 0; j < V; j++) st[j % threads].add(to_acc(((const T *)row)[j]));
+    for (int64_t j = 0; j < V; j++) st[j % threads].add(lt_to_acc(((const T *)row)[j]));
     for (int w = 0; w < threads; w += 32) /* __shfl_xor butterfly: every lane ends with the warp's merge */
       for (int off = 16; off > 0; off >>= 1) {
         lse_state<A> next[32];
@@ -352,7 +334,7 @@ extern "C" int lt_cuda_cross_entropy_forward_on_host(int device, int dtype, cons
     for (int64_t i = 0; i < N; i++) {
       const T *row = (const T *)logits + i * V;
       lse_state<acc_t<T>> st;
-      for (int64_t j = 0; j < V; j++) st.add(to_acc(row[j]));
+      for (int64_t j = 0; j < V; j++) st.add(lt_to_acc(row[j]));
       ce_store_row(row, i, st.result(), targets, tdtype == LT_I64, tstride, ignore_index, losses, ldtype == LT_F64, lse,
                    sdtype == LT_F64);
     }
@@ -372,8 +354,9 @@ extern "C" int lt_cuda_cross_entropy_backward_on_host(int device, int dtype, voi
       int64_t t = load_index(targets, tdtype == LT_I64, i * tstride);
       for (int64_t j = 0; j < V; j++) {
         T xv = ((const T *)logits)[i * V + j];
-        ((T *)dlogits)[i * V + j] =
-            t == ignore_index ? from_acc<T>((A)0) : ce_grad<T>(xv, j, t, ((const A *)lse)[i], ((const A *)dlosses)[i]);
+        ((T *)dlogits)[i * V + j] = t == ignore_index
+                                        ? lt_from_acc<T>((A)0)
+                                        : ce_grad<T>(xv, j, t, ((const A *)lse)[i], ((const A *)dlosses)[i]);
       }
     }
   });

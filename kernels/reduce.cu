@@ -42,16 +42,6 @@ struct red_args {
   double denom; /* FIN_DIV: the result is divided by it */
 };
 
-__device__ __forceinline__ int64_t offset_of(int64_t i, int n, const int64_t *shape, const int64_t *stride) {
-  int64_t off = 0;
-  for (int d = n - 1; d >= 0; d--) {
-    int64_t s = shape[d];
-    off += (i % s) * stride[d];
-    i /= s;
-  }
-  return off;
-}
-
 /* ---- accumulation: double for floats, int64 for integers (u8 and bool read as bytes) ---- */
 
 template <typename T> using acc_t = typename std::conditional<lt_dev_dtype<T>::is_float, double, int64_t>::type;
@@ -136,9 +126,9 @@ template <typename T> __device__ __forceinline__ void store_out(const red_args &
       ((double *)a.out)[o] = r;
       return;
     }
-    ((T *)a.out)[offset_of(o, a.g.nkept, a.g.kshape, a.g.kout)] = lt_dev_dtype<T>::store(r);
+    ((T *)a.out)[lt_dev_offset(o, a.g.nkept, a.g.kshape, a.g.kout)] = lt_dev_dtype<T>::store(r);
   } else {
-    T *p = (T *)a.out + offset_of(o, a.g.nkept, a.g.kshape, a.g.kout);
+    T *p = (T *)a.out + lt_dev_offset(o, a.g.nkept, a.g.kshape, a.g.kout);
     if constexpr (std::is_same<T, lt_bool_byte>::value)
       *p = lt_bool_byte{(uint8_t)(v != 0)};
     else
@@ -185,7 +175,7 @@ __global__ void __launch_bounds__(512) reduce_rows(const __grid_constant__ red_a
     int64_t o = t / a.S, s = t % a.S;
     int64_t r0 = a.g.n_red * s / a.S, r1 = a.g.n_red * (s + 1) / a.S;
     double center = a.acc == ACC_SQDEV ? a.center[o] : 0.0;
-    int64_t base = offset_of(o, a.g.nkept, a.g.kshape, a.g.kstride);
+    int64_t base = lt_dev_offset(o, a.g.nkept, a.g.kshape, a.g.kstride);
     A acc = acc_init<A>(a.acc);
     if (a.g.nred == 1) {
       int64_t rs = a.g.rstride[0], n = r1 - r0;
@@ -196,7 +186,7 @@ __global__ void __launch_bounds__(512) reduce_rows(const __grid_constant__ red_a
         for (int64_t i = lane; i < n; i += group) acc = acc_step(a.acc, acc, load_acc(p[i * rs]), center);
     } else {
       for (int64_t r = r0 + lane; r < r1; r += group)
-        acc = acc_step(a.acc, acc, load_acc(in[base + offset_of(r, a.g.nred, a.g.rshape, a.g.rstride)]), center);
+        acc = acc_step(a.acc, acc, load_acc(in[base + lt_dev_offset(r, a.g.nred, a.g.rshape, a.g.rstride)]), center);
     }
     acc = group == 32 ? warp_combine(a.acc, acc) : block_combine(a.acc, acc, scratch);
     if (lane == 0) {
@@ -217,7 +207,7 @@ template <typename T> __global__ void __launch_bounds__(256) reduce_cols(const _
   for (int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; o < a.g.n_out;
        o += (int64_t)gridDim.x * blockDim.x) {
     double center = a.acc == ACC_SQDEV ? a.center[o] : 0.0;
-    const T *p = in + offset_of(o, a.g.nkept, a.g.kshape, a.g.kstride);
+    const T *p = in + lt_dev_offset(o, a.g.nkept, a.g.kshape, a.g.kstride);
     A acc = acc_init<A>(a.acc);
     if (r0 < r1 && nred == 1) {
       int64_t rs = a.g.rstride[0];
@@ -445,10 +435,10 @@ template <typename T> __global__ void __launch_bounds__(512) arg_rows(const __gr
   int64_t per_block = blockDim.x / group, ntasks = a.g.n_out * a.S, n = a.g.n_red, rs = a.g.rstride[0];
   for (int64_t t = blockIdx.x * per_block + threadIdx.x / group; t < ntasks; t += gridDim.x * per_block) {
     int64_t o = t / a.S, s = t % a.S, r0 = n * s / a.S, r1 = n * (s + 1) / a.S;
-    const T *p = in + offset_of(o, a.g.nkept, a.g.kshape, a.g.kstride);
+    const T *p = in + lt_dev_offset(o, a.g.nkept, a.g.kshape, a.g.kstride);
     arg_best b = {0, 0, -1};
     for (int64_t r = r0 + lane; r < r1; r += group) { /* increasing r: ties keep the first */
-      arg_best c = arg_of(a.g.nred == 1 ? p[r * rs] : p[offset_of(r, a.g.nred, a.g.rshape, a.g.rstride)], r);
+      arg_best c = arg_of(a.g.nred == 1 ? p[r * rs] : p[lt_dev_offset(r, a.g.nred, a.g.rshape, a.g.rstride)], r);
       if (arg_better<IS_INT>(c, b, a.is_max)) b = c;
     }
     b = group == 32 ? arg_warp<IS_INT>(b, a.is_max) : arg_block<IS_INT>(b, scratch, a.is_max);
@@ -456,7 +446,7 @@ template <typename T> __global__ void __launch_bounds__(512) arg_rows(const __gr
       if (a.partial)
         a.partial[t] = b;
       else
-        a.out[offset_of(o, a.g.nkept, a.g.kshape, a.g.kout)] = b.idx;
+        a.out[lt_dev_offset(o, a.g.nkept, a.g.kshape, a.g.kout)] = b.idx;
     }
   }
 }
@@ -467,7 +457,7 @@ template <typename T> __global__ void __launch_bounds__(256) arg_cols(const __gr
   int64_t n = a.g.n_red, rs = a.g.rstride[0], s = blockIdx.y, r0 = n * s / a.S, r1 = n * (s + 1) / a.S;
   for (int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; o < a.g.n_out;
        o += (int64_t)gridDim.x * blockDim.x) {
-    const T *p = in + offset_of(o, a.g.nkept, a.g.kshape, a.g.kstride);
+    const T *p = in + lt_dev_offset(o, a.g.nkept, a.g.kshape, a.g.kstride);
     arg_best b = {0, 0, -1};
     for (int64_t r = r0; r < r1; r++) {
       arg_best c = arg_of(p[r * rs], r);
@@ -476,7 +466,7 @@ template <typename T> __global__ void __launch_bounds__(256) arg_cols(const __gr
     if (a.partial)
       a.partial[o * a.S + s] = b;
     else
-      a.out[offset_of(o, a.g.nkept, a.g.kshape, a.g.kout)] = b.idx;
+      a.out[lt_dev_offset(o, a.g.nkept, a.g.kshape, a.g.kout)] = b.idx;
   }
 }
 
@@ -486,7 +476,7 @@ template <bool IS_INT> __global__ void __launch_bounds__(256) arg_finish(const _
     arg_best b = a.partial[o * a.S];
     for (int64_t s = 1; s < a.S; s++)
       if (arg_better<IS_INT>(a.partial[o * a.S + s], b, a.is_max)) b = a.partial[o * a.S + s];
-    a.out[offset_of(o, a.g.nkept, a.g.kshape, a.g.kout)] = b.idx;
+    a.out[lt_dev_offset(o, a.g.nkept, a.g.kshape, a.g.kout)] = b.idx;
   }
 }
 

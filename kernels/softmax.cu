@@ -22,35 +22,8 @@ extern "C" {
 
 enum { SUM_RUN = 512, WARP_ROW_MAX = 1024, ROW_BLOCK = 512 };
 
-__device__ __forceinline__ int64_t row_offset(int64_t i, int n, const int64_t *shape, const int64_t *stride) {
-  int64_t off = 0;
-  for (int d = n - 1; d >= 0; d--) {
-    int64_t s = shape[d];
-    off += (i % s) * stride[d];
-    i /= s;
-  }
-  return off;
-}
-
 /* The compute type: double for f64, float for the others. */
-template <typename T> using comp_t = typename std::conditional<std::is_same<T, double>::value, double, float>::type;
-
-template <typename T> __device__ __forceinline__ comp_t<T> ld(T x) {
-  if constexpr (std::is_same<T, lt_bf16_bits>::value)
-    return lt_bf16_to_f32(x.bits);
-  else if constexpr (std::is_same<T, lt_f16_bits>::value)
-    return lt_f16_to_f32(x.bits);
-  else
-    return x;
-}
-template <typename T> __device__ __forceinline__ T st(comp_t<T> v) {
-  if constexpr (std::is_same<T, lt_bf16_bits>::value)
-    return lt_bf16_bits{lt_f32_to_bf16(v)};
-  else if constexpr (std::is_same<T, lt_f16_bits>::value)
-    return lt_f16_bits{lt_f32_to_f16(v)};
-  else
-    return v;
-}
+template <typename T> using comp_t = lt_acc_t<T>;
 
 /* exp as the CPU rows use it: lt_exp_nonpos_f32 (0 below -87 and for NaN) in f32, exp in f64. */
 __device__ __forceinline__ float row_exp(float x) { return x >= -87.0f ? expf(x) : 0.0f; }
@@ -131,15 +104,15 @@ __global__ void __launch_bounds__(512, 2) softmax_kernel(const __grid_constant__
   for (int64_t rb = blockIdx.x * per_block; rb < a.rows; rb += gridDim.x * per_block) {
     int64_t r = rb + sub, n = r < a.rows ? a.n : 0; /* n = 0: this thread has no row */
     if (r >= a.rows) r = a.rows - 1;                /* a valid row for the pointers below */
-    T *out = (T *)a.base[0] + row_offset(r, a.nrest, a.rest_shape, a.rest_stride[0]);
-    const T *x = (const T *)a.base[1] + row_offset(r, a.nrest, a.rest_shape, a.rest_stride[1]);
-    const T *y = a.nops > 2 ? (const T *)a.base[2] + row_offset(r, a.nrest, a.rest_shape, a.rest_stride[2]) : x;
+    T *out = (T *)a.base[0] + lt_dev_offset(r, a.nrest, a.rest_shape, a.rest_stride[0]);
+    const T *x = (const T *)a.base[1] + lt_dev_offset(r, a.nrest, a.rest_shape, a.rest_stride[1]);
+    const T *y = a.nops > 2 ? (const T *)a.base[2] + lt_dev_offset(r, a.nrest, a.rest_shape, a.rest_stride[2]) : x;
     run_sum<W> acc;
     if (a.kind == LT_CUDA_SOFTMAX || a.kind == LT_CUDA_LOG_SOFTMAX) {
       W m = -INFINITY;
       int nan = 0;
       for (int64_t i = lane; i < n; i += group) {
-        W v = ld(x[i * sx]);
+        W v = lt_to_acc(x[i * sx]);
         m = v > m ? v : m; /* a NaN never compares greater: m stays a number (or -inf) */
         nan |= v != v;
       }
@@ -147,32 +120,34 @@ __global__ void __launch_bounds__(512, 2) softmax_kernel(const __grid_constant__
       /* a NaN spreads over its row (f32 rows only, as the CPU; f64 rows get NaN from the sum) */
       nan = wide ? 0 : group_any(nan, mode, any_scratch);
       if (!nan)
-        for (int64_t i = lane; i < n; i += group) acc.add(row_exp(ld(x[i * sx]) - m));
+        for (int64_t i = lane; i < n; i += group) acc.add(row_exp(lt_to_acc(x[i * sx]) - m));
       double s = group_sum(acc.done(), mode, sum_scratch);
       if (nan) {
-        for (int64_t i = lane; i < n; i += group) out[i * so] = st<T>((W)NAN);
+        for (int64_t i = lane; i < n; i += group) out[i * so] = lt_from_acc<T>((W)NAN);
       } else if (a.kind == LT_CUDA_SOFTMAX) {
         if constexpr (wide) {
           for (int64_t i = lane; i < n; i += group) out[i * so] = row_exp(x[i * sx] - m) / s;
         } else {
           float inv = (float)(1.0 / s);
-          for (int64_t i = lane; i < n; i += group) out[i * so] = st<T>(row_exp(ld(x[i * sx]) - m) * inv);
+          for (int64_t i = lane; i < n; i += group)
+            out[i * so] = lt_from_acc<T>(row_exp(lt_to_acc(x[i * sx]) - m) * inv);
         }
       } else {
         W lse = m + (W)log(s);
-        for (int64_t i = lane; i < n; i += group) out[i * so] = st<T>(ld(x[i * sx]) - lse);
+        for (int64_t i = lane; i < n; i += group) out[i * so] = lt_from_acc<T>(lt_to_acc(x[i * sx]) - lse);
       }
     } else if (a.kind == LT_CUDA_SOFTMAX_BACKWARD) { /* grad_in = y * (grad_out - sum(grad_out * y)) */
-      for (int64_t i = lane; i < n; i += group) acc.add(ld(x[i * sx]) * ld(y[i * sy]));
+      for (int64_t i = lane; i < n; i += group) acc.add(lt_to_acc(x[i * sx]) * lt_to_acc(y[i * sy]));
       W s = (W)group_sum(acc.done(), mode, sum_scratch);
-      for (int64_t i = lane; i < n; i += group) out[i * so] = st<T>(ld(y[i * sy]) * (ld(x[i * sx]) - s));
+      for (int64_t i = lane; i < n; i += group)
+        out[i * so] = lt_from_acc<T>(lt_to_acc(y[i * sy]) * (lt_to_acc(x[i * sx]) - s));
     } else { /* log_softmax: grad_in = grad_out - exp(y) * sum(grad_out) */
-      for (int64_t i = lane; i < n; i += group) acc.add(ld(x[i * sx]));
+      for (int64_t i = lane; i < n; i += group) acc.add(lt_to_acc(x[i * sx]));
       W s = (W)group_sum(acc.done(), mode, sum_scratch);
       for (int64_t i = lane; i < n; i += group) {
-        W yv = ld(y[i * sy]);
+        W yv = lt_to_acc(y[i * sy]);
         W e = wide ? row_exp(yv) : (yv != yv ? yv : row_exp(yv));
-        out[i * so] = st<T>(ld(x[i * sx]) - e * s);
+        out[i * so] = lt_from_acc<T>(lt_to_acc(x[i * sx]) - e * s);
       }
     }
   }
