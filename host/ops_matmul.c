@@ -258,9 +258,9 @@ static int cuda_run_gemms(const gemm_plan *p, int dtype) {
  * input) goes through a scratch that is scattered back. 16-bit dtypes need no f32 copies:
  * cuBLASLt reads them and accumulates in f32. */
 static int cuda_matmul(gemm_plan *p, lt_tensor *out, const lt_tensor *a, const lt_tensor *b, int trans_a, int trans_b) {
-  if (p->K == 0) {
+  if (p->K == 0) { /* an empty sum: out = beta * out */
     if (p->beta == 0) return lt_fill(out, 0);
-    return lt_errorf("matmul: K == 0 with beta != 0 is not implemented on cuda yet");
+    return p->beta == 1 ? 0 : lt_binary_scalar(out, out, p->beta, LT_MUL, 0);
   }
   int rc = -1;
   lt_tensor *ta = NULL, *tb = NULL, *tc = NULL;
@@ -302,7 +302,7 @@ static int check_args(lt_tensor *out, const lt_tensor *a, const lt_tensor *b, in
   if (a->device != LT_DEVICE_CPU && a->device >= lt_cuda_device_count())
     return lt_errorf("matmul: device %s is not available (%s)", lt_device_str(dev, a->device), lt_cuda_status());
 #else
-  if (a->device != LT_DEVICE_CPU) return lt_errorf("matmul: not implemented on cuda yet");
+  if (a->device != LT_DEVICE_CPU) return lt_errorf("matmul: not implemented on cuda yet (lutra was built without CUDA)");
 #endif
   LT_TRY(lt_check_same_dtype("matmul", a, b));
   if (!lt_dtype_is_float(a->dtype))
