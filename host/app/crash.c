@@ -20,6 +20,7 @@
 #endif
 #endif
 
+#ifndef LUTRA_UNDER_ASAN
 static void write_str(const char *s) { (void)!write(STDERR_FILENO, s, strlen(s)); }
 
 static void on_fatal_signal(int sig) {
@@ -38,6 +39,8 @@ static void on_fatal_signal(int sig) {
   write_str("lutra: (symbolize with: addr2line -f -e <binary or liblutra.so> <offset>)\n");
   raise(sig); /* SA_RESETHAND: the default action now, with the original exit status */
 }
+
+#endif
 
 void lutra_install_crash_handler(void) {
 #ifndef LUTRA_UNDER_ASAN
