@@ -42,7 +42,7 @@ void emu_launch(dim3 grid, dim3 block, size_t smem, std::function<void()> f) {
     emu_launch_error = 9; /* cudaErrorInvalidConfiguration */
     return;
   }
-  if (nt % 32) fprintf(stderr, "emu: note: block of %u threads (not a multiple of 32)\n", nt);
+  if (nt % 32 && nt != 1 && getenv("EMU_VERBOSE")) fprintf(stderr, "emu: note: block of %u threads\n", nt);
   emu_launches++;
   emu_threads += (long)grid.x * grid.y * grid.z * nt;
   static emu_block_state *bs = new emu_block_state;
@@ -61,27 +61,49 @@ void emu_launch(dim3 grid, dim3 block, size_t smem, std::function<void()> f) {
     memset(bs->warp_bits, 0, sizeof bs->warp_bits);
   };
   reset();
-  emu_all_bar all;
+  static emu_all_bar all;
   all.n = (int)nt;
-  std::vector<std::thread> th;
-  for (unsigned t = 0; t < nt; t++)
-    th.emplace_back([&, t] {
-      emu_tid = t;
-      threadIdx = dim3(t % block.x, t / block.x % block.y, t / (block.x * block.y));
-      for (unsigned bz = 0; bz < grid.z; bz++)
-        for (unsigned by = 0; by < grid.y; by++)
-          for (unsigned bx = 0; bx < grid.x; bx++) {
-            blockIdx = dim3(bx, by, bz);
-            f();
-            bs->exited[t / 32][t % 32] = 1;
-            bs->warp_bar[t / 32].leave();
-            bs->block_bar.leave();
-            all.arrive();
-            if (t == 0) reset();
-            all.arrive();
-          }
-    });
-  for (auto &x : th) x.join();
+  auto body = [&](unsigned t) {
+    emu_tid = t;
+    threadIdx = dim3(t % block.x, t / block.x % block.y, t / (block.x * block.y));
+    for (unsigned bz = 0; bz < grid.z; bz++)
+      for (unsigned by = 0; by < grid.y; by++)
+        for (unsigned bx = 0; bx < grid.x; bx++) {
+          blockIdx = dim3(bx, by, bz);
+          f();
+          bs->exited[t / 32][t % 32] = 1;
+          bs->warp_bar[t / 32].leave();
+          bs->block_bar.leave();
+          all.arrive();
+          if (t == 0) reset();
+          all.arrive();
+        }
+  };
+  /* a pool of OS threads kept between launches (creating 256 threads per launch dominates) */
+  static std::mutex pm;
+  static std::condition_variable pcv, done_cv;
+  static std::function<void(unsigned)> job;
+  static unsigned job_gen, job_nt, pool_size, running;
+  std::unique_lock<std::mutex> lk(pm);
+  while (pool_size < nt) {
+    unsigned id = pool_size++;
+    std::thread([id] {
+      unsigned seen = 0;
+      for (;;) {
+        std::unique_lock<std::mutex> l(pm);
+        pcv.wait(l, [&] { return job_gen != seen && id < job_nt; });
+        seen = job_gen;
+        auto j = job;
+        l.unlock();
+        j(id);
+        l.lock();
+        if (--running == 0) done_cv.notify_all();
+      }
+    }).detach();
+  }
+  job = body, job_nt = nt, running = nt, job_gen++;
+  pcv.notify_all();
+  done_cv.wait(lk, [&] { return running == 0; });
   emu_dyn_smem = nullptr;
 }
 

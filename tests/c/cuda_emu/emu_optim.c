@@ -1,2 +1,114 @@
+/* emu_optim.c — kernels/optim.cu under the emulator against the CPU ops (suite "optim"): AdamW
+ * and Lion one tensor at a time (every param dtype, contiguous or strided state, two steps),
+ * multi-tensor AdamW (mixed dtypes, empty and odd sizes, master weights), the multi-tensor sum
+ * of squares (f32 and f64 results) and scale, and clipping's coefficient (incl. inf and nan).
+ * Tolerances: lua/lutra/selftest/optim.lua (exact, but the sum of squares: 2^-22 / 1e-12). */
 #include "emu_check.h"
-void emu_suite_optim(void) {}
+static const int fdts[] = {LT_F32, LT_F64, LT_BF16, LT_F16};
+static void same_rc(const char *name, int rc, int rd) {
+  if ((rc != 0) != (rd != 0)) emu_fails++, printf("FAIL %s: cpu rc %d device rc %d: %s\n", name, rc, rd, lt_last_error());
+}
+static void single_cases(int64_t n, int mode) {
+  char name[96];
+  for (int k = 0; k < 4; k++) {
+    int dt = fdts[k], sdt = dt == LT_F64 ? LT_F64 : LT_F32;
+    lt_tensor *p = emu_rnd(1, &n, dt, -1, 1, 0), *g = emu_rnd(1, &n, dt, -1, 1, 0);
+    lt_tensor *m = emu_rnd(1, &n, sdt, -0.1, 0.1, 0), *v = emu_rnd(1, &n, sdt, 0, 0.01, 0);
+    lt_tensor *pd = emu_dev(p, mode), *gd = emu_dev(g, 1 - mode), *md = emu_dev(m, mode), *vd = emu_dev(v, 0);
+    for (int step = 1; step <= 2; step++) {
+      snprintf(name, sizeof name, "adamw step %d%s", step, emu_mode_name[mode]);
+      int rc = lt_adamw_step(p, g, m, v, 1e-3, 0.9, 0.95, 1e-8, 0.1, step);
+      int rd = lt_adamw_step(pd, gd, md, vd, 1e-3, 0.9, 0.95, 1e-8, 0.1, step);
+      same_rc(name, rc, rd);
+      if (rc || rd) break;
+      emu_check(name, dt, pd, p, 0), emu_check(name, sdt, md, m, 0), emu_check(name, sdt, vd, v, 0);
+    }
+    for (int step = 1; step <= 2; step++) {
+      snprintf(name, sizeof name, "lion step %d%s", step, emu_mode_name[mode]);
+      int rc = lt_lion_step(p, g, m, 1e-3, 0.9, 0.99, 0.1), rd = lt_lion_step(pd, gd, md, 1e-3, 0.9, 0.99, 0.1);
+      same_rc(name, rc, rd);
+      if (rc || rd) break;
+      emu_check(name, dt, pd, p, 0), emu_check(name, sdt, md, m, 0);
+    }
+    lt_release(p), lt_release(g), lt_release(m), lt_release(v);
+    lt_release(pd), lt_release(gd), lt_release(md), lt_release(vd);
+  }
+}
+enum { NT = 6 };
+static void multi_cases(int quick) {
+  int64_t sizes[NT] = {7, 0, 1, 1000, 33, 4099};
+  int dts[NT] = {LT_F32, LT_BF16, LT_F64, LT_F16, LT_BF16, LT_F32};
+  int nt = quick ? 4 : NT;
+  if (quick) sizes[3] = 300;
+  lt_tensor *p[NT], *g[NT], *m[NT], *v[NT], *ms[NT], *pd[NT], *gd[NT], *md[NT], *vd[NT], *msd[NT];
+  for (int i = 0; i < nt; i++) {
+    int sdt = dts[i] == LT_F64 ? LT_F64 : LT_F32;
+    p[i] = emu_rnd(1, &sizes[i], dts[i], -1, 1, 0), g[i] = emu_rnd(1, &sizes[i], dts[i], -1, 1, 0);
+    m[i] = emu_rnd(1, &sizes[i], sdt, -0.1, 0.1, 0), v[i] = emu_rnd(1, &sizes[i], sdt, 0, 0.01, 0);
+    ms[i] = lt_tensor_new();
+    if (dts[i] == LT_BF16 || dts[i] == LT_F16) { /* master weights: f32 copies */
+      lt_empty(ms[i], 1, &sizes[i], LT_F32, -1);
+      lt_copy(ms[i], p[i]);
+    }
+    pd[i] = emu_dev(p[i], 0), gd[i] = emu_dev(g[i], i % 2), md[i] = emu_dev(m[i], 0), vd[i] = emu_dev(v[i], 0);
+    msd[i] = lt_is_defined(ms[i]) ? emu_dev(ms[i], 0) : lt_tensor_new();
+  }
+  char name[96];
+  for (int step = 1; step <= 2; step++) {
+    snprintf(name, sizeof name, "adamw_multi step %d", step);
+    int rc = lt_adamw_step_multi(nt, p, g, m, v, ms, 1e-3, 0.9, 0.95, 1e-8, 0.1, step);
+    int rd = lt_adamw_step_multi(nt, pd, gd, md, vd, msd, 1e-3, 0.9, 0.95, 1e-8, 0.1, step);
+    same_rc(name, rc, rd);
+    if (rc || rd) break;
+    for (int i = 0; i < nt; i++) {
+      emu_check(name, dts[i], pd[i], p[i], 0), emu_check(name, m[i]->dtype, md[i], m[i], 0);
+      emu_check(name, v[i]->dtype, vd[i], v[i], 0);
+      if (lt_is_defined(ms[i])) emu_check("adamw_multi master", LT_F32, msd[i], ms[i], 0);
+    }
+  }
+  /* sum of squares (f32 out allocated, f64 out given), scale by it, clip coefficient */
+  for (int f64 = 0; f64 < 2; f64++) {
+    lt_tensor *s = lt_tensor_new(), *sd = lt_tensor_new();
+    if (f64) lt_empty(s, 0, NULL, LT_F64, -1), lt_empty(sd, 0, NULL, LT_F64, 0);
+    int rc = lt_multi_tensor_sumsq(s, nt, g), rd = lt_multi_tensor_sumsq(sd, nt, gd);
+    same_rc("sumsq", rc, rd);
+    if (!rc && !rd) {
+      emu_check(f64 ? "sumsq f64" : "sumsq", s->dtype, sd, s, f64 ? 1e-12 : 1.0 / (1 << 22));
+      lt_tensor *c = lt_tensor_new(), *cd = lt_tensor_new();
+      for (int mx = 0; mx < 2; mx++) {
+        double max_norm = mx ? 1e9 : 0.5; /* below and above the norm */
+        rc = lt_clip_coef(c, s, max_norm), rd = lt_clip_coef(cd, sd, max_norm);
+        same_rc("clip_coef", rc, rd);
+        if (!rc && !rd) emu_check("clip_coef", c->dtype, cd, c, 0);
+      }
+      lt_tensor *sc = lt_tensor_new(), *scd = lt_tensor_new(); /* scale by the CPU's coefficient on both sides */
+      lt_empty(sc, 0, NULL, s->dtype, -1), lt_fill(sc, 0.37);
+      scd = emu_dev(sc, 0);
+      rc = lt_multi_tensor_scale(nt, g, sc), rd = lt_multi_tensor_scale(nt, gd, scd);
+      same_rc("multi_tensor_scale", rc, rd);
+      for (int i = 0; i < nt && !rc && !rd; i++) emu_check("multi_tensor_scale", dts[i], gd[i], g[i], 0);
+      lt_release(c), lt_release(cd), lt_release(sc), lt_release(scd);
+    }
+    lt_release(s), lt_release(sd);
+  }
+  for (int dt = 0; dt < 2; dt++) /* clip coefficient of an inf and a nan norm: 1 */
+    for (int bad = 0; bad < 2; bad++) {
+      lt_tensor *s = lt_tensor_new(), *c = lt_tensor_new(), *cd = lt_tensor_new();
+      lt_empty(s, 0, NULL, dt ? LT_F64 : LT_F32, -1), lt_fill(s, bad ? NAN : INFINITY);
+      lt_tensor *sd = emu_dev(s, 0);
+      int rc = lt_clip_coef(c, s, 1.0), rd = lt_clip_coef(cd, sd, 1.0);
+      same_rc("clip_coef nonfinite", rc, rd);
+      if (!rc && !rd) emu_check("clip_coef nonfinite", c->dtype, cd, c, 0);
+      lt_release(s), lt_release(c), lt_release(cd), lt_release(sd);
+    }
+  for (int i = 0; i < nt; i++) {
+    lt_release(p[i]), lt_release(g[i]), lt_release(m[i]), lt_release(v[i]), lt_release(ms[i]);
+    lt_release(pd[i]), lt_release(gd[i]), lt_release(md[i]), lt_release(vd[i]), lt_release(msd[i]);
+  }
+}
+void emu_suite_optim(void) {
+  single_cases(7, 0);
+  single_cases(33, 1);
+  if (!emu_quick) single_cases(1, 0), single_cases(5000, 1), single_cases(1029, 0);
+  multi_cases(emu_quick);
+}
