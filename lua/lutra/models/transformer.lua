@@ -126,12 +126,43 @@ function Transformer:forward(idx, targets, opts)
   local d = self.drop(x)
   release(x, d)
   x = d
+  -- Each block's last residual add is left pending and done by the next norm's fused kernel
+  -- (Block:forward_split); blocks that cannot take part get the sum first.
+  local pending
   for i, block in ipairs(self.blocks) do
-    local y = block(x, cache and cache.layers[i], pos, packed)
-    release(x, y)
-    x = y
+    local layer_cache = cache and cache.layers[i]
+    if type(block.splittable) == "function" and block:splittable() then
+      local x1, m = block:forward_split(x, pending, layer_cache, pos, packed)
+      if pending == nil then release(x, x1) end -- (with a pending add the block released x)
+      x, pending = x1, m
+    else
+      if pending ~= nil then
+        local sum = x + pending
+        release(pending, sum)
+        release(x, sum)
+        x, pending = sum, nil
+      end
+      local y = block(x, layer_cache, pos, packed)
+      release(x, y)
+      x = y
+    end
   end
-  local h = self.ln_f(x)
+  local h
+  if pending ~= nil and pending.dtype_ == x.dtype_ and Block.fusable_norm(self.ln_f) then
+    local sum
+    sum, h = self.ln_f:forward_add(pending, x) -- the last block's add, fused with ln_f
+    release(pending, sum)
+    release(x, sum)
+    x = sum
+  elseif pending ~= nil then
+    local sum = x + pending
+    release(pending, sum)
+    release(x, sum)
+    x = sum
+    h = self.ln_f(x)
+  else
+    h = self.ln_f(x)
+  end
   release(x, h)
   local logits = self.lm_head(h)
   release(h, logits)

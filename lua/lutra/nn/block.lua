@@ -4,7 +4,9 @@
 -- The pre-norm transformer block: x + attn(ln_1(x)), then + mlp(ln_2(x)).
 -- The first residual add and ln_2 run as one fused kernel (F.add_layer_norm / F.add_rms_norm)
 -- when ln_2 is a plain LayerNorm/RMSNorm and the two addends share a dtype; the result is the
--- same. Block.fuse_residual_norm = false (or the field on one block) turns that off.
+-- same. The second add is fused the same way into the next block's ln_1 (or the model's ln_f)
+-- by a model that chains forward_split. Block.fuse_residual_norm = false (or the field on one
+-- block) turns both off.
 -- forward(x, cache, pos) passes the key/value cache to the attention; forward(x, nil, 0,
 -- {positions =, segments =}) passes packed-row positions and document ids to it.
 local Module = require "lutra.nn.module"
@@ -62,12 +64,31 @@ local function fusable(norm)
   return (f == LayerNorm.forward or f == RMSNorm.forward) and norm.forward_add ~= nil
 end
 
-function Block:forward(x, cache, pos, opts)
-  local h = self.ln_1(x)
+-- The block with its last residual add left to the caller: returns x1 and m, whose sum x1 + m
+-- is forward's result, so that the next norm can do that add in its own kernel (Transformer
+-- fuses it into the next block's ln_1, or into ln_f). pending: the previous block's m, not yet
+-- added to x (nil: x is the whole residual stream). The values are forward's, bit for bit.
+function Block:forward_split(x, pending, cache, pos, opts)
+  local h
+  local fuse = self.fuse_residual_norm
+  if pending ~= nil then
+    local sum
+    if fuse and pending.dtype_ == x.dtype_ and fusable(self.ln_1) then
+      sum, h = self.ln_1:forward_add(pending, x) -- sum = pending + x (= x + pending exactly)
+    else
+      sum = x + pending
+      h = self.ln_1(sum)
+    end
+    release(pending, sum)
+    release(x, sum)
+    x = sum
+  else
+    h = self.ln_1(x)
+  end
   local a = self.attn(h, cache, pos, opts)
   release(h, x, a)
   local x1
-  if self.fuse_residual_norm and a.dtype_ == x.dtype_ and fusable(self.ln_2) then
+  if fuse and a.dtype_ == x.dtype_ and fusable(self.ln_2) then
     x1, h = self.ln_2:forward_add(a, x) -- x1 = a + x (= x + a exactly), h = ln_2(x1)
     release(a, x)
   else
@@ -75,8 +96,21 @@ function Block:forward(x, cache, pos, opts)
     release(a, x)
     h = self.ln_2(x1)
   end
+  if pending ~= nil then release(x, x1) end -- the sum made here (the caller's x is its own)
   local m = self.mlp(h)
   release(h, x1, m)
+  return x1, m
+end
+
+-- Whether a model may chain forward_split: the block's forward is this one, and its ln_1 can fuse.
+function Block:splittable()
+  return self.fuse_residual_norm and self.forward == Block.forward and self.forward_split == Block.forward_split
+    and fusable(self.ln_1)
+end
+Block.fusable_norm = fusable
+
+function Block:forward(x, cache, pos, opts)
+  local x1, m = self:forward_split(x, nil, cache, pos, opts)
   local y = x1 + m
   release(m, x1)
   release(x1, x)
