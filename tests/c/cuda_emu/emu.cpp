@@ -14,23 +14,40 @@ emu_block_state *emu_bs;
 int emu_launch_error;
 long emu_launches, emu_threads;
 
-/* A plain reusable barrier for every OS thread of the launch (between blocks). */
-struct emu_all_bar {
-  std::mutex m;
-  std::condition_variable cv;
-  int n, count = 0;
-  unsigned gen = 0;
-  void arrive() {
-    std::unique_lock<std::mutex> lk(m);
-    if (++count == n) {
-      count = 0, gen++;
-      cv.notify_all();
-      return;
-    }
-    unsigned g = gen;
-    cv.wait(lk, [&] { return gen != g; });
-  }
+/* The fibers of a launch: one per thread of a block, restarted for every block. */
+#include <ucontext.h>
+enum { EMU_STACK = 256 * 1024 };
+struct emu_fiber {
+  ucontext_t ctx;
+  char *stack;
+  emu_bar *bar; /* waiting on it while bar->gen == gen */
+  unsigned gen;
+  bool done;
 };
+static std::vector<emu_fiber> fibers;
+static ucontext_t sched_ctx;
+static unsigned cur, nfibers;
+static std::function<void()> *cur_f;
+static dim3 cur_block;
+static void set_thread(unsigned t) {
+  emu_tid = t;
+  threadIdx = dim3(t % cur_block.x, t / cur_block.x % cur_block.y, t / (cur_block.x * cur_block.y));
+}
+void emu_wait(emu_bar *bar, unsigned gen) {
+  fibers[cur].bar = bar, fibers[cur].gen = gen;
+  swapcontext(&fibers[cur].ctx, &sched_ctx);
+  set_thread(cur);
+}
+static void fiber_main(unsigned t) {
+  set_thread(t);
+  (*cur_f)();
+  emu_fiber &me = fibers[t];
+  me.done = true;
+  emu_bs->exited[t / 32][t % 32] = 1;
+  emu_bs->warp_bar[t / 32].leave();
+  emu_bs->block_bar.leave();
+  swapcontext(&me.ctx, &sched_ctx);
+}
 
 void emu_launch(dim3 grid, dim3 block, size_t smem, std::function<void()> f) {
   unsigned nt = block.x * block.y * block.z;
@@ -50,60 +67,53 @@ void emu_launch(dim3 grid, dim3 block, size_t smem, std::function<void()> f) {
   std::vector<unsigned char> dyn(smem + 16);
   memset(dyn.data(), 0xa5, dyn.size());
   emu_dyn_smem = dyn.data();
-  blockDim = block, gridDim = grid;
+  blockDim = block, gridDim = grid, cur_block = block, cur_f = &f;
   unsigned nwarps = (nt + 31) / 32;
-  auto reset = [&] {
-    bs->block_bar.reset((int)nt);
-    for (unsigned w = 0; w < nwarps; w++) bs->warp_bar[w].reset((int)std::min(32u, nt - w * 32));
-    memset(bs->exited, 0, sizeof bs->exited);
-    bs->or_flag = bs->and_flag = bs->cnt = 0;
-    memset(bs->warp_flag, 0, sizeof bs->warp_flag);
-    memset(bs->warp_bits, 0, sizeof bs->warp_bits);
-  };
-  reset();
-  static emu_all_bar all;
-  all.n = (int)nt;
-  auto body = [&](unsigned t) {
-    emu_tid = t;
-    threadIdx = dim3(t % block.x, t / block.x % block.y, t / (block.x * block.y));
-    for (unsigned bz = 0; bz < grid.z; bz++)
-      for (unsigned by = 0; by < grid.y; by++)
-        for (unsigned bx = 0; bx < grid.x; bx++) {
-          blockIdx = dim3(bx, by, bz);
-          f();
-          bs->exited[t / 32][t % 32] = 1;
-          bs->warp_bar[t / 32].leave();
-          bs->block_bar.leave();
-          all.arrive();
-          if (t == 0) reset();
-          all.arrive();
+  while (fibers.size() < nt) fibers.push_back(emu_fiber{{}, (char *)malloc(EMU_STACK), nullptr, 0, false});
+  nfibers = nt;
+  for (unsigned bz = 0; bz < grid.z; bz++)
+    for (unsigned by = 0; by < grid.y; by++)
+      for (unsigned bx = 0; bx < grid.x; bx++) {
+        blockIdx = dim3(bx, by, bz);
+        bs->block_bar.reset((int)nt);
+        for (unsigned w = 0; w < nwarps; w++) bs->warp_bar[w].reset((int)std::min(32u, nt - w * 32));
+        memset(bs->exited, 0, sizeof bs->exited);
+        bs->or_flag = bs->and_flag = bs->cnt = 0;
+        memset(bs->warp_flag, 0, sizeof bs->warp_flag);
+        memset(bs->warp_bits, 0, sizeof bs->warp_bits);
+        for (unsigned t = 0; t < nt; t++) {
+          emu_fiber &fb = fibers[t];
+          getcontext(&fb.ctx);
+          fb.ctx.uc_stack.ss_sp = fb.stack, fb.ctx.uc_stack.ss_size = EMU_STACK, fb.ctx.uc_link = &sched_ctx;
+          makecontext(&fb.ctx, (void (*)())fiber_main, 1, t);
+          fb.bar = nullptr, fb.done = false;
         }
-  };
-  /* a pool of OS threads kept between launches (creating 256 threads per launch dominates) */
-  static std::mutex pm;
-  static std::condition_variable pcv, done_cv;
-  static std::function<void(unsigned)> job;
-  static unsigned job_gen, job_nt, pool_size, running;
-  std::unique_lock<std::mutex> lk(pm);
-  while (pool_size < nt) {
-    unsigned id = pool_size++;
-    std::thread([id] {
-      unsigned seen = 0;
-      for (;;) {
-        std::unique_lock<std::mutex> l(pm);
-        pcv.wait(l, [&] { return job_gen != seen && id < job_nt; });
-        seen = job_gen;
-        auto j = job;
-        l.unlock();
-        j(id);
-        l.lock();
-        if (--running == 0) done_cv.notify_all();
+        /* round robin over the runnable fibers until all are done; none runnable: a deadlock */
+        unsigned done = 0;
+        while (done < nt) {
+          bool progress = false;
+          done = 0;
+          for (unsigned t = 0; t < nt; t++) {
+            emu_fiber &fb = fibers[t];
+            if (fb.done) {
+              done++;
+              continue;
+            }
+            if (fb.bar && fb.bar->gen == fb.gen) continue;
+            fb.bar = nullptr, cur = t, progress = true;
+            swapcontext(&sched_ctx, &fb.ctx);
+            if (fb.done) done++;
+          }
+          if (!progress && done < nt) {
+            fprintf(stderr, "emu: deadlock in block (%u,%u,%u) of grid (%u,%u,%u), block (%u,%u,%u): a barrier or "
+                    "warp operation that not every live thread reaches\n", bx, by, bz, grid.x, grid.y, grid.z,
+                    block.x, block.y, block.z);
+            emu_errors++;
+            emu_dyn_smem = nullptr;
+            return;
+          }
+        }
       }
-    }).detach();
-  }
-  job = body, job_nt = nt, running = nt, job_gen++;
-  pcv.notify_all();
-  done_cv.wait(lk, [&] { return running == 0; });
   emu_dyn_smem = nullptr;
 }
 

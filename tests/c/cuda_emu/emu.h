@@ -1,10 +1,11 @@
 /* emu.h — a tiny CUDA emulator for checking kernels on a machine without a GPU (run.sh).
  *
- * Each launch runs its blocks one after another; the threads of a block (1-, 2- or 3-D) are OS
- * threads, so __syncthreads (a barrier), __syncthreads_or/count and the warp shuffles/votes
- * (per-warp barriers) behave as on a GPU: a thread that returned no longer counts at a barrier
- * (as on sm_70+), and a shuffle or barrier reached by only part of the live threads of a warp or
- * block hangs (run.sh runs under `timeout`), which is the bug it would be on a GPU. A shuffle
+ * Each launch runs its blocks one after another; the threads of a block (1-, 2- or 3-D) are
+ * fibers (ucontext) switched at barriers, so __syncthreads, __syncthreads_or/count and the warp
+ * shuffles/votes (per-warp barriers) behave as on a GPU: a thread that returned no longer counts
+ * at a barrier (as on sm_70+), and a shuffle or barrier reached by only part of the live threads
+ * of a warp or block is a deadlock, reported (emu_errors) as the bug it would be on a GPU. Threads
+ * run until they wait, so a data race between threads of a block shows only at barriers. A shuffle
  * that reads a lane which has exited is reported (emu_errors). __shared__ variables become
  * function statics (one block at a time uses them); `extern __shared__` arrays point at the
  * launch's dynamic shared memory (run.sh rewrites them). Device memory is host memory; atomics
@@ -79,27 +80,24 @@ extern dim3 blockDim, gridDim;
 extern unsigned char *emu_dyn_smem;
 extern std::atomic<long> emu_errors;
 
-/* A barrier that exited threads leave: `expected` drops when a thread returns from the kernel. */
+/* A barrier that exited threads leave: `expected` drops when a thread returns from the kernel.
+ * Threads are fibers (emu.cpp): a thread that must wait switches to the next runnable one. */
+struct emu_bar;
+void emu_wait(emu_bar *bar, unsigned gen); /* switches away until bar->gen != gen */
 struct emu_bar {
-  std::mutex m;
-  std::condition_variable cv;
   int expected = 0, count = 0;
   unsigned gen = 0;
   void reset(int n) { expected = n, count = 0; }
   void arrive() {
-    std::unique_lock<std::mutex> lk(m);
     if (++count >= expected) {
       count = 0, gen++;
-      cv.notify_all();
       return;
     }
-    unsigned g = gen;
-    cv.wait(lk, [&] { return gen != g; });
+    emu_wait(this, gen);
   }
   void leave() {
-    std::lock_guard<std::mutex> lk(m);
     expected--;
-    if (count > 0 && count >= expected) count = 0, gen++, cv.notify_all();
+    if (count > 0 && count >= expected) count = 0, gen++;
   }
 };
 struct emu_block_state {

@@ -48,6 +48,7 @@ for f in src/*.new; do # replace only what changed, so that make-like checks bel
 done
 for f in $hostfiles; do cmp -s "$root/host/$f.c" "src/$f.c" 2>/dev/null || cp "$root/host/$f.c" "src/$f.c"; done
 
+opt=${EMU_OPT:--O1}
 inc="-Isrc -I. -I$root/host -I$root/host/include"
 newer() { # newer OBJ SRC...: true when OBJ is missing or older than a source or a header
   [ -f "$1" ] || return 0
@@ -61,13 +62,13 @@ objs=""
 for f in $hostfiles; do
   objs="$objs $f.o"
   newer $f.o src/$f.c &&
-    echo "cc -O1 -g -std=gnu11 -fopenmp -mavx2 -mfma -mf16c -DLUTRA_HAVE_CUDA=1 -w $inc -c src/$f.c -o $f.o" >>cmds
+    echo "cc $opt -std=gnu11 -fopenmp -mavx2 -mfma -mf16c -DLUTRA_HAVE_CUDA=1 -w $inc -c src/$f.c -o $f.o" >>cmds
 done
 for f in $kernels emu; do
   s=src/$f.cu
   [ $f = emu ] && s=$here/emu.cpp
   objs="$objs $f.cu.o"
-  newer $f.cu.o $s "$here/emu.cpp" && echo "c++ -O1 -std=c++17 -DLUTRA_HAVE_CUDA=1 -w $inc -x c++ -c $s -o $f.cu.o" >>cmds
+  newer $f.cu.o $s "$here/emu.cpp" && echo "c++ $opt -std=c++17 -DLUTRA_HAVE_CUDA=1 -w $inc -x c++ -c $s -o $f.cu.o" >>cmds
 done
 # two compiles at a time (CI and this machine have 2 cores)
 [ -s cmds ] && { xargs -P 2 -I{} sh -c '{} || exit 255' <cmds || { echo "run.sh: a compile failed" >&2; exit 1; }; }
