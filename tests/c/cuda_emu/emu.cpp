@@ -71,6 +71,9 @@ void emu_launch(dim3 grid, dim3 block, size_t smem, std::function<void()> f) {
   unsigned nwarps = (nt + 31) / 32;
   while (fibers.size() < nt) fibers.push_back(emu_fiber{{}, (char *)malloc(EMU_STACK), nullptr, 0, false});
   nfibers = nt;
+  /* EMU_REVERSE=1 runs the threads of a block last to first between barriers: a missing barrier
+   * shows in one order or the other */
+  static bool reverse = getenv("EMU_REVERSE") && atoi(getenv("EMU_REVERSE"));
   for (unsigned bz = 0; bz < grid.z; bz++)
     for (unsigned by = 0; by < grid.y; by++)
       for (unsigned bx = 0; bx < grid.x; bx++) {
@@ -93,7 +96,8 @@ void emu_launch(dim3 grid, dim3 block, size_t smem, std::function<void()> f) {
         while (done < nt) {
           bool progress = false;
           done = 0;
-          for (unsigned t = 0; t < nt; t++) {
+          for (unsigned i = 0; i < nt; i++) {
+            unsigned t = reverse ? nt - 1 - i : i;
             emu_fiber &fb = fibers[t];
             if (fb.done) {
               done++;

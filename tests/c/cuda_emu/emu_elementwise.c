@@ -41,6 +41,9 @@ static void shape_cases(int nd, const int64_t *shape) {
         lt_tensor *a = pos ? xp : x, *ad = pos ? xpd : xd;
         snprintf(name, sizeof name, "unary %d%s", op, emu_mode_name[mode]);
         CASE(name, dt, ew_tol(dt), lt_unary(want, a, op), lt_unary(got, ad, op));
+        snprintf(name, sizeof name, "unary %d in place%s", op, emu_mode_name[mode]);
+        lt_tensor *ip = emu_dev(a, mode);
+        CASE(name, dt, ew_tol(dt), lt_unary(want, a, op), (lt_release(got), got = ip, lt_unary(ip, ip, op)));
         snprintf(name, sizeof name, "unary_backward %d%s", op, emu_mode_name[mode]);
         CASE(name, dt, 4 * ew_tol(dt), lt_unary_backward(want, g, a, op), lt_unary_backward(got, gd, ad, op));
       }
@@ -66,6 +69,11 @@ static void shape_cases(int nd, const int64_t *shape) {
           double tol = op == LT_POW ? ew_tol(dt) : 0;
           snprintf(name, sizeof name, "binary %d%s%s", op, bc ? " broadcast" : "", emu_mode_name[mode]);
           CASE(name, dt, tol, lt_binary(want, a, b, op), lt_binary(got, ad, bd, op));
+          if (op < LT_EQ) {
+            snprintf(name, sizeof name, "binary %d in place%s%s", op, bc ? " broadcast" : "", emu_mode_name[mode]);
+            lt_tensor *ip = emu_dev(a, mode);
+            CASE(name, dt, tol, lt_binary(want, a, b, op), (lt_release(got), got = ip, lt_binary(ip, ip, bd, op)));
+          }
           if (bc) continue;
           for (int rev = 0; rev < 2; rev++) {
             snprintf(name, sizeof name, "binary_scalar %d rev %d%s", op, rev, emu_mode_name[mode]);

@@ -92,6 +92,17 @@ static void norm_cases(int64_t N, int64_t C) {
           rc = lt_rmsnorm_backward_add(q.c[3], affine ? q.c[4] : NULL, g, dres, x, W, p.c[2]);
           rd_ = lt_rmsnorm_backward_add(q.d[3], affine ? q.d[4] : NULL, gd, dresd, xd, Wd, sd);
           pair_check(name, dt, &q, rc, rd_, 6, lt_, rnw);
+          if (rc == 0) { /* in place: dx is dres, then dout */
+            for (int which = 0; which < 2; which++) {
+              lt_tensor *ip = emu_dev(which ? g : dres, mode), *dw = lt_tensor_new();
+              snprintf(name, sizeof name, "rmsnorm_backward_add dx=%s%s", which ? "dout" : "dres", emu_mode_name[mode]);
+              if (lt_rmsnorm_backward_add(ip, affine ? dw : NULL, which ? ip : gd, which ? dresd : ip, xd, Wd, sd))
+                emu_fails++, printf("FAIL %s: %s\n", name, lt_last_error());
+              else
+                emu_check(name, dt, ip, q.c[3], tol);
+              lt_release(ip), lt_release(dw);
+            }
+          }
           pair_free(&q), lt_release(sd);
         }
         pair_free(&p), pair_init(&p);
@@ -102,6 +113,15 @@ static void norm_cases(int64_t N, int64_t C) {
         rc = lt_add_layernorm_forward(p.c[3], p.c[0], p.c[1], p.c[2], x, r, W, B, 1e-5);
         rd_ = lt_add_layernorm_forward(p.d[3], p.d[0], p.d[1], p.d[2], xd, rd, Wd, Bd, 1e-5);
         pair_check(name, dt, &p, rc, rd_, 4, at, aw);
+        if (rc == 0) { /* in place: res_out is x */
+          lt_tensor *ip = emu_dev(x, mode), *o = lt_tensor_new(), *m = lt_tensor_new(), *sr = lt_tensor_new();
+          snprintf(name, sizeof name, "add_layernorm res_out=x%s%s", affine ? "" : " plain", emu_mode_name[mode]);
+          if (lt_add_layernorm_forward(ip, o, m, sr, ip, rd, Wd, Bd, 1e-5))
+            emu_fails++, printf("FAIL %s: %s\n", name, lt_last_error());
+          else
+            emu_check(name, dt, ip, p.c[3], 0), emu_check(name, dt, o, p.c[0], tol);
+          lt_release(ip), lt_release(o), lt_release(m), lt_release(sr);
+        }
         pair_free(&p), pair_init(&p);
         snprintf(name, sizeof name, "add_rmsnorm%s%s", affine ? "" : " plain", emu_mode_name[mode]);
         rc = lt_add_rmsnorm_forward(p.c[3], p.c[0], p.c[2], x, r, W, 1e-5);
@@ -152,6 +172,15 @@ static void loss_cases(int64_t N, int64_t V) {
           rc = lt_cross_entropy_backward(p.c[2], dl2, x, t, p.c[1], -100);
           rd = lt_cross_entropy_backward(p.d[2], dl2d, xd, td, sd, -100);
           pair_check(name, dt, &p, rc, rd, 3, (double[]){-1, -1, bt}, w);
+          lt_tensor *ip = emu_dev(x, mode); /* in place: dlogits is logits */
+          snprintf(name, sizeof name, "cross_entropy_backward in place %s%s", lt_dtype_name(tdt), emu_mode_name[mode]);
+          if (rc == 0) {
+            if (lt_cross_entropy_backward(ip, dl2d, ip, td, sd, -100))
+              emu_fails++, printf("FAIL %s: %s\n", name, lt_last_error());
+            else
+              emu_check(name, dt, ip, p.c[2], bt);
+          }
+          lt_release(ip);
           lt_release(sd), lt_release(dl2d);
           if (dl2 != dl) lt_release(dl2);
         }
@@ -243,6 +272,13 @@ static void rope_cases(int64_t B, int64_t T, int64_t H, int64_t Dm) {
           lt_release(p.d[0]), p.d[0] = od;
           pair_check(name, dt, &p, rc, rd, 1, (double[]){tol}, wn);
           pair_free(&p);
+          lt_tensor *want = lt_tensor_new(), *ip = emu_dev(x, mode); /* in place */
+          snprintf(name, sizeof name, "rope in place pos%d inv%d%s", pk, inv, emu_mode_name[mode]);
+          if (lt_rope(want, x, pos[pk], 10000, inv) == 0) {
+            if (lt_rope(ip, ip, pd, 10000, inv)) emu_fails++, printf("FAIL %s: %s\n", name, lt_last_error());
+            else emu_check(name, dt, ip, want, tol);
+          }
+          lt_release(want), lt_release(ip);
           emu_free(pd);
         }
       lt_release(xd);

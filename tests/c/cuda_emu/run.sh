@@ -8,7 +8,8 @@
 # emulated CUDA ops (device 0, host memory): each suite runs the same lt_* call on both and
 # compares. --quick: the tiny shapes only (the ctest, tests/cli/test_cuda_emu.sh).
 # SUITE: all (default) or any of the names emu_main.c lists. EMU_SMS=N sizes the emulated
-# device (default 1: grid-stride and split paths run on small inputs). EMU_WORK=DIR keeps the
+# device (default 1: grid-stride and split paths run on small inputs); EMU_REVERSE=1 runs the
+# threads of a block in reverse order between barriers (emu.cpp). EMU_WORK=DIR keeps the
 # objects there between runs (rebuilt when a source is newer). EMU_TIMEOUT (default 3000 s).
 set -e
 quick=0
