@@ -12,6 +12,7 @@ void emu_suite_rope(void);
 void emu_suite_rng(void);
 void emu_suite_optim(void);
 void emu_suite_attention(void);
+void emu_suite_errors(void);
 long emu_error_count(void);
 static void reduce(void) { emu_suite_reduce_softmax("reduce"); }
 static void softmax(void) { emu_suite_reduce_softmax("softmax"); }
@@ -27,7 +28,8 @@ static const struct {
               {"optim", emu_suite_optim},
               {"attention", emu_suite_attention},
               {"reduce", reduce},
-              {"softmax", softmax}};
+              {"softmax", softmax},
+              {"errors", emu_suite_errors}};
 int main(int argc, char **argv) {
   emu_quick = getenv("EMU_QUICK") && atoi(getenv("EMU_QUICK"));
   int ran = 0;

@@ -73,7 +73,7 @@ for f in $kernels emu; do
 done
 # two compiles at a time (CI and this machine have 2 cores)
 [ -s cmds ] && { xargs -P 2 -I{} sh -c '{} || exit 255' <cmds || { echo "run.sh: a compile failed" >&2; exit 1; }; }
-drivers="emu_main emu_check emu_elementwise emu_nn emu_optim emu_attention reduce_softmax"
+drivers="emu_main emu_check emu_elementwise emu_nn emu_optim emu_attention emu_errors reduce_softmax"
 for d in $drivers; do
   objs="$objs $d.o"
   if newer $d.o "$here/$d.c" "$here/emu_check.h"; then
