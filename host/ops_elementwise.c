@@ -173,8 +173,7 @@ int ew_check_overlap(const char *op, const lt_tensor *out, const lt_tensor *in, 
                    what, lt_desc(b, in));
 }
 
-int ew_check_device(const char *op, const lt_tensor *t) {
-  if (t->device == LT_DEVICE_CPU) return 0;
+int ew_check_cuda_device(const char *op, const lt_tensor *t) {
 #ifdef LUTRA_HAVE_CUDA
   char dev[16], sdev[16];
   if (t->device < 0 || t->device >= lt_cuda_device_count())
@@ -185,6 +184,7 @@ int ew_check_device(const char *op, const lt_tensor *t) {
                      lt_device_str(sdev, t->storage->device));
   return 0;
 #else
+  (void)t;
   return lt_errorf("%s: not implemented on cuda yet (lutra was built without CUDA)", op);
 #endif
 }

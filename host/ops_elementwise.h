@@ -29,7 +29,11 @@ int ew_check_overlap(const char *op, const lt_tensor *out, const lt_tensor *in, 
 /* 0 when t's device can run the op: the CPU, or (CUDA builds) a CUDA device that exists.
  * Else "<op>: device cuda:K is not available (why)", or in a CPU-only build
  * "<op>: not implemented on cuda yet (lutra was built without CUDA)". */
-int ew_check_device(const char *op, const lt_tensor *t);
+int ew_check_cuda_device(const char *op, const lt_tensor *t);
+/* (inline: every elementwise op calls it per operand, and CPU tensors need only the compare) */
+static inline int ew_check_device(const char *op, const lt_tensor *t) {
+  return t->device == LT_DEVICE_CPU ? 0 : ew_check_cuda_device(op, t);
+}
 
 /* Reads n elements of src (f32, bf16 or f16, element stride `stride`) into dst as f32.
  * A broadcast source (stride 0) is read once into dst[0]. Returns the stride to use
