@@ -138,6 +138,8 @@ void emu_suite_norm(void) {
   int64_t quick[][2] = {{3, 7}, {2, 40}}, full[][2] = {{1, 1}, {5, 7}, {3, 300}, {2, 1030}, {7, 65}, {1, 4099}};
   int n = emu_quick ? 2 : 6;
   for (int i = 0; i < n; i++) norm_cases(emu_quick ? quick[i][0] : full[i][0], emu_quick ? quick[i][1] : full[i][1]);
+  for (int i = 0; i < (emu_quick ? 0 : 4); i++) norm_cases(emu_irand(1, 20), emu_irand(1, 3000)); /* random */
+  if (!emu_quick) norm_cases(300, 5), norm_cases(2, 8192);
 }
 
 static void loss_cases(int64_t N, int64_t V) {
@@ -205,6 +207,8 @@ void emu_suite_loss(void) {
   int64_t quick[][2] = {{3, 7}, {2, 300}}, full[][2] = {{1, 1}, {5, 7}, {3, 300}, {4, 1030}, {2, 5001}, {9, 33}};
   int n = emu_quick ? 2 : 6;
   for (int i = 0; i < n; i++) loss_cases(emu_quick ? quick[i][0] : full[i][0], emu_quick ? quick[i][1] : full[i][1]);
+  for (int i = 0; i < (emu_quick ? 0 : 3); i++) loss_cases(emu_irand(1, 6), emu_irand(1, 20000)); /* random */
+  if (!emu_quick) loss_cases(300, 3);
 }
 
 static void embedding_cases(int64_t V, int64_t C, int64_t n) {
