@@ -11,6 +11,7 @@
 # device (default 1: grid-stride and split paths run on small inputs); EMU_REVERSE=1 runs the
 # threads of a block in reverse order between barriers (emu.cpp). EMU_WORK=DIR keeps the
 # objects there between runs (rebuilt when a source is newer). EMU_TIMEOUT (default 3000 s).
+# EMU_OPT (default -O1; the ctest uses -O0, faster to compile).
 set -e
 quick=0
 [ "$1" = "--quick" ] && quick=1 && shift
