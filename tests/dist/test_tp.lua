@@ -2,8 +2,9 @@
 -- Tensor parallelism (lutra.dist.tp) over the whole world as the tp group: each layer
 -- against its unsharded counterpart (forward values, gradients of inputs and weights), the
 -- vocab-parallel cross-entropy against F.cross_entropy (ignore_index, uneven vocab), then
--- 10 AdamW steps of small gpt2 and llama models against the single-process model trained
--- in the same process on the same batches, with and without sequence parallelism.
+-- small gpt2 and llama models against the single-process model trained in the same process
+-- on the same batches, with and without sequence parallelism: 10 AdamW steps in f64 to 1e-9
+-- relative, step 1 in f32 within the f32 rounding bound (layout_helpers.lua).
 local lt = require "lutra"
 local testing = require "lutra.testing"
 local comm = require "lutra.dist.comm"
@@ -199,50 +200,16 @@ local function clip_tp(model, max_norm)
   return norm
 end
 
--- The key bias gets no gradient in exact arithmetic (softmax is shift-invariant: it adds
--- q . b_k to every score of a query), so its gradient is rounding noise, which AdamW
--- scales up to steps of about lr; both models drop it.
-local function zero_key_bias_grad(model)
-  lt.no_grad(function()
-    for _, block in ipairs(model.blocks) do
-      local attn = block.attn
-      local g = attn.qkv.bias and attn.qkv.bias.grad
-      if g then g:narrow(0, attn.n_head * attn.head_dim, attn.n_kv_head * attn.head_dim):zero_() end
-    end
-  end)
-end
+local H = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "tests/dist/") .. "layout_helpers.lua")
 
--- Tolerances. In f32 the sums run in another order under tp (partial matmuls all-reduced),
--- and AdamW's first steps, m / sqrt(v) = g / |g|, turn the rounding of the few gradient
--- elements that come out near 1e-8 (by cancellation) into lr-sized differences: about
--- 0.4% of the llama parameters end 1e-5 to 2e-4 apart after 10 steps, gpt2's none. So in
--- f32 the losses must agree to 1e-5 and the parameters to 1e-5 but for at most 1% of the
--- elements (within 1e-3); in f64 everything agrees to 1e-9 (1e-13 seen), which pins the
--- math down exactly.
-local LIMITS = {f32 = {loss = 1e-5, norm = 1e-4, grad = 1e-4, param = 1e-5, outliers = 0.01, outlier = 1e-3},
-                f64 = {loss = 1e-9, norm = 1e-9, grad = 1e-9, param = 1e-9, outliers = 0, outlier = 1e-9}}
-
-local function check_params(model, refs, what, lim)
-  local over, total = 0, 0
-  for name, p in model:named_parameters() do
-    local full = tp.gather(model, p)
-    local d = (full - refs[name]):abs()
-    over = over + d:gt(lim.param):to("f64"):sum():item()
-    total = total + d:numel()
-    local worst = d:max():item()
-    if worst > lim.outlier then
-      close(full, refs[name], what .. " parameter " .. name, {rtol = 0, atol = lim.outlier})
-    end
-  end
-  if over > lim.outliers * total then
-    error(string.format("%s: %d of %d parameter elements differ by more than %g", what, over, total, lim.param))
-  end
-end
-
+-- Whole models (layout_helpers.lua says why): in f64, 10 AdamW steps with clipping, every
+-- step's loss and gradient norm and the final parameters within 1e-9 relative of one
+-- process; in f32, step 1 (loss, gradient norm, every gradient) within the f32 bound.
 local function equivalence(arch, sp, dt, overrides)
-  local lim = LIMITS[dt]
   local cfg = cfg_of(arch, dt)
   for k, v in pairs(overrides or {}) do cfg[k] = v end
+  local steps = dt == "f64" and 10 or 1
+  local tol = dt == "f64" and H.F64_REL or H.f32_tolerance(cfg, 4 * 16)
   lt.manual_seed(1)
   local ref = models.build(cfg)
   lt.manual_seed(1)
@@ -259,7 +226,7 @@ local function equivalence(arch, sp, dt, overrides)
   end
   lt.manual_seed(2)
   local batches = {}
-  for s = 1, 10 do
+  for s = 1, steps do
     local x, y = lt.randint(0, cfg.vocab_size, {4, 16}), lt.randint(0, cfg.vocab_size, {4, 16})
     y[{s % 4, {0, 3}}] = -100
     batches[s] = {x, y}
@@ -268,7 +235,8 @@ local function equivalence(arch, sp, dt, overrides)
   local opt_t = optim.AdamW(model, {lr = 1e-2, weight_decay = 0.1})
   local what = arch .. " " .. dt .. (sp and " sequence-parallel" or "")
   if overrides then what = what .. " " .. testing.show(overrides) end
-  for s = 1, 10 do
+  local worst = 0
+  for s = 1, steps do
     local x, y = batches[s][1], batches[s][2]
     local rng = lt.get_rng_state() -- the same dropout masks for both models
     opt_r:zero_grad()
@@ -280,32 +248,35 @@ local function equivalence(arch, sp, dt, overrides)
     testing.assert_equal(logits:size(2), select(2, tp_ops.range(cfg.vocab_size, n, r)), "logits are vocab shards")
     loss_t:backward()
     tp.sync_grads(model)
-    if s == 1 then
-      for name, p in model:named_parameters() do
-        close(tp.gather(model, p, p.grad), refs[name].grad, what .. " step 1 grad " .. name,
-          {rtol = lim.grad, atol = lim.grad * 1e-2})
-      end
+    for name, p in model:named_parameters() do
+      worst = math.max(worst, H.assert_rel(tp.gather(model, p, p.grad), refs[name].grad, tol,
+        string.format("%s step %d gradient of %s", what, s, name)))
     end
-    zero_key_bias_grad(ref)
-    zero_key_bias_grad(model)
     local norm_r = optim.clip_grad_norm(ref, 1.0)
     local norm_t = clip_tp(model, 1.0)
-    close(loss_t:item(), loss_r:item(), string.format("%s loss at step %d", what, s), {rtol = lim.loss, atol = 0})
-    close(norm_t, norm_r, string.format("%s grad norm at step %d", what, s), {rtol = lim.norm, atol = 0})
+    worst = math.max(worst, H.assert_rel_number(loss_t:item(), loss_r:item(), tol, string.format("%s loss at step %d",
+      what, s)), H.assert_rel_number(norm_t, norm_r, tol, string.format("%s gradient norm at step %d", what, s)))
     opt_r:step()
     opt_t:step()
   end
-  check_params(model, refs, what, lim)
+  if dt == "f64" then
+    for name, p in model:named_parameters() do
+      worst = math.max(worst, H.assert_rel(tp.gather(model, p), refs[name], tol, what .. " parameter " .. name))
+    end
+  end
+  if r == 0 then
+    print(string.format("  %-40s %d step(s): worst rel diff %.1e (allowed %.1e)", what, steps, worst, tol))
+  end
 end
 
 for _, arch in ipairs {"gpt2", "llama"} do
-  test(arch .. " f32: 10 AdamW steps (clip 1.0) under tp equal one process", function()
+  test(arch .. " f32: step 1 under tp (loss, gradient norm, gradients) equals one process", function()
     equivalence(arch, false, "f32")
   end)
   test(arch .. " f32: the same with sequence parallelism", function() equivalence(arch, true, "f32") end)
 end
 
--- f64: exact to 1e-9; with dropout (the masks of one process), uneven vocab and ffn_hidden
+-- f64: 10 AdamW steps to 1e-9; with dropout (the masks of one process), uneven vocab and ffn_hidden
 test("gpt2 f64: sequence parallel, dropout 0.1, uneven vocab (61) and ffn_hidden (98)", function()
   equivalence("gpt2", true, "f64", {vocab_size = 61, ffn_hidden = 98, dropout = 0.1})
 end)
