@@ -5,6 +5,8 @@
  * EMU_SMS (default 1) is the number of SMs lt_cuda_blocks sizes grids for: small values make
  * the kernels' grid-stride and split (two-pass) paths run on small inputs. */
 #include "attention_tile.cuh"
+#include <map>
+#include <stdarg.h>
 thread_local dim3 threadIdx, blockIdx;
 thread_local unsigned emu_tid;
 dim3 blockDim, gridDim;
@@ -12,7 +14,107 @@ unsigned char *emu_dyn_smem;
 std::atomic<long> emu_errors;
 emu_block_state *emu_bs;
 int emu_launch_error;
-long emu_launches, emu_threads;
+long emu_launches, emu_threads, emu_mma_ops;
+const char *emu_kernel;
+static int quiet; /* emu_expect: count the reports without printing them */
+static long reports_this_launch;
+
+void emu_report(const char *fmt, ...) {
+  emu_errors++;
+  if (quiet || ++reports_this_launch > 8) return; /* the first few of a launch tell the story */
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("emu: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+}
+/* Runs f and returns the emulator errors it caused, which no longer count (the errors suite's
+ * negative checks: each rule must be reported when broken). */
+extern "C" long emu_expect(void (*f)(void)) {
+  long before = emu_errors.load();
+  quiet = 1;
+  f();
+  quiet = 0;
+  long n = emu_errors.load() - before;
+  emu_errors -= n;
+  return n;
+}
+
+/* D = A B + C for warp w from its lanes' fragments (emu.h lists the layouts). The products of
+ * bf16 or f16 values are exact in f64 and so is the sum of 16 of them, to 2^-40 or so of the
+ * largest: D is the f32 rounding of (nearly) the exact result. A GPU's adder tree rounds or
+ * truncates along the way: its D may differ in the last bits of f32. */
+void emu_mma_warp(int w) {
+  emu_mma_lane *m = emu_bs->mma[w];
+  int kind = m[emu_tid % 32].kind;
+  for (int l = 0; l < 32; l++)
+    if (m[l].kind != kind) {
+      emu_report("kernel %s: mma.sync of warp %d: lane %d %s", emu_kernel, w, l,
+                 m[l].kind ? "has the other input type" : "is not at the mma (exited, or at another warp op)");
+      break;
+    }
+  float A[16][16], B[16][8];
+  for (int l = 0; l < 32; l++) {
+    int gid = l / 4, tig = l % 4;
+    for (int r = 0; r < 4; r++)
+      for (int h = 0; h < 2; h++) {
+        uint16_t x = (uint16_t)(m[l].a[r] >> (16 * h));
+        A[gid + 8 * (r & 1)][2 * tig + h + 8 * (r >> 1)] = kind == EMU_MMA_F16 ? lt_f16_to_f32(x) : lt_bf16_to_f32(x);
+      }
+    for (int r = 0; r < 2; r++)
+      for (int h = 0; h < 2; h++) {
+        uint16_t x = (uint16_t)(m[l].b[r] >> (16 * h));
+        B[2 * tig + h + 8 * r][gid] = kind == EMU_MMA_F16 ? lt_f16_to_f32(x) : lt_bf16_to_f32(x);
+      }
+  }
+  for (int l = 0; l < 32; l++) {
+    int gid = l / 4, tig = l % 4;
+    for (int e = 0; e < 4; e++) {
+      int row = gid + 8 * (e >> 1), col = 2 * tig + (e & 1);
+      double acc = m[l].c[e];
+      for (int k = 0; k < 16; k++) acc += (double)A[row][k] * B[k][col];
+      m[l].d[e] = (float)acc;
+    }
+    m[l].kind = 0;
+  }
+  emu_bs->mma_seq[w]++;
+  emu_mma_ops++;
+}
+extern "C" long emu_mma_count(void) { return emu_mma_ops; }
+
+void emu_misaligned(const void *p, size_t align) {
+  emu_report("kernel %s: misaligned %zu-byte vector access at %p (thread %u of block (%u,%u,%u))", emu_kernel, align,
+             p, emu_tid, blockIdx.x, blockIdx.y, blockIdx.z);
+}
+
+/* Dynamic shared memory a launch may use: 48 KB, or what cudaFuncSetAttribute opted in to. */
+enum { EMU_SMEM_DEFAULT = 48 * 1024, EMU_SMEM_OPTIN = 227 * 1024 };
+static std::map<const void *, int> smem_optin;
+cudaError_t emu_func_set_attribute(const void *kernel, int attr, int value) {
+  if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaSuccess;
+  if (value < 0 || value > EMU_SMEM_OPTIN) return cudaErrorInvalidValue;
+  smem_optin[kernel] = value;
+  return cudaSuccess;
+}
+
+/* Static __shared__ arrays seen so far, each with the last launch that used it. */
+enum { EMU_POISON = 0xff };
+struct smem_region {
+  void *p;
+  size_t n;
+  long launch;
+};
+static std::vector<smem_region> smem_regions;
+void emu_smem_static(void *p, size_t n) {
+  for (smem_region &r : smem_regions)
+    if (r.p == p) {
+      if (r.launch != emu_launches) memset(p, EMU_POISON, n), r.launch = emu_launches;
+      return;
+    }
+  memset(p, EMU_POISON, n);
+  smem_regions.push_back({p, n, emu_launches});
+}
 
 /* The fibers of a launch: one per thread of a block, restarted for every block. */
 #include <ucontext.h>
@@ -49,13 +151,23 @@ static void fiber_main(unsigned t) {
   swapcontext(&me.ctx, &sched_ctx);
 }
 
-void emu_launch(dim3 grid, dim3 block, size_t smem, std::function<void()> f) {
+void emu_launch_fn(dim3 grid, dim3 block, size_t smem, const char *name, const void *kernel,
+                   std::function<void()> f) {
   unsigned nt = block.x * block.y * block.z;
+  reports_this_launch = 0;
+  auto optin = smem_optin.find(kernel);
+  size_t smem_max = optin != smem_optin.end() && optin->second > EMU_SMEM_DEFAULT ? optin->second : EMU_SMEM_DEFAULT;
+  if (smem > smem_max) {
+    emu_report("kernel %s launched with %zu bytes of dynamic shared memory, over %zu (%s)", name, smem, smem_max,
+               smem_max == EMU_SMEM_DEFAULT ? "no cudaFuncSetAttribute MaxDynamicSharedMemorySize opt-in"
+                                            : "its MaxDynamicSharedMemorySize");
+    emu_launch_error = 1; /* cudaErrorInvalidValue */
+    return;
+  }
   if (nt == 0 || nt > 1024 || block.z > 64 || grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 ||
-      grid.z > 65535 || grid.x > 2147483647u || smem > 227 * 1024) {
-    fprintf(stderr, "emu: bad launch grid (%u,%u,%u) block (%u,%u,%u) smem %zu\n", grid.x, grid.y, grid.z, block.x,
-            block.y, block.z, smem);
-    emu_errors++;
+      grid.z > 65535 || grid.x > 2147483647u) {
+    emu_report("kernel %s: bad launch grid (%u,%u,%u) block (%u,%u,%u)", name, grid.x, grid.y, grid.z, block.x,
+               block.y, block.z);
     emu_launch_error = 9; /* cudaErrorInvalidConfiguration */
     return;
   }
@@ -65,8 +177,8 @@ void emu_launch(dim3 grid, dim3 block, size_t smem, std::function<void()> f) {
   static emu_block_state *bs = new emu_block_state;
   emu_bs = bs;
   std::vector<unsigned char> dyn(smem + 16);
-  memset(dyn.data(), 0xa5, dyn.size());
   emu_dyn_smem = dyn.data();
+  emu_kernel = name;
   blockDim = block, gridDim = grid, cur_block = block, cur_f = &f;
   unsigned nwarps = (nt + 31) / 32;
   while (fibers.size() < nt) fibers.push_back(emu_fiber{{}, (char *)malloc(EMU_STACK), nullptr, 0, false});
@@ -84,6 +196,14 @@ void emu_launch(dim3 grid, dim3 block, size_t smem, std::function<void()> f) {
         bs->or_flag = bs->and_flag = bs->cnt = 0;
         memset(bs->warp_flag, 0, sizeof bs->warp_flag);
         memset(bs->warp_bits, 0, sizeof bs->warp_bits);
+        for (unsigned w = 0; w < nwarps; w++) {
+          bs->mma_seq[w] = 0;
+          for (int l = 0; l < 32; l++) bs->mma[w][l].kind = 0;
+        }
+        /* shared memory as a new block finds it: garbage, not what the previous block left */
+        memset(dyn.data(), EMU_POISON, dyn.size());
+        for (smem_region &r : smem_regions)
+          if (r.launch == emu_launches) memset(r.p, EMU_POISON, r.n);
         for (unsigned t = 0; t < nt; t++) {
           emu_fiber &fb = fibers[t];
           getcontext(&fb.ctx);
@@ -109,16 +229,15 @@ void emu_launch(dim3 grid, dim3 block, size_t smem, std::function<void()> f) {
             if (fb.done) done++;
           }
           if (!progress && done < nt) {
-            fprintf(stderr, "emu: deadlock in block (%u,%u,%u) of grid (%u,%u,%u), block (%u,%u,%u): a barrier or "
-                    "warp operation that not every live thread reaches\n", bx, by, bz, grid.x, grid.y, grid.z,
-                    block.x, block.y, block.z);
-            emu_errors++;
-            emu_dyn_smem = nullptr;
+            emu_report("kernel %s: deadlock in block (%u,%u,%u) of grid (%u,%u,%u), block (%u,%u,%u): a barrier or "
+                       "warp operation that not every live thread reaches", name, bx, by, bz, grid.x, grid.y, grid.z,
+                       block.x, block.y, block.z);
+            emu_dyn_smem = nullptr, emu_kernel = nullptr;
             return;
           }
         }
       }
-  emu_dyn_smem = nullptr;
+  emu_dyn_smem = nullptr, emu_kernel = nullptr;
 }
 
 int lt_cuda_error(const char *op, int device, cudaError_t err) {
@@ -169,11 +288,6 @@ int lt_cuda_host_free(void *ptr) {
 int lt_cuda_gemm(const char *op, const lt_cuda_gemm_args *) {
   return lt_errorf("%s: matmul is not emulated (cuBLASLt)", op);
 }
-int lt_cuda_attention_bwd_uses_mma(int, int64_t) { return 0; } /* mma.sync is not emulated */
-}
-int att_backward_mma(const lt_cuda_att_args *, cudaStream_t, const float *) {
-  fprintf(stderr, "emu: att_backward_mma called\n");
-  abort();
 }
 __nv_bfloat162 __floats2bfloat162_rn(float lo, float hi) { return {lt_f32_to_bf16(lo), lt_f32_to_bf16(hi)}; }
 __half2 __floats2half2_rn(float lo, float hi) { return {lt_f32_to_f16(lo), lt_f32_to_f16(hi)}; }

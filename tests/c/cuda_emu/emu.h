@@ -8,9 +8,15 @@
  * run until they wait, so a data race between threads of a block shows only at barriers. A shuffle
  * that reads a lane which has exited is reported (emu_errors). __shared__ variables become
  * function statics (one block at a time uses them); `extern __shared__` arrays point at the
- * launch's dynamic shared memory (run.sh rewrites them). Device memory is host memory; atomics
- * are real atomics. What it does not model: memory ordering between blocks, timing, float
- * rounding of device intrinsics (expf is glibc's), inline PTX (mma.sync paths are excluded). */
+ * launch's dynamic shared memory (run.sh rewrites them). Both are poisoned (0xff bytes: NaN in
+ * every float format) before each block, so a block that reads what it did not write shows.
+ * Dynamic shared memory over 48 KB needs the kernel's cudaFuncSetAttribute opt-in (at most
+ * 227 KB, sm_90), and a vector access (reinterpret_cast to a pointer type, which run.sh routes
+ * through emu_vcast) must be aligned to its type's CUDA alignment: either is reported.
+ * mma.sync.m16n8k16 (bf16/f16, f32 accumulation) is a warp-collective op (emu_mma_m16n8k16,
+ * into which run.sh rewrites the inline PTX). Device memory is host memory; atomics are real
+ * atomics. What it does not model: memory ordering between blocks, timing, float rounding of
+ * device intrinsics (expf is glibc's) and of the tensor cores' adder tree, other inline PTX. */
 #pragma once
 #include <algorithm>
 #include <atomic>
@@ -24,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <thread>
+#include <type_traits>
 #include <vector>
 #define __global__
 #define __device__
@@ -40,25 +47,25 @@ struct dim3 {
   unsigned x, y, z;
   dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
 };
-struct uint4 {
+struct alignas(16) uint4 {
   unsigned x, y, z, w;
 };
-struct float4 {
+struct alignas(16) float4 {
   float x, y, z, w;
 };
-struct float2 {
+struct alignas(8) float2 {
   float x, y;
 };
-struct uint2 {
+struct alignas(8) uint2 {
   unsigned x, y;
 };
-struct int2 {
+struct alignas(8) int2 {
   int x, y;
 };
-struct int4 {
+struct alignas(16) int4 {
   int x, y, z, w;
 };
-struct double2 {
+struct alignas(16) double2 {
   double x, y;
 };
 static inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return {a, b, c, d}; }
@@ -79,6 +86,9 @@ extern thread_local unsigned emu_tid; /* linear thread index in the block */
 extern dim3 blockDim, gridDim;
 extern unsigned char *emu_dyn_smem;
 extern std::atomic<long> emu_errors;
+extern const char *emu_kernel; /* the running kernel's name as launched (NULL outside a launch) */
+/* reports a bug a GPU would have (counted in emu_errors); quiet while emu_expect counts them */
+void emu_report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* A barrier that exited threads leave: `expected` drops when a thread returns from the kernel.
  * Threads are fibers (emu.cpp): a thread that must wait switches to the next runnable one. */
@@ -100,7 +110,16 @@ struct emu_bar {
     if (count > 0 && count >= expected) count = 0, gen++;
   }
 };
+/* one lane's operands of a warp's mma.sync (emu_mma_m16n8k16) */
+struct emu_mma_lane {
+  uint32_t a[4], b[2];
+  float c[4], d[4];
+  int kind; /* 0: not at an mma; EMU_MMA_BF16 or EMU_MMA_F16 */
+};
+enum { EMU_MMA_BF16 = 1, EMU_MMA_F16 = 2 };
 struct emu_block_state {
+  emu_mma_lane mma[32][32];
+  unsigned mma_seq[32]; /* mma.sync ops the warp completed */
   emu_bar block_bar;
   emu_bar warp_bar[32];
   uint64_t slot[32][32];
@@ -135,8 +154,7 @@ template <typename T> static inline T emu_exchange(T v, int src) {
   T r = v;
   if (src >= 0) {
     if (src >= 32 || emu_bs->exited[w][src] || w * 32 + src >= (int)(blockDim.x * blockDim.y * blockDim.z)) {
-      fprintf(stderr, "emu: shuffle reads lane %d of warp %d, which has exited or does not exist\n", src, w);
-      emu_errors++;
+      emu_report("shuffle reads lane %d of warp %d, which has exited or does not exist", src, w);
     } else {
       memcpy(&r, &emu_bs->slot[w][src], sizeof(T));
     }
@@ -184,6 +202,61 @@ static inline unsigned __activemask() { return 0xffffffffu; }
 template <typename T> static inline T __ldg(const T *p) { return *p; }
 template <typename T> static inline T __ldcs(const T *p) { return *p; }
 template <typename T> static inline void __stcs(T *p, T v) { *p = v; }
+
+/* ---- mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32 D, A, B, C ----
+ * run.sh rewrites the inline PTX into a call with the operands in order (D by reference). A
+ * warp-collective op, as on a GPU: every lane deposits its fragments, in the PTX ISA layouts
+ * ("Matrix Fragments for mma.m16n8k16 with floating point type"; lane = 4 gid + tig, the
+ * lower-indexed element of a pair in the low 16 bits):
+ *   A (16 x 16, row): a0 = A[gid][2 tig, +1], a1 = A[gid + 8][2 tig, +1],
+ *                     a2 = A[gid][2 tig + 8, +9], a3 = A[gid + 8][2 tig + 8, +9]
+ *   B (16 x 8, col):  b0 = B[2 tig, +1][gid], b1 = B[2 tig + 8, +9][gid]
+ *   C, D (16 x 8):    c0, c1 = C[gid][2 tig, +1], c2, c3 = C[gid + 8][2 tig, +1]
+ * and waits at the warp's barrier; the last lane to arrive computes the warp's D (emu_mma_warp,
+ * emu.cpp) and each lane takes its fragment of D. A lane missing (exited, or a warp of fewer than
+ * 32 threads) or at another warp op, or a mix of types, is reported. */
+void emu_mma_warp(int w);
+extern long emu_mma_ops; /* mma.sync ops run (per warp) */
+template <int kind>
+static inline void emu_mma_m16n8k16(float &d0, float &d1, float &d2, float &d3, uint32_t a0, uint32_t a1, uint32_t a2,
+                                    uint32_t a3, uint32_t b0, uint32_t b1, float c0, float c1, float c2, float c3) {
+  int w = emu_tid / 32;
+  emu_mma_lane &m = emu_bs->mma[w][emu_tid % 32];
+  m.a[0] = a0, m.a[1] = a1, m.a[2] = a2, m.a[3] = a3, m.b[0] = b0, m.b[1] = b1;
+  m.c[0] = c0, m.c[1] = c1, m.c[2] = c2, m.c[3] = c3, m.kind = kind;
+  unsigned seq = emu_bs->mma_seq[w];
+  emu_bar &bar = emu_bs->warp_bar[w];
+  if (bar.count + 1 >= bar.expected) emu_mma_warp(w); /* the last lane to arrive */
+  bar.arrive();
+  if (emu_bs->mma_seq[w] == seq) { /* a lane exited while the others waited: nobody computed */
+    emu_report("kernel %s: mma.sync of warp %d completed by a lane exiting, not by all 32 lanes", emu_kernel, w);
+    m.kind = 0;
+  }
+  d0 = m.d[0], d1 = m.d[1], d2 = m.d[2], d3 = m.d[3];
+}
+
+/* inline PTX that emu_rewrite.pl does not know: the kernel cannot go on */
+static inline void emu_asm_unsupported(const char *what) {
+  fprintf(stderr, "emu: kernel %s: inline PTX is not emulated: %s\n", emu_kernel, what);
+  abort();
+}
+
+/* ---- checked vector accesses: run.sh turns reinterpret_cast<T *>(p) into emu_vcast<T *>(p) ----
+ * The kernels access memory as wider types through such casts (uint4, lt_dev_vec, uint32_t pairs
+ * of 16-bit elements); a GPU faults on an access not aligned to the type, so report the cast of a
+ * misaligned pointer inside a kernel. The vector types above have CUDA's alignments. */
+void emu_misaligned(const void *p, size_t align);
+template <typename P, typename Q> static inline P emu_vcast(Q q) {
+  typedef typename std::remove_cv<typename std::remove_pointer<P>::type>::type T;
+  if constexpr (std::is_object<T>::value && std::is_pointer<Q>::value)
+    if (emu_kernel && alignof(T) > 1 && (uintptr_t)q % alignof(T)) emu_misaligned((const void *)q, alignof(T));
+  return reinterpret_cast<P>(q);
+}
+
+/* ---- static __shared__ arrays: run.sh appends emu_smem_static(&name, sizeof name) to each
+ * declaration, so that the launch poisons them before every block (the first thread to reach the
+ * declaration in a launch poisons it before any thread of the block can use it) ---- */
+void emu_smem_static(void *p, size_t n);
 
 /* ---- atomics: real ones (blocks run one at a time, threads of a block concurrently) ---- */
 template <typename T> static inline T emu_atomic_cas_loop(T *p, T v, int op) {
@@ -303,7 +376,12 @@ using std::fmax;
 using std::fmin;
 
 /* ---- launches and the runtime API the kernels call ---- */
-void emu_launch(dim3 grid, dim3 block, size_t smem, std::function<void()> f);
+/* kernel: the launched function (the key of its cudaFuncSetAttribute opt-in); name: as written */
+void emu_launch_fn(dim3 grid, dim3 block, size_t smem, const char *name, const void *kernel, std::function<void()> f);
+template <typename F>
+static inline void emu_launch(dim3 grid, dim3 block, size_t smem, const char *name, F *kernel, std::function<void()> f) {
+  emu_launch_fn(grid, block, smem, name, (const void *)kernel, std::move(f));
+}
 #define EMU_CFG(g, b, ...) dim3(g), dim3(b), emu_smem_arg(__VA_ARGS__)
 static inline size_t emu_smem_arg() { return 0; }
 template <typename A> static inline size_t emu_smem_arg(A s) { return (size_t)s; }
@@ -352,8 +430,12 @@ static inline cudaError_t cudaGetDevice(int *d) {
   return cudaSuccess;
 }
 static inline cudaError_t cudaSetDevice(int) { return cudaSuccess; }
-template <typename F> static inline cudaError_t cudaFuncSetAttribute(F, int, int) { return cudaSuccess; }
 enum { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+/* records MaxDynamicSharedMemorySize (the launch checks it); other attributes are accepted */
+cudaError_t emu_func_set_attribute(const void *kernel, int attr, int value);
+template <typename F> static inline cudaError_t cudaFuncSetAttribute(F *kernel, int attr, int value) {
+  return emu_func_set_attribute((const void *)kernel, attr, value);
+}
 static inline cudaError_t cudaMallocHost(void **p, size_t n) {
   *p = malloc(n ? n : 1);
   return *p ? cudaSuccess : 2;
@@ -363,11 +445,11 @@ static inline cudaError_t cudaFreeHost(void *p) {
   return cudaSuccess;
 }
 
-/* ---- cuda_bf16.h / cuda_fp16.h: the pair types the mma helpers name (never run here) ---- */
-struct __nv_bfloat162 {
+/* ---- cuda_bf16.h / cuda_fp16.h: the pair types the mma helpers use ---- */
+struct alignas(4) __nv_bfloat162 {
   uint16_t x, y;
 };
-struct __half2 {
+struct alignas(4) __half2 {
   uint16_t x, y;
 };
 __nv_bfloat162 __floats2bfloat162_rn(float lo, float hi);

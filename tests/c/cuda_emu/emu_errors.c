@@ -1,6 +1,34 @@
 /* emu_errors.c — bad input on the emulated device gets the CPU's error (suite "errors"): each
- * call runs on CPU tensors and on their device copies; both must fail, with the same message. */
+ * call runs on CPU tensors and on their device copies; both must fail, with the same message.
+ * Then the emulator's own checks (emu_probe.cu): mma.sync against a plain product, and each rule
+ * a GPU enforces must be reported when a kernel breaks it. */
 #include "emu_check.h"
+long emu_expect(void (*f)(void)); /* emulator errors f caused (then forgiven) */
+int emu_probe_mma(int f16);
+int emu_probe_poison(void);
+void emu_probe_mma_exit(void), emu_probe_smem_over(void), emu_probe_smem_optin(void), emu_probe_misaligned(void),
+    emu_probe_aligned(void);
+/* f must cause emulator reports (want 1) or none (want 0) */
+static void expect(const char *what, void (*f)(void), int want) {
+  long n = emu_expect(f);
+  if ((n > 0) != want) emu_fails++, printf("FAIL errors %s: %ld emulator reports, want %s\n", what, n, want ? "some" : "none");
+  else emu_passes++;
+}
+static void probes(void) {
+  for (int f16 = 0; f16 < 2; f16++) {
+    int bad = emu_probe_mma(f16);
+    if (bad) emu_fails++, printf("FAIL errors mma.sync %s: %d of 512 elements differ from the product\n", f16 ? "f16" : "bf16", bad);
+    else emu_passes++;
+  }
+  int bad = emu_probe_poison();
+  if (bad) emu_fails++, printf("FAIL errors shared memory poison: %d reads saw another block's values\n", bad);
+  else emu_passes++;
+  expect("mma.sync with a lane exited", emu_probe_mma_exit, 1);
+  expect("64 KB dynamic shared memory without opt-in", emu_probe_smem_over, 1);
+  expect("64 KB dynamic shared memory opted in", emu_probe_smem_optin, 0);
+  expect("misaligned float4 and u32 loads", emu_probe_misaligned, 1);
+  expect("aligned float4 and u32 loads", emu_probe_aligned, 0);
+}
 static char cpu_msg[512];
 static void both(const char *what, int rc, int rd) {
   if (rc == 0 || rd == 0) {
@@ -45,4 +73,5 @@ void emu_suite_errors(void) {
   both("softmax dim", SAVE(lt_softmax(o, a, 5)), lt_softmax(od, ad, 5));
   lt_tensor *all[] = {a, b, ad, bd, o, od, o2, o2d, t, td, t2, t2d, x, xd, qq, kk, qqd, kkd, w, wd, m, md};
   for (size_t i = 0; i < sizeof all / sizeof *all; i++) lt_release(all[i]);
+  probes();
 }

@@ -29,22 +29,20 @@ fi
 cd "$work"
 mkdir -p src cub/device
 # the kernels, rewritten for the emulator (into src/, so that a kernel edited meanwhile is re-copied)
-kernels="elementwise unary binary copy_strided norm loss embedding rope rng optim attention_fwd attention_bwd reduce softmax"
+kernels="elementwise unary binary copy_strided norm loss embedding rope rng optim attention_fwd attention_bwd
+  attention_bwd_mma reduce softmax"
 hostfiles="memory tensor copy ops_elementwise ops_unary ops_binary ops_norm ops_loss ops_embedding ops_rope rng ops_adamw
   ops_lion ops_multi_tensor ops_attention ops_attention_cuda ops_reduce ops_argmax ops_softmax"
 for h in emu.h emu_cub.h; do cp "$here/$h" src/$h.new; done
 sed 's|#include <cuda_runtime.h>|#include "emu.h"|' "$root/kernels/common.cuh" >src/common.cuh.new
 for h in cuda_bf16.h cuda_fp16.h; do echo '#include "emu.h"' >"src/$h.new"; done
 for h in device_radix_sort device_run_length_encode device_scan; do echo '#include "emu_cub.h"' >"cub/device/$h.cuh"; done
+# (emu_rewrite.pl: launches, shared memory, vector casts, mma.sync); emu_probe.cu: the errors
+# suite's kernels that break the rules on purpose, and the mma check against a plain product
 for k in $(for k in $kernels; do echo $k.cu; done) $(cd "$root/kernels" && ls *.cuh | grep -v common.cuh); do
-  # kernel<<<grid, block, smem, stream>>>(args);  ->  emu_launch(grid, block, smem, [&]{ kernel(args); });
-  # extern __shared__ T name[];                   ->  T *name = (T *)emu_dyn_smem;
-  # inline PTX (mma.sync) cannot run: it aborts, and the forward's mma path is switched off.
-  perl -0pe 's/(\w+(?:<[^<>;]*>)?)\s*<<<(.*?)>>>\((.*?)\);/emu_launch(EMU_CFG($2), [&]{ $1($3); });/gs;
-    s/extern\s+__shared__\s+(?:__align__\(\d+\)\s+)?([\w ]+?)\s+(\w+)\[\];/$1 *$2 = ($1 *)emu_dyn_smem;/g;
-    s/asm\s+volatile\s*\((.*?)\);/abort();/gs;
-    s/(int lt_cuda_attention_fwd_uses_mma\([^)]*\)\s*\{)/$1 return 0;/' "$root/kernels/$k" >"src/$k.new"
+  perl "$here/emu_rewrite.pl" <"$root/kernels/$k" >"src/$k.new" || exit 1
 done
+perl "$here/emu_rewrite.pl" <"$here/emu_probe.cu" >src/emu_probe.cu.new || exit 1
 for f in src/*.new; do # replace only what changed, so that make-like checks below skip the rest
   cmp -s "$f" "${f%.new}" 2>/dev/null && rm "$f" || mv "$f" "${f%.new}"
 done
@@ -66,7 +64,7 @@ for f in $hostfiles; do
   newer $f.o src/$f.c &&
     echo "cc $opt -std=gnu11 -fopenmp -mavx2 -mfma -mf16c -DLUTRA_HAVE_CUDA=1 -w $inc -c src/$f.c -o $f.o" >>cmds
 done
-for f in $kernels emu; do
+for f in $kernels emu_probe emu; do
   s=src/$f.cu
   [ $f = emu ] && s=$here/emu.cpp
   objs="$objs $f.cu.o"
