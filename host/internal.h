@@ -217,6 +217,8 @@ int lt_cuda_memcpy(void *dst, int dst_device, const void *src, int src_device, i
 int lt_cuda_fill_contig(int device, void *data, int dtype, int64_t n, double value);
 int lt_cuda_add_contig(int device, void *out, const void *a, const void *b, int dtype, int64_t n);
 int lt_cuda_convert_contig(int device, void *dst, int dst_dtype, const void *src, int src_dtype, int64_t n);
+/* Returns LT_CUDA_READY with *count > 0, or LT_CUDA_NO_DEVICE / LT_CUDA_BROKEN with *count 0;
+ * status says which devices, or why there are none. */
 int lt_cuda_init_devices(int *count, char *status, int status_len);
 int lt_cuda_device_synchronize(int device);
 

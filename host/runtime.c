@@ -43,14 +43,15 @@ int lt_set_num_threads(int n) {
 
 /* ---- CUDA probe: done once, never fails ------------------------------------------- */
 
-static int cuda_count = 0;
+static int cuda_count = 0, cuda_availability = LT_CUDA_NOT_BUILT;
 static char cuda_status_text[256];
 static pthread_once_t cuda_probe_once = PTHREAD_ONCE_INIT;
 
 static void probe_cuda_once(void) {
 #ifdef LUTRA_HAVE_CUDA
   int n = 0;
-  if (lt_cuda_init_devices(&n, cuda_status_text, sizeof cuda_status_text) != 0) n = 0;
+  cuda_availability = lt_cuda_init_devices(&n, cuda_status_text, sizeof cuda_status_text);
+  if (cuda_availability != LT_CUDA_READY) n = 0;
   cuda_count = n;
 #else
   cuda_count = 0;
@@ -68,6 +69,11 @@ int lt_cuda_device_count(void) {
 const char *lt_cuda_status(void) {
   probe_cuda();
   return cuda_status_text;
+}
+
+int lt_cuda_availability(void) {
+  probe_cuda();
+  return cuda_availability;
 }
 
 int lt_cuda_synchronize(int device) {

@@ -34,18 +34,20 @@ int lt_cuda_blocks(int device, int64_t work) {
   return (int)(needed < 1 ? 1 : needed < cap ? needed : cap);
 }
 
-/* Why there is no usable device, in words a user can act on. */
-static void describe_failure(cudaError_t err, char *status, int status_len) {
+/* Why there is no usable device, in words a user can act on. Returns LT_CUDA_NO_DEVICE
+ * where this machine has no GPU to offer (no device; no driver installed, as on any machine
+ * without a GPU), LT_CUDA_BROKEN where a driver is there but does not work. */
+static int describe_failure(cudaError_t err, char *status, int status_len) {
   if (err == cudaErrorNoDevice) {
     snprintf(status, (size_t)status_len, "no CUDA device");
-    return;
+    return LT_CUDA_NO_DEVICE;
   }
   if (err == cudaErrorInsufficientDriver) {
     /* the runtime says this both when libcuda is missing and when it is too old */
     void *driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
     if (!driver) {
       snprintf(status, (size_t)status_len, "no CUDA driver (libcuda.so.1 not found)");
-      return;
+      return LT_CUDA_NO_DEVICE;
     }
     dlclose(driver);
     int driver_version = 0, runtime_version = 0;
@@ -53,10 +55,11 @@ static void describe_failure(cudaError_t err, char *status, int status_len) {
     cudaRuntimeGetVersion(&runtime_version);
     snprintf(status, (size_t)status_len, "CUDA driver too old: supports CUDA %d.%d, lutra was built with %d.%d",
              driver_version / 1000, driver_version % 1000 / 10, runtime_version / 1000, runtime_version % 1000 / 10);
-    return;
+    return LT_CUDA_BROKEN;
   }
   snprintf(status, (size_t)status_len, "no usable CUDA device: %s (%s)", cudaGetErrorString(err),
            cudaGetErrorName(err));
+  return LT_CUDA_BROKEN;
 }
 
 int lt_cuda_init_devices(int *count, char *status, int status_len) {
@@ -64,9 +67,8 @@ int lt_cuda_init_devices(int *count, char *status, int status_len) {
   cudaError_t err = cudaGetDeviceCount(&n);
   if (err != cudaSuccess || n <= 0) {
     cudaGetLastError();
-    describe_failure(err == cudaSuccess ? cudaErrorNoDevice : err, status, status_len);
     device_count = *count = 0;
-    return 0;
+    return describe_failure(err == cudaSuccess ? cudaErrorNoDevice : err, status, status_len);
   }
   if (n > MAX_CUDA_DEVICES) n = MAX_CUDA_DEVICES;
   /* "1 CUDA device: cuda:0 NVIDIA H200 (sm_90, 140 GiB)" */
@@ -83,7 +85,7 @@ int lt_cuda_init_devices(int *count, char *status, int status_len) {
                       prop.name, prop.major, prop.minor, (double)prop.totalGlobalMem / (1 << 30));
   }
   device_count = *count = n;
-  return 0;
+  return LT_CUDA_READY;
 }
 
 /* ---- device memory: the caching allocator (host/caching_alloc.c) over cudaMalloc ------

@@ -270,7 +270,8 @@ static int run_repl(lua_State *L, int banner) {
   return status;
 }
 
-/* `lutra selftest [args]`: exit 77 (skip) when the module is not there. */
+/* `lutra selftest [args]`: the module's status (77: no GPU to test). A missing module is a
+ * broken installation, a failure, never a skip. */
 static int run_selftest(lua_State *L, int argc, char **argv) {
   create_arg_table(L, argc, argv, 1);
   lua_getglobal(L, "package");
@@ -280,7 +281,7 @@ static int run_selftest(lua_State *L, int argc, char **argv) {
   lua_call(L, 2, 2);
   if (lua_isnil(L, -2)) {
     fprintf(stderr, "lutra selftest: module lutra.selftest not found:%s\n", lua_tostring(L, -1));
-    return 77;
+    return 1;
   }
   lua_settop(L, 0);
   lua_createtable(L, argc - 2, 0);

@@ -88,9 +88,15 @@ int lt_dtype_size(int dtype);          /* bytes per element, 0 if unknown */
 int lt_dtype_from_name(const char *name, int *dtype);
 
 /* CUDA availability never fails: with no GPU, no driver or a CPU-only build the
- * count is 0 and lt_cuda_status() says why. */
+ * count is 0 and lt_cuda_status() says why. lt_cuda_availability() tells the cases apart
+ * for whoever must decide between "nothing to run on" and "something is broken" (lutra
+ * selftest: skipped or failed): LT_CUDA_READY (count > 0), LT_CUDA_NOT_BUILT, LT_CUDA_NO_DEVICE
+ * (no GPU, or no driver at all), LT_CUDA_BROKEN (a driver that is too old, fails to
+ * initialise, or any other error from the runtime). */
+enum { LT_CUDA_READY = 0, LT_CUDA_NOT_BUILT = 1, LT_CUDA_NO_DEVICE = 2, LT_CUDA_BROKEN = 3 };
 int lt_cuda_device_count(void);
 const char *lt_cuda_status(void);
+int lt_cuda_availability(void);
 /* TF32 tensor cores for f32 matmuls on CUDA (off by default, as PyTorch); no effect on the CPU. */
 int lt_cuda_set_tf32(int enabled);
 int lt_cuda_get_tf32(void);

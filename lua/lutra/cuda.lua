@@ -1,6 +1,8 @@
 -- lutra.cuda — devices, memory, and the streams and events that order GPU work.
 --
 --   lt.cuda.is_available(), device_count(), status(), synchronize(device)
+--   lt.cuda.availability()          "ready", or why not: "not built", "no device" (no GPU or no
+--                                   driver here), "broken" (a driver that fails); status() in words
 --   lt.cuda.memory_stats(device), reset_peak_memory_stats(device), empty_cache(device)
 --   lt.cuda.set_tf32(on), get_tf32()
 --   lt.cuda.event()                 an event: ev:record(device, "compute"|"copy"), ev:synchronize(),
@@ -27,6 +29,9 @@ local M = {}
 M.is_available = function() return C.lt_cuda_device_count() > 0 end
 M.device_count = function() return C.lt_cuda_device_count() end
 M.status = function() return ffi.string(C.lt_cuda_status()) end
+local AVAILABILITY = {[C.LT_CUDA_READY] = "ready", [C.LT_CUDA_NOT_BUILT] = "not built",
+                      [C.LT_CUDA_NO_DEVICE] = "no device", [C.LT_CUDA_BROKEN] = "broken"}
+M.availability = function() return AVAILABILITY[C.lt_cuda_availability()] end
 M.synchronize = function(device)
   if C.lt_cuda_synchronize(dtype.device_id(device, 0)) ~= 0 then fail() end
 end

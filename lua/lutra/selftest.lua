@@ -1,7 +1,11 @@
 -- lutra.selftest — `lutra selftest`: every op that has a CUDA path, run on the GPU and on
 -- the CPU over random shapes (odd sizes included) and compared element by element.
 --
---   lutra selftest            compare cuda:0 with the CPU; exit 77 (skipped) without a GPU
+--   lutra selftest            compare cuda:0 with the CPU; exit 77 (skipped) where there is
+--                             no GPU to test: no device, no driver, or a build without CUDA.
+--                             A driver that is there but fails (too old, cannot initialise)
+--                             or a C library that does not load is a failure (exit 1), and
+--                             so is "no GPU" where LUTRA_REQUIRE_GPU=1 (set it on GPU machines)
 --   lutra selftest -v         print every case, not one row per op and dtype
 --   lutra selftest --device=cpu   run the harness with the CPU on both sides (checks the
 --                             checker where there is no GPU; every error must be 0)
@@ -24,7 +28,11 @@ local M = {}
 local PROBE = {
   lt_cuda_device_count = "int lt_cuda_device_count(void);",
   lt_cuda_status = "const char *lt_cuda_status(void);",
+  lt_cuda_availability = "int lt_cuda_availability(void);",
 }
+-- lt_cuda_availability()'s values for "no GPU here" (host/include/lutra.h); anything else
+-- without a device is LT_CUDA_BROKEN
+local CUDA_NOT_BUILT, CUDA_NO_DEVICE = 1, 2
 
 -- The C API: ffi.C inside the lutra executable, else liblutra ($LUTRA_LIB or "lutra").
 local function probe_api()
@@ -439,8 +447,24 @@ local function print_table(rows)
   end
 end
 
+-- Where there is no CUDA device: nil, the exit status and its message when the run ends
+-- here (77 skipped, 1 failed), or nil when only the harness runs (--device=cpu).
+local function without_gpu(C, device)
+  if device == "cpu" then return nil end
+  local why = ffi.string(C.lt_cuda_status())
+  local state = C.lt_cuda_availability()
+  if state ~= CUDA_NOT_BUILT and state ~= CUDA_NO_DEVICE then
+    return 1, "selftest: FAILED: the CUDA driver does not work: " .. why
+  end
+  local require_gpu = os.getenv("LUTRA_REQUIRE_GPU")
+  if require_gpu and require_gpu ~= "" and require_gpu ~= "0" then
+    return 1, "selftest: FAILED: no GPU to test (" .. why .. ") and LUTRA_REQUIRE_GPU=" .. require_gpu
+  end
+  return 77, "selftest: skipped: no GPU to test (" .. why .. ")"
+end
+
 -- args: the command line after `selftest` (a list of strings). Returns the exit status:
--- 0 all passed, 1 a failure, 77 skipped (no GPU).
+-- 0 all passed, 1 a failure, 77 skipped (no GPU: see the top of this file).
 function M.main(args)
   args = args or {}
   local verbose, device = false, nil
@@ -460,13 +484,16 @@ function M.main(args)
 
   local C, err = probe_api()
   if not C then
-    print("selftest: skipped: no CUDA device (the C library did not load: " .. err .. ")")
-    return 77
+    print("selftest: FAILED: the C library did not load: " .. err)
+    return 1
   end
   local count = C.lt_cuda_device_count()
-  if count == 0 and device ~= "cpu" then
-    print("selftest: skipped: no CUDA device (" .. ffi.string(C.lt_cuda_status()) .. ")")
-    return 77
+  if count == 0 then
+    local status, msg = without_gpu(C, device)
+    if status then
+      print(msg)
+      return status
+    end
   end
   device = device or "cuda"
 
