@@ -117,6 +117,47 @@ function M.assert_error(fragment, fn, ...)
   return err
 end
 
+-- ---- tests that cannot run here ------------------------------------------------------------
+
+-- skip(reason): ends the running test as skipped (at a file's top level: the whole file).
+-- tests/lua/run.lua counts it and exits 77, ctest's skip, unless something failed: a test
+-- that cannot run is reported as not run, never as passed. The error value is the
+-- runner's skip shape, {lutra_skip = reason}.
+local SKIP_MT = {__tostring = function(e) return "skipped: " .. e.lutra_skip end}
+function M.skip(reason)
+  error(setmetatable({lutra_skip = tostring(reason or "no reason given")}, SKIP_MT), 0)
+end
+
+local function shell_ok(cmd)
+  local r = os.execute(cmd)
+  return r == 0 or r == true
+end
+
+-- need_python(module): the interpreter that imports `module` ("torch", "json"), from
+-- $LUTRA_PYTHON, /usr/bin/python3 and python3 (first that works, remembered). Without one
+-- the test is skipped, or fails where LUTRA_REQUIRE_TORCH=1 (CI, which installs
+-- python3-torch: there a missing reference must not pass as a skip).
+local pythons = {}
+function M.need_python(module)
+  module = module or "torch"
+  if pythons[module] then return pythons[module] end
+  local tried = {}
+  for _, py in ipairs {os.getenv("LUTRA_PYTHON") or "/usr/bin/python3", "python3"} do
+    if not tried[py] then
+      tried[#tried + 1], tried[py] = py, true
+      if shell_ok(string.format("%s -c 'import %s' >/dev/null 2>&1", py, module)) then
+        pythons[module] = py
+        return py
+      end
+    end
+  end
+  local why = string.format("needs python3 with %s (%s cannot import it; apt-get install python3-torch)", module,
+                            table.concat(tried, ", "))
+  local req = os.getenv("LUTRA_REQUIRE_TORCH")
+  if req and req ~= "" and req ~= "0" then raise(why .. "; LUTRA_REQUIRE_TORCH=1 makes this a failure") end
+  M.skip(why)
+end
+
 -- ---- inputs ------------------------------------------------------------------------------
 
 local state = 88172645463325252ULL

@@ -13,7 +13,6 @@ local json = require "lutra.json"
 local T = require "lutra.testing"
 local close, equal, assert_error = T.assert_close, T.assert_equal, T.assert_error
 
-local PYTHON = "/usr/bin/python3"
 local root = (debug.getinfo(1, "S").source:match("^@(.*)/tests/lua/[^/]*$")) or "."
 
 local TEXT = "abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ.,!?'<|>_\n0123456789"
@@ -84,11 +83,7 @@ test("pairs: plain concatenation; the mask covers the response exactly; collate 
 end)
 
 test("pairs with a chat template: only the final assistant turn counts", function()
-  local ok, templates = pcall(require, "lutra.sft.templates")
-  if not ok then
-    print("  (skipped: lutra.sft.templates is not there)")
-    return
-  end
+  local templates = require "lutra.sft.templates"
   local t = templates.get("chatml")
   local rec = {prompt = {{role = "user", content = "Hi"}, {role = "assistant", content = "Yo"},
                          {role = "user", content = "Bye"}}, chosen = "Ciao", rejected = "no"}
@@ -122,19 +117,11 @@ test("sequence log-probs are the sums of log_softmax over the response tokens", 
   end
 end)
 
-local function have_torch()
-  local r = os.execute(PYTHON .. " -c 'import torch' >/dev/null 2>&1")
-  return r == 0 or r == true
-end
-
 local CONFIGS = {{loss = "sigmoid", eps = 0}, {loss = "sigmoid", eps = 0.1}, {loss = "sigmoid", eps = 0.3},
                  {loss = "ipo", eps = 0}, {loss = "hinge", eps = 0}}
 
 test("losses and gradients against PyTorch: sigmoid (label smoothing 0, 0.1, 0.3), ipo, hinge", function()
-  if not have_torch() then
-    print("  (skipped: " .. PYTHON .. " has no torch)")
-    return
-  end
+  local PYTHON = T.need_python("torch")
   local B = 5
   local cases, mine = {}, {}
   -- from log-probs, spread so that hinge has both sides of its kink

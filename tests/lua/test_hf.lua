@@ -12,7 +12,6 @@ local models = require "lutra.models"
 local T = require "lutra.testing"
 local equal, fails, close = T.assert_equal, T.assert_error, T.assert_close
 
-local PYTHON = "/usr/bin/python3"
 local root = (debug.getinfo(1, "S").source:match("^@(.*)/tests/lua/[^/]*$")) or "."
 
 local dir = os.tmpname()
@@ -286,11 +285,7 @@ test("tokenizer.json travels with the model; bos/eos ids in config.json", functi
 end)
 
 test("PyTorch (HF's GPT-2 and Llama math under HF's names) gives the same logits", function()
-  local r = os.execute(PYTHON .. " -c 'import torch' >/dev/null 2>&1")
-  if not (r == 0 or r == true) then
-    print("  skipped: " .. PYTHON .. " has no torch")
-    return
-  end
+  local PYTHON = T.need_python("torch")
   local dirs, ours, tol = {}, {}, {}
   for _, dt in ipairs {"f64", "f32"} do
     for name in pairs(CASES) do

@@ -19,11 +19,6 @@ local function read(path)
   return s
 end
 
-local PYTHON
-for _, p in ipairs {"/usr/bin/python3", "python3"} do
-  local r = os.execute(p .. " -c 'import json' >/dev/null 2>&1")
-  if r == 0 or r == true then PYTHON = p break end
-end
 
 test("scalars and literals", function()
   equal(json.decode("true"), true)
@@ -280,10 +275,7 @@ test("JSONL: line numbers, blank lines, a bad line names the file and line", fun
 end)
 
 test("python's json module as the reference", function()
-  if not PYTHON then
-    print("  skipped: no python3 with json")
-    return
-  end
+  local PYTHON = T.need_python("json")
   -- 1. python writes escapes we must decode (ensure_ascii: \uXXXX and surrogate pairs)
   local dir = os.tmpname()
   os.remove(dir)

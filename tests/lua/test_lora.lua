@@ -201,14 +201,7 @@ local function tmpdir()
   return d
 end
 
-local function have_safetensors()
-  local ok = pcall(require, "lutra.ckpt.safetensors")
-  if not ok then print("  (skipped: lutra.ckpt.safetensors is not there)") end
-  return ok
-end
-
 test("save/load in PEFT's layout (gpt2): names, shapes, config; a fresh base + load = the trained model", function()
-  if not have_safetensors() then return end
   local st = require "lutra.ckpt.safetensors"
   local json = require "lutra.json"
   lt.manual_seed(7)
@@ -257,7 +250,6 @@ test("save/load in PEFT's layout (gpt2): names, shapes, config; a fresh base + l
 end)
 
 test("llama's fused qkv: exported as q_proj, k_proj, v_proj (same A, B rows), loaded back exactly", function()
-  if not have_safetensors() then return end
   local st = require "lutra.ckpt.safetensors"
   local json = require "lutra.json"
   lt.manual_seed(3)
@@ -344,12 +336,8 @@ test("PEFT module names: lutra.hf_weights' map and lora_peft's own table agree (
 end)
 
 test("PEFT's merge in PyTorch (tests/py/ref_lora.py): base + exported adapters = lutra's merged model", function()
-  local r = os.execute("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1")
-  local okh, hf = pcall(require, "lutra.hf")
-  if not (r == 0 or r == true) or not okh or not have_safetensors() then
-    print("  (skipped: needs /usr/bin/python3 with torch and lutra.hf)")
-    return
-  end
+  local python = T.need_python("torch")
+  local hf = require "lutra.hf"
   local root = (debug.getinfo(1, "S").source:match("^@(.*)/tests/lua/[^/]*$")) or "."
   local cases = {{gpt2, {r = 4, alpha = 8}, 2 * 4}, {llama, {r = 4, alpha = 8, rslora = true}, 2 * 7},
                  {llama, {r = 2, alpha = 4, targets = {"q_proj", "v_proj", "down_proj"}}, 2 * 3}}
@@ -363,8 +351,8 @@ test("PEFT's merge in PyTorch (tests/py/ref_lora.py): base + exported adapters =
     lora.save(dir .. "/adapter", model)
     lora.merge_and_unload(model)
     hf.save_pretrained(dir .. "/merged", model)
-    local p = io.popen(string.format("/usr/bin/python3 %s/tests/py/ref_lora.py %s/base %s/adapter %s/merged 2>&1; echo rc=$?",
-      root, dir, dir, dir))
+    local p = io.popen(string.format("%s %s/tests/py/ref_lora.py %s/base %s/adapter %s/merged 2>&1; echo rc=$?",
+      python, root, dir, dir, dir))
     local out = p:read("*a")
     p:close()
     assert(out:find("rc=0", 1, true), out)
@@ -405,7 +393,6 @@ test("PEFT-style targets on llama: {q_proj, v_proj} are row blocks of qkv; k row
   local per_layer = r * (16 + 16) + 2 * r * (16 + 8) + r * (16 + 16) + 2 * r * (16 + 24) + r * (24 + 16)
   equal(a2, 2 * per_layer)
   equal(t2, a2)
-  if not have_safetensors() then return end
   local st = require "lutra.ckpt.safetensors"
   local json = require "lutra.json"
   local dir = tmpdir()

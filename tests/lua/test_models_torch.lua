@@ -9,14 +9,9 @@ local T = require "lutra.testing"
 local ffi = require "ffi"
 local equal = T.assert_equal
 
-local PYTHON = "/usr/bin/python3"
 local root = (debug.getinfo(1, "S").source:match("^@(.*)/tests/lua/[^/]*$")) or "."
 local script = root .. "/tests/py/ref_gpt.py"
 
-local function have_torch()
-  local r = os.execute(PYTHON .. " -c 'import torch' >/dev/null 2>&1")
-  return r == 0 or r == true
-end
 
 local function write_raw(f, t)
   local c = t:contiguous()
@@ -125,10 +120,7 @@ local SMALL = {
 }
 
 test("gpt2 and llama: loss, logits and every parameter gradient match PyTorch (f64 and f32)", function()
-  if not have_torch() then
-    print("test_models_torch: SKIPPED: " .. PYTHON .. " cannot import torch (apt-get install python3-torch)")
-    return
-  end
+  local PYTHON = T.need_python("torch")
   local dir = io.popen("mktemp -d"):read("*l")
   local cases = {}
   for _, dt in ipairs {"f64", "f32"} do

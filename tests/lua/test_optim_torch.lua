@@ -2,9 +2,9 @@
 -- torch.optim.SGD, lucidrains' Lion (in torch ops) and clip_grad_norm_ on fixed parameters
 -- and gradients; the same steps here must give the same parameters after every step
 -- (within 1e-6 of each tensor's largest value; AdamW and Lion come out bitwise equal, SGD
--- differs by an ulp where torch's add(alpha=) fuses the multiply-add). Skipped, saying so,
--- when python3 with torch is not installed. LUTRA_PYTHON names the interpreter (default
--- /usr/bin/python3, then python3).
+-- differs by an ulp where torch's add(alpha=) fuses the multiply-add). Skipped without
+-- python3 and torch (a failure where LUTRA_REQUIRE_TORCH=1). LUTRA_PYTHON names the
+-- interpreter (default /usr/bin/python3, then python3).
 local lt = require "lutra"
 local optim = require "lutra.optim"
 local T = require "lutra.testing"
@@ -27,32 +27,20 @@ local function tmpname()
   return name
 end
 
--- The reference file's path, or nil and why.
-local reference_file, skip_reason
+-- The reference file's path (written once); skips the test without python3 and torch.
+local reference_file
 local function reference()
-  if reference_file or skip_reason then return reference_file, skip_reason end
-  local out = tmpname()
-  local err = tmpname()
-  local tried = {}
-  for _, py in ipairs {os.getenv("LUTRA_PYTHON") or "/usr/bin/python3", "python3"} do
-    tried[#tried + 1] = py
-    local code = exit_code(os.execute(string.format("%s '%s' %s 2>%s", py, SCRIPT, out, err)))
-    if code == 0 then
-      reference_file = out
-      os.remove(err)
-      return reference_file
-    end
-    if code ~= 3 and code ~= 127 then
-      local f = io.open(err)
-      local msg = f and f:read("*a") or ""
-      if f then f:close() end
-      os.remove(err)
-      error(SCRIPT .. " failed (exit " .. code .. "):\n" .. msg)
-    end
-  end
+  if reference_file then return reference_file end
+  local py = T.need_python("torch")
+  local out, err = tmpname(), tmpname()
+  local code = exit_code(os.execute(string.format("%s '%s' %s 2>%s", py, SCRIPT, out, err)))
+  local f = io.open(err)
+  local msg = f and f:read("*a") or ""
+  if f then f:close() end
   os.remove(err)
-  skip_reason = "skipped: no python3 with torch (tried " .. table.concat(tried, ", ") .. ")"
-  return nil, skip_reason
+  if code ~= 0 then error(SCRIPT .. " failed (exit " .. code .. "):\n" .. msg) end
+  reference_file = out
+  return out
 end
 
 local function numbers(rest)
@@ -162,11 +150,7 @@ local function replay(case)
 end
 
 test("AdamW, SGD, Lion and clip_grad_norm follow PyTorch's trajectories", function()
-  local path, why = reference()
-  if not path then
-    print("test_optim_torch: " .. why)
-    return
-  end
+  local path = reference()
   local cases = parse(path)
   equal(#cases, 10)
   local lines, bad = {}, {}

@@ -9,11 +9,6 @@ local json = require "lutra.json"
 local T = require "lutra.testing"
 local equal, fails, close = T.assert_equal, T.assert_error, T.assert_close
 
-local PYTHON = "/usr/bin/python3"
-local function have_torch()
-  local r = os.execute(PYTHON .. " -c 'import torch' >/dev/null 2>&1")
-  return r == 0 or r == true
-end
 
 local dir = os.tmpname()
 os.remove(dir)
@@ -156,10 +151,7 @@ test("errors: bad files and bad arguments", function()
 end)
 
 test("PyTorch reads our file and writes one we read", function()
-  if not have_torch() then
-    print("  skipped: " .. PYTHON .. " has no torch")
-    return
-  end
+  local PYTHON = T.need_python("torch")
   local ts = sample_tensors()
   local ours = dir .. "/ours.safetensors"
   st.save(ours, ts, {format = "pt"})
