@@ -116,18 +116,83 @@ void emu_smem_static(void *p, size_t n) {
   smem_regions.push_back({p, n, emu_launches});
 }
 
-/* The fibers of a launch: one per thread of a block, restarted for every block. */
-#include <ucontext.h>
+/* The fibers of a launch: one per thread of a block, restarted for every block. On x86-64 a
+ * switch is emu_switch below (callee-saved registers and the FP control words, no system call);
+ * elsewhere ucontext's swapcontext, which also saves the signal mask (a system call a switch:
+ * most of the emulator's time). */
 enum { EMU_STACK = 256 * 1024 };
+#if defined(__x86_64__)
+struct emu_ctx {
+  void *sp;
+};
+/* saves the running context's registers on its stack and its stack pointer in *save, then
+ * resumes the context whose stack pointer is load */
+extern "C" void emu_switch(void **save, void *load);
+extern "C" void emu_fiber_entry(); /* a new fiber's first return: calls r12(rbx) */
+asm(R"(.text
+.globl emu_switch
+.type emu_switch, @function
+emu_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+.size emu_switch, .-emu_switch
+.globl emu_fiber_entry
+.type emu_fiber_entry, @function
+emu_fiber_entry:
+  movq %rbx, %rdi
+  andq $-16, %rsp
+  callq *%r12
+  ud2
+.size emu_fiber_entry, .-emu_fiber_entry
+)");
+static void ctx_start(emu_ctx *c, char *stack, void (*fn)(unsigned), unsigned arg) {
+  uint64_t *sp = (uint64_t *)((uintptr_t)(stack + EMU_STACK) & ~(uintptr_t)15) - 8; /* emu_switch's frame */
+  sp[0] = 0x1f80 | (uint64_t)0x037f << 32; /* MXCSR, x87 control word: the defaults */
+  sp[1] = sp[2] = sp[3] = 0, sp[4] = (uint64_t)(uintptr_t)fn, sp[5] = arg, sp[6] = 0; /* r15-r13, r12, rbx, rbp */
+  sp[7] = (uint64_t)(uintptr_t)emu_fiber_entry;
+  c->sp = sp;
+}
+static void ctx_switch(emu_ctx *save, emu_ctx *load) { emu_switch(&save->sp, load->sp); }
+#else
+#include <ucontext.h>
+struct emu_ctx {
+  ucontext_t uc;
+};
+static void ctx_start(emu_ctx *c, char *stack, void (*fn)(unsigned), unsigned arg) {
+  getcontext(&c->uc);
+  c->uc.uc_stack.ss_sp = stack, c->uc.uc_stack.ss_size = EMU_STACK, c->uc.uc_link = nullptr;
+  makecontext(&c->uc, (void (*)())fn, 1, arg);
+}
+static void ctx_switch(emu_ctx *save, emu_ctx *load) { swapcontext(&save->uc, &load->uc); }
+#endif
 struct emu_fiber {
-  ucontext_t ctx;
+  emu_ctx ctx;
   char *stack;
   emu_bar *bar; /* waiting on it while bar->gen == gen */
   unsigned gen;
   bool done;
 };
 static std::vector<emu_fiber> fibers;
-static ucontext_t sched_ctx;
+static emu_ctx sched_ctx;
 static unsigned cur, nfibers;
 static std::function<void()> *cur_f;
 static dim3 cur_block;
@@ -137,7 +202,7 @@ static void set_thread(unsigned t) {
 }
 void emu_wait(emu_bar *bar, unsigned gen) {
   fibers[cur].bar = bar, fibers[cur].gen = gen;
-  swapcontext(&fibers[cur].ctx, &sched_ctx);
+  ctx_switch(&fibers[cur].ctx, &sched_ctx);
   set_thread(cur);
 }
 static void fiber_main(unsigned t) {
@@ -148,7 +213,8 @@ static void fiber_main(unsigned t) {
   emu_bs->exited[t / 32][t % 32] = 1;
   emu_bs->warp_bar[t / 32].leave();
   emu_bs->block_bar.leave();
-  swapcontext(&me.ctx, &sched_ctx);
+  ctx_switch(&me.ctx, &sched_ctx); /* never resumed */
+  abort();
 }
 
 void emu_launch_fn(dim3 grid, dim3 block, size_t smem, const char *name, const void *kernel,
@@ -206,9 +272,7 @@ void emu_launch_fn(dim3 grid, dim3 block, size_t smem, const char *name, const v
           if (r.launch == emu_launches) memset(r.p, EMU_POISON, r.n);
         for (unsigned t = 0; t < nt; t++) {
           emu_fiber &fb = fibers[t];
-          getcontext(&fb.ctx);
-          fb.ctx.uc_stack.ss_sp = fb.stack, fb.ctx.uc_stack.ss_size = EMU_STACK, fb.ctx.uc_link = &sched_ctx;
-          makecontext(&fb.ctx, (void (*)())fiber_main, 1, t);
+          ctx_start(&fb.ctx, fb.stack, fiber_main, t);
           fb.bar = nullptr, fb.done = false;
         }
         /* round robin over the runnable fibers until all are done; none runnable: a deadlock */
@@ -225,7 +289,7 @@ void emu_launch_fn(dim3 grid, dim3 block, size_t smem, const char *name, const v
             }
             if (fb.bar && fb.bar->gen == fb.gen) continue;
             fb.bar = nullptr, cur = t, progress = true;
-            swapcontext(&sched_ctx, &fb.ctx);
+            ctx_switch(&sched_ctx, &fb.ctx);
             if (fb.done) done++;
           }
           if (!progress && done < nt) {

@@ -1,10 +1,14 @@
-/* emu_attention.c — kernels/attention_fwd.cu and attention_bwd.cu (the CUDA-core kernels; the
- * mma.sync paths are switched off by run.sh) under the emulator against the CPU op (suite
- * "attention"): f32/f64/bf16/f16, causal or not, GQA (Hkv < H), S != T, packed segments,
- * q/k/v contiguous or permuted ((B, H, T, D) storage), forward (out, lse) and backward (dq, dk,
- * dv from the CPU's out and lse). Tolerances: lua/lutra/selftest/attention.lua. */
+/* emu_attention.c — kernels/attention_fwd.cu, attention_bwd.cu and attention_bwd_mma.cu under
+ * the emulator against the CPU op (suite "attention"): f32/f64/bf16/f16, causal or not, GQA
+ * (Hkv < H), S != T, packed segments, q/k/v contiguous or permuted ((B, H, T, D) storage),
+ * forward (out, lse) and backward (dq, dk, dv from the CPU's out and lse). bf16/f16 with D 64
+ * or 128 take the tensor-core (mma.sync) kernels, as on a GPU; the suite counts the cases that
+ * ran mma.sync forward and backward (emu_mma_count). Tolerances: lua/lutra/selftest/attention.lua. */
 #include "emu_check.h"
+long emu_mma_count(void);
 static const int fdts[] = {LT_F32, LT_F64, LT_BF16, LT_F16};
+enum { ALL = 15, BF16 = 4, HALF = 12 }; /* dtypes a case runs: bits of fdts */
+static int n_cases, n_mma_fwd, n_mma_bwd;
 /* x (B, T, H, D) on the device, in (B, H, T, D) storage when perm */
 static lt_tensor *dev_perm(const lt_tensor *x, int perm) {
   if (!perm) return emu_dev(x, 0);
@@ -16,10 +20,12 @@ static lt_tensor *dev_perm(const lt_tensor *x, int perm) {
   lt_release(t), lt_release(c), lt_release(cd);
   return v;
 }
-static void att_case(int64_t B, int64_t T, int64_t S, int64_t H, int64_t Hkv, int64_t Dm, int causal, int seg, int perm) {
+static void att_case(int64_t B, int64_t T, int64_t S, int64_t H, int64_t Hkv, int64_t Dm, int causal, int seg, int perm,
+                     int dts) {
   int64_t qs[4] = {B, T, H, Dm}, ks[4] = {B, S, Hkv, Dm}, ss[2] = {B, T};
   char name[128];
   for (int k = 0; k < 4; k++) {
+    if (!(dts >> k & 1)) continue;
     int dt = fdts[k];
     double tol = emu_tol(dt, 2e-5, 1e-10, 1.6e-2, 2e-3), gtol = emu_tol(dt, 1e-4, 1e-10, 1.6e-2, 2e-3);
     double ltol = dt == LT_F64 ? 1e-6 : 1e-5;
@@ -37,12 +43,14 @@ static void att_case(int64_t B, int64_t T, int64_t S, int64_t H, int64_t Hkv, in
     }
     lt_tensor *qd = dev_perm(q, perm), *kd = dev_perm(kk, perm), *vd = dev_perm(v, 0), *doutd = dev_perm(dout, perm);
     double scale = 1 / sqrt((double)Dm);
-    snprintf(name, sizeof name, "attention B%lld T%lld S%lld H%lld/%lld D%lld%s%s%s", (long long)B, (long long)T,
-             (long long)S, (long long)H, (long long)Hkv, (long long)Dm, causal ? " causal" : "", seg ? " segments" : "",
+    snprintf(name, sizeof name, "attention %s B%lld T%lld S%lld H%lld/%lld D%lld%s%s%s", lt_dtype_name(dt), (long long)B,
+             (long long)T, (long long)S, (long long)H, (long long)Hkv, (long long)Dm, causal ? " causal" : "", seg ? " segments" : "",
              perm ? " permuted" : "");
     lt_tensor *out = lt_tensor_new(), *lse = lt_tensor_new(), *outd = lt_tensor_new(), *lsed = lt_tensor_new();
     int rc = lt_attention_forward(out, lse, q, kk, v, sid, scale, causal);
+    long m0 = emu_mma_count();
     int rd = lt_attention_forward(outd, lsed, qd, kd, vd, sidd, scale, causal);
+    n_cases++, n_mma_fwd += emu_mma_count() > m0;
     if (rc || rd) {
       if ((rc != 0) != (rd != 0)) emu_fails++, printf("FAIL %s: cpu rc %d device rc %d: %s\n", name, rc, rd, lt_last_error());
       else if (getenv("EMU_VERBOSE")) printf("skip %s: %s\n", name, lt_last_error());
@@ -54,7 +62,9 @@ static void att_case(int64_t B, int64_t T, int64_t S, int64_t H, int64_t Hkv, in
       for (int i = 0; i < 3; i++) g[i] = lt_tensor_new(), gd[i] = lt_tensor_new();
       lt_tensor *od = emu_dev(out, 0), *ld = emu_dev(lse, 0);
       rc = lt_attention_backward(g[0], g[1], g[2], dout, q, kk, v, out, lse, sid, scale, causal);
+      long m1 = emu_mma_count();
       rd = lt_attention_backward(gd[0], gd[1], gd[2], doutd, qd, kd, vd, od, ld, sidd, scale, causal);
+      n_mma_bwd += emu_mma_count() > m1;
       if (rc || rd) {
         emu_fails++, printf("FAIL %s backward: cpu rc %d device rc %d: %s\n", name, rc, rd, lt_last_error());
       } else {
@@ -70,15 +80,27 @@ static void att_case(int64_t B, int64_t T, int64_t S, int64_t H, int64_t Hkv, in
   }
 }
 void emu_suite_attention(void) {
-  /*        B  T  S  H  Hkv D  causal seg perm */
-  att_case(1, 5, 5, 2, 1, 8, 1, 0, 0);
-  att_case(2, 3, 7, 2, 2, 4, 0, 0, 1);
-  att_case(1, 6, 6, 2, 2, 8, 1, 1, 0);
-  if (emu_quick) return;
-  att_case(1, 7, 4, 4, 2, 16, 1, 0, 0); /* T > S, causal: early queries see nothing */
-  att_case(2, 33, 33, 3, 1, 32, 1, 0, 1);
-  att_case(1, 70, 70, 2, 1, 64, 1, 1, 0);
-  att_case(1, 17, 40, 2, 2, 128, 0, 0, 0);
-  att_case(1, 9, 9, 1, 1, 72, 0, 0, 1);
-  att_case(1, 65, 130, 2, 2, 256, 1, 0, 0);
+  n_cases = n_mma_fwd = n_mma_bwd = 0;
+  /*        B  T  S  H  Hkv D  causal seg perm dtypes */
+  att_case(1, 5, 5, 2, 1, 8, 1, 0, 0, ALL);
+  att_case(2, 3, 7, 2, 2, 4, 0, 0, 1, ALL);
+  att_case(1, 6, 6, 2, 2, 8, 1, 1, 0, ALL);
+  /* the tensor-core kernels: several key tiles (64 keys forward, 32 in dQ, 64-key blocks in dK/dV) */
+  att_case(1, 70, 70, 2, 1, 64, 1, 0, 0, HALF);
+  att_case(1, 72, 72, 2, 2, 128, 0, 0, 1, BF16);
+  att_case(1, 70, 70, 2, 1, 128, 1, 1, 0, BF16);
+  if (!emu_quick) {
+    att_case(1, 7, 4, 4, 2, 16, 1, 0, 0, ALL); /* T > S, causal: early queries see nothing */
+    att_case(2, 33, 33, 3, 1, 32, 1, 0, 1, ALL);
+    att_case(1, 70, 70, 2, 1, 64, 1, 1, 0, ALL);
+    att_case(1, 17, 40, 2, 2, 128, 0, 0, 0, ALL);
+    att_case(1, 9, 9, 1, 1, 72, 0, 0, 1, ALL);
+    att_case(1, 65, 130, 2, 2, 256, 1, 0, 0, ALL);
+    att_case(2, 130, 130, 4, 2, 128, 1, 0, 1, HALF);
+    att_case(1, 40, 100, 3, 1, 64, 1, 0, 0, HALF); /* S > T, causal: the diagonal offset */
+    att_case(1, 100, 40, 2, 2, 64, 1, 1, 0, HALF); /* T > S with segments */
+    att_case(1, 150, 150, 2, 1, 64, 0, 1, 1, HALF);
+  }
+  printf("attention: %d of %d cases ran the tensor-core (mma.sync) forward, %d the tensor-core backward\n", n_mma_fwd,
+         n_cases, n_mma_bwd);
 }

@@ -9,7 +9,8 @@
 # compares. --quick: the tiny shapes only (the ctest, tests/cli/test_cuda_emu.sh).
 # SUITE: all (default) or any of the names emu_main.c lists. EMU_SMS=N sizes the emulated
 # device (default 1: grid-stride and split paths run on small inputs); EMU_REVERSE=1 runs the
-# threads of a block in reverse order between barriers (emu.cpp). EMU_WORK=DIR keeps the
+# threads of a block in reverse order between barriers (emu.cpp), EMU_REVERSE=both runs the
+# suites in both orders (a missing barrier shows in one or the other). EMU_WORK=DIR keeps the
 # objects there between runs (rebuilt when a source is newer). EMU_TIMEOUT (default 3000 s).
 # EMU_OPT (default -O1; the ctest uses -O0, faster to compile).
 set -e
@@ -65,10 +66,10 @@ for f in $hostfiles; do
     echo "cc $opt -std=gnu11 -fopenmp -mavx2 -mfma -mf16c -DLUTRA_HAVE_CUDA=1 -w $inc -c src/$f.c -o $f.o" >>cmds
 done
 for f in $kernels emu_probe emu; do
-  s=src/$f.cu
-  [ $f = emu ] && s=$here/emu.cpp
+  s=src/$f.cu o=$opt
+  [ $f = emu ] && s=$here/emu.cpp o=-O2 # the emulator's runtime (the mma arithmetic): quick to build, hot
   objs="$objs $f.cu.o"
-  newer $f.cu.o $s "$here/emu.cpp" && echo "c++ $opt -std=c++17 -DLUTRA_HAVE_CUDA=1 -w $inc -x c++ -c $s -o $f.cu.o" >>cmds
+  newer $f.cu.o $s "$here/emu.cpp" && echo "c++ $o -std=c++17 -DLUTRA_HAVE_CUDA=1 -w $inc -x c++ -c $s -o $f.cu.o" >>cmds
 done
 # two compiles at a time (CI and this machine have 2 cores)
 [ -s cmds ] && { xargs -P 2 -I{} sh -c '{} || exit 255' <cmds || { echo "run.sh: a compile failed" >&2; exit 1; }; }
@@ -81,4 +82,9 @@ for d in $drivers; do
 done
 c++ -o emu_test $objs -L"$lib" -llutra -Wl,-rpath,"$lib" -lopenblas -pthread -fopenmp -lm
 [ $# -gt 0 ] || set -- all
-EMU_QUICK=$quick timeout "${EMU_TIMEOUT:-3000}" ./emu_test "$@"
+run() { EMU_QUICK=$quick EMU_REVERSE=$1 timeout "${EMU_TIMEOUT:-3000}" ./emu_test "${@:2}"; }
+if [ "$EMU_REVERSE" = both ]; then
+  run 0 "$@" && echo "run.sh: again, the threads of each block in reverse order" && run 1 "$@"
+else
+  run "${EMU_REVERSE:-0}" "$@"
+fi
