@@ -16,7 +16,7 @@ emu_block_state *emu_bs;
 int emu_launch_error;
 long emu_launches, emu_threads, emu_mma_ops;
 const char *emu_kernel;
-static int quiet; /* emu_expect: count the reports without printing them */
+static int quiet; /* emu_expect: count the reports without printing them (but with EMU_VERBOSE) */
 static long reports_this_launch;
 
 void emu_report(const char *fmt, ...) {
@@ -33,7 +33,7 @@ void emu_report(const char *fmt, ...) {
  * negative checks: each rule must be reported when broken). */
 extern "C" long emu_expect(void (*f)(void)) {
   long before = emu_errors.load();
-  quiet = 1;
+  quiet = !getenv("EMU_VERBOSE");
   f();
   quiet = 0;
   long n = emu_errors.load() - before;
@@ -98,7 +98,8 @@ cudaError_t emu_func_set_attribute(const void *kernel, int attr, int value) {
   return cudaSuccess;
 }
 
-/* Static __shared__ arrays seen so far, each with the last launch that used it. */
+/* Static __shared__ arrays seen so far, each with the last launch that used it. A launch's static
+ * arrays count against the same limits as its dynamic shared memory (static alone: 48 KB). */
 enum { EMU_POISON = 0xff };
 struct smem_region {
   void *p;
@@ -106,14 +107,22 @@ struct smem_region {
   long launch;
 };
 static std::vector<smem_region> smem_regions;
+static size_t launch_dyn, launch_max, launch_static;
+static void static_used(size_t n) {
+  launch_static += n;
+  if (launch_static > EMU_SMEM_DEFAULT || launch_static + launch_dyn > launch_max)
+    emu_report("kernel %s: %zu bytes of static and %zu of dynamic shared memory, over the %zu it may use", emu_kernel,
+               launch_static, launch_dyn, launch_max);
+}
 void emu_smem_static(void *p, size_t n) {
   for (smem_region &r : smem_regions)
     if (r.p == p) {
-      if (r.launch != emu_launches) memset(p, EMU_POISON, n), r.launch = emu_launches;
+      if (r.launch != emu_launches) memset(p, EMU_POISON, n), r.launch = emu_launches, static_used(n);
       return;
     }
   memset(p, EMU_POISON, n);
   smem_regions.push_back({p, n, emu_launches});
+  static_used(n);
 }
 
 /* The fibers of a launch: one per thread of a block, restarted for every block. On x86-64 a
@@ -230,6 +239,7 @@ void emu_launch_fn(dim3 grid, dim3 block, size_t smem, const char *name, const v
     emu_launch_error = 1; /* cudaErrorInvalidValue */
     return;
   }
+  launch_dyn = smem, launch_max = smem_max, launch_static = 0;
   if (nt == 0 || nt > 1024 || block.z > 64 || grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 ||
       grid.z > 65535 || grid.x > 2147483647u) {
     emu_report("kernel %s: bad launch grid (%u,%u,%u) block (%u,%u,%u)", name, grid.x, grid.y, grid.z, block.x,

@@ -6,7 +6,7 @@
 long emu_expect(void (*f)(void)); /* emulator errors f caused (then forgiven) */
 int emu_probe_mma(int f16);
 int emu_probe_poison(void);
-void emu_probe_mma_exit(void), emu_probe_smem_over(void), emu_probe_smem_optin(void), emu_probe_misaligned(void),
+void emu_probe_mma_exit(void), emu_probe_smem_over(void), emu_probe_static_over(void), emu_probe_smem_optin(void), emu_probe_misaligned(void),
     emu_probe_aligned(void);
 /* f must cause emulator reports (want 1) or none (want 0) */
 static void expect(const char *what, void (*f)(void), int want) {
@@ -26,6 +26,7 @@ static void probes(void) {
   expect("mma.sync with a lane exited", emu_probe_mma_exit, 1);
   expect("64 KB dynamic shared memory without opt-in", emu_probe_smem_over, 1);
   expect("64 KB dynamic shared memory opted in", emu_probe_smem_optin, 0);
+  expect("32 KB static + 32 KB dynamic shared memory", emu_probe_static_over, 1);
   expect("misaligned float4 and u32 loads", emu_probe_misaligned, 1);
   expect("aligned float4 and u32 loads", emu_probe_aligned, 0);
 }

@@ -84,6 +84,19 @@ extern "C" void emu_probe_smem_optin(void) {
   probe_smem_optin<<<1, 32, 64 * 1024>>>(out);
 }
 
+/* 32 KB of static and 32 KB of dynamic shared memory: over 48 KB together, without the opt-in */
+__global__ void probe_static(float *out) {
+  __shared__ float st[8192];
+  extern __shared__ float dyn3[];
+  st[threadIdx.x] = dyn3[threadIdx.x] = 1.f;
+  __syncthreads();
+  out[threadIdx.x] = st[31 - threadIdx.x] + dyn3[31 - threadIdx.x];
+}
+extern "C" void emu_probe_static_over(void) {
+  static float out[32];
+  probe_static<<<1, 32, 32 * 1024>>>(out);
+}
+
 /* vector accesses through pointers off their alignment by `off` elements */
 __global__ void probe_vec(const float *in, const uint16_t *h, float *out, int off) {
   float4 x = *reinterpret_cast<const float4 *>(in + 4 * threadIdx.x + off);
