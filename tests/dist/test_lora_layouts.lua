@@ -161,11 +161,18 @@ local function model_cfg(arch, dtype)
           vocab_size = 64, block_size = 16, dropout = 0, dtype = dtype}
 end
 
-local function build(arch, dropout, dtype)
+-- random_B: B drawn instead of zero (LoRA's init), so that A's gradient is not zero at
+-- step 1 (the f32 step-1 checks; the seed is the same on one process and under a layout)
+local function build(arch, dropout, dtype, random_B)
   lt.manual_seed(7)
   local model = lt.models.build(model_cfg(arch, dtype))
   assert(tok.vocab_size <= 64)
   lora.apply(model, {targets = "all-linear", r = 4, alpha = 8, dropout = dropout or 0})
+  if random_B then
+    lt.no_grad(function()
+      for _, l in ipairs(lora.layers(model)) do l[2].lora_B.weight:normal_(0, 0.1) end
+    end)
+  end
   return model
 end
 
@@ -201,7 +208,7 @@ local reference1 = {}
 local function reference_step1(arch, dropout)
   local key = arch .. (dropout or 0)
   if reference1[key] then return reference1[key] end
-  local model = build(arch, dropout, "f32")
+  local model = build(arch, dropout, "f32", true)
   local x, y = loader():next()
   local _, loss = model:forward(x, y)
   loss:backward()
@@ -269,7 +276,7 @@ end
 local function f32_step1(arch, layout)
   local ref = reference_step1(arch, layout.lora_dropout)
   local tol = H.f32_tolerance(model_cfg(arch), 8 * 16)
-  local model = build(arch, layout.lora_dropout, "f32")
+  local model = build(arch, layout.lora_dropout, "f32", true)
   local loss, norm, grads = H.step1(model, parallel_of(layout), loader(), world)
   local what = arch .. " " .. layout_name(layout) .. " f32 step 1"
   local worst = math.max(H.assert_rel_number(loss, ref.loss, tol, what .. " loss"),
@@ -282,6 +289,8 @@ local function f32_step1(arch, layout)
   end
   for name in pairs(grads) do assert(ref.grads[name] ~= nil, what .. ": a gradient for " .. name) end
   assert(n == 2 * 4 * 2 + (arch == "llama" and 2 * 2 or 0), "adapter gradients compared: " .. n)
+  local a = ref.grads["blocks.0.attn.qkv.lora_A.weight"]:abs():max():item()
+  assert(a > 1e-4, "A's gradient is (nearly) zero at step 1: " .. a)
   if R == 0 then
     print(string.format("  %s %-30s f32 step 1: %d gradients, worst rel diff %.1e (f32 bound %.1e)", arch,
       layout_name(layout), n, worst, tol))
