@@ -11,8 +11,8 @@
  * launch's dynamic shared memory (run.sh rewrites them). Both are poisoned (0xff bytes: NaN in
  * every float format) before each block, so a block that reads what it did not write shows.
  * Dynamic shared memory over 48 KB needs the kernel's cudaFuncSetAttribute opt-in (at most
- * 227 KB, sm_90), and a vector access (reinterpret_cast to a pointer type, which run.sh routes
- * through emu_vcast) must be aligned to its type's CUDA alignment: either is reported.
+ * 227 KB, sm_90), and a vector access must be aligned to its type's CUDA alignment (checked
+ * vector accesses, below): either is reported.
  * mma.sync.m16n8k16 (bf16/f16, f32 accumulation) is a warp-collective op (emu_mma_m16n8k16,
  * into which run.sh rewrites the inline PTX). Device memory is host memory; atomics are real
  * atomics. What it does not model: memory ordering between blocks, timing, float rounding of
@@ -241,17 +241,31 @@ static inline void emu_asm_unsupported(const char *what) {
   abort();
 }
 
-/* ---- checked vector accesses: run.sh turns reinterpret_cast<T *>(p) into emu_vcast<T *>(p) ----
- * The kernels access memory as wider types through such casts (uint4, lt_dev_vec, uint32_t pairs
- * of 16-bit elements); a GPU faults on an access not aligned to the type, so report the cast of a
- * misaligned pointer inside a kernel. The vector types above have CUDA's alignments. */
+/* ---- checked vector accesses (emu_rewrite.pl) ----
+ * The kernels access memory as wider types through casts (uint4, lt_dev_vec, uint32_t pairs of
+ * 16-bit elements), and a GPU faults on an access not aligned to the type: report one inside a
+ * kernel. A cast accessed at once is checked there (emu_vcast); a struct declared alignas(n)
+ * (lt_dev_vec) checks its copies (EMU_VEC_CHECKS). The vector types above have CUDA's alignments. */
 void emu_misaligned(const void *p, size_t align);
+static inline void emu_check_align(const void *p, size_t align) {
+  if (emu_kernel && align > 1 && (uintptr_t)p % align) emu_misaligned(p, align);
+}
 template <typename P, typename Q> static inline P emu_vcast(Q q) {
   typedef typename std::remove_cv<typename std::remove_pointer<P>::type>::type T;
-  if constexpr (std::is_object<T>::value && std::is_pointer<Q>::value)
-    if (emu_kernel && alignof(T) > 1 && (uintptr_t)q % alignof(T)) emu_misaligned((const void *)q, alignof(T));
+  if constexpr (std::is_object<T>::value && std::is_pointer<Q>::value) emu_check_align((const void *)q, alignof(T));
   return reinterpret_cast<P>(q);
 }
+#define EMU_VEC_CHECKS(V)                                                                                              \
+  V() = default;                                                                                                       \
+  V(const V &o) {                                                                                                      \
+    emu_check_align(&o, alignof(V));                                                                                   \
+    memcpy((void *)this, (const void *)&o, sizeof(V));                                                                 \
+  }                                                                                                                    \
+  V &operator=(const V &o) {                                                                                           \
+    emu_check_align(this, alignof(V)), emu_check_align(&o, alignof(V));                                                \
+    memcpy((void *)this, (const void *)&o, sizeof(V));                                                                 \
+    return *this;                                                                                                      \
+  }
 
 /* ---- static __shared__ arrays: run.sh appends emu_smem_static(&name, sizeof name) to each
  * declaration, so that the launch poisons them before every block (the first thread to reach the

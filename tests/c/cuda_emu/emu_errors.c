@@ -6,8 +6,8 @@
 long emu_expect(void (*f)(void)); /* emulator errors f caused (then forgiven) */
 int emu_probe_mma(int f16);
 int emu_probe_poison(void);
-void emu_probe_mma_exit(void), emu_probe_smem_over(void), emu_probe_static_over(void), emu_probe_smem_optin(void), emu_probe_misaligned(void),
-    emu_probe_aligned(void);
+void emu_probe_mma_exit(void), emu_probe_smem_over(void), emu_probe_static_over(void), emu_probe_smem_optin(void), emu_probe_misaligned_float4(void),
+    emu_probe_misaligned_u32(void), emu_probe_misaligned_vec(void), emu_probe_aligned(void);
 /* f must cause emulator reports (want 1) or none (want 0) */
 static void expect(const char *what, void (*f)(void), int want) {
   long n = emu_expect(f);
@@ -27,8 +27,10 @@ static void probes(void) {
   expect("64 KB dynamic shared memory without opt-in", emu_probe_smem_over, 1);
   expect("64 KB dynamic shared memory opted in", emu_probe_smem_optin, 0);
   expect("32 KB static + 32 KB dynamic shared memory", emu_probe_static_over, 1);
-  expect("misaligned float4 and u32 loads", emu_probe_misaligned, 1);
-  expect("aligned float4 and u32 loads", emu_probe_aligned, 0);
+  expect("misaligned float4 load", emu_probe_misaligned_float4, 1);
+  expect("misaligned u32 load of two 16-bit elements", emu_probe_misaligned_u32, 1);
+  expect("misaligned lt_dev_vec load", emu_probe_misaligned_vec, 1);
+  expect("aligned vector loads", emu_probe_aligned, 0);
 }
 static char cpu_msg[512];
 static void both(const char *what, int rc, int rd) {

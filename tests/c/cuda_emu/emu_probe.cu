@@ -97,18 +97,25 @@ extern "C" void emu_probe_static_over(void) {
   probe_static<<<1, 32, 32 * 1024>>>(out);
 }
 
-/* vector accesses through pointers off their alignment by `off` elements */
+/* Vector accesses through pointers off their alignment by one element where bit 0 (float4), 1
+ * (a u32 pair of 16-bit elements) or 2 (lt_dev_vec through a pointer kept for later) of `off` is
+ * set. A misaligned pointer formed but never accessed is fine. */
 __global__ void probe_vec(const float *in, const uint16_t *h, float *out, int off) {
-  float4 x = *reinterpret_cast<const float4 *>(in + 4 * threadIdx.x + off);
-  uint32_t y = ld32(h + 2 * threadIdx.x + off);
-  out[threadIdx.x] = x.x + (float)y;
+  float4 x = *reinterpret_cast<const float4 *>(in + 4 * threadIdx.x + (off & 1));
+  uint32_t y = ld32(h + 2 * threadIdx.x + (off >> 1 & 1));
+  const lt_dev_vec<float, 4> *pv = reinterpret_cast<const lt_dev_vec<float, 4> *>(in + (off >> 2 & 1));
+  const lt_dev_vec<float, 4> *unused = reinterpret_cast<const lt_dev_vec<float, 4> *>(in + 1);
+  lt_dev_vec<float, 4> v = pv[threadIdx.x];
+  out[threadIdx.x] = x.x + (float)y + v.v[0] + (float)(unused != nullptr);
 }
 static void probe_vec_run(int off) {
   alignas(16) static float in[4 * 32 + 4], out[32];
   alignas(16) static uint16_t h[2 * 32 + 2];
   probe_vec<<<1, 32>>>(in, h, out, off);
 }
-extern "C" void emu_probe_misaligned(void) { probe_vec_run(1); }
+extern "C" void emu_probe_misaligned_float4(void) { probe_vec_run(1); }
+extern "C" void emu_probe_misaligned_u32(void) { probe_vec_run(2); }
+extern "C" void emu_probe_misaligned_vec(void) { probe_vec_run(4); }
 extern "C" void emu_probe_aligned(void) { probe_vec_run(0); }
 
 /* Block 1 reads the static and the dynamic shared memory that block 0 wrote: it must see the

@@ -5,7 +5,12 @@
 #                                                     "kernel", kernel, [&]{ kernel(args); });
 #   extern __shared__ T name[];                    ->  T *name = (T *)emu_dyn_smem;
 #   __shared__ T a[N], b;                          ->  static T a[N], b; emu_smem_static(&a, sizeof a); ...
-#   reinterpret_cast<T *>(p)                       ->  emu_vcast<T *>(p) (checks p's alignment)
+#   *reinterpret_cast<T *>(p), reinterpret_cast<T *>(p)[i]
+#                                                  ->  the same with emu_vcast (checks p's alignment: it is
+#                                                      accessed here; a cast kept for later is not, as a
+#                                                      kernel may form a misaligned pointer it never uses)
+#   struct alignas(n) V { ... };                   ->  struct alignas(n) V { EMU_VEC_CHECKS(V) ... };
+#                                                      (its copies check the alignment of both ends)
 #   asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {D}, {A}, {B}, {C};" : outs : ins);
 #                                                  ->  emu_mma_m16n8k16<EMU_MMA_BF16>(D..., A..., B..., C...);
 # Other inline PTX becomes emu_asm_unsupported("..."), which reports it when it runs.
@@ -51,6 +56,9 @@ sub asm_stmt {
 $src =~ s/(\w+(?:<[^<>;]*>)?)\s*<<<(.*?)>>>\((.*?)\);/emu_launch(EMU_CFG($2), "$1", $1, [&]{ $1($3); });/gs;
 $src =~ s/extern\s+__shared__\s+(?:__align__\(\d+\)\s+)?([\w ]+?)\s+(\w+)\[\];/$1 *$2 = ($1 *)emu_dyn_smem;/g;
 $src =~ s/\b__shared__\s+((?:__align__\(\d+\)\s+)?[\w:]+(?:<[^<>;\n]*>)?)\s+([^;\n]+);/shared_decl($1, $2)/ge;
-$src =~ s/\breinterpret_cast\s*<((?:[^<>;]|<[^<>;]*>)*\*)\s*>/emu_vcast<$1>/g;
+my $ptr = qr/(?:[^<>;]|<[^<>;]*>)*\*/;
+$src =~ s/\*\s*reinterpret_cast\s*<($ptr)\s*>/*emu_vcast<$1>/g;
+$src =~ s/\breinterpret_cast\s*<($ptr)\s*>\s*(\((?:[^()]++|(?-1))*\))(?=\s*\[)/emu_vcast<$1>$2/g;
+$src =~ s/\b(struct\s+alignas\((?:[^()]|\([^()]*\))*\)\s+(\w+)\s*\{)/$1 EMU_VEC_CHECKS($2)/g;
 $src =~ s/\basm\s+volatile\s*\((.*?)\);/asm_stmt($1)/gse;
 print $src;

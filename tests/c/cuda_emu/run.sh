@@ -35,7 +35,9 @@ kernels="elementwise unary binary copy_strided norm loss embedding rope rng opti
 hostfiles="memory tensor copy ops_elementwise ops_unary ops_binary ops_norm ops_loss ops_embedding ops_rope rng ops_adamw
   ops_lion ops_multi_tensor ops_attention ops_attention_cuda ops_reduce ops_argmax ops_softmax"
 for h in emu.h emu_cub.h; do cp "$here/$h" src/$h.new; done
-sed 's|#include <cuda_runtime.h>|#include "emu.h"|' "$root/kernels/common.cuh" >src/common.cuh.new
+perl "$here/emu_rewrite.pl" <"$root/kernels/common.cuh" | sed 's|#include <cuda_runtime.h>|#include "emu.h"|' \
+  >src/common.cuh.new
+grep -q "lt_dev_vec { EMU_VEC_CHECKS" src/common.cuh.new || { echo "run.sh: lt_dev_vec not found in common.cuh" >&2; exit 1; }
 for h in cuda_bf16.h cuda_fp16.h; do echo '#include "emu.h"' >"src/$h.new"; done
 for h in device_radix_sort device_run_length_encode device_scan; do echo '#include "emu_cub.h"' >"cub/device/$h.cuh"; done
 # (emu_rewrite.pl: launches, shared memory, vector casts, mma.sync); emu_probe.cu: the errors
