@@ -1,13 +1,12 @@
 #!/usr/bin/env bash
-# Checkpoints through the trainer, across processes (ctest: bash FILE LUTRA MPIRUN, label dist):
+# Checkpoints through the trainer, across processes (ctest: bash FILE LUTRA MPIRUN, label dist),
+# small gpt2 in f64 (resharding between every pair of layouts: test_ckpt_reshard.sh):
 # - exact resume: N steps + save + resume + N steps == 2N straight steps, bitwise, under the
 #   same layout (dp, zero 1, zero 3);
-# - resharded resume: saved under one layout, resumed under another (other rank counts too),
-#   the result within fp32 tolerance of one process trained straight: dp4 zero1 -> single,
-#   tp2 pp2 -> dp4, zero3 dp4 -> dp2 zero1, single -> tp2;
-# - automatic restart: `lutra launch --max-restarts` survives a rank killed at a random step
-#   (the final weights and loss equal the unfaulted run's) and a rank lost (--min-ranks: the
-#   job comes back on fewer ranks, resharded).
+# - automatic restart: `lutra launch --max-restarts` survives a rank killed at steps 2, 5 and 7
+#   (fixed: a failure reproduces; the final weights and loss equal the unfaulted run's
+#   bitwise), a hang (the watchdog), and a rank lost (--min-ranks: the job comes back on
+#   fewer ranks, resharded, within 1e-9 relative of one process).
 # scripts/ckpt_train.lua is the job; scripts/ckpt_compare.lua compares the gathered weights.
 LUTRA=$(realpath "${1:?usage: test_ckpt_resume.sh LUTRA MPIRUN}")
 export LUTRA_QUIET=1 OMP_NUM_THREADS=1
@@ -48,31 +47,13 @@ for layout in dp=2 dp=2,zero=1 dp=2,zero=3; do
     bad "exact resume $layout: step-8 loss $(last_loss "$T/r2.log") vs $(last_loss "$T/s.log") straight"
 done
 
-# ---- resharded resume ----------------------------------------------------------------------
-reshard() { # NAME NP1 LAYOUT1 NP2 LAYOUT2
-  job "$2" "$T/$1" "$T/x.st" 8 "$3" 4 >"$T/h1.log" 2>&1 || bad "$1: first half: $(tail -3 "$T/h1.log")"
-  job "$4" "$T/$1" "$T/$1.st" 8 "$5" >"$T/h2.log" 2>&1 || bad "$1: resumed: $(tail -3 "$T/h2.log")"
-  same "$1 (vs one process straight)" "$T/ref.st" "$T/$1.st" 1e-5
-  # the resumed steps' losses against the straight run's, 1e-5 relative
-  local a b s
-  for s in 5 6 7 8; do
-    a=$(grep "^loss $s " "$T/h2.log" | cut -d' ' -f3)
-    b=$(grep "^loss $s " "$T/ref.log" | cut -d' ' -f3)
-    awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= 1e-5 * b) }' && ok ||
-      bad "$1: step $s loss $a vs $b on one process"
-  done
-}
-reshard "dp4 zero1 -> single" 4 dp=4,zero=1 0 single
-reshard "tp2 pp2 -> dp4" 4 tp=2,pp=2 4 dp=4
-reshard "zero3 dp4 -> dp2 zero1" 4 dp=4,zero=3 2 dp=2,zero=1
-reshard "single -> tp2" 0 single 2 tp=2
-
 # ---- automatic restart ---------------------------------------------------------------------
 job 2 "$T/u" "$T/u.st" 8 dp=2 >"$T/u.log" 2>&1 || bad "unfaulted dp2 run: $(tail -3 "$T/u.log")"
 tried=0
 survived=0
-for k in 1 2 3; do
-  step=$((RANDOM % 6 + 2)) # a random step in 2..7
+k=0
+for step in 2 5 7; do
+  k=$((k + 1))
   tried=$((tried + 1))
   if LUTRA_FAULT="step:$step@1" timeout 300 "$LUTRA" launch -n 2 --max-restarts 2 $S/ckpt_train.lua "$T/f$k" \
     "$T/f$k.st" 8 dp=2 >"$T/f.log" 2>"$T/f.err" && grep -q "fault injected" "$T/f.err" &&
@@ -84,7 +65,7 @@ for k in 1 2 3; do
     echo "  fault at step $step: $(tail -3 "$T/f.err")"
   fi
 done
-echo "  restart: $survived of $tried runs with rank 1 killed at a random step finished with the unfaulted weights and loss"
+echo "  restart: $survived of $tried runs with rank 1 killed at steps 2, 5, 7 finished with the unfaulted weights and loss"
 [ "$survived" = "$tried" ] && ok || bad "restart: $survived of $tried survived"
 
 # a hang: rank 0 stops after a step; rank 1's watchdog ends the job, which restarts and finishes
@@ -96,9 +77,9 @@ same "hang, watchdog, restart: the unfaulted weights" "$T/u.st" "$T/h.st" 0
 # a rank lost: the job comes back on 2 of its 4 ranks (dp = "auto"), resharded
 if LUTRA_FAULT="lose:3@3" timeout 300 "$LUTRA" launch -n 4 --max-restarts 1 --min-ranks 2 $S/ckpt_train.lua "$T/l" \
   "$T/l.st" 8 zero=1 >"$T/l.log" 2>"$T/l.err" && grep -q "restart 1 of 1 on 2 ranks" "$T/l.err"; then ok; else
-  bad "lost rank: $(tail -5 "$T/l.err")"
+  bad "lost rank: $(grep -m5 -E 'lua:|rror' "$T/l.err") $(tail -3 "$T/l.err")"
 fi
-same "lost rank: 4 ranks, then 2, vs one process" "$T/ref.st" "$T/l.st" 1e-5
+same "lost rank: 4 ranks, then 2, vs one process" "$T/ref.st" "$T/l.st" 1e-9
 # below --min-ranks: the launcher gives up, with the job's status
 LUTRA_FAULT="lose:3@1" timeout 300 "$LUTRA" launch -n 2 --max-restarts 1 --min-ranks 2 $S/ckpt_train.lua "$T/g" \
   "$T/g.st" 8 dp=2 >/dev/null 2>"$T/g.err"

@@ -1,4 +1,4 @@
--- A small training job for the checkpoint tests (tests/dist/test_ckpt_*.sh), run under
+-- A small training job (f64) for the checkpoint tests (tests/dist/test_ckpt_*.sh), run under
 -- mpirun / lutra launch or alone:
 --   lutra ckpt_train.lua RUN_DIR OUT.safetensors STEPS LAYOUT [UNTIL] [ARCH]
 -- LAYOUT: "single" or "dp=2,tp=2,zero=1,..." (config.parallel); UNTIL: stop (and save) after
@@ -24,7 +24,7 @@ testing.word_corpus(path, {"the", "cat", "sat", "on", "a", "mat", "and", "dog", 
 local tok = lt.tokenizer.char(assert(io.open(path)):read("*a"))
 local data = lt.data.text(path, tok, {seq_len = 16, batch = 8, seed = 3, cache = path .. ".bin", quiet = true})
 local cfg = {arch = arch, n_layer = 4, n_head = 4, n_kv_head = arch == "llama" and 2 or 4, d_model = 32,
-             vocab_size = tok.vocab_size, block_size = 16, dropout = 0}
+             vocab_size = tok.vocab_size, block_size = 16, dropout = 0, dtype = "f64"}
 lt.manual_seed(7)
 local model = lt.models.build(cfg)
 local names, shapes = {}, {}
@@ -37,7 +37,7 @@ local r = lt.train{model = model, data = data, quiet = true, no_interrupt = true
                              weight_decay = 0.1, eval_every = 0, run_dir = run_dir, ckpt_every = 1, ckpt_keep = 3,
                              parallel = parallel, resume = "auto", model = cfg},
                    log = function(rec)
-                     if rec.loss and comm.rank() == 0 then print(string.format("loss %d %.9g", rec.step, rec.loss)) end
+                     if rec.loss and comm.rank() == 0 then print(string.format("loss %d %.17g", rec.step, rec.loss)) end
                    end}
 local full
 if r.parallel then
