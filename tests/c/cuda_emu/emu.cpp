@@ -84,8 +84,8 @@ void emu_mma_warp(int w) {
 extern "C" long emu_mma_count(void) { return emu_mma_ops; }
 
 void emu_misaligned(const void *p, size_t align) {
-  emu_report("kernel %s: misaligned %zu-byte vector access at %p (thread %u of block (%u,%u,%u))", emu_kernel, align,
-             p, emu_tid, blockIdx.x, blockIdx.y, blockIdx.z);
+  emu_report("kernel %s: misaligned %zu-byte vector access at %p (thread %u of block (%u,%u,%u))", emu_kernel, align, p,
+             emu_tid, blockIdx.x, blockIdx.y, blockIdx.z);
 }
 
 /* Dynamic shared memory a launch may use: 48 KB, or what cudaFuncSetAttribute opted in to. */
@@ -226,8 +226,7 @@ static void fiber_main(unsigned t) {
   abort();
 }
 
-void emu_launch_fn(dim3 grid, dim3 block, size_t smem, const char *name, const void *kernel,
-                   std::function<void()> f) {
+void emu_launch_fn(dim3 grid, dim3 block, size_t smem, const char *name, const void *kernel, std::function<void()> f) {
   unsigned nt = block.x * block.y * block.z;
   reports_this_launch = 0;
   auto optin = smem_optin.find(kernel);
@@ -242,8 +241,8 @@ void emu_launch_fn(dim3 grid, dim3 block, size_t smem, const char *name, const v
   launch_dyn = smem, launch_max = smem_max, launch_static = 0;
   if (nt == 0 || nt > 1024 || block.z > 64 || grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 ||
       grid.z > 65535 || grid.x > 2147483647u) {
-    emu_report("kernel %s: bad launch grid (%u,%u,%u) block (%u,%u,%u)", name, grid.x, grid.y, grid.z, block.x,
-               block.y, block.z);
+    emu_report("kernel %s: bad launch grid (%u,%u,%u) block (%u,%u,%u)", name, grid.x, grid.y, grid.z, block.x, block.y,
+               block.z);
     emu_launch_error = 9; /* cudaErrorInvalidConfiguration */
     return;
   }
@@ -304,8 +303,8 @@ void emu_launch_fn(dim3 grid, dim3 block, size_t smem, const char *name, const v
           }
           if (!progress && done < nt) {
             emu_report("kernel %s: deadlock in block (%u,%u,%u) of grid (%u,%u,%u), block (%u,%u,%u): a barrier or "
-                       "warp operation that not every live thread reaches", name, bx, by, bz, grid.x, grid.y, grid.z,
-                       block.x, block.y, block.z);
+                       "warp operation that not every live thread reaches",
+                       name, bx, by, bz, grid.x, grid.y, grid.z, block.x, block.y, block.z);
             emu_dyn_smem = nullptr, emu_kernel = nullptr;
             return;
           }
@@ -373,7 +372,8 @@ extern "C" int lt_cuda_strided_copy(int, void *dst, const int64_t *dst_stride, c
   for (int d = 0; d < ndim; d++) n *= shape[d];
   for (int64_t i = 0; i < n; i++) {
     int64_t r = i, so = 0, doff = 0;
-    for (int d = ndim - 1; d >= 0; d--) so += r % shape[d] * src_stride[d], doff += r % shape[d] * dst_stride[d], r /= shape[d];
+    for (int d = ndim - 1; d >= 0; d--)
+      so += r % shape[d] * src_stride[d], doff += r % shape[d] * dst_stride[d], r /= shape[d];
     memcpy((char *)dst + doff * size, (const char *)src + so * size, (size_t)size);
   }
   return 0;

@@ -8,13 +8,13 @@
  * run until they wait, so a data race between threads of a block shows only at barriers. A shuffle
  * that reads a lane which has exited is reported (emu_errors). __shared__ variables become
  * function statics (one block at a time uses them); `extern __shared__` arrays point at the
- * launch's dynamic shared memory (run.sh rewrites them). Both are poisoned (0xff bytes: NaN in
- * every float format) before each block, so a block that reads what it did not write shows.
+ * launch's dynamic shared memory (emu_rewrite.pl rewrites them). Both are poisoned (0xff bytes:
+ * NaN in every float format) before each block, so a block that reads what it did not write shows.
  * Dynamic shared memory over 48 KB needs the kernel's cudaFuncSetAttribute opt-in (at most
  * 227 KB, sm_90), and a vector access must be aligned to its type's CUDA alignment (checked
  * vector accesses, below): either is reported.
  * mma.sync.m16n8k16 (bf16/f16, f32 accumulation) is a warp-collective op (emu_mma_m16n8k16,
- * into which run.sh rewrites the inline PTX). Device memory is host memory; atomics are real
+ * into which emu_rewrite.pl turns the inline PTX). Device memory is host memory; atomics are real
  * atomics. What it does not model: memory ordering between blocks, timing, float rounding of
  * device intrinsics (expf is glibc's) and of the tensor cores' adder tree, other inline PTX. */
 #pragma once
@@ -204,7 +204,7 @@ template <typename T> static inline T __ldcs(const T *p) { return *p; }
 template <typename T> static inline void __stcs(T *p, T v) { *p = v; }
 
 /* ---- mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32 D, A, B, C ----
- * run.sh rewrites the inline PTX into a call with the operands in order (D by reference). A
+ * emu_rewrite.pl turns the inline PTX into a call with the operands in order (D by reference). A
  * warp-collective op, as on a GPU: every lane deposits its fragments, in the PTX ISA layouts
  * ("Matrix Fragments for mma.m16n8k16 with floating point type"; lane = 4 gid + tig, the
  * lower-indexed element of a pair in the low 16 bits):
@@ -228,8 +228,8 @@ static inline void emu_mma_m16n8k16(float &d0, float &d1, float &d2, float &d3, 
   emu_bar &bar = emu_bs->warp_bar[w];
   if (bar.count + 1 >= bar.expected) emu_mma_warp(w); /* the last lane to arrive */
   bar.arrive();
-  if (emu_bs->mma_seq[w] == seq) { /* a lane exited while the others waited: nobody computed */
-    emu_report("kernel %s: mma.sync of warp %d completed by a lane exiting, not by all 32 lanes", emu_kernel, w);
+  if (emu_bs->mma_seq[w] == seq) { /* the barrier completed without an mma: nobody computed */
+    emu_report("kernel %s: mma.sync of warp %d: a lane exited or reached another warp op meanwhile", emu_kernel, w);
     m.kind = 0;
   }
   d0 = m.d[0], d1 = m.d[1], d2 = m.d[2], d3 = m.d[3];
@@ -267,7 +267,7 @@ template <typename P, typename Q> static inline P emu_vcast(Q q) {
     return *this;                                                                                                      \
   }
 
-/* ---- static __shared__ arrays: run.sh appends emu_smem_static(&name, sizeof name) to each
+/* ---- static __shared__ arrays: emu_rewrite.pl appends emu_smem_static(&name, sizeof name) to each
  * declaration, so that the launch poisons them before every block (the first thread to reach the
  * declaration in a launch poisons it before any thread of the block can use it) ---- */
 void emu_smem_static(void *p, size_t n);
@@ -393,7 +393,8 @@ using std::fmin;
 /* kernel: the launched function (the key of its cudaFuncSetAttribute opt-in); name: as written */
 void emu_launch_fn(dim3 grid, dim3 block, size_t smem, const char *name, const void *kernel, std::function<void()> f);
 template <typename F>
-static inline void emu_launch(dim3 grid, dim3 block, size_t smem, const char *name, F *kernel, std::function<void()> f) {
+static inline void emu_launch(dim3 grid, dim3 block, size_t smem, const char *name, F *kernel,
+                              std::function<void()> f) {
   emu_launch_fn(grid, block, smem, name, (const void *)kernel, std::move(f));
 }
 #define EMU_CFG(g, b, ...) dim3(g), dim3(b), emu_smem_arg(__VA_ARGS__)

@@ -43,17 +43,19 @@ static void att_case(int64_t B, int64_t T, int64_t S, int64_t H, int64_t Hkv, in
     }
     lt_tensor *qd = dev_perm(q, perm), *kd = dev_perm(kk, perm), *vd = dev_perm(v, 0), *doutd = dev_perm(dout, perm);
     double scale = 1 / sqrt((double)Dm);
-    snprintf(name, sizeof name, "attention %s B%lld T%lld S%lld H%lld/%lld D%lld%s%s%s", lt_dtype_name(dt), (long long)B,
-             (long long)T, (long long)S, (long long)H, (long long)Hkv, (long long)Dm, causal ? " causal" : "", seg ? " segments" : "",
-             perm ? " permuted" : "");
+    snprintf(name, sizeof name, "attention %s B%lld T%lld S%lld H%lld/%lld D%lld%s%s%s", lt_dtype_name(dt),
+             (long long)B, (long long)T, (long long)S, (long long)H, (long long)Hkv, (long long)Dm,
+             causal ? " causal" : "", seg ? " segments" : "", perm ? " permuted" : "");
     lt_tensor *out = lt_tensor_new(), *lse = lt_tensor_new(), *outd = lt_tensor_new(), *lsed = lt_tensor_new();
     int rc = lt_attention_forward(out, lse, q, kk, v, sid, scale, causal);
     long m0 = emu_mma_count();
     int rd = lt_attention_forward(outd, lsed, qd, kd, vd, sidd, scale, causal);
     n_cases++, n_mma_fwd += emu_mma_count() > m0;
     if (rc || rd) {
-      if ((rc != 0) != (rd != 0)) emu_fails++, printf("FAIL %s: cpu rc %d device rc %d: %s\n", name, rc, rd, lt_last_error());
-      else if (getenv("EMU_VERBOSE")) printf("skip %s: %s\n", name, lt_last_error());
+      if ((rc != 0) != (rd != 0))
+        emu_fails++, printf("FAIL %s: cpu rc %d device rc %d: %s\n", name, rc, rd, lt_last_error());
+      else if (getenv("EMU_VERBOSE"))
+        printf("skip %s: %s\n", name, lt_last_error());
     } else {
       char n2[160];
       snprintf(n2, sizeof n2, "%s out", name), emu_check(n2, dt, outd, out, tol);

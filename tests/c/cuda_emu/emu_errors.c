@@ -6,23 +6,31 @@
 long emu_expect(void (*f)(void)); /* emulator errors f caused (then forgiven) */
 int emu_probe_mma(int f16);
 int emu_probe_poison(void);
-void emu_probe_mma_exit(void), emu_probe_smem_over(void), emu_probe_static_over(void), emu_probe_smem_optin(void), emu_probe_misaligned_float4(void),
-    emu_probe_misaligned_u32(void), emu_probe_misaligned_vec(void), emu_probe_aligned(void);
+void emu_probe_mma_exit(void), emu_probe_smem_over(void), emu_probe_static_over(void), emu_probe_smem_optin(void),
+    emu_probe_misaligned_float4(void), emu_probe_misaligned_u32(void), emu_probe_misaligned_vec(void),
+    emu_probe_aligned(void);
 /* f must cause emulator reports (want 1) or none (want 0) */
 static void expect(const char *what, void (*f)(void), int want) {
   long n = emu_expect(f);
-  if ((n > 0) != want) emu_fails++, printf("FAIL errors %s: %ld emulator reports, want %s\n", what, n, want ? "some" : "none");
-  else emu_passes++;
+  if ((n > 0) != want)
+    emu_fails++, printf("FAIL errors %s: %ld emulator reports, want %s\n", what, n, want ? "some" : "none");
+  else
+    emu_passes++;
 }
 static void probes(void) {
   for (int f16 = 0; f16 < 2; f16++) {
     int bad = emu_probe_mma(f16);
-    if (bad) emu_fails++, printf("FAIL errors mma.sync %s: %d of 512 elements differ from the product\n", f16 ? "f16" : "bf16", bad);
-    else emu_passes++;
+    if (bad)
+      emu_fails++,
+          printf("FAIL errors mma.sync %s: %d of 512 elements differ from the product\n", f16 ? "f16" : "bf16", bad);
+    else
+      emu_passes++;
   }
   int bad = emu_probe_poison();
-  if (bad) emu_fails++, printf("FAIL errors shared memory poison: %d reads saw another block's values\n", bad);
-  else emu_passes++;
+  if (bad)
+    emu_fails++, printf("FAIL errors shared memory poison: %d reads saw another block's values\n", bad);
+  else
+    emu_passes++;
   expect("mma.sync with a lane exited", emu_probe_mma_exit, 1);
   expect("64 KB dynamic shared memory without opt-in", emu_probe_smem_over, 1);
   expect("64 KB dynamic shared memory opted in", emu_probe_smem_optin, 0);

@@ -23,18 +23,25 @@ extern "C" int emu_probe_mma(int f16) {
   uint16_t A[256], Bt[128];
   float C[128], D[128], a[256], bt[128];
   unsigned s = 12345u + (unsigned)f16;
+  /* uniform in [-1, 1) */
+  auto uni = [&s]() {
+    s = s * 1664525u + 1013904223u;
+    return (float)((s >> 8) & 0xffff) / 32768.f - 1.f;
+  };
+  /* x in the 16-bit type: its bits, and its value */
+  auto round16 = [f16](float x, uint16_t *bits) {
+    *bits = f16 ? lt_f32_to_f16(x) : lt_f32_to_bf16(x);
+    return f16 ? lt_f16_to_f32(*bits) : lt_bf16_to_f32(*bits);
+  };
   int bad = 0;
   for (int rep = 0; rep < 4; rep++) {
-    for (int i = 0; i < 256 + 128 + 128; i++) {
-      s = s * 1664525u + 1013904223u;
-      float x = (float)((s >> 8) & 0xffff) / 32768.f - 1.f; /* [-1, 1) */
-      if (i < 256) A[i] = f16 ? lt_f32_to_f16(x) : lt_f32_to_bf16(x), a[i] = f16 ? lt_f16_to_f32(A[i]) : lt_bf16_to_f32(A[i]);
-      else if (i < 384) Bt[i - 256] = f16 ? lt_f32_to_f16(x) : lt_f32_to_bf16(x),
-                        bt[i - 256] = f16 ? lt_f16_to_f32(Bt[i - 256]) : lt_bf16_to_f32(Bt[i - 256]);
-      else C[i - 384] = 4 * x;
-    }
-    if (f16) probe_mma<lt_f16_bits><<<1, 32>>>(A, Bt, C, D);
-    else probe_mma<lt_bf16_bits><<<1, 32>>>(A, Bt, C, D);
+    for (int i = 0; i < 256; i++) a[i] = round16(uni(), &A[i]);
+    for (int i = 0; i < 128; i++) bt[i] = round16(uni(), &Bt[i]);
+    for (int i = 0; i < 128; i++) C[i] = 4 * uni();
+    if (f16)
+      probe_mma<lt_f16_bits><<<1, 32>>>(A, Bt, C, D);
+    else
+      probe_mma<lt_bf16_bits><<<1, 32>>>(A, Bt, C, D);
     for (int m = 0; m < 16; m++)
       for (int n = 0; n < 8; n++) {
         double want = C[m * 8 + n];
