@@ -13,7 +13,8 @@
 # The same OPTIONS go to every run (--layers --heads --dim --seq --vocab --batch --steps
 # --warmup --threads; default: the scripts' defaults, L4 H4 d256 T256 V4096 B8, 2 threads).
 # The peers also get OMP_NUM_THREADS set to the same thread count.
-# Prints every run, then a table: median tokens/s, median peak RSS (ru_maxrss of the process),
+# Prints every run, then a table (and the load average before and after: PyTorch's OpenMP
+# workers spin, which costs it much more than lutra when other processes share the cores): median tokens/s, median peak RSS (ru_maxrss of the process),
 # and the ratios lutra/peer; the goal is against PyTorch 2.x compiled.
 # Environment: LUTRA (default build/lutra, else the first build*/lutra found), TORCH_GPT (the
 # peer script), PYTHON (the 1.13 interpreter, default /usr/bin/python3), LUTRA_PEER_VENV (the
@@ -84,7 +85,8 @@ done
 
 field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<<"$2"; }
 declare -A tps rss
-echo "shape: ${*:-the scripts' defaults (L4 H4 d256 T256 V4096 B8 fp32)}; threads $threads; $runs rounds"
+shape="${*:-defaults: L4 H4 d256 T256 V4096 B8 fp32}"
+echo "shape: $shape; threads $threads; $runs rounds; $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 for k in "${!names[@]}"; do
   if [[ $k -eq 0 ]]; then echo "${labels[k]}: $lutra bench/gpt_step.lua $*"
   elif [[ -z "${status[k]}" ]]; then echo "${labels[k]}: OMP_NUM_THREADS=$threads ${TORCH_ENV:+$TORCH_ENV }${cmds[k]} $*"
@@ -111,27 +113,28 @@ for ((r = 1; r <= runs; r++)); do
   done
 done
 
+echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 median() { tr ' ' '\n' <<<"$1" | grep . | sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 [[ -n "${tps[0]:-}" ]] || { echo "compare_torch: lutra did not run" >&2; exit 1; }
 ot=$(median "${tps[0]}") orss=$(median "${rss[0]}")
 echo
-printf '| %-28s | %12s | %12s | %17s | %15s |\n' "median of $runs runs" "tokens/s" "peak RSS MB" "lutra/peer tok/s" "lutra/peer RSS"
-printf '|%s|%s|%s|%s|%s|\n' "$(printf -- '-%.0s' {1..30})" "$(printf -- '-%.0s' {1..14})" "$(printf -- '-%.0s' {1..14})" \
+printf '| %-30s | %12s | %12s | %17s | %15s |\n' "median of $runs runs" "tokens/s" "peak RSS MB" "lutra/peer tok/s" "lutra/peer RSS"
+printf '|%s|%s|%s|%s|%s|\n' "$(printf -- '-%.0s' {1..32})" "$(printf -- '-%.0s' {1..14})" "$(printf -- '-%.0s' {1..14})" \
   "$(printf -- '-%.0s' {1..19})" "$(printf -- '-%.0s' {1..17})"
 for k in "${!names[@]}"; do
   if [[ -n "${tps[$k]:-}" && ( -z "${status[k]}" || $k -eq 0 ) ]]; then
     t=$(median "${tps[$k]}") m=$(median "${rss[$k]}")
     awk -v l="${labels[k]}" -v t="$t" -v m="$m" -v ot="$ot" -v om="$orss" -v k="$k" 'BEGIN {
-      if (k == 0) printf "| %-28s | %12.1f | %12.1f | %17s | %15s |\n", l, t, m, "", ""
-      else printf "| %-28s | %12.1f | %12.1f | %16.2fx | %14.2fx |\n", l, t, m, ot / t, om / m }'
+      if (k == 0) printf "| %-30s | %12.1f | %12.1f | %17s | %15s |\n", l, t, m, "", ""
+      else printf "| %-30s | %12.1f | %12.1f | %16.2fx | %14.2fx |\n", l, t, m, ot / t, om / m }'
   else
-    printf '| %-28s | %s |\n' "${labels[k]}" "${status[k]}"
+    printf '| %-30s | %s |\n' "${labels[k]}" "${status[k]}"
   fi
 done
 for k in "${!names[@]}"; do
   if [[ "${names[k]}" == compile && -n "${tps[$k]:-}" && -z "${status[k]}" ]]; then
     awk -v t="$(median "${tps[$k]}")" -v m="$(median "${rss[$k]}")" -v ot="$ot" -v om="$orss" 'BEGIN {
       printf "goal vs torch.compile: tokens/s %.2fx (>= 1.5: %s), peak RSS %.2fx (<= 0.5: %s)\n",
-        ot / t, ot / t >= 1.5 ? "met" : "not met", om / m, om / m <= 0.5 ? "met" : "not met" }'
+        ot / t, (ot / t >= 1.5) ? "met" : "not met", om / m, (om / m <= 0.5) ? "met" : "not met" }'
   fi
 done

@@ -89,27 +89,33 @@ do
   if not pcall(function() return blas.cblas_sgemm end) then blas = ffi.load("openblas") end
   local pa, pb, pc = ffi.cast("float*", a:data_ptr()), ffi.cast("float*", b:data_ptr()), ffi.cast("float*", c:data_ptr())
   local ours, direct = {}, {}
-  -- lutra keeps OpenBLAS on one thread and splits big matmuls over its own OpenMP threads;
-  -- the direct call gets OpenBLAS's own threading with the same thread count.
+  -- lutra keeps OpenBLAS on one thread, splits mid-size matmuls over its own OpenMP threads
+  -- and hands one this large (>= 1e8 multiply-adds) to OpenBLAS's threads for the call; the
+  -- direct call gets OpenBLAS's own threading with the same thread count.
   local threads, lutra_blas_threads = lt.get_num_threads(), blas.openblas_get_num_threads()
   local function direct_sgemm()
     blas.openblas_set_num_threads(threads)
     blas.cblas_sgemm(101, 111, 111, n, n, n, 1, pa, n, pb, n, 0, pc, n)
     blas.openblas_set_num_threads(lutra_blas_threads)
   end
-  -- Ours first, then direct, not interleaved: after a threaded OpenBLAS call its workers
-  -- spin for a while (OpenBLAS's thread timeout), which would halve our next gemm's threads.
-  lt.matmul(a, b, c)
-  for r = 1, reps do
+  -- Interleaved, in turns (ours first, then direct first), so that the machine's noise falls
+  -- on both alike: both calls run on OpenBLAS's own threads (lutra hands a gemm this large
+  -- to them) and its workers sleep right after (OPENBLAS_THREAD_TIMEOUT, see
+  -- host/app/thread_env.c), so neither finds the other's threads spinning.
+  local function ours_gemm() lt.matmul(a, b, c) end
+  local function timed(fn)
     local t0 = now()
-    lt.matmul(a, b, c)
-    ours[r] = now() - t0
+    fn()
+    return now() - t0
   end
+  ours_gemm()
   direct_sgemm()
-  for r = 1, reps do
-    local t0 = now()
-    direct_sgemm()
-    direct[r] = now() - t0
+  for r = 1, 2 * reps + 1 do
+    if r % 2 == 1 then
+      ours[r], direct[r] = timed(ours_gemm), timed(direct_sgemm)
+    else
+      direct[r], ours[r] = timed(direct_sgemm), timed(ours_gemm)
+    end
   end
   local flop = 2 * n * n * n
   local g_ours, g_direct = flop / median(ours) / 1e9, flop / median(direct) / 1e9
