@@ -9,6 +9,7 @@
 #   bash tests/mutation/run.sh ddp_sum      # only those named
 #   LUTRA_MUTATION_DIR=/tmp/m ...           # where the copy goes (kept; default: a temp dir, removed)
 #   LUTRA_MUTATION_TESTS=regex              # a subset of the dist tests (ctest -R)
+#   LUTRA_MUTATION_REV=HEAD                 # copy a commit rather than the working tree
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 here=$root/tests/mutation
@@ -40,7 +41,11 @@ fi
 tree=$work/tree
 rm -rf "$tree"
 mkdir -p "$tree"
-(cd "$root" && git ls-files -co --exclude-standard -z | tar --null -T - -cf -) | tar -C "$tree" -xf -
+if [ -n "${LUTRA_MUTATION_REV:-}" ]; then
+  git -C "$root" archive "$LUTRA_MUTATION_REV" | tar -C "$tree" -xf -
+else
+  (cd "$root" && git ls-files -co --exclude-standard -z | tar --null -T - -cf -) | tar -C "$tree" -xf -
+fi
 # the copy's tests find ../shared as the original does
 [ -e "$root/../shared" ] && [ ! -e "$work/shared" ] && ln -s "$(cd "$root/../shared" && pwd)" "$work/shared"
 
