@@ -122,21 +122,26 @@ function M.gather_state(model, opt, world)
   local named = {}
   for name, p in model:named_parameters() do named[#named + 1] = {name = name, tensor = p} end
   local entries, numbers = train_state.collect(named, opt)
-  -- every rank must gather the same names: the union over ranks, with their global shapes
+  local names, shapes = M.global_names(entries, world)
+  return M.gather_entries(entries, names, shapes, world), names, numbers
+end
+
+-- Every rank's entries' names (sorted) and their global shapes: the union over ranks, so
+-- that every rank gathers the same names (a pipeline stage holds only its layers).
+function M.global_names(entries, world)
   local mine = {}
   for _, e in ipairs(entries) do
     local s = spec.get(e.tensor)
     mine[#mine + 1] = e.name .. "=" .. table.concat(s and s.global or e.tensor.shape, ",")
   end
-  local all = M.union(mine, world)
   local names, shapes = {}, {}
-  for _, item in ipairs(all) do
+  for _, item in ipairs(M.union(mine, world)) do
     local name, dims = item:match("^(.*)=([%d,]*)$")
     local shape = {}
     for d in dims:gmatch("%d+") do shape[#shape + 1] = tonumber(d) end
     names[#names + 1], shapes[name] = name, shape
   end
-  return M.gather_entries(entries, names, shapes, world), names, numbers
+  return names, shapes
 end
 
 -- The sorted union of every rank's list of strings (through a byte tensor all-gather of
@@ -196,7 +201,7 @@ function M.step1(model, layout, loader, world)
   end)
   local norm = par:finish(0)
   local opt = par.optimizer
-  local entries, names, shapes = {}, {}, {}
+  local entries = {}
   for k, key in ipairs(opt.keys) do
     local p = opt.params[k]
     if p.grad ~= nil then
@@ -209,17 +214,7 @@ function M.step1(model, layout, loader, world)
       entries[#entries + 1] = {name = tostring(key), tensor = g}
     end
   end
-  local mine = {}
-  for _, e in ipairs(entries) do
-    local s = spec.get(e.tensor)
-    mine[#mine + 1] = e.name .. "=" .. table.concat(s and s.global or e.tensor.shape, ",")
-  end
-  for _, item in ipairs(M.union(mine, world)) do
-    local name, dims = item:match("^(.*)=([%d,]*)$")
-    local shape = {}
-    for d in dims:gmatch("%d+") do shape[#shape + 1] = tonumber(d) end
-    names[#names + 1], shapes[name] = name, shape
-  end
+  local names, shapes = M.global_names(entries, world)
   return loss, norm, M.gather_entries(entries, names, shapes, world)
 end
 
