@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # recipes/sft.lua end to end, tiny: a model pretrained for a few steps by recipes/pretrain.lua
 # (on the SFT file's own text, so every character has an id), then a few SFT steps with
-# packing (and without, and with LoRA): the held-out assistant-token loss is printed before
-# and after and is finite, the model directory is saved, and `lutra generate` answers from it.
+# packing (and without, and with LoRA): the held-out assistant-token loss falls by a measured
+# margin, the model directory is saved, and `lutra generate` answers from it.
 set -u
 LUTRA=$(realpath "${1:?usage: test_sft_recipe.sh path/to/lutra path/to/liblutra.so}")
 cd "$(dirname "$0")/../.." || exit 1
@@ -17,6 +17,12 @@ bad() {
 }
 expect_grep() { if printf '%s\n' "$2" | grep -qE -- "$3"; then ok; else bad "$1: [$2] does not match /$3/"; fi; }
 FLOAT='[0-9]+\.[0-9]+'
+# expect_num NAME VALUE OP BOUND: a number compared with a bound (OP: < <= > >=); an empty or
+# non-numeric VALUE (nan, inf, nothing printed) fails.
+expect_num() {
+  if [[ $2 =~ ^-?[0-9]+(\.[0-9]+)?$ ]] && awk -v v="$2" -v b="$4" "BEGIN { exit !(v $3 b) }"; then ok
+  else bad "$1: [$2] is not $3 $4"; fi
+}
 
 head -c 60000 recipes/data/sft_train.jsonl >"$T/corpus.txt"
 out=$("$LUTRA" recipes/pretrain.lua --data="$T/corpus.txt" --model.n_layer=1 --model.d_model=32 --model.n_head=2 \
@@ -26,12 +32,20 @@ expect_grep "pretrain saves a model directory" "$out" "model: saved to $T/p/mode
 [ -f "$T/p/model/tokenizer.json" ] && ok || bad "pretrain: tokenizer.json in the model directory"
 
 SFT=(--model="$T/p/model" --batch=4 --warmup=1 --eval_every=0 --eval_answers=5 --threads=1)
-out=$("$LUTRA" recipes/sft.lua "${SFT[@]}" --steps=6 --run_dir="$T/s" 2>&1)
+out=$("$LUTRA" recipes/sft.lua "${SFT[@]}" --steps=40 --lr=3e-3 --run_dir="$T/s" 2>&1)
 expect_grep "data report: truncation counted" "$out" "sft_train.jsonl: [0-9]+ examples \(chatml template\), [0-9]+ tokens, [0-9]+ carry loss; [0-9]+ truncated to 64 tokens"
 expect_grep "packed rows" "$out" "rows: [0-9]+ train rows of 64 tokens \(packed, [0-9]+% filled\)"
 expect_grep "loss before" "$out" "held-out assistant-token loss before: $FLOAT \([0-9]+ tokens\)"
-expect_grep "trains" "$out" "trained 6 steps in $FLOAT s"
+expect_grep "trains" "$out" "trained 40 steps in $FLOAT s"
 expect_grep "loss after, finite" "$out" "^sft_val_before=$FLOAT sft_val_after=$FLOAT tokens_per_s="
+# Measured (1 and 2 threads, the same to 4 digits): 4.1966 before, 3.2517 after 40 steps. The
+# bounds leave room for other CPUs' rounding; a run that does not learn (--lr=0, which leaves
+# min_lr: 4.14) fails them, and so would one whose targets leak into its inputs (far lower).
+before=$(printf '%s\n' "$out" | sed -n 's/^sft_val_before=\([^ ]*\) .*/\1/p')
+after=$(printf '%s\n' "$out" | sed -n 's/^sft_val_before=[^ ]* sft_val_after=\([^ ]*\) .*/\1/p')
+expect_num "held-out loss after 40 steps (measured 3.2517)" "$after" "<" 3.6
+expect_num "held-out loss after 40 steps (measured 3.2517), not a trivial target" "$after" ">" 2.6
+expect_num "held-out loss falls by more than 0.6 (measured 0.945)" "$(awk -v a="$before" -v b="$after" 'BEGIN { print a - b }')" ">" 0.6
 expect_grep "exact answers" "$out" "exact answers [0-5]/5 \(before [0-5]/5\)"
 expect_grep "saves the model directory" "$out" "model: saved to $T/s/model"
 expect_grep "answers" "$out" "user: 3\+4\? +assistant:"
