@@ -62,6 +62,8 @@ if command -v luajit >/dev/null; then
     ffi.load = function(name) return real_load(name == 'lutra' and '$lib' or name) end
     print((require('lutra.doctor').report()))")
   expect_grep "doctor under plain luajit" "$plain" '^blas: +OpenBLAS'
+else
+  bad "luajit not found in PATH: the doctor under plain luajit is not checked"
 fi
 
 echo "$pass passed, $fail failed"
