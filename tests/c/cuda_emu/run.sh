@@ -29,7 +29,9 @@ else
 fi
 cd "$work"
 mkdir -p src cub/device
-# the kernels, rewritten for the emulator (into src/, so that a kernel edited meanwhile is re-copied)
+# the kernels, rewritten for the emulator by emu_rewrite.pl (launches, shared memory, vector
+# accesses, mma.sync) into src/, so that a kernel edited meanwhile is re-copied; and emu_probe.cu,
+# the errors suite's kernels that break the rules on purpose and its mma check
 kernels="elementwise unary binary copy_strided norm loss embedding rope rng optim attention_fwd attention_bwd
   attention_bwd_mma reduce softmax"
 hostfiles="memory tensor copy ops_elementwise ops_unary ops_binary ops_norm ops_loss ops_embedding ops_rope rng ops_adamw
@@ -40,8 +42,6 @@ perl "$here/emu_rewrite.pl" <"$root/kernels/common.cuh" | sed 's|#include <cuda_
 grep -q "lt_dev_vec { EMU_VEC_CHECKS" src/common.cuh.new || { echo "run.sh: lt_dev_vec not found in common.cuh" >&2; exit 1; }
 for h in cuda_bf16.h cuda_fp16.h; do echo '#include "emu.h"' >"src/$h.new"; done
 for h in device_radix_sort device_run_length_encode device_scan; do echo '#include "emu_cub.h"' >"cub/device/$h.cuh"; done
-# (emu_rewrite.pl: launches, shared memory, vector casts, mma.sync); emu_probe.cu: the errors
-# suite's kernels that break the rules on purpose, and the mma check against a plain product
 for k in $(for k in $kernels; do echo $k.cu; done) $(cd "$root/kernels" && ls *.cuh | grep -v common.cuh); do
   perl "$here/emu_rewrite.pl" <"$root/kernels/$k" >"src/$k.new" || exit 1
 done
