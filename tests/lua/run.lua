@@ -11,10 +11,10 @@
 -- name, the message and the traceback. The last line is exactly "N passed, N
 -- failed" (", N skipped" added when a test was skipped).
 --
--- A test that cannot run here (no PyTorch, no GPU) calls the global `skip(reason)` (or
--- lutra.testing.skip, which needs a dependency and skips without it: need_python); at a
--- file's top level, skip(reason) skips the whole file. A skip is not a pass: the exit
--- status is 1 when a test failed or a file did not load, else 77 (ctest's
+-- A test that cannot run here (no PyTorch, no GPU) calls the global `skip(reason)`
+-- (lutra.testing.skip is the same; lutra.testing.need_python skips where python3 lacks a
+-- module); at a file's top level, skip(reason) skips the whole file. A skip is not a pass:
+-- the exit status is 1 when a test failed or a file did not load, else 77 (ctest's
 -- SKIP_RETURN_CODE) when a test was skipped, else 0.
 -- Assertions: lutra.testing (assert_close, assert_equal, assert_error, ...).
 
