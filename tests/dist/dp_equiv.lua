@@ -5,7 +5,6 @@
 local lt = require "lutra"
 local comm = require "lutra.dist.comm"
 local optim = require "lutra.optim"
-local testing = require "lutra.testing"
 local spec = require "lutra.dist.spec"
 
 local H = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "tests/dist/") .. "layout_helpers.lua")
@@ -50,33 +49,6 @@ function M.local_rows(t, g, lo, n_rows)
   lo = lo or 0
   n_rows = n_rows or per
   return t:narrow(0, g.rank * per + lo, n_rows):contiguous()
-end
-
--- The key bias gets no gradient in exact arithmetic (softmax is shift-invariant: it adds
--- q . b_k to every score of a query), so its gradient is rounding noise that AdamW scales
--- up to steps of about lr, different for any other summation order: both the reference
--- and the parallel runs drop it (as test_tp.lua does). named: {name, tensor} pairs whose
--- .grad to clean, full tensors or dim-0 shards with a spec.
-function M.zero_key_bias(named, d_model)
-  d_model = d_model or 32
-  lt.no_grad(function()
-    for _, e in ipairs(named) do
-      local name, t = e[1], e[2]
-      local g = t.grad
-      if name:match("attn%.qkv%.bias$") and g ~= nil and g:numel() > 0 then
-        local s = spec.get(t)
-        local off = s and s.offset[1] or 0
-        local lo, hi = math.max(d_model, off), math.min(2 * d_model, off + g:numel())
-        if hi > lo then g:narrow(0, lo - off, hi - lo):zero_() end
-      end
-    end
-  end)
-end
-
-function M.pairs_of(model)
-  local out = {}
-  for name, p in model:named_parameters() do out[#out + 1] = {name, p} end
-  return out
 end
 
 -- Trains arch unsharded on the full batches: losses and final parameters (name -> clone).
