@@ -102,10 +102,17 @@ static void gemm_block(const gemm_plan *p, int64_t batch, int64_t m0, int64_t m,
  * on 2 cores the two pools took half of the cycles of a training step. So BLAS runs on
  * one thread (set at the first gemm, and by lt_set_num_threads), and a gemm big enough for
  * threads (OpenBLAS's own threshold) is cut here into one block of C per OpenMP thread.
- * Only very large gemms get OpenBLAS's threads for the call; the lutra executable sets
- * OPENBLAS_THREAD_TIMEOUT low so that those workers sleep right after (host/app/thread_env.c). */
+ * Only very large gemms whose every dim is large get OpenBLAS's threads for the call; the
+ * lutra executable sets OPENBLAS_THREAD_TIMEOUT low so that those workers sleep right after
+ * (host/app/thread_env.c). OpenBLAS's split packs each panel once, which pays when all three
+ * dims are large (1024^3: ~4% faster); but its threads wait for each other at every panel
+ * (spinning on sched_yield), so a thin gemm (a dim of a few hundred: the layers of a small
+ * transformer, (B*T, 256) @ (256, 1024)) stalls whenever one thread loses its core to another
+ * process. Cut into independent blocks, the GPT-2 step of bench/gpt_step.lua (d256) took ~4%
+ * less CPU time and ran ~20% faster on a busy 2-core machine. */
 #define GEMM_PAR_MNK 262144.0
 #define GEMM_BLAS_THREADS_MNK 1e8
+#define GEMM_BLAS_THREADS_MIN_DIM 1024
 
 static int gemm_threads(double mnk) {
 #ifdef _OPENMP
@@ -126,7 +133,8 @@ static void gemm_one(const gemm_plan *p, int64_t batch, int64_t m) {
   double mnk = (double)m * (double)p->N * (double)p->K;
   int nt = gemm_threads(mnk);
   if (nt <= 1) return gemm_block(p, batch, 0, m, 0, p->N);
-  if (mnk >= GEMM_BLAS_THREADS_MNK) { /* OpenBLAS's own split packs each panel once: ~4% faster */
+  if (mnk >= GEMM_BLAS_THREADS_MNK && m >= GEMM_BLAS_THREADS_MIN_DIM && p->N >= GEMM_BLAS_THREADS_MIN_DIM &&
+      p->K >= GEMM_BLAS_THREADS_MIN_DIM) {
     openblas_set_num_threads(nt);
     gemm_block(p, batch, 0, m, 0, p->N);
     openblas_set_num_threads(1);
