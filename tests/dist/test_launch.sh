@@ -109,7 +109,10 @@ expect_eq "SIGTERM: no rank left behind" "$left" "0"
 if [ "$st" -ne 0 ]; then ok; else bad "SIGTERM: status 0"; fi
 
 # ---- on a terminal: the REPL's prompt names the rank; Ctrl-D continues or ends the job ----------
-if command -v python3 >/dev/null; then
+# python3 drives the pty (.ci/install-deps installs it): without it this part fails, never passes
+if ! command -v python3 >/dev/null; then
+  bad "on a terminal: no python3 to drive a pty (tests/cli/pty_drive.py)"
+else
   out=$(LUTRA_COMM_TIMEOUT=2 timeout 120 python3 - "$LUTRA" "$S" <<'PY' 2>&1
 import sys, time
 sys.path.insert(0, "tests/cli")
