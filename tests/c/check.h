@@ -1,11 +1,12 @@
 /* check.h — a tiny test harness for the C unit tests: checks that count failures and
- * name the line, random inputs, and a closing "N passed, N failed" line. */
+ * name the line, random inputs, and a closing "N passed, N failed" line (check_skip: exit 77). */
 #ifndef LUTRA_TEST_CHECK_H
 #define LUTRA_TEST_CHECK_H
 #include "internal.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static int check_passed, check_failed;
 
@@ -34,6 +35,29 @@ static int check_passed, check_failed;
 static inline int check_summary(void) {
   printf("%d passed, %d failed\n", check_passed, check_failed);
   return check_failed ? 1 : 0;
+}
+
+/* For main() of a test that cannot run here (a GPU test without a GPU): says why and returns
+ * 77, ctest's SKIP_RETURN_CODE, so that it is reported as skipped and never as passed. */
+static inline int check_skip(const char *why) {
+  printf("skipped: %s\n%d passed, %d failed, skipped\n", why, check_passed, check_failed);
+  return check_failed ? 1 : 77;
+}
+
+/* For main() of a GPU test (tests/c/test_*_gpu.c, label gpu): 0 where a device is usable, else
+ * the exit status, decided as `lutra selftest` does: skipped (77) without a GPU, failed (1)
+ * where the driver is there but broken, or where LUTRA_REQUIRE_GPU is set (GPU machines). */
+static inline int check_need_gpu(void) {
+  int state = lt_cuda_availability();
+  if (state == LT_CUDA_READY) return 0;
+  const char *require = getenv("LUTRA_REQUIRE_GPU");
+  if (state == LT_CUDA_BROKEN || (require && require[0] && strcmp(require, "0") != 0)) {
+    CHECK(0, "no usable GPU (%s)%s", lt_cuda_status(), state == LT_CUDA_BROKEN ? "" : " and LUTRA_REQUIRE_GPU is set");
+    return check_summary();
+  }
+  char why[512];
+  snprintf(why, sizeof why, "no GPU to test (%s)", lt_cuda_status());
+  return check_skip(why);
 }
 
 /* xorshift64*: deterministic test inputs independent of the library's RNG. */

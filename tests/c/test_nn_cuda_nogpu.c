@@ -17,8 +17,10 @@ static lt_tensor *make(int ndim, const int64_t *shape, int dtype) {
 }
 
 int main(void) {
-  if (lt_cuda_device_count() > 0) { /* fake cuda tensors would be dereferenced by a real device */
-    printf("a GPU is present: covered by lutra selftest\n");
+  /* ctest hides any GPU (CUDA_VISIBLE_DEVICES=), so this runs on every machine; with a device
+   * visible the fake cuda tensors could be dereferenced by it: a failure, not a pass */
+  if (lt_cuda_device_count() > 0) {
+    CHECK(0, "a GPU is visible: run with CUDA_VISIBLE_DEVICES= (as ctest does)");
     return check_summary();
   }
   const char *want = lt_cuda_rng_fill ? "device cuda:15 is not available" : "lutra was built without CUDA";

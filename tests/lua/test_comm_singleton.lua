@@ -1,4 +1,5 @@
 -- lutra.dist.comm without a launcher: a world of one, no MPI; collectives are local.
+-- CUDA tensors: test_comm_no_nccl.lua (a build without NCCL), test_comm_nccl_gpu.lua (a GPU).
 local lt = require "lutra"
 local comm = require "lutra.dist.comm"
 local testing = require "lutra.testing"
@@ -71,43 +72,4 @@ test("flight recorder and debug mode in a singleton", function()
   comm.set_debug(false)
   local r = comm.recent(1)[1]
   testing.assert_equal({r.op, r.group, r.dtype, r.count, r.state}, {"all_reduce", "world", "f64", 3, "done"})
-end)
-
-test("CUDA tensors in a build without NCCL: a clear error", function()
-  local lf = require "lutra.ffi"
-  if not lf.ffi.string(lf.C.lt_build_info()):find("nccl: not built", 1, true) then return end
-  local t = lt.ones(2)
-  t.device_ = 0 -- seen as a CUDA tensor by the dispatch (the check fails before any data is touched)
-  local ok, err = pcall(function() world:all_reduce(t) end)
-  t.device_ = -1
-  assert(not ok and tostring(err):find("all_reduce: CUDA tensors need NCCL: NCCL is not available in this build", 1, true), tostring(err))
-end)
-
--- Runs only where there is a GPU and NCCL in the build: a world of one through NCCL (the
--- communicator, the comm stream and its events), results checked against the inputs.
-test("CUDA tensors through NCCL in a world of one", function()
-  local lf = require "lutra.ffi"
-  if not lt.cuda.is_available() or not lf.ffi.string(lf.C.lt_build_info()):find("nccl: %d") then return end
-  for _, dt in ipairs({"f32", "f64", "bf16", "f16", "i32", "i64", "u8"}) do
-    local t = lt.tensor({1, 2, 3, 4}, {dtype = dt, device = "cuda"})
-    world:all_reduce(t, dt == "i32" and "max" or "sum")
-    world:broadcast(t, 0)
-    testing.assert_equal(t:cpu():tolist(), {1, 2, 3, 4})
-    local out = world:all_gather(lt.empty(4, {dtype = dt, device = "cuda"}), t)
-    testing.assert_equal(out:cpu():tolist(), {1, 2, 3, 4})
-    local rs = world:reduce_scatter(lt.empty(4, {dtype = dt, device = "cuda"}), t, "min", {counts = {4}})
-    testing.assert_equal(rs:cpu():tolist(), {1, 2, 3, 4})
-  end
-  local t = lt.tensor({2, 4}, {device = "cuda"})
-  local h = world:all_reduce(t, "avg", {async = true})
-  assert(h:wait() == t)
-  testing.assert_equal((t * 2):cpu():tolist(), {4, 8}) -- compute after the wait sees the result
-  local got = lt.empty(2, {device = "cuda"})
-  world:p2p({{"send", t, 0}, {"recv", got, 0}}):wait()
-  testing.assert_equal(got:cpu():tolist(), {2, 4})
-  local r = comm.recent(1)[1]
-  testing.assert_equal({r.op, r.state}, {"p2p", "done"})
-  testing.assert_error("out [4] f32 cuda:0 has 4 elements, expected 8", function()
-    world:all_gather(lt.empty(4, {device = "cuda"}), lt.ones(8, {device = "cuda"}))
-  end)
 end)
