@@ -13,9 +13,10 @@
 # The same OPTIONS go to every run (--layers --heads --dim --seq --vocab --batch --steps
 # --warmup --threads; default: the scripts' defaults, L4 H4 d256 T256 V4096 B8, 2 threads).
 # The peers also get OMP_NUM_THREADS set to the same thread count.
-# Prints every run, then a table (and the load average before and after: PyTorch's OpenMP
-# workers spin, which costs it much more than lutra when other processes share the cores): median tokens/s, median peak RSS (ru_maxrss of the process),
-# and the ratios lutra/peer; the goal is against PyTorch 2.x compiled.
+# Prints every run, then a table: median tokens/s, median peak RSS (ru_maxrss of the process)
+# and the ratios lutra/peer; the goal is against PyTorch 2.x compiled. It also prints the load
+# average before and after: PyTorch's OpenMP workers spin-wait, which costs it much more than
+# lutra when other processes share the cores, so a busy machine widens the gap.
 # Environment: LUTRA (default build/lutra, else the first build*/lutra found), TORCH_GPT (the
 # peer script), PYTHON (the 1.13 interpreter, default /usr/bin/python3), LUTRA_PEER_VENV (the
 # venv of bench/peers.sh, default bench/.venv-peers), TORCH_ENV (variables for the peers' runs
