@@ -8,15 +8,7 @@ SRC=$(cd "$(dirname "$0")/../.." && pwd)
 T=$(mktemp -d)
 VERSION_LUA='local ffi = require "ffi" ffi.cdef "const char *lt_version(void);" io.write(ffi.string(ffi.C.lt_version()))'
 trap 'rm -rf "$T"' EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() {
-  fail=$((fail + 1))
-  echo "FAIL: $*"
-}
-expect_eq() { if [ "$2" = "$3" ]; then ok; else bad "$1: got [$2] want [$3]"; fi; }
-expect_grep() { if printf '%s\n' "$2" | grep -qE -- "$3"; then ok; else bad "$1: [$2] does not match /$3/"; fi; }
+. "$(dirname "${BASH_SOURCE[0]}")/check.sh"
 expect_no_grep() { if printf '%s\n' "$2" | grep -qE -- "$3"; then bad "$1: [$2] matches /$3/"; else ok; fi; }
 
 # ---- arg table and varargs, as luajit builds them --------------------------------------

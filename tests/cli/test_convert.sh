@@ -6,14 +6,7 @@
 # usage: test_convert.sh LUTRA LIBLUTRA
 LUTRA=$(realpath "${1:?usage: test_convert.sh path/to/lutra path/to/liblutra.so}")
 cd "$(dirname "$0")/../.." || exit 2
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() {
-  fail=$((fail + 1))
-  echo "FAIL: $*"
-}
-expect_eq() { if [ "$2" = "$3" ]; then ok; else bad "$1: got [$2] want [$3]"; fi; }
+. "$(dirname "${BASH_SOURCE[0]}")/check.sh"
 expect_grep() { if printf '%s\n' "$2" | grep -qF -- "$3"; then ok; else bad "$1: [$2] does not contain [$3]"; fi; }
 
 tmp=$(mktemp -d)

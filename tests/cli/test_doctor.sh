@@ -4,15 +4,7 @@
 # which device it will use; the values agree with lt_build_info() and lt_cuda_device_count().
 # usage: test_doctor.sh LUTRA LIBLUTRA
 LUTRA=$(realpath "${1:?usage: test_doctor.sh path/to/lutra path/to/liblutra.so}")
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() {
-  fail=$((fail + 1))
-  echo "FAIL: $*"
-}
-expect_eq() { if [ "$2" = "$3" ]; then ok; else bad "$1: got [$2] want [$3]"; fi; }
-expect_grep() { if printf '%s\n' "$2" | grep -qE -- "$3"; then ok; else bad "$1: [$2] does not match /$3/"; fi; }
+. "$(dirname "${BASH_SOURCE[0]}")/check.sh"
 field() { printf '%s\n' "$out" | sed -n "s/^$1: *//p"; }
 
 out=$(OMP_NUM_THREADS=3 "$LUTRA" doctor)

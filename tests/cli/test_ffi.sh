@@ -10,14 +10,7 @@ HAS_C_LUA='local ffi = require "ffi" ffi.cdef "const char *lt_version(void);"
   io.write(tostring(pcall(function() return ffi.C.lt_version end)))'
 VERSION_LUA='local ffi = require "ffi" ffi.cdef "const char *lt_version(void);" io.write(ffi.string(ffi.C.lt_version()))'
 trap 'rm -rf "$T"' EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() {
-  fail=$((fail + 1))
-  echo "FAIL: $*"
-}
-expect_eq() { if [ "$2" = "$3" ]; then ok; else bad "$1: got [$2] want [$3]"; fi; }
+. "$(dirname "${BASH_SOURCE[0]}")/check.sh"
 
 version=$("$LUTRA" --version | sed -n 's/^lutra \([^ ]*\) .*/\1/p')
 

@@ -8,15 +8,7 @@
 LUTRA=$(realpath "${1:?usage: test_launch.sh path/to/lutra path/to/liblutra.so}")
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() {
-  fail=$((fail + 1))
-  echo "FAIL: $*"
-}
-expect_eq() { if [ "$2" = "$3" ]; then ok; else bad "$1: got [$2] want [$3]"; fi; }
-expect_grep() { if printf '%s\n' "$2" | grep -qE -- "$3"; then ok; else bad "$1: [$2] does not match /$3/"; fi; }
+. "$(dirname "${BASH_SOURCE[0]}")/check.sh"
 expect_nogrep() { if printf '%s\n' "$2" | grep -qE -- "$3"; then bad "$1: [$2] matches /$3/"; else ok; fi; }
 # launch ARGS...: stdout in $out, stderr in $err, status in $st (no OMP_NUM_THREADS, no MPI world)
 launch() {

@@ -6,15 +6,7 @@
 # is tests/cli/fake_libcuda.c (built into LUTRA_FAKE_LIBCUDA_DIR), loaded only by CUDA builds.
 # usage: test_selftest.sh LUTRA LIBLUTRA
 LUTRA=$(realpath "${1:?usage: test_selftest.sh path/to/lutra path/to/liblutra.so}")
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() {
-  fail=$((fail + 1))
-  echo "FAIL: $*"
-}
-expect_eq() { if [ "$2" = "$3" ]; then ok; else bad "$1: got [$2] want [$3]"; fi; }
-expect_grep() { if printf '%s\n' "$2" | grep -qE -- "$3"; then ok; else bad "$1: [$2] does not match /$3/"; fi; }
+. "$(dirname "${BASH_SOURCE[0]}")/check.sh"
 
 # no GPU visible: skipped, saying why
 out=$(CUDA_VISIBLE_DEVICES= LUTRA_REQUIRE_GPU= "$LUTRA" selftest 2>&1)

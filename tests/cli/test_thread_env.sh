@@ -5,14 +5,7 @@
 # stays on one thread after set_num_threads, and matmul still uses the OpenMP threads.
 # usage: test_thread_env.sh LUTRA LIBLUTRA
 LUTRA=$(realpath "${1:?usage: test_thread_env.sh path/to/lutra path/to/liblutra.so}")
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() {
-  fail=$((fail + 1))
-  echo "FAIL: $*"
-}
-expect_eq() { if [ "$2" = "$3" ]; then ok; else bad "$1: got [$2] want [$3]"; fi; }
+. "$(dirname "${BASH_SOURCE[0]}")/check.sh"
 
 show='print(os.getenv("GOMP_SPINCOUNT"), os.getenv("OMP_WAIT_POLICY"), os.getenv("OPENBLAS_NUM_THREADS"))'
 expect_eq "defaults" "$(env -u GOMP_SPINCOUNT -u OMP_WAIT_POLICY -u OPENBLAS_NUM_THREADS "$LUTRA" -e "$show")" \

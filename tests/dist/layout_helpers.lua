@@ -59,6 +59,22 @@ function M.assert_rel_number(a, b, rel, what)
   return math.abs(a - b) / math.abs(b)
 end
 
+-- A layout's step 1 (M.step1's loss, norm, grads) against one process's {loss =, norm =,
+-- grads = name -> f64 tensor}: every gradient present on both sides, all within tol.
+-- Returns the worst relative difference and the number of gradients compared.
+function M.compare_step1(loss, norm, grads, ref, tol, what)
+  local worst = math.max(M.assert_rel_number(loss, ref.loss, tol, what .. " loss"),
+    M.assert_rel_number(norm, ref.norm, tol, what .. " gradient norm"))
+  local n = 0
+  for name, g in pairs(ref.grads) do
+    assert(grads[name] ~= nil, what .. ": no rank has a gradient for " .. name)
+    worst = math.max(worst, M.assert_rel(grads[name], g, tol, what .. " gradient of " .. name))
+    n = n + 1
+  end
+  for name in pairs(grads) do assert(ref.grads[name] ~= nil, what .. ": a gradient for unknown " .. name) end
+  return worst, n
+end
+
 -- Whole tensors from a layout's pieces. entries: {{name =, tensor =}, ...} on every rank
 -- (global names; sharded tensors carry their lutra.dist.spec; dup copies are skipped).
 -- Every element is taken from the lowest world rank that owns it, so replicas are not

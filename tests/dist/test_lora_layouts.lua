@@ -279,15 +279,7 @@ local function f32_step1(arch, layout)
   local model = build(arch, layout.lora_dropout, "f32", true)
   local loss, norm, grads = H.step1(model, parallel_of(layout), loader(), world)
   local what = arch .. " " .. layout_name(layout) .. " f32 step 1"
-  local worst = math.max(H.assert_rel_number(loss, ref.loss, tol, what .. " loss"),
-    H.assert_rel_number(norm, ref.norm, tol, what .. " gradient norm"))
-  local n = 0
-  for name, g in pairs(ref.grads) do
-    assert(grads[name] ~= nil, what .. ": no rank has a gradient for " .. name)
-    worst = math.max(worst, H.assert_rel(grads[name], g, tol, what .. " gradient of " .. name))
-    n = n + 1
-  end
-  for name in pairs(grads) do assert(ref.grads[name] ~= nil, what .. ": a gradient for " .. name) end
+  local worst, n = H.compare_step1(loss, norm, grads, ref, tol, what)
   assert(n == 2 * 4 * 2 + (arch == "llama" and 2 * 2 or 0), "adapter gradients compared: " .. n)
   local a = ref.grads["blocks.0.attn.qkv.lora_A.weight"]:abs():max():item()
   assert(a > 1e-4, "A's gradient is (nearly) zero at step 1: " .. a)

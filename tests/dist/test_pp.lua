@@ -234,13 +234,7 @@ local function layout_case(name, layout)
   lt.manual_seed(7)
   local loss, norm, grads = LH.step1(models.build(with(CFG[name], {dtype = "f32"})), layout, first_batch(xs[1], ys[1]),
     world)
-  local worst32 = math.max(LH.assert_rel_number(loss, ref1.loss, tol, what .. " f32 step-1 loss"),
-    LH.assert_rel_number(norm, ref1.norm, tol, what .. " f32 step-1 gradient norm"))
-  for pname, g in pairs(ref1.grads) do
-    assert(grads[pname] ~= nil, what .. ": no rank has a gradient for " .. pname)
-    worst32 = math.max(worst32, LH.assert_rel(grads[pname], g, tol, what .. " f32 step-1 gradient of " .. pname))
-  end
-  for pname in pairs(grads) do assert(ref1.grads[pname] ~= nil, what .. ": a gradient for unknown " .. pname) end
+  local worst32 = LH.compare_step1(loss, norm, grads, ref1, tol, what .. " f32 step 1")
   local parts = {}
   for _, k in ipairs {"dp", "tp", "pp", "micro_batches", "schedule", "sequence_parallel"} do
     if layout[k] ~= nil then parts[#parts + 1] = k .. "=" .. tostring(layout[k]) end

@@ -126,15 +126,7 @@ local function f32_step1(arch, layout)
   local model = lt.models.build(cfg)
   local loss, norm, grads = H.step1(model, parallel_of(layout), loader(), world)
   local what = arch .. " " .. layout_name(layout) .. " f32 step 1"
-  local worst = math.max(H.assert_rel_number(loss, ref.loss, tol, what .. " loss"),
-    H.assert_rel_number(norm, ref.norm, tol, what .. " gradient norm"))
-  local n = 0
-  for name, g in pairs(ref.grads) do
-    assert(grads[name] ~= nil, what .. ": no rank has a gradient for " .. name)
-    worst = math.max(worst, H.assert_rel(grads[name], g, tol, what .. " gradient of " .. name))
-    n = n + 1
-  end
-  for name in pairs(grads) do assert(ref.grads[name] ~= nil, what .. ": a gradient for unknown " .. name) end
+  local worst, n = H.compare_step1(loss, norm, grads, ref, tol, what)
   testing.assert_equal(n > 0, true)
   if R == 0 then
     print(string.format("  %s %-26s f32 step 1: %d gradients, worst rel diff %.1e (f32 bound %.1e)", arch,
