@@ -8,7 +8,7 @@
 #   trained 8 steps straight (f64: the same math in another order agrees to ~1e-12).
 # 7 saves and 7 loading jobs (each loads all 7) and one process for the 147 checks.
 LUTRA=$(realpath "${1:?usage: test_ckpt_reshard.sh LUTRA MPIRUN}")
-export LUTRA_QUIET=1 OMP_NUM_THREADS=1
+export LUTRA_QUIET=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} # the ranks' threads: as ctest was run, 1 when unset
 if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 S=tests/dist/scripts
 T=$(mktemp -d)

@@ -9,7 +9,7 @@
 #   fewer ranks, resharded, within 1e-9 relative of one process).
 # scripts/ckpt_train.lua is the job; scripts/ckpt_compare.lua compares the gathered weights.
 LUTRA=$(realpath "${1:?usage: test_ckpt_resume.sh LUTRA MPIRUN}")
-export LUTRA_QUIET=1 OMP_NUM_THREADS=1
+export LUTRA_QUIET=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} # the ranks' threads: as ctest was run, 1 when unset
 if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 S=tests/dist/scripts
 T=$(mktemp -d)

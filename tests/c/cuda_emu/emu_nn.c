@@ -22,7 +22,8 @@ static void pair_check(const char *name, int dt, pair *p, int rc_c, int rc_d, in
   if (rc_c || rc_d) {
     if ((rc_c != 0) != (rc_d != 0)) emu_fails++, printf("FAIL %s %s: cpu rc %d, device rc %d: %s\n", name,
                                                         lt_dtype_name(dt), rc_c, rc_d, lt_last_error());
-    else if (getenv("EMU_VERBOSE")) printf("skip %s %s: %s\n", name, lt_dtype_name(dt), lt_last_error());
+    else if (getenv("EMU_VERBOSE"))
+      printf("refused by both sides (as expected) %s %s: %s\n", name, lt_dtype_name(dt), lt_last_error());
     return;
   }
   char full[160];
