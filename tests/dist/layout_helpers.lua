@@ -59,6 +59,16 @@ function M.assert_rel_number(a, b, rel, what)
   return math.abs(a - b) / math.abs(b)
 end
 
+-- Every step's loss of a layout against one process's, within rel; returns the worst.
+function M.compare_losses(got, want, rel, what)
+  assert(#got == #want, string.format("%s: %d losses, one process has %d", what, #got, #want))
+  local worst = 0
+  for i = 1, #want do
+    worst = math.max(worst, M.assert_rel_number(got[i], want[i], rel, what .. " step " .. i .. " loss"))
+  end
+  return worst
+end
+
 -- A layout's step 1 (M.step1's loss, norm, grads) against one process's {loss =, norm =,
 -- grads = name -> f64 tensor}: every gradient present on both sides, all within tol.
 -- Returns the worst relative difference and the number of gradients compared.
@@ -160,26 +170,11 @@ function M.global_names(entries, world)
   return names, shapes
 end
 
--- The sorted union of every rank's list of strings (through a byte tensor all-gather of
--- fixed size: the lists are small).
+-- The sorted union of every rank's list of strings.
 function M.union(list, world)
-  local text = table.concat(list, "\n")
-  local len = lt.tensor({#text}, {dtype = "f64"})
-  world:all_reduce(len, "max")
-  local n = len:item()
   local set = {}
-  for r = 0, world.size - 1 do
-    local buf = lt.zeros({n + 1}, {dtype = "f64"})
-    if r == world.rank then
-      for i = 1, #text do buf[i - 1] = text:byte(i) end
-    end
-    world:broadcast(buf, r)
-    local chars = {}
-    for _, c in ipairs(buf:tolist()) do
-      if c == 0 then break end
-      chars[#chars + 1] = string.char(c)
-    end
-    for item in table.concat(chars):gmatch("[^\n]+") do set[item] = true end
+  for _, text in ipairs(world:all_gather_text(table.concat(list, "\n"))) do
+    for item in text:gmatch("[^\n]+") do set[item] = true end
   end
   local out = {}
   for item in pairs(set) do out[#out + 1] = item end

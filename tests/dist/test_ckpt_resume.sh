@@ -15,13 +15,7 @@ S=tests/dist/scripts
 T=$(mktemp -d)
 export TMPDIR=$T
 trap 'rm -rf "$T"' EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() {
-  fail=$((fail + 1))
-  echo "FAIL: $*"
-}
+. "$(dirname "${BASH_SOURCE[0]}")/../cli/check.sh"
 job() { # NP RUN_DIR OUT STEPS LAYOUT [UNTIL]  (NP 0: one process, no launcher)
   local np=$1
   shift

@@ -146,6 +146,16 @@ test("all_gather: in place from this rank's slice of out", function()
   check(out, N * 4, function(j) return value("f64", math.floor(j / 4), j % 4) end, "all_gather in place")
 end)
 
+test("all_gather_text: every rank's string in rank order, empty ones too; a non-string is an error", function()
+  local mine = world.rank % 2 == 1 and "" or string.rep("r" .. world.rank, world.rank + 1)
+  local got = world:all_gather_text(mine)
+  testing.assert_equal(#got, world.size)
+  for r = 0, world.size - 1 do
+    testing.assert_equal(got[r + 1], r % 2 == 1 and "" or string.rep("r" .. r, r + 1))
+  end
+  testing.assert_error("all_gather_text on group world: expected a string, got number", world.all_gather_text, world, 3)
+end)
+
 test("broadcast from each root, every dtype", function()
   for _, dt in ipairs(DTYPES) do
     for root = 0, N - 1 do

@@ -246,10 +246,7 @@ local function f64_equivalence(arch, layout)
                      no_interrupt = true}
   testing.assert_equal(#r.losses, 10)
   local what = arch .. " " .. layout_name(layout) .. " f64"
-  local worst = 0
-  for i = 1, 10 do
-    worst = math.max(worst, H.assert_rel_number(r.losses[i], ref.losses[i], H.F64_REL, what .. " step " .. i .. " loss"))
-  end
+  local worst = H.compare_losses(r.losses, ref.losses, H.F64_REL, what)
   local got = H.gather(r.parallel, ref.names, ref.params, world)
   local adapters = 0
   for _, name in ipairs(ref.names) do

@@ -79,26 +79,10 @@ local function plan_text(plan)
   return json.encode(json.array(out))
 end
 
--- Every rank's plan text (an all_gather of the bytes through the group).
+-- Every rank's plan text.
 local function gather_texts(group, text)
   if not group then return {text} end
-  local n = create.tensor({#text}, {dtype = "i64"})
-  local counts = group:all_gather(nil, n):view(-1):tolist()
-  local list, total = {}, 0
-  for r = 1, group.size do
-    list[r] = tonumber(counts[r])
-    total = total + list[r]
-  end
-  local mine = create.empty({math.max(#text, 0)}, {dtype = "u8"})
-  if #text > 0 then ffi.copy(F.ptr(mine), text, #text) end
-  local all = create.empty({total}, {dtype = "u8"})
-  group:all_gather(all, mine, {counts = list})
-  local s, off, base = {}, 0, F.ptr(all)
-  for r = 1, group.size do
-    s[r] = ffi.string(base + off, list[r])
-    off = off + list[r]
-  end
-  return s
+  return group:all_gather_text(text)
 end
 
 local function box_key(p) return p.name .. "|" .. table.concat(p.offset, ",") .. "|" .. table.concat(p.shape, ",") end

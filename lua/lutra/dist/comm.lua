@@ -284,6 +284,29 @@ function Group.all_gather(g, out, inp, opts)
   return out
 end
 
+-- Every rank's string, in rank order: an all_gather of the bytes (small metadata: a
+-- checkpoint's plans, names). Blocking; every rank of g calls it.
+function Group.all_gather_text(g, text)
+  if type(text) ~= "string" then raise("all_gather_text on group " .. g.name .. ": expected a string, got " .. type(text)) end
+  local create = require "lutra.create"
+  local counts = g:all_gather(nil, create.tensor({#text}, {dtype = "i64"})):view(-1):tolist()
+  local list, total = {}, 0
+  for r = 1, g.size do
+    list[r] = tonumber(counts[r])
+    total = total + list[r]
+  end
+  local mine = create.empty({#text}, {dtype = "u8"})
+  if #text > 0 then ffi.copy(C.lt_data_ptr(mine), text, #text) end
+  local all = create.empty({total}, {dtype = "u8"})
+  g:all_gather(all, mine, {counts = list})
+  local out, off, base = {}, 0, ffi.cast("const char *", C.lt_data_ptr(all))
+  for r = 1, g.size do
+    out[r] = ffi.string(base + off, list[r])
+    off = off + list[r]
+  end
+  return out
+end
+
 function Group.broadcast(g, t, root, opts)
   tensor_arg("broadcast", t, "t")
   root = errors.int_arg("broadcast", root or 0, "root")
