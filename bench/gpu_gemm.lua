@@ -2,7 +2,7 @@
 --   lutra bench/gpu_gemm.lua [--n 4096] [--iters 50] [--dtypes bf16,f16,tf32]
 -- For each dtype: C = A @ B on n x n matrices on cuda:0, timed through a:matmul(b, out)
 -- (lutra's dispatch + cuBLASLt) and through cublasGemmEx called directly on the same buffers
--- (lt_cuda_bench_cublas_gemm in kernels/gemm_cublaslt.cu). Prints TFLOP/s and the ratio;
+-- (lt_cuda_bench_cublas_gemm in kernels/matmul.cu). Prints TFLOP/s and the ratio;
 -- the goal is lutra >= 0.95x cuBLAS at 4096^3 bf16. "tf32" is f32 with lutra.cuda TF32 on.
 local lt = require "lutra"
 local ffi = require "ffi"
@@ -37,7 +37,7 @@ for _, decl in ipairs {
     .. "int tf32, double *seconds);",
 } do pcall(ffi.cdef, decl) end
 if not pcall(function() return C.lt_cuda_bench_cublas_gemm end) then
-  print("gpu_gemm: skipped: this lutra was built without kernels/gemm_cublaslt.cu")
+  print("gpu_gemm: skipped: this lutra was built without kernels/matmul.cu")
   os.exit(0)
 end
 

@@ -1,14 +1,14 @@
-/* attention_tile.cuh — device helpers of the attention kernels (attention_fwd.cu, attention_bwd.cu):
+/* attention_tile.cuh — device helpers of the attention kernels (kernels/attention_forward.cu, kernels/attention_backward.cu):
  * element loads and stores in the compute type, segment ids, and the online-softmax math of
- * host/attention_tile.h overloaded by compute type (float for f32/bf16/f16, double for f64). */
+ * kernels/attention_tile.h overloaded by compute type (float for f32/bf16/f16, double for f64). */
 #ifndef LUTRA_KERNELS_ATTENTION_TILE_CUH
 #define LUTRA_KERNELS_ATTENTION_TILE_CUH
-#include "common.cuh"
+#include "kernels/common.cuh"
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 extern "C" {
-#include "attention_tile.h"
-#include "cuda_attention.h"
+#include "kernels/attention_tile.h"
+#include "kernels/attention.h"
 }
 
 /* Element of T as the compute type, and back (rounding as the CPU op's final copy does). */
@@ -154,7 +154,7 @@ __device__ inline void att_stage16(uint16_t *dst, int ld, uint16_t *dst_t, int l
   }
 }
 
-/* Passes 2 and 3 of the backward on tensor cores (attention_bwd_mma.cu), for the args that
+/* Passes 2 and 3 of the backward on tensor cores (kernels/attention_backward_mma.cu), for the args that
  * lt_cuda_attention_bwd_uses_mma accepts; delta (B, H, T) f32 is already queued. */
 int att_backward_mma(const lt_cuda_att_args *a, cudaStream_t stream, const float *delta);
 

@@ -1,11 +1,11 @@
 /* binary.cu — out = a op b (broadcast, strided, in place), the scalar forms, and where, on CUDA,
- * with host/ops_binary.c's semantics: f32, bf16 and f16 compute in f32 (16-bit results rounded to
+ * with host/ops/binary.c's semantics: f32, bf16 and f16 compute in f32 (16-bit results rounded to
  * nearest even), f64 in f64, integers in their own type wrapping on overflow (u8 through 32 bits,
  * as C promotes it); maximum/minimum propagate NaN; comparisons write bool (0/1 bytes); bool
  * tensors compare as bytes. A scalar operand is held in the compute type (f32 for bf16/f16, so
  * it is not rounded to 16 bits). Results are bit-identical with the CPU except pow (the device's
  * powf/pow are within a few ulp, glibc's within one). */
-#include "elementwise.cuh"
+#include "kernels/elementwise.cuh"
 
 /* The unsigned type integer arithmetic wraps in (u8 in 32 bits, as C promotes it). */
 template <typename T>

@@ -4,7 +4,7 @@
 #ifndef LUTRA_KERNELS_COMMON_CUH
 #define LUTRA_KERNELS_COMMON_CUH
 #include <cuda_runtime.h>
-#include <math.h> /* included before internal.h: C++ system headers must not get C linkage */
+#include <math.h> /* included before core/internal.h: C++ system headers must not get C linkage */
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -14,7 +14,7 @@
 #define LUTRA_HAVE_CUDA 1
 #endif
 extern "C" {
-#include "internal.h"
+#include "core/internal.h"
 }
 
 /* ---- errors --------------------------------------------------------------------- */
@@ -37,7 +37,7 @@ static inline int lt_cuda_check_launch(const char *op, int device) {
 
 /* The compute stream of `device`: every kernel and cuBLASLt call of an op is queued on it,
  * so ops run in program order without host synchronisation. The communication (NCCL) and
- * copy streams order themselves after it with events (kernels/runtime.cu). */
+ * copy streams order themselves after it with events (host/core/cuda_runtime.cu). */
 cudaStream_t lt_cuda_compute_stream(int device);
 
 /* ---- launch geometry -------------------------------------------------------------- */
@@ -96,7 +96,7 @@ struct lt_bool_byte {
 };
 
 /* The bit-level conversions lt_bf16_to_f32, lt_f32_to_bf16, lt_f16_to_f32 and lt_f32_to_f16
- * come from host/internal.h, compiled for both sides (LT_HOST_DEVICE), so that a tensor
+ * come from host/core/internal.h, compiled for both sides (LT_HOST_DEVICE), so that a tensor
  * converted on the GPU is bit-identical to one converted on the CPU, NaN payloads included. */
 
 /* Float to integer as the host's casts compile on x86-64 (cvttsd2si): truncation toward
@@ -110,7 +110,7 @@ __host__ __device__ static inline int64_t lt_dev_f64_to_i64(double v) {
 }
 
 /* Per-dtype reads and writes through double, the host's generic conversion path
- * (lt_load_f64 / lt_store_f64 in host/internal.h). */
+ * (lt_load_f64 / lt_store_f64 in host/core/internal.h). */
 template <typename T> struct lt_dev_dtype;
 template <> struct lt_dev_dtype<float> {
   static constexpr bool is_float = true, is_int = false;

@@ -3,9 +3,9 @@
  * Each kernel is a grid-stride loop over runs of N elements moved with one 128-bit
  * load/store (when every pointer is aligned for it), then a scalar tail. Results are
  * bit-identical with the CPU: fill writes the bit pattern the host computed, convert
- * follows host/copy.c's conversion rules, and 16-bit adds compute in f32 and round to
+ * follows host/core/copy.c's conversion rules, and 16-bit adds compute in f32 and round to
  * nearest even as the host does. */
-#include "elementwise.cuh"
+#include "kernels/elementwise.cuh"
 
 /* ---- the shared loop shape ------------------------------------------------------------ */
 
@@ -112,7 +112,7 @@ int lt_cuda_convert_contig(int device, void *dst, int dst_dtype, const void *src
 }
 
 /* The kernels' element rule run on the CPU, exported for tests/c/test_cuda_nogpu.c: it
- * checks the rules against host/copy.c on machines without a GPU. Not part of lutra.h. */
+ * checks the rules against host/core/copy.c on machines without a GPU. Not part of lutra.h. */
 extern "C" int lt_cuda_convert_on_host(void *dst, int dst_dtype, const void *src, int src_dtype, int64_t n) {
   bool known = lt_with_dtype(dst_dtype, [&](auto dst_tag) {
     lt_with_dtype(src_dtype, [&](auto src_tag) {

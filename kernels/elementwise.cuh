@@ -1,5 +1,5 @@
 /* elementwise.cuh — the loops and the launcher shared by the elementwise kernels
- * (unary.cu, binary.cu, copy_strided.cu).
+ * (unary.cu, binary.cu, kernels/copy.cu).
  *
  * An op is a functor F over raw pointers:
  *   static constexpr int nops;      operands, the output first (<= LT_EW_MAX_OPS)
@@ -8,12 +8,12 @@
  *   vec(r)                          contiguous operands: elements [r*vec_n, r*vec_n + vec_n)
  *   aligned()                       every pointer aligned for vec's loads and stores
  * Contiguous operands (one coalesced dim, unit strides) with aligned pointers take vec; all
- * others take the strided loop, whose offsets come from lt_ew_offsets32/64 (host/cuda_elementwise.h). */
+ * others take the strided loop, whose offsets come from lt_ew_offsets32/64 (kernels/elementwise.h). */
 #ifndef LUTRA_KERNELS_ELEMENTWISE_CUH
 #define LUTRA_KERNELS_ELEMENTWISE_CUH
-#include "common.cuh"
+#include "kernels/common.cuh"
 extern "C" {
-#include "cuda_elementwise.h"
+#include "kernels/elementwise.h"
 }
 
 /* ---- element types: storage <-> compute ------------------------------------------------- */
@@ -52,7 +52,7 @@ template <typename... T> constexpr int ew_vec_n() {
   return (int)(16 / widest);
 }
 
-/* One element of S as D, by host/copy.c's rules (convert_run, lt_load_f64/lt_store_f64). */
+/* One element of S as D, by host/core/copy.c's rules (convert_run, lt_load_f64/lt_store_f64). */
 template <typename D, typename S> __host__ __device__ inline D convert_one(S x) {
   using SD = lt_dev_dtype<S>;
   using DD = lt_dev_dtype<D>;

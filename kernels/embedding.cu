@@ -7,9 +7,9 @@
  * pairs are sorted by id with CUB's radix sort, which is stable (positions stay ascending
  * within an id), runs of equal ids are found with CUB's run-length encoding, and one block per
  * distinct id sums its dout rows column by column in position order, starting from 0, in f32
- * for f32/bf16/f16 (rounded once) and f64 for f64. That is exactly host/ops_embedding.c's order
+ * for f32/bf16/f16 (rounded once) and f64 for f64. That is exactly host/ops/embedding.c's order
  * and arithmetic, so dweight is bit-identical with the CPU's. Rows of absent ids are zero. */
-#include "common.cuh"
+#include "kernels/common.cuh"
 #include <algorithm>
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_run_length_encode.cuh>
@@ -17,8 +17,8 @@
 #include <limits.h>
 #include <stdlib.h>
 extern "C" {
-#include "caching_alloc.h"
-#include "cuda_nn_ops.h"
+#include "core/caching_alloc.h"
+#include "kernels/nn_ops.h"
 }
 
 namespace {
@@ -182,7 +182,7 @@ int lt_cuda_embedding_backward(int device, int dtype, void *dweight, int64_t V, 
 }
 
 /* The launches above run on the CPU over host memory (a stable sort by id in place of CUB's),
- * exported for tests/c/test_nn_kernels_host.c: checks ops_embedding.c's arguments and the
+ * exported for tests/c/test_nn_kernels_host.c: checks ops/embedding.c's arguments and the
  * per-id sums against the CPU op. */
 extern "C" int lt_cuda_embedding_forward_on_host(int device, void *out, const void *weight, int64_t row_stride,
                                                  int esize, const void *ids, int idtype, int64_t n, int64_t C) {

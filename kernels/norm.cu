@@ -1,5 +1,5 @@
 /* norm.cu — LayerNorm and RMSNorm on CUDA, forward and backward, with the fused residual
- * add (host/ops_norm.c checks, allocates and calls these; host/ops_norm_cpu.c is the CPU twin).
+ * add (host/ops/norm.c checks, allocates and calls these; host/ops/norm_cpu.c is the CPU twin).
  *
  * Rows are contiguous (N, C). The compute type A is f32 for f32/bf16/f16 and f64 for f64, as on
  * the CPU, with the same formulas in the same order; only the order of the row sums differs
@@ -12,9 +12,9 @@
  *             accumulated per chunk into partial rows (each thread owns its columns: no atomics),
  *             then a second kernel adds the chunk partials in chunk order, in double (as the
  *             CPU does). The chunk count depends on the shape only: results are deterministic. */
-#include "common.cuh"
+#include "kernels/common.cuh"
 extern "C" {
-#include "cuda_norm.h"
+#include "kernels/norm.h"
 }
 
 /* ---- element access in the compute type ------------------------------------------------------- */
@@ -175,7 +175,7 @@ int lt_cuda_norm_forward(const char *op, const lt_norm_fwd *p) {
 
 /* ---- backward ------------------------------------------------------------------------------ */
 
-/* With xhat = (x - mu) * rstd and g = dy * w (as host/ops_norm_cpu.c):
+/* With xhat = (x - mu) * rstd and g = dy * w (as host/ops/norm_cpu.c):
  *   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) + dres   (mean(g) only when center)
  *   partial dw[k] += dy * xhat, partial db[k] += dy over the rows of chunk k.
  * Runs of V as in the forward. dx may alias dy or dres: a thread reads its own runs before

@@ -2,23 +2,23 @@
  * master weights included), Lion, the multi-tensor sum of squares and scale of gradient
  * clipping, and clipping's coefficient.
  *
- * Bitwise equal to the CPU (host/ops_adamw.c, ops_lion.c, ops_multi_tensor.c) for the updates:
+ * Bitwise equal to the CPU (host/ops/adamw.c, ops/lion.c, ops/multi_tensor.c) for the updates:
  * every product, sum, quotient and square root is an explicitly rounded intrinsic (__fmul_rn,
  * __fadd_rn, __fdiv_rn, __fsqrt_rn, ...), which nvcc never contracts into an fma, and the one
  * fused step the CPU takes (the lerp's fmaf) is __fmaf_rn here; scalars are formed in double on
  * the host and cast once, as the CPU does. The sums of squares agree to rounding (another order).
  *
- * Multi-tensor calls describe their tensors with a table of lt_optim_entry (host/cuda_optim.h)
+ * Multi-tensor calls describe their tensors with a table of lt_optim_entry (kernels/optim.h)
  * copied to the device through a pinned staging slot; each block takes chunks of LT_OPTIM_CHUNK
  * elements of one tensor (the tensor found by a binary search over the table's first chunks),
  * so a launch covers any number of tensors of any sizes (as apex's multi_tensor_apply, without
  * its per-launch tensor limit). Nothing waits for the host: the staging slot of a table is reused
  * only once the copy out of it completed (an event), 32 uploads later. */
-#include "common.cuh"
+#include "kernels/common.cuh"
 #include <pthread.h>
 extern "C" {
-#include "caching_alloc.h"
-#include "cuda_optim.h"
+#include "core/caching_alloc.h"
+#include "kernels/optim.h"
 }
 
 /* ---- uploading a table ------------------------------------------------------------------------ */
@@ -99,7 +99,7 @@ __device__ __forceinline__ double load_f64(const void *p, int dtype, int64_t i) 
 
 /* ---- AdamW ----------------------------------------------------------------------------------- */
 
-/* The scalars as host/ops_adamw.c's adamw_f32 and adamw_f64 cast and derive them. */
+/* The scalars as host/ops/adamw.c's adamw_f32 and adamw_f64 cast and derive them. */
 struct adamw_consts {
   float decay, coeff, b2, c2, neg_step, bc2_sqrt, eps;
   double d_decay, d_coeff, d_b2, d_c2, d_neg_step, d_bc2_sqrt, d_eps;
@@ -194,7 +194,7 @@ struct lion_consts {
   double d_decay, d_neg_lr, d_b1, d_c1, d_b2, d_c2;
 };
 
-/* host/ops_lion.c's lion_f32 and lion_f64, one element at a time. */
+/* host/ops/lion.c's lion_f32 and lion_f64, one element at a time. */
 __global__ void lion_kernel(lt_optim_entry e, lion_consts k) {
   int64_t stride = (int64_t)gridDim.x * blockDim.x;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < e.n; i += stride) {
@@ -288,7 +288,7 @@ int lt_cuda_sumsq_multi(int device, const lt_optim_entry *entries, int64_t n, in
 
 /* ---- scale ------------------------------------------------------------------------------------- */
 
-/* As host/ops_multi_tensor.c's scale_chunk: s in f32 for f32/bf16/f16, f64 for f64. */
+/* As host/ops/multi_tensor.c's scale_chunk: s in f32 for f32/bf16/f16, f64 for f64. */
 __global__ void scale_kernel(const lt_optim_entry *table, int64_t ntable, int64_t chunks, const void *scale,
                              int scale_dtype) {
   double s = scale_dtype == LT_F64 ? *(const double *)scale : (double)*(const float *)scale;

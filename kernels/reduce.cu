@@ -1,7 +1,7 @@
 /* reduce.cu — sum, mean, max, min, prod, norm, var and argmax/argmin of CUDA tensors, with
- * the semantics of host/ops_reduce.c and host/ops_argmax.c.
+ * the semantics of host/ops/reduce.c and host/ops/argmax.c.
  *
- * The host plans the geometry (host/reduce_geom.h): n_out outputs in kept-linear order, each
+ * The host plans the geometry (host/ops/reduce_geom.h): n_out outputs in kept-linear order, each
  * reducing n_red elements. Two kernel shapes follow from the innermost input dim:
  * - rows (it is reduced, more than ROWS_MIN elements an output): a warp (short reductions) or
  *   a block (long ones) per output, threads striding over its elements, 128-bit loads when
@@ -19,15 +19,15 @@
  * rounding of a double sum (in practice: at most an ulp of the output dtype, usually none);
  * max/min (a NaN wins) and integer results are bit-identical. argmax/argmin give the first
  * NaN, else the first index of the extreme value: bit-identical too. */
-#include "common.cuh"
+#include "kernels/common.cuh"
 #include <algorithm>
 #include <stdlib.h>
 #include <type_traits>
 extern "C" {
-#include "cuda_reduce.h"
+#include "kernels/reduce.h"
 }
 
-/* What is accumulated (as host/ops_reduce.c's acc_op) and how a result is finished. */
+/* What is accumulated (as host/ops/reduce.c's acc_op) and how a result is finished. */
 enum { ACC_SUM, ACC_SUMSQ, ACC_SQDEV, ACC_PROD, ACC_MAX, ACC_MIN };
 enum { FIN_NONE, FIN_DIV, FIN_SQRT };
 

@@ -1,4 +1,4 @@
-/* rope.cu — rotary position embedding ("rotate half") on CUDA, host/ops_rope.c's recipe.
+/* rope.cu — rotary position embedding ("rotate half") on CUDA, host/ops/rope.c's recipe.
  *
  * The frequencies come from the host (the CPU's pow, bit for bit); angle = p * freq is the
  * same double multiply; cos and sin are libdevice's in double (the CPU's libm may differ in
@@ -9,10 +9,10 @@
  *
  * One thread per (b, t, i < D/2): it computes the angle's cos and sin once and rotates the
  * pair (i, i + D/2) of every head h. Any strides; out may be x (in place). */
-#include "common.cuh"
+#include "kernels/common.cuh"
 extern "C" {
-#include "caching_alloc.h"
-#include "cuda_nn_ops.h"
+#include "core/caching_alloc.h"
+#include "kernels/nn_ops.h"
 }
 
 namespace {
@@ -155,8 +155,8 @@ int lt_cuda_rope(const lt_cuda_rope_args *a) {
 }
 
 /* The kernel's work items run on the CPU over host memory (cos and sin from libm, products and
- * sums unfused), exported for tests/c/test_nn_kernels_host.c, which routes host/ops_rope.c's CUDA
- * calls here: checks the arguments ops_rope.c passes and the index math against the CPU op. */
+ * sums unfused), exported for tests/c/test_nn_kernels_host.c, which routes host/ops/rope.c's CUDA
+ * calls here: checks the arguments ops/rope.c passes and the index math against the CPU op. */
 extern "C" int lt_cuda_rope_on_host(const lt_cuda_rope_args *a) {
   rope_geom g = make_geom(a);
   int64_t total = a->H == 0 ? 0 : a->B * a->T * g.half;

@@ -1,5 +1,5 @@
 /* softmax.cu — softmax and log-softmax over any dim, forward and backward, on CUDA tensors,
- * with the semantics of host/ops_softmax.c.
+ * with the semantics of host/ops/softmax.c.
  *
  * A row is the n elements along dim. One kernel, three ways to share rows among threads:
  * - rows contiguous along dim, n <= 1024: a warp per row (8 rows a block);
@@ -14,10 +14,10 @@
  * of x - max below -87 is 0; sums run in f32 over runs of 512 elements and add up in
  * double), f64 in f64. Differences from the CPU: expf is the device's (within 2 ulp, the CPU
  * uses its own polynomial) and the sums run in another order. */
-#include "common.cuh"
+#include "kernels/common.cuh"
 #include <type_traits>
 extern "C" {
-#include "cuda_reduce.h"
+#include "kernels/reduce.h"
 }
 
 enum { SUM_RUN = 512, WARP_ROW_MAX = 1024, ROW_BLOCK = 512 };

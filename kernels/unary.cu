@@ -1,11 +1,11 @@
-/* unary.cu — out = op(a), its gradient, and clamp on CUDA, with host/ops_unary.c's semantics:
+/* unary.cu — out = op(a), its gradient, and clamp on CUDA, with host/ops/unary.c's semantics:
  * f32, bf16 and f16 compute in f32 (16-bit results rounded to nearest even), f64 in f64; neg,
  * abs, relu and square also on integers, wrapping on overflow; clamp keeps NaN. The formulas are
  * the CPU's, term for term (sigmoid from exp(-|x|), GELU in its tanh form, the same derivative
  * expressions); the device's expf/tanhf/logf/sinf/cosf/powf are within 2 ulp of exact, as are the
  * CPU's, so results agree to a few ulp (not bit for bit: the CPU's f32 exp and tanh are its own
- * polynomials, host/vecmath.h). */
-#include "elementwise.cuh"
+ * polynomials, host/ops/vecmath.h). */
+#include "kernels/elementwise.cuh"
 #include <stdio.h>
 
 /* ---- scalar functions, float and double ---------------------------------------------------- */
@@ -25,7 +25,7 @@ __host__ __device__ inline double ew_sin(double x) { return sin(x); }
 __host__ __device__ inline float ew_cos(float x) { return cosf(x); }
 __host__ __device__ inline double ew_cos(double x) { return cos(x); }
 
-/* sqrt(2/pi) and the cubic coefficient of the tanh approximation of GELU (as ops_unary.c). */
+/* sqrt(2/pi) and the cubic coefficient of the tanh approximation of GELU (as ops/unary.c). */
 #define GELU_K 0.7978845608028654
 #define GELU_C 0.044715
 

@@ -257,13 +257,13 @@ int lt_log_softmax_backward(lt_tensor *grad_in, const lt_tensor *grad_out, const
  * checks). weight and bias may be NULL; so may the saved statistics when not needed.
  * Backward overwrites dx, dweight, dbias (those not NULL).                          */
 
-int lt_layernorm_forward(lt_tensor *out, lt_tensor *mean, lt_tensor *rstd, const lt_tensor *x,
+int lt_layer_norm_forward(lt_tensor *out, lt_tensor *mean, lt_tensor *rstd, const lt_tensor *x,
                          const lt_tensor *weight, const lt_tensor *bias, double eps);
-int lt_layernorm_backward(lt_tensor *dx, lt_tensor *dweight, lt_tensor *dbias, const lt_tensor *dout,
+int lt_layer_norm_backward(lt_tensor *dx, lt_tensor *dweight, lt_tensor *dbias, const lt_tensor *dout,
                           const lt_tensor *x, const lt_tensor *weight, const lt_tensor *mean,
                           const lt_tensor *rstd);
-int lt_rmsnorm_forward(lt_tensor *out, lt_tensor *rstd, const lt_tensor *x, const lt_tensor *weight, double eps);
-int lt_rmsnorm_backward(lt_tensor *dx, lt_tensor *dweight, const lt_tensor *dout, const lt_tensor *x,
+int lt_rms_norm_forward(lt_tensor *out, lt_tensor *rstd, const lt_tensor *x, const lt_tensor *weight, double eps);
+int lt_rms_norm_backward(lt_tensor *dx, lt_tensor *dweight, const lt_tensor *dout, const lt_tensor *x,
                         const lt_tensor *weight, const lt_tensor *rstd);
 /* The residual add of a pre-norm block fused with the next norm. res_out = x + residual
  * (required; x's shape and dtype, residual too; 16-bit sums rounded once, as lt_binary),
@@ -271,14 +271,14 @@ int lt_rmsnorm_backward(lt_tensor *dx, lt_tensor *dweight, const lt_tensor *dout
  * residual (in place), not out. Backward: x is the forward's res_out, and
  * dx = the plain backward's dx + dres, dres (x's shape and dtype) the gradient reaching
  * res_out from its other uses, or NULL; dx may be dout or dres (in place).            */
-int lt_add_layernorm_forward(lt_tensor *res_out, lt_tensor *out, lt_tensor *mean, lt_tensor *rstd, const lt_tensor *x,
+int lt_add_layer_norm_forward(lt_tensor *res_out, lt_tensor *out, lt_tensor *mean, lt_tensor *rstd, const lt_tensor *x,
                              const lt_tensor *residual, const lt_tensor *weight, const lt_tensor *bias, double eps);
-int lt_add_rmsnorm_forward(lt_tensor *res_out, lt_tensor *out, lt_tensor *rstd, const lt_tensor *x,
+int lt_add_rms_norm_forward(lt_tensor *res_out, lt_tensor *out, lt_tensor *rstd, const lt_tensor *x,
                            const lt_tensor *residual, const lt_tensor *weight, double eps);
-int lt_layernorm_backward_add(lt_tensor *dx, lt_tensor *dweight, lt_tensor *dbias, const lt_tensor *dout,
+int lt_layer_norm_backward_add(lt_tensor *dx, lt_tensor *dweight, lt_tensor *dbias, const lt_tensor *dout,
                               const lt_tensor *dres, const lt_tensor *x, const lt_tensor *weight,
                               const lt_tensor *mean, const lt_tensor *rstd);
-int lt_rmsnorm_backward_add(lt_tensor *dx, lt_tensor *dweight, const lt_tensor *dout, const lt_tensor *dres,
+int lt_rms_norm_backward_add(lt_tensor *dx, lt_tensor *dweight, const lt_tensor *dout, const lt_tensor *dres,
                             const lt_tensor *x, const lt_tensor *weight, const lt_tensor *rstd);
 
 /* logits (N, V), targets (N) I32/I64. losses (N) f32: -log softmax(logits)[target],
@@ -320,7 +320,7 @@ int lt_adamw_step(lt_tensor *param, const lt_tensor *grad, lt_tensor *m, lt_tens
 int lt_lion_step(lt_tensor *param, const lt_tensor *grad, lt_tensor *m, double lr, double beta1, double beta2,
                  double weight_decay);
 
-/* lt_adamw_step over the n parameters of one param group in one call (host/ops_adamw.c):
+/* lt_adamw_step over the n parameters of one param group in one call (host/ops/adamw.c):
  * one OpenMP loop over chunks of all of them on the CPU, one kernel launch on CUDA; each tensor
  * gets exactly what lt_adamw_step gives it. All tensors on one device. masters may be NULL, and so
  * may masters[i]: params[i] is then stepped itself. masters[i] defined (master weights): an f32
@@ -413,7 +413,7 @@ int lt_tokenizer_merge(const lt_tokenizer *tok, int32_t rank, int32_t *a, int32_
 int lt_tokenizer_fingerprint(const lt_tokenizer *tok, uint64_t *out);
 
 /* ---- token files ---------------------------------------------------------------
- * A corpus tokenized once (host/tokfile.c): a 128-byte little-endian header, then
+ * A corpus tokenized once (host/io/tokfile.c): a 128-byte little-endian header, then
  * `count` tokens of `token_bytes` each (u16 when vocab_size <= 65536, else u32):
  *   0 "LUTRATOK"  8 u32 version (1)  12 u32 token_bytes  16 u64 count  24 u64 vocab_size
  *   32 u64 tokenizer_hash  40 u64 tokens_hash (FNV-1a 64 of the token bytes)
@@ -467,7 +467,7 @@ int lt_hash64(const void *data, int64_t nbytes, uint64_t *hash);
 /* Size in bytes and modification time (ns since the epoch) of the file at path. */
 int lt_file_stat(const char *path, int64_t *size, int64_t *mtime_ns);
 
-/* ---- training runtime: wall clock, Ctrl-C as a flag (host/interrupt.c) ---------- */
+/* ---- training runtime: wall clock, Ctrl-C as a flag (host/core/interrupt.c) ---------- */
 
 /* Seconds on a monotonic clock (for rates and ETAs). */
 double lt_wall_time(void);
@@ -699,9 +699,6 @@ int lt_ckpt_job_piece(const lt_ckpt_job *j, int64_t i, lt_ckpt_piece *piece);
 int lt_ckpt_job_stats(const lt_ckpt_job *j, int64_t *raw, int64_t *compressed, double *seconds);
 int lt_ckpt_job_free(lt_ckpt_job *j); /* waits for a running job first; NULL is ok */
 int lt_ckpt_wait_all(void);          /* joins every started job; the first error */
-/* Async saves keep their host buffers for the next save (same sizes: pages already touched,
- * a faster copy); this frees them. */
-int lt_ckpt_release_buffers(void);
 
 /* Reads a shard file's footer: *count pieces, the first min(count, max) into pieces (may be
  * NULL with max 0); *file_size the file's bytes. */
@@ -725,7 +722,7 @@ int lt_ckpt_remove_tree(const char *path);
 /* The test hook: ends the process when env LUTRA_FAULT names `point`; 0 otherwise. */
 int lt_ckpt_fault(const char *point);
 
-/* Validates a manifest.json text (host/ckpt_manifest.c) before Lua trusts it: format and
+/* Validates a manifest.json text (host/io/ckpt_manifest.c) before Lua trusts it: format and
  * version, files (plain names), tensors (unique names, known dtypes, shapes of at most 8
  * non-negative dims without overflow), pieces (file in range, index >= 0, box inside the
  * global shape, bytes = box elements * dtype size). Counts go to n_tensors / n_pieces. */
@@ -733,7 +730,7 @@ int lt_ckpt_manifest_check(const char *text, int64_t len, const char *source, in
 
 /* ---- CUDA memory ------------------------------------------------------------ */
 /* Figures of the stream-ordered caching allocator of one CUDA device
- * (host/caching_alloc.h). Byte counts are of blocks (requests rounded to 512 B, or
+ * (host/core/caching_alloc.h). Byte counts are of blocks (requests rounded to 512 B, or
  * 2 MiB above 1 MiB); reserved is what is held from cudaMalloc. */
 typedef struct lt_cuda_memory_stats {
   int64_t allocated;      /* bytes in blocks handed out */

@@ -7,7 +7,7 @@
 --   local st = train:state()            -- {seed=, step=, epoch=}: save it in a checkpoint
 --   train:set_state(st)                 -- resumes exactly
 --
--- Token files (host/tokfile.c, layout in lutra.h): a 128-byte header ("LUTRATOK",
+-- Token files (host/io/tokfile.c, layout in lutra.h): a 128-byte header ("LUTRATOK",
 -- version, u16/u32 width, count, vocab size, tokenizer fingerprint, size, mtime and
 -- FNV-1a hash of the text) then the tokens, memory-mapped when read.
 --

@@ -111,7 +111,7 @@ function F.layer_norm(x, ...)
   writing("layer_norm", out, x, weight, bias)
   out = out or new()
   local mean, rstd = row_stats(x), row_stats(x)
-  if C.lt_layernorm_forward(out, mean, rstd, x, weight, bias, eps or 1e-5) ~= 0 then fail() end
+  if C.lt_layer_norm_forward(out, mean, rstd, x, weight, bias, eps or 1e-5) ~= 0 then fail() end
   if tracked(x, weight, bias) then S.layer_norm(out, x, weight, bias, mean, rstd) end
   return out, mean, rstd
 end
@@ -120,9 +120,9 @@ function F.layer_norm_backward(dout, x, weight, mean, rstd, dres)
   local dx, dweight, dbias = new(), weight and new() or nil, weight and new() or nil
   local rc
   if dres == nil then
-    rc = C.lt_layernorm_backward(dx, dweight, dbias, dout, x, weight, mean, rstd)
+    rc = C.lt_layer_norm_backward(dx, dweight, dbias, dout, x, weight, mean, rstd)
   else
-    rc = C.lt_layernorm_backward_add(dx, dweight, dbias, dout, dres, x, weight, mean, rstd)
+    rc = C.lt_layer_norm_backward_add(dx, dweight, dbias, dout, dres, x, weight, mean, rstd)
   end
   if rc ~= 0 then fail() end
   return dx, dweight, dbias
@@ -135,7 +135,7 @@ function F.rms_norm(x, ...)
   writing("rms_norm", out, x, weight)
   out = out or new()
   local rstd = row_stats(x)
-  if C.lt_rmsnorm_forward(out, rstd, x, weight, eps or 1e-6) ~= 0 then fail() end
+  if C.lt_rms_norm_forward(out, rstd, x, weight, eps or 1e-6) ~= 0 then fail() end
   if tracked(x, weight) then S.rms_norm(out, x, weight, rstd) end
   return out, rstd
 end
@@ -144,9 +144,9 @@ function F.rms_norm_backward(dout, x, weight, rstd, dres)
   local dx, dweight = new(), weight and new() or nil
   local rc
   if dres == nil then
-    rc = C.lt_rmsnorm_backward(dx, dweight, dout, x, weight, rstd)
+    rc = C.lt_rms_norm_backward(dx, dweight, dout, x, weight, rstd)
   else
-    rc = C.lt_rmsnorm_backward_add(dx, dweight, dout, dres, x, weight, rstd)
+    rc = C.lt_rms_norm_backward_add(dx, dweight, dout, dres, x, weight, rstd)
   end
   if rc ~= 0 then fail() end
   return dx, dweight
@@ -163,7 +163,7 @@ function F.add_layer_norm(x, residual, weight, bias, eps)
   tensor_or_nil("add_layer_norm", "bias", bias)
   local res, out = new(), new()
   local mean, rstd = row_stats(x), row_stats(x)
-  if C.lt_add_layernorm_forward(res, out, mean, rstd, x, residual, weight, bias, eps or 1e-5) ~= 0 then fail() end
+  if C.lt_add_layer_norm_forward(res, out, mean, rstd, x, residual, weight, bias, eps or 1e-5) ~= 0 then fail() end
   if tracked4(x, residual, weight, bias) then S.add_norm(res, out, x, residual, weight, bias, mean, rstd) end
   return res, out, mean, rstd
 end
@@ -174,7 +174,7 @@ function F.add_rms_norm(x, residual, weight, eps)
   tensor_or_nil("add_rms_norm", "weight", weight)
   local res, out = new(), new()
   local rstd = row_stats(x)
-  if C.lt_add_rmsnorm_forward(res, out, rstd, x, residual, weight, eps or 1e-6) ~= 0 then fail() end
+  if C.lt_add_rms_norm_forward(res, out, rstd, x, residual, weight, eps or 1e-6) ~= 0 then fail() end
   if tracked4(x, residual, weight) then S.add_norm(res, out, x, residual, weight, nil, nil, rstd) end
   return res, out, rstd
 end

@@ -15,7 +15,7 @@
 -- training steps of gpt2 and llama) adds its own, through the `st` table of case_api().
 --
 -- The GPU kernels are designed to be bit-identical with the CPU (fill writes the host's
--- bits, conversions round as host/internal.h does, adds round the f32 sum), so the
+-- bits, conversions round as host/core/internal.h does, adds round the f32 sum), so the
 -- expected error is 0. matmul (cuBLASLt)
 -- sums in its own order and is checked against the CPU within a tolerance per dtype.
 --
@@ -228,7 +228,7 @@ local function run_matmul_cases(lt, C, device, report)
   set_tf32(C, false)
 end
 
--- The fused linear layer (kernels/gemm_cublaslt.cu: cuBLASLt's BIAS, GELU_BIAS and BGRADB
+-- The fused linear layer (kernels/matmul.cu: cuBLASLt's BIAS, GELU_BIAS and BGRADB
 -- epilogues) against naive loops in double on the inputs as stored. CUDA only: there is no
 -- CPU entry point for it yet.
 local LINEAR_DECLS = {

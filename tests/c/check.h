@@ -2,7 +2,7 @@
  * name the line, random inputs, and a closing "N passed, N failed" line (check_skip: exit 77). */
 #ifndef LUTRA_TEST_CHECK_H
 #define LUTRA_TEST_CHECK_H
-#include "internal.h"
+#include "core/internal.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,8 +1,8 @@
-/* test_attention_tiles.c — a CPU emulation of the CUDA attention kernels (kernels/attention_fwd.cu,
- * kernels/attention_bwd.cu), checked against lt_attention_forward / lt_attention_backward on the CPU.
+/* test_attention_tiles.c — a CPU emulation of the CUDA attention kernels (kernels/attention_forward.cu,
+ * kernels/attention_backward.cu), checked against lt_attention_forward / lt_attention_backward on the CPU.
  *
  * There is no GPU here, so the kernels' algorithm is run on the CPU instead: the same tile sizes,
- * loop orders, skip rules and online-softmax update (the functions of host/attention_tile.h, which
+ * loop orders, skip rules and online-softmax update (the functions of kernels/attention_tile.h, which
  * the kernels include), in f32 arithmetic for f32/bf16/f16 (every operation rounded to float) and
  * in f64 for f64, with P (and dS) rounded to the 16-bit dtype before the products of the tensor-core
  * forward and backward. Random shapes: causal with S < T (rows that see no key), S > T, segments (sorted and not), GQA,
@@ -10,7 +10,7 @@
  * skipped tile (keys past att_key_end, queries before att_query_begin) is checked to be fully masked, and the bounds
  * are checked to be tight.
  */
-#include "attention_tile.h"
+#include "kernels/attention_tile.h"
 #include "check.h"
 #include <stdlib.h>
 

@@ -1,8 +1,8 @@
-/* test_caching_alloc.c — the stream-ordered caching allocator (host/caching_alloc.c) over
+/* test_caching_alloc.c — the stream-ordered caching allocator (host/core/caching_alloc.c) over
  * a malloc backend with simulated events: size classes, splitting and coalescing, reuse
  * across streams, statistics, the out-of-memory path, and random sequences checked
  * against a reference model. */
-#include "caching_alloc.h"
+#include "core/caching_alloc.h"
 #include "check.h"
 #include <string.h>
 

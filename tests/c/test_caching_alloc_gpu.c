@@ -1,5 +1,5 @@
 /* test_caching_alloc_gpu.c — with a GPU (label gpu; skipped without one): tensors on cuda:0 go
- * through the caching allocator (host/caching_alloc.c): statistics, a cache hit, the
+ * through the caching allocator (host/core/caching_alloc.c): statistics, a cache hit, the
  * out-of-memory path, pinned host memory. The allocator itself: test_caching_alloc.c.
  * Written without a GPU at hand: not yet run on one. */
 #include "check.h"

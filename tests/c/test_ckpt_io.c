@@ -1,11 +1,11 @@
-/* test_ckpt_io.c — checkpoint shard files (host/ckpt_io.c, ckpt_job.c, ckpt_manifest.c):
+/* test_ckpt_io.c — checkpoint shard files (host/io/ckpt_read.c, io/ckpt_write.c, io/ckpt_manifest.c):
  * round trips of pieces (empty, one frame, many frames, incompressible) written on this
  * thread and in the background; every single-byte flip anywhere in a file is detected;
  * truncation, a footer that lies (sizes, swapped pieces), a wrong destination size; random
  * mutations never crash; the atomic file helpers; rank 0's commit (and its timeout when a
  * rank's file never comes); the manifest validator on good and bad manifests. */
 #include "check.h"
-#include "ckpt_io.h"
+#include "io/ckpt.h"
 #include "lutra.h"
 #include <stdio.h>
 #include <stdlib.h>

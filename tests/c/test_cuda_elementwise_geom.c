@@ -1,6 +1,6 @@
 /* test_cuda_elementwise_geom.c — the CUDA elementwise kernels' logic, checked on the CPU.
  *
- * 1. The geometry the kernels walk (host/cuda_elementwise.h): coalescing and the 32/64-bit
+ * 1. The geometry the kernels walk (kernels/elementwise.h): coalescing and the 32/64-bit
  *    offset calculators against a naive row-major walk of the uncoalesced dims, on random
  *    shapes of 0..8 dims with contiguous, permuted, broadcast and negative strides.
  * 2. In a CUDA build: the kernels' launchers run on the host (device LT_DEVICE_CPU: the same
@@ -10,7 +10,7 @@
  *    be bit-identical; float math within a few ulp (the host libm's expf/tanhf vs the CPU ops'
  *    own polynomials; the GPU's are as close). */
 #include "check.h"
-#include "cuda_elementwise.h"
+#include "kernels/elementwise.h"
 
 /* kernels/ exports (present only in a CUDA build; weak so that a CPU-only build links) */
 __attribute__((weak)) int lt_cuda_unary(int device, int op, int dtype, const lt_ew_geom *g, void *out, const void *a);
@@ -350,7 +350,7 @@ static void test_where_on_host(void) {
     }
 }
 
-/* Copies between every pair of dtypes, strided and broadcast: bit-identical with host/copy.c. */
+/* Copies between every pair of dtypes, strided and broadcast: bit-identical with host/core/copy.c. */
 static void test_copy_on_host(void) {
   const int64_t shape[3] = {3, 4, 21}, sshape[2] = {4, 1};
   for (size_t si = 0; si < 8; si++)

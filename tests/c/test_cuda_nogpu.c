@@ -3,7 +3,7 @@
  * Without a GPU (or in a CPU-only build): the device count is 0, the status says why,
  * and every attempt to use cuda:k fails with a clear error and crashes nothing. The
  * kernels' element rules (kernels/elementwise.cu, run on the CPU through the
- * *_on_host exports of a CUDA build) must agree bit for bit with host/copy.c.
+ * *_on_host exports of a CUDA build) must agree bit for bit with host/core/copy.c.
  * ctest runs it with any GPU hidden (CUDA_VISIBLE_DEVICES=). With a GPU: test_cuda_copy_gpu.c. */
 #include "check.h"
 #include "cuda_values.h"
@@ -66,7 +66,7 @@ static void test_rules_on_host(void) {
       CHECK_OK(lt_empty(got, 1, shape, d, LT_DEVICE_CPU));
       CHECK_OK(lt_copy(want, src));
       CHECK_OK(lt_cuda_convert_on_host(lt_data_ptr(got), d, lt_data_ptr(src), s, n));
-      CHECK(same_bytes(want, got), "convert %s -> %s differs from host/copy.c", lt_dtype_name(s), lt_dtype_name(d));
+      CHECK(same_bytes(want, got), "convert %s -> %s differs from host/core/copy.c", lt_dtype_name(s), lt_dtype_name(d));
       pairs++;
       lt_release(src), lt_release(want), lt_release(got);
     }
@@ -97,7 +97,7 @@ static void test_rules_on_host(void) {
   CHECK_OK(lt_cuda_add_on_host(sum, big, big + 1, LT_I32, 1));
   CHECK(sum[0] == -2147483647 - 1, "i32 add does not wrap: %d", sum[0]);
   CHECK_ERR(lt_cuda_add_on_host(sum, big, big, LT_U8, 1), "not supported on cuda");
-  printf("element rules: %d dtype pairs converted as host/copy.c does; add for %d dtypes\n", pairs,
+  printf("element rules: %d dtype pairs converted as host/core/copy.c does; add for %d dtypes\n", pairs,
          (int)(sizeof add_dtypes / sizeof *add_dtypes));
 }
 

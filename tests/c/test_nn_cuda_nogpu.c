@@ -5,7 +5,7 @@
  * error before that. (With a GPU, `lutra selftest` compares these ops with the CPU.) */
 #include "check.h"
 
-/* present only in a CUDA build (kernels/rng.cu); weak so that a CPU build links */
+/* present only in a CUDA build (kernels/random.cu); weak so that a CPU build links */
 struct lt_cuda_rng_args;
 __attribute__((weak)) int lt_cuda_rng_fill(const struct lt_cuda_rng_args *a);
 

@@ -1,14 +1,14 @@
 /* test_nn_kernels_host.c — logic of the CUDA cross-entropy kernel checked on the CPU: its online
  * log-sum-exp (running max, rescaled sum, per-thread states merged as the block merges them),
- * exported by kernels/loss.cu as lt_cuda_row_lse_on_host, against host/ops_loss.c's two-pass lse,
+ * exported by kernels/cross_entropy.cu as lt_cuda_row_lse_on_host, against host/ops/cross_entropy.c's two-pass lse,
  * on random rows and on the edge cases (NaN, +-inf, rows of -inf, threads left without elements);
  * and the CUDA paths of the RNG and rope (the host files' arguments, the kernels' element rules
  * and index math) run on host memory against lt_rand_* (bit for bit) and lt_rope (to rounding). Skipped (0 checks) in a
  * CPU-only build.
  */
-#define LUTRA_HAVE_CUDA 1 /* for host/cuda_nn_ops.h's declarations; the checks run only in a CUDA build */
+#define LUTRA_HAVE_CUDA 1 /* for kernels/nn_ops.h's declarations; the checks run only in a CUDA build */
 #include "check.h"
-#include "cuda_nn_ops.h"
+#include "kernels/nn_ops.h"
 #include <stdarg.h>
 
 /* kernels/ exports, present only in a CUDA build (weak so that a CPU build links) */
@@ -16,16 +16,16 @@ __attribute__((weak)) int lt_cuda_row_lse_on_host(const void *row, int dtype, in
 __attribute__((weak)) int lt_cuda_rng_fill_on_host(const lt_cuda_rng_args *a);
 __attribute__((weak)) int lt_cuda_rope_on_host(const lt_cuda_rope_args *a);
 
-/* host/rng.c calls lt_cuda_rng_fill for a tensor on a CUDA device. This definition, in the
+/* host/ops/random.c calls lt_cuda_rng_fill for a tensor on a CUDA device. This definition, in the
  * executable, takes the library's place (ELF interposition): it runs the kernels' element rule
- * and layout (kernels/rng.cu) on the tensor's bytes, which are host memory here. */
+ * and layout (kernels/random.cu) on the tensor's bytes, which are host memory here. */
 static int rng_routed;
 int lt_cuda_rng_fill(const lt_cuda_rng_args *a) {
   rng_routed++;
   return lt_cuda_rng_fill_on_host ? lt_cuda_rng_fill_on_host(a) : lt_errorf("no lt_cuda_rng_fill_on_host");
 }
 
-/* host/ops_loss.c's lse of one row (targets ignored), kept in f64 for f64 rows. */
+/* host/ops/cross_entropy.c's lse of one row (targets ignored), kept in f64 for f64 rows. */
 static double cpu_lse(const lt_tensor *row) {
   int64_t one = 1;
   int out_dtype = row->dtype == LT_F64 ? LT_F64 : LT_F32;
@@ -51,7 +51,7 @@ static void compare(const char *what, lt_tensor *row, int threads) {
         got, want);
 }
 
-/* Likewise ops_loss.c's and ops_embedding.c's calls into kernels/loss.cu and embedding.cu. */
+/* Likewise ops/cross_entropy.c's and ops/embedding.c's calls into kernels/cross_entropy.cu and embedding.cu. */
 __attribute__((weak)) int lt_cuda_check_indices_on_host(const char *op, int device, const void *ids, int dtype,
                                                         int64_t stride, int64_t n, int64_t V, int has_ignore,
                                                         int64_t ignore_index, int64_t *bad_pos, int64_t *bad_id);
@@ -147,7 +147,7 @@ static void test_loss_embedding_rules(void) {
       CHECK_OK(lt_cross_entropy_forward(l_d, s_d, x, tg, -100));
       CHECK_OK(lt_cross_entropy_backward(g_d, dl, x, tg, s_c, -100));
       claim(LT_DEVICE_CPU, x, tg, dl, l_d, s_d, g_d, s_c, NULL);
-      CHECK(nn_routed == before + 4, "ops_loss.c's CUDA path was not taken (%d calls)", nn_routed - before);
+      CHECK(nn_routed == before + 4, "ops/cross_entropy.c's CUDA path was not taken (%d calls)", nn_routed - before);
       double ftol = dt == LT_F64 ? 1e-12 : 1e-5, gtol = dt == LT_F64 ? 1e-14 : dt == LT_F32 ? 1e-6 : 0x1p-6;
       int bl = count_bad(l_d, l_c, ftol), bs = count_bad(s_d, s_c, ftol), bg = count_bad(g_d, g_c, gtol);
       CHECK(bl + bs + bg == 0, "cross_entropy %s %lldx%lld: loss %d, lse %d, dlogits %d differ", lt_dtype_name(dt),
@@ -185,7 +185,7 @@ static void test_loss_embedding_rules(void) {
       CHECK_OK(lt_embedding_forward(o_d, w, ids));
       CHECK_OK(lt_embedding_backward(g_d, dout, ids));
       claim(LT_DEVICE_CPU, w, ids, dout, o_d, g_d, NULL);
-      CHECK(nn_routed == before + 4, "ops_embedding.c's CUDA path was not taken (%d calls)", nn_routed - before);
+      CHECK(nn_routed == before + 4, "ops/embedding.c's CUDA path was not taken (%d calls)", nn_routed - before);
       int bo = count_bad(o_d, o_c, 0), bg = count_bad(g_d, g_c, 0);
       bg += memcmp(lt_data_ptr(g_d), lt_data_ptr(g_c), (size_t)(V * Cw * lt_dtype_size(dt))) != 0;
       CHECK(bo + bg == 0, "embedding %s V=%lld C=%lld: out %d, dweight %d differ", lt_dtype_name(dt), (long long)V,
@@ -203,14 +203,14 @@ static void test_loss_embedding_rules(void) {
     }
 }
 
-/* Likewise host/ops_rope.c's call into kernels/rope.cu. */
+/* Likewise host/ops/rope.c's call into kernels/rope.cu. */
 static int rope_routed;
 int lt_cuda_rope(const lt_cuda_rope_args *a) {
   rope_routed++;
   return lt_cuda_rope_on_host ? lt_cuda_rope_on_host(a) : lt_errorf("no lt_cuda_rope_on_host");
 }
 
-/* The CUDA path of lt_rope (ops_rope.c's arguments, rope.cu's work items with libm's cos/sin)
+/* The CUDA path of lt_rope (ops/rope.c's arguments, rope.cu's work items with libm's cos/sin)
  * equals the CPU path to rounding: positions none, (T) and (B, T), inverse, strided, in place. */
 static void test_rope_rule(void) {
   static const int dtypes[] = {LT_F32, LT_F64, LT_BF16, LT_F16};
@@ -241,7 +241,7 @@ static void test_rope_rule(void) {
         if (mode == 5) CHECK_OK(lt_rope(x, x, pos, theta, inverse)); /* in place, strided */
         x->device = got->device = LT_DEVICE_CPU;
         if (pos) pos->device = LT_DEVICE_CPU;
-        CHECK(rope_routed == before + 1 + (mode == 5), "ops_rope.c did not call lt_cuda_rope");
+        CHECK(rope_routed == before + 1 + (mode == 5), "ops/rope.c did not call lt_cuda_rope");
         /* The CPU build contracts x*c - y*s into FMAs (-mfma, GCC's default -ffp-contract=fast) where
          * the kernel rounds each product: one rounding apart, 2 units of the dtype at |value| <= ~1.4.
          * An index or stride mistake would be off by O(1). */
@@ -268,7 +268,7 @@ static int draw(int kind, lt_tensor *t, uint64_t seed, uint64_t offset) {
   }
 }
 
-/* The CUDA path of lt_rand_* (rng.c's arguments, rng.cu's element rule) equals the CPU path, bit
+/* The CUDA path of lt_rand_* (ops/random.c's arguments, kernels/random.cu's element rule) equals the CPU path, bit
  * for bit, for every dtype and distribution, contiguous and strided, at offsets not a multiple of 4. */
 static void test_rng_rule(void) {
   static const int dtypes[] = {LT_F32, LT_F64, LT_BF16, LT_F16, LT_I32, LT_I64, LT_U8, LT_BOOL};
@@ -295,10 +295,10 @@ static void test_rng_rule(void) {
           }
           CHECK_OK(draw(kind, want, seed, offsets[o]));
           int before = rng_routed;
-          got->device = 0; /* claims cuda:0: rng.c takes its CUDA path */
+          got->device = 0; /* claims cuda:0: ops/random.c takes its CUDA path */
           CHECK_OK(draw(kind, got, seed, offsets[o]));
           got->device = LT_DEVICE_CPU;
-          CHECK(rng_routed == before + 1, "rng.c did not call lt_cuda_rng_fill");
+          CHECK(rng_routed == before + 1, "ops/random.c did not call lt_cuda_rng_fill");
           int bad = 0;
           for (int64_t i = 0; i < 37 * 29; i++) {
             double a = check_at(got, i), b = check_at(want, i);

@@ -11,7 +11,7 @@ static double *to_doubles(const lt_tensor *t) {
   return v;
 }
 
-/* y = (x - mu) * rstd * w + b per row (mu = 0 and no centering for rmsnorm). w, b may be NULL. */
+/* y = (x - mu) * rstd * w + b per row (mu = 0 and no centering for rms_norm). w, b may be NULL. */
 static void ref_norm(double *y, double *mu, double *rs, const double *x, const double *w, const double *b, int64_t N,
                      int64_t C, int center) {
   for (int64_t i = 0; i < N; i++) {
@@ -31,20 +31,20 @@ static void ref_norm(double *y, double *mu, double *rs, const double *x, const d
 
 static int forward(int center, lt_tensor *out, lt_tensor *mean, lt_tensor *rstd, const lt_tensor *x, const lt_tensor *w,
                    const lt_tensor *b) {
-  return center ? lt_layernorm_forward(out, mean, rstd, x, w, b, EPS) : lt_rmsnorm_forward(out, rstd, x, w, EPS);
+  return center ? lt_layer_norm_forward(out, mean, rstd, x, w, b, EPS) : lt_rms_norm_forward(out, rstd, x, w, EPS);
 }
 
 static int backward(int center, lt_tensor *dx, lt_tensor *dw, lt_tensor *db, const lt_tensor *dout, const lt_tensor *x,
                     const lt_tensor *w, const lt_tensor *mean, const lt_tensor *rstd) {
-  return center ? lt_layernorm_backward(dx, dw, db, dout, x, w, mean, rstd)
-                : lt_rmsnorm_backward(dx, dw, dout, x, w, rstd);
+  return center ? lt_layer_norm_backward(dx, dw, db, dout, x, w, mean, rstd)
+                : lt_rms_norm_backward(dx, dw, dout, x, w, rstd);
 }
 
 /* Forward of every dtype (weight of x's dtype or f32), with and without weight/bias, on a
  * non-contiguous x and a non-contiguous out, against the double reference. */
 static void test_forward(int center, int dtype, int wdtype, int64_t B, int64_t T, int64_t C, int with_w,
                          int noncontig) {
-  const char *name = center ? "layernorm" : "rmsnorm";
+  const char *name = center ? "layer_norm" : "rms_norm";
   int64_t shape[3] = {B, T, C}, N = B * T, cshape[1] = {C};
   lt_tensor *x0 = check_random(3, shape, dtype, -2, 3);
   lt_tensor *x = noncontig ? check_noncontig(x0) : x0;
@@ -110,7 +110,7 @@ static void check_fd(int center, const char *what, lt_tensor *t, const lt_tensor
     if (!check_close(got, fd, rtol, rtol / 10)) bad++;
     worst = fmax(worst, fabs(got - fd));
   }
-  CHECK(bad == 0, "%s d%s vs finite differences (rtol %g): %d bad, max err %g", center ? "layernorm" : "rmsnorm", what,
+  CHECK(bad == 0, "%s d%s vs finite differences (rtol %g): %d bad, max err %g", center ? "layer_norm" : "rms_norm", what,
         rtol, bad, worst);
 }
 
@@ -166,7 +166,7 @@ static void test_backward_dtype(int center, int dtype, int wdtype, int64_t N, in
     for (int64_t i = 0; i < lt_numel(want); i++) scale = fmax(scale, fabs(check_at(want, i)));
     for (int64_t i = 0; i < lt_numel(want); i++) worst = fmax(worst, fabs(check_at(got, i) - check_at(want, i)));
     CHECK(worst <= tol * fmax(scale, 1) && got->dtype == want_dtype, "%s backward %s w %s output %d: max err %g of %g",
-          center ? "layernorm" : "rmsnorm", lt_dtype_name(dtype), lt_dtype_name(wdtype), k, worst, scale);
+          center ? "layer_norm" : "rms_norm", lt_dtype_name(dtype), lt_dtype_name(wdtype), k, worst, scale);
   }
   if (xn != x) lt_release(xn);
   if (dn != dout) lt_release(dn);
@@ -181,26 +181,26 @@ static void test_determinism_and_inplace(void) {
   lt_tensor *x = check_random(2, shape, LT_F32, -2, 2), *w = check_random(1, cshape, LT_F32, 0.5, 1.5);
   lt_tensor *b = check_random(1, cshape, LT_F32, -1, 1), *dout = check_random(2, shape, LT_F32, -1, 1);
   lt_tensor *out = lt_tensor_new(), *mean = lt_tensor_new(), *rstd = lt_tensor_new();
-  CHECK_OK(lt_layernorm_forward(out, mean, rstd, x, w, b, EPS));
+  CHECK_OK(lt_layer_norm_forward(out, mean, rstd, x, w, b, EPS));
   lt_tensor *dw[2], *db[2], *dx[2];
   int threads = lt_get_num_threads();
   for (int r = 0; r < 2; r++) {
     dw[r] = lt_tensor_new(), db[r] = lt_tensor_new(), dx[r] = lt_tensor_new();
     lt_set_num_threads(r == 0 ? 1 : 2);
-    CHECK_OK(lt_layernorm_backward(dx[r], dw[r], db[r], dout, x, w, mean, rstd));
+    CHECK_OK(lt_layer_norm_backward(dx[r], dw[r], db[r], dout, x, w, mean, rstd));
   }
   lt_set_num_threads(threads);
   CHECK(memcmp(lt_data_ptr(dw[0]), lt_data_ptr(dw[1]), 257 * 4) == 0 &&
             memcmp(lt_data_ptr(db[0]), lt_data_ptr(db[1]), 257 * 4) == 0,
-        "layernorm dweight/dbias differ between 1 and 2 threads");
+        "layer_norm dweight/dbias differ between 1 and 2 threads");
   /* in place: out == x, and dx == dout */
   lt_tensor *xc = lt_tensor_new(), *dc = lt_tensor_new();
   lt_empty(xc, 2, shape, LT_F32, LT_DEVICE_CPU), lt_copy(xc, x);
   lt_empty(dc, 2, shape, LT_F32, LT_DEVICE_CPU), lt_copy(dc, dout);
-  CHECK_OK(lt_layernorm_forward(xc, NULL, NULL, xc, w, b, EPS));
-  CHECK(memcmp(lt_data_ptr(xc), lt_data_ptr(out), 300 * 257 * 4) == 0, "in-place layernorm forward differs");
-  CHECK_OK(lt_layernorm_backward(dc, NULL, NULL, dc, x, w, mean, rstd));
-  CHECK(memcmp(lt_data_ptr(dc), lt_data_ptr(dx[0]), 300 * 257 * 4) == 0, "in-place layernorm backward differs");
+  CHECK_OK(lt_layer_norm_forward(xc, NULL, NULL, xc, w, b, EPS));
+  CHECK(memcmp(lt_data_ptr(xc), lt_data_ptr(out), 300 * 257 * 4) == 0, "in-place layer_norm forward differs");
+  CHECK_OK(lt_layer_norm_backward(dc, NULL, NULL, dc, x, w, mean, rstd));
+  CHECK(memcmp(lt_data_ptr(dc), lt_data_ptr(dx[0]), 300 * 257 * 4) == 0, "in-place layer_norm backward differs");
   for (int r = 0; r < 2; r++) lt_release(dw[r]), lt_release(db[r]), lt_release(dx[r]);
   lt_release(x), lt_release(w), lt_release(b), lt_release(dout), lt_release(out), lt_release(mean), lt_release(rstd);
   lt_release(xc), lt_release(dc);
@@ -214,28 +214,28 @@ static void test_bad_inputs(void) {
   lt_tensor *rstd = lt_tensor_new(), *dx = lt_tensor_new(), *undef = lt_tensor_new();
   lt_tensor *r5 = check_random(1, n5, LT_F32, 1, 2), *r4d = check_random(1, n4, LT_I32, 1, 2);
   lt_tensor *wrong_out = check_random(2, shape, LT_F64, 0, 1), *d3 = check_random(1, c8, LT_F32, 0, 1);
-  CHECK_ERR(lt_layernorm_forward(out, mean, rstd, x, w7, NULL, EPS), "weight is [7] f32 cpu, expected [8]");
-  CHECK_ERR(lt_layernorm_forward(out, mean, rstd, x, w, w7, EPS), "bias is [7]");
-  CHECK_ERR(lt_rmsnorm_forward(out, rstd, x, w64, EPS), "weight is f64, expected x's dtype (f32) or f32");
-  CHECK_ERR(lt_rmsnorm_forward(out, rstd, xi, NULL, EPS), "expected a floating dtype");
-  CHECK_ERR(lt_layernorm_forward(out, mean, rstd, NULL, w, NULL, EPS), "x is NULL");
-  CHECK_ERR(lt_layernorm_forward(out, mean, rstd, undef, w, NULL, EPS), "x is undefined");
-  CHECK_ERR(lt_layernorm_forward(wrong_out, mean, rstd, x, w, NULL, EPS), "out is [4,8] f64 cpu, expected [4,8] f32");
-  CHECK_ERR(lt_layernorm_forward(out, mean, r4d, x, w, NULL, EPS),
-            "layernorm (rstd): out is [4] i32 cpu, expected [4] f32");
+  CHECK_ERR(lt_layer_norm_forward(out, mean, rstd, x, w7, NULL, EPS), "weight is [7] f32 cpu, expected [8]");
+  CHECK_ERR(lt_layer_norm_forward(out, mean, rstd, x, w, w7, EPS), "bias is [7]");
+  CHECK_ERR(lt_rms_norm_forward(out, rstd, x, w64, EPS), "weight is f64, expected x's dtype (f32) or f32");
+  CHECK_ERR(lt_rms_norm_forward(out, rstd, xi, NULL, EPS), "expected a floating dtype");
+  CHECK_ERR(lt_layer_norm_forward(out, mean, rstd, NULL, w, NULL, EPS), "x is NULL");
+  CHECK_ERR(lt_layer_norm_forward(out, mean, rstd, undef, w, NULL, EPS), "x is undefined");
+  CHECK_ERR(lt_layer_norm_forward(wrong_out, mean, rstd, x, w, NULL, EPS), "out is [4,8] f64 cpu, expected [4,8] f32");
+  CHECK_ERR(lt_layer_norm_forward(out, mean, r4d, x, w, NULL, EPS),
+            "layer_norm (rstd): out is [4] i32 cpu, expected [4] f32");
   lt_tensor *row = check_random(1, c8, LT_F32, 0, 1), *expanded = lt_tensor_new();
   lt_expand(expanded, row, 2, shape);
-  CHECK_ERR(lt_layernorm_forward(expanded, NULL, NULL, x, w, NULL, EPS), "layernorm: out is an expanded view");
+  CHECK_ERR(lt_layer_norm_forward(expanded, NULL, NULL, x, w, NULL, EPS), "layer_norm: out is an expanded view");
   lt_release(row), lt_release(expanded);
-  CHECK_OK(lt_layernorm_forward(out, mean, rstd, x, w, NULL, EPS));
-  CHECK_ERR(lt_layernorm_backward(dx, NULL, NULL, d3, x, w, mean, rstd), "dout is [8] f32 cpu, expected the shape");
-  CHECK_ERR(lt_layernorm_backward(dx, NULL, NULL, x, x, w, mean, r5), "rstd is [5] f32 cpu, expected f32 [4]");
-  CHECK_ERR(lt_layernorm_backward(dx, NULL, NULL, x, x, w, r4d, rstd), "mean is [4] i32 cpu, expected f32 [4]");
-  CHECK_ERR(lt_layernorm_backward(dx, NULL, NULL, x, x, w, NULL, rstd), "mean is NULL");
-  CHECK_ERR(lt_rmsnorm_backward(dx, undef, x, x, NULL, rstd), "dweight requested but weight is NULL");
+  CHECK_OK(lt_layer_norm_forward(out, mean, rstd, x, w, NULL, EPS));
+  CHECK_ERR(lt_layer_norm_backward(dx, NULL, NULL, d3, x, w, mean, rstd), "dout is [8] f32 cpu, expected the shape");
+  CHECK_ERR(lt_layer_norm_backward(dx, NULL, NULL, x, x, w, mean, r5), "rstd is [5] f32 cpu, expected f32 [4]");
+  CHECK_ERR(lt_layer_norm_backward(dx, NULL, NULL, x, x, w, r4d, rstd), "mean is [4] i32 cpu, expected f32 [4]");
+  CHECK_ERR(lt_layer_norm_backward(dx, NULL, NULL, x, x, w, NULL, rstd), "mean is NULL");
+  CHECK_ERR(lt_rms_norm_backward(dx, undef, x, x, NULL, rstd), "dweight requested but weight is NULL");
   /* a tensor claiming cuda:15: refused before any kernel (no machine here has 16 GPUs) */
   x->device = 15;
-  CHECK_ERR(lt_rmsnorm_forward(out, rstd, x, NULL, EPS),
+  CHECK_ERR(lt_rms_norm_forward(out, rstd, x, NULL, EPS),
             strstr(lt_build_info(), "cuda: built") ? "is not available" : "built without CUDA");
   x->device = LT_DEVICE_CPU;
   lt_release(x), lt_release(w), lt_release(w7), lt_release(w64), lt_release(xi), lt_release(out), lt_release(mean);

@@ -22,14 +22,14 @@ static double round_to(int dtype, double v) {
 
 static int fwd(int center, lt_tensor *res, lt_tensor *out, lt_tensor *mean, lt_tensor *rstd, const lt_tensor *x,
                const lt_tensor *r, const lt_tensor *w, const lt_tensor *b) {
-  return center ? lt_add_layernorm_forward(res, out, mean, rstd, x, r, w, b, EPS)
-                : lt_add_rmsnorm_forward(res, out, rstd, x, r, w, EPS);
+  return center ? lt_add_layer_norm_forward(res, out, mean, rstd, x, r, w, b, EPS)
+                : lt_add_rms_norm_forward(res, out, rstd, x, r, w, EPS);
 }
 
 static int bwd(int center, lt_tensor *dx, lt_tensor *dw, lt_tensor *db, const lt_tensor *dout, const lt_tensor *dres,
                const lt_tensor *x, const lt_tensor *w, const lt_tensor *mean, const lt_tensor *rstd) {
-  return center ? lt_layernorm_backward_add(dx, dw, db, dout, dres, x, w, mean, rstd)
-                : lt_rmsnorm_backward_add(dx, dw, dout, dres, x, w, rstd);
+  return center ? lt_layer_norm_backward_add(dx, dw, db, dout, dres, x, w, mean, rstd)
+                : lt_rms_norm_backward_add(dx, dw, dout, dres, x, w, rstd);
 }
 
 /* x, residual (N, C) doubles -> res (rounded to dtype), y, mean, rstd; the backward of
@@ -81,7 +81,7 @@ static bool same_values(const lt_tensor *a, const lt_tensor *b) {
  * and outputs contiguous or not, against the double reference and the unfused ops. */
 static void test_case(int center, int dtype, int wdtype, int64_t B, int64_t T, int64_t C, int noncontig,
                       int with_dres) {
-  const char *name = center ? "add_layernorm" : "add_rmsnorm";
+  const char *name = center ? "add_layer_norm" : "add_rms_norm";
   int64_t shape[3] = {B, T, C}, N = B * T, cshape[1] = {C};
   lt_tensor *x0 = check_random(3, shape, dtype, -2, 3), *r0 = check_random(3, shape, dtype, -1, 1);
   lt_tensor *dy0 = check_random(3, shape, dtype, -1, 1), *dres0 = check_random(3, shape, dtype, -1, 1);
@@ -131,10 +131,10 @@ static void test_case(int center, int dtype, int wdtype, int64_t B, int64_t T, i
     lt_empty(m2, 1, nshape, LT_F64, LT_DEVICE_CPU), lt_empty(r2, 1, nshape, LT_F64, LT_DEVICE_CPU);
   }
   CHECK_OK(lt_binary(s, x, r, LT_ADD));
-  CHECK_OK(center ? lt_layernorm_forward(y2, m2, r2, s, w, b, EPS) : lt_rmsnorm_forward(y2, r2, s, w, EPS));
+  CHECK_OK(center ? lt_layer_norm_forward(y2, m2, r2, s, w, b, EPS) : lt_rms_norm_forward(y2, r2, s, w, EPS));
   CHECK(same_values(s, res) && same_values(y2, out) && same_values(r2, rstd) && (!center || same_values(m2, mean)),
         "%s %s: fused forward differs from add + norm", name, lt_dtype_name(dtype));
-  CHECK_OK(center ? lt_layernorm_backward(g2, dw2, db2, dy, s, w, m2, r2) : lt_rmsnorm_backward(g2, dw2, dy, s, w, r2));
+  CHECK_OK(center ? lt_layer_norm_backward(g2, dw2, db2, dy, s, w, m2, r2) : lt_rms_norm_backward(g2, dw2, dy, s, w, r2));
   if (with_dres) {
     CHECK_OK(lt_binary(dx2, g2, dres, LT_ADD));
   } else {
@@ -201,7 +201,7 @@ static void test_fd(int center, int64_t N, int64_t C) {
       worst = fmax(worst, fabs(fd - an) / fmax(1, fabs(fd)));
     }
   }
-  CHECK(worst < 1e-6, "%s fd [%lld,%lld]: worst %g", center ? "add_layernorm" : "add_rmsnorm", (long long)N,
+  CHECK(worst < 1e-6, "%s fd [%lld,%lld]: worst %g", center ? "add_layer_norm" : "add_rms_norm", (long long)N,
         (long long)C, worst);
   (void)n;
   free(A), free(Bm);
@@ -234,34 +234,34 @@ static void test_errors(void) {
   lt_tensor *x = check_random(2, shape, LT_F32, -1, 1), *r7 = check_random(2, other, LT_F32, -1, 1);
   lt_tensor *r64 = check_random(2, shape, LT_F64, -1, 1), *out = lt_tensor_new(), *res = lt_tensor_new();
   lt_tensor *mean = lt_tensor_new(), *rstd = lt_tensor_new(), *dx = lt_tensor_new();
-  CHECK_ERR(lt_add_layernorm_forward(res, out, mean, rstd, x, NULL, NULL, NULL, EPS),
-            "add_layernorm: residual is NULL");
-  CHECK_ERR(lt_add_layernorm_forward(res, out, mean, rstd, x, r7, NULL, NULL, EPS),
-            "add_layernorm: residual is [4,7] f32 cpu, expected the shape and dtype of x ([4,8] f32 cpu)");
-  CHECK_ERR(lt_add_rmsnorm_forward(res, out, rstd, x, r64, NULL, EPS), "add_rmsnorm: residual is [4,8] f64 cpu");
-  CHECK_ERR(lt_add_rmsnorm_forward(NULL, out, rstd, x, x, NULL, EPS), "add_rmsnorm: res_out is NULL");
-  CHECK_ERR(lt_add_rmsnorm_forward(out, out, rstd, x, x, NULL, EPS), "res_out and out must be different");
-  CHECK_ERR(lt_add_rmsnorm_forward(res, out, rstd, NULL, x, NULL, EPS), "add_rmsnorm: x is NULL");
-  CHECK_OK(lt_add_layernorm_forward(res, out, mean, rstd, x, x, NULL, NULL, EPS));
-  CHECK_ERR(lt_add_layernorm_forward(res, res, NULL, NULL, x, x, NULL, NULL, EPS), "res_out and out must be different");
-  CHECK_ERR(lt_layernorm_backward_add(dx, NULL, NULL, x, r7, res, NULL, mean, rstd),
-            "layernorm_backward_add: dres is [4,7] f32 cpu, expected the shape and dtype of x");
-  CHECK_ERR(lt_rmsnorm_backward_add(dx, NULL, x, r64, res, NULL, rstd), "rmsnorm_backward_add: dres is [4,8] f64");
-  CHECK_ERR(lt_rmsnorm_backward_add(dx, NULL, r7, NULL, res, NULL, rstd), "rmsnorm_backward_add: dout is [4,7]");
-  CHECK_ERR(lt_layernorm_backward_add(dx, NULL, NULL, x, NULL, res, NULL, NULL, rstd), "mean is NULL");
-  CHECK_OK(lt_layernorm_backward_add(dx, NULL, NULL, x, NULL, res, NULL, mean, rstd));
+  CHECK_ERR(lt_add_layer_norm_forward(res, out, mean, rstd, x, NULL, NULL, NULL, EPS),
+            "add_layer_norm: residual is NULL");
+  CHECK_ERR(lt_add_layer_norm_forward(res, out, mean, rstd, x, r7, NULL, NULL, EPS),
+            "add_layer_norm: residual is [4,7] f32 cpu, expected the shape and dtype of x ([4,8] f32 cpu)");
+  CHECK_ERR(lt_add_rms_norm_forward(res, out, rstd, x, r64, NULL, EPS), "add_rms_norm: residual is [4,8] f64 cpu");
+  CHECK_ERR(lt_add_rms_norm_forward(NULL, out, rstd, x, x, NULL, EPS), "add_rms_norm: res_out is NULL");
+  CHECK_ERR(lt_add_rms_norm_forward(out, out, rstd, x, x, NULL, EPS), "res_out and out must be different");
+  CHECK_ERR(lt_add_rms_norm_forward(res, out, rstd, NULL, x, NULL, EPS), "add_rms_norm: x is NULL");
+  CHECK_OK(lt_add_layer_norm_forward(res, out, mean, rstd, x, x, NULL, NULL, EPS));
+  CHECK_ERR(lt_add_layer_norm_forward(res, res, NULL, NULL, x, x, NULL, NULL, EPS), "res_out and out must be different");
+  CHECK_ERR(lt_layer_norm_backward_add(dx, NULL, NULL, x, r7, res, NULL, mean, rstd),
+            "layer_norm_backward_add: dres is [4,7] f32 cpu, expected the shape and dtype of x");
+  CHECK_ERR(lt_rms_norm_backward_add(dx, NULL, x, r64, res, NULL, rstd), "rms_norm_backward_add: dres is [4,8] f64");
+  CHECK_ERR(lt_rms_norm_backward_add(dx, NULL, r7, NULL, res, NULL, rstd), "rms_norm_backward_add: dout is [4,7]");
+  CHECK_ERR(lt_layer_norm_backward_add(dx, NULL, NULL, x, NULL, res, NULL, NULL, rstd), "mean is NULL");
+  CHECK_OK(lt_layer_norm_backward_add(dx, NULL, NULL, x, NULL, res, NULL, mean, rstd));
   /* a residual claiming to live on cuda:15 (refused before any kernel) */
   r64->dtype = LT_F32, r64->device = 15;
-  CHECK_ERR(lt_add_rmsnorm_forward(res, out, rstd, x, r64, NULL, EPS),
-            "add_rmsnorm: residual is [4,8] f32 cuda:15, expected x's device (cpu)");
+  CHECK_ERR(lt_add_rms_norm_forward(res, out, rstd, x, r64, NULL, EPS),
+            "add_rms_norm: residual is [4,8] f32 cuda:15, expected x's device (cpu)");
   x->device = 15; /* x on cuda:15: a CPU-only build says so; a CUDA build without that GPU too */
   bool built_with_cuda = strstr(lt_build_info(), "cuda: built with CUDA") != NULL;
-  CHECK_ERR(lt_add_rmsnorm_forward(res, out, rstd, x, r64, NULL, EPS),
-            built_with_cuda ? "add_rmsnorm: device cuda:15 is not available"
-                            : "add_rmsnorm: lutra was built without CUDA");
-  CHECK_ERR(lt_rmsnorm_backward(dx, NULL, x, x, NULL, rstd), built_with_cuda
-                                                                 ? "rmsnorm_backward: device cuda:15 is not available"
-                                                                 : "rmsnorm_backward: lutra was built without CUDA");
+  CHECK_ERR(lt_add_rms_norm_forward(res, out, rstd, x, r64, NULL, EPS),
+            built_with_cuda ? "add_rms_norm: device cuda:15 is not available"
+                            : "add_rms_norm: lutra was built without CUDA");
+  CHECK_ERR(lt_rms_norm_backward(dx, NULL, x, x, NULL, rstd), built_with_cuda
+                                                                 ? "rms_norm_backward: device cuda:15 is not available"
+                                                                 : "rms_norm_backward: lutra was built without CUDA");
   x->device = LT_DEVICE_CPU, r64->device = LT_DEVICE_CPU, r64->dtype = LT_F64;
   lt_release(x), lt_release(r7), lt_release(r64), lt_release(out), lt_release(res), lt_release(mean);
   lt_release(rstd), lt_release(dx);

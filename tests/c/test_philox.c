@@ -1,9 +1,9 @@
-/* test_philox.c — host/philox.h, the generator and value transforms that host/rng.c and
- * kernels/rng.cu share: Random123's known answers, and element-by-element equality with
+/* test_philox.c — host/ops/philox.h, the generator and value transforms that host/ops/random.c and
+ * kernels/random.cu share: Random123's known answers, and element-by-element equality with
  * lt_rand_* on the CPU for every distribution and dtype at offsets that are not multiples of
  * 4 (so a GPU that runs these same functions gives the same numbers). */
 #include "check.h"
-#include "philox.h"
+#include "ops/philox.h"
 
 static void test_known_answers(void) {
   /* (Random123's known-answer vectors for lt_philox4x32_10 itself are checked in test_rng.c,
@@ -19,14 +19,14 @@ static void test_known_answers(void) {
   }
 }
 
-/* v as host/rng.c stores it: double -> f32 -> bf16/f16 for floats (integers exactly in int dtypes) */
+/* v as host/ops/random.c stores it: double -> f32 -> bf16/f16 for floats (integers exactly in int dtypes) */
 static double stored(double v, int dtype) {
   unsigned char buf[8];
   lt_store_f64(buf, dtype, 0, v);
   return lt_load_f64(buf, dtype, 0);
 }
 
-/* The smallest draw whose value rounds up onto hi (host/rng.c's first_top): the stored value never
+/* The smallest draw whose value rounds up onto hi (host/ops/random.c's first_top): the stored value never
  * decreases with the draw, so bisect. */
 static uint64_t first_top_search(double lo, double hi, int dtype) {
   int bits = dtype == LT_F64 ? 53 : 24;
@@ -92,7 +92,7 @@ static void test_same_as_rand(void) {
         if (dt == LT_I64) { /* compare as integers: doubles cannot hold these */
           bad_i += ((const int64_t *)lt_data_ptr(r))[i] != want || want < lo || want >= hi;
         } else {
-          /* rng.c's store: integer -> f32 -> bf16/f16 for 16-bit floats, exact otherwise */
+          /* ops/random.c's store: integer -> f32 -> bf16/f16 for 16-bit floats, exact otherwise */
           double v = dt == LT_BF16 || dt == LT_F16 ? stored((double)(float)want, dt) : (double)want;
           bad_i += check_at(r, i) != v;
         }

@@ -2,7 +2,7 @@
  * element, statistics, determinism across offsets, layouts and thread counts, bad arguments. */
 #include "check.h"
 
-/* Exported by host/rng.c for these tests (the full 4-word counter). */
+/* Exported by host/ops/random.c for these tests (the full 4-word counter). */
 void lt_philox4x32_words(const uint32_t counter[4], const uint32_t key[2], uint32_t out4[4]);
 
 static lt_tensor *empty(int ndim, const int64_t *shape, int dtype) {

@@ -3,7 +3,7 @@
  * naive merge loop, round trips of arbitrary bytes, special tokens, the char tokenizer and
  * bad arguments. JSON load/save and the Hugging Face fixtures: test_tokenizer_json.c. */
 #include "check.h"
-#include "tokenizer.h"
+#include "tok/tokenizer.h"
 #include <stdlib.h>
 
 // ---- UTF-8, byte <-> unicode, pre-tokenizer ------------------------------------------------

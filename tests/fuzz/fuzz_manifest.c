@@ -1,4 +1,4 @@
-/* fuzz_manifest.c — libFuzzer harness for the checkpoint manifest validator (host/ckpt_manifest.c,
+/* fuzz_manifest.c — libFuzzer harness for the checkpoint manifest validator (host/io/ckpt_manifest.c,
  * compiled alone with -fsanitize=fuzzer,address,undefined). Each input is a manifest.json text:
  * the validator must return an error naming the source, or counts that are sane, never crash,
  * leak or read out of bounds (the input is not NUL-terminated: the length is honoured). */

@@ -1,8 +1,8 @@
-/* fuzz_safetensors.c — libFuzzer harness for the safetensors header parser (host/safetensors.c,
+/* fuzz_safetensors.c — libFuzzer harness for the safetensors header parser (host/io/safetensors.c,
  * compiled alone with -fsanitize=fuzzer,address,undefined). Each input is a whole file image:
  * the parser must return an error or a header whose every entry lies inside the data section
  * with the byte size its dtype and shape imply, never crash, leak or read out of bounds. */
-#include "safetensors.h"
+#include "io/safetensors.h"
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,7 +55,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   return 0;
 }
 
-/* lt_st_close lives in safetensors_io.c (file IO), not compiled here: a parsed-only header
+/* lt_st_close lives in io/safetensors_file.c (file IO), not compiled here: a parsed-only header
  * has no file to close. */
 int lt_st_close(lt_st_header *h) {
   lt_st_free_parsed(h);

@@ -1,4 +1,4 @@
-/* fuzz_shard.c — libFuzzer harness for the checkpoint shard reader (host/ckpt_io.c with liblz4,
+/* fuzz_shard.c — libFuzzer harness for the checkpoint shard reader (host/io/ckpt_read.c with liblz4,
  * compiled with -fsanitize=fuzzer,address,undefined). Each input is a whole shard file (put in
  * a memfd, read through /proc/self/fd): reading its footer, verifying every piece and reading
  * each piece (and a byte range of it) into an exactly sized buffer must give an error naming the file or the right

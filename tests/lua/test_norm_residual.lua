@@ -97,10 +97,10 @@ end)
 test("bad input: missing residual, shapes and dtypes that differ", function()
   local x = lt.randn(2, 4)
   fails("add_layer_norm: residual must be a tensor, got nil", function() F.add_layer_norm(x, nil) end)
-  fails("add_rmsnorm: residual is [2,5] f32 cpu, expected the shape and dtype of x ([2,4] f32 cpu)",
+  fails("add_rms_norm: residual is [2,5] f32 cpu, expected the shape and dtype of x ([2,4] f32 cpu)",
     function() F.add_rms_norm(x, lt.randn(2, 5)) end)
-  fails("add_layernorm: residual is [2,4] f64 cpu", function() F.add_layer_norm(x, lt.randn(2, 4, "f64")) end)
-  fails("add_layernorm: weight is [5] f32 cpu, expected [4]", function() F.add_layer_norm(x, x, lt.ones(5)) end)
+  fails("add_layer_norm: residual is [2,4] f64 cpu", function() F.add_layer_norm(x, lt.randn(2, 4, "f64")) end)
+  fails("add_layer_norm: weight is [5] f32 cpu, expected [4]", function() F.add_layer_norm(x, x, lt.ones(5)) end)
 end)
 
 -- Loss and parameter gradients of a module run with the fused path on, then off.
@@ -174,7 +174,7 @@ test("F.layer_norm_backward / F.rms_norm_backward with dres: the plain backward 
   local gx1, gw1 = F.rms_norm_backward(dout, x, w, rs, dres)
   close(gx1, gx0 + dres, {rtol = 1e-14, atol = 1e-14})
   close(gw1, gw0, {rtol = 0, atol = 0})
-  fails("rmsnorm_backward_add: dres is [3,8] f64 cpu", function() F.rms_norm_backward(dout, x, w, rs, lt.randn(3, 8, "f64")) end)
+  fails("rms_norm_backward_add: dres is [3,8] f64 cpu", function() F.rms_norm_backward(dout, x, w, rs, lt.randn(3, 8, "f64")) end)
 end)
 
 test("memory: after backward only the gradients are left (no GC), fused as unfused", function()

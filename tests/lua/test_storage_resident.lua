@@ -1,4 +1,4 @@
--- Storage residency (host/storage_resident.c): a storage's bytes are released and
+-- Storage residency (host/core/storage_resident.c): a storage's bytes are released and
 -- allocated again in place, so that views and references autograd saved stay valid
 -- (ZeRO stage 3 frees parameters between the modules that use them).
 local lt = require "lutra"

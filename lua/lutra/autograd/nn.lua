@@ -107,7 +107,7 @@ function LayerNorm.backward(n, g)
   local dx = new()
   local dw = n[2] and new() or nil
   local db = n[3] and new() or nil
-  if C.lt_layernorm_backward(dx, dw, db, g, n.x, n.w, n.mean, n.rstd) ~= 0 then fail() end
+  if C.lt_layer_norm_backward(dx, dw, db, g, n.x, n.w, n.mean, n.rstd) ~= 0 then fail() end
   return n[1] and dx or nil, dw, db
 end
 
@@ -124,7 +124,7 @@ end
 function RMSNorm.backward(n, g)
   local dx = new()
   local dw = n[2] and new() or nil
-  if C.lt_rmsnorm_backward(dx, dw, g, n.x, n.w, n.rstd) ~= 0 then fail() end
+  if C.lt_rms_norm_backward(dx, dw, g, n.x, n.w, n.rstd) ~= 0 then fail() end
   return n[1] and dx or nil, dw
 end
 
@@ -251,9 +251,9 @@ function AddNorm.backward(n, g) -- g: res's own gradient (nil when it had none)
   local db = n[4] and new() or nil
   local rc
   if n.center then
-    rc = C.lt_layernorm_backward_add(dx, dw, db, dy, g, n.res, n.w, n.mean, n.rstd)
+    rc = C.lt_layer_norm_backward_add(dx, dw, db, dy, g, n.res, n.w, n.mean, n.rstd)
   else
-    rc = C.lt_rmsnorm_backward_add(dx, dw, dy, g, n.res, n.w, n.rstd)
+    rc = C.lt_rms_norm_backward_add(dx, dw, dy, g, n.res, n.w, n.rstd)
   end
   dy:free()
   if rc ~= 0 then fail() end

@@ -1,5 +1,5 @@
--- lutra.selftest.attention — attention forward and backward on st.device (kernels/attention_fwd.cu,
--- attention_bwd.cu) against the CPU op on the same inputs: bf16, f16, f32, f64; head dims 64 and
+-- lutra.selftest.attention — attention forward and backward on st.device (kernels/attention_forward.cu,
+-- kernels/attention_backward.cu) against the CPU op on the same inputs: bf16, f16, f32, f64; head dims 64 and
 -- 128 (the tensor-core kernels for bf16/f16) and others (the CUDA-core kernels, up to 256; above,
 -- the CUDA path runs the CPU op on copies); causal
 -- or not, GQA and MQA, S < T (rows that see no key: out 0, lse -inf), S > T, segment ids (sorted

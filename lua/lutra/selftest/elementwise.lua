@@ -1,5 +1,5 @@
 -- lutra.selftest.elementwise — the elementwise family on st.device against the CPU on the same
--- inputs (kernels/unary.cu, binary.cu, copy_strided.cu, elementwise.cu): every unary op and its
+-- inputs (kernels/unary.cu, binary.cu, kernels/copy.cu, elementwise.cu): every unary op and its
 -- backward, every binary op (same shape, broadcast row and column, non-contiguous operands and
 -- output, in place), the scalar forms in both orders, where, clamp, copies between every pair of
 -- dtypes (strided, broadcast, across devices), fill of a strided view, arange and linspace; every
@@ -9,13 +9,13 @@
 --   exact (0): everything whose result is one correctly rounded IEEE operation or a selection on
 --     both sides: neg, abs, relu, square, sqrt, rsqrt (1/sqrt), reciprocal and their backwards,
 --     log's backward (g/x); add, sub, mul, div, maximum, minimum, comparisons; integer ops (the
---     same wrapping); where, clamp, copies and conversions (the same rounding code, host/internal.h),
+--     same wrapping); where, clamp, copies and conversions (the same rounding code, host/core/internal.h),
 --     fill (the host's bits); arange/linspace (one fused multiply-add on both sides). bf16/f16
 --     compute in f32 on both sides and round the same f32 value, so they are exact too.
 --   exp, log, tanh, sigmoid, gelu, silu, sin, cos, pow and the backwards built on them: the
 --     device's expf/logf/tanhf/sinf/cosf are within 2 ulp of exact and powf within 4 (CUDA
 --     programming guide, appendix on math functions); the CPU's f32 exp and tanh are its own
---     polynomials (~1.5 ulp, host/vecmath.h), glibc's others within 1; f64 both within 1-2 ulp;
+--     polynomials (~1.5 ulp, host/ops/vecmath.h), glibc's others within 1; f64 both within 1-2 ulp;
 --     and the GPU may fuse a*b+c in the GELU/SiLU forms. So f32 1e-6 (~8 ulp of the scale), f64
 --     1e-14; bf16/f16 round an f32 value that may differ by an ulp, so one unit of the 16-bit type
 --     may differ: bf16 2^-7, f16 2^-10 of the scale.

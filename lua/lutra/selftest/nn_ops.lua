@@ -1,11 +1,11 @@
 -- lutra.selftest.nn_ops — the fused nn ops on st.device against the CPU on the same inputs:
 -- cross-entropy (forward, backward), embedding (forward, backward), rope, and the counter-based
--- random numbers (kernels/loss.cu, embedding.cu, rope.cu, rng.cu).
+-- random numbers (kernels/cross_entropy.cu, embedding.cu, rope.cu, kernels/random.cu).
 --
 -- Tolerances (st.check passes when max abs err <= tol * max(1, max |want|)):
 --   exact (0): embedding forward (a copy) and backward (the GPU sums each id's rows in position
 --     order from 0, in f32 for 16-bit, as the CPU does: the same bits); the RNG's uniform, int
---     and bernoulli (the same integer and double operations through host/philox.h); the error
+--     and bernoulli (the same integer and double operations through host/ops/philox.h); the error
 --     messages of out-of-range indices.
 --   normal RNG: its log and cos are libdevice's on the GPU and libm's on the CPU, both faithful
 --     in double but not always equal in the last bit: f64 to 8 ulp; f32/bf16/f16 round that

@@ -41,13 +41,13 @@ return function(st)
     local res = fused and empty(shape, dt, dev) or nil
     local y, mean, rstd = empty(shape, dt, dev), center and empty({N}, "f32", dev) or nil, empty({N}, "f32", dev)
     if fused and center then
-      ok(C.lt_add_layernorm_forward(res, y, mean, rstd, x, r, w, b, EPS))
+      ok(C.lt_add_layer_norm_forward(res, y, mean, rstd, x, r, w, b, EPS))
     elseif fused then
-      ok(C.lt_add_rmsnorm_forward(res, y, rstd, x, r, w, EPS))
+      ok(C.lt_add_rms_norm_forward(res, y, rstd, x, r, w, EPS))
     elseif center then
-      ok(C.lt_layernorm_forward(y, mean, rstd, x, w, b, EPS))
+      ok(C.lt_layer_norm_forward(y, mean, rstd, x, w, b, EPS))
     else
-      ok(C.lt_rmsnorm_forward(y, rstd, x, w, EPS))
+      ok(C.lt_rms_norm_forward(y, rstd, x, w, EPS))
     end
     return res, y, mean, rstd
   end
@@ -58,9 +58,9 @@ return function(st)
     local dw = w and empty(w.shape, w.dtype, dev) or nil
     local db = w and center and empty(w.shape, w.dtype, dev) or nil
     if center then
-      ok(C.lt_layernorm_backward_add(dx, dw, db, dy, dres, x, w, mean, rstd))
+      ok(C.lt_layer_norm_backward_add(dx, dw, db, dy, dres, x, w, mean, rstd))
     else
-      ok(C.lt_rmsnorm_backward_add(dx, dw, dy, dres, x, w, rstd))
+      ok(C.lt_rms_norm_backward_add(dx, dw, dy, dres, x, w, rstd))
     end
     return dx, dw, db
   end
@@ -71,7 +71,7 @@ return function(st)
     for _, dt in ipairs(FLOATS) do
       for _, center in ipairs {true, false} do
         for _, fused in ipairs {false, true} do
-          local op = (fused and "add_" or "") .. (center and "layernorm" or "rmsnorm")
+          local op = (fused and "add_" or "") .. (center and "layer_norm" or "rms_norm")
           guarded(op, shape, dt, function()
             local Cw = shape[#shape]
             local wdt = (si % 3 == 0) and nil or (si % 3 == 1 and dt or "f32") -- none, x's dtype, or f32
@@ -110,19 +110,19 @@ return function(st)
   -- in place on the device: res_out = x (the residual stream updated), dx = dres
   for _, dt in ipairs(FLOATS) do
     local shape = {3, 257}
-    guarded("add_rmsnorm in place", shape, dt, function()
+    guarded("add_rms_norm in place", shape, dt, function()
       local x, r, w = st.rand(shape, dt, -2, 3), st.rand(shape, dt), st.rand({257}, "f32", 0.5, 1.5)
       local dy, dres = st.rand(shape, dt), st.rand(shape, dt)
       local res_c, y_c, _, rstd_c = forward(false, true, "cpu", x, r, w, nil, shape, dt)
       local dx_c = backward(false, "cpu", dy, dres, res_c, w, nil, rstd_c, shape, dt)
       local xd, yd, rstd_d = st.to_device(x), empty(shape, dt, device), empty({3}, "f32", device)
-      ok(C.lt_add_rmsnorm_forward(xd, yd, rstd_d, xd, st.to_device(r), st.to_device(w), EPS))
-      st.check("add_rmsnorm in place res", dt, xd, res_c, 0)
-      st.check("add_rmsnorm in place y", dt, yd, y_c, TOL[dt])
+      ok(C.lt_add_rms_norm_forward(xd, yd, rstd_d, xd, st.to_device(r), st.to_device(w), EPS))
+      st.check("add_rms_norm in place res", dt, xd, res_c, 0)
+      st.check("add_rms_norm in place y", dt, yd, y_c, TOL[dt])
       local dresd = st.to_device(dres)
-      ok(C.lt_rmsnorm_backward_add(dresd, nil, st.to_device(dy), dresd, st.to_device(res_c), st.to_device(w),
+      ok(C.lt_rms_norm_backward_add(dresd, nil, st.to_device(dy), dresd, st.to_device(res_c), st.to_device(w),
         st.to_device(rstd_c)))
-      st.check("add_rmsnorm in place dx", dt, dresd, dx_c, TOL[dt])
+      st.check("add_rms_norm in place dx", dt, dresd, dx_c, TOL[dt])
     end)
   end
 end

@@ -1,5 +1,5 @@
 -- lutra.train.interrupt — Ctrl-C as a flag the training loop polls between steps, through
--- the C core's lt_interrupt_* (host/interrupt.c). Where the core lacks them, arm() returns
+-- the C core's lt_interrupt_* (host/core/interrupt.c). Where the core lacks them, arm() returns
 -- false and Ctrl-C keeps its usual effect (the host interrupts the running code).
 local lt = require "lutra.ffi"
 

@@ -1,10 +1,10 @@
 /* emu.cpp — the emulator's launch and the CUDA runtime entry points kernels/ and host/ call
- * (emu.h), in place of kernels/runtime.cu and streams.cu: device memory is malloc'ed host
+ * (emu.h), in place of host/core/cuda_runtime.cu and core/cuda_streams.cu: device memory is malloc'ed host
  * memory (filled with 0xff, so that a kernel reading what nobody wrote shows), streams and
  * events are no-ops (everything runs synchronously, in program order).
  * EMU_SMS (default 1) is the number of SMs lt_cuda_blocks sizes grids for: small values make
  * the kernels' grid-stride and split (two-pass) paths run on small inputs. */
-#include "attention_tile.cuh"
+#include "kernels/attention_tile.cuh"
 #include <map>
 #include <stdarg.h>
 thread_local dim3 threadIdx, blockIdx;
@@ -365,7 +365,7 @@ int lt_cuda_gemm(const char *op, const lt_cuda_gemm_args *) {
 __nv_bfloat162 __floats2bfloat162_rn(float lo, float hi) { return {lt_f32_to_bf16(lo), lt_f32_to_bf16(hi)}; }
 __half2 __floats2half2_rn(float lo, float hi) { return {lt_f32_to_f16(lo), lt_f32_to_f16(hi)}; }
 extern "C" long emu_error_count(void) { return emu_errors.load(); }
-/* kernels/gemm_cublaslt.cu's strided copy (not emulated: a host loop) */
+/* kernels/matmul.cu's strided copy (not emulated: a host loop) */
 extern "C" int lt_cuda_strided_copy(int, void *dst, const int64_t *dst_stride, const void *src,
                                     const int64_t *src_stride, int ndim, const int64_t *shape, int dtype) {
   int64_t n = 1, size = lt_dtype_size(dtype);

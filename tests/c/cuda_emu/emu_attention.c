@@ -1,4 +1,4 @@
-/* emu_attention.c — kernels/attention_fwd.cu, attention_bwd.cu and attention_bwd_mma.cu under
+/* emu_attention.c — kernels/attention_forward.cu, kernels/attention_backward.cu and kernels/attention_backward_mma.cu under
  * the emulator against the CPU op (suite "attention"): f32/f64/bf16/f16, causal or not, GQA
  * (Hkv < H), S != T, packed segments, q/k/v contiguous or permuted ((B, H, T, D) storage),
  * forward (out, lse) and backward (dq, dk, dv from the CPU's out and lse). bf16/f16 with D 64

@@ -1,6 +1,6 @@
 /* emu_check.c — the suites' shared helpers (emu_check.h). */
 #include "emu_check.h"
-#include "internal.h"
+#include "core/internal.h"
 int emu_quick, emu_passes, emu_fails;
 const char *emu_mode_name[3] = {"", " strided", " transposed"};
 static unsigned long long rs = 88172645463325252ULL;

@@ -1,4 +1,4 @@
-/* emu_elementwise.c — kernels/unary.cu, binary.cu, elementwise.cu and copy_strided.cu under the
+/* emu_elementwise.c — kernels/unary.cu, binary.cu, elementwise.cu and kernels/copy.cu under the
  * emulator against the CPU ops (suite "elementwise"): lt_unary and lt_unary_backward (every op),
  * lt_binary (every op, same shapes and broadcast), lt_binary_scalar (both orders), lt_where,
  * lt_clamp, lt_copy (every dtype pair, strided and transposed), lt_fill, lt_arange; inputs

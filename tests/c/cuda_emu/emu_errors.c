@@ -76,8 +76,8 @@ void emu_suite_errors(void) {
   both("attention GQA", SAVE(lt_attention_forward(o, o2, qq, kk, kk, NULL, 0.5, 0)),
        lt_attention_forward(od, o2d, qqd, kkd, kkd, NULL, 0.5, 0));
   lt_tensor *w = emu_rnd(1, s4, LT_F32, -1, 1, 0), *wd = emu_dev(w, 0);
-  both("layernorm weight", SAVE(lt_layernorm_forward(o, NULL, NULL, a, w, NULL, 1e-5)),
-       lt_layernorm_forward(od, NULL, NULL, ad, wd, NULL, 1e-5));
+  both("layer_norm weight", SAVE(lt_layer_norm_forward(o, NULL, NULL, a, w, NULL, 1e-5)),
+       lt_layer_norm_forward(od, NULL, NULL, ad, wd, NULL, 1e-5));
   lt_tensor *m = emu_rnd(2, s23, LT_F32, 0, 1, 0), *md = emu_dev(m, 0);
   both("adamw shapes", SAVE(lt_adamw_step(a, b, m, m, 1e-3, 0.9, 0.99, 1e-8, 0, 1)),
        lt_adamw_step(ad, bd, md, md, 1e-3, 0.9, 0.99, 1e-8, 0, 1));

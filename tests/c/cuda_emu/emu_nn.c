@@ -1,4 +1,4 @@
-/* emu_nn.c — kernels/norm.cu, loss.cu, embedding.cu, rope.cu and rng.cu under the emulator
+/* emu_nn.c — kernels/norm.cu, kernels/cross_entropy.cu, embedding.cu, rope.cu and kernels/random.cu under the emulator
  * against the CPU ops (suites "norm", "loss", "embedding", "rope", "rng"). Each case calls the
  * same lt_* entry point on CPU tensors and on their device copies (contiguous, strided or
  * transposed), with every optional output, and compares every output with the tolerances of
@@ -52,52 +52,52 @@ static void norm_cases(int64_t N, int64_t C) {
         pair p, q;
         static const char *lnw[] = {"y", "mean", "rstd", "dx", "dw", "db"};
         double lt_[] = {tol, stol, stol, tol, tol, tol};
-        /* layernorm forward, then backward from the CPU's statistics */
+        /* layer_norm forward, then backward from the CPU's statistics */
         pair_init(&p);
-        snprintf(name, sizeof name, "layernorm%s%s", affine ? "" : " plain", emu_mode_name[mode]);
-        int rc = lt_layernorm_forward(p.c[0], p.c[1], p.c[2], x, W, B, 1e-5);
-        int rd_ = lt_layernorm_forward(p.d[0], p.d[1], p.d[2], xd, Wd, Bd, 1e-5);
+        snprintf(name, sizeof name, "layer_norm%s%s", affine ? "" : " plain", emu_mode_name[mode]);
+        int rc = lt_layer_norm_forward(p.c[0], p.c[1], p.c[2], x, W, B, 1e-5);
+        int rd_ = lt_layer_norm_forward(p.d[0], p.d[1], p.d[2], xd, Wd, Bd, 1e-5);
         pair_check(name, dt, &p, rc, rd_, 3, lt_, lnw);
         if (rc == 0) {
           lt_tensor *md = D(p.c[1], 0), *sd = D(p.c[2], 0);
           pair_init(&q);
-          snprintf(name, sizeof name, "layernorm_backward%s%s", affine ? "" : " plain", emu_mode_name[mode]);
-          rc = lt_layernorm_backward(q.c[3], affine ? q.c[4] : NULL, affine ? q.c[5] : NULL, g, x, W, p.c[1], p.c[2]);
-          rd_ = lt_layernorm_backward(q.d[3], affine ? q.d[4] : NULL, affine ? q.d[5] : NULL, gd, xd, Wd, md, sd);
+          snprintf(name, sizeof name, "layer_norm_backward%s%s", affine ? "" : " plain", emu_mode_name[mode]);
+          rc = lt_layer_norm_backward(q.c[3], affine ? q.c[4] : NULL, affine ? q.c[5] : NULL, g, x, W, p.c[1], p.c[2]);
+          rd_ = lt_layer_norm_backward(q.d[3], affine ? q.d[4] : NULL, affine ? q.d[5] : NULL, gd, xd, Wd, md, sd);
           pair_check(name, dt, &q, rc, rd_, 6, lt_, lnw);
           pair_free(&q), pair_init(&q);
-          snprintf(name, sizeof name, "layernorm_backward_add%s%s", affine ? "" : " plain", emu_mode_name[mode]);
-          rc = lt_layernorm_backward_add(q.c[3], affine ? q.c[4] : NULL, affine ? q.c[5] : NULL, g, dres, x, W, p.c[1],
+          snprintf(name, sizeof name, "layer_norm_backward_add%s%s", affine ? "" : " plain", emu_mode_name[mode]);
+          rc = lt_layer_norm_backward_add(q.c[3], affine ? q.c[4] : NULL, affine ? q.c[5] : NULL, g, dres, x, W, p.c[1],
                                          p.c[2]);
-          rd_ = lt_layernorm_backward_add(q.d[3], affine ? q.d[4] : NULL, affine ? q.d[5] : NULL, gd, dresd, xd, Wd, md,
+          rd_ = lt_layer_norm_backward_add(q.d[3], affine ? q.d[4] : NULL, affine ? q.d[5] : NULL, gd, dresd, xd, Wd, md,
                                           sd);
           pair_check(name, dt, &q, rc, rd_, 6, lt_, lnw);
           pair_free(&q), lt_release(md), lt_release(sd);
         }
         pair_free(&p), pair_init(&p);
-        /* rmsnorm */
+        /* rms_norm */
         static const char *rnw[] = {"y", "-", "rstd", "dx", "dw", "-"};
-        snprintf(name, sizeof name, "rmsnorm%s%s", affine ? "" : " plain", emu_mode_name[mode]);
-        rc = lt_rmsnorm_forward(p.c[0], p.c[2], x, W, 1e-5);
-        rd_ = lt_rmsnorm_forward(p.d[0], p.d[2], xd, Wd, 1e-5);
+        snprintf(name, sizeof name, "rms_norm%s%s", affine ? "" : " plain", emu_mode_name[mode]);
+        rc = lt_rms_norm_forward(p.c[0], p.c[2], x, W, 1e-5);
+        rd_ = lt_rms_norm_forward(p.d[0], p.d[2], xd, Wd, 1e-5);
         pair_check(name, dt, &p, rc, rd_, 3, lt_, rnw);
         if (rc == 0) {
           lt_tensor *sd = D(p.c[2], 0);
           pair_init(&q);
-          snprintf(name, sizeof name, "rmsnorm_backward%s%s", affine ? "" : " plain", emu_mode_name[mode]);
-          rc = lt_rmsnorm_backward(q.c[3], affine ? q.c[4] : NULL, g, x, W, p.c[2]);
-          rd_ = lt_rmsnorm_backward(q.d[3], affine ? q.d[4] : NULL, gd, xd, Wd, sd);
+          snprintf(name, sizeof name, "rms_norm_backward%s%s", affine ? "" : " plain", emu_mode_name[mode]);
+          rc = lt_rms_norm_backward(q.c[3], affine ? q.c[4] : NULL, g, x, W, p.c[2]);
+          rd_ = lt_rms_norm_backward(q.d[3], affine ? q.d[4] : NULL, gd, xd, Wd, sd);
           pair_check(name, dt, &q, rc, rd_, 6, lt_, rnw);
           pair_free(&q), pair_init(&q);
-          snprintf(name, sizeof name, "rmsnorm_backward_add%s%s", affine ? "" : " plain", emu_mode_name[mode]);
-          rc = lt_rmsnorm_backward_add(q.c[3], affine ? q.c[4] : NULL, g, dres, x, W, p.c[2]);
-          rd_ = lt_rmsnorm_backward_add(q.d[3], affine ? q.d[4] : NULL, gd, dresd, xd, Wd, sd);
+          snprintf(name, sizeof name, "rms_norm_backward_add%s%s", affine ? "" : " plain", emu_mode_name[mode]);
+          rc = lt_rms_norm_backward_add(q.c[3], affine ? q.c[4] : NULL, g, dres, x, W, p.c[2]);
+          rd_ = lt_rms_norm_backward_add(q.d[3], affine ? q.d[4] : NULL, gd, dresd, xd, Wd, sd);
           pair_check(name, dt, &q, rc, rd_, 6, lt_, rnw);
           if (rc == 0) { /* in place: dx is dres, then dout */
             for (int which = 0; which < 2; which++) {
               lt_tensor *ip = emu_dev(which ? g : dres, mode), *dw = lt_tensor_new();
-              snprintf(name, sizeof name, "rmsnorm_backward_add dx=%s%s", which ? "dout" : "dres", emu_mode_name[mode]);
-              if (lt_rmsnorm_backward_add(ip, affine ? dw : NULL, which ? ip : gd, which ? dresd : ip, xd, Wd, sd))
+              snprintf(name, sizeof name, "rms_norm_backward_add dx=%s%s", which ? "dout" : "dres", emu_mode_name[mode]);
+              if (lt_rms_norm_backward_add(ip, affine ? dw : NULL, which ? ip : gd, which ? dresd : ip, xd, Wd, sd))
                 emu_fails++, printf("FAIL %s: %s\n", name, lt_last_error());
               else
                 emu_check(name, dt, ip, q.c[3], tol);
@@ -110,23 +110,23 @@ static void norm_cases(int64_t N, int64_t C) {
         /* the fused residual forwards */
         static const char *aw[] = {"y", "mean", "rstd", "res_out"};
         double at[] = {tol, stol, stol, 0};
-        snprintf(name, sizeof name, "add_layernorm%s%s", affine ? "" : " plain", emu_mode_name[mode]);
-        rc = lt_add_layernorm_forward(p.c[3], p.c[0], p.c[1], p.c[2], x, r, W, B, 1e-5);
-        rd_ = lt_add_layernorm_forward(p.d[3], p.d[0], p.d[1], p.d[2], xd, rd, Wd, Bd, 1e-5);
+        snprintf(name, sizeof name, "add_layer_norm%s%s", affine ? "" : " plain", emu_mode_name[mode]);
+        rc = lt_add_layer_norm_forward(p.c[3], p.c[0], p.c[1], p.c[2], x, r, W, B, 1e-5);
+        rd_ = lt_add_layer_norm_forward(p.d[3], p.d[0], p.d[1], p.d[2], xd, rd, Wd, Bd, 1e-5);
         pair_check(name, dt, &p, rc, rd_, 4, at, aw);
         if (rc == 0) { /* in place: res_out is x */
           lt_tensor *ip = emu_dev(x, mode), *o = lt_tensor_new(), *m = lt_tensor_new(), *sr = lt_tensor_new();
-          snprintf(name, sizeof name, "add_layernorm res_out=x%s%s", affine ? "" : " plain", emu_mode_name[mode]);
-          if (lt_add_layernorm_forward(ip, o, m, sr, ip, rd, Wd, Bd, 1e-5))
+          snprintf(name, sizeof name, "add_layer_norm res_out=x%s%s", affine ? "" : " plain", emu_mode_name[mode]);
+          if (lt_add_layer_norm_forward(ip, o, m, sr, ip, rd, Wd, Bd, 1e-5))
             emu_fails++, printf("FAIL %s: %s\n", name, lt_last_error());
           else
             emu_check(name, dt, ip, p.c[3], 0), emu_check(name, dt, o, p.c[0], tol);
           lt_release(ip), lt_release(o), lt_release(m), lt_release(sr);
         }
         pair_free(&p), pair_init(&p);
-        snprintf(name, sizeof name, "add_rmsnorm%s%s", affine ? "" : " plain", emu_mode_name[mode]);
-        rc = lt_add_rmsnorm_forward(p.c[3], p.c[0], p.c[2], x, r, W, 1e-5);
-        rd_ = lt_add_rmsnorm_forward(p.d[3], p.d[0], p.d[2], xd, rd, Wd, 1e-5);
+        snprintf(name, sizeof name, "add_rms_norm%s%s", affine ? "" : " plain", emu_mode_name[mode]);
+        rc = lt_add_rms_norm_forward(p.c[3], p.c[0], p.c[2], x, r, W, 1e-5);
+        rd_ = lt_add_rms_norm_forward(p.d[3], p.d[0], p.d[2], xd, rd, Wd, 1e-5);
         pair_check(name, dt, &p, rc, rd_, 4, at, aw);
         pair_free(&p);
       }

@@ -1,7 +1,7 @@
 /* emu_probe.cu — kernels of the errors suite (emu_errors.c), rewritten and compiled like kernels/
  * (run.sh): the tensor-core helper the attention kernels use (mma_ops<T>::mma) against a plain
  * product, and kernels that break a rule on purpose, each of which the emulator must report. */
-#include "attention_tile.cuh"
+#include "kernels/attention_tile.cuh"
 
 /* One warp: D (16 x 8) = A (16 x 16, row-major) B (16 x 8, stored transposed as Bt[n][k]) + C,
  * each lane's fragments gathered as the PTX ISA lays them out (emu.h), independently of the

@@ -1,6 +1,6 @@
 /* reduce_softmax.c — kernels/reduce.cu and kernels/softmax.cu run under the CUDA emulator
- * (emu.h) against the CPU ops, through the real host entry points (host/ops_reduce.c,
- * ops_argmax.c, ops_softmax.c compiled with LUTRA_HAVE_CUDA), on
+ * (emu.h) against the CPU ops, through the real host entry points (host/ops/reduce.c,
+ * ops/argmax.c, ops/softmax.c compiled with LUTRA_HAVE_CUDA), on
  * "device" tensors (CPU tensors marked device 0): every reduce op over every dim set,
  * var, argmax/argmin with ties, softmax/log_softmax forward and backward over every dim, each
  * contiguous, strided and transposed, into contiguous and strided outs; odd sizes, empty and

@@ -2,7 +2,7 @@
 # run.sh — the CUDA kernels (kernels/*.cu) under the CUDA emulator (emu.h), against the CPU ops.
 #   tests/c/cuda_emu/run.sh [--quick] LIBDIR [SUITE ...]
 # LIBDIR holds a built liblutra.so (CPU-only or not). The emulated program links it, and its own
-# copies of the host files that dispatch to CUDA (host/memory.c, tensor.c, copy.c, ops_*.c, rng.c,
+# copies of the host files that dispatch to CUDA (host/core/memory.c, tensor.c, copy.c and host/ops/*.c,
 # compiled with LUTRA_HAVE_CUDA) and of the kernels (compiled as C++ with emu.h) take precedence
 # over the library's (ELF interposition), so one process has the CPU ops (device -1) and the
 # emulated CUDA ops (device 0, host memory): each suite runs the same lt_* call on both and
@@ -28,47 +28,51 @@ else
   trap 'rm -rf "$work"' EXIT
 fi
 cd "$work"
-mkdir -p src cub/device
+mkdir -p src/kernels src/core src/ops cub/device
 # the kernels, rewritten for the emulator by emu_rewrite.pl (launches, shared memory, vector
 # accesses, mma.sync) into src/, so that a kernel edited meanwhile is re-copied; and emu_probe.cu,
 # the errors suite's kernels that break the rules on purpose and its mma check
-kernels="elementwise unary binary copy_strided norm loss embedding rope rng optim attention_fwd attention_bwd
-  attention_bwd_mma reduce softmax"
-hostfiles="memory tensor copy ops_elementwise ops_unary ops_binary ops_norm ops_loss ops_embedding ops_rope rng ops_adamw
-  ops_lion ops_multi_tensor ops_attention ops_attention_cuda ops_reduce ops_argmax ops_softmax"
+kernels="elementwise unary binary copy norm cross_entropy embedding rope random optim attention_forward attention_backward
+  attention_backward_mma reduce softmax"
+hostfiles="core/memory core/tensor core/copy ops/elementwise ops/unary ops/binary ops/norm ops/cross_entropy ops/embedding
+  ops/rope ops/random ops/adamw ops/lion ops/multi_tensor ops/attention ops/attention_cuda ops/reduce ops/argmax ops/softmax"
 for h in emu.h emu_cub.h; do cp "$here/$h" src/$h.new; done
 perl "$here/emu_rewrite.pl" <"$root/kernels/common.cuh" | sed 's|#include <cuda_runtime.h>|#include "emu.h"|' \
-  >src/common.cuh.new
-grep -q "lt_dev_vec { EMU_VEC_CHECKS" src/common.cuh.new || { echo "run.sh: lt_dev_vec not found in common.cuh" >&2; exit 1; }
+  >src/kernels/common.cuh.new
+grep -q "lt_dev_vec { EMU_VEC_CHECKS" src/kernels/common.cuh.new || { echo "run.sh: lt_dev_vec not found in kernels/common.cuh" >&2; exit 1; }
 for h in cuda_bf16.h cuda_fp16.h; do echo '#include "emu.h"' >"src/$h.new"; done
 for h in device_radix_sort device_run_length_encode device_scan; do echo '#include "emu_cub.h"' >"cub/device/$h.cuh"; done
-for k in $(for k in $kernels; do echo $k.cu; done) $(cd "$root/kernels" && ls *.cuh | grep -v common.cuh); do
-  perl "$here/emu_rewrite.pl" <"$root/kernels/$k" >"src/$k.new" || exit 1
+for k in $(for k in $kernels; do echo $k.cu; done) $(cd "$root/kernels" && ls *.cuh | grep -vx common.cuh); do
+  perl "$here/emu_rewrite.pl" <"$root/kernels/$k" >"src/kernels/$k.new" || exit 1
 done
+for h in "$root"/kernels/*.h; do cp "$h" "src/kernels/$(basename "$h").new"; done
 perl "$here/emu_rewrite.pl" <"$here/emu_probe.cu" >src/emu_probe.cu.new || exit 1
-for f in src/*.new; do # replace only what changed, so that make-like checks below skip the rest
+for f in src/*.new src/kernels/*.new; do # replace only what changed, so that make-like checks below skip the rest
   cmp -s "$f" "${f%.new}" 2>/dev/null && rm "$f" || mv "$f" "${f%.new}"
 done
 for f in $hostfiles; do cmp -s "$root/host/$f.c" "src/$f.c" 2>/dev/null || cp "$root/host/$f.c" "src/$f.c"; done
 
 opt=${EMU_OPT:--O1}
 inc="-Isrc -I. -I$root/host -I$root/host/include"
+obj() { echo "${1//\//_}"; } # core/memory -> core_memory
 newer() { # newer OBJ SRC...: true when OBJ is missing or older than a source or a header
   [ -f "$1" ] || return 0
   local o=$1 s
   shift
-  for s in "$@" src/*.h src/*.cuh "$root"/host/*.h; do [ "$s" -nt "$o" ] && return 0; done
+  for s in "$@" src/*.h src/kernels/*.cuh src/kernels/*.h "$root"/host/*/*.h; do [ "$s" -nt "$o" ] && return 0; done
   return 1
 }
 objs=""
 : >cmds
 for f in $hostfiles; do
-  objs="$objs $f.o"
-  newer $f.o src/$f.c &&
-    echo "cc $opt -std=gnu11 -fopenmp -mavx2 -mfma -mf16c -DLUTRA_HAVE_CUDA=1 -w $inc -c src/$f.c -o $f.o" >>cmds
+  o=$(obj $f).o
+  objs="$objs $o"
+  newer $o src/$f.c &&
+    echo "cc $opt -std=gnu11 -fopenmp -mavx2 -mfma -mf16c -DLUTRA_HAVE_CUDA=1 -w $inc -c src/$f.c -o $o" >>cmds
 done
 for f in $kernels emu_probe emu; do
-  s=src/$f.cu o=$opt
+  s=src/kernels/$f.cu o=$opt
+  [ $f = emu_probe ] && s=src/$f.cu
   [ $f = emu ] && s=$here/emu.cpp o=-O2 # the emulator's runtime (the mma arithmetic): quick to build, hot
   objs="$objs $f.cu.o"
   newer $f.cu.o $s "$here/emu.cpp" && echo "c++ $o -std=c++17 -DLUTRA_HAVE_CUDA=1 -w $inc -x c++ -c $s -o $f.cu.o" >>cmds

@@ -1,0 +1,102 @@
+/* request.c — async handles: the MPI requests of one call, the tensors they keep
+ * alive, and what completion must still do (AVG scaling, the flight-recorder state). */
+#include "dist/internal.h"
+#include <stdlib.h>
+
+lt_comm_request *lt_request_new(const char *op, lt_group *g, int nreq, int64_t slot) {
+  lt_comm_request *r = calloc(1, sizeof *r);
+  if (!r) return NULL;
+  r->op = op, r->group = g, r->nreq = nreq, r->seq_slot = slot;
+  r->keep = calloc((size_t)(nreq > 0 ? nreq : 1) + 2, sizeof *r->keep);
+#ifdef LUTRA_HAVE_MPI
+  r->reqs = calloc((size_t)(nreq > 0 ? nreq : 1), sizeof *r->reqs);
+  for (int i = 0; i < nreq; i++) r->reqs[i] = MPI_REQUEST_NULL;
+  if (!r->reqs) r->keep = (free(r->keep), NULL);
+#endif
+  if (!r->keep) {
+    free(r);
+    return NULL;
+  }
+  return r;
+}
+
+// Holds t's storage until completion through a view of its own, so that freeing t's
+// storage meanwhile (free(), lutra.tidy) cannot pull the buffer from under MPI or NCCL.
+// keep has room for nreq + 2 tensors. Returns the view (NULL when out of memory: then
+// only the tensor struct is retained).
+lt_tensor *lt_request_keep(lt_comm_request *r, lt_tensor *t) {
+  lt_tensor *view = lt_tensor_new();
+  if (view && lt_set(view, t) == 0) {
+    r->keep[r->nkeep++] = view;
+    return view;
+  }
+  lt_release(view);
+  lt_retain(t);
+  r->keep[r->nkeep++] = t;
+  return t;
+}
+
+void lt_request_free(lt_comm_request *r) {
+  if (!r) return;
+  for (int i = 0; i < r->nkeep; i++) lt_release(r->keep[i]);
+  free(r->keep), free(r->counts), free(r->displs);
+#ifdef LUTRA_HAVE_MPI
+  free(r->reqs);
+#endif
+  free(r);
+}
+
+static void finish(lt_comm_request *r) {
+  if (r->avg) lt_comm_scale(r->avg, r->avg_n);
+  r->avg = NULL;
+  r->done = 1;
+  lt_flight_set_state(r->seq_slot, LT_COMM_DONE);
+}
+
+int lt_request_complete(lt_comm_request *r) {
+  int rc = 0;
+  if (!r->done) {
+    if (r->nccl_event) {
+      rc = lt_nccl_wait(r);
+    } else {
+#ifdef LUTRA_HAVE_MPI
+      lt_flight_set_state(r->seq_slot, LT_COMM_WAITING);
+      int mrc = MPI_Waitall(r->nreq, r->reqs, MPI_STATUSES_IGNORE);
+      if (mrc != MPI_SUCCESS) rc = lt_errorf("%s: MPI failed on group %s", r->op, r->group->name);
+#endif
+    }
+    if (rc == 0)
+      finish(r);
+    else
+      lt_flight_set_state(r->seq_slot, LT_COMM_FAILED);
+  }
+  lt_request_free(r);
+  return rc;
+}
+
+int lt_comm_wait(lt_comm_request *req) {
+  if (!req) return lt_errorf("comm.wait: request is NULL");
+  return lt_request_complete(req);
+}
+
+int lt_comm_test(lt_comm_request *req, int *done) {
+  if (!req || !done) return lt_errorf("comm.test: request or done is NULL");
+  if (!req->done) {
+    if (req->nccl_event) {
+      int complete = 0;
+      LT_TRY(lt_nccl_test(req, &complete));
+      if (complete) finish(req);
+    } else {
+#ifdef LUTRA_HAVE_MPI
+      int flag = 0;
+      if (MPI_Testall(req->nreq, req->reqs, &flag, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
+        return lt_errorf("%s: MPI failed on group %s", req->op, req->group->name);
+      if (flag) finish(req);
+#else
+      finish(req);
+#endif
+    }
+  }
+  *done = req->done;
+  return 0;
+}

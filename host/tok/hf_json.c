@@ -1,0 +1,366 @@
+/* hf_json.c — tokenizers as JSON: Hugging Face's tokenizer.json for byte-level BPE
+ * (as GPT-2's), and lutra's own small format for char tokenizers.
+ *
+ * In tokenizer.json a token is its bytes written through GPT-2's byte -> unicode map
+ * (a space is "Ġ"), except added tokens, which are their text. Merges are "a b" strings
+ * or, in newer files, [a, b] arrays; we read both and write strings (every reader takes
+ * them). Ids need not be in any order; a gap in the ids is a token that decodes to an error. */
+#include "tok/tokenizer.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#if __has_include(<cjson/cJSON.h>)
+#include <cjson/cJSON.h>
+#define HAVE_CJSON 1
+#endif
+
+#ifndef HAVE_CJSON
+int lt_tokenizer_load_json(lt_tokenizer **out, const char *json, int64_t len) {
+  (void)out, (void)json, (void)len;
+  return lt_errorf("tokenizer.json: this build has no JSON support (install libcjson-dev and rebuild)");
+}
+int lt_tokenizer_load(lt_tokenizer **out, const char *path) { return lt_tokenizer_load_json(out, path, 0); }
+#else
+
+enum { MAX_ID = 1 << 28 };
+#define E(...) lt_errorf("tokenizer.json: " __VA_ARGS__)
+
+static cJSON *get(const cJSON *obj, const char *key) { return cJSON_GetObjectItemCaseSensitive(obj, key); }
+static int absent(const cJSON *x) { return !x || cJSON_IsNull(x); }
+static const char *type_of(const cJSON *obj) {
+  const cJSON *t = get(obj, "type");
+  return cJSON_IsString(t) ? t->valuestring : "?";
+}
+static int flag(const cJSON *obj, const char *key, int def) {
+  const cJSON *x = get(obj, key);
+  return cJSON_IsBool(x) ? cJSON_IsTrue(x) : def;
+}
+static int int_of(const cJSON *x, int64_t lo, int64_t hi, int64_t *v) {
+  if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble) || x->valuedouble < (double)lo ||
+      x->valuedouble > (double)hi)
+    return -1;
+  *v = (int64_t)x->valuedouble;
+  return 0;
+}
+
+// Byte-level string -> bytes into buf (room for strlen(s) bytes); -1 on a character outside the map.
+static int64_t from_byte_level(const char *s, uint8_t *buf) {
+  int64_t n = (int64_t)strlen(s), m = 0;
+  for (int64_t i = 0; i < n;) {
+    uint32_t cp;
+    i += lt_tok_utf8_decode((const uint8_t *)s + i, n - i, &cp);
+    int b = lt_tok_unicode_to_byte(cp);
+    if (b < 0) return -1;
+    buf[m++] = (uint8_t)b;
+  }
+  return m;
+}
+
+static int split_mode(const char *pattern) {
+  for (int mode = 0; mode < LT_TOK_NUM_PATTERNS; mode++)
+    if (lt_tok_patterns[mode] && strcmp(pattern, lt_tok_patterns[mode]) == 0) return mode;
+  return -1;
+}
+
+static int parse_pre_tokenizer(lt_tokenizer *tok, const cJSON *pt) {
+  if (absent(pt)) return E("pre_tokenizer is null; only ByteLevel (as GPT-2's) is supported");
+  const char *type = type_of(pt);
+  if (strcmp(type, "ByteLevel") == 0) {
+    tok->pretok = flag(pt, "use_regex", 1) ? LT_PRETOK_GPT2 : LT_PRETOK_NONE;
+    tok->add_prefix_space = flag(pt, "add_prefix_space", 1);
+    return 0;
+  }
+  if (strcmp(type, "Sequence") != 0)
+    return E("pre_tokenizer.type '%s' is not supported (only ByteLevel, or a Sequence of a Split and ByteLevel)", type);
+  const cJSON *list = get(pt, "pretokenizers");
+  int n = cJSON_GetArraySize(list);
+  if (!cJSON_IsArray(list) || n < 1 || n > 2)
+    return E("pre_tokenizer.pretokenizers: expected [ByteLevel] or [Split, ByteLevel]");
+  if (n == 1) return parse_pre_tokenizer(tok, cJSON_GetArrayItem(list, 0));
+  const cJSON *split = cJSON_GetArrayItem(list, 0), *bl = cJSON_GetArrayItem(list, 1);
+  if (strcmp(type_of(split), "Split") != 0 || strcmp(type_of(bl), "ByteLevel") != 0)
+    return E("pre_tokenizer.pretokenizers: expected [Split, ByteLevel], got [%s, %s]", type_of(split), type_of(bl));
+  const cJSON *pattern = get(get(split, "pattern"), "Regex"), *behavior = get(split, "behavior");
+  int mode = cJSON_IsString(pattern) ? split_mode(pattern->valuestring) : -1;
+  if (mode < 0)
+    return E("pre_tokenizer.pretokenizers[0].pattern: only the regexes of GPT-2, Llama 3 (cl100k) and Qwen2 are "
+             "supported");
+  if (!cJSON_IsString(behavior) || strcmp(behavior->valuestring, "Isolated") != 0 || flag(split, "invert", 0))
+    return E("pre_tokenizer.pretokenizers[0]: only behavior 'Isolated' without invert is supported");
+  if (flag(bl, "use_regex", 1)) return E("pre_tokenizer.pretokenizers[1].use_regex: must be false after a Split");
+  tok->pretok = mode;
+  tok->add_prefix_space = flag(bl, "add_prefix_space", 1) ? 2 : 0; // after a Split: before every word
+  return 0;
+}
+
+// Checks the parts of the pipeline we do not run: they must not change the ids.
+static int check_pipeline(const cJSON *root, const cJSON *model) {
+  const cJSON *norm = get(root, "normalizer");
+  if (!absent(norm) && !(strcmp(type_of(norm), "Sequence") == 0 && cJSON_GetArraySize(get(norm, "normalizers")) == 0))
+    return E("normalizer '%s' is not supported (it changes the text); only null is", type_of(norm));
+  const cJSON *dec = get(root, "decoder");
+  if (!absent(dec) && strcmp(type_of(dec), "ByteLevel") != 0)
+    return E("decoder '%s' is not supported (only ByteLevel)", type_of(dec));
+  const cJSON *post = get(root, "post_processor");
+  static const char *const ignored_posts[] = {"ByteLevel", "TemplateProcessing", "RobertaProcessing", "BertProcessing",
+                                              "Sequence"};
+  int ok = absent(post);
+  for (size_t i = 0; i < sizeof ignored_posts / sizeof *ignored_posts && !ok; i++)
+    ok = strcmp(type_of(post), ignored_posts[i]) == 0;
+  if (!ok) return E("post_processor '%s' is not supported", type_of(post));
+  const cJSON *dropout = get(model, "dropout");
+  if (!absent(dropout) && !(cJSON_IsNumber(dropout) && dropout->valuedouble == 0))
+    return E("model.dropout is not supported (must be null)");
+  static const char *const empty_strings[] = {"continuing_subword_prefix", "end_of_word_suffix"};
+  for (int i = 0; i < 2; i++) {
+    const cJSON *x = get(model, empty_strings[i]);
+    if (!absent(x) && !(cJSON_IsString(x) && x->valuestring[0] == 0))
+      return E("model.%s is not supported (must be null or empty)", empty_strings[i]);
+  }
+  if (flag(model, "byte_fallback", 0)) return E("model.byte_fallback is not supported (byte-level BPE needs none)");
+  return 0;
+}
+
+// added_tokens: validates and returns their count; entries stay in the JSON.
+static int check_added(const cJSON *added, int64_t *max_id) {
+  if (absent(added)) return 0;
+  if (!cJSON_IsArray(added)) return E("added_tokens is not an array");
+  int k = 0;
+  for (const cJSON *a = added->child; a; a = a->next, k++) {
+    int64_t id;
+    const cJSON *content = get(a, "content");
+    if (int_of(get(a, "id"), 0, MAX_ID - 1, &id))
+      return E("added_tokens[%d].id is not an integer in [0, %d)", k, MAX_ID);
+    if (!cJSON_IsString(content) || !content->valuestring[0])
+      return E("added_tokens[%d].content is not a non-empty string", k);
+    if (id > *max_id) *max_id = id;
+  }
+  return k;
+}
+
+static int register_added(lt_tokenizer *tok, const cJSON *added) {
+  for (const cJSON *a = added ? added->child : NULL; a; a = a->next) {
+    int64_t id = 0;
+    int_of(get(a, "id"), 0, MAX_ID - 1, &id);
+    lt_tok_added spec = {.special = (uint8_t)flag(a, "special", 0),
+                         .lstrip = (uint8_t)flag(a, "lstrip", 0),
+                         .rstrip = (uint8_t)flag(a, "rstrip", 0),
+                         .normalized = (uint8_t)flag(a, "normalized", 0),
+                         .single_word = (uint8_t)flag(a, "single_word", 0)};
+    LT_TRY(lt_tok_register_added(tok, (int32_t)id, &spec));
+  }
+  return 0;
+}
+
+// Token id of a merge part (a byte-level string), or -1.
+static int32_t part_id(const lt_tokenizer *tok, const char *s, uint8_t *buf) {
+  int64_t n = from_byte_level(s, buf);
+  return n < 0 ? -1 : lt_tok_find(tok, buf, n);
+}
+
+static int load_merges(lt_tokenizer *tok, const cJSON *merges) {
+  if (absent(merges)) return 0;
+  if (!cJSON_IsArray(merges)) return E("model.merges is not an array");
+  int k = 0;
+  uint8_t *buf = NULL;
+  int64_t cap = 0;
+  for (const cJSON *m = merges->child; m; m = m->next, k++) {
+    char *left = NULL, *right = NULL, *copy = NULL;
+    if (cJSON_IsString(m)) { // "a b"
+      copy = strdup(m->valuestring);
+      char *space = copy ? strchr(copy, ' ') : NULL;
+      if (space && !strchr(space + 1, ' ')) *space = 0, left = copy, right = space + 1;
+    } else if (cJSON_IsArray(m) && cJSON_GetArraySize(m) == 2 && cJSON_IsString(m->child) &&
+               cJSON_IsString(m->child->next)) { // ["a", "b"]
+      left = m->child->valuestring, right = m->child->next->valuestring;
+    }
+    int64_t need = left ? (int64_t)(strlen(left) + strlen(right)) + 1 : 0;
+    if (need > cap) {
+      uint8_t *b = realloc(buf, (size_t)need);
+      if (b) buf = b, cap = need;
+    }
+    int rc = 0;
+    if (!left) {
+      rc = E("model.merges[%d] is not \"a b\" or [\"a\", \"b\"]", k);
+    } else if (need > cap) {
+      rc = E("out of memory");
+    } else {
+      int32_t a = part_id(tok, left, buf), b = part_id(tok, right, buf);
+      int64_t la = 0, lb = 0, z = -1;
+      if (a >= 0 && b >= 0) {
+        const uint8_t *ba = lt_tok_bytes(tok, a, &la), *bb = lt_tok_bytes(tok, b, &lb);
+        memcpy(buf, ba, (size_t)la);
+        memcpy(buf + la, bb, (size_t)lb);
+        z = lt_tok_find(tok, buf, la + lb);
+      }
+      if (a < 0 || b < 0)
+        rc = E("model.merges[%d]: '%s' is not in the vocab", k, a < 0 ? left : right);
+      else if (z < 0)
+        rc = E("model.merges[%d]: '%s' + '%s' is not in the vocab", k, left, right);
+      else
+        rc = lt_tok_add_merge(tok, a, b, (int32_t)z);
+    }
+    free(copy);
+    if (rc) {
+      free(buf);
+      return rc;
+    }
+  }
+  free(buf);
+  return 0;
+}
+
+static int load_bpe(lt_tokenizer *tok, const cJSON *root) {
+  const cJSON *model = get(root, "model"), *added = get(root, "added_tokens");
+  if (!cJSON_IsObject(model)) return E("no \"model\" object");
+  const cJSON *type = get(model, "type"), *vocab = get(model, "vocab");
+  if (cJSON_IsString(type) && strcmp(type->valuestring, "BPE") != 0)
+    return E("model.type '%s' is not supported (only BPE)", type->valuestring);
+  if (!cJSON_IsObject(vocab)) return E("model.vocab is missing or not an object");
+  LT_TRY(check_pipeline(root, model));
+  LT_TRY(parse_pre_tokenizer(tok, get(root, "pre_tokenizer")));
+  tok->ignore_merges = flag(model, "ignore_merges", 0);
+  int64_t max_id = -1, id = 0;
+  int n_added = check_added(added, &max_id);
+  if (n_added < 0) return -1;
+  int k = 0;
+  for (const cJSON *v = vocab->child; v; v = v->next, k++) {
+    if (int_of(v, 0, MAX_ID - 1, &id)) return E("model.vocab['%s'] is not an integer id in [0, %d)", v->string, MAX_ID);
+    if (id > max_id) max_id = id;
+  }
+  if (max_id >= 2 * ((int64_t)k + n_added) + 256) // a gap is an unused token: a few are fine, not millions
+    return E("model.vocab: the ids are sparse (max id %lld for %d tokens)", (long long)max_id, k + n_added);
+  // the key of each id: an added token's text, or a vocab entry's byte-level string
+  const cJSON **slot = calloc((size_t)max_id + 2, sizeof *slot);
+  char *is_added = calloc((size_t)max_id + 2, 1);
+  uint8_t *buf = NULL;
+  int rc = -1;
+  if (!slot || !is_added) {
+    E("out of memory");
+    goto done;
+  }
+  for (const cJSON *a = added ? added->child : NULL; a; a = a->next) {
+    int_of(get(a, "id"), 0, MAX_ID - 1, &id);
+    if (slot[id]) {
+      E("added_tokens: id %lld is used twice", (long long)id);
+      goto done;
+    }
+    slot[id] = get(a, "content"), is_added[id] = 1;
+  }
+  for (const cJSON *v = vocab->child; v; v = v->next) {
+    int_of(v, 0, MAX_ID - 1, &id);
+    if (is_added[id]) continue; // the vocab may repeat an added token; its text is in added_tokens
+    if (slot[id]) {
+      E("model.vocab: id %lld is used by '%s' and '%s'", (long long)id, slot[id]->string, v->string);
+      goto done;
+    }
+    slot[id] = v;
+  }
+  for (int64_t i = 0; i <= max_id; i++) {
+    if (!slot[i]) {
+      if (lt_tok_append(tok, NULL, 0, LT_TOKF_UNUSED)) goto done;
+      continue;
+    }
+    const char *s = is_added[i] ? slot[i]->valuestring : slot[i]->string;
+    int64_t n = (int64_t)strlen(s);
+    if (!(buf = realloc(buf, (size_t)n + 1))) {
+      E("out of memory");
+      goto done;
+    }
+    if (is_added[i]) {
+      memcpy(buf, s, (size_t)n);
+    } else if ((n = from_byte_level(s, buf)) < 0) {
+      E("model.vocab: token '%s' (id %lld) has a character outside the byte-level alphabet (not a byte-level BPE?)", s,
+        (long long)i);
+      goto done;
+    }
+    if (lt_tok_append(tok, buf, n, is_added[i] ? LT_TOKF_ADDED : 0)) goto done;
+  }
+  if (register_added(tok, added) || load_merges(tok, get(model, "merges"))) goto done;
+  const cJSON *unk = get(model, "unk_token");
+  if (cJSON_IsString(unk) &&
+      lt_tokenizer_token_id(tok, unk->valuestring, (int64_t)strlen(unk->valuestring), &tok->unk_id))
+    goto done;
+  rc = 0;
+done:
+  free(slot);
+  free(is_added);
+  free(buf);
+  return rc;
+}
+
+static int load_char(lt_tokenizer *tok, const cJSON *root) {
+  int64_t version, max_id = -1;
+  if (int_of(get(root, "lutra_tokenizer"), 1, 1, &version)) return E("lutra_tokenizer: unknown version (expected 1)");
+  if (strcmp(type_of(root), "char") != 0) return E("type '%s' is not supported (expected 'char')", type_of(root));
+  const cJSON *cps = get(root, "codepoints"), *added = get(root, "added_tokens");
+  if (!cJSON_IsArray(cps)) return E("codepoints is missing or not an array");
+  int n = cJSON_GetArraySize(cps), k = 0;
+  uint32_t *list = malloc((size_t)(n ? n : 1) * sizeof *list);
+  if (!list) return E("out of memory");
+  for (const cJSON *c = cps->child; c; c = c->next, k++) {
+    int64_t v;
+    if (int_of(c, 0, LT_TOK_RAW_BYTE + 255, &v)) {
+      free(list);
+      return E("codepoints[%d] is not a code point", k);
+    }
+    list[k] = (uint32_t)v;
+  }
+  int rc = lt_tok_char_build(tok, list, n);
+  free(list);
+  LT_TRY(rc);
+  if (check_added(added, &max_id) < 0) return -1;
+  for (const cJSON *a = added ? added->child : NULL; a; a = a->next) { // ids must follow the chars densely
+    int64_t id = 0;
+    int_of(get(a, "id"), 0, MAX_ID - 1, &id);
+    if (id != tok->vocab_size)
+      return E("added_tokens: id %lld should be %d (after the chars)", (long long)id, tok->vocab_size);
+    const char *s = get(a, "content")->valuestring;
+    LT_TRY(lt_tok_append(tok, (const uint8_t *)s, (int64_t)strlen(s), LT_TOKF_ADDED));
+  }
+  return register_added(tok, added);
+}
+
+int lt_tokenizer_load_json(lt_tokenizer **out, const char *json, int64_t len) {
+  if (!out) return E("out is NULL");
+  *out = NULL;
+  if (!json || len <= 0) return E("the text is empty");
+  const char *end = NULL;
+  cJSON *root = cJSON_ParseWithLengthOpts(json, (size_t)len, &end, 0);
+  if (!root) {
+    int64_t at = end && end >= json && end <= json + len ? (int64_t)(end - json) : -1;
+    const char *err = cJSON_GetErrorPtr();
+    if (at < 0 && err && err >= json && err <= json + len) at = (int64_t)(err - json);
+    return E("not valid JSON (truncated or corrupt) near byte %lld of %lld", (long long)at, (long long)len);
+  }
+  int is_char = get(root, "lutra_tokenizer") != NULL;
+  lt_tokenizer *tok = cJSON_IsObject(root) ? lt_tok_alloc(is_char ? LT_TOK_CHAR : LT_TOK_BPE) : NULL;
+  int rc = !cJSON_IsObject(root) ? E("the top level is not an object")
+           : !tok                ? -1
+           : is_char             ? load_char(tok, root)
+                                 : load_bpe(tok, root);
+  cJSON_Delete(root);
+  if (rc) {
+    lt_tokenizer_free(tok);
+    return -1;
+  }
+  *out = tok;
+  return 0;
+}
+
+int lt_tokenizer_load(lt_tokenizer **out, const char *path) {
+  if (!out) return E("out is NULL");
+  *out = NULL;
+  char *text;
+  int64_t len;
+  LT_TRY(lt_tok_read_file("tokenizer.json", path, &text, &len));
+  int rc = lt_tokenizer_load_json(out, text, len);
+  free(text);
+  if (rc) {
+    char why[768]; // prefix the path: copy first, the message buffer is the one lt_errorf writes
+    snprintf(why, sizeof why, "%s", lt_last_error());
+    return lt_errorf("%s (%s)", why, path);
+  }
+  return 0;
+}
+#endif
