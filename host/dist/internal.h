@@ -33,7 +33,11 @@ struct lt_comm_request {
   int avg_n;
   int *counts; /* v-collective arrays that MPI reads until completion */
   int *displs;
-  void *nccl_event; /* CUDA path: the event that marks completion on the comm stream */
+  /* CUDA path: the event that marks completion on the comm stream, and how to wait for it or
+   * test it (set by dist/nccl.cu, so that requests need not know NCCL) */
+  void *device_event;
+  int (*device_wait)(lt_comm_request *r);
+  int (*device_test)(lt_comm_request *r, int *done);
 #ifdef LUTRA_HAVE_MPI
   MPI_Request *reqs;
 #endif
@@ -43,6 +47,9 @@ struct lt_comm_request {
 int lt_comm_ensure_init(const char *op);
 bool lt_comm_mpi_active(void);
 int lt_comm_check_group(const char *op, const lt_group *g);
+/* fn runs at a clean exit before MPI_Finalize (last registered first): what upper floors
+ * (NCCL communicators) must end while MPI still runs. */
+int lt_comm_at_finalize(void (*fn)(void));
 
 /* dist/watchdog.c: the flight recorder. begin returns the global index of the entry.
  * The watchdog watches the entry in state LT_COMM_WAITING (one at a time: the wait in
@@ -50,7 +57,8 @@ int lt_comm_check_group(const char *op, const lt_group *g);
 int64_t lt_flight_begin(const char *op, const lt_group *g, int64_t seq, int dtype, int64_t count, int ndim,
                         const int64_t *shape, int peer, int state);
 void lt_flight_set_state(int64_t index, int state);
-int lt_watchdog_start(void);
+/* Starts the watchdog thread of world rank `rank` (its reports and hold files name it). */
+int lt_watchdog_start(int rank);
 /* Debug mode: compares the call's fingerprint across g; -1 with the mismatch message. */
 int lt_fingerprint_check(lt_group *g, const char *op, int dtype, int64_t count, int ndim, const int64_t *shape,
                          int peer, int64_t seq);
@@ -80,8 +88,5 @@ int lt_nccl_all_gather(lt_group *g, lt_tensor *out, const lt_tensor *inp, const 
 int lt_nccl_broadcast(lt_group *g, lt_tensor *t, int root, lt_comm_request **req);
 int lt_nccl_p2p(lt_group *g, int n, const int *kinds, lt_tensor *const *tensors, const int *peers,
                 lt_comm_request **req);
-int lt_nccl_wait(lt_comm_request *r);
-int lt_nccl_test(lt_comm_request *r, int *done);
-void lt_nccl_free_all(void);
 
 #endif

@@ -56,6 +56,17 @@ static ncclRedOp_t nccl_op(int op) {
   return op == LT_COMM_AVG ? ncclAvg : op == LT_COMM_MAX ? ncclMax : op == LT_COMM_MIN ? ncclMin : ncclSum;
 }
 
+static void free_all(void);
+static int nccl_wait(lt_comm_request *r);
+static int nccl_test(lt_comm_request *r, int *done);
+
+// A request completes when `done` fires on the comm stream; requests wait through these.
+static void set_event(lt_comm_request *r, cudaEvent_t done) {
+  r->device_event = (void *)done;
+  r->device_wait = nccl_wait;
+  r->device_test = nccl_test;
+}
+
 // The group's NCCL state on `device` (made at first use; one device per group).
 static nccl_group *state_of(const char *op, lt_group *g, int device) {
   nccl_group *st = (nccl_group *)g->nccl;
@@ -68,6 +79,7 @@ static nccl_group *state_of(const char *op, lt_group *g, int device) {
     return st;
   }
   if (lt_cuda_use_device(op, device) != 0) return NULL;
+  if (!all_states && lt_comm_at_finalize(free_all) != 0) return NULL; /* communicators end before MPI */
   st = (nccl_group *)calloc(1, sizeof *st);
   ncclComm_t *pairs = (ncclComm_t *)calloc((size_t)g->size, sizeof *pairs);
   if (!st || !pairs) {
@@ -146,7 +158,7 @@ static int finish_call(lt_comm_call *c, nccl_group *st, lt_tensor *keep0, const 
   if (err != cudaSuccess) return lt_call_fail(c), cuda_fail(c->op, st->device, err);
   lt_comm_request *r = lt_call_request(c, 0);
   if (!r) return cudaEventDestroy(done), -1;
-  r->nccl_event = (void *)done;
+  set_event(r, done);
   if (keep0) lt_request_keep(r, keep0);
   if (keep1) lt_request_keep(r, (lt_tensor *)keep1);
   if (req) {
@@ -156,25 +168,25 @@ static int finish_call(lt_comm_call *c, nccl_group *st, lt_tensor *keep0, const 
   return lt_request_complete(r);
 }
 
-int lt_nccl_wait(lt_comm_request *r) {
-  cudaEvent_t done = (cudaEvent_t)r->nccl_event;
+static int nccl_wait(lt_comm_request *r) {
+  cudaEvent_t done = (cudaEvent_t)r->device_event;
   lt_flight_set_state(r->seq_slot, LT_COMM_WAITING);
   cudaError_t err = cudaEventSynchronize(done);
   if (err == cudaSuccess) /* later compute sees the result */
     err = cudaStreamWaitEvent(lt_cuda_compute_stream(((nccl_group *)r->group->nccl)->device), done, 0);
   cudaEventDestroy(done);
-  r->nccl_event = NULL;
+  r->device_event = NULL;
   return err == cudaSuccess ? 0 : lt_errorf("%s on group %s: CUDA error: %s", r->op, r->group->name, cudaGetErrorString(err));
 }
 
-int lt_nccl_test(lt_comm_request *r, int *done) {
-  cudaEvent_t ev = (cudaEvent_t)r->nccl_event;
+static int nccl_test(lt_comm_request *r, int *done) {
+  cudaEvent_t ev = (cudaEvent_t)r->device_event;
   cudaError_t err = cudaEventQuery(ev);
   if (err == cudaErrorNotReady) return *done = 0, 0;
   if (err != cudaSuccess) return lt_errorf("%s on group %s: CUDA error: %s", r->op, r->group->name, cudaGetErrorString(err));
   cudaStreamWaitEvent(lt_cuda_compute_stream(((nccl_group *)r->group->nccl)->device), ev, 0);
   cudaEventDestroy(ev);
-  r->nccl_event = NULL;
+  r->device_event = NULL;
   *done = 1;
   return 0;
 }
@@ -331,12 +343,12 @@ int lt_nccl_p2p(lt_group *g, int n, const int *kinds, lt_tensor *const *tensors,
   r->keep = (lt_tensor **)calloc((size_t)n, sizeof *r->keep);
   if (!r->keep) return lt_request_free(r), cudaEventDestroy(done), lt_call_fail(&c);
   for (int i = 0; i < n; i++) lt_request_keep(r, tensors[i]);
-  r->nccl_event = (void *)done;
+  set_event(r, done);
   if (req) return *req = r, 0;
   return lt_request_complete(r);
 }
 
-void lt_nccl_free_all(void) {
+static void free_all(void) {
   for (nccl_group *st = all_states; st; st = st->next) {
     if (st->comm) ncclCommDestroy(st->comm);
     /* pairs: the size is the group's, unknown here; pairs are destroyed with the process */

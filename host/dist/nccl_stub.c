@@ -31,13 +31,5 @@ int lt_nccl_p2p(lt_group *g, int n, const int *kinds, lt_tensor *const *tensors,
   (void)g, (void)n, (void)kinds, (void)tensors, (void)peers;
   return unavailable("p2p", req);
 }
-int lt_nccl_wait(lt_comm_request *r) {
-  (void)r;
-  return unavailable("wait", NULL);
-}
-int lt_nccl_test(lt_comm_request *r, int *done) {
-  (void)r, (void)done;
-  return unavailable("test", NULL);
-}
-void lt_nccl_free_all(void) {}
+
 #endif

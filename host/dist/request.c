@@ -56,8 +56,8 @@ static void finish(lt_comm_request *r) {
 int lt_request_complete(lt_comm_request *r) {
   int rc = 0;
   if (!r->done) {
-    if (r->nccl_event) {
-      rc = lt_nccl_wait(r);
+    if (r->device_event) {
+      rc = r->device_wait(r);
     } else {
 #ifdef LUTRA_HAVE_MPI
       lt_flight_set_state(r->seq_slot, LT_COMM_WAITING);
@@ -82,9 +82,9 @@ int lt_comm_wait(lt_comm_request *req) {
 int lt_comm_test(lt_comm_request *req, int *done) {
   if (!req || !done) return lt_errorf("comm.test: request or done is NULL");
   if (!req->done) {
-    if (req->nccl_event) {
+    if (req->device_event) {
       int complete = 0;
-      LT_TRY(lt_nccl_test(req, &complete));
+      LT_TRY(req->device_test(req, &complete));
       if (complete) finish(req);
     } else {
 #ifdef LUTRA_HAVE_MPI

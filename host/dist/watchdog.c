@@ -35,7 +35,8 @@ static int64_t watched = -1; /* index of the entry being waited for, -1 when non
 static double watch_since;
 static double timeout_s = -1; /* < 0: not read from the environment yet */
 static int hold_depth;
-static bool watchdog_running;
+static bool watchdog_running; /* only under MPI: a singleton has nobody to wait for */
+static int watchdog_rank;
 
 /* Seconds on the coarse monotonic clock (a few ms resolution, several times cheaper than
  * lt_wall_time): two reads per call, and the watchdog counts whole seconds. */
@@ -114,7 +115,7 @@ static void format_record(char *buf, size_t len, const lt_comm_record *r, double
 
 // Called with the lock held: prints the timed-out wait and the last records, then exits.
 static void report_and_exit(const lt_comm_record *w, double waited) {
-  int rank = lt_comm_rank();
+  int rank = watchdog_rank;
   double now = coarse_now();
   fprintf(stderr,
           "lutra watchdog: rank %d: %s on group %s (seq %lld, %s, %s) has not completed after %.0f s "
@@ -201,7 +202,7 @@ static void *watchdog_main(void *arg) {
       pthread_mutex_unlock(&lock);
       if (held_for != this_wait) {
         fprintf(stderr, "lutra watchdog: rank %d: held: %s on group %s (seq %lld) waits while %s exists\n",
-                lt_comm_rank(), w.op, w.group, (long long)w.seq, hold_path());
+                watchdog_rank, w.op, w.group, (long long)w.seq, hold_path());
         fflush(stderr);
         held_for = this_wait;
       }
@@ -212,8 +213,9 @@ static void *watchdog_main(void *arg) {
   return NULL;
 }
 
-int lt_watchdog_start(void) {
+int lt_watchdog_start(int rank) {
   if (watchdog_running) return 0;
+  watchdog_rank = rank;
   pthread_t thread;
   pthread_attr_t attr;
   pthread_attr_init(&attr);
@@ -240,7 +242,7 @@ double lt_comm_timeout(void) {
 }
 
 int lt_comm_hold(int hold) {
-  const char *path = lt_comm_uses_mpi() ? hold_path() : NULL; /* a singleton has nobody to hold */
+  const char *path = watchdog_running ? hold_path() : NULL; /* a singleton has nobody to hold */
   pthread_mutex_lock(&lock);
   int before = hold_depth;
   hold_depth = hold ? hold_depth + 1 : (hold_depth > 0 ? hold_depth - 1 : 0);
@@ -248,7 +250,7 @@ int lt_comm_hold(int hold) {
   if (after == 0) watch_since = coarse_now();
   pthread_mutex_unlock(&lock);
   char own[PATH_MAX]; /* this rank's hold file: PATH.<rank> */
-  if (path && *path) snprintf(own, sizeof own, "%s.%d", path, lt_comm_rank());
+  if (path && *path) snprintf(own, sizeof own, "%s.%d", path, watchdog_rank);
   if (path && *path && before == 0 && after > 0) {
     FILE *f = fopen(own, "w");
     if (!f) {
@@ -258,7 +260,7 @@ int lt_comm_hold(int hold) {
       pthread_mutex_unlock(&lock);
       return lt_errorf("comm.hold: cannot create the hold file %s: %s", own, strerror(err));
     }
-    fprintf(f, "rank %d\n", lt_comm_rank());
+    fprintf(f, "rank %d\n", watchdog_rank);
     fclose(f);
   } else if (path && *path && before > 0 && after == 0) {
     remove(own);

@@ -9,6 +9,8 @@ static int world_rank, world_size = 1, local_rank;
 static lt_group *world;
 static lt_group **groups; /* every group made (they live until exit) */
 static int num_groups, cap_groups;
+static void (*at_finalize[4])(void);
+static int num_at_finalize;
 
 bool lt_comm_mpi_active(void) { return mpi_active; }
 
@@ -56,7 +58,7 @@ static lt_group *group_new(const char *name, int rank, int size) {
 static void finalize(int status, void *arg) {
   (void)arg;
   if (status != 0) return;
-  lt_nccl_free_all();
+  for (int i = num_at_finalize - 1; i >= 0; i--) at_finalize[i]();
 #ifdef LUTRA_HAVE_MPI
   if (!we_initialized_mpi) return;
   int finalized = 0;
@@ -67,6 +69,13 @@ static void finalize(int status, void *arg) {
   lt_mpi_types_free();
   MPI_Finalize();
 #endif
+}
+
+int lt_comm_at_finalize(void (*fn)(void)) {
+  if (num_at_finalize == (int)(sizeof at_finalize / sizeof at_finalize[0]))
+    return lt_errorf("comm: too many finalize steps registered");
+  at_finalize[num_at_finalize++] = fn;
+  return 0;
 }
 
 int lt_comm_init(void) {
@@ -101,7 +110,7 @@ int lt_comm_init(void) {
 #endif
   initialized = true;
   on_exit(finalize, NULL);
-  if (mpi_active && lt_watchdog_start() != 0) return -1;
+  if (mpi_active && lt_watchdog_start(world_rank) != 0) return -1;
   return 0;
 }
 

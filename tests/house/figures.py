@@ -2,162 +2,13 @@
 """tests/house/figures.py — how walkable the source tree is, in numbers (issue 12's figures).
 
 Run from the repository root: python3 tests/house/figures.py. It prints files and lines per folder, the
-largest files and functions, include circles between C modules (foo.c + foo.h count as one module),
-require circles between Lua modules, the #if sites on LUTRA_HAVE_CUDA, raw lt_tensor field sites in Lua
-outside the tensor type, and where the pieces of one op are found by name.
+largest files and functions, include and call circles between C modules (foo.c + foo.h count as one
+module), require circles between Lua modules, the #if sites on LUTRA_HAVE_CUDA, raw lt_tensor field sites
+in Lua outside the tensor type, and where the pieces of one op are found by name.
 """
-import collections, os, re, subprocess, sys
-
-ROOTS = ["host", "kernels", "lua"]
-SRC = (".c", ".h", ".cu", ".cuh", ".lua")
-
-
-def files():
-    out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"] + ROOTS,
-                         capture_output=True, text=True, check=True).stdout.split()
-    return sorted(f for f in out if f.endswith(SRC) and os.path.exists(f))
-
-
-def lines(path):
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        return fh.read().split("\n")
-
-
-def c_functions(path, text):
-    """Top-level brace blocks that follow a line ending in ')' or '{' at depth 0: function bodies."""
-    found, depth, start, name = [], 0, None, None
-    for i, line in enumerate(text):
-        code = re.sub(r'"(\\.|[^"\\])*"|//.*|/\*.*?\*/', "", line)
-        if depth == 0 and "{" in code and re.match(r"^[A-Za-z_].*\(", line) and not re.match(
-                r"^(typedef|struct|enum|union|static const|const)\b.*=", line):
-            m = re.search(r"([A-Za-z_]\w*)\s*\(", line)
-            start, name = i, m.group(1) if m else "?"
-        depth += code.count("{") - code.count("}")
-        if depth == 0 and start is not None:
-            found.append((i - start + 1, f"{path}:{start + 1} {name}"))
-            start = None
-    return found
-
-
-def lua_functions(path, text):
-    """Functions that begin at column 0 ('function', 'local function') or are indented once and end at the
-    same indentation with 'end': long named closures count too."""
-    found = []
-    for i, line in enumerate(text):
-        m = re.match(r"^(\s*)(local\s+)?function\s+([\w.:]+)", line)
-        if not m:
-            continue
-        indent = m.group(1)
-        if re.search(r"\bend[\s),]*$", line.split("--", 1)[0]):
-            continue  # a one-line function
-        for j in range(i + 1, len(text)):
-            if re.match("^" + indent + r"end\b", text[j]):
-                found.append((j - i + 1, f"{path}:{i + 1} {m.group(3)}"))
-                break
-    return found
-
-
-def module_of(path):
-    base = re.sub(r"\.(c|h|cu|cuh)$", "", path)
-    return base
-
-
-def include_graph(paths):
-    by_name = collections.defaultdict(list)
-    for p in paths:
-        if p.endswith((".c", ".h", ".cu", ".cuh")):
-            by_name[os.path.basename(p)].append(p)
-    graph = collections.defaultdict(set)
-    for p in paths:
-        if not p.endswith((".c", ".h", ".cu", ".cuh")):
-            continue
-        for line in lines(p):
-            m = re.match(r'\s*#\s*include\s+"([^"]+)"', line)
-            if not m:
-                continue
-            target = os.path.normpath(os.path.join(os.path.dirname(p), m.group(1)))
-            if not os.path.exists(target):
-                cands = by_name.get(os.path.basename(m.group(1)), [])
-                if not cands:
-                    continue
-                target = cands[0]
-            a, b = module_of(p), module_of(target)
-            if a != b:
-                graph[a].add(b)
-    return graph
-
-
-def lua_require_graph(paths):
-    graph = collections.defaultdict(set)
-    for p in paths:
-        if not p.endswith(".lua") or not p.startswith("lua/"):
-            continue
-        mod = p[4:-4].replace("/", ".")
-        mod = re.sub(r"\.init$", "", mod)
-        for line in lines(p):
-            for m in re.finditer(r"""require\s*\(?\s*["']([\w.]+)["']""", line):
-                if m.group(1) != mod:
-                    graph[mod].add(m.group(1))
-        graph.setdefault(mod, set())
-    return graph
-
-
-def sccs(graph):
-    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
-    sys.setrecursionlimit(10000)
-
-    def visit(v):
-        index[v] = low[v] = counter[0]
-        counter[0] += 1
-        stack.append(v)
-        on.add(v)
-        for w in graph.get(v, ()):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                comp.append(w)
-                if w == v:
-                    break
-            if len(comp) > 1:
-                out.append(sorted(comp))
-
-    for v in list(graph):
-        if v not in index:
-            visit(v)
-    return out
-
-
-def call_graph(paths):
-    """Module A -> B when A calls a function that B defines (not static): the circles that includes of one
-    shared internal header hide."""
-    defined, bodies = {}, {}
-    for p in paths:
-        if not p.endswith((".c", ".cu")):
-            continue
-        text = lines(p)
-        bodies[module_of(p)] = "\n".join(text)
-        for _, where in c_functions(p, text):
-            line = text[int(where.split(":")[1].split()[0]) - 1]
-            if not re.match(r"^(static|__global__|template)", line):
-                defined.setdefault(where.split()[-1], module_of(p))
-    graph = collections.defaultdict(set)
-    names = re.compile(r"\b(" + "|".join(map(re.escape, sorted(defined, key=len, reverse=True))) + r")\s*\(")
-    for mod, body in bodies.items():
-        for m in names.finditer(body):
-            target = defined[m.group(1)]
-            if target != mod:
-                graph[mod].add(target)
-    return graph
-
-
-RAW = re.compile(r"\.(storage|shape_|stride_|dtype_|device_|refcount|ag_|view_|slot_|tag)\b")
+import collections, os, re, sys
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from house import *  # noqa: E402,F403
 
 
 def main():
@@ -206,29 +57,22 @@ def main():
     print(f"  {len(circles)} circles, {sum(len(c) for c in circles)} modules in them")
 
     print("== #if sites on LUTRA_HAVE_CUDA")
-    sites = collections.Counter()
-    for p in paths:
-        for line in lines(p):
-            if re.match(r"\s*#\s*(if|ifdef|ifndef|elif)\b.*LUTRA_HAVE_CUDA", line):
-                sites[p] += 1
+    sites = collections.Counter({p: cuda_if_sites(p) for p in paths})
+    sites = {p: n for p, n in sites.items() if n}
     print(f"  {sum(sites.values())} sites in {len(sites)} files: " + " ".join(sorted(sites)))
 
     print("== raw lt_tensor fields read or written in Lua outside the tensor type")
-    raw = collections.Counter()
-    for p in paths:
-        if p.endswith(".lua") and not p.endswith(("lutra/tensor.lua", "lutra/ffi.lua")):
-            for line in lines(p):
-                code = line.split("--", 1)[0]
-                raw[p] += len(RAW.findall(code))
+    raw = {p: raw_field_sites(p) for p in paths if p.endswith(".lua") and not p.endswith(TENSOR_TYPE)}
     raw = {p: n for p, n in raw.items() if n}
     print(f"  {sum(raw.values())} sites in {len(raw)} modules")
 
-    print("== the pieces of one op, by name")
-    for op, pattern in (("layer_norm", r"layer_?norm"), ("attention", r"attention")):
-        named = [p for p in paths if re.search(op, os.path.basename(p))]
-        holding = [p for p in paths if re.search(pattern, "\n".join(lines(p)), re.I)]
+    print("== the pieces of one op, by name (source, tests, benchmarks)")
+    everywhere = files(ROOTS + ["tests", "bench"])
+    for op, pattern in (("norm", r"layer_?norm|rms_?norm"), ("attention", r"attention"),
+                        ("cross_entropy", r"cross_?entropy")):
+        named = [p for p in everywhere if op in os.path.basename(p)]
+        holding = [p for p in everywhere if re.search(pattern, "\n".join(lines(p)), re.I)]
         print(f"  {op}: find -name '*{op}*' gives {len(named)} files; {len(holding)} files mention it")
-
 
 if __name__ == "__main__":
     main()

@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""tests/house/rules.py — the rules of the house (docs/ARCHITECTURE.md), checked: ctest's house.rules.
+
+  python3 tests/house/rules.py            # from the repository root: every rule over the tree; exit 1 on a breach
+  python3 tests/house/rules.py --self-check  # plants one breach of each rule in a scratch tree and expects each caught
+
+1. Floors: a C or CUDA file includes only headers of its own floor or of a floor below it
+   (FLOORS), named by floor ("core/internal.h"), or lutra.h.
+2. One dispatch seam: `#if LUTRA_HAVE_CUDA` stands only in the files of CUDA_SEAM.
+3. One Lua layout: no lua/lutra/X.lua beside a package folder lua/lutra/X/.
+4. The tensor type owns its fields: outside lua/lutra/tensor.lua and ffi.lua, a Lua module touches
+   lt_tensor's raw fields at most as often as tests/house/raw_fields.txt allows it (a ceiling that only
+   falls; a module not listed may not touch them at all).
+5. No source file past MAX_LINES lines.
+"""
+import os, re, shutil, sys, tempfile
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import house  # noqa: E402
+
+# floor -> the floors its files may include (its own first)
+FLOORS = {
+    "host/core": {"core"},
+    "kernels": {"kernels", "core"},
+    "host/ops": {"ops", "kernels", "core"},
+    "host/io": {"io", "core"},
+    "host/tok": {"tok", "core"},
+    "host/dist": {"dist", "kernels", "core"},
+    "host/app": None,  # the executable sits on top: anything
+}
+CUDA_SEAM = {"host/core/device.c", "host/ops/backend.c", "host/core/runtime.c"}
+MAX_LINES = 800
+RAW_CEILINGS = "tests/house/raw_fields.txt"
+
+
+def floor_of(path):
+    for floor in sorted(FLOORS, key=len, reverse=True):
+        if path.startswith(floor + "/"):
+            return floor
+    return None
+
+
+def check_floors(paths):
+    breaches = []
+    for p in paths:
+        floor = floor_of(p)
+        if floor is None or FLOORS[floor] is None or not p.endswith((".c", ".h", ".cu", ".cuh")):
+            continue
+        for n, line in enumerate(house.lines(p), 1):
+            m = re.match(r'\s*#\s*include\s+"([^"]+)"', line)
+            if not m or m.group(1) == "lutra.h":
+                continue
+            target = m.group(1).split("/")[0] if "/" in m.group(1) else None
+            if target not in FLOORS[floor]:
+                breaches.append(f"{p}:{n}: includes \"{m.group(1)}\": {floor} may include only "
+                                + ", ".join(f'"{f}/..."' for f in sorted(FLOORS[floor])) + " and \"lutra.h\"")
+    return breaches
+
+
+def check_cuda_seam(paths):
+    return [f"{p}: {n} #if on LUTRA_HAVE_CUDA outside the dispatch seam ({', '.join(sorted(CUDA_SEAM))})"
+            for p in paths if p not in CUDA_SEAM and (n := house.cuda_if_sites(p))]
+
+
+def check_lua_layout(paths):
+    dirs = {os.path.dirname(p) for p in paths if p.startswith("lua/")}
+    return [f"{p}: a module beside its package folder {p[:-4]}/ (move it to {p[:-4]}/init.lua)"
+            for p in paths if p.startswith("lua/") and p.endswith(".lua") and p[:-4] in dirs]
+
+
+def check_raw_fields(paths, ceilings_path):
+    ceilings = {}
+    if os.path.exists(ceilings_path):
+        for line in house.lines(ceilings_path):
+            if line.strip() and not line.startswith("#"):
+                name, n = line.split()
+                ceilings[name] = int(n)
+    breaches = []
+    for p in paths:
+        if not p.startswith("lua/") or not p.endswith(".lua") or p.endswith(house.TENSOR_TYPE):
+            continue
+        n = house.raw_field_sites(p)
+        if n > ceilings.get(p, 0):
+            breaches.append(f"{p}: touches lt_tensor's raw fields {n} times (allowed {ceilings.get(p, 0)}, "
+                            f"{ceilings_path}): use the accessors of lutra/tensor.lua")
+    return breaches
+
+
+def check_sizes(paths):
+    return [f"{p}: {n} lines (at most {MAX_LINES}): split it by responsibility"
+            for p in paths if (n := len(house.lines(p))) > MAX_LINES]
+
+
+def run(paths, ceilings_path=RAW_CEILINGS):
+    return (check_floors(paths) + check_cuda_seam(paths) + check_lua_layout(paths)
+            + check_raw_fields(paths, ceilings_path) + check_sizes(paths))
+
+
+def self_check():
+    """Each rule must fire on a planted breach, and only that rule."""
+    plants = {
+        "floors": ("host/core/bad.c", '#include "ops/norm.h"\n'),
+        "seam": ("host/ops/bad.c", "#ifdef LUTRA_HAVE_CUDA\n#endif\n"),
+        "layout": ("lua/lutra/nn.lua", "return {}\n"),
+        "raw": ("lua/lutra/bad.lua", "local n = t.shape_[0]\n"),
+        "size": ("host/io/big.c", "int x;\n" * (MAX_LINES + 1)),
+    }
+    failures = []
+    cwd = os.getcwd()
+    for rule, (path, text) in plants.items():
+        scratch = tempfile.mkdtemp()
+        try:
+            os.chdir(scratch)
+            os.makedirs("lua/lutra/nn", exist_ok=True)
+            open("lua/lutra/nn/init.lua", "w").write("return {}\n")
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            open(path, "w").write(text)
+            paths = ["lua/lutra/nn/init.lua", path]
+            found = run(paths, "none.txt")
+            if len(found) != 1 or not found[0].startswith(path):
+                failures.append(f"{rule}: planted {path}, the rules said {found}")
+        finally:
+            os.chdir(cwd)
+            shutil.rmtree(scratch)
+    return failures
+
+
+def main():
+    if sys.argv[1:] == ["--self-check"]:
+        failures = self_check()
+        print("\n".join(failures) if failures else "rules.py: every planted breach was caught")
+        return 1 if failures else 0
+    breaches = run(house.files(house.ROOTS))
+    for b in breaches:
+        print(b)
+    print(f"rules.py: {len(breaches)} breaches of the house rules (docs/ARCHITECTURE.md)")
+    return 1 if breaches else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
