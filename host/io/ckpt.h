@@ -44,4 +44,7 @@ void lt_ckpt_shuffle(unsigned char *dst, const unsigned char *src, int64_t n, in
 void lt_ckpt_unshuffle(unsigned char *dst, const unsigned char *src, int64_t n, int k);
 /* The last path component, for messages. */
 const char *lt_ckpt_base(const char *path);
+/* The fault-injection hook of the crash tests: ends the process when env LUTRA_FAULT names
+ * `point`; 0 otherwise. Not in lutra.h: the checkpoint save in Lua declares it for itself. */
+int lt_ckpt_fault(const char *point);
 #endif

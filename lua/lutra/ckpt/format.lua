@@ -193,6 +193,8 @@ local function step_dir_check(dir)
   return (dir:gsub("/+$", ""))
 end
 
+-- the crash tests' fault points (LUTRA_FAULT): a hook of host/io/ckpt.h, not of the C API
+ffi.cdef "int lt_ckpt_fault(const char *point);"
 local function fault(point) C.lt_ckpt_fault(point) end
 
 -- Saves a checkpoint to dir (see the header); returns dir. opts: world (a lutra.dist.comm

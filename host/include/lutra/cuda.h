@@ -1,0 +1,59 @@
+/* lutra/cuda.h — the C API, part: CUDA memory, pinned tensors, streams and events.
+ * Include lutra.h, which includes every part in order (and cmake/gen_cdef.awk follows the
+ * same order into the one ffi.cdef text); the conventions are at the head of lutra.h. */
+#ifndef LUTRA_CUDA_H
+#define LUTRA_CUDA_H
+
+/* ---- CUDA memory ------------------------------------------------------------ */
+/* Figures of the stream-ordered caching allocator of one CUDA device
+ * (host/core/caching_alloc.h). Byte counts are of blocks (requests rounded to 512 B, or
+ * 2 MiB above 1 MiB); reserved is what is held from cudaMalloc. */
+typedef struct lt_cuda_memory_stats {
+  int64_t allocated;      /* bytes in blocks handed out */
+  int64_t reserved;       /* bytes in segments held from the device */
+  int64_t peak_allocated; /* high-water marks since the last reset */
+  int64_t peak_reserved;
+  int64_t num_allocs;     /* successful allocations */
+  int64_t num_frees;      /* successful frees */
+  int64_t cache_hits;     /* allocations served from the cache, without cudaMalloc */
+  int64_t num_segments;   /* segments held now */
+  int64_t segment_allocs; /* cudaMalloc calls that succeeded */
+  int64_t segment_frees;  /* cudaFree calls */
+  int64_t num_ooms;       /* allocations that failed for lack of memory */
+} lt_cuda_memory_stats;
+int lt_cuda_get_memory_stats(int device, lt_cuda_memory_stats *stats);
+int lt_cuda_reset_peak_memory_stats(int device);
+int lt_cuda_empty_cache(int device); /* returns fully free segments to the device */
+/* Page-locked host buffers for async copies, from a small cache. Free one only once
+ * the copies using it have completed (synchronize the stream first). */
+int lt_cuda_host_alloc(int64_t nbytes, void **ptr);
+int lt_cuda_host_free(void *ptr);
+
+/* ---- pinned tensors, streams and events --------------------------------------------
+ * Each CUDA device has a compute stream (every op runs on it, in program order), a copy
+ * stream (asynchronous host<->device copies) and a communication stream (NCCL). Work on
+ * one stream is ordered after another's with events. Without CUDA these return an error
+ * that says so (lt_empty_pinned, lt_copy_async) or do nothing (synchronize). */
+enum { LT_STORAGE_PINNED = -2 }; /* lt_storage.device of a CPU tensor in page-locked memory */
+typedef enum lt_stream_kind { LT_STREAM_COMPUTE = 0, LT_STREAM_COPY = 1 } lt_stream_kind;
+/* A CPU tensor whose storage is page-locked, so copies to and from a GPU can be async. */
+int lt_empty_pinned(lt_tensor *out, int ndim, const int64_t *shape, int dtype);
+int lt_is_pinned(const lt_tensor *t);
+/* dst = src between a pinned CPU tensor and a CUDA tensor (either way; same shape and
+ * dtype, both contiguous), queued on the device's copy stream after the work its compute
+ * stream has queued so far; returns at once. The compute stream waits for the copy before
+ * its next op, and *done (when not NULL) is an event for the host to wait on before it
+ * reads or reuses the CPU side. Any other pair of tensors falls back to lt_copy (sync). */
+int lt_copy_async(lt_tensor *dst, const lt_tensor *src, void **done);
+/* Events: create (with timing), record on a device's stream, wait from the host or from
+ * another stream, query (1 complete, 0 pending), elapsed milliseconds between two. */
+int lt_cuda_event_create(void **event);
+int lt_cuda_event_destroy(void *event);
+int lt_cuda_event_record(void *event, int device, int stream);
+int lt_cuda_event_synchronize(void *event);
+int lt_cuda_event_query(void *event);
+int lt_cuda_event_elapsed_ms(void *start, void *end, double *ms);
+int lt_cuda_stream_wait_event(int device, int stream, void *event);
+int lt_cuda_stream_synchronize(int device, int stream);
+
+#endif
