@@ -1,6 +1,9 @@
 /* lutra.h — the C API: the only contract between the C core and Lua.
  *
- * Conventions (see GUIDE.md):
+ * The map of the house (floors, who includes whom, one training step from recipe to kernel):
+ * docs/ARCHITECTURE.md; the files an op touches, in order: docs/ADDING_AN_OP.md.
+ *
+ * Conventions:
  * - Plain declarations only, so that ffi.cdef can parse this file once the
  *   preprocessor lines are stripped (lt_api_cdef() returns exactly that text).
  * - Every entry point returns int status: 0 ok, -1 error. The message

@@ -6,7 +6,7 @@
 #include "ops/philox.h"
 
 static void test_known_answers(void) {
-  /* (Random123's known-answer vectors for lt_philox4x32_10 itself are checked in test_rng.c,
+  /* (Random123's known-answer vectors for lt_philox4x32_10 itself are checked in test_random.c,
    * through lt_philox4x32_words, which is this header's function) */
   /* lt_philox_draw is counter (low, high, 0, 0): the first two words of lt_philox4x32 */
   for (int k = 0; k < 50; k++) {

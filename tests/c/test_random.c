@@ -1,4 +1,4 @@
-/* test_rng.c — Philox4x32-10 known answers, the documented distribution formulas element by
+/* test_random.c — Philox4x32-10 known answers, the documented distribution formulas element by
  * element, statistics, determinism across offsets, layouts and thread counts, bad arguments. */
 #include "check.h"
 

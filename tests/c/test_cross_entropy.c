@@ -1,4 +1,4 @@
-/* test_loss.c — fused cross-entropy: forward against a naive double reference, backward
+/* test_cross_entropy.c — fused cross-entropy: forward against a naive double reference, backward
  * against central finite differences in f64, ignore_index rows, dtypes, layouts, bad inputs. */
 #include "check.h"
 
