@@ -39,6 +39,10 @@ function M.load(dir)
   local path = dir .. "/manifest.json"
   local text = ckpt_files.read(path)
   if not text then
+    if ckpt_files.exists(dir .. "/manifest.lua") then
+      raise("ckpt.load: " .. dir .. "/manifest.lua: the single-process checkpoint format "
+        .. "(manifest.lua) is no longer read; a lutra checkpoint is a directory with manifest.json")
+    end
     if ckpt_files.is_dir(dir) then raise("ckpt.load: " .. dir .. " is incomplete: it has no manifest.json") end
     raise("ckpt.load: no checkpoint at " .. dir)
   end
