@@ -783,6 +783,41 @@ int lt_cuda_event_elapsed_ms(void *start, void *end, double *ms);
 int lt_cuda_stream_wait_event(int device, int stream, void *event);
 int lt_cuda_stream_synchronize(int device, int stream);
 
+/* ---- JSON ---------------------------------------------------------------------------
+ * The one JSON reader, for C and for Lua (lutra.json walks a parsed text through these):
+ * RFC 8259 and strict (no leading zeros, trailing commas or bare dots, no raw control
+ * characters in strings, numbers within the double range, at most max_depth nested arrays
+ * and objects, which is capped at 1000). A UTF-8 byte order mark is skipped. A bad text is
+ * an error that names the problem and where: "',' or ']' expected, got end of input at line
+ * 1 column 6" (columns count bytes). Strings are decoded to UTF-8 (escaped surrogate pairs joined;
+ * a lone surrogate is an error; other bytes pass through unchecked) and may hold NUL bytes,
+ * so their lengths are given. A repeated key is kept: an object's members come in the
+ * order of the text, both of them (lutra.json keeps the last). Values live as long as
+ * their document. */
+typedef struct lt_json_doc lt_json_doc;     /* opaque: a parsed text */
+typedef struct lt_json_value lt_json_value; /* opaque: a value inside a document */
+enum {
+  LT_JSON_NULL = 0,
+  LT_JSON_FALSE = 1,
+  LT_JSON_TRUE = 2,
+  LT_JSON_NUMBER = 3,
+  LT_JSON_STRING = 4,
+  LT_JSON_ARRAY = 5,
+  LT_JSON_OBJECT = 6
+};
+int lt_json_parse(lt_json_doc **out, const char *text, int64_t len, int max_depth);
+void lt_json_free(lt_json_doc *doc);
+const lt_json_value *lt_json_root(const lt_json_doc *doc);
+int lt_json_type(const lt_json_value *value); /* LT_JSON_* */
+double lt_json_number(const lt_json_value *value);
+/* A string value's bytes and length (NULL for another type). */
+const char *lt_json_string(const lt_json_doc *doc, const lt_json_value *value, int64_t *len);
+/* The first item of an array or member of an object (NULL when empty or not a container),
+ * the one after item (NULL at the end), and a member's key. */
+const lt_json_value *lt_json_first(const lt_json_value *value);
+const lt_json_value *lt_json_next(const lt_json_value *item);
+const char *lt_json_key(const lt_json_doc *doc, const lt_json_value *member, int64_t *len);
+
 #ifdef __cplusplus
 }
 #endif
