@@ -36,7 +36,7 @@ local ops = require "lutra.ops"
 local create = require "lutra.create"
 local grad = require "lutra.nn.grad"
 local schedule_mod = require "lutra.optim.schedule"
-local ckpt_files = require "lutra.ckpt.files"
+local ckpt = require "lutra.train.state" -- the earlier single-process format (still read)
 local sharded = require "lutra.ckpt"
 local train_state = require "lutra.ckpt.train_state"
 local progress = require "lutra.train.progress"
@@ -233,10 +233,26 @@ end
 
 -- The newest valid checkpoint under root (a damaged one is skipped, and said so), or nil.
 local function latest(root)
-  return sharded.latest(root)
+  local path = sharded.latest(root)
+  if path == nil and ckpt.latest(root) then path = ckpt.latest(root) end -- an older run's format
+  return path
 end
 
 local function restore(run, path)
+  if not ckpt.exists(path .. "/manifest.json") and ckpt.exists(path .. "/manifest.lua") then
+    -- a checkpoint of the earlier single-process format
+    if run.par then raise("train: " .. path .. " is a single-process checkpoint of the old format; resume it "
+      .. "on one process (it then saves in the sharded format)") end
+    local st = ckpt.load(path)
+    run.model:load_state_dict(st.model)
+    run.opt:load_state_dict(st.optimizer)
+    create.set_rng_state(st.rng)
+    run.data:set_state(st.loader)
+    if run.val and st.val_loader then run.val:set_state(st.val_loader) end
+    run.step, run.tokens, run.best_val = st.step, st.tokens or 0, st.best_val
+    run.prec:set_state(st.precision)
+    return
+  end
   local r = sharded.load(path)
   -- parameters and optimizer state, resharded to this rank's pieces of the current layout
   train_state.restore(r, named_params(run), run.opt)
@@ -453,7 +469,7 @@ function M.train(args)
 
   local log
   if run_dir then
-    ckpt_files.mkdir_p(run_dir)
+    ckpt.mkdir_p(run_dir)
     -- the tokenizer goes into every checkpoint (rank 0 copies it in)
     local tok = args.tokenizer
     if type(tok) == "table" and type(tok.save) == "function" and pcall(tok.save, tok, run_dir .. "/tokenizer.json") then
