@@ -7,12 +7,12 @@
  * text cJSON reads has those respelled, same value, in %.17g). Depends on lt_errorf and
  * cJSON only. */
 #include "internal.h"
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <cjson/cJSON.h>
 
 enum { CJSON_NUMBER_MAX = 63 }; /* the longest number text cJSON 1.7 reads whole */
 
@@ -37,13 +37,15 @@ typedef struct {
   int64_t at;
 } scan;
 
+typedef struct {
+  const cJSON *item; /* a string value, or the member whose key it is */
+  int is_key;
+  int64_t len;
+} nul_entry;
+
 struct lt_json_doc {
   cJSON *root;
-  struct nul_entry {
-    const cJSON *item;
-    int is_key;
-    int64_t len;
-  } *nuls;
+  nul_entry *nuls;
   int64_t n_nuls;
 };
 
@@ -93,11 +95,17 @@ static int64_t digits_end(const scan *sc, int64_t pos) {
   return pos;
 }
 
+static int hex_digit(int c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
 static int hex4(scan *sc, int64_t pos, unsigned *cp) {
   unsigned v = 0;
   for (int64_t k = pos; k < pos + 4; k++) {
-    int c = k < sc->n ? (unsigned char)sc->s[k] : -1;
-    int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    int d = k < sc->n ? hex_digit((unsigned char)sc->s[k]) : -1;
     if (d < 0) return fail(sc, pos, "bad \\u escape (four hex digits expected)");
     v = v * 16 + (unsigned)d;
   }
@@ -114,7 +122,8 @@ static int unicode_escape(scan *sc, int64_t j, int64_t *next, int64_t *len, int 
   if (hex4(sc, j + 2, &cp)) return -1;
   int64_t i = j + 6;
   if (cp >= 0xD800 && cp <= 0xDBFF) {
-    if (i + 1 >= sc->n || sc->s[i] != '\\' || sc->s[i + 1] != 'u') return fail(sc, j, "lone high surrogate \\u%04X", cp);
+    if (i + 1 >= sc->n || sc->s[i] != '\\' || sc->s[i + 1] != 'u')
+      return fail(sc, j, "lone high surrogate \\u%04X", cp);
     if (hex4(sc, i + 2, &lo)) return -1;
     if (lo < 0xDC00 || lo > 0xDFFF) return fail(sc, i, "\\u%04X does not follow high surrogate \\u%04X", lo, cp);
     cp = 0x10000 + (cp - 0xD800) * 1024 + (lo - 0xDC00);
@@ -194,9 +203,11 @@ static int check_number(scan *sc, int64_t pos, int64_t *end) {
     e = digits_end(sc, d);
   }
   int64_t len = e - pos;
-  if (!isfinite(number_value(sc->s + pos, len))) return fail(sc, pos, "number %.*s%s is out of range", len > 80 ? 80 : (int)len, sc->s + pos, len > 80 ? "..." : "");
+  if (!isfinite(number_value(sc->s + pos, len)))
+    return fail(sc, pos, "number %.*s%s is out of range", len > 80 ? 80 : (int)len, sc->s + pos, len > 80 ? "..." : "");
   if (len > CJSON_NUMBER_MAX) {
-    if (push((void **)&sc->longs, &sc->n_longs, &sc->cap_longs, sizeof *sc->longs)) return fail(sc, pos, "out of memory");
+    if (push((void **)&sc->longs, &sc->n_longs, &sc->cap_longs, sizeof *sc->longs))
+      return fail(sc, pos, "out of memory");
     sc->longs[sc->n_longs - 1] = (long_number){pos, len};
   }
   *end = e;
@@ -290,7 +301,7 @@ static void attach_nuls(lt_json_doc *doc, const scan *sc, const cJSON *item, int
   for (int is_key = has_key ? 1 : 0; is_key >= 0; is_key--) {
     if (!is_key && !cJSON_IsString(item)) break;
     if (*next < sc->n_nuls && sc->nuls[*next].ordinal == *ordinal) {
-      doc->nuls[doc->n_nuls++] = (struct nul_entry){item, is_key, sc->nuls[*next].len};
+      doc->nuls[doc->n_nuls++] = (nul_entry){item, is_key, sc->nuls[*next].len};
       (*next)++;
     }
     (*ordinal)++;

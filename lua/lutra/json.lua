@@ -22,7 +22,7 @@ local byte, char, sub, find, format = string.byte, string.char, string.sub, stri
 local concat, sort, floor, huge = table.concat, table.sort, math.floor, math.huge
 local tonumber, type, pairs, next, setmetatable, getmetatable = tonumber, type, pairs, next, setmetatable, getmetatable
 
-M.max_depth = 512 -- nesting bound for decode and encode (deeper input is an error, not a C stack overflow)
+M.max_depth = 512 -- nesting bound for decode (at most 1000, the reader's own) and encode: deeper is an error
 
 -- Errors point at the first caller outside lutra's own files (as lutra.errors does).
 local library_prefix = debug.getinfo(1, "S").source:match("^(@.*[/\\])[^/\\]+$") or "@lutra/"
