@@ -6,10 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if __has_include(<cjson/cJSON.h>)
 #include <cjson/cJSON.h>
-#define LT_HAVE_CJSON 1
-#endif
 
 enum { MAX_MANIFEST = 256 << 20, MAX_NAME = 1024 };
 
@@ -17,13 +14,6 @@ static const struct {
   const char *name;
   int size;
 } dtypes[] = {{"f32", 4}, {"f64", 8}, {"bf16", 2}, {"f16", 2}, {"i32", 4}, {"i64", 8}, {"u8", 1}, {"bool", 1}};
-
-#ifndef LT_HAVE_CJSON
-int lt_ckpt_manifest_check(const char *text, int64_t len, const char *source, int64_t *n_tensors, int64_t *n_pieces) {
-  (void)text, (void)len, (void)source, (void)n_tensors, (void)n_pieces;
-  return lt_errorf("ckpt: this build has no JSON support (install libcjson-dev and rebuild)");
-}
-#else
 
 /* An exact integer in [0, 2^53]. */
 static int as_int(const cJSON *x, int64_t *v) {
@@ -172,4 +162,3 @@ int lt_ckpt_manifest_check(const char *text, int64_t len, const char *source, in
   cJSON_Delete(root);
   return rc;
 }
-#endif

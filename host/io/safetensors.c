@@ -8,10 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if __has_include(<cjson/cJSON.h>)
 #include <cjson/cJSON.h>
-#define LT_HAVE_CJSON 1
-#endif
 
 static const struct {
   const char *name;
@@ -51,14 +48,6 @@ void lt_st_free_parsed(lt_st_header *h) {
   free(h->path);
   free(h);
 }
-
-#ifndef LT_HAVE_CJSON
-int lt_st_parse(lt_st_header **out, const void *buf, int64_t len, int64_t file_size, const char *source) {
-  (void)buf, (void)len, (void)file_size, (void)source;
-  if (out) *out = NULL;
-  return lt_errorf("safetensors: this build has no JSON support (install libcjson-dev and rebuild)");
-}
-#else
 
 /* A JSON number that is an exact non-negative integer (at most 2^53, where doubles stop
  * being exact). */
@@ -300,7 +289,6 @@ int lt_st_parse(lt_st_header **out, const void *buf, int64_t len, int64_t file_s
   *out = h;
   return 0;
 }
-#endif
 
 int lt_st_count(const lt_st_header *h, int64_t *count) {
   if (!h || !count) return lt_errorf("safetensors: count: header or count is NULL");

@@ -14,10 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#if __has_include(<cjson/cJSON.h>)
 #include <cjson/cJSON.h>
-#define LT_HAVE_CJSON 1
-#endif
 
 int lt_st_open(lt_st_header **out, const char *path) {
   if (!out) return lt_errorf("safetensors: open: out is NULL");
@@ -93,14 +90,6 @@ int lt_st_load(lt_tensor *out, const lt_st_header *h, int64_t i) {
                      errno ? strerror(errno) : "the file ends early (truncated?)");
   return 0;
 }
-
-#ifndef LT_HAVE_CJSON
-int lt_st_save(const char *path, int64_t n, const char *const *names, const lt_tensor *const *tensors, int64_t n_meta,
-               const char *const *meta_keys, const char *const *meta_values) {
-  (void)path, (void)n, (void)names, (void)tensors, (void)n_meta, (void)meta_keys, (void)meta_values;
-  return lt_errorf("safetensors: this build has no JSON support (install libcjson-dev and rebuild)");
-}
-#else
 
 static _Thread_local const char *const *tls_names; /* the names qsort's comparator sees */
 static int cmp_index_by_name(const void *a, const void *b) {
@@ -223,4 +212,3 @@ int lt_st_save(const char *path, int64_t n, const char *const *names, const lt_t
   free(tmp), free(order), free(header);
   return rc;
 }
-#endif

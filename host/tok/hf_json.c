@@ -9,18 +9,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#if __has_include(<cjson/cJSON.h>)
 #include <cjson/cJSON.h>
-#define HAVE_CJSON 1
-#endif
-
-#ifndef HAVE_CJSON
-int lt_tokenizer_load_json(lt_tokenizer **out, const char *json, int64_t len) {
-  (void)out, (void)json, (void)len;
-  return lt_errorf("tokenizer.json: this build has no JSON support (install libcjson-dev and rebuild)");
-}
-int lt_tokenizer_load(lt_tokenizer **out, const char *path) { return lt_tokenizer_load_json(out, path, 0); }
-#else
 
 enum { MAX_ID = 1 << 28 };
 #define E(...) lt_errorf("tokenizer.json: " __VA_ARGS__)
@@ -363,4 +352,3 @@ int lt_tokenizer_load(lt_tokenizer **out, const char *path) {
   }
   return 0;
 }
-#endif

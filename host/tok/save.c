@@ -5,7 +5,6 @@
 #include "tok/tokenizer.h"
 #include <stdio.h>
 #include <stdlib.h>
-#if __has_include(<cjson/cJSON.h>)
 #include <cjson/cJSON.h>
 
 // Bytes -> GPT-2 byte-level string, NUL-terminated; buf has room for 2 * len + 1.
@@ -208,9 +207,3 @@ int lt_tokenizer_save(const lt_tokenizer *tok, const char *path) {
   cJSON_free(text);
   return rc;
 }
-#else
-int lt_tokenizer_save(const lt_tokenizer *tok, const char *path) {
-  (void)tok, (void)path;
-  return lt_errorf("save: this build has no JSON support (install libcjson-dev and rebuild)");
-}
-#endif

@@ -1,4 +1,4 @@
--- lutra.json — JSON (RFC 8259) in plain Lua, for config.json, JSONL data and manifests.
+-- lutra.json — JSON (RFC 8259) for config.json, JSONL data and manifests.
 --
 --   local json = require "lutra.json"
 --   local v = json.decode('{"a": [1, 2, null]}')   -- v.a[3] == json.null
@@ -8,17 +8,21 @@
 --   json.read_file("config.json"); json.write_file("x.json", v, {indent = 2})
 --   for line, rec in json.lines("data.jsonl") do ... end
 --
--- Objects decode to tables, arrays to lists (marked, so that json.is_array tells them apart
--- and an empty one encodes back as []), null to the json.null sentinel (lists keep no holes),
--- strings with every escape (\uXXXX surrogate pairs included) to UTF-8. Errors read
--- "json: <what> at line L column C". Pure Lua: no FFI, usable before the C library loads.
+-- Decoding is the C library's reader (lt_json_parse in lutra.h: strict, cJSON underneath),
+-- walked through the FFI. Objects decode to tables, arrays to lists (marked, so that
+-- json.is_array tells them apart and an empty one encodes back as []), null to the json.null
+-- sentinel (lists keep no holes), strings with every escape (\uXXXX surrogate pairs included;
+-- a lone surrogate is an error) to UTF-8; other bytes, invalid UTF-8 included, are kept as
+-- they are. A repeated key: the last one wins, as in python's json. Errors read
+-- "json: <what> at line L column C". Encoding is here, in Lua (and usable before the C
+-- library loads): keys sorted, numbers in the shortest text that reads back.
 local M = {}
 
 local byte, char, sub, find, format = string.byte, string.char, string.sub, string.find, string.format
 local concat, sort, floor, huge = table.concat, table.sort, math.floor, math.huge
 local tonumber, type, pairs, next, setmetatable, getmetatable = tonumber, type, pairs, next, setmetatable, getmetatable
 
-M.max_depth = 512 -- nesting bound for decode and encode (deeper input is an error, not a C stack overflow)
+M.max_depth = 512 -- nesting bound for decode (at most 1000, the reader's own) and encode: deeper is an error
 
 -- Errors point at the first caller outside lutra's own files (as lutra.errors does).
 local library_prefix = debug.getinfo(1, "S").source:match("^(@.*[/\\])[^/\\]+$") or "@lutra/"
@@ -48,166 +52,62 @@ local ARRAY = {__jsontype = "array"}
 function M.array(t) return setmetatable(t or {}, ARRAY) end
 function M.is_array(t) return type(t) == "table" and getmetatable(t) == ARRAY end
 
--- ---- decoding ---------------------------------------------------------------------------
+-- ---- decoding: the C reader, walked ----------------------------------------------------
 
--- Line and column (1-based, columns in bytes) of position pos in s.
-local function where(s, pos)
-  local line, line_start = 1, 1
-  local i = 1
-  while true do
-    local nl = find(s, "\n", i, true)
-    if not nl or nl >= pos then break end
-    line, line_start, i = line + 1, nl + 1, nl + 1
+local api -- {C =, ffi =, len =}: the C library, loaded on the first decode
+local function c_api()
+  if not api then
+    local lt = require "lutra.ffi"
+    api = {C = lt.C, ffi = lt.ffi, len = lt.ffi.new("int64_t[1]")}
   end
-  return line, pos - line_start + 1
+  return api
 end
 
-local function fail(s, pos, what)
-  local line, col = where(s, pos)
-  error({json_error = format("%s at line %d column %d", what, line, col)}, 0)
-end
+local T_NULL, T_FALSE, T_TRUE, T_NUMBER, T_STRING, T_ARRAY = 0, 1, 2, 3, 4, 5
 
-local function show_char(s, pos)
-  if pos > #s then return "end of input" end
-  local c = sub(s, pos, pos)
-  if byte(c) < 32 or byte(c) > 126 then return format("byte 0x%02x", byte(c)) end
-  return "'" .. c .. "'"
-end
-
-local function skip(s, pos)
-  return find(s, "[^ \t\r\n]", pos) or #s + 1
-end
-
-local function utf8(cp)
-  if cp < 0x80 then return char(cp) end
-  if cp < 0x800 then return char(0xC0 + floor(cp / 64), 0x80 + cp % 64) end
-  if cp < 0x10000 then return char(0xE0 + floor(cp / 4096), 0x80 + floor(cp / 64) % 64, 0x80 + cp % 64) end
-  return char(0xF0 + floor(cp / 262144), 0x80 + floor(cp / 4096) % 64, 0x80 + floor(cp / 64) % 64, 0x80 + cp % 64)
-end
-
-local ESCAPES = {[34] = '"', [92] = "\\", [47] = "/", [98] = "\b", [102] = "\f", [110] = "\n", [114] = "\r", [116] = "\t"}
-
-local function hex4(s, pos)
-  local h = sub(s, pos, pos + 3)
-  if not find(h, "^%x%x%x%x$") then fail(s, pos, "bad \\u escape (four hex digits expected)") end
-  return tonumber(h, 16)
-end
-
--- s[pos] is the opening quote; returns the string and the position after the closing one.
-local function decode_string(s, pos)
-  local parts, n, i = {}, 0, pos + 1
-  while true do
-    local j = find(s, '["\\%z\1-\31]', i)
-    if not j then fail(s, pos, "unterminated string") end
-    if j > i then n = n + 1; parts[n] = sub(s, i, j - 1) end
-    local c = byte(s, j)
-    if c == 34 then return concat(parts), j + 1 end
-    if c ~= 92 then fail(s, j, format("control character 0x%02x in string (escape it)", c)) end
-    local e = byte(s, j + 1)
-    if e == 117 then -- \uXXXX, maybe a surrogate pair
-      local cp = hex4(s, j + 2)
-      i = j + 6
-      if cp >= 0xD800 and cp <= 0xDBFF then
-        if sub(s, i, i + 1) ~= "\\u" then fail(s, j, format("lone high surrogate \\u%04X", cp)) end
-        local lo = hex4(s, i + 2)
-        if lo < 0xDC00 or lo > 0xDFFF then fail(s, i, format("\\u%04X does not follow high surrogate \\u%04X", lo, cp)) end
-        cp = 0x10000 + (cp - 0xD800) * 1024 + (lo - 0xDC00)
-        i = i + 6
-      elseif cp >= 0xDC00 and cp <= 0xDFFF then
-        fail(s, j, format("lone low surrogate \\u%04X", cp))
-      end
-      n = n + 1; parts[n] = utf8(cp)
-    else
-      local r = e and ESCAPES[e]
-      if not r then fail(s, j, "bad escape \\" .. (e and char(e) or "")) end
-      n = n + 1; parts[n] = r
-      i = j + 2
+-- The Lua value of v, a value of doc.
+local function to_lua(a, doc, v)
+  local C = a.C
+  local t = C.lt_json_type(v)
+  if t == T_NUMBER then return C.lt_json_number(v) end
+  if t == T_STRING then
+    local p = C.lt_json_string(doc, v, a.len)
+    return a.ffi.string(p, a.len[0])
+  end
+  if t == T_TRUE then return true end
+  if t == T_FALSE then return false end
+  if t == T_NULL then return M.null end
+  local item = C.lt_json_first(v)
+  if t == T_ARRAY then
+    local list, n = setmetatable({}, ARRAY), 0
+    while item ~= nil do
+      n = n + 1
+      list[n] = to_lua(a, doc, item)
+      item = C.lt_json_next(item)
     end
+    return list
   end
-end
-
-local decode_value
-
-local function decode_number(s, pos)
-  local a, b = find(s, "^-?%d+", pos)
-  if not a then fail(s, pos, "unexpected " .. show_char(s, pos)) end
-  if b - a >= 1 and find(s, "^-?0%d", pos) then fail(s, pos, "leading zero in number") end
-  local e = b
-  local f1, f2 = find(s, "^%.%d+", e + 1)
-  if f1 then e = f2 elseif byte(s, e + 1) == 46 then fail(s, e + 1, "digit expected after '.'") end
-  local x1, x2 = find(s, "^[eE][-+]?%d+", e + 1)
-  if x1 then e = x2 elseif find(s, "^[eE]", e + 1) then fail(s, e + 1, "digits expected in exponent") end
-  local x = tonumber(sub(s, pos, e))
-  if x == nil or x == huge or x == -huge then fail(s, pos, "number " .. sub(s, pos, e) .. " is out of range") end
-  return x, e + 1
-end
-
-local function decode_array(s, pos, depth)
-  local list, n = setmetatable({}, ARRAY), 0
-  pos = skip(s, pos + 1)
-  if byte(s, pos) == 93 then return list, pos + 1 end
-  while true do
-    local v
-    v, pos = decode_value(s, pos, depth)
-    n = n + 1; list[n] = v
-    pos = skip(s, pos)
-    local c = byte(s, pos)
-    if c == 93 then return list, pos + 1 end
-    if c ~= 44 then fail(s, pos, "',' or ']' expected, got " .. show_char(s, pos)) end
-    pos = skip(s, pos + 1)
-  end
-end
-
-local function decode_object(s, pos, depth)
   local obj = {}
-  pos = skip(s, pos + 1)
-  if byte(s, pos) == 125 then return obj, pos + 1 end
-  while true do
-    if byte(s, pos) ~= 34 then fail(s, pos, "string key expected, got " .. show_char(s, pos)) end
-    local key
-    key, pos = decode_string(s, pos)
-    pos = skip(s, pos)
-    if byte(s, pos) ~= 58 then fail(s, pos, "':' expected, got " .. show_char(s, pos)) end
-    local v
-    v, pos = decode_value(s, skip(s, pos + 1), depth)
-    obj[key] = v -- a repeated key: the last wins, as in python's json
-    pos = skip(s, pos)
-    local c = byte(s, pos)
-    if c == 125 then return obj, pos + 1 end
-    if c ~= 44 then fail(s, pos, "',' or '}' expected, got " .. show_char(s, pos)) end
-    pos = skip(s, pos + 1)
+  while item ~= nil do
+    local key = a.ffi.string(C.lt_json_key(doc, item, a.len), a.len[0])
+    obj[key] = to_lua(a, doc, item) -- a repeated key: the last wins
+    item = C.lt_json_next(item)
   end
-end
-
-decode_value = function(s, pos, depth)
-  local c = byte(s, pos)
-  if c == 123 or c == 91 then
-    if depth >= M.max_depth then fail(s, pos, format("nesting deeper than %d", M.max_depth)) end
-    if c == 123 then return decode_object(s, pos, depth + 1) end
-    return decode_array(s, pos, depth + 1)
-  elseif c == 34 then
-    return decode_string(s, pos)
-  elseif c == 116 and sub(s, pos, pos + 3) == "true" then
-    return true, pos + 4
-  elseif c == 102 and sub(s, pos, pos + 4) == "false" then
-    return false, pos + 5
-  elseif c == 110 and sub(s, pos, pos + 3) == "null" then
-    return M.null, pos + 4
-  elseif c == nil then
-    fail(s, pos, "unexpected end of input")
-  end
-  return decode_number(s, pos)
+  return obj
 end
 
 -- Decodes one JSON text (surrounding whitespace allowed, nothing else after it).
 local function decode(s)
   if type(s) ~= "string" then error({json_error = "decode expects a string, got " .. type(s)}, 0) end
-  if sub(s, 1, 3) == "\239\187\191" then s = sub(s, 4) end -- a UTF-8 byte order mark
-  local pos = skip(s, 1)
-  local v
-  v, pos = decode_value(s, pos, 0)
-  pos = skip(s, pos)
-  if pos <= #s then fail(s, pos, "extra data after the value: " .. show_char(s, pos)) end
+  local a = c_api()
+  local out = a.ffi.new("lt_json_doc*[1]")
+  if a.C.lt_json_parse(out, s, #s, M.max_depth) ~= 0 then
+    error({json_error = a.ffi.string(a.C.lt_last_error())}, 0)
+  end
+  local doc = out[0]
+  local ok, v = pcall(to_lua, a, doc, a.C.lt_json_root(doc))
+  a.C.lt_json_free(doc)
+  if not ok then error(v, 0) end
   return v
 end
 

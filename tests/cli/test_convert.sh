@@ -17,7 +17,7 @@ trap 'rm -rf "$tmp"' EXIT
 TMPD="$tmp" "$LUTRA" -e '
 local lt = require "lutra"
 local models = require "lutra.models"
-local state = require "lutra.train.state"
+local ckpt = require "lutra.ckpt"
 local tokenizer = require "lutra.tokenizer"
 local st = require "lutra.ckpt.safetensors"
 local root = os.getenv("TMPD")
@@ -31,8 +31,8 @@ for arch, m in pairs {gpt2 = {arch = "gpt2", n_layer = 2, n_head = 2, d_model = 
   local recipe_model = {arch = m.arch, n_layer = m.n_layer, n_head = m.n_head, n_kv_head = m.n_kv_head or 0,
                         d_model = m.d_model, block_size = m.block_size, dropout = 0}
   for step = 1, 2 do
-    state.save(string.format("%s/run_%s/ckpt/step_%06d", root, arch, step),
-      {step = step, model = model:state_dict(), optimizer = {step = step}, config = {lr = 1e-3, model = recipe_model}})
+    ckpt.save_weights(string.format("%s/run_%s/ckpt/step_%06d", root, arch, step), model:state_dict(),
+      {lr = 1e-3, model = recipe_model}, {step = step, extra = {optim = {step = step}}})
   end
   local idx = lt.tensor({tok:encode("hello fox")}, "i64")
   st.save(root .. "/ref_" .. arch .. ".safetensors", {logits = model(idx), idx = idx})
@@ -54,7 +54,7 @@ local model
 if os.getenv("KIND") == "hf" then
   model = require("lutra.hf").load_pretrained(os.getenv("DIR"))
 else
-  local s = require("lutra.train.state").load(os.getenv("DIR"))
+  local s = require("lutra.ckpt").load_weights(os.getenv("DIR"))
   model = models.build(s.config.model)
   model:load_state_dict(s.model)
 end
@@ -78,10 +78,10 @@ for arch in gpt2 llama; do
   out=$("$LUTRA" convert "$tmp/hf_$arch" "$tmp/ckpt_$arch" 2>&1)
   expect_eq "$arch hf -> lutra: exit" "$?" "0"
   expect_grep "$arch hf -> lutra: summary" "$out" "-> $tmp/ckpt_$arch (lutra checkpoint, model weights only, with tokenizer.json)"
-  if [ -f "$tmp/ckpt_$arch/manifest.lua" ] && [ -f "$tmp/ckpt_$arch/tokenizer.json" ]; then ok; else bad "$arch: checkpoint files"; fi
+  if [ -f "$tmp/ckpt_$arch/manifest.json" ] && [ -f "$tmp/ckpt_$arch/tokenizer.json" ]; then ok; else bad "$arch: checkpoint files"; fi
   expect_eq "$arch checkpoint logits" "$(check_logits "$arch" "$arch" "$tmp/ckpt_$arch" ckpt)" "same"
 
-  # and the converted checkpoint converts back (its tokenizer found next to manifest.lua)
+  # and the converted checkpoint converts back (its tokenizer found next to manifest.json)
   out=$("$LUTRA" convert "$tmp/ckpt_$arch" "$tmp/hf2_$arch" --max-shard-size=4K 2>&1)
   expect_eq "$arch ckpt -> hf sharded: exit" "$?" "0"
   expect_grep "$arch ckpt -> hf sharded: tokenizer" "$out" "with tokenizer.json"
@@ -118,6 +118,11 @@ mkdir -p "$tmp/empty"
 out=$("$LUTRA" convert "$tmp/empty" "$tmp/x" 2>&1)
 expect_eq "not a checkpoint exit" "$?" "1"
 expect_grep "not a checkpoint message" "$out" "is neither a Hugging Face dir (config.json) nor a lutra checkpoint"
+mkdir -p "$tmp/old/ckpt/step_000001"
+echo 'return {format = "lutra-train-checkpoint", version = 1, state = {}}' > "$tmp/old/ckpt/step_000001/manifest.lua"
+out=$("$LUTRA" convert "$tmp/old/ckpt/step_000001" "$tmp/x" 2>&1)
+expect_eq "single-process checkpoint exit" "$?" "1"
+expect_grep "single-process checkpoint message" "$out" "step_000001/manifest.lua: the single-process checkpoint format (manifest.lua) is no longer read"
 out=$("$LUTRA" convert "$tmp/run_gpt2" "$tmp/hf_gpt2" 2>&1)
 expect_eq "dst exists exit" "$?" "1"
 expect_grep "dst exists message" "$out" "hf_gpt2 exists and is not empty (pass --force to write into it)"

@@ -155,6 +155,74 @@ test("nesting depth is bounded, not a stack overflow", function()
   fails("json: nesting deeper than 512", json.encode, t)
 end)
 
+test("deep nesting: the bound is max_depth (at most 1000), objects count as arrays do", function()
+  local mixed = ('{"a":['):rep(256) .. ("]}"):rep(256) -- 512 levels
+  local v = json.decode(mixed)
+  for _ = 1, 255 do v = v.a[1] end
+  equal(#v.a, 0)
+  fails("json: nesting deeper than 512 at line 1 column 1541", json.decode, "{\"a\":" .. mixed .. "}")
+  local saved = json.max_depth
+  json.max_depth = 3
+  equal(json.decode("[[[1]]]"), {{{1}}})
+  fails("json: nesting deeper than 3 at line 1 column 4", json.decode, "[[[[1]]]]")
+  json.max_depth = 5000 -- capped at 1000, the reader's own bound
+  equal(#json.decode(("["):rep(1000) .. ("]"):rep(1000)), 1)
+  fails("json: nesting deeper than 1000 at line 1 column 1001", json.decode, ("["):rep(1001) .. ("]"):rep(1001))
+  json.max_depth = saved
+  fails("json: nesting deeper than 512", json.decode, ("[{\"k\":"):rep(100000)) -- no stack overflow
+end)
+
+test("UTF-8: invalid bytes pass through; escaped surrogates must pair", function()
+  for _, s in ipairs {"\255\254", "\192\128", "\237\160\128", "a\128b", "\240\159\152"} do
+    equal(json.decode('"' .. s .. '"'), s) -- not checked, not changed (as the Lua reader did)
+    equal(json.decode(json.encode({[s] = s}))[s], s)
+  end
+  equal(json.decode([["\uD800\uDC00"]]), "\240\144\128\128") -- the lowest pair, U+10000
+  equal(json.decode([["\uDBFF\uDFFF"]]), "\244\143\191\191") -- the highest, U+10FFFF
+  local cases = {
+    {[["\uD800"]], "lone high surrogate \\uD800 at line 1 column 2"},
+    {[["x\uDBFFx"]], "lone high surrogate \\uDBFF at line 1 column 3"},
+    {[["\uD800\n"]], "lone high surrogate \\uD800 at line 1 column 2"},
+    {[["\uD800\uD800"]], "\\uD800 does not follow high surrogate \\uD800 at line 1 column 8"},
+    {[["\uD800\u12"]], "bad \\u escape (four hex digits expected) at line 1 column 10"},
+    {[["\uDFFF\uD800"]], "lone low surrogate \\uDFFF at line 1 column 2"},
+    {[[{"\uDC00": 1}]], "lone low surrogate \\uDC00 at line 1 column 3"},
+    {'"\\', "bad escape \\ at line 1 column 2"},
+    {'"\\\1"', "bad escape \\ (byte 0x01) at line 1 column 2"},
+  }
+  for _, c in ipairs(cases) do fails("json: " .. c[2], json.decode, c[1]) end
+end)
+
+test("strings and keys with NUL bytes keep their length", function()
+  local v = json.decode('{"k\\u0000z": "\\u0000\\u0000y", "plain": "\\u0000", "list": ["a\\u0000", "", "b"]}')
+  equal(v["k\0z"], "\0\0y")
+  equal(v.plain, "\0")
+  equal(v.list, {"a\0", "", "b"})
+  equal(json.encode(v), '{"k\\u0000z":"\\u0000\\u0000y","list":["a\\u0000","","b"],"plain":"\\u0000"}')
+end)
+
+test("huge numbers: long texts, the double range's edges, integers past 2^53", function()
+  equal(json.decode("1" .. ("0"):rep(70)), 1e70)
+  equal(json.decode("[" .. ("9"):rep(400) .. "e-100]")[1], tonumber(("9"):rep(400) .. "e-100"))
+  equal(json.decode("0." .. ("0"):rep(100) .. "1"), 1e-101)
+  equal(json.decode("-0." .. ("0"):rep(400) .. "1"), -0.0) -- below the smallest double: zero
+  equal(json.decode("1.7976931348623157e308"), 1.7976931348623157e308)
+  equal(json.decode("4.9406564584124654e-324"), 5e-324)
+  equal(json.decode("18446744073709551616"), 2 ^ 64)
+  equal(json.decode("9007199254740993"), 2 ^ 53) -- rounded to the nearest double, as tonumber does
+  equal(json.decode('{"a": 123456789012345678901234567890123456789012345678901234567890123456789, "b": "x"}'),
+    {a = 1.2345678901234568e68, b = "x"})
+  fails("json: number 1e309 is out of range at line 1 column 2", json.decode, "[1e309]")
+  fails("json: number -1" .. ("0"):rep(78) .. "... is out of range", json.decode, "-1" .. ("0"):rep(400))
+  for _, x in ipairs {1e308, -1e-308, 123456789012345678, 2 ^ 63, 0.1 + 0.2} do equal(json.decode(json.encode(x)), x) end
+end)
+
+test("repeated keys: the last one wins", function()
+  equal(json.decode('{"a": 1, "b": 2, "a": 3}'), {a = 3, b = 2})
+  equal(json.decode('{"a": {"x": 1}, "a": [2]}').a, {2})
+  equal(json.decode('{"a": 1, "a": null}').a, json.null)
+end)
+
 test("encode errors", function()
   fails("json: cannot encode a non-finite number (inf)", json.encode, {x = math.huge})
   fails("json: cannot encode a non-finite number (-inf)", json.encode, -math.huge)

@@ -4,7 +4,7 @@
 local lt = require "lutra"
 local models = require "lutra.models"
 local modeldir = require "lutra.sft.modeldir"
-local state = require "lutra.train.state"
+local ckpt = require "lutra.ckpt"
 local T = require "lutra.testing"
 local equal, close, fails = T.assert_equal, T.assert_close, T.assert_error
 
@@ -48,8 +48,9 @@ test("a trainer checkpoint with its tokenizer", function()
   local model = models.build {arch = "gpt2", n_layer = 1, n_head = 2, d_model = 16, vocab_size = tok.vocab_size,
                               block_size = 16}
   local dir = tmpdir()
-  state.save(dir .. "/ckpt/step_000001", {step = 1, model = model:state_dict(),
-    config = {model = {arch = "gpt2", n_layer = 1, n_head = 2, n_kv_head = 0, d_model = 16, block_size = 16, dropout = 0}}})
+  ckpt.save_weights(dir .. "/ckpt/step_000001", model:state_dict(),
+    {model = {arch = "gpt2", n_layer = 1, n_head = 2, n_kv_head = 0, d_model = 16, block_size = 16, dropout = 0}},
+    {step = 1})
   tok:save(dir .. "/tok.json")
   local m2, _, info = modeldir.load(dir .. "/ckpt/step_000001", {tokenizer = dir .. "/tok.json"})
   equal(info.format, "checkpoint")
@@ -57,6 +58,16 @@ test("a trainer checkpoint with its tokenizer", function()
   close(m2:forward(x), model:forward(x), {atol = 1e-6})
   fails("a checkpoint without tokenizer.json", function() modeldir.load(dir .. "/ckpt/step_000001") end)
   fails("is not a model directory", function() modeldir.load(dir) end)
+  -- the single-process format (manifest.lua, code) is refused by name, not run
+  for _, sub in ipairs {"/old", "/old2/lutra_model"} do
+    os.execute("mkdir -p '" .. dir .. sub .. "'")
+    local f = assert(io.open(dir .. sub .. "/manifest.lua", "w"))
+    f:write("error('this file must not run')")
+    f:close()
+  end
+  fails("old/manifest.lua: the single-process checkpoint format (manifest.lua) is no longer read",
+    function() modeldir.load(dir .. "/old", {tokenizer = dir .. "/tok.json"}) end)
+  fails("lutra_model/manifest.lua: the single-process checkpoint format", function() modeldir.load(dir .. "/old2") end)
   os.execute("rm -rf '" .. dir .. "'")
 end)
 

@@ -1,4 +1,4 @@
-/* lutra/io.h — the C API, part: files: safetensors, checkpoint shards and manifests.
+/* lutra/io.h — the C API, part: files: safetensors, checkpoint shards and manifests, JSON.
  * Include lutra.h, which includes every part in order (and cmake/gen_cdef.awk follows the
  * same order into the one ffi.cdef text); the conventions are at the head of lutra.h. */
 #ifndef LUTRA_IO_H
@@ -149,5 +149,40 @@ int lt_ckpt_remove_tree(const char *path);
  * non-negative dims without overflow), pieces (file in range, index >= 0, box inside the
  * global shape, bytes = box elements * dtype size). Counts go to n_tensors / n_pieces. */
 int lt_ckpt_manifest_check(const char *text, int64_t len, const char *source, int64_t *n_tensors, int64_t *n_pieces);
+
+/* ---- JSON ---------------------------------------------------------------------------
+ * The one JSON reader, for C and for Lua (lutra.json walks a parsed text through these):
+ * RFC 8259 and strict (no leading zeros, trailing commas or bare dots, no raw control
+ * characters in strings, numbers within the double range, at most max_depth nested arrays
+ * and objects, which is capped at 1000). A UTF-8 byte order mark is skipped. A bad text is
+ * an error that names the problem and where: "',' or ']' expected, got end of input at line
+ * 1 column 6" (columns count bytes). Strings are decoded to UTF-8 (escaped surrogate pairs joined;
+ * a lone surrogate is an error; other bytes pass through unchecked) and may hold NUL bytes,
+ * so their lengths are given. A repeated key is kept: an object's members come in the
+ * order of the text, both of them (lutra.json keeps the last). Values live as long as
+ * their document. */
+typedef struct lt_json_doc lt_json_doc;     /* opaque: a parsed text */
+typedef struct lt_json_value lt_json_value; /* opaque: a value inside a document */
+enum {
+  LT_JSON_NULL = 0,
+  LT_JSON_FALSE = 1,
+  LT_JSON_TRUE = 2,
+  LT_JSON_NUMBER = 3,
+  LT_JSON_STRING = 4,
+  LT_JSON_ARRAY = 5,
+  LT_JSON_OBJECT = 6
+};
+int lt_json_parse(lt_json_doc **out, const char *text, int64_t len, int max_depth);
+void lt_json_free(lt_json_doc *doc);
+const lt_json_value *lt_json_root(const lt_json_doc *doc);
+int lt_json_type(const lt_json_value *value); /* LT_JSON_* */
+double lt_json_number(const lt_json_value *value);
+/* A string value's bytes and length (NULL for another type). */
+const char *lt_json_string(const lt_json_doc *doc, const lt_json_value *value, int64_t *len);
+/* The first item of an array or member of an object (NULL when empty or not a container),
+ * the one after item (NULL at the end), and a member's key. */
+const lt_json_value *lt_json_first(const lt_json_value *value);
+const lt_json_value *lt_json_next(const lt_json_value *item);
+const char *lt_json_key(const lt_json_doc *doc, const lt_json_value *member, int64_t *len);
 
 #endif

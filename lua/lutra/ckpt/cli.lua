@@ -10,7 +10,7 @@
 -- ls checks each checkpoint's structure (manifest, files, footers) and, with --verify, decodes
 -- every frame. inspect --tensors decodes each tensor for its statistics (in f64).
 local reader = require "lutra.ckpt.reader"
-local F = require "lutra.ckpt.files"
+local ckpt_files = require "lutra.ckpt.files"
 require "lutra.tensor" -- the tensor metatype (methods, properties) for what this module makes
 local json = require "lutra.json"
 
@@ -36,16 +36,16 @@ local function layout_str(l)
 end
 
 local function disk_bytes(dir, m)
-  local total = F.file_size(dir .. "/manifest.json") or 0
+  local total = ckpt_files.file_size(dir .. "/manifest.json") or 0
   for _, list in ipairs {m.files or {}, m.extra or {}, m.copied or {}} do
-    for _, name in ipairs(list) do total = total + (F.file_size(dir .. "/" .. name) or 0) end
+    for _, name in ipairs(list) do total = total + (ckpt_files.file_size(dir .. "/" .. name) or 0) end
   end
   return total
 end
 
 local function shard_bytes(dir, m)
   local total = 0
-  for _, name in ipairs(m.files or {}) do total = total + (F.file_size(dir .. "/" .. name) or 0) end
+  for _, name in ipairs(m.files or {}) do total = total + (ckpt_files.file_size(dir .. "/" .. name) or 0) end
   return total
 end
 
@@ -69,8 +69,8 @@ end
 function M.ls(dir, opts)
   opts = opts or {}
   dir = dir:gsub("/+$", "")
-  if F.exists(dir .. "/manifest.json") then return {row(dir, F.basename(dir), opts)} end
-  local latest_name = (F.read(dir .. "/latest") or ""):match("^%s*(.-)%s*$")
+  if ckpt_files.exists(dir .. "/manifest.json") then return {row(dir, ckpt_files.basename(dir), opts)} end
+  local latest_name = (ckpt_files.read(dir .. "/latest") or ""):match("^%s*(.-)%s*$")
   local rows = {}
   for _, s in ipairs(reader.steps(dir)) do rows[#rows + 1] = row(dir .. "/" .. s.name, s.name, opts, latest_name) end
   return rows
@@ -182,7 +182,7 @@ function M.main(words)
       return 2
     end
   end
-  if not F.is_dir(dir) then
+  if not ckpt_files.is_dir(dir) then
     io.stderr:write("lutra ckpt: ", dir, " is not a directory\n")
     return 1
   end

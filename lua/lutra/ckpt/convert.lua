@@ -6,12 +6,12 @@
 --   lutra convert HF_DIR DST            HF dir -> a lutra checkpoint (model weights, config; no optimizer)
 --
 -- The direction comes from SRC: a directory with config.json is Hugging Face's, one with
--- manifest.lua (or ckpt/latest, or lutra_model/) is lutra's. The model's shape comes from the
+-- manifest.json (or ckpt/latest, or lutra_model/) is lutra's. The model's shape comes from the
 -- checkpoint's config (config.model, as recipes save it) checked against its weights.
 local errors = require "lutra.errors"
 local json = require "lutra.json"
 local models = require "lutra.models"
-local state = require "lutra.train.state"
+local ckpt = require "lutra.ckpt"
 local hf = require "lutra.hf"
 
 local raise = errors.raise
@@ -21,11 +21,11 @@ local M = {}
 M.USAGE = [[usage: lutra convert SRC DST [options]
 
 Converts between lutra checkpoints and Hugging Face model directories (gpt2, llama).
-  SRC a lutra checkpoint (a dir with manifest.lua), a run dir (its ckpt/latest), a model
+  SRC a lutra checkpoint (a dir with manifest.json), a run dir (its ckpt/latest), a model
       dir in lutra's format (lutra_model/)   ->  DST a Hugging Face dir: config.json,
       model.safetensors (or shards + model.safetensors.index.json), tokenizer.json
   SRC a Hugging Face dir (config.json)     ->  DST a lutra checkpoint (weights and config,
-      no optimizer state; tokenizer.json copied next to manifest.lua)
+      no optimizer state; tokenizer.json copied next to manifest.json)
 Options:
   --tokenizer=PATH        tokenizer.json for a checkpoint without one (default: found in the
                           checkpoint, the run dir's model/, or config.tokenizer)
@@ -153,27 +153,18 @@ local function find_tokenizer(opts, ckpt_dir, saved)
   end
 end
 
--- The lutra checkpoint directory SRC stands for, or nil.
+-- The lutra checkpoint directory SRC stands for, or nil. A single-process checkpoint
+-- (manifest.lua) is returned as one, so that loading it says why it is not read.
 local function lutra_source(src)
   if exists(src .. "/manifest.json") or exists(src .. "/manifest.lua") then return src end
-  if exists(src .. "/lutra_model/manifest.lua") then return src .. "/lutra_model" end
-  local sharded = require "lutra.ckpt"
-  return sharded.latest(src .. "/ckpt") or state.latest(src .. "/ckpt") or sharded.latest(src) or state.latest(src)
-end
-
--- {step =, config =, model = name -> tensor} of a checkpoint: the trainer's sharded format
--- (manifest.json; the weights assembled whole from any layout) or the earlier manifest.lua.
-local function load_state(ckpt_dir)
-  if not exists(ckpt_dir .. "/manifest.json") then return state.load(ckpt_dir) end
-  local r = require("lutra.ckpt").load(ckpt_dir)
-  local weights = require("lutra.ckpt.train_state").model_state(r)
-  -- parameters are saved once: a tied head is the embedding itself
-  if weights["lm_head.weight"] == nil then weights["lm_head.weight"] = weights["wte.weight"] end
-  return {step = r.manifest.step, config = r.manifest.config, model = weights}
+  for _, m in ipairs {"manifest.json", "manifest.lua"} do
+    if exists(src .. "/lutra_model/" .. m) then return src .. "/lutra_model" end
+  end
+  return ckpt.latest(src .. "/ckpt") or ckpt.latest(src)
 end
 
 local function to_hf(ckpt_dir, dst, opts)
-  local st = load_state(ckpt_dir)
+  local st = ckpt.load_weights(ckpt_dir)
   if type(st.model) ~= "table" then raise("convert: " .. ckpt_dir .. ": the checkpoint holds no model state") end
   local cfg = M.model_config(st.config, st.model, ckpt_dir)
   local model = models.build(cfg)
@@ -189,8 +180,7 @@ local function to_lutra(src, dst, opts)
   local model, tok, cfg = hf.load_pretrained(src, {ignore_keys = opts.ignore_keys, dtype = opts.dtype})
   local plain = {}
   for k, v in pairs(cfg) do plain[k] = v end
-  state.save(dst, {step = 0, model = model:state_dict(), config = {model = plain},
-                   source = {format = "huggingface", path = src}})
+  ckpt.save_weights(dst, model:state_dict(), {model = plain, source = {format = "huggingface", path = src}})
   if tok then tok:save(dst .. "/tokenizer.json") end
   return string.format("%s (Hugging Face %s, %d layers) -> %s (lutra checkpoint, model weights only%s)", src, cfg.arch,
     cfg.n_layer, dst, tok and ", with tokenizer.json" or "")
@@ -205,7 +195,7 @@ function M.convert(src, dst, opts)
   if exists(src .. "/config.json") then return to_lutra(src, dst, opts) end
   local ckpt_dir = lutra_source(src)
   if ckpt_dir == nil then
-    raise("convert: " .. src .. " is neither a Hugging Face dir (config.json) nor a lutra checkpoint (manifest.lua, "
+    raise("convert: " .. src .. " is neither a Hugging Face dir (config.json) nor a lutra checkpoint (manifest.json, "
       .. "ckpt/latest or lutra_model/)")
   end
   return to_hf(ckpt_dir, dst, opts)

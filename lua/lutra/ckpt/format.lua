@@ -19,26 +19,21 @@
 --   rank_%05d.lz4        the pieces this rank owns: lz4 frames + a footer with each piece's
 --                        frame offset, compressed and raw size and checksum (lutra.h)
 --   extra_rank_%05d.json each rank's `extra`
--- Each local tensor contributes the boxes lutra.dist.spec gives it (dup copies skipped). A box
--- held by several ranks (a dp-replicated parameter) is written once, by one of them (chosen
--- by a hash of the name and box, which spreads the bytes over the ranks). Every rank learns
--- every rank's boxes (an all_gather of the serialised plans) so that all agree on the owners
--- and on the errors (a tensor whose pieces do not tile its global shape fails on every rank).
+-- Which rank writes which box, and the errors every rank agrees on: lutra.ckpt.plan.
 -- Rank 0's writer thread commits: when every rank's file has appeared (each is fsync'ed and
 -- renamed into place by its writer), it writes the manifest, fsyncs, renames DIR.tmp to DIR
 -- and replaces RUN/latest. A crash at any point leaves the previous checkpoint as it was.
 local lt = require "lutra.ffi"
 local errors = require "lutra.errors"
-local ops = require "lutra.ops"
 local json = require "lutra.json"
-local spec = require "lutra.dist.spec"
 local create = require "lutra.create"
-local F = require "lutra.ckpt.files"
+local ckpt_files = require "lutra.ckpt.files"
+local planner = require "lutra.ckpt.plan"
 require "lutra.tensor" -- the tensor metatype (methods, properties) for what this module makes
 local ffi, C = lt.ffi, lt.C
 
 local M = {}
-local fail, raise, is_tensor = errors.fail, errors.raise, ops.is_tensor
+local fail, raise = errors.fail, errors.raise
 
 M.FORMAT, M.VERSION = "lutra-checkpoint", 1
 local DTYPE_SIZE = {f32 = 4, f64 = 8, bf16 = 2, f16 = 2, i32 = 4, i64 = 8, u8 = 1, bool = 1}
@@ -47,97 +42,6 @@ M.DTYPE_SIZE = DTYPE_SIZE
 local function rank_file(r) return string.format("rank_%05d.lz4", r) end
 local function extra_file(r) return string.format("extra_rank_%05d.json", r) end
 M.rank_file, M.extra_file = rank_file, extra_file
-
--- ---- the plan: the boxes of this rank's tensors ---------------------------------------------
-
-local function local_plan(tensors)
-  if type(tensors) ~= "table" then raise("ckpt.save: state.tensors must be a list of {name =, tensor =}") end
-  local plan, seen = {}, {}
-  for i, e in ipairs(tensors) do
-    if type(e) ~= "table" or type(e.name) ~= "string" or e.name == "" or not is_tensor(e.tensor) then
-      raise(string.format("ckpt.save: state.tensors[%d] must be {name = <string>, tensor = <tensor>}", i))
-    end
-    if seen[e.name] then raise("ckpt.save: the tensor name '" .. e.name .. "' is given twice") end
-    seen[e.name] = true
-    local t = e.tensor
-    if spec.owned(t) then
-      for _, b in ipairs(spec.boxes(t)) do
-        plan[#plan + 1] = {name = e.name, dtype = t.dtype, global = spec.global_shape(t), offset = b.offset,
-                           shape = b.shape, local_offset = b.local_offset, tensor = t}
-      end
-    end
-  end
-  return plan
-end
-
-local function plan_text(plan)
-  local out = {}
-  for i, p in ipairs(plan) do
-    out[i] = {name = p.name, dtype = p.dtype, global = json.array(p.global), offset = json.array(p.offset),
-              shape = json.array(p.shape)}
-  end
-  return json.encode(json.array(out))
-end
-
--- Every rank's plan text.
-local function gather_texts(group, text)
-  if not group then return {text} end
-  return group:all_gather_text(text)
-end
-
-local function box_key(p) return p.name .. "|" .. table.concat(p.offset, ",") .. "|" .. table.concat(p.shape, ",") end
-
-local function string_hash(s)
-  local h = 5381
-  for i = 1, #s do h = (h * 33 + s:byte(i)) % 4294967296 end
-  return h
-end
-
--- From every rank's plan: the manifest's tensors and, for each rank, the plan entries it writes.
-local function assign(plans)
-  local tensors, by_name, boxes = {}, {}, {}
-  for r, plan in ipairs(plans) do
-    for _, p in ipairs(plan) do
-      local t = by_name[p.name]
-      if not t then
-        t = {name = p.name, dtype = p.dtype, shape = p.global, pieces = {}}
-        by_name[p.name] = t
-        tensors[#tensors + 1] = t
-      elseif t.dtype ~= p.dtype or table.concat(t.shape, ",") ~= table.concat(p.global, ",") then
-        raise(string.format("ckpt.save: tensor '%s' is %s {%s} on one rank and %s {%s} on rank %d", p.name, t.dtype,
-          table.concat(t.shape, ", "), p.dtype, table.concat(p.global, ", "), r - 1))
-      end
-      local key = box_key(p)
-      local b = boxes[key]
-      if not b then
-        b = {tensor = t, offset = p.offset, shape = p.shape, holders = {}}
-        boxes[key] = b
-        t.pieces[#t.pieces + 1] = b
-      end
-      b.holders[#b.holders + 1] = r - 1
-    end
-  end
-  -- owners, and a check that the pieces tile each tensor (no overlap, nothing missing)
-  for _, t in ipairs(tensors) do
-    local total = 0
-    for i, b in ipairs(t.pieces) do
-      b.owner = b.holders[string_hash(box_key {name = t.name, offset = b.offset, shape = b.shape}) % #b.holders + 1]
-      total = total + F.numel(b.shape)
-      for k = 1, i - 1 do
-        local o = F.intersect(b.offset, b.shape, t.pieces[k].offset, t.pieces[k].shape)
-        if o then
-          raise(string.format("ckpt.save: tensor '%s': the pieces at {%s} and {%s} overlap", t.name,
-            table.concat(b.offset, ", "), table.concat(t.pieces[k].offset, ", ")))
-        end
-      end
-    end
-    if total ~= F.numel(t.shape) then
-      raise(string.format("ckpt.save: tensor '%s' {%s}: the ranks' pieces cover %d of its %d elements", t.name,
-        table.concat(t.shape, ", "), total, F.numel(t.shape)))
-    end
-  end
-  return tensors, boxes
-end
 
 -- ---- the async writer ----------------------------------------------------------------------
 
@@ -186,7 +90,7 @@ function M.busy()
   return done[0] == 0
 end
 
--- ---- save ---------------------------------------------------------------------------------
+-- ---- save: the steps ------------------------------------------------------------------------
 
 local function step_dir_check(dir)
   if type(dir) ~= "string" or dir == "" then raise("ckpt.save: dir must be a path string") end
@@ -196,6 +100,222 @@ end
 -- the crash tests' fault points (LUTRA_FAULT): a hook of host/io/ckpt.h, not of the C API
 ffi.cdef "int lt_ckpt_fault(const char *point);"
 local function fault(point) C.lt_ckpt_fault(point) end
+
+local box_key = planner.box_key
+
+-- Everything that can fail on this rank's input, before any collective or file: this rank's
+-- plan, its extra state as JSON and (rank 0) the files to copy in, sorted by name.
+local function prepare(state, rank)
+  local pre = {plan = planner.local_plan(state.tensors or {}), files = {}}
+  if state.extra ~= nil and type(state.extra) ~= "table" then raise("ckpt.save: state.extra must be a table") end
+  pre.extra_text = json.encode(state.extra or {})
+  if rank == 0 then
+    json.encode({config = state.config, layout = state.layout}) -- encodable: the manifest's parts
+    for name, src in pairs(state.files or {}) do
+      if type(name) ~= "string" or name:find("/") or name:match("^rank_") or name:match("^extra_rank_")
+        or name == "manifest.json" then
+        raise("ckpt.save: state.files keys must be plain file names, got " .. tostring(name))
+      end
+      local text, err = ckpt_files.read(src)
+      if not text then raise("ckpt.save: cannot read " .. tostring(src) .. " (state.files." .. name .. "): " .. tostring(err)) end
+      pre.files[#pre.files + 1] = {name = name, text = text}
+    end
+    table.sort(pre.files, function(a, b) return a.name < b.name end)
+  end
+  return pre
+end
+
+-- This rank's prepared input and every rank's plan (index rank + 1). In a group a rank's bad
+-- input becomes every rank's error, so that none waits in a collective.
+local function prepare_and_gather(state, group, rank, world)
+  if not group then
+    local pre = prepare(state, rank)
+    return pre, {pre.plan}
+  end
+  local ok, res = pcall(prepare, state, rank)
+  local texts = planner.gather_texts(group, ok and planner.plan_text(res.plan) or ("ERR:" .. tostring(res)))
+  local plans = {}
+  for r = 1, world do
+    if texts[r]:sub(1, 4) == "ERR:" then
+      raise(string.format("ckpt.save: rank %d: %s", r - 1, (texts[r]:sub(5):gsub("^[^:]*:%d+: ", ""))))
+    end
+    plans[r] = json.decode(texts[r])
+  end
+  plans[rank + 1] = res.plan
+  return res, plans
+end
+
+-- Rank 0 makes the empty temporary directory tmp; in a group every rank raises when it could not.
+local function make_tmp_dir(group, rank, dir, parent, tmp)
+  local made, why = true, nil
+  if rank == 0 then
+    made, why = pcall(function()
+      ckpt_files.mkdir_p(parent)
+      ckpt_files.remove_tree(tmp)
+      ckpt_files.mkdir_p(tmp)
+    end)
+  end
+  if group then
+    local flag = create.tensor({made and 0 or 1}, {dtype = "i32"})
+    group:all_reduce(flag, "max")
+    if flag:item() ~= 0 and made then raise("ckpt.save: " .. dir .. ": rank 0 could not create " .. tmp) end
+  end
+  if not made then error(why, 0) end
+end
+
+-- The job that writes this rank's file into tmp, with its extra state and (rank 0) the copied
+-- files; returns the job and the names copied in.
+local function new_job(tmp, rank, pre, opts)
+  local jp = ffi.new("lt_ckpt_job*[1]")
+  if C.lt_ckpt_job_new(jp, tmp .. "/" .. rank_file(rank), (opts.chunk_mb or 4) * 1048576, opts.level or 0) ~= 0 then
+    fail()
+  end
+  local job = ffi.gc(jp[0], C.lt_ckpt_job_free)
+  -- compression threads: all for a save the training waits for; one in the background by
+  -- default (the training loop keeps its cores; opts.threads to give it more)
+  if C.lt_ckpt_job_threads(job, opts.threads or (opts.async and 1 or 0)) ~= 0 then fail() end
+  local function add_file(name, text)
+    if C.lt_ckpt_job_add_file(job, tmp .. "/" .. name, text, #text) ~= 0 then fail() end
+  end
+  add_file(extra_file(rank), pre.extra_text)
+  local copied = {}
+  for _, f in ipairs(pre.files) do
+    add_file(f.name, f.text)
+    copied[#copied + 1] = f.name
+  end
+  return job, copied
+end
+
+-- This rank's pieces into its job, in plan order; returns the views the job reads (they stay
+-- alive until it copied them) and their bytes.
+local function add_pieces(job, plan, boxes, rank, opts)
+  local keep_alive, n_own, copied_bytes = {}, 0, 0
+  for _, p in ipairs(plan) do
+    local b = boxes[box_key(p)]
+    if b.owner == rank and b.index == nil then
+      local v = ckpt_files.box_view(p.tensor, p.local_offset, p.shape)
+      if v.device ~= "cpu" then v = v:cpu() end
+      if C.lt_is_contiguous(v) == 0 then v = v:contiguous() end
+      local nbytes = v:numel() * v:element_size()
+      local shuffle = opts.shuffle ~= false and v:element_size() or 0
+      -- async: the writer thread copies first, while training goes on (M.fence before the
+      -- sources change); opts.defer = false copies here, before save returns
+      local copy = opts.async and (opts.defer == false and 1 or 2) or 0
+      if C.lt_ckpt_job_add(job, C.lt_data_ptr(v), nbytes, shuffle, copy) ~= 0 then fail() end
+      if copy == 2 and C.lt_ckpt_job_hold(job, v) ~= 0 then fail() end -- alive until copied
+      keep_alive[#keep_alive + 1] = v
+      b.index, n_own = n_own, n_own + 1
+      copied_bytes = copied_bytes + nbytes
+    end
+  end
+  return keep_alive, copied_bytes
+end
+
+-- Every rank numbers the other ranks' pieces the same way (plan order on their owner).
+local function number_pieces(plans, boxes, rank, world)
+  local next_index = {}
+  for r = 1, world do
+    for _, p in ipairs(plans[r]) do
+      local b = boxes[box_key(p)]
+      if b.owner == r - 1 and b.file == nil then
+        b.file = r - 1
+        if b.owner ~= rank then
+          b.index = next_index[r] or 0
+          next_index[r] = b.index + 1
+        end
+      end
+    end
+  end
+end
+
+-- The manifest's text (rank 0). The tensors' part by hand: json.encode's generality costs a
+-- millisecond per 100 tensors, and this runs on the training thread.
+local function manifest_text(state, tensors, world, copied)
+  local files, extras, mt, bytes = {}, {}, {}, 0
+  for r = 0, world - 1 do files[r + 1], extras[r + 1] = rank_file(r), extra_file(r) end
+  local enc, concat, fmt = json.encode_string, table.concat, string.format
+  for i, t in ipairs(tensors) do
+    local pieces = {}
+    for k, b in ipairs(t.pieces) do
+      local nb = ckpt_files.numel(b.shape) * DTYPE_SIZE[t.dtype]
+      pieces[k] = fmt('{"bytes":%d,"file":%d,"index":%d,"offset":[%s],"shape":[%s]}', nb, b.file, b.index,
+        concat(b.offset, ","), concat(b.shape, ","))
+      bytes = bytes + nb
+    end
+    mt[i] = fmt('{"dtype":"%s","name":%s,"pieces":[%s],"shape":[%s]}', t.dtype, enc(t.name), concat(pieces, ","),
+      concat(t.shape, ","))
+  end
+  local manifest = {format = M.FORMAT, version = M.VERSION, step = state.step or 0, layout = state.layout or {},
+                    world = world, config = state.config, files = json.array(files), extra = json.array(extras),
+                    copied = json.array(copied), tensors = "@TENSORS@", bytes = bytes,
+                    saved_at = os.date("!%Y-%m-%dT%H:%M:%SZ")}
+  local text = json.encode(manifest)
+  local at, stop = text:find('"tensors":"@TENSORS@"', 1, true)
+  return text:sub(1, at - 1) .. '"tensors":[' .. concat(mt, ",") .. "]" .. text:sub(stop + 1)
+end
+
+-- Keeping the newest `keep` step dirs of parent: the job removes the older ones after its commit.
+local function schedule_prune(job, dir, parent, keep)
+  local base = ckpt_files.basename(dir)
+  local all = {{step = tonumber(base:match("^step_(%d+)$")) or math.huge, name = base}}
+  for _, st in ipairs(require("lutra.ckpt.reader").steps(parent)) do
+    if st.name ~= base then all[#all + 1] = st end
+  end
+  table.sort(all, function(x, y) return x.step > y.step end)
+  for k, st in ipairs(all) do
+    if k > keep and st.name ~= base and C.lt_ckpt_job_remove_after(job, parent .. "/" .. st.name) ~= 0 then
+      fail()
+    end
+  end
+end
+
+-- Rank 0's commit: the arguments of lt_ckpt_commit. Async (or alone) the writer thread commits
+-- once every file is there, and prunes; a synchronous group save commits after the ranks agree
+-- that every file was written (run_sync).
+local function plan_commit(job, dir, parent, text, world, group, opts)
+  local tmp = dir .. ".tmp"
+  local latest = opts.latest ~= false and (parent .. "/latest") or nil
+  local commit_args = {tmp, dir, text, world, latest, latest and (ckpt_files.basename(dir) .. "\n") or nil, opts.timeout or 600}
+  local in_writer = opts.async or not group
+  if in_writer and C.lt_ckpt_job_commit(job, unpack(commit_args)) ~= 0 then fail() end
+  if opts.keep and opts.keep > 0 and in_writer then schedule_prune(job, dir, parent, opts.keep) end
+  return commit_args
+end
+
+-- Runs the job here; in a group every rank learns whether every file was written, then
+-- whether rank 0 committed.
+local function run_sync(job, p, group, rank, commit_args, t0)
+  local ok = C.lt_ckpt_job_run(job) == 0
+  local msg = not ok and ffi.string(C.lt_last_error()) or nil
+  if group then
+    local function agree(what)
+      local failed = create.tensor({ok and 0 or 1 + rank}, {dtype = "i32"})
+      group:all_reduce(failed, "max")
+      local who = failed:item()
+      if ok and who ~= 0 then raise(string.format("ckpt.save: %s: rank %d failed to %s", p.dir, who - 1, what)) end
+    end
+    agree("write its file")
+    if ok and rank == 0 then
+      ok = C.lt_ckpt_commit(unpack(commit_args)) == 0
+      msg = not ok and ffi.string(C.lt_last_error()) or nil
+    end
+    agree("commit")
+  end
+  if not ok then raise("ckpt.save: " .. p.dir .. ": " .. msg) end
+  p.stall = C.lt_wall_time() - t0
+  finish(p)
+end
+
+-- Starts the job in the background; its sources stay alive (and, by the caller, unchanged)
+-- until the job copied them: M.fence.
+local function start_async(job, p, keep_alive, opts, t0)
+  if C.lt_ckpt_job_start(job) ~= 0 then fail() end
+  p.sources = opts.defer ~= false and keep_alive or nil
+  p.stall = C.lt_wall_time() - t0
+  pending = p
+end
+
+-- ---- save ---------------------------------------------------------------------------------
 
 -- Saves a checkpoint to dir (see the header); returns dir. opts: world (a lutra.dist.comm
 -- Group; nil: one process), async, keep (prune to the newest `keep` step_* dirs of dir's
@@ -211,187 +331,24 @@ function M.save(dir, state, opts)
   local rank, world = group and group.rank or 0, group and group.size or 1
   local t0 = C.lt_wall_time()
   M.wait() -- the next save waits for the previous one
-  -- everything that can fail on this rank's input, before any collective or file
-  local function prepare()
-    local pre = {plan = local_plan(state.tensors or {}), files = {}}
-    if state.extra ~= nil and type(state.extra) ~= "table" then raise("ckpt.save: state.extra must be a table") end
-    pre.extra_text = json.encode(state.extra or {})
-    if rank == 0 then
-      json.encode({config = state.config, layout = state.layout}) -- encodable: the manifest's parts
-      for name, src in pairs(state.files or {}) do
-        if type(name) ~= "string" or name:find("/") or name:match("^rank_") or name:match("^extra_rank_")
-          or name == "manifest.json" then
-          raise("ckpt.save: state.files keys must be plain file names, got " .. tostring(name))
-        end
-        local text, err = F.read(src)
-        if not text then raise("ckpt.save: cannot read " .. tostring(src) .. " (state.files." .. name .. "): " .. tostring(err)) end
-        pre.files[#pre.files + 1] = {name = name, text = text}
-      end
-      table.sort(pre.files, function(a, b) return a.name < b.name end)
-    end
-    return pre
-  end
-  local plans, pre
-  if group then -- a rank's bad input becomes every rank's error (none waits in a collective)
-    local ok, res = pcall(prepare)
-    local texts = gather_texts(group, ok and plan_text(res.plan) or ("ERR:" .. tostring(res)))
-    plans = {}
-    for r = 1, world do
-      if texts[r]:sub(1, 4) == "ERR:" then
-        raise(string.format("ckpt.save: rank %d: %s", r - 1, (texts[r]:sub(5):gsub("^[^:]*:%d+: ", ""))))
-      end
-      plans[r] = json.decode(texts[r])
-    end
-    pre = res
-    plans[rank + 1] = pre.plan
-  else
-    pre = prepare()
-    plans = {pre.plan}
-  end
-  local plan = pre.plan
-  local tensors, boxes = assign(plans)
-  local parent, tmp = F.dirname(dir), dir .. ".tmp"
-  local made, why = true, nil
-  if rank == 0 then
-    made, why = pcall(function()
-      F.mkdir_p(parent)
-      F.remove_tree(tmp)
-      F.mkdir_p(tmp)
-    end)
-  end
-  if group then -- rank 0 made the temporary directory (or every rank raises)
-    local flag = create.tensor({made and 0 or 1}, {dtype = "i32"})
-    group:all_reduce(flag, "max")
-    if flag:item() ~= 0 and made then raise("ckpt.save: " .. dir .. ": rank 0 could not create " .. tmp) end
-  end
-  if not made then error(why, 0) end
+  local pre, plans = prepare_and_gather(state, group, rank, world)
+  local tensors, boxes = planner.assign(plans)
+  local parent, tmp = ckpt_files.dirname(dir), dir .. ".tmp"
+  make_tmp_dir(group, rank, dir, parent, tmp)
   fault("save:start")
-  local jp = ffi.new("lt_ckpt_job*[1]")
-  if C.lt_ckpt_job_new(jp, tmp .. "/" .. rank_file(rank), (opts.chunk_mb or 4) * 1048576, opts.level or 0) ~= 0 then
-    fail()
-  end
-  local job = ffi.gc(jp[0], C.lt_ckpt_job_free)
-  -- compression threads: all for a save the training waits for; one in the background by
-  -- default (the training loop keeps its cores; opts.threads to give it more)
-  if C.lt_ckpt_job_threads(job, opts.threads or (opts.async and 1 or 0)) ~= 0 then fail() end
-  -- this rank's extra state and, on rank 0, the copied files: written by the job
-  local function add_file(name, text)
-    if C.lt_ckpt_job_add_file(job, tmp .. "/" .. name, text, #text) ~= 0 then fail() end
-  end
-  add_file(extra_file(rank), pre.extra_text)
-  local copied = {}
-  for _, f in ipairs(pre.files) do
-    add_file(f.name, f.text)
-    copied[#copied + 1] = f.name
-  end
-  -- this rank's pieces into its job, in plan order
-  local keep_alive, n_own, copied_bytes = {}, 0, 0
-  for _, p in ipairs(plan) do
-    local b = boxes[box_key(p)]
-    if b.owner == rank and b.index == nil then
-      local v = F.box_view(p.tensor, p.local_offset, p.shape)
-      if v.device ~= "cpu" then v = v:cpu() end
-      if C.lt_is_contiguous(v) == 0 then v = v:contiguous() end
-      local nbytes = v:numel() * v:element_size()
-      local shuffle = opts.shuffle ~= false and v:element_size() or 0
-      -- async: the writer thread copies first, while training goes on (M.fence before the
-      -- sources change); opts.defer = false copies here, before save returns
-      local copy = opts.async and (opts.defer == false and 1 or 2) or 0
-      if C.lt_ckpt_job_add(job, C.lt_data_ptr(v), nbytes, shuffle, copy) ~= 0 then fail() end
-      if copy == 2 and C.lt_ckpt_job_hold(job, v) ~= 0 then fail() end -- alive until copied
-      keep_alive[#keep_alive + 1] = v
-      b.index, n_own = n_own, n_own + 1
-      copied_bytes = copied_bytes + nbytes
-    end
-  end
-  -- every rank numbers the other ranks' pieces the same way (plan order on their owner)
-  local next_index = {}
-  for r = 1, world do
-    for _, p in ipairs(plans[r]) do
-      local b = boxes[box_key(p)]
-      if b.owner == r - 1 and b.file == nil then
-        b.file = r - 1
-        if b.owner ~= rank then
-          b.index = next_index[r] or 0
-          next_index[r] = b.index + 1
-        end
-      end
-    end
-  end
+  local job, copied = new_job(tmp, rank, pre, opts)
+  local keep_alive, copied_bytes = add_pieces(job, pre.plan, boxes, rank, opts)
+  number_pieces(plans, boxes, rank, world)
   local commit_args
   if rank == 0 then
-    local files, extras, mt, bytes = {}, {}, {}, 0
-    for r = 0, world - 1 do files[r + 1], extras[r + 1] = rank_file(r), extra_file(r) end
-    -- the tensors' part by hand: json.encode's generality costs a millisecond per 100 tensors,
-    -- and this runs on the training thread
-    local enc, concat, fmt = json.encode_string, table.concat, string.format
-    for i, t in ipairs(tensors) do
-      local pieces = {}
-      for k, b in ipairs(t.pieces) do
-        local nb = F.numel(b.shape) * DTYPE_SIZE[t.dtype]
-        pieces[k] = fmt('{"bytes":%d,"file":%d,"index":%d,"offset":[%s],"shape":[%s]}', nb, b.file, b.index,
-          concat(b.offset, ","), concat(b.shape, ","))
-        bytes = bytes + nb
-      end
-      mt[i] = fmt('{"dtype":"%s","name":%s,"pieces":[%s],"shape":[%s]}', t.dtype, enc(t.name), concat(pieces, ","),
-        concat(t.shape, ","))
-    end
-    local manifest = {format = M.FORMAT, version = M.VERSION, step = state.step or 0, layout = state.layout or {},
-                      world = world, config = state.config, files = json.array(files), extra = json.array(extras),
-                      copied = json.array(copied), tensors = "@TENSORS@", bytes = bytes,
-                      saved_at = os.date("!%Y-%m-%dT%H:%M:%SZ")}
-    local text = json.encode(manifest)
-    local at, stop = text:find('"tensors":"@TENSORS@"', 1, true)
-    text = text:sub(1, at - 1) .. '"tensors":[' .. concat(mt, ",") .. "]" .. text:sub(stop + 1)
-    local latest = opts.latest ~= false and (parent .. "/latest") or nil
-    commit_args = {tmp, dir, text, world, latest, latest and (F.basename(dir) .. "\n") or nil, opts.timeout or 600}
-    -- async (or alone): the writer thread commits once every file is there; a synchronous
-    -- group save commits after the ranks agree that every file was written
-    if (opts.async or not group) and C.lt_ckpt_job_commit(job, unpack(commit_args)) ~= 0 then fail() end
-    -- keeping the last K: the older step dirs go after the commit, in the writer (not here)
-    if opts.keep and opts.keep > 0 and (opts.async or not group) then
-      local base = F.basename(dir)
-      local all = {{step = tonumber(base:match("^step_(%d+)$")) or math.huge, name = base}}
-      for _, st in ipairs(require("lutra.ckpt.reader").steps(parent)) do
-        if st.name ~= base then all[#all + 1] = st end
-      end
-      table.sort(all, function(x, y) return x.step > y.step end)
-      for k, st in ipairs(all) do
-        if k > opts.keep and st.name ~= base and C.lt_ckpt_job_remove_after(job, parent .. "/" .. st.name) ~= 0 then
-          fail()
-        end
-      end
-    end
+    commit_args = plan_commit(job, dir, parent, manifest_text(state, tensors, world, copied), world, group, opts)
   end
   local p = {job = job, rank0 = rank == 0, parent = parent, keep = opts.keep, dir = dir, copied = copied_bytes}
   if opts.async then
-    if C.lt_ckpt_job_start(job) ~= 0 then fail() end
-    -- the sources stay alive (and, by the caller, unchanged) until the job copied them: M.fence
-    p.sources = opts.defer ~= false and keep_alive or nil
-    keep_alive = nil
-    p.stall = C.lt_wall_time() - t0
-    pending = p
-    return dir
+    start_async(job, p, keep_alive, opts, t0)
+  else
+    run_sync(job, p, group, rank, commit_args, t0)
   end
-  local ok = C.lt_ckpt_job_run(job) == 0
-  local msg = not ok and ffi.string(C.lt_last_error()) or nil
-  if group then -- every rank learns whether every file was written, then whether rank 0 committed
-    local function agree(what)
-      local failed = create.tensor({ok and 0 or 1 + rank}, {dtype = "i32"})
-      group:all_reduce(failed, "max")
-      local who = failed:item()
-      if ok and who ~= 0 then raise(string.format("ckpt.save: %s: rank %d failed to %s", dir, who - 1, what)) end
-    end
-    agree("write its file")
-    if ok and rank == 0 then
-      ok = C.lt_ckpt_commit(unpack(commit_args)) == 0
-      msg = not ok and ffi.string(C.lt_last_error()) or nil
-    end
-    agree("commit")
-  end
-  if not ok then raise("ckpt.save: " .. dir .. ": " .. msg) end
-  p.stall = C.lt_wall_time() - t0
-  finish(p)
   return dir
 end
 

@@ -19,7 +19,7 @@ local ops = require "lutra.ops"
 local json = require "lutra.json"
 local spec = require "lutra.dist.spec"
 local create = require "lutra.create"
-local F = require "lutra.ckpt.files"
+local ckpt_files = require "lutra.ckpt.files"
 require "lutra.tensor" -- the tensor metatype (methods, properties) for what this module makes
 local format = require "lutra.ckpt.format"
 local ffi, C = lt.ffi, lt.C
@@ -37,9 +37,13 @@ function M.load(dir)
   if type(dir) ~= "string" or dir == "" then raise("ckpt.load: dir must be a path string") end
   dir = dir:gsub("/+$", "")
   local path = dir .. "/manifest.json"
-  local text = F.read(path)
+  local text = ckpt_files.read(path)
   if not text then
-    if F.is_dir(dir) then raise("ckpt.load: " .. dir .. " is incomplete: it has no manifest.json") end
+    if ckpt_files.exists(dir .. "/manifest.lua") then
+      raise("ckpt.load: " .. dir .. "/manifest.lua: the single-process checkpoint format "
+        .. "(manifest.lua) is no longer read; a lutra checkpoint is a directory with manifest.json")
+    end
+    if ckpt_files.is_dir(dir) then raise("ckpt.load: " .. dir .. " is incomplete: it has no manifest.json") end
     raise("ckpt.load: no checkpoint at " .. dir)
   end
   local nt, np = ffi.new("int64_t[1]"), ffi.new("int64_t[1]")
@@ -56,7 +60,7 @@ function Reader:file_index(k)
   if idx then return idx end
   local name = self.manifest.files[k + 1]
   local path = self.dir .. "/" .. name
-  if not F.exists(path) then raise("ckpt.load: " .. path .. " is missing (rank " .. k .. "'s shard was deleted?)") end
+  if not ckpt_files.exists(path) then raise("ckpt.load: " .. path .. " is missing (rank " .. k .. "'s shard was deleted?)") end
   local count, size = ffi.new("int64_t[1]"), ffi.new("int64_t[1]")
   if C.lt_ckpt_read_index(path, nil, 0, count, size) ~= 0 then raise("ckpt.load: " .. last_error()) end
   local n = tonumber(count[0])
@@ -112,7 +116,7 @@ end
 function Reader:read_rows(t, k, rel, is, dst)
   local p = t.pieces[k]
   local idx, e = self:piece_entry(t, k, p)
-  local row_bytes = F.numel(p.shape) / p.shape[1] * format.DTYPE_SIZE[t.dtype]
+  local row_bytes = ckpt_files.numel(p.shape) / p.shape[1] * format.DTYPE_SIZE[t.dtype]
   local full = true
   for d = 2, #is do full = full and is[d] == p.shape[d] end
   local buf = dst
@@ -129,7 +133,7 @@ function Reader:read_rows(t, k, rel, is, dst)
     local r0 = {}
     for d = 1, #rel do r0[d] = rel[d] end
     r0[1] = 0
-    F.copy(dst, F.box_view(buf, r0, is))
+    ckpt_files.copy(dst, ckpt_files.box_view(buf, r0, is))
   end
 end
 
@@ -168,7 +172,7 @@ function Reader:read(name, offset, shape, out)
   end
   local covered = 0
   for k, p in ipairs(t.pieces) do
-    local io_, is = F.intersect(p.offset, p.shape, offset, shape)
+    local io_, is = ckpt_files.intersect(p.offset, p.shape, offset, shape)
     if nd == 0 then io_, is = {}, {} end
     if io_ then
       local whole = true
@@ -177,21 +181,21 @@ function Reader:read(name, offset, shape, out)
         local idx, e = self:piece_entry(t, k, p)
         self:decode_into(t, k, idx, e, out)
       else
-        local rel, dst = F.sub(io_, p.offset), F.box_view(out, F.sub(io_, offset), is)
+        local rel, dst = ckpt_files.sub(io_, p.offset), ckpt_files.box_view(out, ckpt_files.sub(io_, offset), is)
         local cached = self.cache and self.cache.key == t.name .. "#" .. k
         if nd >= 1 and is[1] < p.shape[1] and not cached then
           -- rows [rel[1], rel[1] + is[1]) of the piece: only the frames that hold them are decoded
           self:read_rows(t, k, rel, is, dst)
         else
-          F.copy(dst, F.box_view(self:decode(t, k), rel, is))
+          ckpt_files.copy(dst, ckpt_files.box_view(self:decode(t, k), rel, is))
         end
       end
-      covered = covered + F.numel(is)
+      covered = covered + ckpt_files.numel(is)
     end
   end
-  if covered ~= F.numel(shape) then
+  if covered ~= ckpt_files.numel(shape) then
     raise(string.format("ckpt.read: %s: tensor '%s': the saved pieces cover %d of the %d elements asked for", self.dir,
-      name, covered, F.numel(shape)))
+      name, covered, ckpt_files.numel(shape)))
   end
   return out
 end
@@ -215,7 +219,7 @@ function Reader:load_into(entries, opts)
           table.concat(t.shape, ", "), table.concat(g, ", ")))
       end
       for _, b in ipairs(spec.boxes(e.tensor)) do
-        self:read(e.name, b.offset, b.shape, F.box_view(e.tensor, b.local_offset, b.shape))
+        self:read(e.name, b.offset, b.shape, ckpt_files.box_view(e.tensor, b.local_offset, b.shape))
       end
     end
   end
@@ -229,7 +233,7 @@ function Reader:extra(r)
   local name = (self.manifest.extra or {})[r + 1]
   if not name then raise(string.format("ckpt: %s has no extra state for rank %d (world %d)", self.dir, r,
       self.manifest.world or 0)) end
-  local s = F.read(self.dir .. "/" .. name)
+  local s = ckpt_files.read(self.dir .. "/" .. name)
   if not s then raise("ckpt.load: " .. self.dir .. "/" .. name .. " is missing") end
   local ok, v = pcall(json.decode, s)
   if not ok then raise("ckpt.load: " .. self.dir .. "/" .. name .. " is corrupt: " .. tostring(v)) end
@@ -262,7 +266,7 @@ end
 -- step_* directories under root, newest (largest step) first: {{step =, name =}, ...}
 function M.steps(root)
   local out = {}
-  for _, name in ipairs(F.list(root)) do
+  for _, name in ipairs(ckpt_files.list(root)) do
     local s = name:match("^step_(%d+)$")
     if s then out[#out + 1] = {step = tonumber(s), name = name} end
   end
@@ -286,7 +290,7 @@ function M.latest(root, opts)
   if type(root) ~= "string" then raise("ckpt.latest: root must be a path string") end
   root = root:gsub("/+$", "")
   local cands, seen = {}, {}
-  local named = (F.read(root .. "/latest") or ""):match("^%s*(.-)%s*$")
+  local named = (ckpt_files.read(root .. "/latest") or ""):match("^%s*(.-)%s*$")
   if named ~= "" and not named:find("/") then
     cands[1] = named
     seen[named] = true
@@ -310,15 +314,15 @@ end
 function M.prune(root, keep)
   if type(root) ~= "string" then raise("ckpt.prune: root must be a path string") end
   root = root:gsub("/+$", "")
-  local named = (F.read(root .. "/latest") or ""):match("^%s*(.-)%s*$")
+  local named = (ckpt_files.read(root .. "/latest") or ""):match("^%s*(.-)%s*$")
   if keep and keep > 0 then
     for i, s in ipairs(M.steps(root)) do
-      if i > keep and s.name ~= named then F.remove_tree(root .. "/" .. s.name) end
+      if i > keep and s.name ~= named then ckpt_files.remove_tree(root .. "/" .. s.name) end
     end
   end
   if not format.busy() then
-    for _, name in ipairs(F.list(root)) do
-      if name:match("^step_%d+%.tmp$") or name:match("^step_%d+%.old%-%d+$") then F.remove_tree(root .. "/" .. name) end
+    for _, name in ipairs(ckpt_files.list(root)) do
+      if name:match("^step_%d+%.tmp$") or name:match("^step_%d+%.old%-%d+$") then ckpt_files.remove_tree(root .. "/" .. name) end
     end
   end
 end

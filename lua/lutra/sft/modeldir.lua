@@ -7,14 +7,14 @@
 --
 -- With lutra.hf (Hugging Face's layout: config.json, model.safetensors, tokenizer.json) the
 -- directory is written by hf.save_pretrained and read by hf.load_pretrained; without it, in
--- lutra's own format: lutra_model/ (a lutra.train.state tree {model = state dict, config =
--- the model's config}) and tokenizer.json. Both get chat_template.json: {"lutra_template":
--- name, "chat_template": Jinja text for other tools}. load also reads either format
--- whatever is installed, and a trainer checkpoint (manifest.lua with model and config;
--- the tokenizer then comes from opts.tokenizer, a tokenizer.json path).
+-- lutra's own format: lutra_model/ (a checkpoint, lutra.ckpt.save_weights, with config =
+-- {model = the model's config}) and tokenizer.json. Both get chat_template.json:
+-- {"lutra_template": name, "chat_template": Jinja text for other tools}. load also reads
+-- either format whatever is installed, and a trainer checkpoint (manifest.json with the
+-- recipe's config.model; the tokenizer then comes from opts.tokenizer, a tokenizer.json path).
 local errors = require "lutra.errors"
 local models = require "lutra.models"
-local state = require "lutra.train.state"
+local ckpt = require "lutra.ckpt"
 local tokenizer = require "lutra.tokenizer"
 local templates = require "lutra.sft.templates"
 
@@ -67,7 +67,7 @@ function M.save(dir, model, tok, opts)
     raise("modeldir.save: lutra.hf is not available")
   end
   if not saved then
-    state.save(dir .. "/lutra_model", {model = model:state_dict(), config = model.cfg})
+    ckpt.save_weights(dir .. "/lutra_model", model:state_dict(), {model = model.cfg})
     tok:save(dir .. "/tokenizer.json")
   end
   write_template(dir, name)
@@ -83,9 +83,22 @@ local function template_of(dir, tok)
   return templates.default
 end
 
-local function build(cfg, sd)
-  local model = models.build(cfg)
-  model:load_state_dict(sd)
+-- The model of a checkpoint: its config.model (the model's config, or a recipe's model part)
+-- with the vocabulary size of its weights, and the weights assembled whole from any layout.
+local function checkpoint_model(dir)
+  local st = ckpt.load_weights(dir)
+  local m = type(st.config) == "table" and st.config.model
+  if type(m) ~= "table" or st.model["wte.weight"] == nil then
+    raise("modeldir.load: " .. dir .. ": no model config in this checkpoint")
+  end
+  local known, cfg = {}, {}
+  for _, k in ipairs(models.keys) do known[k] = true end
+  for k, v in pairs(m) do
+    if known[k] and not (k == "n_kv_head" and v == 0) then cfg[k] = v end -- 0: as many as n_head
+  end
+  cfg.vocab_size = st.model["wte.weight"]:size(0)
+  local model = models.build(models.config(cfg))
+  model:load_state_dict(st.model)
   return model
 end
 
@@ -99,39 +112,16 @@ function M.load(dir, opts)
     if not hf then raise("modeldir.load: " .. dir .. " is a Hugging Face directory but lutra.hf is not available") end
     model, tok = hf.load_pretrained(dir)
     format = "hf"
-  elseif exists(dir .. "/lutra_model/manifest.lua") then
-    local st = state.load(dir .. "/lutra_model")
-    model, format = build(st.config, st.model), "lutra"
+  elseif exists(dir .. "/lutra_model/manifest.json") or exists(dir .. "/lutra_model/manifest.lua") then
+    model, format = checkpoint_model(dir .. "/lutra_model"), "lutra"
     tok = tokenizer.load(dir .. "/tokenizer.json")
-  elseif exists(dir .. "/manifest.lua") or exists(dir .. "/manifest.json") then
-    -- a trainer checkpoint (sharded manifest.json, or the earlier manifest.lua): the recipe's
-    -- config and the weights, assembled whole from whatever layout saved them
-    local st
-    if exists(dir .. "/manifest.json") then
-      local r = require("lutra.ckpt").load(dir)
-      st = {config = r.manifest.config, model = require("lutra.ckpt.train_state").model_state(r)}
-      -- parameters are saved once: a tied head is the embedding itself
-      if st.model["lm_head.weight"] == nil then st.model["lm_head.weight"] = st.model["wte.weight"] end
-    else
-      st = state.load(dir)
-    end
-    local m = type(st.config) == "table" and st.config.model
-    if type(m) ~= "table" or st.model == nil then
-      raise("modeldir.load: " .. dir .. ": no model config in this checkpoint")
-    end
-    local known, cfg = {}, {}
-    for _, k in ipairs(models.keys) do known[k] = true end
-    for k, v in pairs(m) do
-      if known[k] and not (k == "n_kv_head" and v == 0) then cfg[k] = v end -- 0: as many as n_head
-    end
-    cfg.vocab_size = st.model["wte.weight"]:size(0)
-    model, format = build(models.config(cfg), st.model), "checkpoint"
+  elseif exists(dir .. "/manifest.json") or exists(dir .. "/manifest.lua") then
+    model, format = checkpoint_model(dir), "checkpoint" -- a trainer checkpoint
     local tok_path = opts.tokenizer or (exists(dir .. "/tokenizer.json") and dir .. "/tokenizer.json")
     if not tok_path then raise("modeldir.load: a checkpoint without tokenizer.json: pass its tokenizer") end
     tok = tokenizer.load(tok_path)
   else
-    raise("modeldir.load: " .. dir .. " is not a model directory (no config.json, lutra_model/, manifest.json or "
-      .. "manifest.lua)")
+    raise("modeldir.load: " .. dir .. " is not a model directory (no config.json, lutra_model/ or manifest.json)")
   end
   return model, tok, {template = opts.template or template_of(dir, tok), format = format}
 end
