@@ -189,6 +189,25 @@ function Transformer:kv_cache(batch, len)
   return {pos = 0, len = len, layers = layers}
 end
 
+-- Whether this process holds every parameter whole, as a model directory
+-- (lutra.sft.modeldir.save, lt.hf.save_pretrained) needs: true on one process and under
+-- data parallel or ZeRO 1-2; false where a layout keeps pieces (tensor parallel and ZeRO 3
+-- shards, whose lutra.dist.spec says so) or freed the other ranks' layers (pipeline stages),
+-- which sharded checkpoints (lt.ckpt) save instead.
+function Transformer:can_save_whole()
+  local spec = package.loaded["lutra.dist.spec"] -- no layout without it
+  for _, p in ipairs(self:parameters()) do
+    if p:is_freed() then return false end
+    local s = spec and spec.get(p)
+    if s then
+      for i, n in ipairs(s.global) do
+        if n ~= p.shape[i] then return false end
+      end
+    end
+  end
+  return true
+end
+
 function Transformer:extra_repr()
   local c = self.cfg
   local s = string.format("%s: %d layers, d_model %d, %d heads", c.arch, c.n_layer, c.d_model, c.n_head)
