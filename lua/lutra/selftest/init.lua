@@ -301,10 +301,9 @@ local function without_gpu(C, device)
   return 77, "selftest: skipped: no GPU to test (" .. why .. ")"
 end
 
--- args: the command line after `selftest` (a list of strings). Returns the exit status:
--- 0 all passed, 1 a failure, 77 skipped (no GPU: see the top of this file).
-function M.main(args)
-  args = args or {}
+-- The command line after `selftest`: verbose, device; or nil and the exit status (help, an
+-- unknown argument).
+local function parse_args(args)
   local verbose, device = false, nil
   for _, a in ipairs(args) do
     if a == "-v" or a == "--verbose" then
@@ -313,12 +312,46 @@ function M.main(args)
       device = a:match("^%-%-device=(.*)$")
     elseif a == "-h" or a == "--help" then
       print("usage: lutra selftest [-v] [--device=cuda|cuda:K|cpu]")
-      return 0
+      return nil, 0
     else
       io.stderr:write("lutra selftest: unknown argument '", a, "'\n")
-      return 1
+      return nil, 1
     end
   end
+  return verbose, device
+end
+
+-- report(op, shape, dtype, abs, rel, ok) for every case: counts it, prints it (verbose, or a
+-- failure) and folds it into its (op, dtype) row; summary() gives rows, failures, cases.
+local function reporter(verbose)
+  local rows, by_key, failures, cases = {}, {}, 0, 0
+  local function report(op, shape, dtype, abs, rel, ok)
+    cases = cases + 1
+    if not ok then failures = failures + 1 end
+    local s = shape_str(shape)
+    if verbose or not ok then
+      print(string.format("  %-22s %-16s %-12s abs %-9s rel %-9s %s", op, s, dtype, fmt_err(abs), fmt_err(rel),
+                          ok and "pass" or "FAIL"))
+    end
+    local key = op .. " " .. dtype
+    local r = by_key[key]
+    if not r then
+      r = {op = op, dtype = dtype, shape = s, cases = 0, abs = 0, rel = 0, ok = true, order = #rows}
+      by_key[key] = r
+      rows[#rows + 1] = r
+    end
+    r.cases = r.cases + 1
+    if abs > r.abs or rel > r.rel then r.shape = s end
+    r.abs, r.rel, r.ok = math.max(r.abs, abs), math.max(r.rel, rel), r.ok and ok
+  end
+  return report, function() return rows, failures, cases end
+end
+
+-- args: the command line after `selftest` (a list of strings). Returns the exit status:
+-- 0 all passed, 1 a failure, 77 skipped (no GPU: see the top of this file).
+function M.main(args)
+  local verbose, device = parse_args(args or {})
+  if verbose == nil then return device end
 
   local C, err = probe_api()
   if not C then
@@ -340,28 +373,9 @@ function M.main(args)
   print(string.format("selftest: %s against cpu; %s", device,
                       count > 0 and ffi.string(C.lt_cuda_status()) or "no CUDA device, harness check only"))
 
-  local rows, by_key, failures, cases = {}, {}, 0, 0
-  local function report(op, shape, dtype, abs, rel, ok)
-    cases = cases + 1
-    if not ok then failures = failures + 1 end
-    local s = shape_str(shape)
-    if verbose or not ok then
-      print(string.format("  %-22s %-16s %-12s abs %-9s rel %-9s %s", op, s, dtype, fmt_err(abs), fmt_err(rel),
-                          ok and "pass" or "FAIL"))
-    end
-    local key = op .. " " .. dtype
-    local r = by_key[key]
-    if not r then
-      r = {op = op, dtype = dtype, shape = s, cases = 0, abs = 0, rel = 0, ok = true, order = #rows}
-      by_key[key] = r
-      rows[#rows + 1] = r
-    end
-    r.cases = r.cases + 1
-    if abs > r.abs or rel > r.rel then r.shape = s end
-    r.abs, r.rel, r.ok = math.max(r.abs, abs), math.max(r.rel, rel), r.ok and ok
-  end
-
+  local report, summary = reporter(verbose)
   local ok, msg = xpcall(run_cases, debug.traceback, lt, C, device, report)
+  local rows, failures, cases = summary()
   print_table(rows)
   if not ok then
     print("selftest: FAILED with an error: " .. tostring(msg))
