@@ -20,9 +20,6 @@
 -- the aux loss stays near 1.02 (balanced), and each expert gets 18-32% of the tokens.
 local lt = require "lutra"
 local config = lt.config
-local train = require "lutra.train"
-local generate = require "lutra.generate"
-local models = require "lutra.models"
 
 local here = (arg and arg[0] or ""):match("^(.*)/[^/]+$") or "recipes"
 local MoE = dofile(here .. "/lib/moe.lua")
@@ -59,8 +56,8 @@ print(string.format("data: %s, %d chars, %d train / %d val tokens", text_path, t
 -- ---- model: gpt2 with MoE feed-forward layers ----------------------------------------------------
 lt.manual_seed(cfg.seed)
 local m, e = cfg.model, cfg.moe
-local model = models.build{arch = "gpt2", n_layer = m.n_layer, n_head = m.n_head, d_model = m.d_model,
-                           block_size = m.block_size, vocab_size = tok.vocab_size}
+local model = lt.models.build{arch = "gpt2", n_layer = m.n_layer, n_head = m.n_head, d_model = m.d_model,
+                              block_size = m.block_size, vocab_size = tok.vocab_size}
 for _, block in ipairs(model.blocks) do
   block.mlp = MoE{d_model = m.d_model, n_experts = e.n_experts, top_k = e.top_k, hidden = e.hidden,
                   resid_std = 0.02 / math.sqrt(2 * m.n_layer)}
@@ -81,8 +78,8 @@ local function loss_fn(model_, batch)
 end
 
 local aux_log = {}
-local result = train{model = model, data = data, config = cfg, tokenizer = tok, loss_fn = loss_fn,
-                     log = function(r) if r.aux_loss then aux_log[#aux_log + 1] = r end end}
+local result = lt.train{model = model, data = data, config = cfg, tokenizer = tok, loss_fn = loss_fn,
+                        log = function(r) if r.aux_loss then aux_log[#aux_log + 1] = r end end}
 
 -- ---- summary ---------------------------------------------------------------------------------
 local function mean_of(key, from, to)
@@ -100,20 +97,23 @@ if n > 0 then
 end
 if result.val_loss then print(string.format("final_val=%.4f", result.val_loss)) end
 
--- how the experts share the tokens of one val batch, per layer (fractions of top-k assignments)
+-- how the experts share the tokens of one val batch, per layer (fractions of top-k assignments):
+-- each block shows its MLP input to a hook during the model's own forward
 local val = data:with{split = "val"}
-lt.no_grad(function()
-  local x = val:next()
-  local h = model.wte(x) + model.wpe(lt.arange(x:size(1)))
-  for i, block in ipairs(model.blocks) do
-    local hn = block.ln_2(h + block.attn(block.ln_1(h)))
-    local _, mask = block.mlp:route(hn:reshape(-1, m.d_model))
-    local share = (mask:to("f32"):mean(0) * (1 / e.top_k)):tolist()
-    for j = 1, #share do share[j] = string.format("%.2f", share[j]) end
-    print(string.format("layer %d routing share: %s", i, table.concat(share, " ")))
-    h = block(h)
-  end
-end)
+local shares = {}
+for i, block in ipairs(model.blocks) do
+  block:on_mlp_input(function(_, h)
+    local _, mask = block.mlp:route(h:reshape(-1, m.d_model))
+    shares[i] = (mask:to("f32"):mean(0) * (1 / e.top_k)):tolist()
+  end)
+end
+lt.no_grad(function() model:forward(val:next()) end)
+for i, block in ipairs(model.blocks) do
+  block:on_mlp_input(nil)
+  local share = shares[i]
+  for j = 1, #share do share[j] = string.format("%.2f", share[j]) end
+  print(string.format("layer %d routing share: %s", i, table.concat(share, " ")))
+end
 
-print("---- sample ----\n" .. generate.text(model, tok, "", {max_new_tokens = cfg.sample_tokens,
-                                                          temperature = cfg.temperature}) .. "\n----------------")
+print("---- sample ----\n" .. lt.generate.text(model, tok, "", {max_new_tokens = cfg.sample_tokens,
+                                                             temperature = cfg.temperature}) .. "\n----------------")

@@ -11,10 +11,7 @@
 -- before and after; saves the adapters (PEFT's layout; LoRA) and the (merged) model directory.
 local lt = require "lutra"
 local config = lt.config
-local dpo = require "lutra.dpo"
-local lora = require "lutra.lora"
-local optim = require "lutra.optim"
-local modeldir = require "lutra.sft.modeldir"
+local dpo, lora, optim, modeldir = lt.dpo, lt.lora, lt.optim, lt.sft.modeldir
 
 local data = ((arg and arg[0] or ""):match("^(.*/)[^/]+$") or "recipes/") .. "data/" -- found from any directory
 local cfg = config {
@@ -111,7 +108,7 @@ local function next_indices()
   return idx
 end
 model:train()
-local now = require("lutra.train.interrupt").now
+local now = lt.now
 local t0, tokens = now(), 0
 for step = 1, cfg.steps do
   local m = lt.tidy(function()

@@ -25,9 +25,6 @@
 -- Ctrl-C stops after the current step and saves a checkpoint; --resume=auto continues.
 local lt = require "lutra"
 local config = lt.config
-local train = require "lutra.train"
-local generate = require "lutra.generate"
-local models = require "lutra.models"
 
 local cfg = config {
   data = "",                          -- a text file; "" = the fortunes corpus (recipes/data/fortunes.lua)
@@ -63,7 +60,7 @@ print(cfg:dump())
 if mesh.size > 1 then print(string.format("parallel: %d ranks, %s", mesh.size, mesh:layout())) end
 
 -- ---- data ---------------------------------------------------------------------------------
--- rank 0 writes the corpus, tokenizer and token file; the others wait, then read them
+-- rank 0 writes the corpus, tokenizer and token file; the others wait, then read them (lt.dist.once)
 local function prepare()
   local text_path = cfg.data
   if text_path == "" then
@@ -82,18 +79,16 @@ local function prepare()
   local data = lt.data.text(text_path, tok, {seq_len = cfg.model.block_size, batch = cfg.batch, seed = cfg.seed})
   return text_path, tok, data
 end
-if main and mesh.size > 1 then prepare() end
-mesh.world:barrier()
-local text_path, tok, data = prepare()
+local text_path, tok, data = lt.dist.once(prepare)
 print(string.format("data: %s, %s tokenizer (%d tokens), %d train / %d val tokens", text_path, tok.kind,
                     tok.vocab_size, data.ntokens, data.file.count - data.ntokens))
 
 -- ---- model -----------------------------------------------------------------------------------
 lt.manual_seed(cfg.seed)
 local m = cfg.model
-local model = models.build{arch = m.arch, n_layer = m.n_layer, n_head = m.n_head,
-                           n_kv_head = m.n_kv_head > 0 and m.n_kv_head or nil, d_model = m.d_model,
-                           block_size = m.block_size, dropout = m.dropout, vocab_size = tok.vocab_size}
+local model = lt.models.build{arch = m.arch, n_layer = m.n_layer, n_head = m.n_head,
+                              n_kv_head = m.n_kv_head > 0 and m.n_kv_head or nil, d_model = m.d_model,
+                              block_size = m.block_size, dropout = m.dropout, vocab_size = tok.vocab_size}
 local device = cfg.device == "auto" and lt.dist.default_device() or cfg.device
 model:to(device) -- the trainer brings each batch to the model's device
 local nparams = 0
@@ -102,7 +97,7 @@ print(string.format("model: %s, %d layers, %d heads, d_model %d: %.2fM parameter
                     m.n_head, m.d_model, nparams / 1e6, device))
 
 -- ---- train ----------------------------------------------------------------------------------
-local result = train{model = model, data = data, config = cfg, tokenizer = tok}
+local result = lt.train{model = model, data = data, config = cfg, tokenizer = tok}
 
 local first = result.losses[1]
 print(string.format("trained %d steps in %.1f s: loss %s -> %s, val loss %s, %.0f tokens/s (training steps)",
@@ -116,8 +111,8 @@ end
 
 -- ---- the model directory (weights, config, tokenizer: what recipes/sft.lua and `lutra chat` load) ----
 -- (layouts that shard the weights, tp / pp / zero 3, leave that to sharded checkpoints)
-if main and cfg.run_dir ~= "" and mesh.tp_size == 1 and mesh.pp_size == 1 and mesh.zero < 3 then
-  print("model: saved to " .. require("lutra.sft.modeldir").save(cfg.run_dir .. "/model", model, tok))
+if main and cfg.run_dir ~= "" and model:can_save_whole() then
+  print("model: saved to " .. lt.sft.modeldir.save(cfg.run_dir .. "/model", model, tok))
 end
 
 -- ---- a sample ----------------------------------------------------------------------------
@@ -125,7 +120,7 @@ end
 -- ZeRO 3 shards do not generate.
 if mesh.pp_size > 1 or mesh.zero == 3 or (mesh.tp_size == 1 and not main) then return end
 if mesh.tp_size > 1 then lt.manual_seed(cfg.seed + 1) end -- the same generator on every rank
-local text = generate.text(model, tok, cfg.sample_prompt, {max_new_tokens = cfg.sample_tokens,
-                                                          temperature = cfg.temperature, top_k = cfg.top_k,
-                                                          top_p = cfg.top_p})
+local text = lt.generate.text(model, tok, cfg.sample_prompt, {max_new_tokens = cfg.sample_tokens,
+                                                             temperature = cfg.temperature, top_k = cfg.top_k,
+                                                             top_p = cfg.top_p})
 print("---- sample ----\n" .. text .. "\n----------------")

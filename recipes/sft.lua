@@ -12,11 +12,7 @@
 -- loss. The held-out loss per assistant token is measured before and after training.
 local lt = require "lutra"
 local config = lt.config
-local train = require "lutra.train"
-local sft = require "lutra.sft.data"
-local modeldir = require "lutra.sft.modeldir"
-local ev = require "lutra.sft.eval"
-local templates = require "lutra.sft.templates"
+local sft, modeldir, ev, templates = lt.sft.data, lt.sft.modeldir, lt.sft.eval, lt.sft.templates
 
 local data = ((arg and arg[0] or ""):match("^(.*/)[^/]+$") or "recipes/") .. "data/" -- found from any directory
 local cfg = config {
@@ -64,7 +60,7 @@ local val_loader = sft.loader(val_rows, {batch = cfg.batch, seed = cfg.seed + 1}
 -- ---- LoRA (optional) ------------------------------------------------------------------------
 local optimizer, lora = nil, nil
 if cfg.lora then
-  lora = require "lutra.lora"
+  lora = lt.lora
   lora.apply(model, {targets = cfg.lora_targets, r = cfg.lora_r, alpha = cfg.lora_alpha, dropout = cfg.lora_dropout})
   print("lora: " .. lora.summary(model))
   optimizer = lt.optim.AdamW(lora.param_groups(model), {lr = cfg.lr, betas = cfg.betas,
@@ -78,8 +74,8 @@ print(string.format("held-out assistant-token loss before: %.4f (%d tokens); exa
                     right0, n_q))
 local function loss_fn(m, batch) return sft.loss(m, batch, {on_empty = cfg.on_empty}) end
 lt.reset_peak_memory_stats("cpu")
-local result = train{model = model, data = loader, val_data = val_loader, config = cfg, loss_fn = loss_fn,
-                     optimizer = optimizer, tokenizer = tok}
+local result = lt.train{model = model, data = loader, val_data = val_loader, config = cfg, loss_fn = loss_fn,
+                        optimizer = optimizer, tokenizer = tok}
 local after = sft.evaluate(model, val_rows, {batch = cfg.batch})
 local loss_tokens = 0
 for _, r in ipairs(rows) do loss_tokens = loss_tokens + r.n_loss end

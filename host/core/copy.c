@@ -1,4 +1,4 @@
-/* copy.c — copy across dtypes, devices and layouts; fill, arange, linspace. */
+/* core/copy.c — copy across dtypes, devices and layouts; fill, arange, linspace. */
 #include "kernels/elementwise.h"
 #include "core/internal.h"
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* tensor.c — tensor lifecycle, geometry helpers, output preparation, element access. */
+/* core/tensor.c — tensor lifecycle, geometry helpers, output preparation, element access. */
 #include "core/internal.h"
 #include <stdio.h>
 #include <stdlib.h>

@@ -16,7 +16,9 @@
 --   autograd   t.requires_grad, t.grad, t.grad_fn, t:backward(), no_grad, enable_grad,
 --              zero_grad, checkpoint, lt.autograd.backward/grad (see lutra/autograd.lua)
 --   memory     tidy, keep, memory_stats, reset_peak_memory_stats, empty_cache, collectgarbage
---   runtime    version, build_info, get_num_threads, set_num_threads, cuda.*
+--   runtime    version, build_info, get_num_threads, set_num_threads, now, cuda.*
+--   training   data, tokenizer, nn, models, optim, train, generate, config, dist, ckpt, hf,
+--              and on first use lora, dpo, sft.{data, modeldir, eval, templates}
 --   types      is_tensor, Tensor (the methods table), dtype names as lt.float32 = "f32", ...
 -- See lutra/tensor.lua for the tensor type, lutra/index.lua for indexing.
 local lt = require "lutra.ffi"
@@ -102,6 +104,25 @@ M.autocast = require("lutra.autocast").run -- lt.autocast("bf16", fn, ...)
 M.dist = require "lutra.dist" -- lt.dist.init{dp =, tp =, pp =, zero =} -> mesh; groups and collectives
 
 M.cuda = require "lutra.cuda" -- devices, memory stats, events, pinned memory, async copies
+M.now = require("lutra.train.interrupt").now -- wall-clock seconds (monotonic), for timing a loop
+
+-- Loaded on first use (fine-tuning): lt.lora (adapters), lt.dpo (preference tuning), and
+-- lt.sft.data, lt.sft.modeldir, lt.sft.eval, lt.sft.templates (chats, model directories).
+local LAZY = {lora = "lutra.lora", dpo = "lutra.dpo"}
+local SFT = {data = true, modeldir = true, eval = true, templates = true}
+M.sft = setmetatable({}, {__index = function(t, k)
+  if not SFT[k] then return nil end
+  local mod = require("lutra.sft." .. k)
+  rawset(t, k, mod)
+  return mod
+end})
+setmetatable(M, {__index = function(t, k)
+  local name = LAZY[k]
+  if not name then return nil end
+  local mod = require(name)
+  rawset(t, k, mod)
+  return mod
+end})
 
 -- Said once per process: a CUDA build on a machine where CUDA cannot be used.
 if ffi.string(C.lt_build_info()):find("cuda: built", 1, true) and C.lt_cuda_device_count() == 0

@@ -19,11 +19,8 @@
 -- assignments that went to expert e, P_e = the mean router probability of e over the
 -- tokens, aux = E * sum_e f_e * P_e. It is 1 when routing is uniform and grows as it
 -- concentrates; f is a count (no gradient), the gradient flows through P.
-local Module = require "lutra.nn.module"
-local Linear = require "lutra.nn.linear"
-local create = require "lutra.create"
-local grad = require "lutra.nn.grad"
-local ops = require "lutra.ops"
+local lt = require "lutra"
+local Module, Linear = lt.nn.Module, lt.nn.Linear
 
 local MoE = Module:extend("MoE")
 
@@ -36,12 +33,12 @@ function MoE:init(cfg)
   local std, resid_std = cfg.init_std or 0.02, cfg.resid_std or cfg.init_std or 0.02
   self.router = Linear(C, E, {bias = false, dtype = cfg.dtype, device = cfg.device})
   -- the experts' weights, stacked: w_in (E, C, H), b_in (E, 1, H), w_out (E, H, C), b_out (E, 1, C)
-  grad.no_grad(function()
-    self.w_in = create.normal_(create.empty(E, C, H, fo), 0, std)
-    self.b_in = create.zeros(E, 1, H, fo)
-    self.w_out = create.normal_(create.empty(E, H, C, fo), 0, resid_std)
-    self.b_out = create.zeros(E, 1, C, fo)
-    create.normal_(self.router.weight, 0, std)
+  lt.no_grad(function()
+    self.w_in = lt.normal_(lt.empty(E, C, H, fo), 0, std)
+    self.b_in = lt.zeros(E, 1, H, fo)
+    self.w_out = lt.normal_(lt.empty(E, H, C, fo), 0, resid_std)
+    self.b_out = lt.zeros(E, 1, C, fo)
+    lt.normal_(self.router.weight, 0, std)
   end)
 end
 
@@ -49,13 +46,13 @@ end
 -- per row), gates (N, E): probs on the chosen experts renormalised to sum 1, 0 elsewhere.
 function MoE:route(x)
   local probs = self.router(x):softmax(-1)
-  local mask = grad.no_grad(function()
+  local mask = lt.no_grad(function()
     -- knock out the largest k - 1 times; the k-th largest is then the row's max
     local p = probs:detach()
-    for _ = 1, self.top_k - 1 do p = ops.where(p:ge((p:max(-1, true))), -1, p) end
+    for _ = 1, self.top_k - 1 do p = lt.where(p:ge((p:max(-1, true))), -1, p) end
     return probs:ge((p:max(-1, true)))
   end)
-  local chosen = ops.where(mask, probs, 0)
+  local chosen = lt.where(mask, probs, 0)
   return probs, mask, chosen / chosen:sum(-1, true)
 end
 

@@ -7,7 +7,6 @@ local train = require "lutra.train"
 local optim = require "lutra.optim"
 local models = require "lutra.models"
 local precision = require "lutra.train.precision"
-local ckpt = require "lutra.train.state"
 local T = require "lutra.testing"
 local equal, fails, close = T.assert_equal, T.assert_error, T.assert_close
 

@@ -1,10 +1,12 @@
--- lutra.train and its parts: the checkpoint directory format, metrics lines, the progress
+-- lutra.train and its parts: the checkpoint (lutra.ckpt) it saves, metrics lines, the progress
 -- line, sampling (top-k, top-p, KV cache against recomputation), and the loop itself
 -- (gradient accumulation, clipping, schedule, evaluation, metrics, Ctrl-C, memory, errors).
 local ffi = require "ffi"
 local lt = require "lutra"
 local train = require "lutra.train"
-local ckpt = require "lutra.train.state"
+local ckpt = require "lutra.ckpt"
+local files = require "lutra.ckpt.files"
+local json = require "lutra.json"
 local metrics = require "lutra.train.metrics"
 local progress = require "lutra.train.progress"
 local generate = require "lutra.generate"
@@ -16,67 +18,75 @@ local dir = os.tmpname()
 os.remove(dir)
 os.execute("mkdir -p " .. dir)
 
--- ---- checkpoint format ---------------------------------------------------------------------
+-- ---- checkpoint format (lutra.ckpt, what the trainer saves) -----------------------------------
 
-test("checkpoint: a tree of numbers, strings, booleans and tensors round-trips exactly", function()
+local function bytes_of(t)
+  local c = t:contiguous()
+  return ffi.string(ffi.cast("const char *", c:data_ptr()), c:numel() * c:element_size())
+end
+
+test("checkpoint: tensors of every dtype and a state of numbers, strings, booleans round-trip exactly", function()
   local a = lt.randn(3, 5)
-  local tree = {
-    step = 12, x = 0.1, tiny = 5e-324, big = 2 ^ 60 + 2 ^ 8, neg = -1 / 3, inf = 1 / 0, ninf = -1 / 0,
-    s = "line1\nline2 \"quoted\" \\ \0 end", flag = true, off = false, list = {1, 2.5, "three"},
-    nested = {deeper = {t = lt.arange(10):to("i32")}}, ["odd key"] = 1, [7] = "seven",
-    tensors = {f32 = a, f64 = lt.randn(4, {dtype = "f64"}), bf16 = lt.randn(6):to("bf16"), i64 = lt.arange(5),
-               u8 = lt.tensor({1, 2, 255}, {dtype = "u8"}), noncontig = a:t(), scalar = lt.tensor(3.5)},
-    tied1 = a, tied2 = a,
-  }
-  local path = ckpt.save(dir .. "/ck/step_000001", tree)
+  local tensors = {f32 = a, f64 = lt.randn(4, {dtype = "f64"}), bf16 = lt.randn(6):to("bf16"), i64 = lt.arange(5),
+                   u8 = lt.tensor({1, 2, 255}, {dtype = "u8"}), noncontig = a:t(), scalar = lt.tensor(3.5),
+                   ["nested.deeper.t"] = lt.arange(10):to("i32"), tied1 = a, tied2 = a}
+  local list = {}
+  for name, t in pairs(tensors) do list[#list + 1] = {name = name, tensor = t} end
+  -- JSON numbers: the extra state holds no inf (the trainer's state has none)
+  local extra = {step = 12, x = 0.1, tiny = 5e-324, big = 2 ^ 60 + 2 ^ 8, neg = -1 / 3,
+                 s = "line1\nline2 \"quoted\" \\ \0 end", flag = true, off = false, list = {1, 2.5, "three"},
+                 nested = {deeper = {n = 7}}, ["odd key"] = 1}
+  local path = ckpt.save(dir .. "/ck/step_000001", {step = 12, tensors = list, extra = extra})
   equal(path, dir .. "/ck/step_000001")
-  local back = ckpt.load(path)
-  for _, k in ipairs {"step", "x", "tiny", "big", "neg", "inf", "ninf", "s", "flag", "off", "odd key", 7} do
-    assert(back[k] == tree[k], "key " .. tostring(k) .. ": " .. tostring(back[k]))
+  local r = ckpt.load(path)
+  equal(r.manifest.step, 12)
+  local back = r:extra(0)
+  for _, k in ipairs {"step", "x", "tiny", "big", "neg", "s", "flag", "off", "odd key"} do
+    assert(back[k] == extra[k], "key " .. tostring(k) .. ": " .. tostring(back[k]))
   end
   equal(back.list, {1, 2.5, "three"})
-  equal(back.nested.deeper.t.dtype, "i32")
-  equal(back.nested.deeper.t:tolist(), tree.nested.deeper.t:tolist())
-  for name, t in pairs(tree.tensors) do
-    equal(back.tensors[name].dtype, t.dtype, name)
-    equal(back.tensors[name].shape, t.shape, name)
-    equal(back.tensors[name]:tolist(), t:tolist(), name)
+  equal(back.nested.deeper.n, 7)
+  for name, t in pairs(tensors) do
+    local got = r:tensor(name)
+    equal(got.dtype, t.dtype, name)
+    equal(got.shape, t.shape, name)
+    equal(got:tolist(), t:tolist(), name)
+    assert(bytes_of(got) == bytes_of(t), name .. ": bytes differ")
   end
-  -- one file for a tensor saved under two names
-  local n = 0
-  for _ in io.popen("ls " .. path .. "/*.bin"):lines() do n = n + 1 end
-  equal(n, 8)
   equal(ckpt.latest(dir .. "/ck"), path)
 end)
 
 test("checkpoint: replacing, latest, prune, errors", function()
   local root = dir .. "/ck2"
-  for s = 1, 4 do ckpt.save(string.format("%s/step_%06d", root, s), {step = s}) end
-  ckpt.save(root .. "/step_000004", {step = 44}) -- replaces the older one
-  equal(ckpt.load(root .. "/step_000004").step, 44)
+  local function state(s) return {step = s, tensors = {{name = "x", tensor = lt.ones(2) * s}}} end
+  for s = 1, 4 do ckpt.save(string.format("%s/step_%06d", root, s), state(s)) end
+  ckpt.save(root .. "/step_000004", state(44)) -- replaces the older one
+  equal(ckpt.load(root .. "/step_000004").manifest.step, 44)
   equal(ckpt.latest(root), root .. "/step_000004")
   ckpt.prune(root, 2)
-  assert(not ckpt.exists(root .. "/step_000001/manifest.lua"))
-  assert(not ckpt.exists(root .. "/step_000002/manifest.lua"))
-  assert(ckpt.exists(root .. "/step_000003/manifest.lua"))
+  assert(not files.exists(root .. "/step_000001/manifest.json"))
+  assert(not files.exists(root .. "/step_000002/manifest.json"))
+  assert(files.exists(root .. "/step_000003/manifest.json"))
   equal(ckpt.latest(dir .. "/nothing"), nil)
   fails("no checkpoint at", ckpt.load, dir .. "/nothing")
-  fails("cannot save", ckpt.save, root .. "/bad", {f = function() end})
-  assert(not ckpt.exists(root .. "/bad/manifest.lua"), "a failed save leaves nothing")
-  -- corrupt manifest, wrong format, truncated tensor file
-  local p = ckpt.save(root .. "/step_000009", {t = lt.ones(4)})
-  local f = assert(io.open(p .. "/t00001.bin", "wb"))
+  fails("must be {name = <string>, tensor = <tensor>}", ckpt.save, root .. "/bad", {step = 1, tensors = {{name = "f"}}})
+  assert(not files.exists(root .. "/bad/manifest.json"), "a failed save leaves nothing")
+  -- truncated shard, wrong format, corrupt manifest
+  local p = ckpt.save(root .. "/step_000009", {step = 9, tensors = {{name = "t", tensor = lt.ones(4)}}})
+  local f = assert(io.open(p .. "/rank_00000.lz4", "wb"))
   f:write("abc")
   f:close()
-  fails("has 3 bytes", ckpt.load, p)
-  f = assert(io.open(p .. "/manifest.lua", "w"))
-  f:write("return {format = 'other'}")
+  fails("rank_00000.lz4", function() ckpt.load(p):tensor("t") end)
+  local manifest = json.decode(files.read(p .. "/manifest.json"))
+  manifest.format = "other"
+  f = assert(io.open(p .. "/manifest.json", "w"))
+  f:write(json.encode(manifest))
   f:close()
-  fails("is not a lutra-train-checkpoint", ckpt.load, p)
-  f = assert(io.open(p .. "/manifest.lua", "w"))
-  f:write("return {{{")
+  fails("lutra-checkpoint", ckpt.load, p)
+  f = assert(io.open(p .. "/manifest.json", "w"))
+  f:write("{{{")
   f:close()
-  fails("corrupt manifest", ckpt.load, p)
+  fails("not valid JSON", ckpt.load, p)
 end)
 
 -- ---- metrics, progress ---------------------------------------------------------------------

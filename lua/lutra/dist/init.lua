@@ -4,6 +4,7 @@
 --   local mesh = dist.init{dp = "auto", tp = 2, pp = 1, zero = 0}   -- config.parallel
 --   mesh.dp:all_reduce(t, "avg")                -- groups: mesh.world, .dp, .tp, .pp, .dp_tp, .embed
 --   dist.rank(), dist.size(), dist.is_main()
+--   local tok, data = dist.once(prepare)          -- rank 0 first, then the others
 --
 -- Under mpirun / srun / `lutra launch` every process is a rank of the MPI world; without
 -- a launcher the program is a world of one and every collective is local. The trainer
@@ -61,6 +62,24 @@ function M.mesh() return current end
 function M.rank() return current and current.rank or (package.loaded["lutra.dist.comm"] and comm().rank() or 0) end
 function M.size() return current and current.size or (package.loaded["lutra.dist.comm"] and comm().size() or 1) end
 function M.is_main() return M.rank() == 0 end
+
+local function pack(...) return {n = select("#", ...), ...} end
+
+-- Runs fn(...) on rank 0 first and then, after a barrier of the world, on the other ranks:
+-- rank 0 writes what the others then find ready (a corpus, a tokenizer, a token file).
+-- Returns fn's results on every rank; a world of one runs fn once.
+function M.once(fn, ...)
+  if type(fn) ~= "function" then raise("dist.once: expected a function, got " .. type(fn)) end
+  local world = current and current.world or (M.launched() and comm().world) or nil
+  if world == nil or world.size <= 1 then return fn(...) end
+  if world.rank == 0 then
+    local results = pack(fn(...))
+    world:barrier()
+    return unpack(results, 1, results.n)
+  end
+  world:barrier()
+  return fn(...)
+end
 
 -- Whether this process was started by a launcher (mpirun, srun): a world of many.
 function M.launched()

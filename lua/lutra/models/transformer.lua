@@ -91,6 +91,46 @@ local function check_ids(what, t, B, T)
   end
 end
 
+-- (the intermediates are released as soon as used: see nn.grad.release)
+local release = grad.release
+
+-- Token embeddings plus learned positions (at `positions`, else pos .. pos + T - 1), then dropout.
+local function embed(self, idx, positions, pos, T)
+  local x = self.wte(idx)
+  if self.wpe ~= nil then
+    local p = self.wpe(positions or create.arange(pos, pos + T))
+    local e = x
+    x = e + p
+    release(e)
+    release(p)
+  end
+  local d = self.drop(x)
+  release(x, d)
+  return d
+end
+
+-- ln_f of the residual stream x + pending (the last block's add, fused with ln_f when it can be).
+local function final_norm(self, x, pending)
+  local h
+  if pending ~= nil and pending.dtype_ == x.dtype_ and Block.fusable_norm(self.ln_f) then
+    local sum
+    sum, h = self.ln_f:forward_add(pending, x)
+    release(pending, sum)
+    release(x, sum)
+    x = sum
+  elseif pending ~= nil then
+    local sum = x + pending
+    release(pending, sum)
+    release(x, sum)
+    x = sum
+    h = self.ln_f(x)
+  else
+    h = self.ln_f(x)
+  end
+  release(x, h)
+  return h
+end
+
 -- idx (B, T) token ids -> logits (B, T, V); with targets (B, T) (-100: ignored), also
 -- the mean cross-entropy loss. opts.cache (from kv_cache) decodes incrementally.
 -- Packed rows (several documents per row, lutra.sft.data): opts.positions (B, T) the
@@ -108,24 +148,12 @@ function Transformer:forward(idx, targets, opts)
     raise(string.format("Transformer: %d positions%s do not fit the %s of %d", T,
       pos > 0 and string.format(" after %d", pos) or "", cache and "cache" or "block_size", limit))
   end
-  -- (the intermediates are released as soon as used: see nn.grad.release)
-  local release = grad.release
   local positions, segments = opts and opts.positions, opts and opts.segments
   if positions ~= nil then check_ids("positions", positions, B, T) end
   if segments ~= nil then check_ids("segments", segments, B, T) end
   local packed = (positions ~= nil or segments ~= nil) and {positions = positions, segments = segments} or nil
   if packed and cache then raise("Transformer: positions/segments (packed rows) do not go with a cache") end
-  local x = self.wte(idx)
-  if self.wpe ~= nil then
-    local p = self.wpe(positions or create.arange(pos, pos + T))
-    local e = x
-    x = e + p
-    release(e)
-    release(p)
-  end
-  local d = self.drop(x)
-  release(x, d)
-  x = d
+  local x = embed(self, idx, positions, pos, T)
   -- Each block's last residual add is left pending and done by the next norm's fused kernel
   -- (Block:forward_split); blocks that cannot take part get the sum first.
   local pending
@@ -147,23 +175,7 @@ function Transformer:forward(idx, targets, opts)
       x = y
     end
   end
-  local h
-  if pending ~= nil and pending.dtype_ == x.dtype_ and Block.fusable_norm(self.ln_f) then
-    local sum
-    sum, h = self.ln_f:forward_add(pending, x) -- the last block's add, fused with ln_f
-    release(pending, sum)
-    release(x, sum)
-    x = sum
-  elseif pending ~= nil then
-    local sum = x + pending
-    release(pending, sum)
-    release(x, sum)
-    x = sum
-    h = self.ln_f(x)
-  else
-    h = self.ln_f(x)
-  end
-  release(x, h)
+  local h = final_norm(self, x, pending)
   local logits = self.lm_head(h)
   release(h, logits)
   if cache then cache.pos = pos + T end
@@ -187,6 +199,25 @@ function Transformer:kv_cache(batch, len)
   local layers = {}
   for i, block in ipairs(self.blocks) do layers[i] = block.attn:new_cache(batch, len) end
   return {pos = 0, len = len, layers = layers}
+end
+
+-- Whether this process holds every parameter whole, as a model directory
+-- (lutra.sft.modeldir.save, lt.hf.save_pretrained) needs: true on one process and under
+-- data parallel or ZeRO 1-2; false where a layout keeps pieces (tensor parallel and ZeRO 3
+-- shards, whose lutra.dist.spec says so) or freed the other ranks' layers (pipeline stages),
+-- which sharded checkpoints (lt.ckpt) save instead.
+function Transformer:can_save_whole()
+  local spec = package.loaded["lutra.dist.spec"] -- no layout without it
+  for _, p in ipairs(self:parameters()) do
+    if p:is_freed() then return false end
+    local s = spec and spec.get(p)
+    if s then
+      for i, n in ipairs(s.global) do
+        if n ~= p.shape[i] then return false end
+      end
+    end
+  end
+  return true
 end
 
 function Transformer:extra_repr()

@@ -9,6 +9,8 @@
 -- block) turns both off.
 -- forward(x, cache, pos) passes the key/value cache to the attention; forward(x, nil, 0,
 -- {positions =, segments =}) passes packed-row positions and document ids to it.
+-- block:on_mlp_input(fn) shows fn each forward's MLP input (recipes/custom_arch.lua reads
+-- its MoE layers' routing with it).
 local Module = require "lutra.nn.module"
 local errors = require "lutra.errors"
 local O = require "lutra.nn.options"
@@ -97,10 +99,16 @@ function Block:forward_split(x, pending, cache, pos, opts)
     h = self.ln_2(x1)
   end
   if pending ~= nil then release(x, x1) end -- the sum made here (the caller's x is its own)
+  local hook = rawget(self, "_mlp_input_hook")
+  if hook then hook(self, h) end
   local m = self.mlp(h)
   release(h, x1, m)
   return x1, m
 end
+
+-- block:on_mlp_input(fn): fn(block, h) sees the MLP's input h = ln_2(x + attn(ln_1(x))) on each
+-- forward, so that a layer can be inspected inside the model's own forward (nil: no hook).
+function Block:on_mlp_input(fn) rawset(self, "_mlp_input_hook", fn) end
 
 -- Whether a model may chain forward_split: the block's forward is this one, and its ln_1 can fuse.
 function Block:splittable()

@@ -1,0 +1,293 @@
+-- lutra.train — the training loop.
+--
+--   local result = lutra.train{model = model, data = train_loader, config = cfg}
+--   -- optional: optimizer = opt, loss_fn = function(model, batch) -> loss [, {name = number}],
+--   --           val_data = loader, tokenizer = tok (for samples), log = function(record),
+--   --           until_step = n (stop after step n, saving a checkpoint when run_dir is set: the
+--   --           schedule still spans config.steps), resume = path | "auto", quiet = true
+--
+-- The loop is a Trainer object with named steps: new (setup: lutra.train.setup), resume
+-- (lutra.train.resume), open_outputs, then per step evaluate, sample, train_step
+-- (lutra.train.step), log_step, save; finish builds the result. One step: grad_accum
+-- micro-batches, each loss scaled by 1 / grad_accum before backward, then the gradient is
+-- clipped to grad_clip (global norm; 0: no clipping, the norm is still measured) and the
+-- optimizer steps at the schedule's lr for that step. The default loss is the model's
+-- next-token loss: select(2, model:forward(x, y)). A batch handed to loss_fn is
+-- {x =, y =, x, y} (or the loader's own table when it returns one).
+--
+-- Config keys (any missing one takes the default in DEFAULTS below): steps, grad_accum,
+-- grad_clip, lr, min_lr, warmup, schedule ("cosine", "linear", "constant", "wsd"),
+-- optimizer ("adamw", "sgd", "lion"), weight_decay, betas, eps, eval_every, eval_iters,
+-- sample_every, sample_tokens, sample_prompt, temperature, top_k, top_p, log_every (metrics
+-- records and the progress line), print_every (plain progress lines when stdout is not a
+-- terminal; 0: steps / 50),
+-- run_dir (metrics.jsonl, config.lua and checkpoints go there; "" for none), ckpt_every,
+-- ckpt_keep, ckpt_async (the state is copied, then compressed and written in the background), resume ("" none, "auto" the latest checkpoint of run_dir, or a path),
+-- precision ("fp32", "bf16", "fp16": lutra/train/precision.lua), loss_scale and growth_interval
+-- (fp16), parallel (a layout: lutra/dist/mesh.lua).
+--
+-- Each step runs inside lutra.tidy: activations, gradients and temporaries are freed when
+-- it ends (the optimizer's state and the parameters are kept), so memory stays flat.
+-- Ctrl-C (when the C core's interrupt flag is available) ends the run after the current
+-- step, saving a checkpoint when run_dir is set; a second Ctrl-C interrupts at once.
+-- Resume restores weights, optimizer state, step (the schedule is a function of it), the
+-- RNG and both loaders' positions: a resumed run continues bitwise like a straight one.
+local errors = require "lutra.errors"
+local create = require "lutra.create"
+local sharded = require "lutra.ckpt"
+local files = require "lutra.ckpt.files"
+local progress = require "lutra.train.progress"
+local metrics = require "lutra.train.metrics"
+local interrupt = require "lutra.train.interrupt"
+local generate = require "lutra.generate"
+local fault = require "lutra.train.fault"
+local precision = require "lutra.train.precision" -- config.precision: fp32, bf16, fp16 (mixed precision)
+local setup = require "lutra.train.setup"
+local step_mod = require "lutra.train.step"
+local resume_mod = require "lutra.train.resume"
+local batch_mod = require "lutra.train.batch"
+
+local raise = errors.raise
+local now = interrupt.now
+
+local M = {}
+
+M.DEFAULTS = {
+  steps = 1000, grad_accum = 1, grad_clip = 1.0, lr = 1e-3, min_lr = 1e-4, warmup = 100, schedule = "cosine",
+  decay_frac = 0.2, optimizer = "adamw", weight_decay = 0.1, betas = {0.9, 0.95}, eps = 1e-8, momentum = 0.9,
+  eval_every = 250, eval_iters = 20, sample_every = 0, sample_tokens = 200, sample_prompt = "", temperature = 0.8,
+  top_k = 0, top_p = 0.95, log_every = 1, print_every = 0, run_dir = "", ckpt_every = 0, ckpt_keep = 2, resume = "",
+  ckpt_async = true,
+}
+
+local Trainer = {}
+Trainer.__index = Trainer
+M.Trainer = Trainer
+
+local function check_args(args)
+  if type(args) ~= "table" then raise("train: expected a table {model =, data =, config =}") end
+  local model, data = args.model, args.data
+  if type(model) ~= "table" or type(model.parameters) ~= "function" then
+    raise("train: model = must be a module (with parameters())")
+  end
+  if type(data) ~= "table" or type(data.next) ~= "function" then raise("train: data = must be a loader with :next()") end
+end
+
+-- Setup: precision, the layout, optimizer, val loader, schedule, where outputs go.
+function Trainer.new(args)
+  check_args(args)
+  local cfg = args.config or {}
+  local get = setup.getter(cfg, M.DEFAULTS)
+  local self = setmetatable({args = args, cfg = cfg, model = args.model, data = args.data, get = get,
+                             params = setup.params_of(args.model), step = 0, tokens = 0}, Trainer)
+  self.prec = precision.new(get) -- mixed precision: the forward under autocast (precision.lua)
+  self.loss_fn = self.prec:wrap(args.loss_fn or batch_mod.default_loss)
+  self.grad_accum = get "grad_accum"
+  if type(self.grad_accum) ~= "number" or self.grad_accum < 1 then raise("train: grad_accum must be >= 1") end
+  setup.parallel(self, args, cfg)
+  self.opt = self.opt or args.optimizer or setup.optimizer(self.model, get)
+  self.device = batch_mod.device_of(self.params) -- batches follow the model (recipes put it on the GPU: lt.device())
+  self.val = setup.val_loader(self, args.val_data)
+  -- the lr of each step: schedule =, else the given optimizer's own schedule, else the config's
+  self.sched = args.schedule or (args.optimizer and args.optimizer.schedule) or setup.schedule(get)
+  self.cfg_plain = type(cfg.plain) == "function" and cfg:plain() or setup.plain_copy(cfg)
+  self.total = get "steps"
+  local run_dir = get "run_dir"
+  if run_dir == "" then run_dir = nil end
+  local main_rank = self.mesh == nil or self.mesh.rank == 0
+  -- every rank writes its shard of a checkpoint; rank 0 alone logs, writes metrics and samples
+  self.ckpt_root = run_dir and run_dir .. "/ckpt" or nil
+  self.run_dir = main_rank and run_dir or nil
+  self.quiet = args.quiet or not main_rank
+  self.bar = progress.new{total = self.total, out = args.out or io.stdout, tty = args.tty}
+  return self
+end
+
+-- A line of the run's output (rank 0, unless quiet).
+function Trainer:say(s)
+  if not self.quiet then self.bar:print(s) end
+end
+
+-- Restores the checkpoint of args.resume or config.resume, when there is one.
+function Trainer:resume()
+  local path = resume_mod.find(self.args.resume or self.get "resume", self.ckpt_root)
+  if path then
+    resume_mod.restore(self, path)
+    self:say(string.format("resumed from %s at step %d", path, self.step))
+  end
+end
+
+-- run_dir: the tokenizer (copied into every checkpoint), config.lua and metrics.jsonl.
+function Trainer:open_outputs()
+  local run_dir = self.run_dir
+  if not run_dir then return end
+  files.mkdir_p(run_dir)
+  local tok, cfg = self.args.tokenizer, self.cfg
+  if type(tok) == "table" and type(tok.save) == "function" and pcall(tok.save, tok, run_dir .. "/tokenizer.json") then
+    self.ckpt_files = {["tokenizer.json"] = run_dir .. "/tokenizer.json"}
+  end
+  if type(cfg.save) == "function" then pcall(cfg.save, cfg, run_dir .. "/config.lua") end
+  self.log = metrics.open(run_dir .. "/metrics.jsonl", self.step == 0 and "w" or "a")
+end
+
+-- One record to metrics.jsonl and to args.log.
+function Trainer:record(r)
+  if self.log then self.log:write(r) end
+  if self.args.log then self.args.log(r) end
+end
+
+-- The val loss now: recorded, printed, and the best kept.
+function Trainer:evaluate()
+  local get = self.get
+  local v = self.par and step_mod.evaluate_parallel(self.par, self.val, get "eval_iters", self.loss_fn, self.device)
+    or step_mod.evaluate(self.model, self.val, get "eval_iters", self.loss_fn, self.device)
+  self.last_val = v
+  if self.best_val == nil or v < self.best_val then self.best_val = v end
+  self.val_losses[#self.val_losses + 1] = {step = self.step, loss = v}
+  self:record{step = self.step, val_loss = v}
+  self:say(string.format("step %d: val loss %.4f", self.step, v))
+end
+
+-- A sample of the model's text, printed and appended to run_dir/samples.txt.
+function Trainer:sample()
+  local tok, get = self.args.tokenizer, self.get
+  if not tok then return end
+  local rng = create.get_rng_state() -- sampling draws must not move the training stream
+  local ok, text = pcall(generate.text, self.model, tok, get "sample_prompt",
+    {max_new_tokens = get "sample_tokens", temperature = get "temperature", top_k = get "top_k", top_p = get "top_p"})
+  create.set_rng_state(rng)
+  if not ok then return self:say("sample failed: " .. tostring(text)) end
+  self:say(string.format("---- sample at step %d ----\n%s\n----", self.step, text))
+  if self.run_dir then
+    local f = io.open(self.run_dir .. "/samples.txt", "a")
+    if f then
+      f:write(string.format("---- step %d ----\n%s\n", self.step, text))
+      f:close()
+    end
+  end
+end
+
+-- Saves a checkpoint of this step (every rank takes part); returns its directory.
+function Trainer:save()
+  return resume_mod.save(self)
+end
+
+-- One optimizer step at the schedule's lr; returns the step's metrics record.
+function Trainer:train_step()
+  local lr = self.sched(self.step)
+  local t0 = now()
+  local loss, tokens, norm, extras = (self.par and step_mod.parallel or step_mod.single)(self, lr)
+  local dt = now() - t0
+  self.train_seconds = self.train_seconds + dt
+  self.step = self.step + 1
+  self.tokens = self.tokens + tokens
+  self.losses[#self.losses + 1] = loss
+  self.last_loss = loss
+  fault.after_step(self.step, self.mesh and self.mesh.rank or 0)
+  if interrupt.pending() then self.interrupted = true end
+  local t = now()
+  local r = {step = self.step, loss = loss, lr = lr, grad_norm = norm, tokens = self.tokens, step_ms = dt * 1000,
+             tokens_per_s = (self.tokens - self.tok_window) / math.max(t - self.t_window, 1e-9)}
+  if extras then
+    for name, v in pairs(extras) do r[name] = v end
+  end
+  local rate = (self.tokens - self.tok_start) / math.max(t - self.t_start, 1e-9)
+  r.eta = (self.total - self.step) * tokens / math.max(rate, 1e-9)
+  return r, t
+end
+
+-- The step's record to the metrics and the progress line, every log_every steps.
+function Trainer:log_step(r, t)
+  local step, total = self.step, self.total
+  if step % self.log_every == 0 or step == total or self.interrupted then
+    self:record(r)
+    if not self.quiet and (self.bar.tty or step % self.print_every == 0 or step == total or self.interrupted) then
+      self.bar:update(r)
+    end
+    self.t_window, self.tok_window = t, self.tokens
+  end
+end
+
+-- The counters of the loop, and when progress lines are printed.
+function Trainer:start_clock()
+  local get = self.get
+  self.log_every = get "log_every"
+  -- plain lines (not a terminal): every print_every steps, by default about 50 lines a run
+  local print_every = get "print_every"
+  if print_every == 0 then print_every = math.max(1, math.floor(self.total / 50)) end
+  self.print_every = math.max(print_every, self.log_every)
+  self.losses, self.val_losses = {}, {}
+  self.t_start, self.tok_start = now(), self.tokens
+  self.t_window, self.tok_window = self.t_start, self.tokens
+  self.interrupted = false
+  self.train_seconds = 0 -- in training steps only (not evaluation, samples, checkpoints)
+  self.stop_at = self.args.until_step or self.total -- stop (and save) there, as an interrupt would
+end
+
+-- Evaluate, sample, step, log, save, until config.steps (or until_step, or Ctrl-C).
+function Trainer:loop()
+  local get = self.get
+  local eval_every, sample_every, ckpt_every = get "eval_every", get "sample_every", get "ckpt_every"
+  while true do
+    local done = self.step >= self.total
+    if self.val and eval_every > 0 and (self.step % eval_every == 0 or done) then self:evaluate() end
+    if sample_every > 0 and not self.par and self.step > 0 and (self.step % sample_every == 0 or done) then
+      self:sample()
+    end
+    if done then break end
+    self:log_step(self:train_step())
+    local stopping = self.interrupted or (self.step >= self.stop_at and self.step < self.total)
+    if self.ckpt_root and ((ckpt_every > 0 and self.step % ckpt_every == 0) or stopping) then
+      self.checkpoint = self:save()
+    end
+    if stopping then break end -- before the next evaluation: a resumed run does that one
+  end
+end
+
+-- The loop under Ctrl-C handling; the metrics file and progress line are closed either way.
+function Trainer:run()
+  self:start_clock()
+  local armed = not self.args.no_interrupt and interrupt.arm()
+  local ok, err = pcall(self.loop, self)
+  if armed then interrupt.disarm() end
+  self.bar:finish()
+  if self.log then self.log:close() end
+  if not ok then
+    pcall(sharded.wait) -- a save in flight is committed (or fails) before the error goes on
+    error(err, 0)
+  end
+  if self.interrupted then self:say(string.format("interrupted: stopped after step %d", self.step)) end
+  return self:finish()
+end
+
+-- The result table; the last checkpoint (when ckpt_every does not divide steps) is saved and
+-- every save is committed before it returns.
+function Trainer:finish()
+  local elapsed = now() - self.t_start
+  local result = {step = self.step, loss = self.last_loss, val_loss = self.last_val, best_val = self.best_val,
+                  losses = self.losses, val_losses = self.val_losses, interrupted = self.interrupted,
+                  seconds = elapsed, tokens = self.tokens, train_seconds = self.train_seconds, optimizer = self.opt,
+                  tokens_per_s = (self.tokens - self.tok_start) / math.max(self.train_seconds, 1e-9)}
+  result.checkpoint = self.checkpoint
+  result.parallel = self.par -- the layout's model, optimizer and groups (nil on one process)
+  local ckpt_every = self.get "ckpt_every"
+  if self.ckpt_root and ckpt_every > 0 and self.step == self.total and self.step % ckpt_every ~= 0 then
+    result.checkpoint = self:save()
+  end
+  -- an asynchronous save still writing: the run ends when it is committed (errors raise here)
+  sharded.wait()
+  return result
+end
+
+function M.train(args)
+  local trainer = Trainer.new(args)
+  trainer:resume()
+  trainer:open_outputs()
+  return trainer:run()
+end
+
+-- Exposed for recipes and tests.
+M.evaluate = step_mod.evaluate
+M.clip_grad_norm = step_mod.clip_grad_norm
+
+return setmetatable(M, {__call = function(_, args) return M.train(args) end})

@@ -1,0 +1,76 @@
+-- lutra.train.resume — the trainer's checkpoints: save, find the latest, restore.
+--
+-- Checkpoints are lutra.ckpt's: a directory of lz4 shards, one file per rank, a manifest of
+-- every tensor's global shape and pieces; atomic, optionally asynchronous, resharded on load.
+-- The parameters go under their global names, the optimizer's tensors as
+-- optim.<name>.<field> (lutra.ckpt.train_state); the rest (RNG, loader positions, optimizer
+-- numbers, the loss scale) is each rank's extra state. Every rank of a layout takes part in
+-- a save. Resume restores weights, optimizer state, step (the schedule is a function of it),
+-- the RNG and both loaders' positions: a resumed run continues bitwise like a straight one.
+--
+--   local dir = resume.save(trainer)                -- RUN/ckpt/step_%06d
+--   local path = resume.find(resume_opt, trainer)   -- "auto", a path, or nil
+--   resume.restore(trainer, path)
+local create = require "lutra.create"
+local sharded = require "lutra.ckpt"
+local train_state = require "lutra.ckpt.train_state"
+
+local M = {}
+
+-- This rank's parameters as {name =, tensor =} (shards carry their lutra.dist.spec).
+local function named_params(run)
+  local out = {}
+  for name, p in (run.par and run.par.model or run.model):named_parameters() do
+    out[#out + 1] = {name = name, tensor = p}
+  end
+  return out
+end
+
+local function layout_of(run)
+  local m = run.mesh
+  if not m then return {dp = 1, tp = 1, pp = 1, zero = 0, world = 1} end
+  return {dp = m.dp_size, tp = m.tp_size, pp = m.pp_size, zero = m.zero, world = m.size}
+end
+
+-- Saves the trainer's state at its step under ckpt_root; returns the checkpoint's directory.
+function M.save(run)
+  local dir = string.format("%s/step_%06d", run.ckpt_root, run.step)
+  local tensors, optim_numbers = train_state.collect(named_params(run), run.opt)
+  local extra = {optim = optim_numbers, rng = create.get_rng_state(), loader = run.data:state(),
+                 val_loader = run.val and run.val:state() or nil, tokens = run.tokens, best_val = run.best_val,
+                 precision = run.prec:state()} -- precision: fp16's loss scale, else nil
+  sharded.save(dir, {step = run.step, layout = layout_of(run), config = run.cfg_plain, tensors = tensors,
+                     extra = extra, files = run.ckpt_files},
+    {world = run.mesh and run.mesh.world or nil, async = run.get "ckpt_async", keep = run.get "ckpt_keep"})
+  return dir
+end
+
+-- The checkpoint to resume from: `resume` ("auto": the newest valid one under ckpt_root, a
+-- damaged one skipped and said so; a path; nil or "": none). A job restarted by
+-- `lutra launch --max-restarts` (LUTRA_RESUME=auto) resumes from the latest.
+function M.find(resume, ckpt_root)
+  if (resume == nil or resume == "") and os.getenv("LUTRA_RESUME") == "auto" then resume = "auto" end
+  if not resume or resume == "" then return nil end
+  if resume == "auto" then return ckpt_root and sharded.latest(ckpt_root) end
+  return resume
+end
+
+-- Loads the checkpoint at path into the trainer (resharded to the current layout).
+function M.restore(run, path)
+  local r = sharded.load(path)
+  -- parameters and optimizer state, resharded to this rank's pieces of the current layout
+  train_state.restore(r, named_params(run), run.opt)
+  -- the rank-local state: this rank's own under the same layout, else rank 0's (the loader
+  -- position counts global batches, the same in every layout)
+  local saved, now = r.manifest.layout or {}, layout_of(run)
+  local same = saved.dp == now.dp and saved.tp == now.tp and saved.pp == now.pp and saved.zero == now.zero
+    and r.manifest.world == now.world
+  local x = r:extra(same and (run.mesh and run.mesh.rank or 0) or 0)
+  create.set_rng_state(x.rng)
+  run.data:set_state(x.loader)
+  if run.val and x.val_loader then run.val:set_state(x.val_loader) end
+  run.step, run.tokens, run.best_val = r.manifest.step, x.tokens or 0, x.best_val
+  run.prec:set_state(x.precision)
+end
+
+return M

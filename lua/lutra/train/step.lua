@@ -1,0 +1,161 @@
+-- lutra.train.step — one optimizer step of the trainer (one process, or a parallel layout),
+-- and the evaluation of the val loss.
+--
+-- One step: grad_accum micro-batches, each loss scaled by 1 / grad_accum before backward,
+-- then the gradient is clipped to grad_clip (global norm; 0: no clipping, the norm is
+-- still measured) and the optimizer steps at the schedule's lr for that step. Each step
+-- runs inside lutra.tidy: activations, gradients and temporaries are freed when it ends
+-- (the optimizer's state and the parameters are kept), so memory stays flat.
+--
+--   local loss, tokens, norm, extras = step.single(trainer, lr)   -- or step.parallel
+local errors = require "lutra.errors"
+local memory = require "lutra.memory"
+local ops = require "lutra.ops"
+local grad = require "lutra.nn.grad"
+local sharded = require "lutra.ckpt"
+local batch_mod = require "lutra.train.batch"
+
+local raise, is_tensor = errors.raise, ops.is_tensor
+local tidy = memory.tidy
+local next_batch, to_number = batch_mod.next, batch_mod.to_number
+
+local M = {}
+
+-- The global gradient norm, after clipping to max_norm (> 0) as torch's clip_grad_norm_.
+function M.clip_grad_norm(params, max_norm)
+  local ok, optim = pcall(require, "lutra.optim")
+  if ok and type(optim) == "table" and optim.clip_grad_norm then
+    return optim.clip_grad_norm(params, max_norm > 0 and max_norm or math.huge)
+  end
+  return grad.no_grad(function()
+    local sq = 0
+    for _, p in ipairs(params) do
+      local g = p.grad
+      if g ~= nil then sq = sq + (g:float() * g:float()):sum():item() end
+    end
+    local norm = math.sqrt(sq)
+    if max_norm > 0 then
+      local coef = max_norm / (norm + 1e-6)
+      if coef < 1 then
+        for _, p in ipairs(params) do
+          if p.grad ~= nil then p.grad:mul_(coef) end
+        end
+      end
+    end
+    return norm
+  end)
+end
+
+-- Forward and backward of the k micro-batches; returns the loss sum, the tokens and the
+-- mean of loss_fn's extra numbers (nil when it gives none).
+local function accumulate(run, k)
+  local loss_sum, tokens, extras = 0, 0, nil
+  for _ = 1, k do
+    local batch = next_batch(run.data, run.device)
+    tokens = tokens + batch_mod.tokens(batch)
+    local loss, extra = run.loss_fn(run.model, batch)
+    if not is_tensor(loss) and type(loss) ~= "table" then
+      raise("train: the loss must be a tensor, got " .. type(loss))
+    end
+    loss_sum = loss_sum + to_number(loss)
+    if k > 1 then loss = loss * (1 / k) end
+    loss = run.prec:scale(loss) -- fp16: times the loss scale (else loss itself)
+    run.prec:backward(loss) -- loss:backward(), under the forward's autocast (bf16, fp16)
+    if type(extra) == "table" then
+      extras = extras or {}
+      for name, v in pairs(extra) do extras[name] = (extras[name] or 0) + to_number(v) / k end
+    end
+  end
+  return loss_sum, tokens, extras
+end
+
+-- Drops the gradients (set_to_none) and frees their memory: tensors made by backward are not
+-- in the step's tidy scope, and would otherwise wait for the GC.
+local function free_grads(params)
+  for _, p in ipairs(params) do
+    local g = p.grad
+    if g ~= nil then
+      p.grad = nil
+      g:free()
+    end
+  end
+end
+
+-- One step on one process: mean loss, tokens, gradient norm, precision's report.
+function M.single(run, lr)
+  local k, params = run.grad_accum, run.params
+  local loss_sum, tokens, extras
+  local norm = tidy(function()
+    run.opt:zero_grad()
+    loss_sum, tokens, extras = accumulate(run, k)
+    -- fp32/bf16: clip_grad_norm, step; fp16: unscale + clip, no step when a gradient is inf/nan
+    local n, take = run.prec:clip_grads(params, run.get "grad_clip", M.clip_grad_norm)
+    sharded.fence() -- a background save has copied the weights before they change
+    if take then run.opt:step{lr = lr} end
+    free_grads(params)
+    return n, run.opt.state -- the optimizer's state outlives the scope
+  end)
+  return loss_sum / k, tokens, norm, run.prec:report(extras)
+end
+
+-- One step of a parallel layout (config.parallel): lutra.dist.parallelize does the
+-- communication; the losses are global means, the same on every rank.
+function M.parallel(run, lr)
+  local k, par = run.grad_accum, run.par
+  local tokens = 0
+  local loss_sum, norm = 0, 0
+  tidy(function()
+    par:zero_grad()
+    local batches = {}
+    for i = 1, k do
+      batches[i] = next_batch(run.data, run.device)
+      tokens = tokens + batch_mod.tokens(batches[i])
+    end
+    -- fp16: losses scaled before backward, gradients unscaled + clipped after the sync,
+    -- no step when one is inf/nan (fp32, bf16: prec.loss_scale is nil, nothing changes)
+    local prec = run.prec
+    if par.stage and prec.dtype then
+      raise("train: precision = \"" .. prec.mode .. "\" with pipeline parallel is not supported yet")
+    end
+    loss_sum = prec:run(par.forward_backward, par, batches, prec:scaled(run.loss_fn)) / prec:factor()
+    local take = true
+    if prec.loss_scale then
+      norm, take = prec:unscale_and_clip(par.optimizer.params, par:finish(0), run.get "grad_clip")
+    else
+      norm = par:finish(run.get "grad_clip")
+    end
+    sharded.fence() -- a background save has copied the weights before they change
+    if take then par.optimizer:step{lr = lr} end
+    par:after_step()
+    par:zero_grad()
+    return par.optimizer.state
+  end)
+  -- tokens of the global batch: every dp rank took its own rows (tp and pp ranks share them)
+  return loss_sum / k, tokens * run.mesh.dp_size, norm, run.prec:report(nil)
+end
+
+-- The mean over n batches of f(batch) in eval mode (the model's train mode comes back after).
+local function mean_in_eval_mode(model, n, f)
+  if type(model.eval) == "function" then model:eval() end
+  local sum = 0
+  local ok, err = pcall(function()
+    for _ = 1, n do sum = sum + f() end
+  end)
+  if type(model.train) == "function" then model:train() end
+  if not ok then error(err, 0) end
+  return sum / n
+end
+
+-- The mean loss over n batches of the val loader (no grad, eval mode).
+function M.evaluate(model, val, n, loss_fn, device)
+  return mean_in_eval_mode(model, n, function()
+    return grad.no_grad(tidy, function() return to_number(loss_fn(model, next_batch(val, device))) end)
+  end)
+end
+
+-- The mean loss over n batches of the val loader under a parallel layout.
+function M.evaluate_parallel(par, val, n, loss_fn, device)
+  return mean_in_eval_mode(par.model, n, function() return par:eval_loss(next_batch(val, device), loss_fn) end)
+end
+
+return M
