@@ -1,4 +1,4 @@
-/* kernels/attention_tile.h — the tile geometry and online-softmax math of the CUDA attention kernels
+/* attention_tile.h — the tile geometry and online-softmax math of the CUDA attention kernels
  * (kernels/attention_forward.cu, kernels/attention_backward.cu), shared with their CPU emulation
  * (tests/c/test_attention_tiles.c) so that the algorithm the kernels run is tested on a machine
  * without a GPU. Plain C (LT_HOST_DEVICE makes it __host__ __device__ under nvcc).

@@ -1,4 +1,4 @@
-/* kernels/common.cuh — what every kernels .cu file shares: the C core's internal header
+/* common.cuh — what every kernels .cu file shares: the C core's internal header
  * (with C linkage), error reporting, launch geometry, and the element types as the
  * device sees them. Nothing here knows Lua exists. */
 #ifndef LUTRA_KERNELS_COMMON_CUH

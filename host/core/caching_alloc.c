@@ -1,4 +1,4 @@
-/* core/caching_alloc.c — the stream-ordered caching allocator (design in core/caching_alloc.h).
+/* caching_alloc.c — the stream-ordered caching allocator (design in core/caching_alloc.h).
  *
  * Memory comes from the backend in segments; a segment is a list of blocks in address
  * order that tile it. Free blocks sit in one of two bins (small, large) sorted by size,

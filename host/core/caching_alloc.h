@@ -1,4 +1,4 @@
-/* core/caching_alloc.h — a stream-ordered caching allocator for device memory, in plain C.
+/* caching_alloc.h — a stream-ordered caching allocator for device memory, in plain C.
  *
  * The logic (size classes, best-fit bins, splitting, coalescing, stream-ordered reuse,
  * statistics, out-of-memory retry) knows nothing about CUDA: it runs over a backend of

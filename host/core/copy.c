@@ -1,4 +1,4 @@
-/* core/copy.c — copy across dtypes, devices and layouts; fill, arange, linspace. */
+/* copy.c — copy across dtypes, devices and layouts; fill, arange, linspace. */
 #include "kernels/elementwise.h"
 #include "core/internal.h"
 #include <stdlib.h>

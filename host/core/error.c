@@ -1,4 +1,4 @@
-/* core/error.c — the thread-local error message and the checks that fill it. */
+/* error.c — the thread-local error message and the checks that fill it. */
 #include "core/internal.h"
 #include <stdarg.h>
 #include <stdio.h>

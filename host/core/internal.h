@@ -1,4 +1,4 @@
-/* core/internal.h — helpers shared by the C core (never seen by Lua). */
+/* internal.h — helpers shared by the C core (never seen by Lua). */
 #ifndef LUTRA_INTERNAL_H
 #define LUTRA_INTERNAL_H
 #include "lutra.h"

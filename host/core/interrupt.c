@@ -1,4 +1,4 @@
-/* core/interrupt.c — what a training loop needs from the system: a monotonic wall clock, and
+/* interrupt.c — what a training loop needs from the system: a monotonic wall clock, and
  * Ctrl-C as a flag that the loop polls between steps (so that it stops cleanly after the
  * current step instead of being interrupted in the middle of one). */
 #define _POSIX_C_SOURCE 200809L

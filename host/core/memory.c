@@ -1,4 +1,4 @@
-/* core/memory.c — storages, their allocation, and per-device memory statistics.
+/* memory.c — storages, their allocation, and per-device memory statistics.
  *
  * CPU blocks of 1 MiB and more are cached by rounded size and reused, so that a
  * training loop does not pay page faults for every large temporary (glibc hands

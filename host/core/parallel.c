@@ -1,4 +1,4 @@
-/* core/parallel.c — running a job's parts on an OpenMP team, or on this thread alone.
+/* parallel.c — running a job's parts on an OpenMP team, or on this thread alone.
  *
  * A `#pragma omp parallel if (cond)` still sets up a team when cond is false (libgomp
  * allocates one), which costs more than a tiny op itself; kernels with per-thread state

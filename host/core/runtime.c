@@ -1,4 +1,4 @@
-/* core/runtime.c — version, build information, threads, and the CUDA probe. */
+/* runtime.c — version, build information, threads, and the CUDA probe. */
 #include "core/internal.h"
 #include <cblas.h>
 #include <pthread.h>

@@ -1,4 +1,4 @@
-/* core/storage_resident.c — releasing a storage's bytes and allocating them again, in place.
+/* storage_resident.c — releasing a storage's bytes and allocating them again, in place.
  *
  * ZeRO stage 3 (FSDP) keeps every parameter as a tensor of its full shape whose bytes
  * exist only while its module runs. Autograd's saved references (the parameter, views

@@ -1,4 +1,4 @@
-/* core/streams.c — asynchronous copies between pinned CPU tensors and CUDA tensors, and the
+/* streams.c — asynchronous copies between pinned CPU tensors and CUDA tensors, and the
  * event/stream API where lutra is built without CUDA (host/core/cuda_streams.cu has the real one).
  *
  * lt_copy_async checks its operands here, so that the rules and messages are the same with

@@ -1,4 +1,4 @@
-/* core/tensor.c — tensor lifecycle, geometry helpers, output preparation, element access. */
+/* tensor.c — tensor lifecycle, geometry helpers, output preparation, element access. */
 #include "core/internal.h"
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* core/view.c — views that share storage: view, reshape, transpose, permute, narrow, slice,
+/* view.c — views that share storage: view, reshape, transpose, permute, narrow, slice,
  * select, expand, unsqueeze, squeeze. Each writes the view into `out`. */
 #include "core/internal.h"
 

@@ -1,4 +1,4 @@
-/* core/internal.h — what the host/dist_*.c files share: groups, requests, the flight
+/* internal.h — what the host/dist_*.c files share: groups, requests, the flight
  * recorder and the watchdog's view of the wait in progress. */
 #ifndef LUTRA_DIST_INTERNAL_H
 #define LUTRA_DIST_INTERNAL_H

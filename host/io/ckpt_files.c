@@ -1,4 +1,4 @@
-/* io/ckpt_files.c — the file operations an atomic checkpoint save needs: fsync of files and
+/* ckpt_files.c — the file operations an atomic checkpoint save needs: fsync of files and
  * directories, rename + fsync of the directory, atomic small files, rm -r, and the
  * fault-injection hook (lutra.h, "checkpoint io"). */
 #define _GNU_SOURCE

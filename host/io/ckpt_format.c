@@ -1,4 +1,4 @@
-/* io/ckpt_format.c — the pieces of the shard format both sides use: hashes (file footer, piece
+/* ckpt_format.c — the pieces of the shard format both sides use: hashes (file footer, piece
  * checksums), the footer's encoding, the byte shuffle of frames (lutra.h, "checkpoint io"). */
 #include "io/ckpt.h"
 #include <string.h>

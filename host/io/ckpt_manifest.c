@@ -1,4 +1,4 @@
-/* io/ckpt_manifest.c — validates a checkpoint's manifest.json before Lua trusts any of it
+/* ckpt_manifest.c — validates a checkpoint's manifest.json before Lua trusts any of it
  * (lutra.h, "checkpoint io"). Depends on lt_errorf and cJSON only, so that the fuzz
  * harness (tests/fuzz/fuzz_manifest.c) compiles this file alone. */
 #include "core/internal.h"

@@ -1,4 +1,4 @@
-/* io/safetensors.c — parsing and validating a safetensors header, defensively: every length,
+/* safetensors.c — parsing and validating a safetensors header, defensively: every length,
  * shape and offset is checked before anything trusts it, and a bad header is an error
  * naming the source, the tensor and the problem, never a crash. Depends on lt_errorf and
  * cJSON only (the fuzz harness compiles this file alone). File IO is in io/safetensors_file.c. */

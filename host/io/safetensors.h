@@ -1,4 +1,4 @@
-/* io/safetensors.h — the parsed header shared by io/safetensors.c (parsing, validation) and
+/* safetensors.h — the parsed header shared by io/safetensors.c (parsing, validation) and
  * io/safetensors_file.c (files: open, load, save). Never seen by Lua. */
 #ifndef LUTRA_SAFETENSORS_H
 #define LUTRA_SAFETENSORS_H

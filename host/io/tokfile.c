@@ -1,4 +1,4 @@
-/* io/tokfile.c — token files: a corpus tokenized once, written by streaming, read
+/* tokfile.c — token files: a corpus tokenized once, written by streaming, read
  * by mmap.
  *
  * The layout is in lutra.h ("token files"). Every header field is validated on

@@ -1,4 +1,4 @@
-/* ops/philox.h — the counter-based generator and its bits -> value transforms, compiled for both
+/* philox.h — the counter-based generator and its bits -> value transforms, compiled for both
  * sides (LT_HOST_DEVICE): host/ops/random.c and kernels/random.cu include this one definition, so the
  * GPU draws bit-identical words and values for the same (seed, offset, element index).
  * host/ops/random.c documents the recipe; these are its formulas, one element at a time.

@@ -1,4 +1,4 @@
-/* ops/reduce_geom.h — the geometry of a reduction, shared by ops/reduce.c and ops/argmax.c.
+/* reduce_geom.h — the geometry of a reduction, shared by ops/reduce.c and ops/argmax.c.
  *
  * The input's dims (size-1 dims dropped) are sorted by input stride, largest first, then
  * split into kept and reduced dims, each group coalesced where strides allow. An output's

@@ -1,4 +1,4 @@
-/* ops/vecmath.h — f32 exp in plain arithmetic, so that loops calling it vectorise (glibc's expf is
+/* vecmath.h — f32 exp in plain arithmetic, so that loops calling it vectorise (glibc's expf is
  * a scalar call without -ffast-math).
  *
  * One Cephes expf core: x = n ln2 + r with |r| <= ln2/2 (n rounded by the 1.5 * 2^23 trick, ln2

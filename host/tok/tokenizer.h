@@ -1,4 +1,4 @@
-/* tok/tokenizer.h — internals of the tokenizers (host/tokenizer_*.c), never seen by Lua.
+/* tokenizer.h — internals of the tokenizers (host/tokenizer_*.c), never seen by Lua.
  *
  * A token is a byte string. Byte-level BPE (as GPT-2's) starts from the 256 one-byte
  * tokens; merge r joins tokens (merge_a[r], merge_b[r]) into merge_out[r], and a lower

@@ -1,4 +1,4 @@
-/* lutra/cuda.h — the C API, part: CUDA memory, pinned tensors, streams and events.
+/* cuda.h — the C API, part: CUDA memory, pinned tensors, streams and events.
  * Include lutra.h, which includes every part in order (and cmake/gen_cdef.awk follows the
  * same order into the one ffi.cdef text); the conventions are at the head of lutra.h. */
 #ifndef LUTRA_CUDA_H

@@ -1,4 +1,4 @@
-/* lutra/dist.h — the C API, part: process groups and collectives.
+/* dist.h — the C API, part: process groups and collectives.
  * Include lutra.h, which includes every part in order (and cmake/gen_cdef.awk follows the
  * same order into the one ffi.cdef text); the conventions are at the head of lutra.h. */
 #ifndef LUTRA_DIST_H

@@ -1,4 +1,4 @@
-/* lutra/ops.h — the C API, part: ops: elementwise, reductions, matmul, softmax, the fused transformer kernels, random numbers.
+/* ops.h — the C API, part: ops: elementwise, reductions, matmul, softmax, the fused transformer kernels, random numbers.
  * Include lutra.h, which includes every part in order (and cmake/gen_cdef.awk follows the
  * same order into the one ffi.cdef text); the conventions are at the head of lutra.h. */
 #ifndef LUTRA_OPS_H

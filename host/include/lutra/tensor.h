@@ -1,4 +1,4 @@
-/* lutra/tensor.h — the C API, part: tensors: lifecycle, element access, views, copies, storage residency.
+/* tensor.h — the C API, part: tensors: lifecycle, element access, views, copies, storage residency.
  * Include lutra.h, which includes every part in order (and cmake/gen_cdef.awk follows the
  * same order into the one ffi.cdef text); the conventions are at the head of lutra.h. */
 #ifndef LUTRA_TENSOR_H

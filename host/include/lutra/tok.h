@@ -1,4 +1,4 @@
-/* lutra/tok.h — the C API, part: tokenizers and token files.
+/* tok.h — the C API, part: tokenizers and token files.
  * Include lutra.h, which includes every part in order (and cmake/gen_cdef.awk follows the
  * same order into the one ffi.cdef text); the conventions are at the head of lutra.h. */
 #ifndef LUTRA_TOK_H

@@ -2,7 +2,7 @@
 # run.sh — the CUDA kernels (kernels/*.cu) under the CUDA emulator (emu.h), against the CPU ops.
 #   tests/c/cuda_emu/run.sh [--quick] LIBDIR [SUITE ...]
 # LIBDIR holds a built liblutra.so (CPU-only or not). The emulated program links it, and its own
-# copies of the host files that dispatch to CUDA (host/core/memory.c, core/tensor.c, core/copy.c and host/ops/*.c,
+# copies of the host files that dispatch to CUDA (host/core/memory.c, tensor.c, copy.c and host/ops/*.c,
 # compiled with LUTRA_HAVE_CUDA) and of the kernels (compiled as C++ with emu.h) take precedence
 # over the library's (ELF interposition), so one process has the CPU ops (device -1) and the
 # emulated CUDA ops (device 0, host memory): each suite runs the same lt_* call on both and
@@ -42,7 +42,7 @@ perl "$here/emu_rewrite.pl" <"$root/kernels/common.cuh" | sed 's|#include <cuda_
 grep -q "lt_dev_vec { EMU_VEC_CHECKS" src/kernels/common.cuh.new || { echo "run.sh: lt_dev_vec not found in kernels/common.cuh" >&2; exit 1; }
 for h in cuda_bf16.h cuda_fp16.h; do echo '#include "emu.h"' >"src/$h.new"; done
 for h in device_radix_sort device_run_length_encode device_scan; do echo '#include "emu_cub.h"' >"cub/device/$h.cuh"; done
-for k in $(for k in $kernels; do echo $k.cu; done) $(cd "$root/kernels" && ls *.cuh | grep -vx kernels/common.cuh); do
+for k in $(for k in $kernels; do echo $k.cu; done) $(cd "$root/kernels" && ls *.cuh | grep -vx common.cuh); do
   perl "$here/emu_rewrite.pl" <"$root/kernels/$k" >"src/kernels/$k.new" || exit 1
 done
 for h in "$root"/kernels/*.h; do cp "$h" "src/kernels/$(basename "$h").new"; done
