@@ -57,7 +57,7 @@ out=$("$LUTRA" recipes/sft.lua "${SFT[@]}" --steps=2 --pack=false --run_dir="" 2
 expect_grep "--pack=false: one chat per row" "$out" "rows: [0-9]+ train rows of 64 tokens \(one chat each"
 expect_grep "--pack=false: trains" "$out" "^sft_val_before=$FLOAT sft_val_after=$FLOAT"
 
-if [ -f lua/lutra/lora.lua ]; then
+if [ -f lua/lutra/lora/init.lua ]; then
   out=$("$LUTRA" recipes/sft.lua "${SFT[@]}" --steps=2 --lora=true --lora_r=4 --run_dir="" 2>&1)
   expect_grep "--lora=true: adapters" "$out" "lora: trainable params"
   expect_grep "--lora=true: trains" "$out" "^sft_val_before=$FLOAT sft_val_after=$FLOAT"

@@ -1,5 +1,5 @@
 -- np: 2 4
--- LoRA under tensor parallelism (lutra.lora_tp) and the other layouts: the parallel LoRA
+-- LoRA under tensor parallelism (lutra.lora.tp) and the other layouts: the parallel LoRA
 -- layers against lora.LoRALinear (values, grads of the input and the adapters, dropout
 -- masks, split_fused row blocks, sequence parallel; in f64), then small gpt2 and llama LoRA
 -- models under {tp}, {dp, tp}, {dp, tp, zero 1 | 3}, {dp, zero 1 | 3}, {tp, sequence_parallel},
@@ -19,7 +19,7 @@ local spec = require "lutra.dist.spec"
 local tp = require "lutra.dist.tp"
 local tp_ops = require "lutra.dist.tp_ops"
 local lora = require "lutra.lora"
-local lora_tp = require "lutra.lora_tp"
+local lora_tp = require "lutra.lora.tp"
 local nn = lt.nn
 
 comm.init()

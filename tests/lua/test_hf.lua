@@ -117,7 +117,7 @@ test("shapes and layouts under HF's names", function()
 end)
 
 test("linear_modules: HF module names of lutra's Linear layers (for adapters)", function()
-  local W = require "lutra.hf_weights"
+  local W = require "lutra.hf.weights"
   local l = W.linear_modules(models.config(CASES.llama_gqa), "llama")
   equal(l["blocks.1.attn.qkv"], {{hf = "model.layers.1.self_attn.q_proj", rows = {0, 32}},
     {hf = "model.layers.1.self_attn.k_proj", rows = {32, 16}}, {hf = "model.layers.1.self_attn.v_proj", rows = {48, 16}}})

@@ -303,9 +303,9 @@ test("llama's fused qkv: exported as q_proj, k_proj, v_proj (same A, B rows), lo
   os.execute("rm -rf '" .. dir .. "' '" .. dir2 .. "'")
 end)
 
-test("PEFT module names: lutra.hf_weights' map and lora_peft's own table agree (gpt2, llama)", function()
-  local peft = require "lutra.lora_peft"
-  local have = pcall(require, "lutra.hf_weights")
+test("PEFT module names: lutra.hf.weights' map and lora_peft's own table agree (gpt2, llama)", function()
+  local peft = require "lutra.lora.peft"
+  local have = pcall(require, "lutra.hf.weights")
   for _, mk in ipairs {gpt2, llama} do
     local model = mk()
     local names = {}
@@ -314,15 +314,15 @@ test("PEFT module names: lutra.hf_weights' map and lora_peft's own table agree (
     end
     local with = {}
     for _, n in ipairs(names) do with[n] = peft.hf_names(model, n) end
-    -- again with lutra.hf_weights unavailable: the built-in table
-    local saved_loaded, saved_preload = package.loaded["lutra.hf_weights"], package.preload["lutra.hf_weights"]
-    package.loaded["lutra.hf_weights"] = nil
-    package.preload["lutra.hf_weights"] = function() error("hidden for the test") end
+    -- again with lutra.hf.weights unavailable: the built-in table
+    local saved_loaded, saved_preload = package.loaded["lutra.hf.weights"], package.preload["lutra.hf.weights"]
+    package.loaded["lutra.hf.weights"] = nil
+    package.preload["lutra.hf.weights"] = function() error("hidden for the test") end
     rawset(model, "_peft_names", nil)
     local ok, err = pcall(function()
       for _, n in ipairs(names) do equal(peft.hf_names(model, n), with[n], n) end
     end)
-    package.loaded["lutra.hf_weights"], package.preload["lutra.hf_weights"] = saved_loaded, saved_preload
+    package.loaded["lutra.hf.weights"], package.preload["lutra.hf.weights"] = saved_loaded, saved_preload
     assert(ok, err)
     if mk == llama then
       equal(with["blocks.0.attn.qkv"], {{"model.layers.0.self_attn.q_proj", 0, 16},

@@ -38,7 +38,7 @@
 -- tp.gather(model, p[, t]) -> the full tensor of parameter p (or of t shaped like p, its
 -- grad); tp.gather_logits(model, logits) -> (..., V). Both are collectives.
 -- LoRA: a lora.LoRALinear (lora.apply before parallelize) becomes its parallel LoRA layer
--- (lutra.lora_tp: B cut as a column-parallel weight's rows, A as a row-parallel weight's
+-- (lutra.lora.tp: B cut as a column-parallel weight's rows, A as a row-parallel weight's
 -- columns, the other whole); new tensors keep the full model's requires_grad (frozen stays frozen).
 local Module = require "lutra.nn.module"
 local Dropout = require "lutra.nn.dropout"
@@ -52,7 +52,7 @@ local spec = require "lutra.dist.spec"
 local L = require "lutra.dist.tp_layers"
 local tp_ops = require "lutra.dist.tp_ops"
 local tp_loss = require "lutra.dist.tp_loss"
-local lora_tp = require "lutra.lora_tp"
+local lora_tp = require "lutra.lora.tp"
 
 local raise = errors.raise
 local release = grad.release
@@ -194,7 +194,7 @@ local function shard_linear(m, full, dim, ranks, rank)
   if m.bias ~= nil and dim == 0 then shard(m.bias, shape_of(full.bias), 0, ranks, rank) end
   keep_flag(m.weight, full.weight)
   keep_flag(m.bias, full.bias)
-  lora_tp.shard(m, full, dim, ranks, rank, shard) -- a LoRA layer's adapters (lutra.lora_tp)
+  lora_tp.shard(m, full, dim, ranks, rank, shard) -- a LoRA layer's adapters (lutra.lora.tp)
 end
 
 -- ---- parallelize -----------------------------------------------------------------------------

@@ -17,7 +17,7 @@ local errors = require "lutra.errors"
 local json = require "lutra.json"
 local models = require "lutra.models"
 local st = require "lutra.ckpt.safetensors"
-local W = require "lutra.hf_weights"
+local W = require "lutra.hf.weights"
 local grad = require "lutra.nn.grad"
 
 local raise = errors.raise

@@ -22,7 +22,7 @@
 --
 -- targets: "all-linear" (every Linear but the output head lm_head, PEFT's rule), or a list of
 -- Lua patterns matched against dotted module names ("attn%.qkv$", "mlp%.") and against the
--- Hugging Face module names of lutra.lora_peft ("q_proj", "c_attn"): PEFT's target_modules
+-- Hugging Face module names of lutra.lora.peft ("q_proj", "c_attn"): PEFT's target_modules
 -- work as they are. A pattern that matches no Linear is an error that lists the Linears.
 -- In lutra's models q, k and v come from one fused Linear (attn.qkv). Chosen by its lutra
 -- name (or all-linear), it gets one adapter pair (one A shared by q, k, v; B stacked):
@@ -160,7 +160,7 @@ function LoRALinear:extra_repr()
     self.merged and ", merged" or "")
 end
 
--- LoRALinear or a subclass (lutra.lora_tp's tensor-parallel layers)
+-- LoRALinear or a subclass (lutra.lora.tp's tensor-parallel layers)
 local function is_lora(m)
   local cls = type(m) == "table" and getmetatable(m) or nil
   while cls ~= nil do
@@ -228,7 +228,7 @@ end
 function M.apply(model, opts)
   if not Module.is_module(model) then raise("lora.apply: expected a module, got " .. type(model)) end
   local o = check_opts(opts)
-  local peft = require "lutra.lora_peft"
+  local peft = require "lutra.lora.peft"
   local all = linears(model)
   local chosen, hits = {}, {}
   -- a Linear is chosen by its lutra name, or by its Hugging Face module names (PEFT's
@@ -423,7 +423,7 @@ function M.merge_and_unload(model)
       if e.kind == "module" and is_lora(c) then
         local lin
         if c.unloaded then
-          lin = c:unloaded() -- a tensor-parallel layer (lutra.lora_tp): the plain parallel layer
+          lin = c:unloaded() -- a tensor-parallel layer (lutra.lora.tp): the plain parallel layer
         else
           lin = Linear(c.in_features, c.out_features, {bias = c.bias ~= nil, dtype = c.weight.dtype,
                                                        device = c.weight.device})
@@ -447,8 +447,8 @@ function M.owner_attention(model, name)
   raise("lora: no module holds '" .. name .. "'")
 end
 
--- Adapters on disk (PEFT's layout): lutra/lora_peft.lua.
--- A tensor-parallel model (lutra.lora_tp) saves its gathered adapters (a collective over its
+-- Adapters on disk (PEFT's layout): lutra/lora/peft.lua.
+-- A tensor-parallel model (lutra.lora.tp) saves its gathered adapters (a collective over its
 -- tp group) and loads into its pieces.
 local function tensor_parallel(model)
   if not Module.is_module(model) then return false end
@@ -458,12 +458,12 @@ local function tensor_parallel(model)
   return false
 end
 function M.save(dir, model, opts)
-  if tensor_parallel(model) then return require("lutra.lora_tp").save(dir, model, opts) end
-  return require("lutra.lora_peft").save(dir, model, opts)
+  if tensor_parallel(model) then return require("lutra.lora.tp").save(dir, model, opts) end
+  return require("lutra.lora.peft").save(dir, model, opts)
 end
 function M.load(dir, model, opts)
-  if tensor_parallel(model) then return require("lutra.lora_tp").load(dir, model, opts) end
-  return require("lutra.lora_peft").load(dir, model, opts)
+  if tensor_parallel(model) then return require("lutra.lora.tp").load(dir, model, opts) end
+  return require("lutra.lora.peft").load(dir, model, opts)
 end
 
 return M

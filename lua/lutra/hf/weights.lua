@@ -1,4 +1,4 @@
--- lutra.hf_weights — Hugging Face weight names and layouts for gpt2 and llama, both ways.
+-- lutra.hf.weights — Hugging Face weight names and layouts for gpt2 and llama, both ways.
 --
 -- One table of entries per family says where every HF tensor comes from in lutra's state
 -- dict (lutra.models.Transformer's names):

@@ -1,4 +1,4 @@
--- lutra.lora_peft — LoRA adapters on disk in PEFT's layout, the one Hugging Face's peft
+-- lutra.lora.peft — LoRA adapters on disk in PEFT's layout, the one Hugging Face's peft
 -- library reads with PeftModel.from_pretrained(base, dir):
 --   dir/adapter_model.safetensors   base_model.model.<HF module>.lora_A.weight (r, in)
 --                                   base_model.model.<HF module>.lora_B.weight (out, r)
@@ -13,7 +13,7 @@
 --   blocks.i.mlp.gate/up   -                                 model.layers.i.mlp.gate_proj/up_proj
 --   blocks.i.mlp.proj      transformer.h.i.mlp.c_proj        model.layers.i.mlp.down_proj
 --   lm_head                lm_head                           lm_head
--- (any other module keeps its lutra name; the map is lutra.hf_weights' when present).
+-- (any other module keeps its lutra name; the map is lutra.hf.weights' when present).
 -- lutra's fused qkv with one adapter pair (lora.apply's default) is written as q_proj, k_proj
 -- and v_proj with the same lora_A and the matching rows of lora_B: the same update exactly.
 -- Independent adapters (PEFT's own q/k/v, or only some of them, e.g. target_modules q_proj
@@ -50,11 +50,11 @@ local function family(model)
 end
 M.family = family
 
--- lutra module name -> list of {HF module name, first row, rows}, from lutra.hf_weights' weight
+-- lutra module name -> list of {HF module name, first row, rows}, from lutra.hf.weights' weight
 -- map when it is there (one source of truth with the model import/export), else the table above.
 local function module_map(model, fam)
   local map = {}
-  local ok, W = pcall(require, "lutra.hf_weights")
+  local ok, W = pcall(require, "lutra.hf.weights")
   if ok and type(W) == "table" and W.entries then
     for _, e in ipairs(W.entries(model.cfg, fam)) do
       local lm, hm = e.lt:match("^(.*)%.weight$"), e.hf:match("^(.*)%.weight$")

@@ -1,4 +1,4 @@
--- lutra.lora_tp — LoRA adapters on tensor-parallel layers (lutra.dist.tp calls it when a
+-- lutra.lora.tp — LoRA adapters on tensor-parallel layers (lutra.dist.tp calls it when a
 -- Linear it converts is a lora.LoRALinear; nothing to call by hand).
 --
 --   lora.apply(model, {...}); tp.parallelize(model, group)   -- the adapters go with their layers
@@ -301,7 +301,7 @@ function M.save(dir, model, opts)
     end
   end
   local ok, err = true, nil
-  if group == nil or group.rank == 0 then ok, err = pcall(require("lutra.lora_peft").save, dir, model, opts) end
+  if group == nil or group.rank == 0 then ok, err = pcall(require("lutra.lora.peft").save, dir, model, opts) end
   for _, s in ipairs(swapped) do
     rawset(s[1], "lora_A", s[2])
     rawset(s[1], "lora_B", s[3])
@@ -312,7 +312,7 @@ function M.save(dir, model, opts)
 end
 
 -- lora.load into a tensor-parallel model: each layer is given full-size adapters (zeros, the
--- global in / out features) for lutra.lora_peft.load to fill, then this rank's pieces are
+-- global in / out features) for lutra.lora.peft.load to fill, then this rank's pieces are
 -- copied into its own tensors (no collective: every rank reads the files). The file's row
 -- blocks must be the layer's (else: load before tp.parallelize).
 function M.load(dir, model, opts)
@@ -333,7 +333,7 @@ function M.load(dir, model, opts)
       rawset(m, "out_features", gb[1])
     end
   end
-  local ok, err = pcall(require("lutra.lora_peft").load, dir, model, opts)
+  local ok, err = pcall(require("lutra.lora.peft").load, dir, model, opts)
   local bad
   grad.no_grad(function()
     for _, s in ipairs(saved) do
