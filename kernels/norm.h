@@ -3,7 +3,6 @@
  * side; these launch on the device's compute stream and return 0 or -1 with the error set. */
 #ifndef LUTRA_CUDA_NORM_H
 #define LUTRA_CUDA_NORM_H
-#ifdef LUTRA_HAVE_CUDA
 #include "ops/norm.h"
 #ifdef __cplusplus
 extern "C" {
@@ -21,6 +20,5 @@ int lt_cuda_norm_backward(const char *op, const lt_norm_bwd *p);
 
 #ifdef __cplusplus
 }
-#endif
 #endif
 #endif
