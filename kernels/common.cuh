@@ -10,9 +10,6 @@
 #include <string.h>
 #include <type_traits>
 
-#ifndef LUTRA_HAVE_CUDA /* kernels are only built with CUDA; the bridge declarations depend on it */
-#define LUTRA_HAVE_CUDA 1
-#endif
 extern "C" {
 #include "core/internal.h"
 }

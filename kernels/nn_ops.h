@@ -77,5 +77,4 @@ int lt_cuda_rope(const lt_cuda_rope_args *a);
 }
 #endif
 
-
 #endif

@@ -12,7 +12,6 @@
 /* What lt_cuda_reduce finishes: an lt_reduce_op (LT_SUM .. LT_NORM), or var. */
 enum { LT_CUDA_REDUCE_VAR = LT_NUM_REDUCE_OPS };
 
-
 /* A reduction's geometry as ops/reduce_geom.h plans it: output o (kept-linear order) reads
  * input element offset_of(o, kept dims, kstride) + offset_of(r, reduced dims, rstride) for
  * r in [0, n_red), and is written at offset_of(o, kept dims, kout) of out. inner: the

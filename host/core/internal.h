@@ -205,7 +205,6 @@ enum { LT_PAR_GRAIN = 32768 };
 int lt_run_parts(int (*part)(void *job, int tid, int nthreads), void *job, bool parallel);
 
 /* ---- CUDA bridge (kernels/, present when built with CUDA) ----------------------- */
-#ifdef LUTRA_HAVE_CUDA
 int lt_cuda_alloc(int device, int64_t nbytes, void **ptr);
 void lt_cuda_free(int device, void *ptr);
 int lt_cuda_memcpy(void *dst, int dst_device, const void *src, int src_device, int64_t nbytes);
@@ -217,7 +216,6 @@ int lt_cuda_convert_contig(int device, void *dst, int dst_dtype, const void *src
 int lt_cuda_init_devices(int *count, char *status, int status_len);
 int lt_cuda_device_synchronize(int device);
 
-#endif
 /* TF32 for f32 matmuls on CUDA (off by default, as PyTorch); the flag lives in host/ops/matmul.c
  * so that it exists without CUDA too. set returns 0; get returns 0 or 1. */
 int lt_cuda_set_tf32(int enabled);

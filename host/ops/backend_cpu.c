@@ -2,6 +2,7 @@
  * hand the same plan to either device. The other entries are NULL: those fronts run their CPU
  * loops themselves. */
 #include "ops/backend.h"
+#include "ops/norm.h"
 
 const lt_backend lt_backend_cpu = {
     .name = "cpu",

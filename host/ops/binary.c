@@ -6,8 +6,8 @@
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("no-trapping-math", "no-math-errno")
 #endif
-#include "ops/elementwise.h"
 #include "ops/backend.h"
+#include "ops/elementwise.h"
 #include <stdio.h>
 
 static const char *const binary_names[LT_NUM_BINARY_OPS] = {"add", "sub", "mul", "div", "pow", "maximum", "minimum",
@@ -246,8 +246,8 @@ int lt_binary_scalar(lt_tensor *out, const lt_tensor *a, double s, int op, int r
     lt_ew_geom g;
     const lt_tensor *ins[2] = {a, a};
     lt_ew_geom_of(&g, out, 2, ins);
-    return be->binary(a->device, op, a->dtype, &g, lt_data_ptr(out), lt_data_ptr(a), lt_data_ptr(a),
-                          reverse ? 1 : 2, buf);
+    return be->binary(a->device, op, a->dtype, &g, lt_data_ptr(out), lt_data_ptr(a), lt_data_ptr(a), reverse ? 1 : 2,
+                      buf);
   }
   lt_storage st = {buf, 8, 1, LT_DEVICE_CPU};
   lt_tensor scalar = {.storage = &st, .ndim = 0, .dtype = sdtype, .device = LT_DEVICE_CPU, .refcount = 1};
@@ -317,7 +317,7 @@ int lt_where(lt_tensor *out, const lt_tensor *cond, const lt_tensor *a, const lt
     lt_ew_geom g;
     lt_ew_geom_of(&g, out, 3, ops + 1);
     return be->where(a->device, lt_dtype_size(a->dtype), &g, lt_data_ptr(out), lt_data_ptr(cond), lt_data_ptr(a),
-                         lt_data_ptr(b));
+                     lt_data_ptr(b));
   }
   int64_t st[4][LT_MAX_DIMS];
   char *base[4];

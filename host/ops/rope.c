@@ -11,10 +11,9 @@
  * The CUDA kernel (kernels/rope.cu) follows the same recipe, with these frequencies.
  */
 #include "core/internal.h"
+#include "ops/backend.h"
+#include "ops/dtype_generic.h"
 #include <stdlib.h>
-#ifdef LUTRA_HAVE_CUDA
-#include "kernels/nn_ops.h"
-#endif
 
 /* A row of n elements at src (element stride `stride`, any float dtype) into f32 / f64 buffers. */
 static void load_row_f32(float *dst, const char *src, int dtype, int64_t stride, int64_t n) {
@@ -42,21 +41,15 @@ static void store_row_f32(char *dst, int dtype, int64_t stride, const float *src
 }
 
 // y, x are (D); c, s are (D/2). Rotates x by the angles whose cos/sin are c/s.
-static void rotate_f32(float *restrict y, const float *restrict x, const float *restrict c, const float *restrict s,
-                       int64_t half) {
-  for (int64_t i = 0; i < half; i++) {
-    y[i] = x[i] * c[i] - x[i + half] * s[i];
-    y[i + half] = x[i + half] * c[i] + x[i] * s[i];
+#define DEFINE_ROTATE(T, S)                                                                                            \
+  static void rotate_##S(T *restrict y, const T *restrict x, const T *restrict c, const T *restrict s, int64_t half) { \
+    for (int64_t i = 0; i < half; i++) {                                                                               \
+      y[i] = x[i] * c[i] - x[i + half] * s[i];                                                                         \
+      y[i + half] = x[i + half] * c[i] + x[i] * s[i];                                                                  \
+    }                                                                                                                  \
   }
-}
-
-static void rotate_f64(double *restrict y, const double *restrict x, const double *restrict c, const double *restrict s,
-                       int64_t half) {
-  for (int64_t i = 0; i < half; i++) {
-    y[i] = x[i] * c[i] - x[i + half] * s[i];
-    y[i + half] = x[i + half] * c[i] + x[i] * s[i];
-  }
-}
+DEFINE_ROTATE(float, f32)
+DEFINE_ROTATE(double, f64)
 
 typedef struct rope_job {
   const lt_tensor *x, *out, *positions;
@@ -123,9 +116,9 @@ static int check_positions(const lt_tensor *pos, const lt_tensor *x) {
   return 0;
 }
 
-#ifdef LUTRA_HAVE_CUDA
 /* x, out on one CUDA device (checked); the frequencies as the CPU computes them. */
-static int rope_cuda(lt_tensor *out, const lt_tensor *x, const lt_tensor *positions, double theta, int inverse) {
+static int rope_cuda(const lt_backend *be, lt_tensor *out, const lt_tensor *x, const lt_tensor *positions, double theta,
+                     int inverse) {
   const int64_t D = x->shape[3], half = D / 2;
   double *freq = malloc((size_t)(half > 0 ? half : 1) * sizeof(double));
   if (!freq) return lt_errorf("rope: out of host memory");
@@ -145,11 +138,10 @@ static int rope_cuda(lt_tensor *out, const lt_tensor *x, const lt_tensor *positi
                          .sign = inverse ? -1.0 : 1.0};
   for (int d = 0; d < 4; d++) a.xs[d] = x->stride[d], a.os[d] = out->stride[d];
   if (positions) a.ps[0] = positions->stride[0], a.ps[1] = positions->ndim == 2 ? positions->stride[1] : 0;
-  int rc = lt_cuda_rope(&a);
+  int rc = be->rope(&a);
   free(freq);
   return rc;
 }
-#endif
 
 int lt_rope(lt_tensor *out, const lt_tensor *x, const lt_tensor *positions, double theta, int inverse) {
   char a[LT_DESC_STR];
@@ -158,16 +150,13 @@ int lt_rope(lt_tensor *out, const lt_tensor *x, const lt_tensor *positions, doub
     return lt_errorf("rope: x must be (B, T, H, D) with D even and a floating dtype, got %s", lt_desc(a, x));
   if (!(theta > 0) || !isfinite(theta)) return lt_errorf("rope: theta must be positive and finite, got %g", theta);
   LT_TRY(check_positions(positions, x));
-#ifndef LUTRA_HAVE_CUDA
-  if (x->device != LT_DEVICE_CPU) return lt_errorf("rope: lutra was built without CUDA");
-#endif
+  const lt_backend *be = lt_backend_for("rope", x->device);
+  if (!be) return -1;
   LT_TRY(lt_prepare_out_like("rope", out, x, x->dtype));
   const int64_t B = x->shape[0], T = x->shape[1], H = x->shape[2], D = x->shape[3], half = D / 2;
   if (lt_numel(x) == 0) return 0;
   const bool f64 = x->dtype == LT_F64, per_batch = positions && positions->ndim == 2;
-#ifdef LUTRA_HAVE_CUDA
-  if (x->device != LT_DEVICE_CPU) return rope_cuda(out, x, positions, theta, inverse);
-#endif
+  if (x->device != LT_DEVICE_CPU) return rope_cuda(be, out, x, positions, theta, inverse);
 
   /* cos/sin table: one row of `half` angles per position row ((B*T) or (T) rows) */
   const int64_t tab_rows = per_batch ? B * T : T, esize = f64 ? 8 : 4;

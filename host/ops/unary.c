@@ -6,8 +6,8 @@
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("no-trapping-math", "no-math-errno")
 #endif
-#include "ops/elementwise.h"
 #include "ops/backend.h"
+#include "ops/elementwise.h"
 #include <stdio.h>
 
 static const char *const unary_names[LT_NUM_UNARY_OPS] = {"neg",  "exp",     "log",  "sqrt",   "rsqrt",
@@ -255,8 +255,7 @@ int lt_unary_backward(lt_tensor *grad_in, const lt_tensor *grad_out, const lt_te
     lt_ew_geom g;
     const lt_tensor *ins[2] = {grad_out, x};
     lt_ew_geom_of(&g, grad_in, 2, ins);
-    return be->unary_backward(x->device, op, x->dtype, &g, lt_data_ptr(grad_in), lt_data_ptr(grad_out),
-                                  lt_data_ptr(x));
+    return be->unary_backward(x->device, op, x->dtype, &g, lt_data_ptr(grad_in), lt_data_ptr(grad_out), lt_data_ptr(x));
   }
   int64_t st[3][LT_MAX_DIMS];
   lt_broadcast_strides(grad_in, x->ndim, x->shape, st[0]);

@@ -6,7 +6,6 @@
  * and index math) run on host memory against lt_rand_* (bit for bit) and lt_rope (to rounding). Skipped (0 checks) in a
  * CPU-only build.
  */
-#define LUTRA_HAVE_CUDA 1 /* for kernels/nn_ops.h's declarations; the checks run only in a CUDA build */
 #include "check.h"
 #include "kernels/nn_ops.h"
 #include <stdarg.h>
