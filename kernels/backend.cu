@@ -4,6 +4,7 @@ extern "C" {
 #include "ops/backend.h"
 }
 
+/* in the struct's order (C++17 has no designated initializers) */
 extern "C" const lt_backend lt_backend_cuda = {
     "cuda",
     lt_cuda_norm_use_device,

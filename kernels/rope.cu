@@ -11,8 +11,7 @@
  * pair (i, i + D/2) of every head h. Any strides; out may be x (in place). */
 #include "kernels/common.cuh"
 extern "C" {
-#include "core/caching_alloc.h"
-#include "kernels/nn_ops.h"
+#include "kernels/rope.h"
 }
 
 namespace {

@@ -19,12 +19,15 @@
 #define LUTRA_OPS_BACKEND_H
 #include "core/internal.h"
 #include "kernels/attention.h"
+#include "kernels/cross_entropy.h"
 #include "kernels/elementwise.h"
+#include "kernels/embedding.h"
 #include "kernels/matmul.h"
-#include "kernels/nn_ops.h"
 #include "kernels/norm.h"
 #include "kernels/optim.h"
+#include "kernels/random.h"
 #include "kernels/reduce.h"
+#include "kernels/rope.h"
 
 typedef struct lt_backend {
   const char *name;

@@ -1,7 +1,7 @@
 /* random.c — counter-based random numbers: Philox4x32-10 and the distributions drawn from it.
  *
  * The exact recipe, which the CUDA kernels (kernels/random.cu) reproduce bit for bit: the generator
- * and the bits -> value transforms live in host/ops/philox.h, compiled for both sides.
+ * and the bits -> value transforms live in kernels/philox.h, compiled for both sides.
  *
  * Generator. Philox4x32-10 as in Random123 (Salmon et al., SC'11): multipliers 0xD2511F53 and
  * 0xCD9E8D57, key increments 0x9E3779B9 and 0xBB67AE85, 10 rounds, the key bumped between rounds.
@@ -29,8 +29,8 @@
  *   in out's dtype (bool, u8, any).
  */
 #include "core/internal.h"
+#include "kernels/philox.h"
 #include "ops/backend.h"
-#include "ops/philox.h"
 
 /* The generator with every counter word exposed (for the Random123 known-answer tests; not in
  * lutra.h because the distributions only ever use 64-bit counters). */
@@ -125,7 +125,7 @@ static void fill_run(char *base, int dtype, int64_t stride, int64_t n, uint64_t 
     for (int j = 0; j < m; j++) /* the generator: independent lanes, vectorisable */
       lt_philox_draw(d->key, counter0 + (uint64_t)(j0 + j), &w0[j], &w1[j]);
     bool ints = false;
-    switch (d->kind) { /* the value transforms of ops/philox.h, shared with kernels/random.cu */
+    switch (d->kind) { /* the value transforms of kernels/philox.h, shared with kernels/random.cu */
     case DIST_UNIFORM:
       if (dtype == LT_F64) {
         for (int j = 0; j < m; j++)
@@ -166,7 +166,7 @@ static int fill(lt_tensor *out, uint64_t seed, uint64_t offset, dist *d) {
   d->key[0] = (uint32_t)seed;
   d->key[1] = (uint32_t)(seed >> 32);
   static const char *names[4] = {"rand_uniform", "rand_normal", "rand_int", "rand_bernoulli"};
-  if (out->device != LT_DEVICE_CPU) { /* kernels/random.cu: the same recipe through ops/philox.h */
+  if (out->device != LT_DEVICE_CPU) { /* kernels/random.cu: the same recipe through kernels/philox.h */
     const lt_backend *be = lt_backend_for(names[d->kind], out->device);
     if (!be) return -1;
     static const int kinds[4] = {LT_RNG_UNIFORM, LT_RNG_NORMAL, LT_RNG_INT, LT_RNG_BERNOULLI};
