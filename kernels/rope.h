@@ -10,7 +10,7 @@
 extern "C" {
 #endif
 
-typedef struct lt_cuda_rope_args {
+typedef struct lt_rope_plan {
   int device, dtype;
   int64_t B, T, H, D;
   const void *x;
@@ -22,8 +22,8 @@ typedef struct lt_cuda_rope_args {
   int64_t ps[2];      /* element strides of pos: (T) uses ps[0]; (B, T) uses both */
   const double *freq; /* host array of D / 2 frequencies, as the CPU computes them */
   double sign;        /* 1, or -1 for the inverse rotation */
-} lt_cuda_rope_args;
-int lt_cuda_rope(const lt_cuda_rope_args *a);
+} lt_rope_plan;
+int lt_cuda_rope(const lt_rope_plan *a);
 
 #ifdef __cplusplus
 }

@@ -66,7 +66,7 @@ typedef struct lt_backend {
                            int idtype, int64_t n, int64_t C);
   int (*embedding_backward)(int device, int dtype, void *dweight, int64_t V, int64_t C, const void *dout,
                             const void *ids, int idtype, int64_t n);
-  int (*rope)(const lt_cuda_rope_args *a);
+  int (*rope)(const lt_rope_plan *a);
   int (*rng_fill)(const lt_cuda_rng_args *a);
   int (*attention_fwd_uses_mma)(int dtype, int64_t D);
   int (*attention_bwd_uses_mma)(int dtype, int64_t D);
