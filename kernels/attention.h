@@ -1,8 +1,7 @@
 /* attention.h — what host/ops/attention_cuda.c hands to the attention kernels
- * (kernels/attention_forward.cu, kernels/attention_backward.cu). C linkage; only with CUDA. */
+ * (kernels/attention_forward.cu, kernels/attention_backward.cu). C linkage. */
 #ifndef LUTRA_CUDA_ATTENTION_H
 #define LUTRA_CUDA_ATTENTION_H
-#ifdef LUTRA_HAVE_CUDA
 #include "lutra.h"
 #include <stdint.h>
 
@@ -40,14 +39,4 @@ int lt_cuda_attention_forward(const lt_cuda_att_args *a);
 /* Backward: dq, dk, dv from dout, q, k, v, out, lse (deterministic: no atomics). */
 int lt_cuda_attention_backward(const lt_cuda_att_args *a);
 
-/* The CUDA side of lt_attention_forward / lt_attention_backward (host/ops/attention_cuda.c),
- * called by host/ops/attention.c after its checks, with out / lse / dq / dk / dv prepared on q's
- * device: lays the operands out for the kernels (copies what they cannot read in place, computes
- * into a scratch what they cannot write in place), allocates scratch, launches. */
-int lt_attention_forward_cuda(lt_tensor *out, lt_tensor *lse, const lt_tensor *q, const lt_tensor *k,
-                              const lt_tensor *v, const lt_tensor *segment_ids, double scale, int causal);
-int lt_attention_backward_cuda(lt_tensor *dq, lt_tensor *dk, lt_tensor *dv, const lt_tensor *dout, const lt_tensor *q,
-                               const lt_tensor *k, const lt_tensor *v, const lt_tensor *out, const lt_tensor *lse,
-                               const lt_tensor *segment_ids, double scale, int causal);
-#endif
 #endif

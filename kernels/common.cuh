@@ -10,9 +10,6 @@
 #include <string.h>
 #include <type_traits>
 
-#ifndef LUTRA_HAVE_CUDA /* kernels are only built with CUDA; the bridge declarations depend on it */
-#define LUTRA_HAVE_CUDA 1
-#endif
 extern "C" {
 #include "core/internal.h"
 }
@@ -25,6 +22,9 @@ int lt_cuda_error(const char *op, int device, cudaError_t err);
 
 /* Makes `device` current for this thread after checking it exists. */
 int lt_cuda_use_device(const char *op, int device);
+
+/* Device scratch from the caching allocator, ordered on `stream` (host/core/cuda_runtime.cu). */
+extern "C" int lt_cuda_alloc_stream(int device, int64_t nbytes, void *stream, void **ptr);
 
 /* Checks a kernel launch (configuration errors show up here; faults inside the kernel
  * show up at the next synchronising call). */

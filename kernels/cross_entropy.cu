@@ -16,8 +16,7 @@
 #include "kernels/common.cuh"
 #include <limits.h>
 extern "C" {
-#include "core/caching_alloc.h"
-#include "kernels/nn_ops.h"
+#include "kernels/cross_entropy.h"
 }
 
 namespace {

@@ -62,7 +62,6 @@ LT_HOST_DEVICE static inline bool lt_ew_geom_contiguous(const lt_ew_geom *g) {
 LT_EW_DEFINE_OFFSETS(lt_ew_offsets32, uint32_t)
 LT_EW_DEFINE_OFFSETS(lt_ew_offsets64, int64_t)
 
-#ifdef LUTRA_HAVE_CUDA
 /* Each returns 0, or -1 with the error set (naming op). Pointers are element [0,...,0] of each
  * operand; dtypes and shapes were checked by the caller. */
 
@@ -88,6 +87,5 @@ int lt_cuda_copy(int device, const lt_ew_geom *g, void *dst, int dst_dtype, cons
 int lt_cuda_fill(int device, const lt_ew_geom *g, void *out, int dtype, double value);
 /* out[i * stride] = start + i * step for i < n, stored as lt_store_f64 does. */
 int lt_cuda_sequence(int device, void *out, int64_t stride, int dtype, int64_t n, double start, double step);
-#endif
 
 #endif

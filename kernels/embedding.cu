@@ -17,8 +17,7 @@
 #include <limits.h>
 #include <stdlib.h>
 extern "C" {
-#include "core/caching_alloc.h"
-#include "kernels/nn_ops.h"
+#include "kernels/embedding.h"
 }
 
 namespace {

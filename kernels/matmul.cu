@@ -13,6 +13,7 @@
  * cublasLtMatmulAlgoGetHeuristic once and is cached. Everything runs on the legacy default
  * stream, as the other kernels do. */
 #include "kernels/common.cuh"
+#include "kernels/matmul.h"
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <pthread.h>

@@ -1,13 +1,46 @@
-/* norm.h — the norm kernels (kernels/norm.cu) as host/ops/norm.c calls them. The plans
- * (host/ops/norm.h) hold device pointers to contiguous rows, checked and allocated by the host
- * side; these launch on the device's compute stream and return 0 or -1 with the error set. */
+/* norm.h — the plans of the norm ops, which the CPU rows (host/ops/norm_cpu.c) and the
+ * kernels (kernels/norm.cu) both take, and the kernels' launchers. The host (ops/norm.c) checks
+ * and allocates; the launchers queue on the device's compute stream and return 0 or -1 with
+ * the error set.
+ *
+ * Both plans describe contiguous (N, C) rows already checked and allocated on one device.
+ * RMSNorm is LayerNorm with center = 0 (mean taken as 0) and no bias. The compute type
+ * ("A") is f64 for f64 x, else f32: w and b are C values of it (never NULL: ones and zeros
+ * stand in for a missing weight or bias). Statistics are f32 or f64 (mean_dtype, rstd_dtype). */
 #ifndef LUTRA_CUDA_NORM_H
 #define LUTRA_CUDA_NORM_H
-#ifdef LUTRA_HAVE_CUDA
-#include "ops/norm.h"
+#include <stdint.h>
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+typedef struct lt_norm_fwd {
+  int device, dtype; /* x's */
+  int64_t N, C;
+  double eps;
+  int center;
+  const void *x;        /* (N, C) */
+  const void *residual; /* (N, C) or NULL: with it, res = x + residual is normalised */
+  void *res;            /* (N, C) x + residual rounded to dtype (NULL without residual) */
+  void *y;              /* (N, C) */
+  const void *w, *b;    /* (C) compute type */
+  void *mean, *rstd;    /* (N) or NULL */
+  int mean_dtype, rstd_dtype;
+} lt_norm_fwd;
+
+typedef struct lt_norm_bwd {
+  int device, dtype;
+  int64_t N, C;
+  int center;
+  const void *dy, *x;      /* (N, C) */
+  const void *dres;        /* (N, C) added to dx, or NULL */
+  const void *w;           /* (C) compute type */
+  const void *mean, *rstd; /* (N); mean unused without center */
+  int mean_dtype, rstd_dtype;
+  void *dx;      /* (N, C) or NULL */
+  void *dw, *db; /* (C) or NULL, overwritten */
+  int dw_dtype, db_dtype;
+} lt_norm_bwd;
 
 /* lt_cuda_use_device (kernels/common.cuh, C++ linkage) for the host C: checks the device exists and makes
  * it current, before anything touches a CUDA tensor's memory. */
@@ -21,6 +54,5 @@ int lt_cuda_norm_backward(const char *op, const lt_norm_bwd *p);
 
 #ifdef __cplusplus
 }
-#endif
 #endif
 #endif

@@ -17,7 +17,6 @@
 #include "kernels/common.cuh"
 #include <pthread.h>
 extern "C" {
-#include "core/caching_alloc.h"
 #include "kernels/optim.h"
 }
 

@@ -82,7 +82,6 @@ LT_OPTIM_HD static inline double lt_clip_coef_of(double sumsq, double max_norm) 
   return isfinite(norm) && coef < 1 ? coef : 1.0;
 }
 
-#ifdef LUTRA_HAVE_CUDA
 /* kernels/optim.cu. Every launch is on the device's compute stream; none waits for the host.
  * entries: n host-side entries (copied to the device through a pinned buffer), chunks the
  * total of their chunks of LT_OPTIM_CHUNK elements. */
@@ -97,6 +96,5 @@ int lt_cuda_scale_multi(int device, const lt_optim_entry *entries, int64_t n, in
                         int scale_dtype);
 /* coef[0] = the clipping coefficient of sumsq[0] (see lt_clip_coef). */
 int lt_cuda_clip_coef(int device, void *coef, int coef_dtype, const void *sumsq, int sumsq_dtype, double max_norm);
-#endif
 
 #endif

@@ -1,14 +1,14 @@
 /* random.cu — lt_rand_uniform / normal / int / bernoulli on CUDA tensors.
  *
  * Element i of out (row-major over its shape, whatever the strides) draws the Philox words of
- * counter offset + i under key seed and turns them into a value with host/ops/philox.h's
+ * counter offset + i under key seed and turns them into a value with kernels/philox.h's
  * transforms, the very functions host/ops/random.c runs, then stores it as ops/random.c's store_values does
  * (double -> f32 -> bf16/f16, integers cast). So every value is bit-identical with the CPU's,
- * except the normal's, whose log and cos are libdevice's here (host/ops/philox.h says why). */
+ * except the normal's, whose log and cos are libdevice's here (kernels/philox.h says why). */
 #include "kernels/common.cuh"
-#include "ops/philox.h"
+#include "kernels/philox.h"
 extern "C" {
-#include "kernels/nn_ops.h"
+#include "kernels/random.h"
 }
 
 namespace {

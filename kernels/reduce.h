@@ -6,27 +6,11 @@
  * compute stream and report launch errors. */
 #ifndef LUTRA_CUDA_REDUCE_H
 #define LUTRA_CUDA_REDUCE_H
-#include "core/internal.h"
-
-/* 0 when the op can run on t's device here: the CPU, or an available CUDA device in a CUDA
- * build; else the error, naming op. */
-static inline int lt_reduce_check_device(const char *op, const lt_tensor *t) {
-  if (t->device == LT_DEVICE_CPU) return 0;
-#ifdef LUTRA_HAVE_CUDA
-  if (t->device < 0 || t->device >= lt_cuda_device_count()) {
-    char dev[16];
-    return lt_errorf("%s: device %s is not available (%s)", op, lt_device_str(dev, t->device), lt_cuda_status());
-  }
-  return 0;
-#else
-  return lt_errorf("%s: not implemented on cuda yet: lutra was built without CUDA", op);
-#endif
-}
+#include "lutra.h"
+#include <stdint.h>
 
 /* What lt_cuda_reduce finishes: an lt_reduce_op (LT_SUM .. LT_NORM), or var. */
 enum { LT_CUDA_REDUCE_VAR = LT_NUM_REDUCE_OPS };
-
-#ifdef LUTRA_HAVE_CUDA
 
 /* A reduction's geometry as ops/reduce_geom.h plans it: output o (kept-linear order) reads
  * input element offset_of(o, kept dims, kstride) + offset_of(r, reduced dims, rstride) for
@@ -62,5 +46,4 @@ typedef struct lt_cuda_softmax_args {
 } lt_cuda_softmax_args;
 int lt_cuda_softmax(const char *op, int device, const lt_cuda_softmax_args *a);
 
-#endif
 #endif

@@ -11,8 +11,7 @@
  * pair (i, i + D/2) of every head h. Any strides; out may be x (in place). */
 #include "kernels/common.cuh"
 extern "C" {
-#include "core/caching_alloc.h"
-#include "kernels/nn_ops.h"
+#include "kernels/rope.h"
 }
 
 namespace {
@@ -102,7 +101,7 @@ __global__ void rope_kernel(T *out, const T *x, const double *freq, const void *
     rope_item(out, x, freq, pos, g, idx);
 }
 
-rope_geom make_geom(const lt_cuda_rope_args *a) {
+rope_geom make_geom(const lt_rope_plan *a) {
   rope_geom g;
   g.B = a->B, g.T = a->T, g.H = a->H, g.half = a->D / 2;
   for (int d = 0; d < 4; d++) g.xs[d] = a->xs[d], g.os[d] = a->os[d];
@@ -114,7 +113,7 @@ rope_geom make_geom(const lt_cuda_rope_args *a) {
 
 } // namespace
 
-int lt_cuda_rope(const lt_cuda_rope_args *a) {
+int lt_cuda_rope(const lt_rope_plan *a) {
   const char *op = "rope";
   int64_t half = a->D / 2, total = a->B * a->T * half;
   if (total == 0 || a->H == 0) return 0;
@@ -157,7 +156,7 @@ int lt_cuda_rope(const lt_cuda_rope_args *a) {
 /* The kernel's work items run on the CPU over host memory (cos and sin from libm, products and
  * sums unfused), exported for tests/c/test_nn_kernels_host.c, which routes host/ops/rope.c's CUDA
  * calls here: checks the arguments ops/rope.c passes and the index math against the CPU op. */
-extern "C" int lt_cuda_rope_on_host(const lt_cuda_rope_args *a) {
+extern "C" int lt_cuda_rope_on_host(const lt_rope_plan *a) {
   rope_geom g = make_geom(a);
   int64_t total = a->H == 0 ? 0 : a->B * a->T * g.half;
   for (int64_t idx = 0; idx < total; idx++) {

@@ -419,24 +419,3 @@ void lt_ca_free_counts(lt_caching_alloc *ca, int64_t *small, int64_t *large) {
   for (lt_ca_block *b = ca->free_large; b; b = b->bin_next) ++*large;
   pthread_mutex_unlock(&ca->lock);
 }
-
-/* ---- without CUDA: the public entry points say so --------------------------------- */
-#ifndef LUTRA_HAVE_CUDA
-int lt_cuda_get_memory_stats(int device, lt_cuda_memory_stats *stats) {
-  if (stats) memset(stats, 0, sizeof *stats);
-  return lt_errorf("memory_stats: device cuda:%d is not available (lutra was built without CUDA)", device);
-}
-int lt_cuda_reset_peak_memory_stats(int device) {
-  return lt_errorf("reset_peak_memory_stats: device cuda:%d is not available (lutra was built without CUDA)", device);
-}
-int lt_cuda_empty_cache(int device) {
-  return lt_errorf("empty_cache: device cuda:%d is not available (lutra was built without CUDA)", device);
-}
-int lt_cuda_host_alloc(int64_t nbytes, void **ptr) {
-  if (ptr) *ptr = NULL;
-  return lt_errorf("cuda_host_alloc: no pinned memory for %lld bytes: lutra was built without CUDA", (long long)nbytes);
-}
-int lt_cuda_host_free(void *ptr) {
-  return ptr ? lt_errorf("cuda_host_free: %p: lutra was built without CUDA", ptr) : 0;
-}
-#endif

@@ -79,8 +79,6 @@ void lt_ca_visit(lt_caching_alloc *ca, lt_ca_visit_fn fn, void *arg);
 void lt_ca_free_counts(lt_caching_alloc *ca, int64_t *small, int64_t *large);
 
 /* Runtime wiring (host/core/cuda_runtime.cu), internal to the library. */
-#ifdef LUTRA_HAVE_CUDA
 int lt_cuda_alloc_stream(int device, int64_t nbytes, void *stream, void **ptr);
-#endif
 
 #endif

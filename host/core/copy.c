@@ -1,6 +1,5 @@
 /* copy.c — copy across dtypes, devices and layouts; fill, arange, linspace. */
-#include "kernels/elementwise.h"
-#include "core/internal.h"
+#include "core/device.h"
 #include <stdlib.h>
 #ifdef __F16C__
 #include <immintrin.h>
@@ -136,17 +135,16 @@ static int check_broadcast_to(const char *op, const lt_tensor *src, const lt_ten
                    lt_shape_str(a, src->ndim, src->shape), lt_shape_str(b, dst->ndim, dst->shape));
 }
 
-#ifdef LUTRA_HAVE_CUDA
 /* dst = src on one CUDA device: any layouts, src broadcast, dtype converted in the same kernel. */
-static int copy_on_device(lt_tensor *dst, const lt_tensor *src) {
+static int copy_on_device(const lt_device_runtime *rt, lt_tensor *dst, const lt_tensor *src) {
   lt_ew_geom g;
   lt_ew_geom_of(&g, dst, 1, &src);
-  return lt_cuda_copy(dst->device, &g, lt_data_ptr(dst), dst->dtype, lt_data_ptr(src), src->dtype);
+  return rt->copy(dst->device, &g, lt_data_ptr(dst), dst->dtype, lt_data_ptr(src), src->dtype);
 }
 
 /* A contiguous tensor of src's shape, in `dtype` on `device`, holding src's values: src itself
  * (a new view) when it already is one, else a copy (made on src's device). NULL on error. */
-static lt_tensor *contiguous_as(const lt_tensor *src, int dtype, int device) {
+static lt_tensor *contiguous_as(const lt_device_runtime *rt, const lt_tensor *src, int dtype, int device) {
   lt_tensor *t = lt_tensor_new();
   if (!t) return lt_errorf("copy: out of host memory"), NULL;
   int rc;
@@ -157,7 +155,7 @@ static lt_tensor *contiguous_as(const lt_tensor *src, int dtype, int device) {
     if (rc == 0 && src->device == LT_DEVICE_CPU)
       copy_cpu(t, src);
     else if (rc == 0)
-      rc = copy_on_device(t, src);
+      rc = copy_on_device(rt, t, src);
   }
   if (rc) lt_release(t), t = NULL;
   return t;
@@ -166,28 +164,27 @@ static lt_tensor *contiguous_as(const lt_tensor *src, int dtype, int device) {
 /* dst = src across devices (CPU <-> CUDA, or two CUDA devices): src's values, made contiguous in
  * its own shape (and, from the CPU, already in dst's dtype), cross in one memcpy; dst's device
  * then broadcasts, converts and scatters them into dst's layout. */
-static int copy_across(lt_tensor *dst, const lt_tensor *src) {
+static int copy_across(const lt_device_runtime *rt, lt_tensor *dst, const lt_tensor *src) {
   bool to_cpu = dst->device == LT_DEVICE_CPU;
   /* from the CPU convert first (the host does it, and fewer bytes may cross) */
-  lt_tensor *packed = contiguous_as(src, src->device == LT_DEVICE_CPU ? dst->dtype : src->dtype, src->device);
+  lt_tensor *packed = contiguous_as(rt, src, src->device == LT_DEVICE_CPU ? dst->dtype : src->dtype, src->device);
   if (!packed) return -1;
   int64_t nbytes = lt_numel(packed) * lt_dtype_size(packed->dtype);
   int rc;
   if (lt_is_contiguous(dst) && lt_same_shape(dst, packed) && dst->dtype == packed->dtype) {
-    rc = lt_cuda_memcpy(lt_data_ptr(dst), dst->device, lt_data_ptr(packed), packed->device, nbytes);
+    rc = rt->copy_bytes(lt_data_ptr(dst), dst->device, lt_data_ptr(packed), packed->device, nbytes);
   } else {
     lt_tensor *landed = lt_tensor_new();
     rc = landed ? lt_empty(landed, packed->ndim, packed->shape, packed->dtype, dst->device)
                 : lt_errorf("copy: out of host memory");
-    if (rc == 0) rc = lt_cuda_memcpy(lt_data_ptr(landed), dst->device, lt_data_ptr(packed), packed->device, nbytes);
+    if (rc == 0) rc = rt->copy_bytes(lt_data_ptr(landed), dst->device, lt_data_ptr(packed), packed->device, nbytes);
     if (rc == 0 && to_cpu) copy_cpu(dst, landed);
-    if (rc == 0 && !to_cpu) rc = copy_on_device(dst, landed);
+    if (rc == 0 && !to_cpu) rc = copy_on_device(rt, dst, landed);
     lt_release(landed);
   }
   lt_release(packed);
   return rc;
 }
-#endif
 
 int lt_copy(lt_tensor *dst, const lt_tensor *src) {
   LT_TRY(lt_check_defined("copy", "destination", dst));
@@ -197,24 +194,20 @@ int lt_copy(lt_tensor *dst, const lt_tensor *src) {
     copy_cpu(dst, src);
     return 0;
   }
-#ifdef LUTRA_HAVE_CUDA
-  if (dst->device == src->device) return copy_on_device(dst, src);
-  return copy_across(dst, src);
-#else
-  return lt_errorf("copy: this build of lutra has no CUDA support");
-#endif
+  const lt_device_runtime *rt = lt_device_cuda();
+  if (!rt) return lt_errorf("copy: this build of lutra has no CUDA support");
+  if (dst->device == src->device) return copy_on_device(rt, dst, src);
+  return copy_across(rt, dst, src);
 }
 
 int lt_fill(lt_tensor *out, double value) {
   LT_TRY(lt_check_defined("fill", "out", out));
   if (out->device != LT_DEVICE_CPU) {
-#ifdef LUTRA_HAVE_CUDA
+    const lt_device_runtime *rt = lt_device_cuda();
+    if (!rt) return lt_errorf("fill: this build of lutra has no CUDA support");
     lt_ew_geom g;
     lt_ew_geom_of(&g, out, 0, NULL);
-    return lt_cuda_fill(out->device, &g, lt_data_ptr(out), out->dtype, value);
-#else
-    return lt_errorf("fill: this build of lutra has no CUDA support");
-#endif
+    return rt->fill(out->device, &g, lt_data_ptr(out), out->dtype, value);
   }
   /* fill one element, then broadcast-copy it: one code path for every layout */
   unsigned char one[8];
@@ -228,9 +221,9 @@ int lt_fill(lt_tensor *out, double value) {
 static int fill_sequence(const char *op, lt_tensor *out, int64_t n, double start, double step, int dtype, int device) {
   int64_t shape[1] = {n};
   LT_TRY(lt_prepare_out(op, out, 1, shape, dtype, device));
-#ifdef LUTRA_HAVE_CUDA
-  if (device != LT_DEVICE_CPU) return lt_cuda_sequence(device, lt_data_ptr(out), out->stride[0], dtype, n, start, step);
-#endif
+  const lt_device_runtime *rt = lt_device_cuda();
+  if (device != LT_DEVICE_CPU && rt)
+    return rt->sequence(device, lt_data_ptr(out), out->stride[0], dtype, n, start, step);
   lt_tensor *host = out;
   if (device != LT_DEVICE_CPU) {
     host = lt_tensor_new();

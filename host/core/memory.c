@@ -3,7 +3,7 @@
  * CPU blocks of 1 MiB and more are cached by rounded size and reused, so that a
  * training loop does not pay page faults for every large temporary (glibc hands
  * such blocks back to the kernel at each free). Small blocks go to malloc. */
-#include "core/internal.h"
+#include "core/device.h"
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,9 +61,8 @@ static void raw_free(int device, void *ptr) {
     lt_cuda_host_free(ptr); /* back to the pinned cache (host/core/cuda_runtime.cu) */
     return;
   }
-#ifdef LUTRA_HAVE_CUDA
-  lt_cuda_free(device, ptr);
-#endif
+  const lt_device_runtime *rt = lt_device_cuda();
+  if (rt) rt->release(device, ptr);
 }
 
 static void *raw_alloc(int device, int64_t nbytes) {
@@ -76,11 +75,8 @@ static void *raw_alloc(int device, int64_t nbytes) {
   }
   void *p = NULL;
   if (device == LT_STORAGE_PINNED) return lt_cuda_host_alloc(nbytes, &p) == 0 ? p : NULL;
-#ifdef LUTRA_HAVE_CUDA
-  return lt_cuda_alloc(device, nbytes, &p) == 0 ? p : NULL;
-#else
-  return NULL;
-#endif
+  const lt_device_runtime *rt = lt_device_cuda();
+  return rt && rt->alloc(device, nbytes, &p) == 0 ? p : NULL;
 }
 
 /* Frees every cached block of m. Called under the lock. */

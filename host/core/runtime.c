@@ -1,5 +1,5 @@
 /* runtime.c — version, build information, threads, and the CUDA probe. */
-#include "core/internal.h"
+#include "core/device.h"
 #include <cblas.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -48,15 +48,15 @@ static char cuda_status_text[256];
 static pthread_once_t cuda_probe_once = PTHREAD_ONCE_INIT;
 
 static void probe_cuda_once(void) {
-#ifdef LUTRA_HAVE_CUDA
+  const lt_device_runtime *rt = lt_device_cuda();
   int n = 0;
-  cuda_availability = lt_cuda_init_devices(&n, cuda_status_text, sizeof cuda_status_text);
-  if (cuda_availability != LT_CUDA_READY) n = 0;
+  if (rt) {
+    cuda_availability = rt->init_devices(&n, cuda_status_text, sizeof cuda_status_text);
+    if (cuda_availability != LT_CUDA_READY) n = 0;
+  } else {
+    snprintf(cuda_status_text, sizeof cuda_status_text, "built without CUDA");
+  }
   cuda_count = n;
-#else
-  cuda_count = 0;
-  snprintf(cuda_status_text, sizeof cuda_status_text, "built without CUDA");
-#endif
 }
 
 static void probe_cuda(void) { pthread_once(&cuda_probe_once, probe_cuda_once); }
@@ -80,11 +80,7 @@ int lt_cuda_synchronize(int device) {
   if (device == LT_DEVICE_CPU) return 0;
   if (device < 0 || device >= lt_cuda_device_count())
     return lt_errorf("cuda_synchronize: device cuda:%d is not available (%s)", device, lt_cuda_status());
-#ifdef LUTRA_HAVE_CUDA
-  return lt_cuda_device_synchronize(device);
-#else
-  return 0;
-#endif
+  return lt_device_cuda()->synchronize(device); /* a device exists: so does the table */
 }
 
 const char *lt_build_info(void) {

@@ -1,5 +1,5 @@
 /* tensor.c — tensor lifecycle, geometry helpers, output preparation, element access. */
-#include "core/internal.h"
+#include "core/device.h"
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -229,12 +229,10 @@ void lt_loop_row_offsets(const lt_strided_loop *L, int64_t r, int64_t *offsets) 
 static int element_offset(const char *op, const lt_tensor *t, const int64_t *index, int64_t *off) {
   LT_TRY(lt_check_defined(op, "tensor", t));
   if (t->ndim > 0 && !index) return lt_errorf("%s: index is NULL", op);
-#ifndef LUTRA_HAVE_CUDA
-  if (t->device != LT_DEVICE_CPU) {
+  if (t->device != LT_DEVICE_CPU && !lt_device_cuda()) {
     char d[16];
     return lt_errorf("%s: tensor is on %s, and lutra was built without CUDA", op, lt_device_str(d, t->device));
   }
-#endif
   int64_t o = 0;
   for (int d = 0; d < t->ndim; d++) {
     int64_t i = index[d];
@@ -254,14 +252,12 @@ static int element_offset(const char *op, const lt_tensor *t, const int64_t *ind
 int lt_get_at(const lt_tensor *t, const int64_t *index, double *value) {
   int64_t off;
   LT_TRY(element_offset("get", t, index, &off));
-  if (t->device != LT_DEVICE_CPU) {
-#ifdef LUTRA_HAVE_CUDA
+  if (t->device != LT_DEVICE_CPU) { /* element_offset found the device table */
     unsigned char raw[8];
     int64_t size = lt_dtype_size(t->dtype);
-    LT_TRY(lt_cuda_memcpy(raw, LT_DEVICE_CPU, (char *)lt_data_ptr(t) + off * size, t->device, size));
+    LT_TRY(lt_device_cuda()->copy_bytes(raw, LT_DEVICE_CPU, (char *)lt_data_ptr(t) + off * size, t->device, size));
     *value = lt_load_f64(raw, t->dtype, 0);
     return 0;
-#endif
   }
   *value = lt_load_f64(lt_data_ptr(t), t->dtype, off);
   return 0;
@@ -270,13 +266,11 @@ int lt_get_at(const lt_tensor *t, const int64_t *index, double *value) {
 int lt_set_at(lt_tensor *t, const int64_t *index, double value) {
   int64_t off;
   LT_TRY(element_offset("set", t, index, &off));
-  if (t->device != LT_DEVICE_CPU) {
-#ifdef LUTRA_HAVE_CUDA
+  if (t->device != LT_DEVICE_CPU) { /* element_offset found the device table */
     unsigned char raw[8];
     int64_t size = lt_dtype_size(t->dtype);
     lt_store_f64(raw, t->dtype, 0, value);
-    return lt_cuda_memcpy((char *)lt_data_ptr(t) + off * size, t->device, raw, LT_DEVICE_CPU, size);
-#endif
+    return lt_device_cuda()->copy_bytes((char *)lt_data_ptr(t) + off * size, t->device, raw, LT_DEVICE_CPU, size);
   }
   lt_store_f64(lt_data_ptr(t), t->dtype, off, value);
   return 0;
@@ -289,15 +283,14 @@ int lt_item(const lt_tensor *t, double *value) {
     return lt_errorf("item: tensor of shape %s has %lld elements, expected exactly 1",
                      lt_shape_str(s, t->ndim, t->shape), (long long)lt_numel(t));
   }
-  if (t->device != LT_DEVICE_CPU) {
-#ifdef LUTRA_HAVE_CUDA
+  const lt_device_runtime *rt = lt_device_cuda(); /* without it, lt_get_at refuses a device tensor */
+  if (t->device != LT_DEVICE_CPU && rt) {
     double buf[1];
     unsigned char raw[8];
-    LT_TRY(lt_cuda_memcpy(raw, LT_DEVICE_CPU, lt_data_ptr(t), t->device, lt_dtype_size(t->dtype)));
+    LT_TRY(rt->copy_bytes(raw, LT_DEVICE_CPU, lt_data_ptr(t), t->device, lt_dtype_size(t->dtype)));
     buf[0] = lt_load_f64(raw, t->dtype, 0);
     *value = buf[0];
     return 0;
-#endif
   }
   int64_t zeros[LT_MAX_DIMS] = {0};
   return lt_get_at(t, zeros, value);

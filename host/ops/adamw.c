@@ -10,8 +10,8 @@
  * f32) with f32 m and v, computed in f32 and rounded to the param's dtype once; or, with master
  * weights, that update done on an f32 master copy which the param then receives rounded.
  * lt_adamw_step is lt_adamw_step_multi over one tensor: one code path, one set of checks. */
-#include "kernels/optim.h"
-#include "core/internal.h"
+#include "ops/backend.h"
+#include "ops/dtype_generic.h"
 #include <stdlib.h>
 
 /* Keep a*b + c as two roundings where torch rounds twice (fmaf() marks the one fused step),
@@ -24,41 +24,28 @@
 
 typedef lt_adamw_scalars adamw_scalars;
 
-static void adamw_f32(float *p, const float *g, float *m, float *v, int64_t n, const adamw_scalars *s) {
-  const float decay = (float)s->decay, w = (float)s->lerp_w, b2 = (float)s->beta2, c2 = (float)s->one_minus_beta2;
-  const float neg_step = (float)-s->step_size, bc2_sqrt = (float)s->bc2_sqrt, eps = (float)s->eps;
-  const bool small_w = fabsf(w) < 0.5f;
-  const float coeff = small_w ? w : w - 1.0f; /* lerp(a, b, w) = fma(coeff, b - a, small_w ? a : b) */
-#pragma omp simd
-  for (int64_t i = 0; i < n; i++) {
-    float gi = g[i], mi = m[i];
-    float pi = p[i] * decay;
-    mi = fmaf(coeff, gi - mi, small_w ? mi : gi);
-    float vi = v[i] * b2;
-    vi = vi + c2 * gi * gi;
-    float denom = sqrtf(vi) / bc2_sqrt + eps;
-    p[i] = pi + neg_step * mi / denom;
-    m[i] = mi;
-    v[i] = vi;
+/* The scalars in T first (no-op casts for double); lerp(a, b, w) = fma(coeff, b - a, small_w ? a : b). */
+#define DEFINE_ADAMW(T, S, FABS, FMA, SQRT)                                                                            \
+  static void adamw_##S(T *p, const T *g, T *m, T *v, int64_t n, const adamw_scalars *s) {                             \
+    const T decay = (T)s->decay, w = (T)s->lerp_w, b2 = (T)s->beta2, c2 = (T)s->one_minus_beta2;                       \
+    const T neg_step = (T)-s->step_size, bc2_sqrt = (T)s->bc2_sqrt, eps = (T)s->eps;                                   \
+    const bool small_w = FABS(w) < (T)0.5;                                                                             \
+    const T coeff = small_w ? w : w - (T)1;                                                                            \
+    LT_SIMD()                                                                                                          \
+    for (int64_t i = 0; i < n; i++) {                                                                                  \
+      T gi = g[i], mi = m[i];                                                                                          \
+      T pi = p[i] * decay;                                                                                             \
+      mi = FMA(coeff, gi - mi, small_w ? mi : gi);                                                                     \
+      T vi = v[i] * b2;                                                                                                \
+      vi = vi + c2 * gi * gi;                                                                                          \
+      T denom = SQRT(vi) / bc2_sqrt + eps;                                                                             \
+      p[i] = pi + neg_step * mi / denom;                                                                               \
+      m[i] = mi;                                                                                                       \
+      v[i] = vi;                                                                                                       \
+    }                                                                                                                  \
   }
-}
-
-static void adamw_f64(double *p, const double *g, double *m, double *v, int64_t n, const adamw_scalars *s) {
-  const double w = s->lerp_w, coeff = fabs(w) < 0.5 ? w : w - 1.0, neg_step = -s->step_size;
-  const bool small_w = fabs(w) < 0.5;
-#pragma omp simd
-  for (int64_t i = 0; i < n; i++) {
-    double gi = g[i], mi = m[i];
-    double pi = p[i] * s->decay;
-    mi = fma(coeff, gi - mi, small_w ? mi : gi);
-    double vi = v[i] * s->beta2;
-    vi = vi + s->one_minus_beta2 * gi * gi;
-    double denom = sqrt(vi) / s->bc2_sqrt + s->eps;
-    p[i] = pi + neg_step * mi / denom;
-    m[i] = mi;
-    v[i] = vi;
-  }
-}
+DEFINE_ADAMW(float, f32, fabsf, fmaf, sqrtf)
+DEFINE_ADAMW(double, f64, fabs, fma, sqrt)
 
 /* 16-bit param: blocks converted to f32, updated by adamw_f32, rounded back once. */
 enum { HALF_BLOCK = 2048 };
@@ -205,9 +192,8 @@ static int adamw_run(const char *op, bool single, int64_t n, lt_tensor *const *p
     lt_optim_for_chunks(chunks, elements, adamw_job_chunk, &job);
     rc = 0;
   } else {
-#ifdef LUTRA_HAVE_CUDA
-    rc = chunks > 0 ? lt_cuda_adamw_multi(device, entries, n, chunks, &s) : 0;
-#endif
+    const lt_backend *be = lt_backend_for(op, device);
+    rc = !be ? -1 : chunks > 0 ? be->adamw_multi(device, entries, n, chunks, &s) : 0;
   }
 done:
   for (int64_t i = 0; held && i < n; i++) {

@@ -198,7 +198,8 @@ static int arg_all_cuda(const char *op, lt_tensor *out, const lt_tensor *a, int 
   int ondim = keepdim ? a->ndim : 0;
   for (int d = 0; d < ondim; d++) oshape[d] = 1;
   LT_TRY(lt_prepare_out(op, out, ondim, oshape, LT_I64, a->device));
-#ifdef LUTRA_HAVE_CUDA
+  const lt_backend *be = lt_backend_for(op, a->device); /* lt_reduce_check_device passed it */
+  if (!be) return -1;
   lt_cuda_red_geom c;
   memset(&c, 0, sizeof c);
   c.n_out = 1, c.n_red = lt_numel(a), c.nkept = 1, c.kshape[0] = 1, c.inner = 1;
@@ -212,11 +213,7 @@ static int arg_all_cuda(const char *op, lt_tensor *out, const lt_tensor *a, int 
     }
   }
   if (c.nred == 0) c.rshape[0] = 1, c.rstride[0] = 0, c.nred = 1;
-  return lt_cuda_argreduce(op, a->device, &c, lt_data_ptr(a), a->dtype, lt_data_ptr(out), is_max);
-#else
-  (void)is_max;
-  return lt_reduce_check_device(op, a);
-#endif
+  return be->argreduce(op, a->device, &c, lt_data_ptr(a), a->dtype, lt_data_ptr(out), is_max);
 }
 
 static int arg_reduce(const char *op, lt_tensor *out, const lt_tensor *a, int dim, int keepdim, int all_dims,
@@ -255,14 +252,14 @@ static int arg_reduce(const char *op, lt_tensor *out, const lt_tensor *a, int di
     goto done;
   }
   reduce_geom_set_out(&g, src, out, keepdim && !all_dims);
-#ifdef LUTRA_HAVE_CUDA
   if (src->device != LT_DEVICE_CPU) {
+    const lt_backend *be = lt_backend_for(op, src->device);
+    if (!be) goto done;
     lt_cuda_red_geom c;
     reduce_geom_to_cuda(&g, &c);
-    rc = lt_cuda_argreduce(op, src->device, &c, lt_data_ptr(src), src->dtype, lt_data_ptr(out), is_max);
+    rc = be->argreduce(op, src->device, &c, lt_data_ptr(src), src->dtype, lt_data_ptr(out), is_max);
     goto done;
   }
-#endif
   res = malloc(sizeof(int64_t) * g.n_out);
   if (!res) {
     rc = lt_errorf("%s: out of host memory", op);

@@ -1,5 +1,6 @@
 /* attention.c — scaled dot-product attention with causal and segment masks and grouped
- * query heads (GQA/MQA), forward and backward, on the CPU.
+ * query heads (GQA/MQA), forward and backward: the checks, the operands, and the dispatch to the
+ * CPU rows (ops/attention_cpu.c) or the CUDA side (ops/attention_cuda.c).
  *
  * q (B, T, H, D), k and v (B, S, Hkv, D); query head h reads kv head h / (H / Hkv).
  * score(t, s) = scale * q_t . k_s is visible when (!causal || s <= t + S - T) and, with segment
@@ -26,116 +27,9 @@
  * kernels/attention_*.cu, whose tile algorithm tests/c/test_attention_tiles.c emulates); lse then
  * lives on q's device.
  */
-#include "core/internal.h"
-#include <cblas.h>
+#include "ops/attention.h"
+#include "ops/attention_cpu.h"
 #include <stdlib.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-#include "ops/vecmath.h"
-#ifdef LUTRA_HAVE_CUDA
-#include "kernels/attention.h"
-#endif
-
-enum {
-  BLOCK_ROWS = 32, /* query rows per forward / dQ task */
-  BLOCK_KEYS = 64, /* keys per dK / dV task */
-  QCHUNK = 64,     /* query rows per step of a dK / dV task */
-  /* OpenBLAS (pthreads build) starts its own threads for a product with M*N*K > 2^18, even when
-   * called from inside our OpenMP threads: measured 3-5x slower than keeping each call at or below
-   * that size, where it runs on the calling thread. */
-  GEMM_BUDGET = 1 << 18,
-};
-
-typedef struct operand {
-  lt_tensor *t;           /* what the kernels read or write: the caller's tensor or a work copy */
-  lt_tensor *dst;         /* an output computed into a work copy: the caller's tensor to copy it into */
-  char *base;             /* element [0,0,0,0] */
-  int64_t sb, st, sh, ld; /* element strides of dims 0, 1, 2; D is dense; ld: rows for BLAS */
-} operand;
-
-typedef struct att_ctx {
-  int64_t B, T, S, H, Hkv, D, group, off; /* group = H / Hkv, off = S - T */
-  double scale;
-  bool causal;
-  operand q, k, v, out, dout, dq, dk, dv;
-  const int64_t *seg;                 /* (B, T) segment ids or NULL */
-  const bool *sorted;                 /* (B): batch b's ids never decrease, so runs bound the keys */
-  const int64_t *run_start, *run_end; /* (B, T): [start, end) of the run of equal ids around t */
-  float *lse;                         /* forward output, or NULL */
-  const float *lse_in;                /* backward input */
-  int64_t lse_sb, lse_sh, lse_st;
-  void *delta;       /* (B, H, T) in the compute type */
-  double *lse_exact; /* f64 backward: (B, H, T) lse recomputed in double (the saved one is f32) */
-} att_ctx;
-
-/* Keys [lo, hi) that query t of batch b may see (with unsorted segments, a superset). */
-static inline void row_keys(const att_ctx *c, int64_t b, int64_t t, int64_t *lo, int64_t *hi) {
-  int64_t a = 0, e = c->S;
-  if (c->causal && t + c->off + 1 < e) e = t + c->off + 1;
-  if (c->seg && c->sorted[b]) {
-    int64_t i = b * c->T + t;
-    if (c->run_start[i] > a) a = c->run_start[i];
-    if (c->run_end[i] < e) e = c->run_end[i];
-  }
-  *lo = a;
-  *hi = e > a ? e : a;
-}
-
-/* Per-row key ranges of rows [t0, t0 + nr) and their union [klo, khi); empty rows get lo = hi = klo. */
-static void block_keys(const att_ctx *c, int64_t b, int64_t t0, int64_t nr, int64_t *lo, int64_t *hi, int64_t *klo,
-                       int64_t *khi) {
-  int64_t a = c->S, e = 0;
-  for (int64_t i = 0; i < nr; i++) {
-    row_keys(c, b, t0 + i, &lo[i], &hi[i]);
-    if (hi[i] > lo[i]) {
-      a = lo[i] < a ? lo[i] : a;
-      e = hi[i] > e ? hi[i] : e;
-    }
-  }
-  if (e <= a) a = e = 0;
-  for (int64_t i = 0; i < nr; i++)
-    if (hi[i] <= lo[i]) lo[i] = hi[i] = a;
-  *klo = a;
-  *khi = e;
-}
-
-/* Queries [qlo, qhi) of batch b whose key range meets keys [s0, s0 + nc). */
-static void block_queries(const att_ctx *c, int64_t b, int64_t s0, int64_t nc, int64_t *qlo, int64_t *qhi) {
-  int64_t a = c->T, e = 0, lo, hi;
-  for (int64_t t = 0; t < c->T; t++) {
-    row_keys(c, b, t, &lo, &hi);
-    if (hi > lo && lo < s0 + nc && hi > s0) {
-      a = t < a ? t : a;
-      e = t + 1;
-    }
-  }
-  *qlo = e > a ? a : 0;
-  *qhi = e > a ? e : 0;
-}
-
-#define real float
-#define FN(name) name##_f32
-#define GEMM cblas_sgemm
-#define EXP lt_exp_clamp_f32 /* ops/vecmath.h: vectorises under -ftrapping-math, NaN kept */
-#define LOG logf
-#include "ops/attention_cpu.h"
-#undef real
-#undef FN
-#undef GEMM
-#undef EXP
-#undef LOG
-#define real double
-#define FN(name) name##_f64
-#define GEMM cblas_dgemm
-#define EXP exp
-#define LOG log
-#include "ops/attention_cpu.h"
-#undef real
-#undef FN
-#undef GEMM
-#undef EXP
-#undef LOG
 
 /* ---- operands ------------------------------------------------------------------------ */
 
@@ -207,13 +101,12 @@ static int check_qkv(const char *op, const lt_tensor *q, const lt_tensor *k, con
                      lt_desc(b, k), lt_desc(d, v));
   LT_TRY(lt_check_same_device(op, q, k));
   LT_TRY(lt_check_same_device(op, q, v));
-#ifdef LUTRA_HAVE_CUDA
-  char dev[16];
-  if (q->device != LT_DEVICE_CPU && q->device >= lt_cuda_device_count())
-    return lt_errorf("%s: device %s is not available (%s)", op, lt_device_str(dev, q->device), lt_cuda_status());
-#else
-  if (q->device != LT_DEVICE_CPU) return lt_errorf("%s: lutra was built without CUDA", op);
-#endif
+  if (q->device != LT_DEVICE_CPU) {
+    char dev[16];
+    if (!lt_backend_for(op, q->device)) return -1;
+    if (q->device >= lt_cuda_device_count())
+      return lt_errorf("%s: device %s is not available (%s)", op, lt_device_str(dev, q->device), lt_cuda_status());
+  }
   bool kv_same = true;
   for (int i = 0; i < 4; i++) kv_same &= k->shape[i] == v->shape[i];
   if (!kv_same || k->shape[0] != q->shape[0] || k->shape[3] != q->shape[3] || k->shape[2] < 1 ||
@@ -284,61 +177,6 @@ static int64_t *load_segments(att_ctx *c, const lt_tensor *seg) {
   return buf;
 }
 
-/* ---- forward --------------------------------------------------------------------------- */
-
-/* The next task of a dynamic schedule: a shared counter, so any thread order gives the same
- * results (every task writes its own rows). */
-static int64_t next_task(int64_t *counter) {
-  int64_t task;
-#pragma omp atomic capture
-  task = (*counter)++;
-  return task;
-}
-
-typedef struct {
-  att_ctx *c;
-  bool f64, oom;
-  int64_t nblk, tasks, next;
-  size_t scratch;
-} forward_job;
-
-/* Forward tasks (b, h, block of BLOCK_ROWS query rows), taken from j->next. */
-static int forward_tasks(void *job, int tid, int nthreads) {
-  (void)tid, (void)nthreads;
-  forward_job *j = job;
-  att_ctx *c = j->c;
-  int64_t nblk = j->nblk;
-  size_t esize = j->f64 ? 8 : 4;
-  char *buf = malloc(j->scratch);
-  if (!buf) {
-#pragma omp atomic write
-    j->oom = true;
-    return 0;
-  }
-  int64_t *lo = (int64_t *)buf, *hi = lo + BLOCK_ROWS;
-  void *inv = hi + BLOCK_ROWS, *scores = (char *)inv + BLOCK_ROWS * esize;
-  for (int64_t task = next_task(&j->next); task < j->tasks; task = next_task(&j->next)) {
-    int64_t b = task / (c->H * nblk), h = (task / nblk) % c->H, t0 = (task % nblk) * BLOCK_ROWS;
-    int64_t nr = c->T - t0 < BLOCK_ROWS ? c->T - t0 : BLOCK_ROWS;
-    if (j->f64)
-      forward_block_f64(c, b, h, t0, nr, scores, lo, hi, inv);
-    else
-      forward_block_f32(c, b, h, t0, nr, scores, lo, hi, inv);
-  }
-  free(buf);
-  return 0; /* a failure is recorded in the job (j->oom) */
-}
-
-static int forward_run(att_ctx *c, bool f64) {
-  int64_t nblk = (c->T + BLOCK_ROWS - 1) / BLOCK_ROWS, tasks = c->B * c->H * nblk;
-  size_t esize = f64 ? 8 : 4, scratch = (size_t)BLOCK_ROWS * ((size_t)c->S * esize + 2 * 8 + esize) + 64;
-  forward_job job = {.c = c, .f64 = f64, .nblk = nblk, .tasks = tasks, .scratch = scratch};
-  lt_run_parts(forward_tasks, &job, tasks > 1 && c->B * c->H * c->T * (c->S + 1) * (c->D + 1) >= 8 * LT_PAR_GRAIN);
-  return job.oom
-             ? lt_errorf("attention_forward: out of memory for a %d x %lld score block", BLOCK_ROWS, (long long)c->S)
-             : 0;
-}
-
 int lt_attention_forward(lt_tensor *out, lt_tensor *lse, const lt_tensor *q, const lt_tensor *k, const lt_tensor *v,
                          const lt_tensor *segment_ids, double scale, int causal) {
   const char *op = "attention_forward";
@@ -351,9 +189,8 @@ int lt_attention_forward(lt_tensor *out, lt_tensor *lse, const lt_tensor *q, con
   const lt_tensor *ins[4] = {q, k, v, segment_ids};
   LT_TRY(check_no_alias(op, "out", out, ins, 4));
   if (lse) LT_TRY(check_no_alias(op, "lse", lse, ins, 4));
-#ifdef LUTRA_HAVE_CUDA
-  if (q->device != LT_DEVICE_CPU) return lt_attention_forward_cuda(out, lse, q, k, v, segment_ids, scale, causal);
-#endif
+  if (q->device != LT_DEVICE_CPU)
+    return lt_attention_forward_cuda(lt_backend_for(op, q->device), out, lse, q, k, v, segment_ids, scale, causal);
   if (lse) {
     c.lse = lt_data_ptr(lse);
     c.lse_sb = lse->stride[0], c.lse_sh = lse->stride[1], c.lse_st = lse->stride[2];
@@ -365,95 +202,12 @@ int lt_attention_forward(lt_tensor *out, lt_tensor *lse, const lt_tensor *q, con
   if (operand_in(&c.q, q, work) || operand_in(&c.k, k, work) || operand_in(&c.v, v, work) ||
       operand_out(&c.out, out, work))
     rc = -1;
-  if (rc == 0) rc = forward_run(&c, f64);
+  if (rc == 0) rc = lt_attention_forward_cpu(&c, f64);
   operand *ops[4] = {&c.q, &c.k, &c.v, &c.out};
   for (int i = 0; i < 4; i++)
     if (ops[i]->t) rc = operand_finish(ops[i], rc);
   free(segbuf);
   return rc;
-}
-
-/* ---- backward -------------------------------------------------------------------------- */
-
-typedef struct {
-  att_ctx *c;
-  bool f64, oom;
-  int64_t nblk, kblk, rows, dq_tasks, dkv_tasks, next_dq, next_dkv;
-  size_t scratch;
-} backward_job;
-
-/* The three backward passes with a team barrier between them: delta rows split statically,
- * then dQ and dK/dV tasks taken from shared counters. No barrier on one thread: called outside
- * the team (the serial branch), an orphaned barrier would bind to a caller's enclosing team. */
-static int backward_tasks(void *job, int tid, int nthreads) {
-  backward_job *j = job;
-  att_ctx *c = j->c;
-  int64_t nblk = j->nblk, kblk = j->kblk;
-  size_t esize = j->f64 ? 8 : 4;
-  char *buf = malloc(j->scratch);
-  int64_t *lo = (int64_t *)buf, *hi = lo + BLOCK_ROWS + QCHUNK;
-  char *p = (char *)(hi + BLOCK_ROWS + QCHUNK);
-  if (!buf) {
-#pragma omp atomic write
-    j->oom = true;
-  }
-  /* delta = rowsum(dout * out), by chunks of 256 rows */
-  int64_t nchunks = (j->rows + 255) / 256;
-  for (int64_t ci = nchunks * tid / nthreads; ci < nchunks * (tid + 1) / nthreads; ci++) {
-    int64_t r0 = ci * 256, n = j->rows - r0 < 256 ? j->rows - r0 : 256;
-    if (j->f64)
-      delta_rows_f64(c, r0, n);
-    else
-      delta_rows_f32(c, r0, n);
-  }
-  if (nthreads > 1) {
-#pragma omp barrier
-  }
-  /* dQ by query-row blocks (the barrier above makes delta complete); every thread reaches the
-   * barriers, with or without scratch */
-  for (int64_t task = buf ? next_task(&j->next_dq) : j->dq_tasks; task < j->dq_tasks; task = next_task(&j->next_dq)) {
-    int64_t b = task / (c->H * nblk), h = (task / nblk) % c->H, t0 = (task % nblk) * BLOCK_ROWS;
-    int64_t nr = c->T - t0 < BLOCK_ROWS ? c->T - t0 : BLOCK_ROWS;
-    size_t half = (size_t)BLOCK_ROWS * (size_t)c->S * esize;
-    if (j->f64)
-      dq_block_f64(c, b, h, t0, nr, (double *)p, (double *)(p + half), lo, hi);
-    else
-      dq_block_f32(c, b, h, t0, nr, (float *)p, (float *)(p + half), lo, hi);
-  }
-  if (nthreads > 1) {
-#pragma omp barrier
-  }
-  /* dK, dV by key blocks of each kv head */
-  for (int64_t task = buf ? next_task(&j->next_dkv) : j->dkv_tasks; task < j->dkv_tasks;
-       task = next_task(&j->next_dkv)) {
-    int64_t b = task / (c->Hkv * kblk), g = (task / kblk) % c->Hkv, s0 = (task % kblk) * BLOCK_KEYS;
-    int64_t nc = c->S - s0 < BLOCK_KEYS ? c->S - s0 : BLOCK_KEYS;
-    size_t half = (size_t)QCHUNK * BLOCK_KEYS * esize;
-    if (j->f64)
-      dkv_block_f64(c, b, g, s0, nc, (double *)p, (double *)(p + half), lo, hi);
-    else
-      dkv_block_f32(c, b, g, s0, nc, (float *)p, (float *)(p + half), lo, hi);
-  }
-  free(buf);
-  return 0; /* a failure is recorded in the job (j->oom) */
-}
-
-static int backward_run(att_ctx *c, bool f64) {
-  int64_t nblk = (c->T + BLOCK_ROWS - 1) / BLOCK_ROWS, kblk = (c->S + BLOCK_KEYS - 1) / BLOCK_KEYS;
-  size_t esize = f64 ? 8 : 4;
-  size_t dq_scratch = 2 * (size_t)BLOCK_ROWS * (size_t)c->S * esize;
-  size_t dkv_scratch = 2 * (size_t)QCHUNK * BLOCK_KEYS * esize;
-  size_t scratch = (dq_scratch > dkv_scratch ? dq_scratch : dkv_scratch) + 2 * 8 * (BLOCK_ROWS + QCHUNK) + 64;
-  backward_job job = {.c = c,
-                      .f64 = f64,
-                      .nblk = nblk,
-                      .kblk = kblk,
-                      .rows = c->B * c->H * c->T,
-                      .dq_tasks = c->B * c->H * nblk,
-                      .dkv_tasks = c->B * c->Hkv * kblk,
-                      .scratch = scratch};
-  lt_run_parts(backward_tasks, &job, c->B * c->H * c->T * (c->S + 1) * (c->D + 1) >= 8 * LT_PAR_GRAIN);
-  return job.oom ? lt_errorf("attention_backward: out of memory for scratch blocks") : 0;
 }
 
 int lt_attention_backward(lt_tensor *dq, lt_tensor *dk, lt_tensor *dv, const lt_tensor *dout, const lt_tensor *q,
@@ -478,10 +232,9 @@ int lt_attention_backward(lt_tensor *dq, lt_tensor *dk, lt_tensor *dv, const lt_
   LT_TRY(check_no_alias(op, "dq", dq, ins, 7));
   LT_TRY(check_no_alias(op, "dk", dk, ins, 7));
   LT_TRY(check_no_alias(op, "dv", dv, ins, 7));
-#ifdef LUTRA_HAVE_CUDA
-  if (q->device != LT_DEVICE_CPU)
-    return lt_attention_backward_cuda(dq, dk, dv, dout, q, k, v, out, lse, segment_ids, scale, causal);
-#endif
+  if (q->device != LT_DEVICE_CPU) /* check_qkv found the backend */
+    return lt_attention_backward_cuda(lt_backend_for(op, q->device), dq, dk, dv, dout, q, k, v, out, lse, segment_ids,
+                                      scale, causal);
   c.lse_in = lt_data_ptr(lse);
   c.lse_sb = lse->stride[0], c.lse_sh = lse->stride[1], c.lse_st = lse->stride[2];
   bool f64 = q->dtype == LT_F64;
@@ -497,7 +250,7 @@ int lt_attention_backward(lt_tensor *dq, lt_tensor *dk, lt_tensor *dv, const lt_
       operand_in(&c.dout, dout, work) || operand_in(&c.out, out, work) || operand_out(&c.dq, dq, work) ||
       operand_out(&c.dk, dk, work) || operand_out(&c.dv, dv, work))
     rc = -1;
-  if (rc == 0) rc = backward_run(&c, f64);
+  if (rc == 0) rc = lt_attention_backward_cpu(&c, f64);
   operand *ops[8] = {&c.q, &c.k, &c.v, &c.dout, &c.out, &c.dq, &c.dk, &c.dv};
   for (int i = 0; i < 8; i++)
     if (ops[i]->t) rc = operand_finish(ops[i], rc);

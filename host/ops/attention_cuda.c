@@ -9,10 +9,8 @@
  * 256 (ATT_GEN_MAX_D) go through the CPU op instead (copies both ways).
  * host/ops/attention.c has checked shapes, dtypes, devices and aliasing before these run.
  */
-#include "core/internal.h"
-#ifdef LUTRA_HAVE_CUDA
 #include "kernels/attention_tile.h"
-#include "kernels/attention.h"
+#include "ops/attention.h"
 #include <stdint.h>
 
 /* The kernels can use x as it lies: D dense and, for the tensor-core forward (mma), element
@@ -37,15 +35,14 @@ static void set_operand(lt_cuda_att_operand *o, const lt_tensor *t) {
 }
 
 /* o describes x, or a contiguous copy of x (held in d->work) when the kernels cannot read x. */
-static int operand_in(lt_cuda_att_operand *o, dev_operand *d, const lt_tensor *x, bool mma) {
+static int operand_in(const lt_backend *be, lt_cuda_att_operand *o, dev_operand *d, const lt_tensor *x, bool mma) {
   d->work = d->dst = NULL;
   if (fits(x, mma)) return set_operand(o, x), 0;
   int64_t stride[LT_MAX_DIMS];
   if (!(d->work = lt_tensor_new())) return lt_errorf("attention: out of memory");
   LT_TRY(lt_empty(d->work, 4, x->shape, x->dtype, x->device));
   lt_contiguous_strides(4, x->shape, stride);
-  LT_TRY(
-      lt_cuda_strided_copy(x->device, lt_data_ptr(d->work), stride, lt_data_ptr(x), x->stride, 4, x->shape, x->dtype));
+  LT_TRY(be->strided_copy(x->device, lt_data_ptr(d->work), stride, lt_data_ptr(x), x->stride, 4, x->shape, x->dtype));
   set_operand(o, d->work);
   return 0;
 }
@@ -64,12 +61,12 @@ static int operand_out(lt_cuda_att_operand *o, dev_operand *d, lt_tensor *out, b
 }
 
 /* Copies a scratch result into its output (when rc is still 0) and drops the stand-in. */
-static int operand_finish(dev_operand *d, int rc) {
+static int operand_finish(const lt_backend *be, dev_operand *d, int rc) {
   if (rc == 0 && d->dst) {
     int64_t stride[LT_MAX_DIMS];
     lt_contiguous_strides(4, d->work->shape, stride);
-    rc = lt_cuda_strided_copy(d->dst->device, lt_data_ptr(d->dst), d->dst->stride, lt_data_ptr(d->work), stride, 4,
-                              d->dst->shape, d->dst->dtype);
+    rc = be->strided_copy(d->dst->device, lt_data_ptr(d->dst), d->dst->stride, lt_data_ptr(d->work), stride, 4,
+                          d->dst->shape, d->dst->dtype);
   }
   lt_release(d->work);
   d->work = d->dst = NULL;
@@ -145,27 +142,28 @@ static int backward_via_cpu(lt_tensor *dq, lt_tensor *dk, lt_tensor *dv, const l
 
 /* ---- the kernels ---------------------------------------------------------------------------------- */
 
-int lt_attention_forward_cuda(lt_tensor *out, lt_tensor *lse, const lt_tensor *q, const lt_tensor *k,
-                              const lt_tensor *v, const lt_tensor *segment_ids, double scale, int causal) {
+int lt_attention_forward_cuda(const lt_backend *be, lt_tensor *out, lt_tensor *lse, const lt_tensor *q,
+                              const lt_tensor *k, const lt_tensor *v, const lt_tensor *segment_ids, double scale,
+                              int causal) {
   if (q->shape[3] > ATT_GEN_MAX_D) return forward_via_cpu(out, lse, q, k, v, segment_ids, scale, causal);
   lt_cuda_att_args a;
   args_init(&a, q, k, segment_ids, scale, causal);
   if (a.B * a.H * a.T == 0) return 0; /* out and lse are empty */
   if (lse) args_lse(&a, lse);
-  bool mma = lt_cuda_attention_fwd_uses_mma(a.dtype, a.D) != 0;
+  bool mma = be->attention_fwd_uses_mma(a.dtype, a.D) != 0;
   dev_operand d[4] = {{0}};
   int rc = 0;
-  if (operand_in(&a.q, &d[0], q, mma) || operand_in(&a.k, &d[1], k, mma) || operand_in(&a.v, &d[2], v, mma) ||
-      operand_out(&a.out, &d[3], out, mma))
+  if (operand_in(be, &a.q, &d[0], q, mma) || operand_in(be, &a.k, &d[1], k, mma) ||
+      operand_in(be, &a.v, &d[2], v, mma) || operand_out(&a.out, &d[3], out, mma))
     rc = -1;
-  if (rc == 0) rc = lt_cuda_attention_forward(&a);
-  for (int i = 0; i < 4; i++) rc = operand_finish(&d[i], rc);
+  if (rc == 0) rc = be->attention_forward(&a);
+  for (int i = 0; i < 4; i++) rc = operand_finish(be, &d[i], rc);
   return rc;
 }
 
-int lt_attention_backward_cuda(lt_tensor *dq, lt_tensor *dk, lt_tensor *dv, const lt_tensor *dout, const lt_tensor *q,
-                               const lt_tensor *k, const lt_tensor *v, const lt_tensor *out, const lt_tensor *lse,
-                               const lt_tensor *segment_ids, double scale, int causal) {
+int lt_attention_backward_cuda(const lt_backend *be, lt_tensor *dq, lt_tensor *dk, lt_tensor *dv, const lt_tensor *dout,
+                               const lt_tensor *q, const lt_tensor *k, const lt_tensor *v, const lt_tensor *out,
+                               const lt_tensor *lse, const lt_tensor *segment_ids, double scale, int causal) {
   if (q->shape[3] > ATT_GEN_MAX_D)
     return backward_via_cpu(dq, dk, dv, dout, q, k, v, out, lse, segment_ids, scale, causal);
   lt_cuda_att_args a;
@@ -178,20 +176,19 @@ int lt_attention_backward_cuda(lt_tensor *dq, lt_tensor *dk, lt_tensor *dv, cons
   int rc = !delta || (f64 && !lse2) ? lt_errorf("attention_backward: out of memory") : 0;
   if (rc == 0) rc = lt_empty(delta, 1, &rows, f64 ? LT_F64 : LT_F32, a.device);
   if (rc == 0 && f64) rc = lt_empty(lse2, 1, &rows, LT_F64, a.device);
-  bool mma = lt_cuda_attention_bwd_uses_mma(a.dtype, a.D) != 0; /* out is read by the delta pass alone */
-  if (rc == 0 &&
-      (operand_in(&a.q, &d[0], q, mma) || operand_in(&a.k, &d[1], k, mma) || operand_in(&a.v, &d[2], v, mma) ||
-       operand_in(&a.dout, &d[3], dout, mma) || operand_in(&a.out, &d[4], out, false) ||
-       operand_out(&a.dq, &d[5], dq, mma) || operand_out(&a.dk, &d[6], dk, mma) || operand_out(&a.dv, &d[7], dv, mma)))
+  bool mma = be->attention_bwd_uses_mma(a.dtype, a.D) != 0; /* out is read by the delta pass alone */
+  if (rc == 0 && (operand_in(be, &a.q, &d[0], q, mma) || operand_in(be, &a.k, &d[1], k, mma) ||
+                  operand_in(be, &a.v, &d[2], v, mma) || operand_in(be, &a.dout, &d[3], dout, mma) ||
+                  operand_in(be, &a.out, &d[4], out, false) || operand_out(&a.dq, &d[5], dq, mma) ||
+                  operand_out(&a.dk, &d[6], dk, mma) || operand_out(&a.dv, &d[7], dv, mma)))
     rc = -1;
   if (rc == 0) {
     a.delta = lt_data_ptr(delta);
     a.lse2 = f64 ? lt_data_ptr(lse2) : NULL;
-    rc = lt_cuda_attention_backward(&a);
+    rc = be->attention_backward(&a);
   }
-  for (int i = 0; i < 8; i++) rc = operand_finish(&d[i], rc);
+  for (int i = 0; i < 8; i++) rc = operand_finish(be, &d[i], rc);
   lt_release(delta);
   lt_release(lse2);
   return rc;
 }
-#endif

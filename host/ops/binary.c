@@ -6,8 +6,8 @@
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("no-trapping-math", "no-math-errno")
 #endif
+#include "ops/backend.h"
 #include "ops/elementwise.h"
-#include "kernels/elementwise.h"
 #include <stdio.h>
 
 static const char *const binary_names[LT_NUM_BINARY_OPS] = {"add", "sub", "mul", "div", "pow", "maximum", "minimum",
@@ -191,14 +191,14 @@ int lt_binary(lt_tensor *out, const lt_tensor *a, const lt_tensor *b, int op) {
   LT_TRY(ew_prepare_out(name, out, ndim, shape, is_comparison(op) ? LT_BOOL : a->dtype, a->device));
   LT_TRY(ew_check_overlap(name, out, a, "a"));
   LT_TRY(ew_check_overlap(name, out, b, "b"));
-#ifdef LUTRA_HAVE_CUDA
   if (a->device != LT_DEVICE_CPU) {
+    const lt_backend *be = lt_backend_for(name, a->device);
+    if (!be) return -1;
     lt_ew_geom g;
     const lt_tensor *ins[2] = {a, b};
     lt_ew_geom_of(&g, out, 2, ins);
-    return lt_cuda_binary(a->device, op, a->dtype, &g, lt_data_ptr(out), lt_data_ptr(a), lt_data_ptr(b), 0, NULL);
+    return be->binary(a->device, op, a->dtype, &g, lt_data_ptr(out), lt_data_ptr(a), lt_data_ptr(b), 0, NULL);
   }
-#endif
   binary_cpu(out, a, b, op, a->dtype);
   return 0;
 }
@@ -240,15 +240,15 @@ int lt_binary_scalar(lt_tensor *out, const lt_tensor *a, double s, int op, int r
     int uop = s == 2 ? LT_SQUARE : s == 0.5 ? LT_SQRT : s == -0.5 ? LT_RSQRT : s == -1 ? LT_RECIPROCAL : -1;
     if (uop >= 0) return lt_unary(out, a, uop);
   }
-#ifdef LUTRA_HAVE_CUDA
   if (a->device != LT_DEVICE_CPU) { /* the scalar is not an operand: a's geometry stands in for it */
+    const lt_backend *be = lt_backend_for(name, a->device);
+    if (!be) return -1;
     lt_ew_geom g;
     const lt_tensor *ins[2] = {a, a};
     lt_ew_geom_of(&g, out, 2, ins);
-    return lt_cuda_binary(a->device, op, a->dtype, &g, lt_data_ptr(out), lt_data_ptr(a), lt_data_ptr(a),
-                          reverse ? 1 : 2, buf);
+    return be->binary(a->device, op, a->dtype, &g, lt_data_ptr(out), lt_data_ptr(a), lt_data_ptr(a), reverse ? 1 : 2,
+                      buf);
   }
-#endif
   lt_storage st = {buf, 8, 1, LT_DEVICE_CPU};
   lt_tensor scalar = {.storage = &st, .ndim = 0, .dtype = sdtype, .device = LT_DEVICE_CPU, .refcount = 1};
   if (reverse)
@@ -311,14 +311,14 @@ int lt_where(lt_tensor *out, const lt_tensor *cond, const lt_tensor *a, const lt
   LT_TRY(ew_check_overlap("where", out, a, "a"));
   LT_TRY(ew_check_overlap("where", out, b, "b"));
   const lt_tensor *ops[4] = {out, cond, a, b};
-#ifdef LUTRA_HAVE_CUDA
   if (a->device != LT_DEVICE_CPU) {
+    const lt_backend *be = lt_backend_for("where", a->device);
+    if (!be) return -1;
     lt_ew_geom g;
     lt_ew_geom_of(&g, out, 3, ops + 1);
-    return lt_cuda_where(a->device, lt_dtype_size(a->dtype), &g, lt_data_ptr(out), lt_data_ptr(cond), lt_data_ptr(a),
-                         lt_data_ptr(b));
+    return be->where(a->device, lt_dtype_size(a->dtype), &g, lt_data_ptr(out), lt_data_ptr(cond), lt_data_ptr(a),
+                     lt_data_ptr(b));
   }
-#endif
   int64_t st[4][LT_MAX_DIMS];
   char *base[4];
   int esize[4];

@@ -16,45 +16,38 @@
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("no-trapping-math")
 #endif
+#include "ops/device_tensors.h"
+#include "ops/dtype_generic.h"
 #include "ops/vecmath.h"
-#ifdef LUTRA_HAVE_CUDA
-#include "kernels/nn_ops.h"
-#endif
 
 /* ---- row kernels ------------------------------------------------------------------- */
 
 /* log(sum(exp(x))) of a row, stable: max first, then the sum of exp(x - max). */
-static float row_lse_f32(const float *x, int64_t V) {
-  float mx = -INFINITY, s = 0;
-#pragma omp simd reduction(max : mx)
-  for (int64_t j = 0; j < V; j++) mx = x[j] > mx ? x[j] : mx;
-  if (isinf(mx)) return mx; /* all -inf (or a +inf logit): no finite normaliser */
-#pragma omp simd reduction(+ : s)
-  for (int64_t j = 0; j < V; j++) s += lt_exp_flush_f32(x[j] - mx);
-  return mx + logf(s);
-}
-
-static double row_lse_f64(const double *x, int64_t V) {
-  double mx = -INFINITY, s = 0;
-  for (int64_t j = 0; j < V; j++) mx = x[j] > mx ? x[j] : mx;
-  if (isinf(mx)) return mx;
-  for (int64_t j = 0; j < V; j++) s += exp(x[j] - mx);
-  return mx + log(s);
-}
+#define DEFINE_ROW_LSE(T, S, EXP, LOG, SIMD)                                                                           \
+  static T row_lse_##S(const T *x, int64_t V) {                                                                        \
+    T mx = -INFINITY, s = 0;                                                                                           \
+    SIMD(reduction(max : mx))                                                                                          \
+    for (int64_t j = 0; j < V; j++) mx = x[j] > mx ? x[j] : mx;                                                        \
+    if (isinf(mx)) return mx; /* all -inf (or a +inf logit): no finite normaliser */                                   \
+    SIMD(reduction(+ : s))                                                                                             \
+    for (int64_t j = 0; j < V; j++) s += EXP(x[j] - mx);                                                               \
+    return mx + LOG(s);                                                                                                \
+  }
 
 /* dx = dl * (exp(x - lse) - onehot(t)); dx may alias x. */
-static void row_grad_f32(float *dx, const float *x, int64_t V, float lse, float dl, int64_t t) {
-  float xt = x[t];
-#pragma omp simd
-  for (int64_t j = 0; j < V; j++) dx[j] = dl * lt_exp_flush_f32(x[j] - lse);
-  dx[t] = dl * (lt_exp_flush_f32(xt - lse) - 1.0f);
-}
+#define DEFINE_ROW_GRAD(T, S, EXP, SIMD)                                                                               \
+  static void row_grad_##S(T *dx, const T *x, int64_t V, T lse, T dl, int64_t t) {                                     \
+    T xt = x[t];                                                                                                       \
+    SIMD()                                                                                                             \
+    for (int64_t j = 0; j < V; j++) dx[j] = dl * EXP(x[j] - lse);                                                      \
+    dx[t] = dl * (EXP(xt - lse) - (T)1);                                                                               \
+  }
 
-static void row_grad_f64(double *dx, const double *x, int64_t V, double lse, double dl, int64_t t) {
-  double xt = x[t];
-  for (int64_t j = 0; j < V; j++) dx[j] = dl * exp(x[j] - lse);
-  dx[t] = dl * (exp(xt - lse) - 1.0);
-}
+/* f32 vectorised (ops/vecmath.h's exp); f64, the reference, in element order with libm's. */
+DEFINE_ROW_LSE(float, f32, lt_exp_flush_f32, logf, LT_SIMD)
+DEFINE_ROW_LSE(double, f64, exp, log, LT_IN_ORDER)
+DEFINE_ROW_GRAD(float, f32, lt_exp_flush_f32, LT_SIMD)
+DEFINE_ROW_GRAD(double, f64, exp, LT_IN_ORDER)
 
 /* ---- helpers ----------------------------------------------------------------------- */
 
@@ -145,28 +138,28 @@ static int forward_rows(void *job, int tid, int nthreads) {
 }
 
 /* ---- CUDA (kernels/cross_entropy.cu) ---------------------------------------------------------- */
-#ifdef LUTRA_HAVE_CUDA
 /* The CPU's check of targets, run on the device (one flag read back). */
-static int check_targets_cuda(const char *op, const lt_tensor *targets, int64_t N, int64_t V, int64_t ignore_index) {
+static int check_targets_cuda(const lt_backend *be, const char *op, const lt_tensor *targets, int64_t N, int64_t V,
+                              int64_t ignore_index) {
   int64_t bad, id;
-  LT_TRY(lt_cuda_check_indices(op, targets->device, lt_data_ptr(targets), targets->dtype, targets->stride[0], N, V, 1,
-                               ignore_index, &bad, &id));
+  LT_TRY(be->check_indices(op, targets->device, lt_data_ptr(targets), targets->dtype, targets->stride[0], N, V, 1,
+                           ignore_index, &bad, &id));
   return bad >= 0 ? target_error(op, id, V, bad, ignore_index) : 0;
 }
 
-static int forward_cuda(lt_tensor *losses, lt_tensor *lse, const lt_tensor *logits, const lt_tensor *targets,
-                        int64_t ignore_index, int64_t N, int64_t V) {
+static int forward_cuda(const lt_backend *be, lt_tensor *losses, lt_tensor *lse, const lt_tensor *logits,
+                        const lt_tensor *targets, int64_t ignore_index, int64_t N, int64_t V) {
   const char *op = "cross_entropy";
   int device = logits->device, rc = -1;
   int64_t nshape[1] = {N};
-  LT_TRY(check_targets_cuda(op, targets, N, V, ignore_index));
+  LT_TRY(check_targets_cuda(be, op, targets, N, V, ignore_index));
   lt_tensor *xc = lt_nn_cuda_contiguous(logits), *lw = NULL, *sw = NULL;
   if (!xc) goto done;
   if (!(lw = lt_nn_cuda_out_begin(op, "losses", losses, 1, nshape, row_dtype(logits, losses), device))) goto done;
   if (lse && !(sw = lt_nn_cuda_out_begin(op, "lse", lse, 1, nshape, row_dtype(logits, lse), device))) goto done;
-  rc = lt_cuda_cross_entropy_forward(device, logits->dtype, lt_data_ptr(xc), N, V, lt_data_ptr(targets), targets->dtype,
-                                     targets->stride[0], ignore_index, lt_data_ptr(lw), lw->dtype,
-                                     sw ? lt_data_ptr(sw) : NULL, sw ? sw->dtype : LT_F32);
+  rc = be->cross_entropy_forward(device, logits->dtype, lt_data_ptr(xc), N, V, lt_data_ptr(targets), targets->dtype,
+                                 targets->stride[0], ignore_index, lt_data_ptr(lw), lw->dtype,
+                                 sw ? lt_data_ptr(sw) : NULL, sw ? sw->dtype : LT_F32);
 done:
   rc = lt_nn_cuda_out_finish(losses, lw, rc);
   if (lse) rc = lt_nn_cuda_out_finish(lse, sw, rc);
@@ -174,24 +167,22 @@ done:
   return rc;
 }
 
-static int backward_cuda(lt_tensor *dlogits, const lt_tensor *dlosses, const lt_tensor *logits,
+static int backward_cuda(const lt_backend *be, lt_tensor *dlogits, const lt_tensor *dlosses, const lt_tensor *logits,
                          const lt_tensor *targets, const lt_tensor *lse, int64_t ignore_index, int64_t N, int64_t V) {
   const char *op = "cross_entropy_backward";
   int device = logits->device, rc = -1, cdtype = logits->dtype == LT_F64 ? LT_F64 : LT_F32;
-  LT_TRY(check_targets_cuda(op, targets, N, V, ignore_index));
+  LT_TRY(check_targets_cuda(be, op, targets, N, V, ignore_index));
   lt_tensor *xc = lt_nn_cuda_contiguous(logits), *gw = NULL;
   lt_tensor *dl = lt_nn_cuda_values(dlosses, cdtype), *ls = lt_nn_cuda_values(lse, cdtype);
   if (!xc || !dl || !ls) goto done;
   if (!(gw = lt_nn_cuda_out_begin(op, "dlogits", dlogits, 2, logits->shape, logits->dtype, device))) goto done;
-  rc = lt_cuda_cross_entropy_backward(device, logits->dtype, lt_data_ptr(gw), lt_data_ptr(xc), N, V,
-                                      lt_data_ptr(targets), targets->dtype, targets->stride[0], ignore_index,
-                                      lt_data_ptr(dl), lt_data_ptr(ls));
+  rc = be->cross_entropy_backward(device, logits->dtype, lt_data_ptr(gw), lt_data_ptr(xc), N, V, lt_data_ptr(targets),
+                                  targets->dtype, targets->stride[0], ignore_index, lt_data_ptr(dl), lt_data_ptr(ls));
 done:
   rc = lt_nn_cuda_out_finish(dlogits, gw, rc);
   lt_release(xc), lt_release(dl), lt_release(ls);
   return rc;
 }
-#endif
 
 int lt_cross_entropy_forward(lt_tensor *losses, lt_tensor *lse, const lt_tensor *logits, const lt_tensor *targets,
                              int64_t ignore_index) {
@@ -200,11 +191,8 @@ int lt_cross_entropy_forward(lt_tensor *losses, lt_tensor *lse, const lt_tensor 
   LT_TRY(check_shapes(op, logits, targets, &N, &V));
   if (!losses) return lt_errorf("%s: losses is NULL", op);
   if (logits->device != LT_DEVICE_CPU) {
-#ifdef LUTRA_HAVE_CUDA
-    return forward_cuda(losses, lse, logits, targets, ignore_index, N, V);
-#else
-    return lt_errorf("%s: lutra was built without CUDA", op);
-#endif
+    const lt_backend *be = lt_backend_for(op, logits->device);
+    return be ? forward_cuda(be, losses, lse, logits, targets, ignore_index, N, V) : -1;
   }
   int64_t *tgt = read_targets(op, targets, ignore_index, N, V);
   if (!tgt) return -1;
@@ -310,11 +298,8 @@ int lt_cross_entropy_backward(lt_tensor *dlogits, const lt_tensor *dlosses, cons
   LT_TRY(check_shapes(op, logits, targets, &N, &V));
   LT_TRY(check_backward_rows(op, dlosses, lse, N, logits));
   if (logits->device != LT_DEVICE_CPU) {
-#ifdef LUTRA_HAVE_CUDA
-    return backward_cuda(dlogits, dlosses, logits, targets, lse, ignore_index, N, V);
-#else
-    return lt_errorf("%s: lutra was built without CUDA", op);
-#endif
+    const lt_backend *be = lt_backend_for(op, logits->device);
+    return be ? backward_cuda(be, dlogits, dlosses, logits, targets, lse, ignore_index, N, V) : -1;
   }
   int64_t *tgt = read_targets(op, targets, ignore_index, N, V);
   if (!tgt) return -1;

@@ -1,7 +1,7 @@
 /* elementwise.c — the loop driver of the elementwise ops (runs along the innermost
  * dim, split across threads) and the 16-bit float block conversions they share. */
 #include "ops/elementwise.h"
-#include "kernels/elementwise.h"
+#include "ops/backend.h"
 #include <stdlib.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -174,19 +174,13 @@ int ew_check_overlap(const char *op, const lt_tensor *out, const lt_tensor *in, 
 }
 
 int ew_check_cuda_device(const char *op, const lt_tensor *t) {
-#ifdef LUTRA_HAVE_CUDA
-  char dev[16], sdev[16];
-  if (t->device < 0 || t->device >= lt_cuda_device_count())
-    return lt_errorf("%s: device %s is not available (%s)", op, lt_device_str(dev, t->device), lt_cuda_status());
+  LT_TRY(lt_backend_check_device(op, t->device, "%s: not implemented on cuda yet (lutra was built without CUDA)"));
   /* a tensor that claims a device its storage is not on: never hand its pointer to a kernel */
+  char dev[16], sdev[16];
   if (t->storage && t->storage->device != t->device)
     return lt_errorf("%s: tensor on %s has its storage on %s", op, lt_device_str(dev, t->device),
                      lt_device_str(sdev, t->storage->device));
   return 0;
-#else
-  (void)t;
-  return lt_errorf("%s: not implemented on cuda yet (lutra was built without CUDA)", op);
-#endif
 }
 
 /* ---- 16-bit floats <-> f32 ------------------------------------------------------- */

@@ -6,11 +6,9 @@
  * count (and rows never race). CUDA tensors go to kernels/embedding.cu, which sums in the same
  * order and gives the same bits. */
 #include "core/internal.h"
+#include "ops/device_tensors.h"
 #include <stdio.h>
 #include <stdlib.h>
-#ifdef LUTRA_HAVE_CUDA
-#include "kernels/nn_ops.h"
-#endif
 
 /* Checks ids (any shape, I32/I64, on `like`'s device). */
 static int check_ids(const char *op, const lt_tensor *ids, const lt_tensor *like) {
@@ -51,14 +49,13 @@ static int64_t *read_ids(const char *op, const lt_tensor *ids, int64_t V) {
   return v;
 }
 
-#ifdef LUTRA_HAVE_CUDA
 /* ids on a CUDA device, contiguous (a gathered copy when needed) and checked in [0, V) there
  * (one flag read back). NULL on error. */
-static lt_tensor *cuda_ids(const char *op, const lt_tensor *ids, int64_t V) {
+static lt_tensor *cuda_ids(const lt_backend *be, const char *op, const lt_tensor *ids, int64_t V) {
   lt_tensor *ic = lt_nn_cuda_contiguous(ids);
   int64_t bad, id;
   if (!ic) return NULL;
-  if (lt_cuda_check_indices(op, ic->device, lt_data_ptr(ic), ic->dtype, 1, lt_numel(ic), V, 0, 0, &bad, &id) == 0) {
+  if (be->check_indices(op, ic->device, lt_data_ptr(ic), ic->dtype, 1, lt_numel(ic), V, 0, 0, &bad, &id) == 0) {
     if (bad < 0) return ic;
     index_error(op, id, V, bad);
   }
@@ -66,11 +63,12 @@ static lt_tensor *cuda_ids(const char *op, const lt_tensor *ids, int64_t V) {
   return NULL;
 }
 
-static int forward_cuda(lt_tensor *out, const lt_tensor *weight, const lt_tensor *ids, int ndim, const int64_t *shape) {
+static int forward_cuda(const lt_backend *be, lt_tensor *out, const lt_tensor *weight, const lt_tensor *ids, int ndim,
+                        const int64_t *shape) {
   const char *op = "embedding";
   int64_t V = weight->shape[0], C = weight->shape[1];
   int rc = -1;
-  lt_tensor *ic = cuda_ids(op, ids, V), *wc = NULL, *o = NULL;
+  lt_tensor *ic = cuda_ids(be, op, ids, V), *wc = NULL, *o = NULL;
   if (!ic) return -1;
   /* rows with unit column stride are read in place; other layouts are made contiguous */
   if (weight->stride[1] == 1 || C == 1) {
@@ -79,31 +77,30 @@ static int forward_cuda(lt_tensor *out, const lt_tensor *weight, const lt_tensor
     goto done;
   }
   if (!(o = lt_nn_cuda_out_begin(op, "out", out, ndim, shape, weight->dtype, weight->device))) goto done;
-  rc = lt_cuda_embedding_forward(weight->device, lt_data_ptr(o), lt_data_ptr(wc), wc->stride[0],
-                                 lt_dtype_size(weight->dtype), lt_data_ptr(ic), ic->dtype, lt_numel(ic), C);
+  rc = be->embedding_forward(weight->device, lt_data_ptr(o), lt_data_ptr(wc), wc->stride[0],
+                             lt_dtype_size(weight->dtype), lt_data_ptr(ic), ic->dtype, lt_numel(ic), C);
 done:
   rc = lt_nn_cuda_out_finish(out, o, rc);
   lt_release(ic), lt_release(wc);
   return rc;
 }
 
-static int backward_cuda(lt_tensor *dweight, const lt_tensor *dout, const lt_tensor *ids) {
+static int backward_cuda(const lt_backend *be, lt_tensor *dweight, const lt_tensor *dout, const lt_tensor *ids) {
   const char *op = "embedding_backward";
   int64_t V = dweight->shape[0], C = dweight->shape[1];
   int rc = -1;
-  lt_tensor *ic = cuda_ids(op, ids, V), *dc = NULL, *g = NULL;
+  lt_tensor *ic = cuda_ids(be, op, ids, V), *dc = NULL, *g = NULL;
   if (!ic) return -1;
   if (!(dc = lt_nn_cuda_contiguous(dout))) goto done;
   if (!(g = lt_nn_cuda_out_begin(op, "dweight", dweight, 2, dweight->shape, dweight->dtype, dweight->device)))
     goto done;
-  rc = lt_cuda_embedding_backward(dweight->device, dweight->dtype, lt_data_ptr(g), V, C, lt_data_ptr(dc),
-                                  lt_data_ptr(ic), ic->dtype, lt_numel(ic));
+  rc = be->embedding_backward(dweight->device, dweight->dtype, lt_data_ptr(g), V, C, lt_data_ptr(dc), lt_data_ptr(ic),
+                              ic->dtype, lt_numel(ic));
 done:
   rc = lt_nn_cuda_out_finish(dweight, g, rc);
   lt_release(ic), lt_release(dc);
   return rc;
 }
-#endif
 
 int lt_embedding_forward(lt_tensor *out, const lt_tensor *weight, const lt_tensor *ids) {
   const char *op = "embedding";
@@ -115,11 +112,8 @@ int lt_embedding_forward(lt_tensor *out, const lt_tensor *weight, const lt_tenso
   memcpy(shape, ids->shape, (size_t)ids->ndim * sizeof(int64_t));
   shape[ids->ndim] = C;
   if (weight->device != LT_DEVICE_CPU) {
-#ifdef LUTRA_HAVE_CUDA
-    return forward_cuda(out, weight, ids, ids->ndim + 1, shape);
-#else
-    return lt_errorf("%s: lutra was built without CUDA", op);
-#endif
+    const lt_backend *be = lt_backend_for(op, weight->device);
+    return be ? forward_cuda(be, out, weight, ids, ids->ndim + 1, shape) : -1;
   }
   int64_t *id = read_ids(op, ids, V);
   if (!id) return -1;
@@ -203,11 +197,8 @@ int lt_embedding_backward(lt_tensor *dweight, const lt_tensor *dout, const lt_te
                      lt_desc(d1, dout), lt_shape_str(s, ids->ndim, ids->shape), (long long)C, lt_desc(d2, dweight));
   }
   if (dweight->device != LT_DEVICE_CPU) {
-#ifdef LUTRA_HAVE_CUDA
-    return backward_cuda(dweight, dout, ids);
-#else
-    return lt_errorf("%s: lutra was built without CUDA", op);
-#endif
+    const lt_backend *be = lt_backend_for(op, dweight->device);
+    return be ? backward_cuda(be, dweight, dout, ids) : -1;
   }
   int64_t *id = read_ids(op, ids, V);
   if (!id) return -1;

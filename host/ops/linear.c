@@ -7,11 +7,9 @@
  * broadcast bias and the GEMM adds into it (beta = 1, one pass less than adding after);
  * GELU (tanh form, as cuBLASLt's epilogue) is lt_unary after; the bias gradient is a
  * row sum of dy. */
-#include "core/internal.h"
+#include "ops/backend.h"
 
-#ifdef LUTRA_HAVE_CUDA
 static bool fusable(const lt_tensor *t) { return !t || !lt_is_defined(t) || lt_is_contiguous(t); }
-#endif
 
 static int check_linear(const char *op, const lt_tensor *x, const lt_tensor *w, const lt_tensor *bias, int act) {
   LT_TRY(lt_check_defined(op, "x", x));
@@ -37,11 +35,10 @@ int lt_linear(lt_tensor *out, const lt_tensor *x, const lt_tensor *w, const lt_t
   const char *op = "linear";
   LT_TRY(check_linear(op, x, w, bias, act));
   bool has_bias = bias && lt_is_defined(bias);
-#ifdef LUTRA_HAVE_CUDA
-  if (x->device != LT_DEVICE_CPU && x->dtype != LT_F64 && fusable(x) && fusable(w) && fusable(bias) && fusable(out) &&
-      x->shape[x->ndim - 1] > 0)
-    return lt_cuda_linear_forward(out, x, w, has_bias ? bias : NULL, act);
-#endif
+  const lt_backend *be = lt_backend_cuda_or_null();
+  if (be && x->device != LT_DEVICE_CPU && x->dtype != LT_F64 && fusable(x) && fusable(w) && fusable(bias) &&
+      fusable(out) && x->shape[x->ndim - 1] > 0)
+    return be->linear_forward(out, x, w, has_bias ? bias : NULL, act);
   int64_t shape[LT_MAX_DIMS];
   memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
   shape[x->ndim - 1] = w->shape[0];
@@ -69,11 +66,10 @@ int lt_linear_backward_params(lt_tensor *dw, lt_tensor *dbias, const lt_tensor *
     return lt_errorf("%s: dy (..., N) and x (..., K) need the same rows, got %s and %s", op,
                      lt_shape_str(sa, dy->ndim, dy->shape), lt_shape_str(sb, x->ndim, x->shape));
   int64_t N = dy->shape[dy->ndim - 1], K = x->shape[x->ndim - 1], rows = lt_shape_numel(x->ndim - 1, x->shape);
-#ifdef LUTRA_HAVE_CUDA
-  if (dy->device != LT_DEVICE_CPU && dy->dtype != LT_F64 && fusable(dy) && fusable(x) && fusable(dw) &&
+  const lt_backend *be = lt_backend_cuda_or_null();
+  if (be && dy->device != LT_DEVICE_CPU && dy->dtype != LT_F64 && fusable(dy) && fusable(x) && fusable(dw) &&
       fusable(dbias) && rows > 0 && dy->ndim == x->ndim)
-    return lt_cuda_linear_backward_params(dw, dbias, dy, x);
-#endif
+    return be->linear_backward_params(dw, dbias, dy, x);
   int64_t s2[2] = {rows, N}, x2s[2] = {rows, K};
   lt_tensor *dy2 = lt_tensor_new(), *x2 = lt_tensor_new();
   int rc = dy2 && x2 ? lt_reshape(dy2, dy, 2, s2) : lt_errorf("%s: out of host memory", op);

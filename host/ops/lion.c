@@ -6,8 +6,8 @@
  * the scalars formed in double and cast once. Dtypes: f32 param/grad/m; f64 param/grad/m; or a
  * bf16/f16 param (grad of its dtype or f32) with an f32 m, computed in f32 and rounded once.
  * CUDA tensors go to kernels/optim.cu, which repeats this arithmetic operation by operation. */
-#include "kernels/optim.h"
-#include "core/internal.h"
+#include "ops/backend.h"
+#include "ops/dtype_generic.h"
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("fp-contract=off")
@@ -17,29 +17,22 @@
 
 typedef lt_lion_scalars lion_scalars;
 
-static void lion_f32(float *p, const float *g, float *m, int64_t n, const lion_scalars *s) {
-  const float decay = (float)s->decay, neg_lr = (float)s->neg_lr, b1 = (float)s->beta1;
-  const float c1 = (float)s->one_minus_beta1, b2 = (float)s->beta2, c2 = (float)s->one_minus_beta2;
-#pragma omp simd
-  for (int64_t i = 0; i < n; i++) {
-    float gi = g[i], mi = m[i];
-    float c = mi * b1 + c1 * gi;
-    float sign = (float)((c > 0) - (c < 0));
-    p[i] = p[i] * decay + neg_lr * sign;
-    m[i] = mi * b2 + c2 * gi;
+/* The scalars in T first (no-op casts for double). */
+#define DEFINE_LION(T, S)                                                                                              \
+  static void lion_##S(T *p, const T *g, T *m, int64_t n, const lion_scalars *s) {                                     \
+    const T decay = (T)s->decay, neg_lr = (T)s->neg_lr, b1 = (T)s->beta1;                                              \
+    const T c1 = (T)s->one_minus_beta1, b2 = (T)s->beta2, c2 = (T)s->one_minus_beta2;                                  \
+    LT_SIMD()                                                                                                          \
+    for (int64_t i = 0; i < n; i++) {                                                                                  \
+      T gi = g[i], mi = m[i];                                                                                          \
+      T c = mi * b1 + c1 * gi;                                                                                         \
+      T sign = (T)((c > 0) - (c < 0));                                                                                 \
+      p[i] = p[i] * decay + neg_lr * sign;                                                                             \
+      m[i] = mi * b2 + c2 * gi;                                                                                        \
+    }                                                                                                                  \
   }
-}
-
-static void lion_f64(double *p, const double *g, double *m, int64_t n, const lion_scalars *s) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; i++) {
-    double gi = g[i], mi = m[i];
-    double c = mi * s->beta1 + s->one_minus_beta1 * gi;
-    double sign = (double)((c > 0) - (c < 0));
-    p[i] = p[i] * s->decay + s->neg_lr * sign;
-    m[i] = mi * s->beta2 + s->one_minus_beta2 * gi;
-  }
-}
+DEFINE_LION(float, f32)
+DEFINE_LION(double, f64)
 
 /* 16-bit param: blocks converted to f32, updated by lion_f32, rounded back once. */
 enum { HALF_BLOCK = 2048 };
@@ -101,10 +94,9 @@ int lt_lion_step(lt_tensor *param, const lt_tensor *grad, lt_tensor *m, double l
   const char *gp = lt_data_ptr(gc);
   int gdtype = gc->dtype;
   if (param->device != LT_DEVICE_CPU) {
-#ifdef LUTRA_HAVE_CUDA
+    const lt_backend *be = lt_backend_for("lion", param->device);
     lt_optim_entry e = {.param = pp, .grad = gp, .m = mp, .n = n, .pdtype = pdtype, .gdtype = gdtype};
-    rc = n > 0 ? lt_cuda_lion(param->device, &e, &s) : 0;
-#endif
+    rc = !be ? -1 : n > 0 ? be->lion(param->device, &e, &s) : 0;
     goto done;
   }
   int64_t nchunks = (n + LION_CHUNK - 1) / LION_CHUNK;

@@ -4,7 +4,7 @@
  * Each matrix goes to BLAS as it lies when its last two dims are row- or column-major
  * (a column-major matrix is the row-major transpose: its trans flag flips); other layouts
  * are copied to contiguous first. bf16/f16 go through f32 scratch and round back. */
-#include "core/internal.h"
+#include "ops/backend.h"
 #include <cblas.h>
 #include <limits.h>
 #include <stdio.h>
@@ -193,15 +193,14 @@ int lt_cuda_set_tf32(int enabled) {
 }
 int lt_cuda_get_tf32(void) { return tf32_enabled; }
 
-#ifdef LUTRA_HAVE_CUDA
 /* A fresh contiguous tensor on t's device holding t (or a copy of t's layout when !fill). */
-static lt_tensor *cuda_contiguous(const lt_tensor *t, bool fill) {
+static lt_tensor *cuda_contiguous(const lt_backend *be, const lt_tensor *t, bool fill) {
   lt_tensor *c = lt_tensor_new();
   int64_t stride[LT_MAX_DIMS];
   if (!c || lt_empty(c, t->ndim, t->shape, t->dtype, t->device)) return lt_release(c), NULL;
   lt_contiguous_strides(t->ndim, t->shape, stride);
   if (fill &&
-      lt_cuda_strided_copy(t->device, lt_data_ptr(c), stride, lt_data_ptr(t), t->stride, t->ndim, t->shape, t->dtype))
+      be->strided_copy(t->device, lt_data_ptr(c), stride, lt_data_ptr(t), t->stride, t->ndim, t->shape, t->dtype))
     return lt_release(c), NULL;
   return c;
 }
@@ -217,7 +216,7 @@ static bool uniform_batch_stride(const gemm_operand *g, int nb, const int64_t *b
   return true;
 }
 
-static int cuda_run_gemms(const gemm_plan *p, int dtype) {
+static int cuda_run_gemms(const lt_backend *be, const gemm_plan *p, int dtype) {
   char *a = lt_data_ptr(p->A.t), *b = lt_data_ptr(p->B.t), *c = lt_data_ptr(p->C.t);
   int64_t esize = lt_dtype_size(dtype);
   lt_cuda_gemm_args g = {.device = p->C.t->device,
@@ -238,25 +237,25 @@ static int cuda_run_gemms(const gemm_plan *p, int dtype) {
                          .alpha = p->alpha,
                          .beta = p->beta,
                          .tf32 = tf32_enabled};
-  if (p->nbatch == 1) return lt_cuda_gemm("matmul", &g);
+  if (p->nbatch == 1) return be->gemm("matmul", &g);
   /* x (B, T, C) @ w (C, N): one (B*T, C) @ (C, N) gemm */
   bool b_shared = true;
   for (int i = 0; i < p->nb; i++) b_shared &= p->B.batch_stride[i] == 0;
   if (b_shared && !p->ta && rows_fold(&p->A, p->nb, p->bshape, p->M) && rows_fold(&p->C, p->nb, p->bshape, p->M)) {
     g.M = p->M * p->nbatch;
-    return lt_cuda_gemm("matmul", &g);
+    return be->gemm("matmul", &g);
   }
   if (uniform_batch_stride(&p->A, p->nb, p->bshape, p->nbatch, &g.stride_a) &&
       uniform_batch_stride(&p->B, p->nb, p->bshape, p->nbatch, &g.stride_b) &&
       uniform_batch_stride(&p->C, p->nb, p->bshape, p->nbatch, &g.stride_c) && p->nbatch <= INT_MAX) {
     g.batch = p->nbatch;
-    return lt_cuda_gemm("matmul", &g);
+    return be->gemm("matmul", &g);
   }
   for (int64_t i = 0; i < p->nbatch; i++) { /* batch dims that do not collapse to one stride */
     g.a = a + esize * lt_offset_of(i, p->nb, p->bshape, p->A.batch_stride);
     g.b = b + esize * lt_offset_of(i, p->nb, p->bshape, p->B.batch_stride);
     g.c = c + esize * lt_offset_of(i, p->nb, p->bshape, p->C.batch_stride);
-    LT_TRY(lt_cuda_gemm("matmul", &g));
+    LT_TRY(be->gemm("matmul", &g));
   }
   return 0;
 }
@@ -265,7 +264,8 @@ static int cuda_run_gemms(const gemm_plan *p, int dtype) {
  * first, and a result that cannot be written in place (transposed, strided, overlapping an
  * input) goes through a scratch that is scattered back. 16-bit dtypes need no f32 copies:
  * cuBLASLt reads them and accumulates in f32. */
-static int cuda_matmul(gemm_plan *p, lt_tensor *out, const lt_tensor *a, const lt_tensor *b, int trans_a, int trans_b) {
+static int cuda_matmul(const lt_backend *be, gemm_plan *p, lt_tensor *out, const lt_tensor *a, const lt_tensor *b,
+                       int trans_a, int trans_b) {
   if (p->K == 0) { /* an empty sum: out = beta * out */
     if (p->beta == 0) return lt_fill(out, 0);
     return p->beta == 1 ? 0 : lt_binary_scalar(out, out, p->beta, LT_MUL, 0);
@@ -273,45 +273,44 @@ static int cuda_matmul(gemm_plan *p, lt_tensor *out, const lt_tensor *a, const l
   int rc = -1;
   lt_tensor *ta = NULL, *tb = NULL, *tc = NULL;
   if (!operand_layout(&p->A, a, p->nb, p->bshape)) {
-    if (!(ta = cuda_contiguous(a, true))) goto done;
+    if (!(ta = cuda_contiguous(be, a, true))) goto done;
     operand_layout(&p->A, ta, p->nb, p->bshape);
   }
   if (!operand_layout(&p->B, b, p->nb, p->bshape)) {
-    if (!(tb = cuda_contiguous(b, true))) goto done;
+    if (!(tb = cuda_contiguous(be, b, true))) goto done;
     operand_layout(&p->B, tb, p->nb, p->bshape);
   }
   if (!operand_layout(&p->C, out, p->nb, p->bshape) || p->C.transposed || shares_storage(out, a) ||
       shares_storage(out, b)) {
-    if (!(tc = cuda_contiguous(out, p->beta != 0))) goto done;
+    if (!(tc = cuda_contiguous(be, out, p->beta != 0))) goto done;
     operand_layout(&p->C, tc, p->nb, p->bshape);
   }
   p->ta = trans_a ^ p->A.transposed;
   p->tb = trans_b ^ p->B.transposed;
-  rc = cuda_run_gemms(p, a->dtype);
+  rc = cuda_run_gemms(be, p, a->dtype);
   if (rc == 0 && tc) {
     int64_t stride[LT_MAX_DIMS];
     lt_contiguous_strides(tc->ndim, tc->shape, stride);
-    rc = lt_cuda_strided_copy(out->device, lt_data_ptr(out), out->stride, lt_data_ptr(tc), stride, out->ndim,
-                              out->shape, out->dtype);
+    rc = be->strided_copy(out->device, lt_data_ptr(out), out->stride, lt_data_ptr(tc), stride, out->ndim, out->shape,
+                          out->dtype);
   }
 done:
   lt_release(ta), lt_release(tb), lt_release(tc);
   return rc;
 }
-#endif
 
 static int check_args(lt_tensor *out, const lt_tensor *a, const lt_tensor *b, int trans_a, int trans_b, double beta,
                       int64_t *M, int64_t *N, int64_t *K, int *nb, int64_t *bshape) {
   LT_TRY(lt_check_defined("matmul", "a", a));
   LT_TRY(lt_check_defined("matmul", "b", b));
   if (a->device != b->device) return lt_check_same_device("matmul", a, b);
-#ifdef LUTRA_HAVE_CUDA
-  char dev[16];
-  if (a->device != LT_DEVICE_CPU && a->device >= lt_cuda_device_count())
-    return lt_errorf("matmul: device %s is not available (%s)", lt_device_str(dev, a->device), lt_cuda_status());
-#else
-  if (a->device != LT_DEVICE_CPU) return lt_errorf("matmul: not implemented on cuda yet (lutra was built without CUDA)");
-#endif
+  if (a->device != LT_DEVICE_CPU) {
+    char dev[16];
+    if (!lt_backend_cuda_or_null())
+      return lt_errorf("matmul: not implemented on cuda yet (lutra was built without CUDA)");
+    if (a->device >= lt_cuda_device_count())
+      return lt_errorf("matmul: device %s is not available (%s)", lt_device_str(dev, a->device), lt_cuda_status());
+  }
   LT_TRY(lt_check_same_dtype("matmul", a, b));
   if (!lt_dtype_is_float(a->dtype))
     return lt_errorf("matmul: needs a floating dtype, got %s (convert first)", lt_dtype_name(a->dtype));
@@ -345,12 +344,10 @@ int lt_matmul(lt_tensor *out, const lt_tensor *a, const lt_tensor *b, int trans_
   LT_TRY(lt_prepare_out("matmul", out, nb + 2, shape, a->dtype, a->device));
   int64_t nbatch = lt_shape_numel(nb, shape);
   if (nbatch * M * N == 0) return 0;
-#ifdef LUTRA_HAVE_CUDA
-  if (a->device != LT_DEVICE_CPU) {
+  if (a->device != LT_DEVICE_CPU) { /* check_args found the backend */
     gemm_plan p = {.M = M, .N = N, .K = K, .nbatch = nbatch, .nb = nb, .bshape = shape, .alpha = alpha, .beta = beta};
-    return cuda_matmul(&p, out, a, b, trans_a, trans_b);
+    return cuda_matmul(lt_backend_cuda_or_null(), &p, out, a, b, trans_a, trans_b);
   }
-#endif
   if (K == 0) return scale_out(out, beta), 0;
 
   /* stand-ins: f32 copies for 16-bit dtypes, contiguous copies for layouts BLAS cannot read,

@@ -6,8 +6,7 @@
  * tensors: the CPU runs them as OpenMP tasks, CUDA as one block each in one launch. A sum of
  * squares is formed per chunk in f64 and the chunk sums are added in chunk order, so the result
  * does not depend on the thread count, and nothing waits for the host on CUDA. */
-#include "kernels/optim.h"
-#include "core/internal.h"
+#include "ops/backend.h"
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -53,14 +52,7 @@ int lt_optim_check_storage(const char *op, const char *what, const lt_tensor *t)
   return 0;
 }
 
-int lt_optim_check_build(const char *op, int device) {
-#ifndef LUTRA_HAVE_CUDA
-  if (device != LT_DEVICE_CPU) return lt_errorf("%s: lutra was built without CUDA", op);
-#else
-  (void)op, (void)device;
-#endif
-  return 0;
-}
+int lt_optim_check_build(const char *op, int device) { return lt_backend_for(op, device) ? 0 : -1; }
 
 void lt_optim_for_chunks(int64_t chunks, int64_t elements, void (*fn)(void *ctx, int64_t c), void *ctx) {
   if (elements >= 2 * LT_PAR_GRAIN) { /* no omp construct for small work: see ew_execute */
@@ -169,9 +161,7 @@ int lt_multi_tensor_sumsq(lt_tensor *out, int64_t n, lt_tensor *const *tensors) 
   int64_t chunks = lt_optim_number_chunks(entries, n), elements = 0;
   for (int64_t i = 0; i < n; i++) elements += entries[i].n;
   if (device != LT_DEVICE_CPU) {
-#ifdef LUTRA_HAVE_CUDA
-    rc = lt_cuda_sumsq_multi(device, entries, n, chunks, lt_data_ptr(out), out->dtype);
-#endif
+    rc = lt_backend_for(op, device)->sumsq_multi(device, entries, n, chunks, lt_data_ptr(out), out->dtype);
     goto done;
   }
   partial = malloc((size_t)(chunks + 1) * sizeof *partial);
@@ -252,9 +242,8 @@ int lt_multi_tensor_scale(int64_t n, lt_tensor *const *tensors, const lt_tensor 
   int64_t chunks = lt_optim_number_chunks(entries, n), elements = 0;
   for (int64_t i = 0; i < n; i++) elements += entries[i].n;
   if (device != LT_DEVICE_CPU) {
-#ifdef LUTRA_HAVE_CUDA
-    rc = chunks > 0 ? lt_cuda_scale_multi(device, entries, n, chunks, lt_data_ptr(scale), scale->dtype) : 0;
-#endif
+    const lt_backend *be = lt_backend_for(op, device);
+    rc = !be ? -1 : chunks > 0 ? be->scale_multi(device, entries, n, chunks, lt_data_ptr(scale), scale->dtype) : 0;
     goto done;
   }
   scale_job job = {entries, n, lt_load_f64(lt_data_ptr(scale), scale->dtype, 0)};
@@ -280,9 +269,9 @@ int lt_clip_coef(lt_tensor *coef, const lt_tensor *sumsq, double max_norm) {
   LT_TRY(lt_optim_check_build(op, sumsq->device));
   LT_TRY(check_scalar_out(op, "coef", coef, sumsq->device));
   if (sumsq->device != LT_DEVICE_CPU) {
-#ifdef LUTRA_HAVE_CUDA
-    return lt_cuda_clip_coef(sumsq->device, lt_data_ptr(coef), coef->dtype, lt_data_ptr(sumsq), sumsq->dtype, max_norm);
-#endif
+    const lt_backend *be = lt_backend_for(op, sumsq->device);
+    if (!be) return -1;
+    return be->clip_coef(sumsq->device, lt_data_ptr(coef), coef->dtype, lt_data_ptr(sumsq), sumsq->dtype, max_norm);
   }
   double value = lt_clip_coef_of(lt_load_f64(lt_data_ptr(sumsq), sumsq->dtype, 0), max_norm);
   lt_store_f64(lt_data_ptr(coef), coef->dtype, 0, value);

@@ -5,9 +5,7 @@
  * through a contiguous work tensor. Saved mean/rstd are f32 (N), or f64 when the caller
  * passes them defined as f64 for f64 x. The fused entry points are in ops/norm_residual.c. */
 #include "ops/norm.h"
-#ifdef LUTRA_HAVE_CUDA
-#include "kernels/norm.h"
-#endif
+#include "ops/backend.h"
 #include <stdio.h>
 
 /* ---- device-aware helpers --------------------------------------------------------------- */
@@ -19,18 +17,22 @@ static int check_device(const char *op, const char *what, const lt_tensor *t, co
   return lt_errorf("%s: %s is %s, expected x's device (%s)", op, what, lt_desc(d, t), lt_device_str(dev, x->device));
 }
 
+/* Checks x's device exists in this build and makes it current before its memory is touched. */
+static int use_device(const char *op, int device) {
+  if (device == LT_DEVICE_CPU) return 0;
+  const lt_backend *be = lt_backend_for(op, device);
+  return be ? be->use_device(op, device) : -1;
+}
+
 /* c = t as a contiguous tensor on t's device (a view when t already is). */
 static int gather(lt_tensor *c, const lt_tensor *t) {
   if (t->device == LT_DEVICE_CPU || lt_is_contiguous(t)) return lt_contiguous(c, t);
-#ifdef LUTRA_HAVE_CUDA
+  const lt_backend *be = lt_backend_for("contiguous", t->device);
+  if (!be) return -1;
   int64_t stride[LT_MAX_DIMS];
   LT_TRY(lt_empty(c, t->ndim, t->shape, t->dtype, t->device));
   lt_contiguous_strides(t->ndim, t->shape, stride);
-  return lt_cuda_strided_copy(t->device, lt_data_ptr(c), stride, lt_data_ptr(t), t->stride, t->ndim, t->shape,
-                              t->dtype);
-#else
-  return lt_errorf("contiguous: lutra was built without CUDA");
-#endif
+  return be->strided_copy(t->device, lt_data_ptr(c), stride, lt_data_ptr(t), t->stride, t->ndim, t->shape, t->dtype);
 }
 
 /* A contiguous tensor on `device` to compute an output into: out itself when contiguous (allocated
@@ -59,13 +61,11 @@ static int out_finish(lt_tensor *out, lt_tensor *work, int rc) {
   if (rc == 0 && work != out) {
     if (out->device == LT_DEVICE_CPU) {
       rc = lt_copy(out, work);
-    } else {
-#ifdef LUTRA_HAVE_CUDA
+    } else { /* out is on a device of a CUDA build: out_begin made work there */
       int64_t stride[LT_MAX_DIMS];
       lt_contiguous_strides(work->ndim, work->shape, stride);
-      rc = lt_cuda_strided_copy(out->device, lt_data_ptr(out), out->stride, lt_data_ptr(work), stride, out->ndim,
-                                out->shape, out->dtype);
-#endif
+      rc = lt_backend_cuda_or_null()->strided_copy(out->device, lt_data_ptr(out), out->stride, lt_data_ptr(work),
+                                                   stride, out->ndim, out->shape, out->dtype);
     }
   }
   lt_release(work);
@@ -90,13 +90,7 @@ static int param_tensor(const char *op, const char *what, const lt_tensor *t, co
                        lt_dtype_name(x->dtype));
     if (t->dtype == cdtype && lt_is_contiguous(t)) return lt_set(buf, t);
   }
-  if (x->device != LT_DEVICE_CPU) {
-#ifdef LUTRA_HAVE_CUDA
-    LT_TRY(lt_cuda_norm_use_device(op, x->device));
-#else
-    return lt_errorf("%s: lutra was built without CUDA", op);
-#endif
-  }
+  LT_TRY(use_device(op, x->device));
   LT_TRY(lt_empty(buf, 1, shape, cdtype, x->device));
   if (!t) return lt_fill(buf, fill);
   if (x->device == LT_DEVICE_CPU) return lt_copy(buf, t);
@@ -114,13 +108,7 @@ static int check_x(const char *op, const lt_tensor *x, int64_t *N, int64_t *C) {
   if (!lt_dtype_is_float(x->dtype)) return lt_errorf("%s: x is %s, expected a floating dtype", op, lt_desc(d, x));
   if (x->ndim < 1 || x->shape[x->ndim - 1] < 1)
     return lt_errorf("%s: x is %s, expected (..., C) with C >= 1", op, lt_desc(d, x));
-  if (x->device != LT_DEVICE_CPU) {
-#ifdef LUTRA_HAVE_CUDA
-    LT_TRY(lt_cuda_norm_use_device(op, x->device));
-#else
-    return lt_errorf("%s: lutra was built without CUDA", op);
-#endif
-  }
+  LT_TRY(use_device(op, x->device));
   *C = x->shape[x->ndim - 1];
   *N = lt_numel(x) / *C;
   return 0;
@@ -182,11 +170,7 @@ int lt_norm_forward_op(const char *op, lt_tensor *res_out, lt_tensor *out, lt_te
                    .rstd = rs_t ? lt_data_ptr(rs_t) : NULL,
                    .mean_dtype = mu_t ? mu_t->dtype : LT_F32,
                    .rstd_dtype = rs_t ? rs_t->dtype : LT_F32};
-#ifdef LUTRA_HAVE_CUDA
-  rc = device == LT_DEVICE_CPU ? lt_norm_forward_cpu(op, &p) : lt_cuda_norm_forward(op, &p);
-#else
-  rc = lt_norm_forward_cpu(op, &p);
-#endif
+  rc = lt_backend_for(op, device)->norm_forward(op, &p); /* check_x found the backend */
 done:
   if (residual) rc = out_finish(res_out, res, rc);
   rc = out_finish(out, y, rc);
@@ -265,11 +249,7 @@ int lt_norm_backward_op(const char *op, lt_tensor *dx, lt_tensor *dweight, lt_te
                    .db = dbw ? lt_data_ptr(dbw) : NULL,
                    .dw_dtype = dww ? dww->dtype : LT_F32,
                    .db_dtype = dbw ? dbw->dtype : LT_F32};
-#ifdef LUTRA_HAVE_CUDA
-  rc = device == LT_DEVICE_CPU ? lt_norm_backward_cpu(op, &p) : lt_cuda_norm_backward(op, &p);
-#else
-  rc = lt_norm_backward_cpu(op, &p);
-#endif
+  rc = lt_backend_for(op, device)->norm_backward(op, &p); /* check_x found the backend */
 done:
   if (dx) rc = out_finish(dx, dxw, rc);
   if (dweight) rc = out_finish(dweight, dww, rc);

@@ -8,45 +8,32 @@
  * dweight/dbias are summed over rows in a fixed number of row chunks (set by the shape, not
  * by the thread count) and the chunk partials are added in chunk order, so results are
  * bitwise reproducible for any number of threads. */
+#include "ops/dtype_generic.h"
 #include "ops/norm.h"
 #include <stdlib.h>
 
-/* ---- row kernels: one for float, one for double ------------------------------------ */
+/* ---- row kernels: one generator, a float and a double instance (ops/dtype_generic.h) ------ */
 
 /* y (C) = (x - mu) * rstd * w + b with mu = mean(x) when center, else 0. */
-static void row_forward_f32(float *y, const float *x, const float *w, const float *b, int64_t C, float eps, int center,
-                            double *mean_out, double *rstd_out) {
-  float mu = 0, ss = 0;
-  if (center) {
-    float s = 0;
-#pragma omp simd reduction(+ : s)
-    for (int64_t j = 0; j < C; j++) s += x[j];
-    mu = s / (float)C;
+#define DEFINE_ROW_FORWARD(T, S, SQRT)                                                                                 \
+  static void row_forward_##S(T *y, const T *x, const T *w, const T *b, int64_t C, T eps, int center,                  \
+                              double *mean_out, double *rstd_out) {                                                    \
+    T mu = 0, ss = 0;                                                                                                  \
+    if (center) {                                                                                                      \
+      T s = 0;                                                                                                         \
+      LT_SIMD(reduction(+ : s))                                                                                        \
+      for (int64_t j = 0; j < C; j++) s += x[j];                                                                       \
+      mu = s / (T)C;                                                                                                   \
+    }                                                                                                                  \
+    LT_SIMD(reduction(+ : ss))                                                                                         \
+    for (int64_t j = 0; j < C; j++) ss += (x[j] - mu) * (x[j] - mu);                                                   \
+    T rs = (T)1 / SQRT(ss / (T)C + eps);                                                                               \
+    for (int64_t j = 0; j < C; j++) y[j] = (x[j] - mu) * rs * w[j] + b[j];                                             \
+    *mean_out = mu;                                                                                                    \
+    *rstd_out = rs;                                                                                                    \
   }
-#pragma omp simd reduction(+ : ss)
-  for (int64_t j = 0; j < C; j++) ss += (x[j] - mu) * (x[j] - mu);
-  float rs = 1.0f / sqrtf(ss / (float)C + eps);
-  for (int64_t j = 0; j < C; j++) y[j] = (x[j] - mu) * rs * w[j] + b[j];
-  *mean_out = mu;
-  *rstd_out = rs;
-}
-
-static void row_forward_f64(double *y, const double *x, const double *w, const double *b, int64_t C, double eps,
-                            int center, double *mean_out, double *rstd_out) {
-  double mu = 0, ss = 0;
-  if (center) {
-    double s = 0;
-#pragma omp simd reduction(+ : s)
-    for (int64_t j = 0; j < C; j++) s += x[j];
-    mu = s / (double)C;
-  }
-#pragma omp simd reduction(+ : ss)
-  for (int64_t j = 0; j < C; j++) ss += (x[j] - mu) * (x[j] - mu);
-  double rs = 1.0 / sqrt(ss / (double)C + eps);
-  for (int64_t j = 0; j < C; j++) y[j] = (x[j] - mu) * rs * w[j] + b[j];
-  *mean_out = mu;
-  *rstd_out = rs;
-}
+DEFINE_ROW_FORWARD(float, f32, sqrtf)
+DEFINE_ROW_FORWARD(double, f64, sqrt)
 
 /* With dres, the plain dx of a tile of columns is computed first (the very expression of the plain
  * backward, so that the compiler contracts it into fmas alike), then dres is added: f32 and f64
@@ -58,59 +45,35 @@ enum { DX_TILE = 256 };
  *   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) + dres   (mean(g) only when center; dres may be NULL)
  *   dw += dy * xhat, db += dy  (dw, db may be NULL).
  * dx may alias dy or dres. */
-static void row_backward_f32(float *dx, float *dw, float *db, const float *dy, const float *dres, const float *x,
-                             const float *w, int64_t C, float mu, float rs, int center) {
-  float sum_g = 0, sum_gx = 0;
-#pragma omp simd reduction(+ : sum_g, sum_gx)
-  for (int64_t j = 0; j < C; j++) {
-    float g = dy[j] * w[j];
-    sum_g += g;
-    sum_gx += g * ((x[j] - mu) * rs);
+#define DEFINE_ROW_BACKWARD(T, S)                                                                                      \
+  static void row_backward_##S(T *dx, T *dw, T *db, const T *dy, const T *dres, const T *x, const T *w, int64_t C,     \
+                               T mu, T rs, int center) {                                                               \
+    T sum_g = 0, sum_gx = 0;                                                                                           \
+    LT_SIMD(reduction(+ : sum_g, sum_gx))                                                                              \
+    for (int64_t j = 0; j < C; j++) {                                                                                  \
+      T g = dy[j] * w[j];                                                                                              \
+      sum_g += g;                                                                                                      \
+      sum_gx += g * ((x[j] - mu) * rs);                                                                                \
+    }                                                                                                                  \
+    if (dw)                                                                                                            \
+      for (int64_t j = 0; j < C; j++) dw[j] += dy[j] * ((x[j] - mu) * rs);                                             \
+    if (db)                                                                                                            \
+      for (int64_t j = 0; j < C; j++) db[j] += dy[j];                                                                  \
+    if (!dx) return;                                                                                                   \
+    T mean_g = center ? sum_g / (T)C : (T)0, mean_gx = sum_gx / (T)C;                                                  \
+    if (!dres) {                                                                                                       \
+      for (int64_t j = 0; j < C; j++) dx[j] = rs * (dy[j] * w[j] - mean_g - (x[j] - mu) * rs * mean_gx);               \
+      return;                                                                                                          \
+    }                                                                                                                  \
+    T t[DX_TILE]; /* see DX_TILE */                                                                                    \
+    for (int64_t j0 = 0; j0 < C; j0 += DX_TILE) {                                                                      \
+      int64_t n = C - j0 < DX_TILE ? C - j0 : DX_TILE;                                                                 \
+      for (int64_t k = 0; k < n; k++) t[k] = rs * (dy[j0 + k] * w[j0 + k] - mean_g - (x[j0 + k] - mu) * rs * mean_gx); \
+      for (int64_t k = 0; k < n; k++) dx[j0 + k] = t[k] + dres[j0 + k];                                                \
+    }                                                                                                                  \
   }
-  if (dw)
-    for (int64_t j = 0; j < C; j++) dw[j] += dy[j] * ((x[j] - mu) * rs);
-  if (db)
-    for (int64_t j = 0; j < C; j++) db[j] += dy[j];
-  if (!dx) return;
-  float mean_g = center ? sum_g / (float)C : 0.0f, mean_gx = sum_gx / (float)C;
-  if (!dres) {
-    for (int64_t j = 0; j < C; j++) dx[j] = rs * (dy[j] * w[j] - mean_g - (x[j] - mu) * rs * mean_gx);
-    return;
-  }
-  float t[DX_TILE]; /* see DX_TILE */
-  for (int64_t j0 = 0; j0 < C; j0 += DX_TILE) {
-    int64_t n = C - j0 < DX_TILE ? C - j0 : DX_TILE;
-    for (int64_t k = 0; k < n; k++) t[k] = rs * (dy[j0 + k] * w[j0 + k] - mean_g - (x[j0 + k] - mu) * rs * mean_gx);
-    for (int64_t k = 0; k < n; k++) dx[j0 + k] = t[k] + dres[j0 + k];
-  }
-}
-
-static void row_backward_f64(double *dx, double *dw, double *db, const double *dy, const double *dres, const double *x,
-                             const double *w, int64_t C, double mu, double rs, int center) {
-  double sum_g = 0, sum_gx = 0;
-#pragma omp simd reduction(+ : sum_g, sum_gx)
-  for (int64_t j = 0; j < C; j++) {
-    double g = dy[j] * w[j];
-    sum_g += g;
-    sum_gx += g * ((x[j] - mu) * rs);
-  }
-  if (dw)
-    for (int64_t j = 0; j < C; j++) dw[j] += dy[j] * ((x[j] - mu) * rs);
-  if (db)
-    for (int64_t j = 0; j < C; j++) db[j] += dy[j];
-  if (!dx) return;
-  double mean_g = center ? sum_g / (double)C : 0.0, mean_gx = sum_gx / (double)C;
-  if (!dres) {
-    for (int64_t j = 0; j < C; j++) dx[j] = rs * (dy[j] * w[j] - mean_g - (x[j] - mu) * rs * mean_gx);
-    return;
-  }
-  double t[DX_TILE]; /* see DX_TILE */
-  for (int64_t j0 = 0; j0 < C; j0 += DX_TILE) {
-    int64_t n = C - j0 < DX_TILE ? C - j0 : DX_TILE;
-    for (int64_t k = 0; k < n; k++) t[k] = rs * (dy[j0 + k] * w[j0 + k] - mean_g - (x[j0 + k] - mu) * rs * mean_gx);
-    for (int64_t k = 0; k < n; k++) dx[j0 + k] = t[k] + dres[j0 + k];
-  }
-}
+DEFINE_ROW_BACKWARD(float, f32)
+DEFINE_ROW_BACKWARD(double, f64)
 
 /* ---- forward ------------------------------------------------------------------------ */
 

@@ -1,7 +1,7 @@
 /* random.c — counter-based random numbers: Philox4x32-10 and the distributions drawn from it.
  *
  * The exact recipe, which the CUDA kernels (kernels/random.cu) reproduce bit for bit: the generator
- * and the bits -> value transforms live in host/ops/philox.h, compiled for both sides.
+ * and the bits -> value transforms live in kernels/philox.h, compiled for both sides.
  *
  * Generator. Philox4x32-10 as in Random123 (Salmon et al., SC'11): multipliers 0xD2511F53 and
  * 0xCD9E8D57, key increments 0x9E3779B9 and 0xBB67AE85, 10 rounds, the key bumped between rounds.
@@ -29,10 +29,8 @@
  *   in out's dtype (bool, u8, any).
  */
 #include "core/internal.h"
-#include "ops/philox.h"
-#ifdef LUTRA_HAVE_CUDA
-#include "kernels/nn_ops.h"
-#endif
+#include "kernels/philox.h"
+#include "ops/backend.h"
 
 /* The generator with every counter word exposed (for the Random123 known-answer tests; not in
  * lutra.h because the distributions only ever use 64-bit counters). */
@@ -127,7 +125,7 @@ static void fill_run(char *base, int dtype, int64_t stride, int64_t n, uint64_t 
     for (int j = 0; j < m; j++) /* the generator: independent lanes, vectorisable */
       lt_philox_draw(d->key, counter0 + (uint64_t)(j0 + j), &w0[j], &w1[j]);
     bool ints = false;
-    switch (d->kind) { /* the value transforms of ops/philox.h, shared with kernels/random.cu */
+    switch (d->kind) { /* the value transforms of kernels/philox.h, shared with kernels/random.cu */
     case DIST_UNIFORM:
       if (dtype == LT_F64) {
         for (int j = 0; j < m; j++)
@@ -167,11 +165,10 @@ static inline void fill_piece(const lt_strided_loop *L, char *base, int dtype, i
 static int fill(lt_tensor *out, uint64_t seed, uint64_t offset, dist *d) {
   d->key[0] = (uint32_t)seed;
   d->key[1] = (uint32_t)(seed >> 32);
-#ifndef LUTRA_HAVE_CUDA
   static const char *names[4] = {"rand_uniform", "rand_normal", "rand_int", "rand_bernoulli"};
-  if (out->device != LT_DEVICE_CPU) return lt_errorf("%s: lutra was built without CUDA", names[d->kind]);
-#else
-  if (out->device != LT_DEVICE_CPU) { /* kernels/random.cu: the same recipe through ops/philox.h */
+  if (out->device != LT_DEVICE_CPU) { /* kernels/random.cu: the same recipe through kernels/philox.h */
+    const lt_backend *be = lt_backend_for(names[d->kind], out->device);
+    if (!be) return -1;
     static const int kinds[4] = {LT_RNG_UNIFORM, LT_RNG_NORMAL, LT_RNG_INT, LT_RNG_BERNOULLI};
     lt_cuda_rng_args a = {.device = out->device,
                           .dtype = out->dtype,
@@ -188,9 +185,8 @@ static int fill(lt_tensor *out, uint64_t seed, uint64_t offset, dist *d) {
                           .range = d->range};
     memcpy(a.shape, out->shape, sizeof a.shape);
     memcpy(a.stride, out->stride, sizeof a.stride);
-    return lt_cuda_rng_fill(&a);
+    return be->rng_fill(&a);
   }
-#endif
   const int64_t *strides[1] = {out->stride};
   lt_strided_loop L;
   lt_loop_init(&L, out->ndim, out->shape, 1, strides);

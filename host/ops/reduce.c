@@ -386,14 +386,11 @@ static void store_results(lt_tensor *out, const reduce_geom *g, const double *re
 /* A CUDA tensor's reduction `what` (an lt_reduce_op or LT_CUDA_REDUCE_VAR), by kernels/reduce.cu. */
 static int reduce_cuda(const char *op, lt_tensor *out, const lt_tensor *a, const reduce_geom *g, int what,
                        double var_denom) {
-#ifdef LUTRA_HAVE_CUDA
+  const lt_backend *be = lt_backend_for(op, a->device); /* lt_reduce_check_device passed it */
+  if (!be) return -1;
   lt_cuda_red_geom c;
   reduce_geom_to_cuda(g, &c);
-  return lt_cuda_reduce(op, a->device, &c, lt_data_ptr(a), lt_data_ptr(out), a->dtype, what, var_denom);
-#else
-  (void)out, (void)g, (void)what, (void)var_denom;
-  return lt_reduce_check_device(op, a); /* lt_reduce_check_device refused it already */
-#endif
+  return be->reduce(op, a->device, &c, lt_data_ptr(a), lt_data_ptr(out), a->dtype, what, var_denom);
 }
 
 /* Checks a, plans the geometry and prepares out; buffers of n_out results are returned. */

@@ -7,8 +7,7 @@
  * memory; otherwise the innermost dim is kept and outputs accumulate whole rows. */
 #ifndef LUTRA_REDUCE_GEOM_H
 #define LUTRA_REDUCE_GEOM_H
-#include "kernels/reduce.h"
-#include "core/internal.h"
+#include "ops/backend.h"
 #include <stdlib.h>
 
 typedef struct reduce_geom {
@@ -100,7 +99,12 @@ static inline void reduce_geom_set_out(reduce_geom *g, const lt_tensor *a, const
   if (g->nred == 0) g->rshape[0] = 1, g->rstride[0] = 0, g->nred = 1;
 }
 
-#ifdef LUTRA_HAVE_CUDA
+/* 0 when the op can run on t's device here: the CPU, or an available CUDA device in a CUDA
+ * build; else the error, naming op. */
+static inline int lt_reduce_check_device(const char *op, const lt_tensor *t) {
+  return lt_backend_check_device(op, t->device, "%s: not implemented on cuda yet: lutra was built without CUDA");
+}
+
 /* The plan as kernels/reduce.cu takes it. */
 static inline void reduce_geom_to_cuda(const reduce_geom *g, lt_cuda_red_geom *c) {
   memset(c, 0, sizeof *c);
@@ -112,7 +116,6 @@ static inline void reduce_geom_to_cuda(const reduce_geom *g, lt_cuda_red_geom *c
   memcpy(c->rshape, g->rshape, sizeof c->rshape);
   memcpy(c->rstride, g->rstride, sizeof c->rstride);
 }
-#endif
 
 /* Walks flat indices over (n, shape) keeping the element offset under stride. */
 typedef struct reduce_odometer {

@@ -5,8 +5,7 @@
  * gathered into per-thread f32/f64 scratch and scattered back. Numerically stable: the
  * row max is subtracted before exp. 16-bit dtypes compute in f32, f64 in f64.
  * CUDA tensors take the same checks and plan, then kernels/softmax.cu (kernels/reduce.h). */
-#include "kernels/reduce.h"
-#include "core/internal.h"
+#include "ops/reduce_geom.h"
 #include <stdlib.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -211,7 +210,8 @@ static int softmax_blocks(void *job, int tid, int nthreads) {
 
 /* A CUDA tensor's rows, by kernels/softmax.cu (the kinds are in the same order). */
 static int softmax_cuda(const char *op, const softmax_plan *P, int device) {
-#ifdef LUTRA_HAVE_CUDA
+  const lt_backend *be = lt_backend_for(op, device);
+  if (!be) return -1;
   lt_cuda_softmax_args a;
   memset(&a, 0, sizeof a);
   a.kind = (int32_t)P->kind, a.dtype = P->dtype, a.nops = P->nops, a.nrest = P->nrest;
@@ -220,11 +220,7 @@ static int softmax_cuda(const char *op, const softmax_plan *P, int device) {
   memcpy(a.rest_stride, P->rest_stride, sizeof a.rest_stride);
   memcpy(a.dim_stride, P->dim_stride, sizeof a.dim_stride);
   for (int k = 0; k < P->nops; k++) a.base[k] = P->base[k];
-  return lt_cuda_softmax(op, device, &a);
-#else
-  (void)P, (void)device;
-  return lt_errorf("%s: lutra was built without CUDA", op);
-#endif
+  return be->softmax(op, device, &a);
 }
 
 static int softmax_run(const char *op, softmax_kind kind, lt_tensor *out, const lt_tensor *x, const lt_tensor *y,

@@ -6,8 +6,8 @@
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("no-trapping-math", "no-math-errno")
 #endif
+#include "ops/backend.h"
 #include "ops/elementwise.h"
-#include "kernels/elementwise.h"
 #include <stdio.h>
 
 static const char *const unary_names[LT_NUM_UNARY_OPS] = {"neg",  "exp",     "log",  "sqrt",   "rsqrt",
@@ -152,13 +152,13 @@ int lt_unary(lt_tensor *out, const lt_tensor *a, int op) {
   LT_TRY(ew_check_device(name, a));
   LT_TRY(ew_prepare_out(name, out, a->ndim, a->shape, a->dtype, a->device));
   LT_TRY(ew_check_overlap(name, out, a, "input"));
-#ifdef LUTRA_HAVE_CUDA
   if (a->device != LT_DEVICE_CPU) {
+    const lt_backend *be = lt_backend_for(name, a->device);
+    if (!be) return -1;
     lt_ew_geom g;
     lt_ew_geom_of(&g, out, 1, &a);
-    return lt_cuda_unary(a->device, op, a->dtype, &g, lt_data_ptr(out), lt_data_ptr(a));
+    return be->unary(a->device, op, a->dtype, &g, lt_data_ptr(out), lt_data_ptr(a));
   }
-#endif
   int64_t st[2][LT_MAX_DIMS];
   unary_strides(out, a, st);
   char *base[2] = {lt_data_ptr(out), lt_data_ptr(a)};
@@ -249,15 +249,14 @@ int lt_unary_backward(lt_tensor *grad_in, const lt_tensor *grad_out, const lt_te
   LT_TRY(ew_prepare_out(name, grad_in, x->ndim, x->shape, x->dtype, x->device));
   LT_TRY(ew_check_overlap(name, grad_in, grad_out, "grad_out"));
   LT_TRY(ew_check_overlap(name, grad_in, x, "x"));
-#ifdef LUTRA_HAVE_CUDA
   if (x->device != LT_DEVICE_CPU) {
+    const lt_backend *be = lt_backend_for(name, x->device);
+    if (!be) return -1;
     lt_ew_geom g;
     const lt_tensor *ins[2] = {grad_out, x};
     lt_ew_geom_of(&g, grad_in, 2, ins);
-    return lt_cuda_unary_backward(x->device, op, x->dtype, &g, lt_data_ptr(grad_in), lt_data_ptr(grad_out),
-                                  lt_data_ptr(x));
+    return be->unary_backward(x->device, op, x->dtype, &g, lt_data_ptr(grad_in), lt_data_ptr(grad_out), lt_data_ptr(x));
   }
-#endif
   int64_t st[3][LT_MAX_DIMS];
   lt_broadcast_strides(grad_in, x->ndim, x->shape, st[0]);
   lt_broadcast_strides(grad_out, x->ndim, x->shape, st[1]);
@@ -326,13 +325,13 @@ int lt_clamp(lt_tensor *out, const lt_tensor *a, double lo, double hi) {
   }
   LT_TRY(ew_prepare_out("clamp", out, a->ndim, a->shape, a->dtype, a->device));
   LT_TRY(ew_check_overlap("clamp", out, a, "input"));
-#ifdef LUTRA_HAVE_CUDA
   if (a->device != LT_DEVICE_CPU) {
+    const lt_backend *be = lt_backend_for("clamp", a->device);
+    if (!be) return -1;
     lt_ew_geom g;
     lt_ew_geom_of(&g, out, 1, &a);
-    return lt_cuda_clamp(a->device, a->dtype, &g, lt_data_ptr(out), lt_data_ptr(a), c.lo, c.hi);
+    return be->clamp(a->device, a->dtype, &g, lt_data_ptr(out), lt_data_ptr(a), c.lo, c.hi);
   }
-#endif
   int64_t st[2][LT_MAX_DIMS];
   unary_strides(out, a, st);
   char *base[2] = {lt_data_ptr(out), lt_data_ptr(a)};

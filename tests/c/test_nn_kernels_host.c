@@ -6,15 +6,16 @@
  * and index math) run on host memory against lt_rand_* (bit for bit) and lt_rope (to rounding). Skipped (0 checks) in a
  * CPU-only build.
  */
-#define LUTRA_HAVE_CUDA 1 /* for kernels/nn_ops.h's declarations; the checks run only in a CUDA build */
 #include "check.h"
-#include "kernels/nn_ops.h"
+#include "kernels/cross_entropy.h"
+#include "kernels/random.h"
+#include "kernels/rope.h"
 #include <stdarg.h>
 
 /* kernels/ exports, present only in a CUDA build (weak so that a CPU build links) */
 __attribute__((weak)) int lt_cuda_row_lse_on_host(const void *row, int dtype, int64_t V, int threads, double *lse);
 __attribute__((weak)) int lt_cuda_rng_fill_on_host(const lt_cuda_rng_args *a);
-__attribute__((weak)) int lt_cuda_rope_on_host(const lt_cuda_rope_args *a);
+__attribute__((weak)) int lt_cuda_rope_on_host(const lt_rope_plan *a);
 
 /* host/ops/random.c calls lt_cuda_rng_fill for a tensor on a CUDA device. This definition, in the
  * executable, takes the library's place (ELF interposition): it runs the kernels' element rule
@@ -205,7 +206,7 @@ static void test_loss_embedding_rules(void) {
 
 /* Likewise host/ops/rope.c's call into kernels/rope.cu. */
 static int rope_routed;
-int lt_cuda_rope(const lt_cuda_rope_args *a) {
+int lt_cuda_rope(const lt_rope_plan *a) {
   rope_routed++;
   return lt_cuda_rope_on_host ? lt_cuda_rope_on_host(a) : lt_errorf("no lt_cuda_rope_on_host");
 }

@@ -1,9 +1,9 @@
-/* test_philox.c — host/ops/philox.h, the generator and value transforms that host/ops/random.c and
+/* test_philox.c — kernels/philox.h, the generator and value transforms that host/ops/random.c and
  * kernels/random.cu share: Random123's known answers, and element-by-element equality with
  * lt_rand_* on the CPU for every distribution and dtype at offsets that are not multiples of
  * 4 (so a GPU that runs these same functions gives the same numbers). */
 #include "check.h"
-#include "ops/philox.h"
+#include "kernels/philox.h"
 
 static void test_known_answers(void) {
   /* (Random123's known-answer vectors for lt_philox4x32_10 itself are checked in test_random.c,

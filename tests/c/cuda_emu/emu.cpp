@@ -5,6 +5,7 @@
  * EMU_SMS (default 1) is the number of SMs lt_cuda_blocks sizes grids for: small values make
  * the kernels' grid-stride and split (two-pass) paths run on small inputs. */
 #include "kernels/attention_tile.cuh"
+#include "kernels/matmul.h"
 #include <map>
 #include <stdarg.h>
 thread_local dim3 threadIdx, blockIdx;
@@ -350,6 +351,12 @@ int lt_cuda_device_synchronize(int) { return 0; }
 int lt_cuda_stream_synchronize(int, int) { return 0; }
 int lt_cuda_stream_wait_event(int, int, void *) { return 0; }
 int lt_cuda_device_count(void) { return 1; }
+/* the library's probe (host/core/runtime.c) sees no CUDA, as in the CPU build it links */
+int lt_cuda_init_devices(int *count, char *status, int status_len) {
+  *count = 0;
+  snprintf(status, (size_t)status_len, "built without CUDA");
+  return LT_CUDA_NOT_BUILT;
+}
 int lt_cuda_host_alloc(int64_t nbytes, void **ptr) {
   *ptr = malloc(nbytes > 0 ? nbytes : 1);
   return 0;
@@ -360,6 +367,12 @@ int lt_cuda_host_free(void *ptr) {
 }
 int lt_cuda_gemm(const char *op, const lt_cuda_gemm_args *) {
   return lt_errorf("%s: matmul is not emulated (cuBLASLt)", op);
+}
+int lt_cuda_linear_forward(lt_tensor *, const lt_tensor *, const lt_tensor *, const lt_tensor *, int) {
+  return lt_errorf("linear: not emulated (cuBLASLt)");
+}
+int lt_cuda_linear_backward_params(lt_tensor *, lt_tensor *, const lt_tensor *, const lt_tensor *) {
+  return lt_errorf("linear_backward: not emulated (cuBLASLt)");
 }
 }
 __nv_bfloat162 __floats2bfloat162_rn(float lo, float hi) { return {lt_f32_to_bf16(lo), lt_f32_to_bf16(hi)}; }

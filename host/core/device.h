@@ -1,0 +1,27 @@
+/* device.h — the core's one seam to a device runtime: what storages, tensors and copies need
+ * of a CUDA device. lt_device_cuda() gives the table (host/core/cuda_device.cu), or NULL in a
+ * build without CUDA; host/core/device.c is the core's one place that knows which. */
+#ifndef LUTRA_CORE_DEVICE_H
+#define LUTRA_CORE_DEVICE_H
+#include "core/internal.h"
+#include "kernels/elementwise.h"
+
+typedef struct lt_device_runtime {
+  /* LT_CUDA_READY with *count > 0, or why not (status says it) */
+  int (*init_devices)(int *count, char *status, int status_len);
+  int (*synchronize)(int device);
+  int (*alloc)(int device, int64_t nbytes, void **ptr);
+  void (*release)(int device, void *ptr);
+  /* nbytes between any two of the host and the devices (synchronous) */
+  int (*copy_bytes)(void *dst, int dst_device, const void *src, int src_device, int64_t nbytes);
+  /* nbytes between pinned host memory and a device, on the device's copy stream */
+  int (*copy_bytes_async)(void *dst, int dst_device, const void *src, int src_device, int64_t nbytes, void **done);
+  /* dst = src on one device over g, converting dtypes (kernels/copy.cu) */
+  int (*copy)(int device, const lt_ew_geom *g, void *dst, int dst_dtype, const void *src, int src_dtype);
+  int (*fill)(int device, const lt_ew_geom *g, void *out, int dtype, double value);
+  int (*sequence)(int device, void *out, int64_t stride, int dtype, int64_t n, double start, double step);
+} lt_device_runtime;
+
+const lt_device_runtime *lt_device_cuda(void);
+
+#endif

@@ -1,0 +1,101 @@
+/* backend.h — the one dispatch seam between the op fronts (host/ops/<op>.c: check, plan,
+ * dispatch) and the code that runs an op on a device: a table of entry points per device.
+ *
+ *   lt_backend_cpu  (host/ops/backend_cpu.c)  the CPU rows (host/ops/<op>_cpu.c)
+ *   lt_backend_cuda (kernels/backend.cu)      the kernel launchers (kernels/<op>.cu)
+ *
+ * A front checks its arguments, builds the plan the kernels declare (kernels/<op>.h: plain C
+ * structs both sides share) and calls the entry of the table lt_backend_for gives:
+ *
+ *   const lt_backend *be = lt_backend_for(op, x->device);
+ *   if (!be) return -1;                       // "<op>: lutra was built without CUDA"
+ *   return be->norm_forward(op, &plan);
+ *
+ * An entry is NULL where the front runs that device's path itself (the CPU side of most
+ * elementwise ops, whose loops live in the front's file). Every launcher returns 0, or -1 with
+ * the error set naming op. This file, backend.c and backend_cpu.c are the only op files that know
+ * which backends a build has (backend.c's one #ifdef LUTRA_HAVE_CUDA). */
+#ifndef LUTRA_OPS_BACKEND_H
+#define LUTRA_OPS_BACKEND_H
+#include "core/internal.h"
+#include "kernels/attention.h"
+#include "kernels/cross_entropy.h"
+#include "kernels/elementwise.h"
+#include "kernels/embedding.h"
+#include "kernels/matmul.h"
+#include "kernels/norm.h"
+#include "kernels/optim.h"
+#include "kernels/random.h"
+#include "kernels/reduce.h"
+#include "kernels/rope.h"
+
+typedef struct lt_backend {
+  const char *name;
+  /* makes device current for op's kernels (norm's check before it touches device memory) */
+  int (*use_device)(const char *op, int device);
+  /* ---- memory on the device ---- */
+  int (*strided_copy)(int device, void *dst, const int64_t *dst_stride, const void *src, const int64_t *src_stride,
+                      int ndim, const int64_t *shape, int dtype);
+  int (*convert_contig)(int device, void *dst, int dst_dtype, const void *src, int src_dtype, int64_t n);
+  /* ---- elementwise (kernels/unary.cu, binary.cu) ---- */
+  int (*unary)(int device, int op, int dtype, const lt_ew_geom *g, void *out, const void *a);
+  int (*unary_backward)(int device, int op, int dtype, const lt_ew_geom *g, void *grad_in, const void *grad_out,
+                        const void *x);
+  int (*clamp)(int device, int dtype, const lt_ew_geom *g, void *out, const void *a, double lo, double hi);
+  int (*binary)(int device, int op, int dtype, const lt_ew_geom *g, void *out, const void *a, const void *b,
+                int scalar_side, const void *scalar);
+  int (*where)(int device, int size, const lt_ew_geom *g, void *out, const void *cond, const void *a, const void *b);
+  /* ---- reductions (kernels/reduce.cu, softmax.cu) ---- */
+  int (*reduce)(const char *op, int device, const lt_cuda_red_geom *g, const void *in, void *out, int dtype, int what,
+                double var_denom);
+  int (*argreduce)(const char *op, int device, const lt_cuda_red_geom *g, const void *in, int dtype, int64_t *out,
+                   int is_max);
+  int (*softmax)(const char *op, int device, const lt_cuda_softmax_args *a);
+  /* ---- nn ops ---- */
+  int (*norm_forward)(const char *op, const lt_norm_fwd *p);
+  int (*norm_backward)(const char *op, const lt_norm_bwd *p);
+  int (*check_indices)(const char *op, int device, const void *ids, int dtype, int64_t stride, int64_t n, int64_t V,
+                       int has_ignore, int64_t ignore_index, int64_t *bad_pos, int64_t *bad_id);
+  int (*cross_entropy_forward)(int device, int dtype, const void *logits, int64_t N, int64_t V, const void *targets,
+                               int tdtype, int64_t tstride, int64_t ignore_index, void *losses, int ldtype, void *lse,
+                               int sdtype);
+  int (*cross_entropy_backward)(int device, int dtype, void *dlogits, const void *logits, int64_t N, int64_t V,
+                                const void *targets, int tdtype, int64_t tstride, int64_t ignore_index,
+                                const void *dlosses, const void *lse);
+  int (*embedding_forward)(int device, void *out, const void *weight, int64_t row_stride, int esize, const void *ids,
+                           int idtype, int64_t n, int64_t C);
+  int (*embedding_backward)(int device, int dtype, void *dweight, int64_t V, int64_t C, const void *dout,
+                            const void *ids, int idtype, int64_t n);
+  int (*rope)(const lt_rope_plan *a);
+  int (*rng_fill)(const lt_cuda_rng_args *a);
+  int (*attention_fwd_uses_mma)(int dtype, int64_t D);
+  int (*attention_bwd_uses_mma)(int dtype, int64_t D);
+  int (*attention_forward)(const lt_cuda_att_args *a);
+  int (*attention_backward)(const lt_cuda_att_args *a);
+  /* ---- matmul (kernels/matmul.cu) ---- */
+  int (*gemm)(const char *op, const lt_cuda_gemm_args *g);
+  int (*linear_forward)(lt_tensor *out, const lt_tensor *x, const lt_tensor *w, const lt_tensor *bias, int act);
+  int (*linear_backward_params)(lt_tensor *dw, lt_tensor *dbias, const lt_tensor *dy, const lt_tensor *x);
+  /* ---- optimizers and multi-tensor ops (kernels/optim.cu) ---- */
+  int (*adamw_multi)(int device, const lt_optim_entry *entries, int64_t n, int64_t chunks, const lt_adamw_scalars *s);
+  int (*lion)(int device, const lt_optim_entry *e, const lt_lion_scalars *s);
+  int (*sumsq_multi)(int device, const lt_optim_entry *entries, int64_t n, int64_t chunks, void *out, int out_dtype);
+  int (*scale_multi)(int device, const lt_optim_entry *entries, int64_t n, int64_t chunks, const void *scale,
+                     int scale_dtype);
+  int (*clip_coef)(int device, void *coef, int coef_dtype, const void *sumsq, int sumsq_dtype, double max_norm);
+} lt_backend;
+
+extern const lt_backend lt_backend_cpu;
+
+/* The table for device (LT_DEVICE_CPU or a CUDA ordinal), or NULL with the error
+ * "<op>: lutra was built without CUDA". */
+const lt_backend *lt_backend_for(const char *op, int device);
+/* The CUDA table, or NULL (no error set) in a build without CUDA: for the fronts whose
+ * refusal says more than lt_backend_for's. */
+const lt_backend *lt_backend_cuda_or_null(void);
+/* 0 when op can run on device: the CPU, or an available CUDA device of a CUDA build; else
+ * "<op>: device cuda:N is not available (<lt_cuda_status()>)", or `absent` (a message naming
+ * op through one %s) when the build has no CUDA. */
+int lt_backend_check_device(const char *op, int device, const char *absent);
+
+#endif

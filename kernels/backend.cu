@@ -1,0 +1,42 @@
+/* backend.cu — the CUDA table (host/ops/backend.h): every kernel launcher the op fronts call. */
+#include "kernels/common.cuh"
+extern "C" {
+#include "ops/backend.h"
+}
+
+/* in the struct's order (C++17 has no designated initializers) */
+extern "C" const lt_backend lt_backend_cuda = {
+    "cuda",
+    lt_cuda_norm_use_device,
+    lt_cuda_strided_copy,
+    lt_cuda_convert_contig,
+    lt_cuda_unary,
+    lt_cuda_unary_backward,
+    lt_cuda_clamp,
+    lt_cuda_binary,
+    lt_cuda_where,
+    lt_cuda_reduce,
+    lt_cuda_argreduce,
+    lt_cuda_softmax,
+    lt_cuda_norm_forward,
+    lt_cuda_norm_backward,
+    lt_cuda_check_indices,
+    lt_cuda_cross_entropy_forward,
+    lt_cuda_cross_entropy_backward,
+    lt_cuda_embedding_forward,
+    lt_cuda_embedding_backward,
+    lt_cuda_rope,
+    lt_cuda_rng_fill,
+    lt_cuda_attention_fwd_uses_mma,
+    lt_cuda_attention_bwd_uses_mma,
+    lt_cuda_attention_forward,
+    lt_cuda_attention_backward,
+    lt_cuda_gemm,
+    lt_cuda_linear_forward,
+    lt_cuda_linear_backward_params,
+    lt_cuda_adamw_multi,
+    lt_cuda_lion,
+    lt_cuda_sumsq_multi,
+    lt_cuda_scale_multi,
+    lt_cuda_clip_coef,
+};
