@@ -1,48 +1,16 @@
-/* common.cuh — what every kernels .cu file shares: the C core's internal header
- * (with C linkage), error reporting, launch geometry, and the element types as the
- * device sees them. Nothing here knows Lua exists. */
+/* common.cuh — what every kernels .cu file shares: the core's CUDA side (core/cuda.h: the C
+ * core's internal header with C linkage, error reporting, streams, launch geometry), block
+ * reductions, and the element types as the device sees them. Nothing here knows Lua exists. */
 #ifndef LUTRA_KERNELS_COMMON_CUH
 #define LUTRA_KERNELS_COMMON_CUH
 #include <cuda_runtime.h>
-#include <math.h> /* included before core/internal.h: C++ system headers must not get C linkage */
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 #include <type_traits>
 
-extern "C" {
-#include "core/internal.h"
-}
-
-/* ---- errors --------------------------------------------------------------------- */
-
-/* Sets the lutra error "<op>: CUDA error on cuda:<device>: <text> (<name>)" and
- * returns -1. Clears the runtime's last-error slot so that the next call starts clean. */
-int lt_cuda_error(const char *op, int device, cudaError_t err);
-
-/* Makes `device` current for this thread after checking it exists. */
-int lt_cuda_use_device(const char *op, int device);
-
-/* Device scratch from the caching allocator, ordered on `stream` (host/core/cuda_runtime.cu). */
-extern "C" int lt_cuda_alloc_stream(int device, int64_t nbytes, void *stream, void **ptr);
-
-/* Checks a kernel launch (configuration errors show up here; faults inside the kernel
- * show up at the next synchronising call). */
-static inline int lt_cuda_check_launch(const char *op, int device) {
-  cudaError_t err = cudaGetLastError();
-  return err == cudaSuccess ? 0 : lt_cuda_error(op, device, err);
-}
-
-/* ---- streams -------------------------------------------------------------------------- */
-
-/* The compute stream of `device`: every kernel and cuBLASLt call of an op is queued on it,
- * so ops run in program order without host synchronisation. The communication (NCCL) and
- * copy streams order themselves after it with events (host/core/cuda_runtime.cu). */
-cudaStream_t lt_cuda_compute_stream(int device);
-
-/* ---- launch geometry -------------------------------------------------------------- */
-
-enum { LT_CUDA_THREADS = 256 };
+#include "core/cuda.h"
 
 /* ---- reductions inside a block ------------------------------------------------------- */
 

@@ -4,7 +4,8 @@
  *
  * Everything here must behave on a machine with no GPU and no driver: the probe
  * reports count 0 with a reason, and nothing prints or aborts. */
-#include "kernels/common.cuh"
+#include <cuda_runtime.h>
+#include "core/cuda.h"
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>

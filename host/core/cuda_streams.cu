@@ -7,7 +7,8 @@
  *   prefetch). Non-blocking; it waits for compute with an event before reading a tensor,
  *   and compute waits for it before using what it wrote.
  * The communication stream belongs to host/dist/nccl.cu and is ordered the same way. */
-#include "kernels/common.cuh"
+#include <cuda_runtime.h>
+#include "core/cuda.h"
 #include <pthread.h>
 
 enum { MAX_STREAM_DEVICES = 16 };

@@ -4,7 +4,7 @@
 #ifndef LUTRA_CORE_DEVICE_H
 #define LUTRA_CORE_DEVICE_H
 #include "core/internal.h"
-#include "kernels/elementwise.h"
+#include "core/ew_geom.h"
 
 typedef struct lt_device_runtime {
   /* LT_CUDA_READY with *count > 0, or why not (status says it) */
@@ -23,5 +23,11 @@ typedef struct lt_device_runtime {
 } lt_device_runtime;
 
 const lt_device_runtime *lt_device_cuda(void);
+
+/* The device kernels the core's copies and fills need (kernels/copy.cu, kernels/elementwise.cu
+ * define them): dst = src over g converting dtypes, out = value, out[i] = start + i * step. */
+int lt_cuda_copy(int device, const lt_ew_geom *g, void *dst, int dst_dtype, const void *src, int src_dtype);
+int lt_cuda_fill(int device, const lt_ew_geom *g, void *out, int dtype, double value);
+int lt_cuda_sequence(int device, void *out, int64_t stride, int dtype, int64_t n, double start, double step);
 
 #endif

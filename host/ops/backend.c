@@ -3,7 +3,7 @@
 #include "ops/backend.h"
 
 #ifdef LUTRA_HAVE_CUDA
-extern const lt_backend lt_backend_cuda; /* kernels/backend.cu */
+extern const lt_backend lt_backend_cuda; /* ops/backend_cuda.cu */
 const lt_backend *lt_backend_cuda_or_null(void) { return &lt_backend_cuda; }
 #else
 const lt_backend *lt_backend_cuda_or_null(void) { return NULL; }

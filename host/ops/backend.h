@@ -2,7 +2,7 @@
  * dispatch) and the code that runs an op on a device: a table of entry points per device.
  *
  *   lt_backend_cpu  (host/ops/backend_cpu.c)  the CPU rows (host/ops/<op>_cpu.c)
- *   lt_backend_cuda (kernels/backend.cu)      the kernel launchers (kernels/<op>.cu)
+ *   lt_backend_cuda (host/ops/backend_cuda.cu) the kernel launchers (kernels/<op>.cu)
  *
  * A front checks its arguments, builds the plan the kernels declare (kernels/<op>.h: plain C
  * structs both sides share) and calls the entry of the table lt_backend_for gives:

@@ -10,55 +10,6 @@
 #include <immintrin.h>
 #endif
 
-/* Drops size-1 dims and merges neighbouring dims that every operand walks contiguously
- * (as lt_loop_init, for up to EW_MAX_OPERANDS operands). Returns the number of dims,
- * 0 when there is nothing to do. */
-static int coalesce(int ndim, const int64_t *shape, int nops, const int64_t (*strides)[LT_MAX_DIMS], int64_t *sh,
-                    int64_t (*st)[LT_MAX_DIMS]) {
-  int n = 0;
-  for (int d = 0; d < ndim; d++) {
-    if (shape[d] == 0) return 0;
-    if (shape[d] == 1) continue;
-    sh[n] = shape[d];
-    for (int k = 0; k < nops; k++) st[k][n] = strides[k][d];
-    bool merge = n > 0;
-    for (int k = 0; merge && k < nops; k++) merge = st[k][n - 1] == st[k][n] * sh[n];
-    if (merge) {
-      sh[n - 1] *= sh[n];
-      for (int k = 0; k < nops; k++) st[k][n - 1] = st[k][n];
-    } else {
-      n++;
-    }
-  }
-  if (n == 0) { /* a single element */
-    sh[0] = 1;
-    for (int k = 0; k < nops; k++) st[k][0] = 0;
-    n = 1;
-  }
-  return n;
-}
-
-void lt_ew_geom_init(lt_ew_geom *g, int ndim, const int64_t *shape, int nops, const int64_t (*strides)[LT_MAX_DIMS]) {
-  int64_t sh[LT_MAX_DIMS], st[EW_MAX_OPERANDS][LT_MAX_DIMS];
-  memset(g, 0, sizeof *g);
-  g->nops = nops;
-  int nd = coalesce(ndim, shape, nops, strides, sh, st);
-  g->ndim = nd > 0 ? nd : 1;
-  g->numel = nd > 0 ? lt_shape_numel(nd, sh) : 0;
-  for (int d = 0; d < nd; d++) { /* innermost first */
-    g->shape[d] = sh[nd - 1 - d];
-    for (int k = 0; k < nops; k++) g->stride[k][d] = st[k][nd - 1 - d];
-  }
-}
-
-void lt_ew_geom_of(lt_ew_geom *g, const lt_tensor *out, int nin, const lt_tensor *const *ins) {
-  int64_t st[EW_MAX_OPERANDS][LT_MAX_DIMS];
-  lt_broadcast_strides(out, out->ndim, out->shape, st[0]);
-  for (int k = 0; k < nin; k++) lt_broadcast_strides(ins[k], out->ndim, out->shape, st[k + 1]);
-  lt_ew_geom_init(g, out->ndim, out->shape, nin + 1, (const int64_t(*)[LT_MAX_DIMS])st);
-}
-
-/* Element offsets of each operand at index r of the dims [0, nd) (row-major). */
 static void offsets_of(int64_t r, int nd, const int64_t *sh, int nops, int64_t (*st)[LT_MAX_DIMS], int64_t *off) {
   for (int k = 0; k < nops; k++) off[k] = 0;
   for (int d = nd - 1; d >= 0; d--) {
@@ -124,7 +75,7 @@ static inline void run_task(int64_t t, int64_t per_row, int64_t chunk, int64_t i
 void ew_execute(int ndim, const int64_t *shape, int nops, char *const *base, const int *esize,
                 const int64_t (*strides)[LT_MAX_DIMS], ew_kernel kernel, const void *ctx, int64_t grain) {
   int64_t sh[LT_MAX_DIMS], st[EW_MAX_OPERANDS][LT_MAX_DIMS];
-  int nd = coalesce(ndim, shape, nops, strides, sh, st);
+  int nd = lt_ew_coalesce(ndim, shape, nops, strides, sh, st);
   if (nd == 0) return;
   int64_t inner = sh[nd - 1], rows = lt_shape_numel(nd - 1, sh), numel = rows * inner;
   int nthreads = 1;

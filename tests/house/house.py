@@ -75,8 +75,11 @@ def include_graph(paths):
             m = re.match(r'\s*#\s*include\s+"([^"]+)"', line)
             if not m:
                 continue
-            target = os.path.normpath(os.path.join(os.path.dirname(p), m.group(1)))
-            if not os.path.exists(target):
+            # as the compiler looks: beside the file, then the include roots host/ and the repository's
+            candidates = [os.path.normpath(os.path.join(os.path.dirname(p), m.group(1))),
+                          os.path.join("host", m.group(1)), m.group(1)]
+            target = next((c for c in candidates if os.path.exists(c)), None)
+            if target is None:
                 cands = by_name.get(os.path.basename(m.group(1)), [])
                 if not cands:
                     continue

@@ -33,7 +33,7 @@ mkdir -p src/kernels src/core src/ops cub/device
 # accesses, mma.sync) into src/, so that a kernel edited meanwhile is re-copied; and emu_probe.cu,
 # the errors suite's kernels that break the rules on purpose and its mma check
 kernels="elementwise unary binary copy norm cross_entropy embedding rope random optim attention_forward attention_backward
-  attention_backward_mma reduce softmax backend"
+  attention_backward_mma reduce softmax"
 hostfiles="core/memory core/tensor core/copy ops/elementwise ops/unary ops/binary ops/norm ops/cross_entropy ops/embedding
   ops/rope ops/random ops/adamw ops/lion ops/multi_tensor ops/attention ops/attention_cuda ops/reduce ops/argmax ops/softmax ops/backend core/device"
 for h in emu.h emu_cub.h; do cp "$here/$h" src/$h.new; done
@@ -70,10 +70,11 @@ for f in $hostfiles; do
   newer $o src/$f.c &&
     echo "cc $opt -std=gnu11 -fopenmp -mavx2 -mfma -mf16c -DLUTRA_HAVE_CUDA=1 -w $inc -c src/$f.c -o $o" >>cmds
 done
-for f in $kernels emu_probe emu cuda_device; do
+for f in $kernels emu_probe emu cuda_device backend_cuda; do
   s=src/kernels/$f.cu o=$opt
   [ $f = emu_probe ] && s=src/$f.cu
   [ $f = cuda_device ] && s=$root/host/core/$f.cu # the core's device table (no kernels: not rewritten)
+  [ $f = backend_cuda ] && s=$root/host/ops/$f.cu # the ops' CUDA table (no kernels either)
   [ $f = emu ] && s=$here/emu.cpp o=-O2 # the emulator's runtime (the mma arithmetic): quick to build, hot
   objs="$objs $f.cu.o"
   newer $f.cu.o $s "$here/emu.cpp" && echo "c++ $o -std=c++17 -DLUTRA_HAVE_CUDA=1 -w $inc -x c++ -c $s -o $f.cu.o" >>cmds

@@ -1,4 +1,4 @@
-/* backend.cu — the CUDA table (host/ops/backend.h): every kernel launcher the op fronts call. */
+/* backend_cuda.cu — the CUDA table (host/ops/backend.h): every kernel launcher the op fronts call. */
 #include "kernels/common.cuh"
 extern "C" {
 #include "ops/backend.h"
