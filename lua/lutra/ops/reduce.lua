@@ -13,7 +13,7 @@ local M = {}
 local before_write, finish, is_tensor, check_out = W.before_write, W.finish, W.is_tensor, W.check_out
 local new, fail, raise = memory.new, errors.fail, errors.raise
 local int_arg = errors.int_arg
-local bump = require("lutra.autograd.state").bump -- arg reductions write no gradient
+local bump = require("lutra.autograd.state").bump -- argmax/argmin: a given out is versioned, not recorded
 local binary, BINARY, UNARY, C_unary = E.binary, E.BINARY, E.UNARY, lt.fn("lt_unary")
 
 local REDUCE = {sum = C.LT_SUM, mean = C.LT_MEAN, max = C.LT_MAX, min = C.LT_MIN, prod = C.LT_PROD, norm = C.LT_NORM}

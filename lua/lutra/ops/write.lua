@@ -9,9 +9,8 @@
 -- (finish).
 local lt = require "lutra.ffi"
 local errors = require "lutra.errors"
-local memory = require "lutra.memory"
 local S = require "lutra.autograd.state"
-local ffi, C = lt.ffi, lt.C
+local ffi = lt.ffi
 
 local M = {}
 
