@@ -27,7 +27,6 @@
 -- its backward) look the record up by the `op` name in op.records; a missing name loads
 -- lutra.autograd, which loads every declaring module of the library.
 local S = require "lutra.autograd.state"
-local errors = require "lutra.errors"
 
 local M = {}
 
