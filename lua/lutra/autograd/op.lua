@@ -77,20 +77,24 @@ end
 
 M.edge, M.attach, M.clear = S.edge, S.attach, S.clear
 
--- Saves tensor t for backward in node[field] (an alias for results of recorded ops).
-local save, save_output, versions = S.save, S.save_output, {}
-local function version_field(field)
-  local v = versions[field]
-  if v == nil then
-    v = "ver_" .. field
-    versions[field] = v
-  end
+-- The node field holding the version of saved tensor `field` ("ver_" .. field, made once).
+local save_value, save_output = S.save_value, S.save_output
+local versions = setmetatable({}, {__index = function(versions, field)
+  local v = "ver_" .. field
+  versions[field] = v
   return v
+end})
+
+-- Saves tensor t for backward in node[field] (an alias for results of recorded ops).
+function M.save(node, field, t)
+  local s, v = save_value(t)
+  node[field] = s
+  node[versions[field]] = v
+  return s
 end
-function M.save(node, field, t) return save(node, field, version_field(field), t) end
 
 -- Saves out, the result of the op being recorded (always through an alias).
-function M.save_output(node, field, out) return save_output(node, field, version_field(field), out) end
+function M.save_output(node, field, out) return save_output(node, field, versions[field], out) end
 
 -- Runs fn(...) with grad mode off: the pieces of an op that records itself as one node
 -- (views and kernels) are not recorded one by one. Returns what fn returns.

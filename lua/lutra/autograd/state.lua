@@ -162,15 +162,6 @@ function M.save_value(t)
   remember(t)
   return t, v
 end
-local save_value = M.save_value
-
--- Saves tensor t in node[field], with its version in node[vfield] ("ver_" .. field).
-function M.save(node, field, vfield, t)
-  local s, v = save_value(t)
-  node[field] = s
-  node[vfield] = v
-  return s
-end
 
 -- Saves the output of the op being recorded (always through an alias: out becomes a
 -- key of meta once the node is attached).
