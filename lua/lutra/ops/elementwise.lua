@@ -12,7 +12,7 @@ local M = {}
 
 local records = require("lutra.autograd.op").records
 local bump, clear = S.bump, S.clear
-local before_write, finish, is_tensor, check_out = W.before_write, W.finish, W.is_tensor, W.check_out
+local before_write, recording, is_tensor, check_out = W.before_write, W.recording, W.is_tensor, W.check_out
 local new, fail, raise = memory.new, errors.fail, errors.raise
 local type, istype, tonumber = type, ffi.istype, tonumber
 local Tensor = ffi.typeof("lt_tensor")
@@ -184,7 +184,11 @@ local function unary(a, op, out)
   local name = unary_names[op]
   before_write(name, out, a)
   if C_unary(out, a, op) ~= 0 then fail() end
-  return finish(out, a.ag_ ~= 0, name, out, a)
+  if recording(out, out, a.ag_ ~= 0) then
+    records[name](out, a)
+    S.dest = nil
+  end
+  return out
 end
 M.unary = unary
 
@@ -221,7 +225,11 @@ function M.clamp(a, lo, hi, out)
   if given ~= nil then before_write("clamp", given, a) end
   if out == nil then out = new() end
   if C.lt_clamp(out, a, lo or -math.huge, hi or math.huge) ~= 0 then fail() end
-  return finish(given, a.ag_ ~= 0, "clamp", out, a, lo, hi)
+  if recording(given, out, a.ag_ ~= 0) then
+    records.clamp(out, a, lo, hi)
+    S.dest = nil
+  end
+  return out
 end
 function M.clamp_(a, lo, hi) return M.clamp(a, lo, hi, a) end
 
@@ -255,7 +263,11 @@ function M.where(cond, a, b, out)
   if given ~= nil then before_write("where", given, a, b) end
   if out == nil then out = new() end
   if C.lt_where(out, cond, a, b) ~= 0 then fail() end
-  return finish(given, a.ag_ ~= 0 or b.ag_ ~= 0, "where", out, cond, a, b)
+  if recording(given, out, a.ag_ ~= 0 or b.ag_ ~= 0) then
+    records.where(out, cond, a, b)
+    S.dest = nil
+  end
+  return out
 end
 
 return M

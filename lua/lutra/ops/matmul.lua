@@ -7,7 +7,9 @@ local C = lt.C
 
 local M = {}
 
-local before_write, finish, check_out = W.before_write, W.finish, W.check_out
+local S = require "lutra.autograd.state"
+local records = require("lutra.autograd.op").records
+local before_write, recording, check_out = W.before_write, W.recording, W.check_out
 local new, fail = memory.new, errors.fail
 local tensor_arg = errors.tensor_arg
 local AC = require "lutra.autocast"
@@ -22,7 +24,11 @@ function M.matmul(a, b, out)
   if given ~= nil then before_write("matmul", given, a, b) end
   if out == nil then out = new() end
   if C.lt_matmul(out, a, b, 0, 0, 1.0, 0.0) ~= 0 then fail() end
-  return finish(given, a.ag_ ~= 0 or b.ag_ ~= 0, "gemm", out, a, b, false, false, 1.0, 0.0)
+  if recording(given, out, a.ag_ ~= 0 or b.ag_ ~= 0) then
+    records.gemm(out, a, b, false, false, 1.0, 0.0)
+    S.dest = nil
+  end
+  return out
 end
 
 -- The general form: out = alpha * op(a) @ op(b) + beta * out (opts: trans_a, trans_b,
@@ -40,8 +46,11 @@ function M.gemm(a, b, opts)
   local old = beta ~= 0 and given ~= nil and given.ag_ ~= 0 and given or nil -- out's old value takes part
   local rc = C.lt_matmul(out, a, b, opts.trans_a and 1 or 0, opts.trans_b and 1 or 0, alpha, beta)
   if rc ~= 0 then fail() end
-  return finish(given, a.ag_ ~= 0 or b.ag_ ~= 0 or old ~= nil, "gemm", out, a, b, opts.trans_a and true or false,
-    opts.trans_b and true or false, alpha, beta, old)
+  if recording(given, out, a.ag_ ~= 0 or b.ag_ ~= 0 or old ~= nil) then
+    records.gemm(out, a, b, opts.trans_a and true or false, opts.trans_b and true or false, alpha, beta, old)
+    S.dest = nil
+  end
+  return out
 end
 
 return M

@@ -10,10 +10,12 @@ local C = lt.C
 
 local M = {}
 
-local before_write, finish, is_tensor, check_out = W.before_write, W.finish, W.is_tensor, W.check_out
+local S = require "lutra.autograd.state"
+local records = require("lutra.autograd.op").records
+local before_write, recording, is_tensor, check_out = W.before_write, W.recording, W.is_tensor, W.check_out
 local new, fail, raise = memory.new, errors.fail, errors.raise
 local int_arg = errors.int_arg
-local bump = require("lutra.autograd.state").bump -- argmax/argmin: a given out is versioned, not recorded
+local bump = S.bump -- argmax/argmin: a given out is versioned, not recorded
 local binary, BINARY, UNARY, C_unary = E.binary, E.BINARY, E.UNARY, lt.fn("lt_unary")
 
 local REDUCE = {sum = C.LT_SUM, mean = C.LT_MEAN, max = C.LT_MAX, min = C.LT_MIN, prod = C.LT_PROD, norm = C.LT_NORM}
@@ -26,7 +28,11 @@ local function reduce(a, op, name, dims, keepdim, out)
   if given ~= nil then before_write(name, given, a) end
   if out == nil then out = new() end
   if C.lt_reduce(out, a, op, n, arr, keepdim and 1 or 0) ~= 0 then fail() end
-  return finish(given, a.ag_ ~= 0, name, out, a, dims, keepdim)
+  if recording(given, out, a.ag_ ~= 0) then
+    records[name](out, a, dims, keepdim)
+    S.dest = nil
+  end
+  return out
 end
 M.REDUCE = REDUCE
 
@@ -72,7 +78,11 @@ local function var_std(name, a, dims, keepdim, correction, out)
   if out == nil then out = new() end
   if C.lt_var(out, a, n, arr, correction, keepdim and 1 or 0) ~= 0 then fail() end
   if name == "std" and C_unary(out, out, UNARY.sqrt) ~= 0 then fail() end
-  return finish(given, a.ag_ ~= 0, name, out, a, dims, keepdim, correction)
+  if recording(given, out, a.ag_ ~= 0) then
+    records[name](out, a, dims, keepdim, correction)
+    S.dest = nil
+  end
+  return out
 end
 
 function M.var(a, dims, keepdim, correction, out) return var_std("var", a, dims, keepdim, correction, out) end
@@ -85,7 +95,11 @@ local function softmax(name, fn, a, dim, out)
   if given ~= nil then before_write(name, given, a) end
   if out == nil then out = new() end
   if fn(out, a, dim or -1) ~= 0 then fail() end
-  return finish(given, a.ag_ ~= 0, name, out, a, dim or -1)
+  if recording(given, out, a.ag_ ~= 0) then
+    records[name](out, a, dim or -1)
+    S.dest = nil
+  end
+  return out
 end
 
 function M.softmax(a, dim, out) return softmax("softmax", C.lt_softmax, a, dim, out) end

@@ -6,7 +6,7 @@
 -- attaches the node. Writing into a given `out` (in-place forms included) is checked first
 -- (before_write: S.check_inplace), bumps out's version counter, and is recorded with
 -- S.dest = out, so that an input saved from out's storage is known to be overwritten
--- (finish).
+-- (recording).
 local lt = require "lutra.ffi"
 local errors = require "lutra.errors"
 local S = require "lutra.autograd.state"
@@ -14,7 +14,6 @@ local ffi = lt.ffi
 
 local M = {}
 
-local records = require("lutra.autograd.op").records
 local bump, clear = S.bump, S.clear
 
 -- Before writing into a caller's tensor `out` (an in-place op or out=): autograd refuses
@@ -26,23 +25,24 @@ local function before_write(name, out, a, b)
 end
 M.before_write = before_write
 
--- After an op wrote `out` (the caller's `given`, or a new tensor): given's version is bumped
--- and, in grad mode, the op is recorded (records[name](out, ...)) when track (an input
--- requires grad), else given's old record is dropped.
-local function finish(given, track, name, out, a, b, c, d, e, f, g)
+-- After an op wrote `out` (the caller's `given`, or a new tensor): bumps given's version and
+-- says whether to record the op (grad mode on and track: an input requires grad); the caller
+-- then calls the op's record and sets S.dest back to nil. Otherwise given's old record is
+-- dropped. The record call stays at each op's own site: one target per call site for the JIT.
+--   if recording(given, out, a.ag_ ~= 0) then records.clamp(out, a, lo, hi); S.dest = nil end
+local function recording(given, out, track)
   if given ~= nil then bump(given) end
   if S.enabled then
     if track then
       S.dest = given
-      records[name](out, a, b, c, d, e, f, g)
-      S.dest = nil
+      return true
     elseif given ~= nil then
       clear(out)
     end
   end
-  return out
+  return false
 end
-M.finish = finish
+M.recording = recording
 
 local raise = errors.raise
 local type, istype = type, ffi.istype
