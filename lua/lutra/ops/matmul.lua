@@ -2,12 +2,12 @@
 local lt = require "lutra.ffi"
 local errors = require "lutra.errors"
 local memory = require "lutra.memory"
+local S = require "lutra.autograd.state"
 local W = require "lutra.ops.write"
 local C = lt.C
 
 local M = {}
 
-local S = require "lutra.autograd.state"
 local records = require("lutra.autograd.op").records
 local before_write, recording, check_out = W.before_write, W.recording, W.check_out
 local new, fail = memory.new, errors.fail

@@ -4,13 +4,13 @@ local lt = require "lutra.ffi"
 local errors = require "lutra.errors"
 local memory = require "lutra.memory"
 local shape = require "lutra.shape"
+local S = require "lutra.autograd.state"
 local W = require "lutra.ops.write"
 local E = require "lutra.ops.elementwise"
 local C = lt.C
 
 local M = {}
 
-local S = require "lutra.autograd.state"
 local records = require("lutra.autograd.op").records
 local before_write, recording, is_tensor, check_out = W.before_write, W.recording, W.is_tensor, W.check_out
 local new, fail, raise = memory.new, errors.fail, errors.raise
