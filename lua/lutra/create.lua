@@ -17,6 +17,7 @@ local shape = require "lutra.shape"
 local dtype = require "lutra.dtype"
 local ops = require "lutra.ops"
 local S = require "lutra.autograd.state"
+local records = require("lutra.autograd.op").records
 local ffi, C = lt.ffi, lt.C
 
 local M = {}
@@ -315,7 +316,7 @@ function M.cat(list, dim)
   if S.enabled then
     for i = 1, #list do
       if list[i].ag_ ~= 0 then
-        S.cat(out, list, d, false)
+        records.cat(out, list, d)
         break
       end
     end
@@ -343,7 +344,7 @@ function M.stack(list, dim)
   if S.enabled then
     for i = 1, #list do
       if list[i].ag_ ~= 0 then
-        S.cat(out, list, d, true)
+        records.stack(out, list, d)
         break
       end
     end

@@ -22,11 +22,13 @@
 --   F.adamw_step(param, grad, m, v, {lr=, beta1=, beta2=, eps=, weight_decay=, step=})
 --                                               -> param, updated in place (m, v too)
 -- Backward kernels, for autograd: layer_norm_backward, rms_norm_backward (both take an
--- optional dres, added to dx: the fused ops' backward),
+-- optional dres, added to dx: the fused ops' backward; and which parameter gradients to
+-- make, by default those of the weight and bias given),
 -- cross_entropy_backward, embedding_backward, rope_backward, attention_backward,
 -- softmax_backward, log_softmax_backward, unary_backward.
 -- Autograd records the first result of each op (y, loss, out) when an input requires
--- grad; the extra results (statistics, per-row losses, lse) are not differentiable.
+-- grad, through the record its declaration registers (lutra/autograd/nn.lua); the extra
+-- results (statistics, per-row losses, lse) are not differentiable.
 -- For f64 inputs the saved statistics are f64 too (exact gradient checks).
 --
 -- Autocast (mixed precision): while lutra.autocast.dtype is "bf16" or "f16" (F.autocast(dt, fn)
@@ -42,7 +44,10 @@ local memory = require "lutra.memory"
 local ops = require "lutra.ops"
 local dtype = require "lutra.dtype"
 local S = require "lutra.autograd.state"
+local op = require "lutra.autograd.op"
 local ffi, C = lt.ffi, lt.C
+
+local records = op.records
 
 local F = {}
 
@@ -112,12 +117,15 @@ function F.layer_norm(x, ...)
   out = out or new()
   local mean, rstd = row_stats(x), row_stats(x)
   if C.lt_layer_norm_forward(out, mean, rstd, x, weight, bias, eps or 1e-5) ~= 0 then fail() end
-  if tracked(x, weight, bias) then S.layer_norm(out, x, weight, bias, mean, rstd) end
+  if tracked(x, weight, bias) then records.layer_norm(out, x, weight, bias, mean, rstd) end
   return out, mean, rstd
 end
 
-function F.layer_norm_backward(dout, x, weight, mean, rstd, dres)
-  local dx, dweight, dbias = new(), weight and new() or nil, weight and new() or nil
+-- need_weight, need_bias: whether to make dweight, dbias (default: when weight is given).
+function F.layer_norm_backward(dout, x, weight, mean, rstd, dres, need_weight, need_bias)
+  if need_weight == nil then need_weight = weight ~= nil end
+  if need_bias == nil then need_bias = weight ~= nil end
+  local dx, dweight, dbias = new(), need_weight and new() or nil, need_bias and new() or nil
   local rc
   if dres == nil then
     rc = C.lt_layer_norm_backward(dx, dweight, dbias, dout, x, weight, mean, rstd)
@@ -136,12 +144,14 @@ function F.rms_norm(x, ...)
   out = out or new()
   local rstd = row_stats(x)
   if C.lt_rms_norm_forward(out, rstd, x, weight, eps or 1e-6) ~= 0 then fail() end
-  if tracked(x, weight) then S.rms_norm(out, x, weight, rstd) end
+  if tracked(x, weight) then records.rms_norm(out, x, weight, rstd) end
   return out, rstd
 end
 
-function F.rms_norm_backward(dout, x, weight, rstd, dres)
-  local dx, dweight = new(), weight and new() or nil
+-- need_weight: whether to make dweight (default: when weight is given).
+function F.rms_norm_backward(dout, x, weight, rstd, dres, need_weight)
+  if need_weight == nil then need_weight = weight ~= nil end
+  local dx, dweight = new(), need_weight and new() or nil
   local rc
   if dres == nil then
     rc = C.lt_rms_norm_backward(dx, dweight, dout, x, weight, rstd)
@@ -164,7 +174,7 @@ function F.add_layer_norm(x, residual, weight, bias, eps)
   local res, out = new(), new()
   local mean, rstd = row_stats(x), row_stats(x)
   if C.lt_add_layer_norm_forward(res, out, mean, rstd, x, residual, weight, bias, eps or 1e-5) ~= 0 then fail() end
-  if tracked4(x, residual, weight, bias) then S.add_norm(res, out, x, residual, weight, bias, mean, rstd) end
+  if tracked4(x, residual, weight, bias) then records.add_norm(res, out, x, residual, weight, bias, mean, rstd) end
   return res, out, mean, rstd
 end
 
@@ -175,7 +185,7 @@ function F.add_rms_norm(x, residual, weight, eps)
   local res, out = new(), new()
   local rstd = row_stats(x)
   if C.lt_add_rms_norm_forward(res, out, rstd, x, residual, weight, eps or 1e-6) ~= 0 then fail() end
-  if tracked4(x, residual, weight) then S.add_norm(res, out, x, residual, weight, nil, nil, rstd) end
+  if tracked4(x, residual, weight) then records.add_norm(res, out, x, residual, weight, nil, nil, rstd) end
   return res, out, rstd
 end
 
@@ -211,7 +221,7 @@ function F.linear(x, weight, bias, out)
     if C.lt_matmul(y, x, weight, 0, 1, 1.0, 0.0) ~= 0 then fail() end
     if bias ~= nil and C.lt_binary(y, y, bias, ops.BINARY.add) ~= 0 then fail() end
   end
-  if tracked(x, weight, bias) then S.linear(y, x, weight, bias) end
+  if tracked(x, weight, bias) then records.linear(y, x, weight, bias) end
   return y
 end
 
@@ -237,9 +247,8 @@ function F.cross_entropy(logits, targets, opts)
     raise("cross_entropy: reduction must be \"mean\", \"sum\" or \"none\", got " .. tostring(reduction))
   end
   local track = tracked(logits)
-  local enabled = S.enabled
-  S.enabled = false -- the pieces below are one recorded op
-  local ok, loss, losses, lse, valid = pcall(function()
+  -- the pieces below are one recorded op
+  local loss, losses, lse, valid = op.untracked(function()
     local l2, t1 = flat_rows(logits, targets)
     local losses, lse = row_stats(l2), row_stats(l2)
     if C.lt_cross_entropy_forward(losses, lse, l2, t1, ignore_index) ~= 0 then fail() end
@@ -254,9 +263,7 @@ function F.cross_entropy(logits, targets, opts)
     local valid = ops.sum(ops.ne(t1, ignore_index):to(dtype.name(losses.dtype_)))
     return ops.div(total, valid, total), losses, lse, valid
   end)
-  S.enabled = enabled
-  if not ok then error(loss, 0) end
-  if track then S.cross_entropy(loss, logits, targets, lse, ignore_index, reduction, valid) end
+  if track then records.cross_entropy(loss, logits, targets, lse, ignore_index, reduction, valid) end
   return loss, losses, lse
 end
 
@@ -278,7 +285,7 @@ function F.embedding(ids, weight, out)
   local cast = AC.dtype ~= nil and out == nil
   out = out or new()
   if C.lt_embedding_forward(out, weight, ids) ~= 0 then fail() end
-  if tracked(weight) then S.embedding(out, ids, weight) end
+  if tracked(weight) then records.embedding(out, ids, weight) end
   if cast and out.dtype_ == dtype.F32 then
     local rows = out
     out = low(rows)
@@ -305,7 +312,7 @@ function F.rope(x, positions, theta, out)
   writing("rope", out, x)
   out = out or new()
   if C.lt_rope(out, x, positions, theta or 10000.0, 0) ~= 0 then fail() end
-  if tracked(x) then S.rope(out, x, positions, theta or 10000.0) end
+  if tracked(x) then records.rope(out, x, positions, theta or 10000.0) end
   return out
 end
 
@@ -336,7 +343,7 @@ function F.scaled_dot_product_attention(args)
   writing("scaled_dot_product_attention", args.out, q, k, v)
   local out, lse = args.out or new(), new()
   if C.lt_attention_forward(out, lse, q, k, v, seg, scale, causal) ~= 0 then fail() end
-  if tracked(q, k, v) then S.attention(out, lse, q, k, v, seg, scale, causal) end
+  if tracked(q, k, v) then records.attention(out, lse, q, k, v, seg, scale, causal) end
   return out, lse
 end
 

@@ -17,6 +17,7 @@ local errors = require "lutra.errors"
 local memory = require "lutra.memory"
 local dtype = require "lutra.dtype"
 local S = require "lutra.autograd.state"
+local records = require("lutra.autograd.op").records
 local ffi, C = lt.ffi, lt.C
 
 local M = {}
@@ -71,7 +72,7 @@ function M.get(t, key)
   if not apply(out, t, key) then errors.fail() end
   out.slot_ = slot
   out.view_ = 1
-  if t.ag_ ~= 0 and S.enabled then S.view(out, t, "index", M.copy_key(key)) end
+  if t.ag_ ~= 0 and S.enabled then records.index(out, t, M.copy_key(key)) end
   return out
 end
 
@@ -114,7 +115,7 @@ end
 
 local function written(t, key, value, track)
   S.bump(t)
-  if track then S.index_put(t, M.copy_key(key), value) end
+  if track then records.index_put(t, M.copy_key(key), value) end
 end
 
 -- t[key] = value.

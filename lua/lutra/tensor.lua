@@ -33,10 +33,10 @@ local methods, properties, setters = {}, {}, {}
 M.methods, M.properties, M.setters = methods, properties, setters -- extension points for other modules
 
 -- Views share the storage of t: marked as such, and recorded for autograd by
--- R.view(out, t, kind, a, b, c, d) when t has autograd data in grad mode. The C view
+-- records[kind](out, t, a, b, c, d) when t has autograd data in grad mode. The C view
 -- functions zero the tag of the view they make, registry slot included: fresh() notes
 -- the slot of the new tensor and viewed() puts it back.
-local R = S
+local records = require("lutra.autograd.op").records
 local pending_slot = 0
 local function fresh()
   local out = new()
@@ -46,7 +46,7 @@ end
 local function viewed(out, t, kind, a, b, c, d)
   out.slot_ = pending_slot
   if out.storage == t.storage then out.view_ = 1 end -- reshape may have copied
-  if t.ag_ ~= 0 and S.enabled then R.view(out, t, kind, a, b, c, d) end
+  if t.ag_ ~= 0 and S.enabled then records[kind](out, t, a, b, c, d) end
   return out
 end
 M.viewed = viewed
@@ -233,7 +233,7 @@ function methods.contiguous(t)
   local out = fresh()
   if C.lt_contiguous(out, t) ~= 0 then fail() end
   out.slot_ = pending_slot
-  if t.ag_ ~= 0 and S.enabled then R.copy(out, t) end
+  if t.ag_ ~= 0 and S.enabled then records.copy(out, t) end
   return out
 end
 
@@ -251,7 +251,7 @@ function methods.clone(t)
   check_alive(t, "clone")
   local out = empty_like(t)
   if C.lt_copy(out, t) ~= 0 then fail() end
-  if t.ag_ ~= 0 and S.enabled then R.copy(out, t) end
+  if t.ag_ ~= 0 and S.enabled then records.copy(out, t) end
   return out
 end
 
@@ -263,7 +263,7 @@ function methods.copy_(t, src)
   if C.lt_copy(t, src) ~= 0 then fail() end
   S.bump(t)
   if S.enabled then
-    if src.ag_ ~= 0 then R.copy(t, src) else S.clear(t) end
+    if src.ag_ ~= 0 then records.copy(t, src) else S.clear(t) end
   end
   return t
 end
@@ -303,7 +303,7 @@ function methods.to(t, a, b)
   if dt == t.dtype_ and dev == t.device_ then return t end
   local out = empty_like(t, dt, dev)
   if C.lt_copy(out, t) ~= 0 then fail() end
-  if t.ag_ ~= 0 and S.enabled then R.copy(out, t) end
+  if t.ag_ ~= 0 and S.enabled then records.copy(out, t) end
   return out
 end
 

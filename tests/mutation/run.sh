@@ -17,9 +17,9 @@ here=$root/tests/mutation
 # name | file | the exact text (once in the file) | its replacement | what the bug is
 mutations=(
   "ddp_sum|lua/lutra/dist/ddp.lua|\"all_reduce\", b.flat, \"avg\")|\"all_reduce\", b.flat, \"sum\")|data parallel sums the gradients instead of averaging them"
-  "tp_allreduce_dropped|lua/lutra/dist/tp_ops.lua|function CopyTo.backward(n, g) return all_reduced(g, n.group) end|function CopyTo.backward(n, g) return g end|tensor parallel: the all-reduce of the input gradient of a column-parallel layer is dropped"
+  "tp_allreduce_dropped|lua/lutra/dist/tp_ops.lua|declare("TPCopyToBackward", function(n, g) return all_reduced(g, n.group) end)|declare("TPCopyToBackward", function(n, g) return g end)|tensor parallel: the all-reduce of the input gradient of a column-parallel layer is dropped"
   "pp_microbatch_skipped|lua/lutra/dist/pp_exec.lua|local scaled = loss * scale|local scaled = loss * (a.micro == 1 and 0 or scale)|pipeline: the first micro-batch's gradient is skipped"
-  "zero2_shard_offset|lua/lutra/dist/zero.lua|F.move(inp, r * S + e.off,|F.move(inp, ((r + (self.stage == 2 and 1 or 0)) % n) * S + e.off,|ZeRO-2: each rank's gradient rows go into the next rank's reduce-scatter chunk"
+  "zero2_shard_offset|lua/lutra/dist/zero.lua|flat.move(inp, r * S + e.off,|flat.move(inp, ((r + (self.stage == 2 and 1 or 0)) % n) * S + e.off,|ZeRO-2: each rank's gradient rows go into the next rank's reduce-scatter chunk"
   "loader_resume_off_by_one|lua/lutra/data.lua|  self.step = step\n  return self|  self.step = step + 1\n  return self|the loader resumes one batch later than it was saved"
   "ckpt_other_rank_file|lua/lutra/ckpt/reader.lua|local name = self.manifest.files[k + 1]|local name = self.manifest.files[(k + 1) % #self.manifest.files + 1]|a checkpoint shard is read from the next rank's file"
   "clip_norm_replicas|lua/lutra/dist/parallelize.lua|if not self.zero then total_sq = total_sq / mesh.dp_size end|total_sq = total_sq|the global gradient norm counts every data-parallel replica"

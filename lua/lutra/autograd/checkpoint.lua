@@ -7,43 +7,36 @@
 -- nested backward from its results gives the arguments' gradients (and accumulates
 -- those of the parameters fn uses). fn may return several values; the tensors among
 -- them that are floating point get gradients.
+local op = require "lutra.autograd.op"
 local S = require "lutra.autograd.state"
 local engine = require "lutra.autograd.engine"
-local U = require "lutra.autograd.util"
 local ops = require "lutra.ops"
 local create = require "lutra.create"
 local dtype = require "lutra.dtype"
 local memory = require "lutra.memory"
 local errors = require "lutra.errors"
+local autocast = require "lutra.autocast"
 
-local edge, attach, class = S.edge, S.attach, S.class
+local declare, edge, attach = op.declare, op.edge, op.attach
 local is_tensor, raise = ops.is_tensor, errors.raise
 
-local Checkpoint = class("CheckpointBackward")
-Checkpoint.always = true -- runs from the gradients its outputs delivered
+local M = {}
 
 -- One per output: hands the output's gradient to the checkpoint node.
-local Output = class("CheckpointOutput")
-Output.keeps_grad = true -- the engine must not free what it stores
-function Output.backward(n, g)
-  n[1].grads[n.slot] = g
-  return engine.DELIVERED
-end
+local record_output = declare {
+  name = "CheckpointOutput",
+  keeps_grad = true, -- the engine must not free what it stores
+  record = function(cls, out, node, slot) attach(out, {node, cls = cls, slot = slot}) end,
+  backward = function(n, g)
+    n[1].grads[n.slot] = g
+    return engine.DELIVERED
+  end,
+}
 
-local function release(node)
+-- Detached copies of the saved arguments, requiring grad where the argument did.
+local function recompute_inputs(node)
+  local args, inputs = node.args, {}
   for i = 1, node.nargs do
-    local a = node.args[i]
-    if is_tensor(a) and a.view_ == 2 then a:free() end
-  end
-  node.args = nil
-end
-Checkpoint.release = release
-
-function Checkpoint.backward(node)
-  if node.args == nil then raise(engine.FREED) end
-  local args, n = node.args, node.nargs
-  local inputs = {}
-  for i = 1, n do
     local a = args[i]
     if is_tensor(a) then
       if a.storage == nil then raise("checkpoint: an argument saved for backward was freed before backward ran") end
@@ -51,25 +44,36 @@ function Checkpoint.backward(node)
         raise("backward: a tensor needed for backward was modified in place: argument " .. i
           .. " of lutra.checkpoint")
       end
-      local d = U.alias(a)
+      local d = S.share(a)
       if node[i] then S.set_requires_grad(d, true) end
       inputs[i] = d
     else
       inputs[i] = a
     end
   end
-  -- recompute with grad, from the generator state and the autocast setting the forward saw
+  return inputs
+end
+
+-- fn's results, recomputed with grad, from the generator state and the autocast setting the
+-- forward saw.
+local function recompute(node, inputs)
   local now = create.get_rng_state()
   create.set_rng_state(node.rng)
-  local autocast = require "lutra.autocast"
   local cast_now = autocast.dtype
   autocast.dtype = node.autocast
   S.enabled = true
-  local res = {pcall(node.fn, unpack(inputs, 1, n))}
+  local res = {pcall(node.fn, unpack(inputs, 1, node.nargs))}
   S.enabled = false
   autocast.dtype = cast_now
   create.set_rng_state(now)
   if not res[1] then error(res[2], 0) end
+  return res
+end
+
+local function backward(node)
+  if node.args == nil then raise(engine.FREED) end
+  local inputs = recompute_inputs(node)
+  local res = recompute(node, inputs)
   local roots, grads = {}, {}
   for k, g in pairs(node.grads) do
     local out = res[k + 1]
@@ -82,7 +86,7 @@ function Checkpoint.backward(node)
   local result = {}
   local mine = memory.set_owner(nil)
   memory.set_owner(mine)
-  for i = 1, n do
+  for i = 1, node.nargs do
     if node[i] then
       local g = S.record(inputs[i]).grad
       result[i] = g
@@ -93,18 +97,20 @@ function Checkpoint.backward(node)
   return result
 end
 
-return function(M)
-  -- Runs fn(...) without keeping its intermediate results; they are recomputed when
-  -- backward needs them. Returns what fn returns.
-  function M.checkpoint(fn, ...)
-    if type(fn) ~= "function" and not (type(fn) == "table" and getmetatable(fn) and getmetatable(fn).__call) then
-      raise("checkpoint: expected a function, got " .. type(fn))
+-- The node of fn(...): an edge per tensor argument, the arguments saved.
+local record_checkpoint = declare {
+  name = "CheckpointBackward",
+  always = true, -- runs from the gradients its outputs delivered
+  release = function(node)
+    for i = 1, node.nargs do
+      local a = node.args[i]
+      if is_tensor(a) and a.view_ == 2 then a:free() end
     end
-    if not S.enabled then return fn(...) end
-    local n = select("#", ...)
-    local args = {...}
-    local node = {cls = Checkpoint, fn = fn, nargs = n, rng = create.get_rng_state(), grads = {}, versions = {},
-                  autocast = require("lutra.autocast").dtype}
+    node.args = nil
+  end,
+  record = function(cls, fn, args, n)
+    local node = {cls = cls, fn = fn, nargs = n, rng = create.get_rng_state(), grads = {}, versions = {},
+                  autocast = autocast.dtype}
     for i = 1, n do
       local a = args[i]
       if is_tensor(a) then
@@ -116,16 +122,26 @@ return function(M)
       end
     end
     node.args = args
-    S.enabled = false
-    local res = {pcall(fn, ...)}
-    S.enabled = true
-    if not res[1] then error(res[2], 0) end
-    for k = 2, table.maxn(res) do
-      local out = res[k]
-      if is_tensor(out) and out.ag_ == 0 and dtype.is_float(out.dtype_) then
-        attach(out, {node, cls = Output, slot = k - 1})
-      end
-    end
-    return unpack(res, 2, table.maxn(res))
+    return node
+  end,
+  backward = backward,
+}
+
+-- Runs fn(...) without keeping its intermediate results; they are recomputed when
+-- backward needs them. Returns what fn returns.
+function M.checkpoint(fn, ...)
+  if type(fn) ~= "function" and not (type(fn) == "table" and getmetatable(fn) and getmetatable(fn).__call) then
+    raise("checkpoint: expected a function, got " .. type(fn))
   end
+  if not S.enabled then return fn(...) end
+  local node = record_checkpoint(fn, {...}, select("#", ...))
+  local res = {op.untracked(fn, ...)}
+  local n = table.maxn(res)
+  for k = 1, n do
+    local out = res[k]
+    if is_tensor(out) and out.ag_ == 0 and dtype.is_float(out.dtype_) then record_output(out, node, k) end
+  end
+  return unpack(res, 1, n)
 end
+
+return M

@@ -106,16 +106,16 @@ local function call_hooks(rec, g, escaped)
   return g
 end
 
--- One backward pass. opts: retain_graph, capture (records -> true: their gradients are
--- returned, and leaves' .grad are left alone), owned (the root gradients autograd made).
-function M.run(roots, root_grads, opts)
-  opts = opts or {}
-  local retain, capture = opts.retain_graph, opts.capture
-  local deps, grads, uses, owned, escaped = {}, {}, {}, {}, {}
-  local captured = capture and {} or nil
+-- ---- one backward pass ------------------------------------------------------------------------
+-- A pass: deps (record -> edges into it not yet processed), grads (record -> its summed
+-- gradient so far), uses (gradient -> how many holders still need it), owned (gradients
+-- autograd made, which it may free or sum into), escaped (gradients someone else keeps),
+-- captured (for grad(): record -> gradient), ready (a stack of records whose gradients
+-- are complete).
 
-  -- count the edges into every reachable record
-  local stack, seen = {}, {}
+-- Counts the edges into every record reachable from the roots.
+local function count_edges(pass, roots)
+  local deps, stack, seen = pass.deps, {}, {}
   for i = 1, #roots do
     local r = roots[i]
     if not seen[r] then
@@ -141,169 +141,225 @@ function M.run(roots, root_grads, opts)
       end
     end
   end
+end
 
-  local function drop(t) -- one holder of gradient t is done with it
-    local n = uses[t] - 1
-    uses[t] = n
-    if n == 0 and owned[t] and not escaped[t] then t:free() end
+-- One holder of gradient t is done with it.
+local function drop(pass, t)
+  local uses = pass.uses
+  local n = uses[t] - 1
+  uses[t] = n
+  if n == 0 and pass.owned[t] and not pass.escaped[t] then t:free() end
+end
+
+-- Exclusively ours: can be summed into in place.
+local function exclusive(pass, t)
+  return pass.owned[t] and pass.uses[t] == 1 and not pass.escaped[t] and t.storage ~= nil
+    and t.storage.refcount == 1 and C.lt_is_contiguous(t) ~= 0
+end
+
+-- Adds gradient g (from the node named `from`) to rec's.
+local function put(pass, rec, g, from)
+  local grads, uses, owned = pass.grads, pass.uses, pass.owned
+  local cur = grads[rec]
+  if cur == nil then
+    grads[rec] = g
+    uses[g] = (uses[g] or 0) + 1
+    return
   end
-
-  -- exclusively ours: can be summed into in place
-  local function exclusive(t)
-    return owned[t] and uses[t] == 1 and not escaped[t] and t.storage ~= nil and t.storage.refcount == 1
-      and C.lt_is_contiguous(t) ~= 0
+  if not same_shape(cur, g) then
+    raise(string.format("backward: internal error: %s gave a gradient of shape %s where %s was expected",
+      from, shape.shape_string(g), shape.shape_string(cur)))
   end
-
-  local function put(rec, g, from)
-    local cur = grads[rec]
-    if cur == nil then
-      grads[rec] = g
-      uses[g] = (uses[g] or 0) + 1
-      return
-    end
-    if not same_shape(cur, g) then
-      raise(string.format("backward: internal error: %s gave a gradient of shape %s where %s was expected",
-        from, shape.shape_string(g), shape.shape_string(cur)))
-    end
-    if exclusive(cur) then
-      ops.add(cur, g, cur)
-    else
-      local sum = ops.add(cur, g)
-      owned[sum] = true
-      grads[rec] = sum
-      uses[sum] = 1
-      drop(cur)
-    end
-    if uses[g] == nil and owned[g] and not escaped[g] then g:free() end
+  if exclusive(pass, cur) then
+    ops.add(cur, g, cur)
+  else
+    local sum = ops.add(cur, g)
+    owned[sum] = true
+    grads[rec] = sum
+    uses[sum] = 1
+    drop(pass, cur)
   end
+  if uses[g] == nil and owned[g] and not pass.escaped[g] then g:free() end
+end
 
+local function push_ready(pass, rec)
+  local n = pass.nready + 1
+  pass.nready = n
+  pass.ready[n] = rec
+end
+
+-- The roots' gradients put in place, and the roots nothing else depends on made ready.
+local function seed(pass, roots, root_grads, given_owned)
   for i = 1, #roots do
     local g = root_grads[i]
-    if opts.owned and opts.owned[g] then owned[g] = true end
-    put(roots[i], g, "the root")
+    if given_owned and given_owned[g] then pass.owned[g] = true end
+    put(pass, roots[i], g, "the root")
   end
-
-  local ready, nready = {}, 0
+  local queued = {}
   for i = 1, #roots do
     local r = roots[i]
-    if deps[r] == nil and not ready[r] then
-      ready[r] = true
-      nready = nready + 1
-      ready[nready] = r
+    if pass.deps[r] == nil and not queued[r] then
+      queued[r] = true
+      push_ready(pass, r)
     end
   end
+end
 
-  local function accumulate_leaf(rec, g)
-    if capture then
-      if capture[rec] then captured[rec] = g; escaped[g] = true end
-      return
-    end
-    local cur = rec.grad
-    if cur == nil then
-      if owned[g] and uses[g] == 1 and not escaped[g] and g.storage.refcount == 1 and C.lt_is_contiguous(g) ~= 0 then
-        rec.grad = g -- steal it
-      else
-        rec.grad = g:contiguous()
-        if rec.grad == g then rec.grad = g:clone() end
-      end
-      escaped[rec.grad] = true
-      memory.keep(rec.grad)
+-- A leaf's gradient: captured (grad()), or accumulated into its .grad.
+local function accumulate_leaf(pass, rec, g)
+  local owned, uses, escaped = pass.owned, pass.uses, pass.escaped
+  if pass.capture then
+    if pass.capture[rec] then pass.captured[rec] = g; escaped[g] = true end
+    return
+  end
+  local cur = rec.grad
+  if cur == nil then
+    if owned[g] and uses[g] == 1 and not escaped[g] and g.storage.refcount == 1 and C.lt_is_contiguous(g) ~= 0 then
+      rec.grad = g -- steal it
     else
-      ops.add(cur, g, cur)
+      rec.grad = g:contiguous()
+      if rec.grad == g then rec.grad = g:clone() end
+    end
+    escaped[rec.grad] = true
+    memory.keep(rec.grad)
+  else
+    ops.add(cur, g, cur)
+  end
+end
+
+local function process_leaf(pass, rec, g)
+  if g == nil then return end
+  if rec.hooks then g = call_hooks(rec, g, pass.escaped) end
+  accumulate_leaf(pass, rec, g)
+  local post = rec.post_accumulate
+  if post and not pass.capture then
+    for i = 1, #post do
+      if post[i] then post[i](rec.grad) end
     end
   end
+end
 
-  local function process(rec)
-    local g = grads[rec]
-    grads[rec] = nil
-    if rec.leaf then
-      if g ~= nil then
-        if rec.hooks then g = call_hooks(rec, g, escaped) end
-        accumulate_leaf(rec, g)
-        local post = rec.post_accumulate
-        if post and not capture then
-          for i = 1, #post do
-            if post[i] then post[i](rec.grad) end
-          end
-        end
-      end
-    else
-      local cls = rec.cls
-      if rec.freed then raise(M.FREED) end
-      local g1, g2, g3
-      if g ~= nil or cls.always then
-        if g ~= nil and rec.hooks then g = call_hooks(rec, g, escaped) end
-        if g ~= nil and rec.retains then
-          rec.grad = g
-          escaped[g] = true
-          memory.keep(g)
-        end
-        if cls.keeps_grad and g ~= nil then escaped[g] = true end
-        if capture and capture[rec] and g ~= nil then
-          captured[rec] = g
-          escaped[g] = true
-        end
-        check_saved(rec)
-        local made = {}
-        local owner = memory.set_owner(made)
-        g1, g2, g3 = cls.backward(rec, g)
-        memory.set_owner(owner)
-        if type(g1) == "table" and g1 ~= DELIVERED then -- a list, one entry per edge
-          for k, t in pairs(g1) do
-            if is_tensor(t) and made[t] then made[t] = nil; owned[t] = true end
-          end
-        else
-          if g1 ~= nil and g1 ~= DELIVERED and made[g1] then made[g1] = nil; owned[g1] = true end
-          if g2 ~= nil and g2 ~= DELIVERED and made[g2] then made[g2] = nil; owned[g2] = true end
-          if g3 ~= nil and g3 ~= DELIVERED and made[g3] then made[g3] = nil; owned[g3] = true end
-        end
-        for t in pairs(made) do -- the formula's temporaries
-          if t.storage ~= nil then t:free() end
-        end
-      end
-      if not retain then release(rec) end
-      local list = type(g1) == "table" and g1 ~= DELIVERED and g1 or nil
-      local i, e = 1, rec[1]
-      while e ~= nil do
-        if e then
-          local gi
-          if list then gi = list[i] elseif i == 1 then gi = g1 elseif i == 2 then gi = g2 else gi = g3 end
-          if gi ~= nil and gi ~= DELIVERED then put(e, gi, cls.name) end
-          local n = deps[e] - 1
-          deps[e] = n
-          if n == 0 then
-            nready = nready + 1
-            ready[nready] = e
-          end
-        end
-        i = i + 1
-        e = rec[i]
-      end
-    end
-    if g ~= nil and uses[g] ~= nil then drop(g) end
+-- Before a node's backward: hooks, retain_grad, capture of its gradient.
+local function observe(pass, rec, g)
+  local escaped = pass.escaped
+  if rec.hooks then g = call_hooks(rec, g, escaped) end
+  if rec.retains then
+    rec.grad = g
+    escaped[g] = true
+    memory.keep(g)
   end
+  if rec.cls.keeps_grad then escaped[g] = true end
+  if pass.capture and pass.capture[rec] then
+    pass.captured[rec] = g
+    escaped[g] = true
+  end
+  return g
+end
 
+-- Runs the node's backward formula, noting the tensors it made: those it returns become the
+-- pass's (owned), the others are freed at once.
+local function run_formula(pass, rec, g)
+  check_saved(rec)
+  local made = {}
+  local owner = memory.set_owner(made)
+  local g1, g2, g3 = rec.cls.backward(rec, g)
+  memory.set_owner(owner)
+  local owned = pass.owned
+  if type(g1) == "table" and g1 ~= DELIVERED then -- a list, one entry per edge
+    for _, t in pairs(g1) do
+      if is_tensor(t) and made[t] then made[t] = nil; owned[t] = true end
+    end
+  else
+    if g1 ~= nil and g1 ~= DELIVERED and made[g1] then made[g1] = nil; owned[g1] = true end
+    if g2 ~= nil and g2 ~= DELIVERED and made[g2] then made[g2] = nil; owned[g2] = true end
+    if g3 ~= nil and g3 ~= DELIVERED and made[g3] then made[g3] = nil; owned[g3] = true end
+  end
+  for t in pairs(made) do -- the formula's temporaries
+    if t.storage ~= nil then t:free() end
+  end
+  return g1, g2, g3
+end
+
+-- Hands the formula's gradients on along the node's edges; edges whose gradients are now
+-- complete become ready.
+local function pass_on(pass, rec, g1, g2, g3)
+  local deps, name = pass.deps, rec.cls.name
+  local list = type(g1) == "table" and g1 ~= DELIVERED and g1 or nil
+  local i, e = 1, rec[1]
+  while e ~= nil do
+    if e then
+      local gi
+      if list then gi = list[i] elseif i == 1 then gi = g1 elseif i == 2 then gi = g2 else gi = g3 end
+      if gi ~= nil and gi ~= DELIVERED then put(pass, e, gi, name) end
+      local n = deps[e] - 1
+      deps[e] = n
+      if n == 0 then push_ready(pass, e) end
+    end
+    i = i + 1
+    e = rec[i]
+  end
+end
+
+local function process_node(pass, rec, g)
+  if rec.freed then raise(M.FREED) end
+  local g1, g2, g3
+  if g ~= nil or rec.cls.always then
+    if g ~= nil then g = observe(pass, rec, g) end
+    g1, g2, g3 = run_formula(pass, rec, g)
+  end
+  if not pass.retain then release(rec) end
+  pass_on(pass, rec, g1, g2, g3)
+end
+
+local function process(pass, rec)
+  local g = pass.grads[rec]
+  pass.grads[rec] = nil
+  if rec.leaf then
+    process_leaf(pass, rec, g)
+  else
+    process_node(pass, rec, g)
+  end
+  if g ~= nil and pass.uses[g] ~= nil then drop(pass, g) end
+end
+
+local function drain(pass)
+  local ready = pass.ready
+  while pass.nready > 0 do
+    local rec = ready[pass.nready]
+    ready[pass.nready] = nil
+    pass.nready = pass.nready - 1
+    process(pass, rec)
+  end
+end
+
+-- Runs the pass with grad mode off and the retain_graph setting visible to the formulas; on
+-- an error, the gradients the pass owns are freed.
+local function run_guarded(pass)
   local enabled, retaining = S.enabled, S.retain_graph
   local owner = memory.set_owner(nil)
   S.enabled = false
-  S.retain_graph = retain and true or false -- formulas may reuse saved buffers unless set
-  local ok, err = pcall(function()
-    while nready > 0 do
-      local rec = ready[nready]
-      ready[nready] = nil
-      nready = nready - 1
-      process(rec)
-    end
-  end)
+  S.retain_graph = pass.retain and true or false -- formulas may reuse saved buffers unless set
+  local ok, err = pcall(drain, pass)
   S.enabled, S.retain_graph = enabled, retaining
   memory.set_owner(owner)
   if not ok then
-    for _, g in pairs(grads) do
-      if owned[g] and not escaped[g] and g.storage ~= nil then g:free() end
+    for _, g in pairs(pass.grads) do
+      if pass.owned[g] and not pass.escaped[g] and g.storage ~= nil then g:free() end
     end
     error(err, 0)
   end
-  return captured
+end
+
+-- One backward pass. opts: retain_graph, capture (records -> true: their gradients are
+-- returned, and leaves' .grad are left alone), owned (the root gradients autograd made).
+function M.run(roots, root_grads, opts)
+  opts = opts or {}
+  local pass = {deps = {}, grads = {}, uses = {}, owned = {}, escaped = {}, ready = {}, nready = 0,
+                retain = opts.retain_graph, capture = opts.capture, captured = opts.capture and {} or nil}
+  count_edges(pass, roots)
+  seed(pass, roots, root_grads, opts.owned)
+  run_guarded(pass)
+  return pass.captured
 end
 
 return M

@@ -1,18 +1,18 @@
--- lutra.autograd.reduce — records and backward formulas of the reductions (sum, mean,
--- max, min, prod, norm over dims, keepdim or not), var and std, softmax and log_softmax.
+-- lutra.autograd.reduce — the declarations of the reductions (sum, mean, max, min, prod,
+-- norm over dims, keepdim or not), var and std, softmax and log_softmax. Registered in
+-- lutra.autograd.op's records under the op's name ("sum", "max", "var", "softmax", ...).
 --
 -- The gradient of a reduction is broadcast back over the reduced dims (re-inserted when
 -- keepdim was false). max/min share the gradient evenly among tied maxima (as torch's
 -- amax); prod handles zeros (one zero: the product of the others; more: zero).
-local S = require "lutra.autograd.state"
+local op = require "lutra.autograd.op"
 local U = require "lutra.autograd.util"
 local ops = require "lutra.ops"
 local F = require "lutra.functional"
 local dtype = require "lutra.dtype"
 
-local edge, attach, save, save_output, class = S.edge, S.attach, S.save, S.save_output, S.class
+local declare, edge, attach, save, save_output = op.declare, op.edge, op.attach, op.save, op.save_output
 local shape_of, expand_back, reduced_dims, count = U.shape_of, U.expand_back, U.reduced_dims, U.count
-local R = ops.REDUCE
 local mul, div, sub, where = ops.mul, ops.div, ops.sub, ops.where
 
 local function node_of(cls, a, dims, keepdim)
@@ -29,91 +29,112 @@ local function kept(n, t)
   return t
 end
 
-local Sum = class("SumBackward")
-function Sum.backward(n, g) return back(n, g) end
+local function record_plain(cls, out, a, dims, keepdim) attach(out, node_of(cls, a, dims, keepdim)) end
 
-local Mean = class("MeanBackward")
-function Mean.backward(n, g) return back(n, div(g, count(n.dims, n.shape))) end
+-- Keeps the input x and the result y.
+local function record_saving(cls, out, a, dims, keepdim)
+  local node = node_of(cls, a, dims, keepdim)
+  save(node, "x", a)
+  save_output(node, "y", out)
+  attach(out, node)
+end
+
+declare {
+  name = "SumBackward", op = "sum", record = record_plain,
+  backward = function(n, g) return back(n, g) end,
+}
+
+declare {
+  name = "MeanBackward", op = "mean", record = record_plain,
+  backward = function(n, g) return back(n, div(g, count(n.dims, n.shape))) end,
+}
 
 -- max/min: the gradient goes to the elements equal to the result, split among ties.
-local Extremum = class("MaxMinBackward", {"x", "y"})
-function Extremum.backward(n, g)
-  local hit = n.x:eq(kept(n, n.y)):to(dtype.name(n.x.dtype_))
-  local ties = ops.sum(hit, n.dims, true)
-  return mul(hit, div(kept(n, g), ties))
-end
+declare {
+  name = "MaxMinBackward", op = {"max", "min"}, save = {"x", "y"}, record = record_saving,
+  backward = function(n, g)
+    local hit = n.x:eq(kept(n, n.y)):to(dtype.name(n.x.dtype_))
+    local ties = ops.sum(hit, n.dims, true)
+    return mul(hit, div(kept(n, g), ties))
+  end,
+}
 
-local Prod = class("ProdBackward", {"x", "y"})
-function Prod.backward(n, g)
-  local x, y = n.x, n.y
-  local gk, yk = kept(n, g), kept(n, y)
-  local is_zero = x:eq(0)
-  local zeros = ops.sum(is_zero:to(dtype.name(x.dtype_)), n.dims, true)
-  -- no zero in the slice: y / x; one zero: the product of the others at the zero, 0 elsewhere
-  local others = ops.prod(where(is_zero, 1, x), n.dims, true)
-  local plain = div(yk, where(is_zero, 1, x))
-  local d = where(zeros:eq(0), plain, where(zeros:eq(1), where(is_zero, others, 0), 0))
-  return mul(gk, d)
-end
+declare {
+  name = "ProdBackward", op = "prod", save = {"x", "y"}, record = record_saving,
+  backward = function(n, g)
+    local x, y = n.x, n.y
+    local gk, yk = kept(n, g), kept(n, y)
+    local is_zero = x:eq(0)
+    local zeros = ops.sum(is_zero:to(dtype.name(x.dtype_)), n.dims, true)
+    -- no zero in the slice: y / x; one zero: the product of the others at the zero, 0 elsewhere
+    local others = ops.prod(where(is_zero, 1, x), n.dims, true)
+    local plain = div(yk, where(is_zero, 1, x))
+    local d = where(zeros:eq(0), plain, where(zeros:eq(1), where(is_zero, others, 0), 0))
+    return mul(gk, d)
+  end,
+}
 
-local Norm = class("NormBackward", {"x", "y"})
-function Norm.backward(n, g) -- x / |x|, 0 where |x| == 0
-  local y = n.y
-  local gy = where(y:eq(0), 0, div(g, y))
-  return mul(expand_back(gy, n.dims, n.keepdim, n.shape), n.x)
-end
-
-function S.reduce(out, a, op, dims, keepdim)
-  if op == R.sum then
-    attach(out, node_of(Sum, a, dims, keepdim))
-  elseif op == R.mean then
-    attach(out, node_of(Mean, a, dims, keepdim))
-  else
-    local cls = (op == R.max or op == R.min) and Extremum or op == R.prod and Prod or Norm
-    local node = node_of(cls, a, dims, keepdim)
-    save(node, "x", "ver_x", a)
-    save_output(node, "y", "ver_y", out)
-    attach(out, node)
-  end
-end
+declare {
+  name = "NormBackward", op = "norm", save = {"x", "y"}, record = record_saving,
+  backward = function(n, g) -- x / |x|, 0 where |x| == 0
+    local y = n.y
+    local gy = where(y:eq(0), 0, div(g, y))
+    return mul(expand_back(gy, n.dims, n.keepdim, n.shape), n.x)
+  end,
+}
 
 -- ---- var, std ---------------------------------------------------------------------------
 
-local Var = class("VarBackward", {"x"})
-function Var.backward(n, g) -- 2 (x - mean) / (N - correction)
-  local x = n.x
-  local centered = sub(x, ops.mean(x, n.dims, true))
-  return mul(centered, back(n, div(g, (count(n.dims, n.shape) - n.correction) / 2)))
-end
-
-local Std = class("StdBackward", {"x", "y"})
-function Std.backward(n, g) -- (x - mean) / ((N - correction) std), 0 where std == 0
-  local x, y = n.x, n.y
-  local centered = sub(x, ops.mean(x, n.dims, true))
-  local gy = where(y:eq(0), 0, div(g, mul(y, count(n.dims, n.shape) - n.correction)))
-  return mul(centered, back(n, gy))
-end
-
-function S.var_std(out, a, name, dims, keepdim, correction)
-  local node = node_of(name == "std" and Std or Var, a, dims, keepdim)
+local function var_std_node(cls, a, dims, keepdim, correction)
+  local node = node_of(cls, a, dims, keepdim)
   node.correction = correction
-  save(node, "x", "ver_x", a)
-  if name == "std" then save_output(node, "y", "ver_y", out) end
-  attach(out, node)
+  save(node, "x", a)
+  return node
 end
+
+declare {
+  name = "VarBackward", op = "var", save = {"x"},
+  record = function(cls, out, a, dims, keepdim, correction)
+    attach(out, var_std_node(cls, a, dims, keepdim, correction))
+  end,
+  backward = function(n, g) -- 2 (x - mean) / (N - correction)
+    local x = n.x
+    local centered = sub(x, ops.mean(x, n.dims, true))
+    return mul(centered, back(n, div(g, (count(n.dims, n.shape) - n.correction) / 2)))
+  end,
+}
+
+declare {
+  name = "StdBackward", op = "std", save = {"x", "y"},
+  record = function(cls, out, a, dims, keepdim, correction)
+    local node = var_std_node(cls, a, dims, keepdim, correction)
+    save_output(node, "y", out)
+    attach(out, node)
+  end,
+  backward = function(n, g) -- (x - mean) / ((N - correction) std), 0 where std == 0
+    local x, y = n.x, n.y
+    local centered = sub(x, ops.mean(x, n.dims, true))
+    local gy = where(y:eq(0), 0, div(g, mul(y, count(n.dims, n.shape) - n.correction)))
+    return mul(centered, back(n, gy))
+  end,
+}
 
 -- ---- softmax, log_softmax -------------------------------------------------------------------
 
-local Softmax = class("SoftmaxBackward", {"y"})
-function Softmax.backward(n, g) return F.softmax_backward(g, n.y, n.dim) end
-
-local LogSoftmax = class("LogSoftmaxBackward", {"y"})
-function LogSoftmax.backward(n, g) return F.log_softmax_backward(g, n.y, n.dim) end
-
-function S.softmax(out, a, name, dim)
-  local node = {edge(a), cls = name == "softmax" and Softmax or LogSoftmax, dim = dim}
-  save_output(node, "y", "ver_y", out)
+local function record_softmax(cls, out, a, dim)
+  local node = {edge(a), cls = cls, dim = dim}
+  save_output(node, "y", out)
   attach(out, node)
 end
+
+declare {
+  name = "SoftmaxBackward", op = "softmax", save = {"y"}, record = record_softmax,
+  backward = function(n, g) return F.softmax_backward(g, n.y, n.dim) end,
+}
+
+declare {
+  name = "LogSoftmaxBackward", op = "log_softmax", save = {"y"}, record = record_softmax,
+  backward = function(n, g) return F.log_softmax_backward(g, n.y, n.dim) end,
+}
 
 return {}

@@ -1,6 +1,7 @@
--- lutra.autograd.state — what the op wrappers (ops, tensor, functional, index, create)
--- share with autograd, with no dependency on them, so that they can require it while
--- autograd's formulas require them.
+-- lutra.autograd.state — the per-tensor autograd data that the op wrappers (ops, tensor,
+-- functional, index, create) share with autograd, with no dependency on them, so that they
+-- can require it while autograd's formulas require them. How an op declares its node and
+-- backward: lutra/autograd/op.lua.
 --
 -- Per tensor (fields of the C struct's free `tag`, see lutra/ffi.lua):
 --   t.ag_    0: no autograd; 1: a leaf that requires grad; 2: the result of a recorded op.
@@ -30,7 +31,10 @@
 -- table keyed by the storage's address for storages that were saved for backward (a
 -- saved tensor keeps its storage, so the address cannot be reused while it matters).
 local ffi = require "ffi"
+local lt = require "lutra.ffi"
 local memory = require "lutra.memory"
+local dtype = require "lutra.dtype"
+local errors = require "lutra.errors"
 
 local M = {}
 
@@ -126,8 +130,20 @@ end
 
 -- ---- saving tensors for backward ------------------------------------------------------
 
--- Set by lutra.autograd: alias(t) -> a new tensor sharing t's storage and geometry.
-M.alias = nil
+-- A new tensor sharing t's storage and geometry, with no autograd data (a view).
+function M.share(t)
+  local out = memory.new()
+  if lt.C.lt_set(out, t) ~= 0 then errors.fail() end
+  out.view_ = 1
+  return out
+end
+
+-- A shared tensor that a node owns, marked view_ = 2 (the engine frees it after use).
+function M.alias(t)
+  local a = M.share(t)
+  a.view_ = 2
+  return a
+end
 
 -- The caller's tensor an op is writing into (in place, or out=) while the op records,
 -- else nil: an input saved from its storage is overwritten by the op itself.
@@ -146,15 +162,6 @@ function M.save_value(t)
   remember(t)
   return t, v
 end
-local save_value = M.save_value
-
--- Saves tensor t in node[field], with its version in node[vfield] ("ver_" .. field).
-function M.save(node, field, vfield, t)
-  local s, v = save_value(t)
-  node[field] = s
-  node[vfield] = v
-  return s
-end
 
 -- Saves the output of the op being recorded (always through an alias: out becomes a
 -- key of meta once the node is attached).
@@ -166,22 +173,7 @@ function M.save_output(node, field, vfield, out)
   return a
 end
 
--- ---- classes --------------------------------------------------------------------------
-
-local classes = {}
-M.classes = classes
-
--- A new class of nodes named `name` (names are unique). saves lists the node fields that
--- hold saved tensors (checked against their versions before backward uses them, and
--- dropped after; those that are aliases are freed). The formula files set
--- cls.backward(node, grad) -> the gradients of the inputs (or a list of them).
-function M.class(name, saves)
-  if classes[name] then error("autograd: node class " .. name .. " defined twice", 2) end
-  local cls = {name = name, saves = saves or {}, versions = {}}
-  for i, f in ipairs(cls.saves) do cls.versions[i] = "ver_" .. f end
-  classes[name] = cls
-  return cls
-end
+-- ---- nodes ------------------------------------------------------------------------------
 
 -- The record of t as an edge: its node or leaf record, or false.
 function M.edge(t)
@@ -205,19 +197,38 @@ function M.clear(t)
   end
 end
 
--- ---- record slots (filled by lutra/autograd/*.lua) --------------------------------------
--- binary[op](out, a, b), scalar[op](out, a, s, reverse), unary[op](out, a): called by the
--- op wrappers after the C call when grad mode is on and an input has ag_ ~= 0; the other
--- record functions (view, copy, reduce, ...) are fields of M.
-M.binary, M.scalar, M.unary = {}, {}, {}
+-- ---- requires_grad, in-place checks ---------------------------------------------------------
+
+-- Makes t a leaf that requires grad (on), or stops it requiring grad (off; leaves only).
+function M.set_requires_grad(t, on)
+  if on then
+    if t.ag_ ~= 0 then return t end
+    if not dtype.is_float(t.dtype_) then
+      errors.raise("requires_grad: only floating point tensors can require gradients, got " .. dtype.name(t.dtype_))
+    end
+    if record(t) == nil then set_record(t, {leaf = true}) end
+    t.ag_ = 1
+  else
+    if t.ag_ == 2 then
+      errors.raise("requires_grad: only leaf tensors can stop requiring grad (this one is the result of "
+        .. record(t).cls.name .. "); use detach()")
+    end
+    t.ag_ = 0
+  end
+  return t
+end
 
 -- Raised by the wrappers before an in-place write (or a write into `out`) when grad mode
--- is on and the target or an input has autograd data. Filled by autograd.
-M.check_inplace = function() end
-
--- Marks out as a view (it shares another tensor's storage).
-function M.mark_view(out)
-  out.view_ = 1
+-- is on and the target or an input has autograd data.
+function M.check_inplace(op, out, a, b)
+  if out.ag_ == 1 then
+    errors.raise(op .. ": a leaf tensor that requires grad cannot be modified in place (or written as out=) while "
+      .. "grad mode is on; do it inside lutra.no_grad (as optimizer updates do), or on a detach()ed tensor")
+  end
+  if out.view_ == 1 and (out.ag_ ~= 0 or (a ~= nil and a.ag_ ~= 0) or (b ~= nil and b.ag_ ~= 0)) then
+    errors.raise(op .. ": in-place write into a view that takes part in autograd is not supported; compute the "
+      .. "result out of place (e.g. lutra.cat, or x = x + y)")
+  end
 end
 
 return M

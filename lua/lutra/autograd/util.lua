@@ -3,7 +3,6 @@ local lt = require "lutra.ffi"
 local ops = require "lutra.ops"
 local create = require "lutra.create"
 local dtype = require "lutra.dtype"
-local C = lt.C
 
 local M = {}
 
@@ -76,15 +75,6 @@ end
 
 function M.zeros(shape, like)
   return create.zeros(shape, {dtype = dtype.name(like.dtype_), device = dtype.device_name(like.device_)})
-end
-
--- A new tensor sharing t's storage and geometry, with no autograd data.
-local memory = require "lutra.memory"
-function M.alias(t)
-  local out = memory.new()
-  if C.lt_set(out, t) ~= 0 then require("lutra.errors").fail() end
-  out.view_ = 1
-  return out
 end
 
 return M

@@ -1,89 +1,91 @@
--- lutra.autograd.views — records and backward formulas of the view ops (reshape-like,
--- transpose, permute, slice/narrow, select, indexing, expand), cat/stack, and index
--- assignment t[key] = value.
+-- lutra.autograd.views — the declarations of the view ops (reshape-like, transpose, permute,
+-- slice/narrow, select, indexing, expand), cat/stack, and index assignment t[key] = value.
+-- Registered in lutra.autograd.op's records under the kind of view ("reshape", "slice",
+-- "index", ...: see lutra/tensor.lua's viewed()), "cat", "stack" and "index_put".
 --
 -- A view's gradient is the gradient of the viewed tensor seen back through the inverse
 -- geometry: reshaped, transposed back, summed over expanded dims, or written into a
 -- zero tensor of the input's shape at the place the view took.
-local S = require "lutra.autograd.state"
+local op = require "lutra.autograd.op"
 local U = require "lutra.autograd.util"
 local ops = require "lutra.ops"
 local index = require "lutra.index"
 local dtype = require "lutra.dtype"
 
-local edge, attach, class = S.edge, S.attach, S.class
+local declare, edge, attach = op.declare, op.edge, op.attach
 local shape_of, reduce_to, zeros = U.shape_of, U.reduce_to, U.zeros
 
-local Reshape = class("ViewBackward")
-function Reshape.backward(n, g) return g:reshape(n.shape) end
-
-local Transpose = class("TransposeBackward")
-function Transpose.backward(n, g) return g:transpose(n.a, n.b) end
-
-local Permute = class("PermuteBackward")
-function Permute.backward(n, g) return g:permute(n.inverse) end
-
-local Expand = class("ExpandBackward")
-function Expand.backward(n, g) return reduce_to(g, n.shape) end
-
--- slice, select, index: the gradient lands in zeros at the place the view took.
-local Slice = class("SliceBackward")
-function Slice.backward(n, g)
-  local z = zeros(n.shape, g)
-  z:slice(n.a, n.b, n.c, n.d):copy_(g)
-  return z
+-- out is a view of t: the node keeps t's shape (and the view's arguments a, b, c, d).
+local function record_view(cls, out, t)
+  attach(out, {edge(t), cls = cls, shape = shape_of(t)})
+end
+local function record_view2(cls, out, t, a, b) attach(out, {edge(t), cls = cls, shape = shape_of(t), a = a, b = b}) end
+local function record_view4(cls, out, t, a, b, c, d)
+  attach(out, {edge(t), cls = cls, shape = shape_of(t), a = a, b = b, c = c, d = d})
 end
 
-local Select = class("SelectBackward")
-function Select.backward(n, g)
-  local z = zeros(n.shape, g)
-  z:select(n.a, n.b):copy_(g)
-  return z
-end
+declare {
+  name = "ViewBackward", op = "reshape", record = record_view,
+  backward = function(n, g) return g:reshape(n.shape) end,
+}
 
-local Index = class("IndexBackward")
-function Index.backward(n, g)
-  local z = zeros(n.shape, g)
-  index.get(z, n.key):copy_(g)
-  return z
-end
+declare {
+  name = "TransposeBackward", op = "transpose", record = record_view2,
+  backward = function(n, g) return g:transpose(n.a, n.b) end,
+}
 
--- out is a view of t made by `kind` (see lutra/tensor.lua: viewed()).
-function S.view(out, t, kind, a, b, c, d)
-  local node = {edge(t), shape = shape_of(t)}
-  if kind == "reshape" then
-    node.cls = Reshape
-  elseif kind == "transpose" then
-    node.cls, node.a, node.b = Transpose, a, b
-  elseif kind == "permute" then
+declare {
+  name = "PermuteBackward", op = "permute",
+  record = function(cls, out, t, dims)
     local inverse, n = {}, t.ndim
-    for i = 1, #a do
-      local d = a[i] < 0 and a[i] + n or a[i]
+    for i = 1, #dims do
+      local d = dims[i] < 0 and dims[i] + n or dims[i]
       inverse[d + 1] = i - 1
     end
-    node.cls, node.inverse = Permute, inverse
-  elseif kind == "expand" then
-    node.cls = Expand
-  elseif kind == "slice" then
-    node.cls, node.a, node.b, node.c, node.d = Slice, a, b, c, d -- dim, start, stop, step
-  elseif kind == "select" then
-    node.cls, node.a, node.b = Select, a, b
-  elseif kind == "index" then
-    node.cls, node.key = Index, a
-  else
-    error("autograd: unknown view kind " .. tostring(kind))
-  end
-  attach(out, node)
-end
+    attach(out, {edge(t), cls = cls, shape = shape_of(t), inverse = inverse})
+  end,
+  backward = function(n, g) return g:permute(n.inverse) end,
+}
+
+declare {
+  name = "ExpandBackward", op = "expand", record = record_view,
+  backward = function(n, g) return reduce_to(g, n.shape) end,
+}
+
+-- slice, select, index: the gradient lands in zeros at the place the view took.
+declare {
+  name = "SliceBackward", op = "slice", record = record_view4, -- a, b, c, d: dim, start, stop, step
+  backward = function(n, g)
+    local z = zeros(n.shape, g)
+    z:slice(n.a, n.b, n.c, n.d):copy_(g)
+    return z
+  end,
+}
+
+declare {
+  name = "SelectBackward", op = "select", record = record_view2,
+  backward = function(n, g)
+    local z = zeros(n.shape, g)
+    z:select(n.a, n.b):copy_(g)
+    return z
+  end,
+}
+
+declare {
+  name = "IndexBackward", op = "index", record = record_view2, -- a: the key
+  backward = function(n, g)
+    local z = zeros(n.shape, g)
+    index.get(z, n.a):copy_(g)
+    return z
+  end,
+}
 
 -- ---- cat, stack -----------------------------------------------------------------------
 
-local Cat = class("CatBackward")
-local Stack = class("StackBackward")
-
--- out = cat(list, dim), or stack(list, dim) when stacked.
-function S.cat(out, list, dim, stacked)
-  local node = {cls = stacked and Stack or Cat, dim = dim, n = #list}
+-- out = cat(list, dim), or stack(list, dim) (each input one slice of out along dim).
+local function record_cat(cls, out, list, dim)
+  local stacked = cls.name == "StackBackward"
+  local node = {cls = cls, dim = dim, n = #list}
   local sizes = {}
   for i = 1, #list do
     node[i] = edge(list[i])
@@ -93,49 +95,55 @@ function S.cat(out, list, dim, stacked)
   attach(out, node)
 end
 
-function Cat.backward(n, g)
-  local grads, start = {}, 0
-  for i = 1, n.n do
-    local len = n.sizes[i]
-    if n[i] then grads[i] = g:narrow(n.dim, start, len) end
-    start = start + len
-  end
-  return grads
-end
+declare {
+  name = "CatBackward", op = "cat", record = record_cat,
+  backward = function(n, g)
+    local grads, start = {}, 0
+    for i = 1, n.n do
+      local len = n.sizes[i]
+      if n[i] then grads[i] = g:narrow(n.dim, start, len) end
+      start = start + len
+    end
+    return grads
+  end,
+}
 
-function Stack.backward(n, g)
-  local grads = {}
-  for i = 1, n.n do
-    if n[i] then grads[i] = g:select(n.dim, i - 1) end
-  end
-  return grads
-end
+declare {
+  name = "StackBackward", op = "stack", record = record_cat,
+  backward = function(n, g)
+    local grads = {}
+    for i = 1, n.n do
+      if n[i] then grads[i] = g:select(n.dim, i - 1) end
+    end
+    return grads
+  end,
+}
 
 -- ---- t[key] = value ---------------------------------------------------------------------
 
-local IndexPut = class("IndexPutBackward")
-
 -- t (its old value, whose record edge(t) still is) got value at key.
-function S.index_put(t, key, value)
-  local node = {edge(t), false, cls = IndexPut, key = key}
-  if ops.is_tensor(value) then
-    node[2] = edge(value)
-    node.vshape, node.vdt = shape_of(value), value.dtype_
-  end
-  attach(t, node)
-end
-
-function IndexPut.backward(n, g)
-  local gt, gv
-  if n[1] then
-    gt = g:clone()
-    index.set(gt, n.key, 0)
-  end
-  if n[2] then
-    gv = reduce_to(index.get(g, n.key), n.vshape)
-    if gv.dtype_ ~= n.vdt then gv = gv:to(dtype.name(n.vdt)) end
-  end
-  return gt, gv
-end
+declare {
+  name = "IndexPutBackward", op = "index_put",
+  record = function(cls, t, key, value)
+    local node = {edge(t), false, cls = cls, key = key}
+    if ops.is_tensor(value) then
+      node[2] = edge(value)
+      node.vshape, node.vdt = shape_of(value), value.dtype_
+    end
+    attach(t, node)
+  end,
+  backward = function(n, g)
+    local gt, gv
+    if n[1] then
+      gt = g:clone()
+      index.set(gt, n.key, 0)
+    end
+    if n[2] then
+      gv = reduce_to(index.get(g, n.key), n.vshape)
+      if gv.dtype_ ~= n.vdt then gv = gv:to(dtype.name(n.vdt)) end
+    end
+    return gt, gv
+  end,
+}
 
 return {}

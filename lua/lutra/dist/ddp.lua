@@ -22,7 +22,7 @@
 local errors = require "lutra.errors"
 local groups = require "lutra.optim.groups"
 local comm = require "lutra.dist.comm"
-local F = require "lutra.dist.zero_flat"
+local flat = require "lutra.dist.zero_flat"
 local create = require "lutra.create"
 
 local raise = errors.raise
@@ -48,7 +48,7 @@ local function make_buckets(names, params, bucket_bytes)
   end
   for k, b in ipairs(buckets) do
     b.index = k
-    b.flat = F.buffer(math.max(b.numel, 1), b.params[1])
+    b.flat = flat.buffer(math.max(b.numel, 1), b.params[1])
     b.ready = {}
     b.nready = 0
   end
@@ -87,11 +87,11 @@ end
 
 -- Rank 0's parameter values on every rank, one broadcast a bucket.
 function DDP:broadcast_params()
-  F.no_grad(function()
+  flat.no_grad(function()
     for _, b in ipairs(self.buckets) do
-      for j, p in ipairs(b.params) do F.move(b.flat, b.offsets[j], p, 0, p:numel()) end
+      for j, p in ipairs(b.params) do flat.move(b.flat, b.offsets[j], p, 0, p:numel()) end
       self.group:broadcast(b.flat, 0)
-      for j, p in ipairs(b.params) do F.move(p, 0, b.flat, b.offsets[j], p:numel()) end
+      for j, p in ipairs(b.params) do flat.move(p, 0, b.flat, b.offsets[j], p:numel()) end
     end
   end)
 end
@@ -111,21 +111,21 @@ end
 -- Copies bucket b's gradients into its flat buffer (zeros where none) and launches
 -- the all-reduce.
 function DDP:launch(b)
-  F.no_grad(function()
+  flat.no_grad(function()
     for j, p in ipairs(b.params) do
       local g = p.grad
       if g ~= nil and g.storage ~= nil and g:is_contiguous() then
-        F.move(b.flat, b.offsets[j], g, 0, p:numel())
+        flat.move(b.flat, b.offsets[j], g, 0, p:numel())
       elseif g ~= nil and g.storage ~= nil then
         local c = g:contiguous()
-        F.move(b.flat, b.offsets[j], c, 0, p:numel())
+        flat.move(b.flat, b.offsets[j], c, 0, p:numel())
         c:free()
       else
-        F.fill_range(b.flat, b.offsets[j], p:numel(), 0)
+        flat.fill_range(b.flat, b.offsets[j], p:numel(), 0)
       end
     end
   end)
-  b.handle = F.async(self.group, "all_reduce", b.flat, "avg")
+  b.handle = flat.async(self.group, "all_reduce", b.flat, "avg")
   if self.trace then self.trace[#self.trace + 1] = "launch " .. b.index end
 end
 
@@ -159,14 +159,14 @@ function DDP:finish()
   for _, b in ipairs(self.buckets) do
     b.handle:wait()
     b.handle = nil
-    F.no_grad(function()
+    flat.no_grad(function()
       for j, p in ipairs(b.params) do
         local g = p.grad
         if g == nil or g.storage == nil or not g:is_contiguous() then
           g = create.empty(p.shape, {dtype = p.dtype, device = p.device})
           p.grad = g
         end
-        F.move(g, 0, b.flat, b.offsets[j], p:numel())
+        flat.move(g, 0, b.flat, b.offsets[j], p:numel())
       end
     end)
     b.ready, b.nready = {}, 0
@@ -177,8 +177,8 @@ end
 -- Bytes this rank holds: params, grads (full, one per parameter) and the bucket buffers.
 function DDP:memory()
   local params, buckets = 0, 0
-  for _, p in ipairs(self.params) do params = params + F.bytes(p) end
-  for _, b in ipairs(self.buckets) do buckets = buckets + F.bytes(b.flat) end
+  for _, p in ipairs(self.params) do params = params + flat.bytes(p) end
+  for _, b in ipairs(self.buckets) do buckets = buckets + flat.bytes(b.flat) end
   return {params = params, grads = params, buckets = buckets}
 end
 

@@ -12,6 +12,7 @@
 -- rows whose target is not ignore_index (nan when there are none, as F.cross_entropy).
 -- Backward: dlogits = (softmax shard - one-hot shard) * dloss, zero on ignored rows; no
 -- communication. bf16/f16 logits are computed in f32, and the loss is f32 (as F.cross_entropy's).
+local op = require "lutra.autograd.op"
 local S = require "lutra.autograd.state"
 local create = require "lutra.create"
 local errors = require "lutra.errors"
@@ -21,8 +22,6 @@ local ops = require "lutra.ops"
 local raise = errors.raise
 
 local M = {}
-
-local CrossEntropy = S.class("VocabParallelCrossEntropyBackward", {"logits", "targets", "lse", "scale"})
 
 local function compute_dtype(t)
   local dt = dtype.name(t.dtype_)
@@ -68,6 +67,32 @@ local function forward(logits, targets, group, lo, V, ignore_index, reduction)
   return loss, losses, lse, t1, valid:reshape(N, 1) * scale
 end
 
+local record_cross_entropy = op.declare {
+  name = "VocabParallelCrossEntropyBackward", save = {"logits", "targets", "lse", "scale"},
+  record = function(cls, loss, logits, t1, lse, scale, lo)
+    local node = {op.edge(logits), cls = cls, lo = lo, shape = logits.shape}
+    op.save(node, "logits", logits)
+    op.save(node, "targets", t1)
+    op.save(node, "lse", lse)
+    op.save(node, "scale", scale)
+    op.attach(loss, node)
+  end,
+  -- dlogits = (exp(logits - lse) - one_hot) * scale * g; scale (N, 1) is 1/count (or 1) on
+  -- valid rows and 0 on ignored ones.
+  backward = function(n, g)
+    local logits = n.logits
+    local Vl = logits:size(-1)
+    local out_dt = dtype.name(logits.dtype_)
+    local l2 = logits:reshape(-1, Vl)
+    local dt = compute_dtype(logits)
+    if out_dt ~= dt then l2 = l2:to(dt) end
+    if dtype.name(g.dtype_) ~= dt then g = g:to(dt) end
+    local d = ((l2 - n.lse):exp() - one_hot(n.targets, n.lo, Vl, dt)) * (n.scale * g)
+    if out_dt ~= dt then d = d:to(out_dt) end
+    return d:view(n.shape)
+  end,
+}
+
 function M.cross_entropy(logits, targets, group, vocab_start, vocab_size, opts)
   if not ops.is_tensor(logits) then raise("tp.cross_entropy: logits must be a tensor, got " .. type(logits)) end
   if not ops.is_tensor(targets) then raise("tp.cross_entropy: targets must be a tensor, got " .. type(targets)) end
@@ -80,36 +105,12 @@ function M.cross_entropy(logits, targets, group, vocab_start, vocab_size, opts)
     raise(string.format("tp.cross_entropy: the shard [%d, %d) does not fit the vocab of %d", vocab_start,
       vocab_start + logits:size(-1), vocab_size))
   end
-  local enabled = S.enabled
-  S.enabled = false -- the pieces are one recorded op
-  local ok, loss, losses, lse, t1, scale = pcall(forward, logits, targets, group, vocab_start, vocab_size,
+  -- the pieces are one recorded op
+  local loss, losses, lse, t1, scale = op.untracked(forward, logits, targets, group, vocab_start, vocab_size,
     ignore_index, reduction)
-  S.enabled = enabled
-  if not ok then error(loss, 0) end
-  if enabled and logits.ag_ ~= 0 then
-    local node = {S.edge(logits), cls = CrossEntropy, lo = vocab_start, shape = logits.shape}
-    S.save(node, "logits", "ver_logits", logits)
-    S.save(node, "targets", "ver_targets", t1)
-    S.save(node, "lse", "ver_lse", lse)
-    S.save(node, "scale", "ver_scale", scale)
-    S.attach(loss, node)
-  end
+  if S.enabled and logits.ag_ ~= 0 then record_cross_entropy(loss, logits, t1, lse, scale, vocab_start) end
   return loss, losses
 end
 
--- dlogits = (exp(logits - lse) - one_hot) * scale * g; scale (N, 1) is 1/count (or 1) on
--- valid rows and 0 on ignored ones.
-function CrossEntropy.backward(n, g)
-  local logits = n.logits
-  local Vl = logits:size(-1)
-  local out_dt = dtype.name(logits.dtype_)
-  local l2 = logits:reshape(-1, Vl)
-  local dt = compute_dtype(logits)
-  if out_dt ~= dt then l2 = l2:to(dt) end
-  if dtype.name(g.dtype_) ~= dt then g = g:to(dt) end
-  local d = ((l2 - n.lse):exp() - one_hot(n.targets, n.lo, Vl, dt)) * (n.scale * g)
-  if out_dt ~= dt then d = d:to(out_dt) end
-  return d:view(n.shape)
-end
 
 return M

@@ -12,8 +12,8 @@
 -- n is group.size; rank i holds the positions [i T/n, (i+1) T/n). With a group of one
 -- every op returns x itself. Every rank of the group must call the same ops in the same
 -- order (the collectives pair up by order), forward and backward.
+local op = require "lutra.autograd.op"
 local S = require "lutra.autograd.state"
-local U = require "lutra.autograd.util"
 local create = require "lutra.create"
 local errors = require "lutra.errors"
 local dtype = require "lutra.dtype"
@@ -23,19 +23,19 @@ local raise = errors.raise
 local M = {}
 
 -- Runs fn(...) with autograd off (the op's pieces are not recorded one by one).
-local function quiet(fn, ...)
-  local enabled = S.enabled
-  S.enabled = false
-  local ok, a = pcall(fn, ...)
-  S.enabled = enabled
-  if not ok then error(a, 0) end
-  return a
-end
+local function quiet(fn, ...) return (op.untracked(fn, ...)) end
 
--- Attaches a node of class cls to out when x takes part in autograd.
-local function record(out, x, cls, group)
-  if S.enabled and x.ag_ ~= 0 then S.attach(out, {S.edge(x), cls = cls, group = group}) end
-  return out
+-- Declares a collective whose node keeps the group; returns a function attaching it to out
+-- when x takes part in autograd.
+local function declare(name, backward)
+  local record = op.declare {
+    name = name, backward = backward,
+    record = function(cls, out, x, group) op.attach(out, {op.edge(x), cls = cls, group = group}) end,
+  }
+  return function(out, x, group)
+    if S.enabled and x.ag_ ~= 0 then record(out, x, group) end
+    return out
+  end
 end
 
 local function check(op, x, group)
@@ -60,22 +60,20 @@ end
 
 -- ---- f and g ---------------------------------------------------------------------------------
 
-local CopyTo = S.class("TPCopyToBackward")
-function CopyTo.backward(n, g) return all_reduced(g, n.group) end
+local record_copy_to = declare("TPCopyToBackward", function(n, g) return all_reduced(g, n.group) end)
 
 function M.copy_to(x, group)
   check("tp.copy_to", x, group)
   if group.size == 1 then return x end
-  return record(U.alias(x), x, CopyTo, group)
+  return record_copy_to(S.share(x), x, group)
 end
 
-local ReduceFrom = S.class("TPReduceFromBackward")
-function ReduceFrom.backward(_, g) return g end
+local record_reduce_from = declare("TPReduceFromBackward", function(_, g) return g end)
 
 function M.reduce_from(x, group)
   check("tp.reduce_from", x, group)
   if group.size == 1 then return x end
-  return record(quiet(all_reduced, x, group), x, ReduceFrom, group)
+  return record_reduce_from(quiet(all_reduced, x, group), x, group)
 end
 
 -- ---- sequence parallel -------------------------------------------------------------------------
@@ -123,26 +121,24 @@ local function reduce_scatter_t(x, group, shape)
   return out
 end
 
-local GatherSeq = S.class("TPGatherSeqBackward")
-function GatherSeq.backward(n, g) return reduce_scatter_t(g, n.group, g.shape) end
+local record_gather_seq = declare("TPGatherSeqBackward", function(n, g) return reduce_scatter_t(g, n.group, g.shape) end)
 
 function M.gather_seq(x, group)
   check("tp.gather_seq", x, group)
   if group.size == 1 then return x end
-  return record(quiet(gather_t, x, group, x.shape), x, GatherSeq, group)
+  return record_gather_seq(quiet(gather_t, x, group, x.shape), x, group)
 end
 
-local ReduceScatterSeq = S.class("TPReduceScatterSeqBackward")
-function ReduceScatterSeq.backward(n, g) return gather_t(g, n.group, g.shape) end
+local record_reduce_scatter_seq = declare("TPReduceScatterSeqBackward",
+  function(n, g) return gather_t(g, n.group, g.shape) end)
 
 function M.reduce_scatter_seq(x, group)
   check("tp.reduce_scatter_seq", x, group)
   if group.size == 1 then return x end
-  return record(quiet(reduce_scatter_t, x, group, x.shape), x, ReduceScatterSeq, group)
+  return record_reduce_scatter_seq(quiet(reduce_scatter_t, x, group, x.shape), x, group)
 end
 
-local SplitSeq = S.class("TPSplitSeqBackward")
-function SplitSeq.backward(n, g) return gather_t(g, n.group, g.shape) end
+local record_split_seq = declare("TPSplitSeqBackward", function(n, g) return gather_t(g, n.group, g.shape) end)
 
 function M.split_seq(x, group)
   check("tp.split_seq", x, group)
@@ -150,7 +146,7 @@ function M.split_seq(x, group)
   if n == 1 then return x end
   local _, _, T = dims3("tp.split_seq", x, n, true)
   local y = quiet(function() return x:narrow(1, group.rank * (T / n), T / n):contiguous() end)
-  return record(y, x, SplitSeq, group)
+  return record_split_seq(y, x, group)
 end
 
 -- Rank i's piece of a length n split into `parts` near-equal pieces: [floor(i n / parts),

@@ -32,7 +32,7 @@ local create = require "lutra.create"
 local spec = require "lutra.dist.spec"
 local memory = require "lutra.memory"
 local lt = require "lutra.ffi"
-local F = require "lutra.dist.zero_flat"
+local flat = require "lutra.dist.zero_flat"
 
 local raise = errors.raise
 local C = lt.C
@@ -70,7 +70,7 @@ local function entries_of(model, n)
     if p.requires_grad then
       if p.ndim == 0 then raise("zero.new: parameter '" .. names[i] .. "' is 0-d; shard it as a 1-element vector") end
       if not p:is_contiguous() then raise("zero.new: parameter '" .. names[i] .. "' is not contiguous") end
-      local geo = F.geometry(p.shape, n)
+      local geo = flat.geometry(p.shape, n)
       list[#list + 1] = {name = names[i], p = p, geo = geo}
     end
   end
@@ -150,7 +150,7 @@ function M.new(model, group, opts)
     for _, e in ipairs(self.entries) do named[#named + 1] = {e.name, e.p} end
     self.ddp = require("lutra.dist.ddp").new(named, group, {bucket_mb = opts.bucket_mb, trace = opts.trace})
     self.trace = self.ddp.trace
-    self.optimizer = opts.optimizer(F.named_pairs(named))
+    self.optimizer = opts.optimizer(flat.named_pairs(named))
     return self
   end
   self.buckets = make_buckets(self.entries, bucket_bytes)
@@ -161,14 +161,14 @@ function M.new(model, group, opts)
     require("lutra.dist.ddp").new(named, group, {bucket_mb = opts.bucket_mb}):remove()
   end
   local named = {}
-  F.no_grad(function()
+  flat.no_grad(function()
     for _, e in ipairs(self.entries) do
       e.shard = memory.keep(e.p:narrow(0, e.geo.start(rank), e.geo.count(rank)))
       M.set_spec(e.shard, e, rank)
       named[#named + 1] = {e.name, e.shard}
     end
   end)
-  self.optimizer = opts.optimizer(F.named_pairs(named))
+  self.optimizer = opts.optimizer(flat.named_pairs(named))
   if stage == 2 and n > 1 then
     self.after_launch = M.free_full_grads
     for _, e in ipairs(self.entries) do
@@ -185,21 +185,21 @@ end
 function M.launch_reduce(self, b)
   local n, S = self.group.size, b.S
   local like = b.entries[1].p
-  F.no_grad(function()
+  flat.no_grad(function()
     local inp = create.zeros(n * S, {dtype = like.dtype, device = like.device})
     for _, e in ipairs(b.entries) do
       local g, geo = e.p.grad, e.geo
       if g ~= nil and g.storage ~= nil then
         local c = g:is_contiguous() and g or g:contiguous()
-        for r = 0, n - 1 do F.move(inp, r * S + e.off, c, geo.start(r) * geo.row, geo.count(r) * geo.row) end
+        for r = 0, n - 1 do flat.move(inp, r * S + e.off, c, geo.start(r) * geo.row, geo.count(r) * geo.row) end
         if c ~= g then c:free() end
       end
     end
     b.grad_in = inp
     b.grad_chunk = create.empty(math.max(S, 1), {dtype = like.dtype, device = like.device})
-    if S == 0 then b.grad_chunk = F.piece(b.grad_chunk, 0, 0) end
+    if S == 0 then b.grad_chunk = flat.piece(b.grad_chunk, 0, 0) end
   end)
-  b.handle = F.async(self.group, "reduce_scatter", b.grad_chunk, b.grad_in, "avg")
+  b.handle = flat.async(self.group, "reduce_scatter", b.grad_chunk, b.grad_in, "avg")
   b.launched = true
   if self.trace then self.trace[#self.trace + 1] = "launch " .. tostring(b.index) end
 end
@@ -263,10 +263,10 @@ end
 function M.land(self, b, into_full)
   M.retire(self, b)
   local rank = self.group.rank
-  F.no_grad(function()
+  flat.no_grad(function()
     for _, e in ipairs(b.entries) do
       local cnt = e.geo.count(rank)
-      local piece = F.piece(b.grad_chunk, e.off, cnt * e.geo.row)
+      local piece = flat.piece(b.grad_chunk, e.off, cnt * e.geo.row)
       local avg = piece:view(e.shard.shape)
       piece:free()
       local sg = e.shard.grad
@@ -277,7 +277,7 @@ function M.land(self, b, into_full)
       elseif full ~= nil and full.storage ~= nil and full:is_contiguous() then
         -- stage 1: the averaged rows go back into p.grad; shard.grad is their view
         local rows = full:narrow(0, e.geo.start(rank), cnt)
-        F.copy(rows, avg)
+        flat.copy(rows, avg)
         avg:free()
         e.shard.grad = rows
       else
@@ -296,7 +296,7 @@ end
 function Zero:finish()
   if self.ddp then return self.ddp:finish() end
   if self.group.size == 1 and self.stage < 3 then
-    F.no_grad(function()
+    flat.no_grad(function()
       for _, e in ipairs(self.entries) do
         local g = e.p.grad
         if g ~= nil and e.shard.grad == nil then e.shard.grad = g end
@@ -368,7 +368,7 @@ function Zero:clip_grad_norm(max_norm)
   end
   local grads = self:grads()
   local sq = 0
-  F.no_grad(function()
+  flat.no_grad(function()
     for _, g in ipairs(grads) do
       if g:numel() > 0 then
         local x = g.dtype == "f64" and g or g:to("f32")
@@ -386,7 +386,7 @@ function Zero:clip_grad_norm(max_norm)
   local norm = math.sqrt(sq)
   local coef = max_norm / (norm + 1e-6)
   if norm == norm and coef < 1 then
-    F.no_grad(function()
+    flat.no_grad(function()
       for _, g in ipairs(grads) do g:mul_(coef) end
     end)
   end
@@ -405,16 +405,16 @@ function M.launch_gather(self, b)
   if b.gather then return end
   local n, S, rank = self.group.size, b.S, self.group.rank
   local like = b.entries[1].p
-  F.no_grad(function()
+  flat.no_grad(function()
     local inp = create.zeros(math.max(S, 1), {dtype = like.dtype, device = like.device})
-    if S == 0 then inp = F.piece(inp, 0, 0) end
+    if S == 0 then inp = flat.piece(inp, 0, 0) end
     for _, e in ipairs(b.entries) do
       local cnt = e.geo.count(rank) * e.geo.row
-      F.move(inp, e.off, e.shard, 0, cnt)
+      flat.move(inp, e.off, e.shard, 0, cnt)
     end
     local out = create.empty(math.max(n * S, 1), {dtype = like.dtype, device = like.device})
-    if S == 0 then out = F.piece(out, 0, 0) end
-    b.gather = {inp = inp, out = out, handle = F.async(self.group, "all_gather", out, inp)}
+    if S == 0 then out = flat.piece(out, 0, 0) end
+    b.gather = {inp = inp, out = out, handle = flat.async(self.group, "all_gather", out, inp)}
   end)
   if self.trace then self.trace[#self.trace + 1] = "gather " .. tostring(b.name or b.index) end
 end
@@ -427,11 +427,11 @@ function M.land_gather(self, b)
   gth.handle:wait()
   b.gather = nil
   local n, S = self.group.size, b.S
-  F.no_grad(function()
+  flat.no_grad(function()
     for _, e in ipairs(b.entries) do
       local p, geo = e.p, e.geo
       if C.lt_storage_is_resident(p) == 0 and C.lt_storage_restore_bytes(p, 0) ~= 0 then errors.fail() end
-      for r = 0, n - 1 do F.move(p, geo.start(r) * geo.row, gth.out, r * S + e.off, geo.count(r) * geo.row) end
+      for r = 0, n - 1 do flat.move(p, geo.start(r) * geo.row, gth.out, r * S + e.off, geo.count(r) * geo.row) end
     end
     gth.inp:free()
     gth.out:free()
@@ -446,7 +446,7 @@ local function state_bytes(opt)
     for _, v in pairs(st) do
       if type(v) == "cdata" and not seen[v] then
         seen[v] = true
-        total = total + F.bytes(v)
+        total = total + flat.bytes(v)
       end
     end
   end
@@ -460,12 +460,12 @@ M.state_bytes = state_bytes
 function Zero:memory()
   local params, grads = 0, 0
   for _, e in ipairs(self.entries) do
-    if C.lt_storage_is_resident(e.p) ~= 0 then params = params + F.bytes(e.p) end
-    if self.stage == 3 then params = params + F.bytes(e.shard) end
-    grads = grads + F.bytes(e.p.grad)
+    if C.lt_storage_is_resident(e.p) ~= 0 then params = params + flat.bytes(e.p) end
+    if self.stage == 3 then params = params + flat.bytes(e.shard) end
+    grads = grads + flat.bytes(e.p.grad)
   end
   for _, b in ipairs(self.buckets or {}) do
-    if b.held and b.held.storage ~= nil then grads = grads + F.bytes(b.held) end
+    if b.held and b.held.storage ~= nil then grads = grads + flat.bytes(b.held) end
   end
   return {params = params, grads = grads, optimizer = state_bytes(self.optimizer)}
 end

@@ -8,7 +8,7 @@
 -- is n equal chunks, rank-major: one reduce-scatter or all-gather serves the bucket.
 local lt = require "lutra.ffi"
 local errors = require "lutra.errors"
-local S = require "lutra.autograd.state"
+local untracked = require("lutra.autograd.op").untracked
 local memory = require "lutra.memory"
 local create = require "lutra.create"
 
@@ -16,14 +16,7 @@ local C = lt.C
 local M = {}
 
 -- Runs fn(...) with grad mode off; returns its first result.
-function M.no_grad(fn, ...)
-  local was = S.enabled
-  S.enabled = false
-  local ok, r = pcall(fn, ...)
-  S.enabled = was
-  if not ok then error(r, 0) end
-  return r
-end
+function M.no_grad(fn, ...) return (untracked(fn, ...)) end
 
 -- dst <- src, elementwise in C (shapes must match or broadcast): no autograd record and
 -- no version bump, so tensors that backward saved can be refilled.

@@ -33,7 +33,7 @@ local lt = require "lutra.ffi"
 local S = require "lutra.autograd.state"
 local Module = require "lutra.nn.module"
 local Z = require "lutra.dist.zero"
-local F = require "lutra.dist.zero_flat"
+local flat = require "lutra.dist.zero_flat"
 
 local raise, is_tensor = errors.raise, ops.is_tensor
 local C = lt.C
@@ -68,7 +68,7 @@ function M.new(model, group, opts)
     if p.requires_grad then
       if p.ndim == 0 then raise("zero.new: parameter '" .. names[i] .. "' is 0-d; shard it as a 1-element vector") end
       if not p:is_contiguous() then raise("zero.new: parameter '" .. names[i] .. "' is not contiguous") end
-      local e = {name = names[i], p = p, geo = F.geometry(p.shape, n)}
+      local e = {name = names[i], p = p, geo = flat.geometry(p.shape, n)}
       entries[#entries + 1] = e
       by_param[p] = e
     end
@@ -131,7 +131,7 @@ function M.new(model, group, opts)
     end
   end
   local named = {}
-  F.no_grad(function()
+  flat.no_grad(function()
     for _, e in ipairs(entries) do
       e.shard = memory.keep(e.p:narrow(0, e.geo.start(rank), e.geo.count(rank)):clone())
       e.shard:requires_grad_(true)
@@ -141,7 +141,7 @@ function M.new(model, group, opts)
       show(e, e.shard)
     end
   end)
-  self.optimizer = opts.optimizer(F.named_pairs(named))
+  self.optimizer = opts.optimizer(flat.named_pairs(named))
   self.after_launch = Z.free_full_grads
 
   for _, e in ipairs(entries) do
@@ -284,7 +284,7 @@ function Stage3:full_parameters()
   for _, u in ipairs(self.all) do
     local was = u.resident
     self:gather(u)
-    F.no_grad(function()
+    flat.no_grad(function()
       for _, e in ipairs(u.entries) do out[e.name] = e.p:clone() end
     end)
     if not was then self:release(u) end

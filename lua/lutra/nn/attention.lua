@@ -27,6 +27,7 @@ local O = require "lutra.nn.options"
 local Linear = require "lutra.nn.linear"
 local Dropout = require "lutra.nn.dropout"
 local grad = require "lutra.nn.grad"
+local op = require "lutra.autograd.op"
 local S = require "lutra.autograd.state"
 local lt = require "lutra.ffi"
 local memory = require "lutra.memory"
@@ -61,14 +62,6 @@ end
 
 local arange = create.arange
 
--- Attention straight from the fused projection qkv (B, T, H + 2 Hkv, D), recorded as one op
--- of qkv. Its backward has lt_attention_backward write dq, dk and dv into the three slices
--- of one dqkv: through the narrow views, autograd would build a zero tensor of qkv's shape
--- for each of q, k, v and sum the three (4x qkv's size in memory traffic, per layer). With
--- theta, q and k are rotated (RoPE, positions from 0) first; backward rotates them again
--- rather than keeping them, and rotates their gradients back into dqkv.
-local QKVAttention = S.class("QKVAttentionBackward", {"qkv", "out", "lse"})
-
 local function split(qkv, H, Hkv)
   return qkv:narrow(2, 0, H), qkv:narrow(2, H, Hkv), qkv:narrow(2, H + Hkv, Hkv)
 end
@@ -85,46 +78,55 @@ local function split_rotated(qkv, H, Hkv, theta, positions)
   return q, k, v
 end
 
-local function qkv_attention(qkv, H, Hkv, scale, theta, positions, segments)
-  local enabled = S.enabled
-  S.enabled = false -- the views and the kernels below are one recorded op
-  local ok, y, lse = pcall(function()
-    local q, k, v = split_rotated(qkv, H, Hkv, theta, positions)
-    local y, lse = F.scaled_dot_product_attention {q, k, v, causal = true, scale = scale, segment_ids = segments}
-    q:free()
-    k:free()
-    v:free()
-    return y, lse
-  end)
-  S.enabled = enabled
-  if not ok then error(y, 0) end
-  if enabled and qkv.ag_ ~= 0 then
-    local node = {S.edge(qkv), cls = QKVAttention, H = H, Hkv = Hkv, scale = scale, theta = theta,
-                  positions = positions, segments = segments}
-    S.save(node, "qkv", "ver_qkv", qkv)
-    S.save_output(node, "out", "ver_out", y)
-    S.save(node, "lse", "ver_lse", lse)
-    S.attach(y, node)
-  end
-  return y
+-- Attention straight from the fused projection qkv (B, T, H + 2 Hkv, D), recorded as one op
+-- of qkv. Its backward has lt_attention_backward write dq, dk and dv into the three slices
+-- of one dqkv: through the narrow views, autograd would build a zero tensor of qkv's shape
+-- for each of q, k, v and sum the three (4x qkv's size in memory traffic, per layer). With
+-- theta, q and k are rotated (RoPE, positions from 0) first; backward rotates them again
+-- rather than keeping them, and rotates their gradients back into dqkv.
+local record_qkv_attention = op.declare {
+  name = "QKVAttentionBackward", save = {"qkv", "out", "lse"},
+  record = function(cls, y, lse, qkv, H, Hkv, scale, theta, positions, segments)
+    local node = {op.edge(qkv), cls = cls, H = H, Hkv = Hkv, scale = scale, theta = theta, positions = positions,
+                  segments = segments}
+    op.save(node, "qkv", qkv)
+    op.save_output(node, "out", y)
+    op.save(node, "lse", lse)
+    op.attach(y, node)
+  end,
+  backward = function(n, g)
+    local qkv = n.qkv
+    local dqkv = memory.new()
+    if lt.C.lt_empty(dqkv, qkv.ndim, qkv.shape_, qkv.dtype_, qkv.device_) ~= 0 then errors.fail() end
+    local q, k, v = split_rotated(qkv, n.H, n.Hkv, n.theta, n.positions)
+    local dq, dk, dv = split(dqkv, n.H, n.Hkv)
+    local dqr, dkr = dq, dk
+    if n.theta then dqr, dkr = memory.new(), memory.new() end
+    if lt.C.lt_attention_backward(dqr, dkr, dv, g, q, k, v, n.out, n.lse, n.segments, n.scale, 1) ~= 0 then
+      errors.fail()
+    end
+    if n.theta then
+      F.rope_backward(dqr, n.positions, n.theta, dq)
+      F.rope_backward(dkr, n.positions, n.theta, dk)
+    end
+    return dqkv
+  end,
+}
+
+-- The views and kernels of qkv_attention: one recorded op (run untracked).
+local function attend(qkv, H, Hkv, scale, theta, positions, segments)
+  local q, k, v = split_rotated(qkv, H, Hkv, theta, positions)
+  local y, lse = F.scaled_dot_product_attention {q, k, v, causal = true, scale = scale, segment_ids = segments}
+  q:free()
+  k:free()
+  v:free()
+  return y, lse
 end
 
-function QKVAttention.backward(n, g)
-  local qkv = n.qkv
-  local dqkv = memory.new()
-  if lt.C.lt_empty(dqkv, qkv.ndim, qkv.shape_, qkv.dtype_, qkv.device_) ~= 0 then errors.fail() end
-  local q, k, v = split_rotated(qkv, n.H, n.Hkv, n.theta, n.positions)
-  local dq, dk, dv = split(dqkv, n.H, n.Hkv)
-  local dqr, dkr = dq, dk
-  if n.theta then dqr, dkr = memory.new(), memory.new() end
-  if lt.C.lt_attention_backward(dqr, dkr, dv, g, q, k, v, n.out, n.lse, n.segments, n.scale, 1) ~= 0 then
-    errors.fail()
-  end
-  if n.theta then
-    F.rope_backward(dqr, n.positions, n.theta, dq)
-    F.rope_backward(dkr, n.positions, n.theta, dk)
-  end
-  return dqkv
+local function qkv_attention(qkv, H, Hkv, scale, theta, positions, segments)
+  local y, lse = op.untracked(attend, qkv, H, Hkv, scale, theta, positions, segments)
+  if S.enabled and qkv.ag_ ~= 0 then record_qkv_attention(y, lse, qkv, H, Hkv, scale, theta, positions, segments) end
+  return y
 end
 
 -- packed-row opts: {positions =, segments =} (B, T) integer tensors, or nil.

@@ -9,9 +9,10 @@
 --
 -- Every op on a tensor that requires grad, in grad mode, attaches a node to its result
 -- (t.grad_fn names it); backward walks the nodes from the result back to the leaves.
--- How nodes are attached, saved tensors held and released: lutra/autograd/state.lua;
--- the backward pass: lutra/autograd/engine.lua; the formulas:
--- lutra/autograd/{elementwise,reduce,views,nn}.lua.
+-- How an op declares its node, saved tensors and backward: lutra/autograd/op.lua; how
+-- nodes are attached, saved tensors held and released: lutra/autograd/state.lua; the
+-- backward pass: lutra/autograd/engine.lua; the declarations:
+-- lutra/autograd/{elementwise,reduce,views,nn,add_norm,checkpoint}.lua.
 --
 -- In-place ops (add_, copy_, t[k] = v, out=) on tensors that take part in autograd:
 --   - on a leaf that requires grad: an error in grad mode (use lutra.no_grad);
@@ -31,30 +32,18 @@
 -- into views (refused, see above).
 local S = require "lutra.autograd.state"
 local engine = require "lutra.autograd.engine"
-local U = require "lutra.autograd.util"
 local tensor = require "lutra.tensor"
 local ops = require "lutra.ops"
 local create = require "lutra.create"
 local dtype = require "lutra.dtype"
-local memory = require "lutra.memory"
 local errors = require "lutra.errors"
 local shape = require "lutra.shape"
-require "lutra.autograd.elementwise"
-require "lutra.autograd.reduce"
-require "lutra.autograd.views"
-require "lutra.autograd.nn"
+for _, part in ipairs {"elementwise", "reduce", "views", "nn", "add_norm"} do require("lutra.autograd." .. part) end
 
 local M = {}
 
 local record, set_record, raise, is_tensor = S.record, S.set_record, errors.raise, ops.is_tensor
 local methods, properties, setters = tensor.methods, tensor.properties, tensor.setters
-
--- Aliases that nodes own, marked view_ = 2 (the engine frees them after use).
-S.alias = function(t)
-  local a = U.alias(t)
-  a.view_ = 2
-  return a
-end
 
 -- ---- grad mode ---------------------------------------------------------------------------
 
@@ -85,28 +74,7 @@ function M.enable_grad(fn, ...) return with_grad_mode(true, fn, ...) end
 
 -- ---- requires_grad, grad, grad_fn, is_leaf ---------------------------------------------------
 
-local function set_requires_grad(t, on)
-  if on then
-    if t.ag_ ~= 0 then return t end
-    if not dtype.is_float(t.dtype_) then
-      raise("requires_grad: only floating point tensors can require gradients, got " .. dtype.name(t.dtype_))
-    end
-    local rec = record(t)
-    if rec == nil then
-      rec = {leaf = true}
-      set_record(t, rec)
-    end
-    t.ag_ = 1
-  else
-    if t.ag_ == 2 then
-      raise("requires_grad: only leaf tensors can stop requiring grad (this one is the result of "
-        .. record(t).cls.name .. "); use detach()")
-    end
-    t.ag_ = 0
-  end
-  return t
-end
-S.set_requires_grad = set_requires_grad
+local set_requires_grad = S.set_requires_grad
 
 properties.requires_grad = function(t) return t.ag_ ~= 0 end
 setters.requires_grad = function(t, v) set_requires_grad(t, v) end
@@ -164,7 +132,7 @@ end
 -- A tensor sharing t's storage that autograd does not follow.
 function methods.detach(t)
   errors.check_alive(t, "detach")
-  return U.alias(t)
+  return S.share(t)
 end
 
 -- Makes t a leaf that does not require grad (its graph is dropped).
@@ -211,19 +179,6 @@ function methods.register_post_accumulate_grad_hook(t, fn)
   local i = #list + 1
   list[i] = fn
   return {remove = function() list[i] = false end}
-end
-
--- ---- in-place checks ---------------------------------------------------------------------------
-
-S.check_inplace = function(op, out, a, b)
-  if out.ag_ == 1 then
-    raise(op .. ": a leaf tensor that requires grad cannot be modified in place (or written as out=) while grad "
-      .. "mode is on; do it inside lutra.no_grad (as optimizer updates do), or on a detach()ed tensor")
-  end
-  if out.view_ == 1 and (out.ag_ ~= 0 or (a ~= nil and a.ag_ ~= 0) or (b ~= nil and b.ag_ ~= 0)) then
-    raise(op .. ": in-place write into a view that takes part in autograd is not supported; compute the result "
-      .. "out of place (e.g. lutra.cat, or x = x + y)")
-  end
 end
 
 -- ---- backward ----------------------------------------------------------------------------------
@@ -317,6 +272,6 @@ function M.grad(outputs, inputs, grad_outputs, opts)
   return result
 end
 
-require("lutra.autograd.checkpoint")(M)
+M.checkpoint = require("lutra.autograd.checkpoint").checkpoint
 
 return M

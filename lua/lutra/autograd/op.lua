@@ -1,0 +1,111 @@
+-- lutra.autograd.op — the one way to declare a differentiable op: its node class (the name
+-- t.grad_fn shows), the tensors the node saves, how the node is recorded and its backward.
+--
+--   local record_rms_norm = op.declare {
+--     name = "RMSNormBackward",
+--     op = "rms_norm",                         -- optional: also op.records.rms_norm (or a list)
+--     save = {"x", "w", "rstd"},               -- node fields holding saved tensors
+--     record = function(cls, out, x, w, rstd)  -- attaches a node of class cls to out
+--       local node = {op.edge(x), w ~= nil and op.edge(w) or false, cls = cls}
+--       op.save(node, "x", x) ...
+--       op.attach(out, node)
+--     end,
+--     backward = function(node, grad) return dx, dw end,  -- one gradient per edge
+--   }
+--   -- the forward, after its C call, when grad mode is on and an input requires grad:
+--   record_rms_norm(out, x, w, rstd)
+--
+-- declare returns the record function, without the class argument. A node is a table
+-- {edge_1, edge_2, ..., cls = class}: edge_i the record of input i (op.edge: false when it
+-- does not require grad). backward returns the edges' gradients, as values or as one list
+-- (nil: no gradient), or DELIVERED for an edge whose gradient it handed on itself.
+-- Optional flags: always (backward runs even when the node got no gradient), keeps_grad
+-- (the engine must not free the gradient backward stored), release(node) (drops what the
+-- node holds beyond its saved tensors).
+--
+-- Op wrappers that cannot require the declaring module (it requires them, for the math of
+-- its backward) look the record up by the `op` name in op.records; a missing name loads
+-- lutra.autograd, which loads every declaring module of the library.
+local S = require "lutra.autograd.state"
+
+local M = {}
+
+local classes = {} -- node class name -> class
+M.classes = classes
+
+M.records = setmetatable({}, {__index = function(records, name)
+  require "lutra.autograd"
+  local rec = rawget(records, name)
+  if rec == nil then error("autograd: no op declares the record " .. tostring(name), 2) end
+  return rec
+end})
+
+local FLAGS = {name = true, op = true, save = true, record = true, backward = true, always = true,
+               keeps_grad = true, release = true}
+
+local function class_of(spec)
+  for k in pairs(spec) do
+    if not FLAGS[k] then error("autograd.op: unknown field " .. tostring(k), 3) end
+  end
+  local name = spec.name
+  if type(name) ~= "string" then error("autograd.op: name (the node class) is required", 3) end
+  if classes[name] then error("autograd.op: node class " .. name .. " declared twice", 3) end
+  if type(spec.record) ~= "function" or type(spec.backward) ~= "function" then
+    error("autograd.op: " .. name .. " needs record and backward functions", 3)
+  end
+  local cls = {name = name, saves = spec.save or {}, versions = {}, backward = spec.backward, always = spec.always,
+               keeps_grad = spec.keeps_grad, release = spec.release}
+  for i, f in ipairs(cls.saves) do cls.versions[i] = "ver_" .. f end
+  classes[name] = cls
+  return cls
+end
+
+-- Declares an op (see the header); returns its record function.
+function M.declare(spec)
+  local cls = class_of(spec)
+  local record = spec.record
+  local function bound(a, b, c, d, e, f, g, h, i) return record(cls, a, b, c, d, e, f, g, h, i) end
+  local names = type(spec.op) == "table" and spec.op or {spec.op}
+  for _, name in ipairs(names) do
+    if rawget(M.records, name) then error("autograd.op: record " .. name .. " declared twice", 2) end
+    M.records[name] = bound
+  end
+  return bound
+end
+
+-- ---- what record functions use -------------------------------------------------------------
+
+M.edge, M.attach, M.clear = S.edge, S.attach, S.clear
+
+-- The node field holding the version of saved tensor `field` ("ver_" .. field, made once).
+local save_value, save_output = S.save_value, S.save_output
+local versions = setmetatable({}, {__index = function(versions, field)
+  local v = "ver_" .. field
+  versions[field] = v
+  return v
+end})
+
+-- Saves tensor t for backward in node[field] (an alias for results of recorded ops).
+function M.save(node, field, t)
+  local s, v = save_value(t)
+  node[field] = s
+  node[versions[field]] = v
+  return s
+end
+
+-- Saves out, the result of the op being recorded (always through an alias).
+function M.save_output(node, field, out) return save_output(node, field, versions[field], out) end
+
+-- Runs fn(...) with grad mode off: the pieces of an op that records itself as one node
+-- (views and kernels) are not recorded one by one. Returns what fn returns.
+function M.untracked(fn, ...)
+  local enabled = S.enabled
+  if not enabled then return fn(...) end
+  S.enabled = false
+  local res = {pcall(fn, ...)}
+  S.enabled = true
+  if not res[1] then error(res[2], 0) end
+  return unpack(res, 2, table.maxn(res))
+end
+
+return M
