@@ -9,9 +9,8 @@
 -- t.device, t.ndim, t.T); numbers and tables index (lutra.index). Arithmetic
 -- operators take tensors and numbers on either side. `==` is NOT elementwise: it
 -- compares identity (two references to the same tensor); use t:eq(u).
--- Dims and indices are 0-based and negative ones count from the end.
---
--- The C struct's fields are read and written only through lutra.tensor.fields.
+-- Dims and indices are 0-based and negative ones count from the end. The C struct's fields are
+-- read and written only through lutra.tensor.fields.
 local lt = require "lutra.ffi"
 local errors = require "lutra.errors"
 local memory = require "lutra.memory"
@@ -313,7 +312,9 @@ for name, dt in pairs {float = "f32", double = "f64", bf16 = "bf16", bfloat16 = 
 end
 function methods.cpu(t) return methods.to(t, "cpu") end
 function methods.cuda(t, k) return methods.to(t, k or 0) end
-function methods.type_as(t, other) return methods.to(t, dtype.name(fields.dtype_id(tensor_arg("type_as", other, "other")))) end
+function methods.type_as(t, other)
+  return methods.to(t, dtype.name(fields.dtype_id(tensor_arg("type_as", other, "other"))))
+end
 
 -- ---- values ------------------------------------------------------------------------
 
