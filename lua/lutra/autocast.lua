@@ -12,13 +12,14 @@
 -- that any op module can consult it without requiring functional.lua.
 local dtype = require "lutra.dtype"
 local errors = require "lutra.errors"
+local fields = require "lutra.tensor.fields"
 
 local M = {dtype = nil}
 
 local F32 = dtype.F32
 
 function M.low(t)
-  if t ~= nil and t.dtype_ == F32 then return t:to(M.dtype) end
+  if t ~= nil and fields.dtype_id(t) == F32 then return t:to(M.dtype) end
   return t
 end
 

@@ -15,6 +15,7 @@ local errors = require "lutra.errors"
 local memory = require "lutra.memory"
 local shape = require "lutra.shape"
 local dtype = require "lutra.dtype"
+local fields = require "lutra.tensor.fields"
 local ops = require "lutra.ops"
 local S = require "lutra.autograd.state"
 local records = require("lutra.autograd.op").records
@@ -52,7 +53,7 @@ end
 
 local function numel(t)
   local n = 1
-  for d = 0, t.ndim - 1 do n = n * tonumber(t.shape_[d]) end
+  for d = 0, t.ndim - 1 do n = n * fields.size(t, d) end
   return n
 end
 
@@ -102,8 +103,8 @@ M.zeros, M.ones = filled("zeros", 0), filled("ones", 1)
 
 local function like(op, t, opts)
   if not is_tensor(t) then raise(op .. ": expected a tensor, got " .. type(t)) end
-  local dt, dev = options(op, opts, t.dtype_, t.device_)
-  return empty(t.ndim, t.shape_, dt, dev)
+  local dt, dev = options(op, opts, fields.dtype_id(t), fields.device_id(t))
+  return empty(t.ndim, fields.dims(t), dt, dev)
 end
 
 function M.empty_like(t, opts) return finish(like("empty_like", t, opts), opts) end
@@ -125,8 +126,8 @@ end
 -- tensor (copied). Numbers default to f32, booleans to bool.
 function M.tensor(data, opts)
   if is_tensor(data) then
-    local dt, dev = options("tensor", opts, data.dtype_, data.device_)
-    local out = empty(data.ndim, data.shape_, dt, dev)
+    local dt, dev = options("tensor", opts, fields.dtype_id(data), fields.device_id(data))
+    local out = empty(data.ndim, fields.dims(data), dt, dev)
     if C.lt_copy(out, data) ~= 0 then fail() end
     return finish(out, opts) -- a copy that does not take part in data's graph, as torch.tensor
   end
@@ -287,25 +288,24 @@ function M.cat(list, dim)
   if d < 0 or d >= nd then raise(string.format("cat: dim %d out of range for %d-d tensors", dim, nd)) end
   local total = 0
   for i, t in ipairs(list) do
-    local ok = t.ndim == nd and t.dtype_ == first.dtype_ and t.device_ == first.device_
+    local ok = t.ndim == nd and fields.same_kind(t, first)
     for k = 0, nd - 1 do
-      if k ~= d and t.shape_[k] ~= first.shape_[k] then ok = false end
+      if k ~= d and fields.size(t, k) ~= fields.size(first, k) then ok = false end
     end
     if not ok then
       raise(string.format("cat: tensor %d is %s %s %s, expected %s %s %s matching except in dim %d", i,
-        shape.shape_string(t), dtype.name(t.dtype_), dtype.device_name(t.device_), shape.shape_string(first),
-        dtype.name(first.dtype_), dtype.device_name(first.device_), d))
+        shape.shape_string(t), t.dtype, t.device, shape.shape_string(first), first.dtype, first.device, d))
     end
-    total = total + tonumber(t.shape_[d])
+    total = total + fields.size(t, d)
   end
   local sh = ffi.new("int64_t[?]", nd)
-  for k = 0, nd - 1 do sh[k] = first.shape_[k] end
+  for k = 0, nd - 1 do sh[k] = fields.size(first, k) end
   sh[d] = total
-  local out = empty(nd, sh, first.dtype_, first.device_)
+  local out = empty(nd, sh, fields.dtype_id(first), fields.device_id(first))
   local part = C.lt_tensor_new()
   local start, rc = 0, 0
   for _, t in ipairs(list) do
-    local len = tonumber(t.shape_[d])
+    local len = fields.size(t, d)
     rc = C.lt_narrow(part, out, d, start, len)
     if rc == 0 then rc = C.lt_copy(part, t) end
     if rc ~= 0 then break end
@@ -315,7 +315,7 @@ function M.cat(list, dim)
   if rc ~= 0 then fail() end
   if S.enabled then
     for i = 1, #list do
-      if list[i].ag_ ~= 0 then
+      if fields.is_tracked(list[i]) then
         records.cat(out, list, d)
         break
       end
@@ -343,7 +343,7 @@ function M.stack(list, dim)
   local out = M.cat(parts, d) -- the parts have no autograd data: recorded as one stack node below
   if S.enabled then
     for i = 1, #list do
-      if list[i].ag_ ~= 0 then
+      if fields.is_tracked(list[i]) then
         records.stack(out, list, d)
         break
       end

@@ -6,6 +6,7 @@
 -- so `a + b` with mismatched shapes fails with "recipe.lua:12: add: ...", whatever
 -- depth of lutra functions sits between the user's line and the C call.
 local lt = require "lutra.ffi"
+local fields = require "lutra.tensor.fields"
 local ffi, C = lt.ffi, lt.C
 
 local M = {}
@@ -45,7 +46,7 @@ end
 
 -- Raises when t's storage was freed; `op` names the operation.
 function M.check_alive(t, op)
-  if t.storage == nil then error(op .. ": tensor was freed (by free() or lutra.tidy)", user_level()) end
+  if fields.is_freed(t) then error(op .. ": tensor was freed (by free() or lutra.tidy)", user_level()) end
 end
 
 -- Argument checks for the places where a wrong type would otherwise reach the FFI,

@@ -11,6 +11,7 @@
 -- tensors are copied to the CPU to print.
 local lt = require "lutra.ffi"
 local dtype = require "lutra.dtype"
+local fields = require "lutra.tensor.fields"
 local ffi, C = lt.ffi, lt.C
 
 local M = {}
@@ -127,25 +128,25 @@ local function body(t, owned)
     return r
   end
   local src = t
-  if t.device_ ~= dtype.CPU then
+  if not fields.is_cpu(t) then
     src = raw()
-    check(C.lt_empty(src, t.ndim, t.shape_, t.dtype_, dtype.CPU))
+    check(C.lt_empty(src, t.ndim, fields.dims(t), fields.dtype_id(t), dtype.CPU))
     check(C.lt_copy(src, t))
   end
   local nd = t.ndim
   local numel = 1
-  for d = 0, nd - 1 do numel = numel * tonumber(t.shape_[d]) end
+  for d = 0, nd - 1 do numel = numel * fields.size(t, d) end
   local summarize = numel > THRESHOLD
   local elided = {}
   if summarize then -- keep the first and last EDGE items of every longer dim
     for d = 0, nd - 1 do
-      local n = tonumber(src.shape_[d])
+      local n = fields.size(src, d)
       if n > 2 * EDGE then
         local cut, a, b = raw(), raw(), raw()
         local sh = ffi.new("int64_t[?]", nd)
-        for k = 0, nd - 1 do sh[k] = src.shape_[k] end
+        for k = 0, nd - 1 do sh[k] = fields.size(src, k) end
         sh[d] = 2 * EDGE
-        check(C.lt_empty(cut, nd, sh, src.dtype_, dtype.CPU))
+        check(C.lt_empty(cut, nd, sh, fields.dtype_id(src), dtype.CPU))
         check(C.lt_narrow(a, cut, d, 0, EDGE))
         check(C.lt_narrow(b, src, d, 0, EDGE))
         check(C.lt_copy(a, b))
@@ -159,11 +160,11 @@ local function body(t, owned)
   end
   local sizes, count = {}, 1
   for d = 0, nd - 1 do
-    sizes[d + 1] = tonumber(src.shape_[d])
+    sizes[d + 1] = fields.size(src, d)
     count = count * sizes[d + 1]
   end
   if count == 0 then return "[]", summarize end
-  local dt = t.dtype_
+  local dt = fields.dtype_id(t)
   local kind = dt == dtype.BOOL and "bool" or (dtype.is_float(dt) and "float" or "int")
   local buf_dtype = dt == dtype.I64 and dtype.I64 or dtype.F64
   local values = ffi.new(buf_dtype == dtype.I64 and "int64_t[?]" or "double[?]", count)
@@ -176,10 +177,10 @@ end
 function M.tostring(t)
   local suffix = {}
   local shape = {}
-  for d = 0, t.ndim - 1 do shape[d + 1] = tostring(tonumber(t.shape_[d])) end
+  for d = 0, t.ndim - 1 do shape[d + 1] = tostring(fields.size(t, d)) end
   local shape_str = "shape=[" .. table.concat(shape, ", ") .. "]"
   local text, summarized
-  if t.storage == nil then
+  if fields.is_freed(t) then
     text = "<freed>"
     suffix[#suffix + 1] = shape_str
   else
@@ -194,11 +195,11 @@ function M.tostring(t)
     local empty = text == "[]"
     if summarized or (empty and t.ndim ~= 1) then suffix[#suffix + 1] = shape_str end
   end
-  suffix[#suffix + 1] = "dtype=" .. dtype.name(t.dtype_)
-  if t.device_ ~= dtype.CPU then suffix[#suffix + 1] = "device=" .. dtype.device_name(t.device_) end
-  if t.ag_ == 1 then
+  suffix[#suffix + 1] = "dtype=" .. t.dtype
+  if not fields.is_cpu(t) then suffix[#suffix + 1] = "device=" .. t.device end
+  if fields.autograd_state(t) == fields.LEAF then
     suffix[#suffix + 1] = "requires_grad=true"
-  elseif t.ag_ == 2 then
+  elseif fields.is_recorded(t) then
     local rec = require("lutra.autograd.state").record(t)
     suffix[#suffix + 1] = "grad_fn=<" .. (rec and rec.cls and rec.cls.name or "?") .. ">"
   end

@@ -15,7 +15,7 @@
 local lt = require "lutra.ffi"
 local errors = require "lutra.errors"
 local memory = require "lutra.memory"
-local dtype = require "lutra.dtype"
+local fields = require "lutra.tensor.fields"
 local S = require "lutra.autograd.state"
 local records = require("lutra.autograd.op").records
 local ffi, C = lt.ffi, lt.C
@@ -68,11 +68,11 @@ end
 -- t[key]: a view.
 function M.get(t, key)
   local out = memory.new()
-  local slot = out.slot_ -- the C view functions zero the tag
+  local slot = fields.slot(out) -- the C view functions zero the tag
   if not apply(out, t, key) then errors.fail() end
-  out.slot_ = slot
-  out.view_ = 1
-  if t.ag_ ~= 0 and S.enabled then records.index(out, t, M.copy_key(key)) end
+  fields.set_slot(out, slot)
+  fields.set_view_kind(out, fields.VIEW)
+  if fields.is_tracked(t) and S.enabled then records.index(out, t, M.copy_key(key)) end
   return out
 end
 
@@ -97,7 +97,7 @@ local function assign(view, value)
   if tv == "boolean" then return C.lt_fill(view, value and 1 or 0) == 0 end
   if tv == "cdata" and istype(Tensor, value) then return C.lt_copy(view, value) == 0 end
   if tv == "table" then
-    local src = require("lutra.create").tensor(value, {dtype = dtype.name(view.dtype_), device = "cpu"})
+    local src = require("lutra.create").tensor(value, {dtype = view.dtype, device = "cpu"})
     return C.lt_copy(view, src) == 0
   end
   return nil, "index: cannot assign a " .. tv .. " to a tensor (expected a number, a tensor or a list)"
@@ -110,7 +110,8 @@ end
 
 -- Autograd around t[key] = value: checks before, record and version bump after.
 local function tracked(t, value)
-  return S.enabled and (t.ag_ ~= 0 or (type(value) == "cdata" and istype(Tensor, value) and value.ag_ ~= 0))
+  return S.enabled
+    and (fields.is_tracked(t) or (type(value) == "cdata" and istype(Tensor, value) and fields.is_tracked(value)))
 end
 
 local function written(t, key, value, track)
@@ -123,9 +124,9 @@ function M.set(t, key, value)
   local track = tracked(t, value)
   if track then S.check_inplace("index assignment", t, type(value) == "cdata" and value or nil) end
   -- one element of a CPU vector: no view needed
-  if type(key) == "number" and type(value) == "number" and t.ndim == 1 and t.device_ == dtype.CPU then
+  if type(key) == "number" and type(value) == "number" and t.ndim == 1 and fields.is_cpu(t) then
     local i = check_int(key, "an index")
-    at[0] = i < 0 and i + t.shape_[0] or i
+    at[0] = i < 0 and i + fields.size(t, 0) or i
     if C.lt_set_at(t, at, value) ~= 0 then errors.fail() end
     return written(t, key, value, track)
   end

@@ -20,7 +20,7 @@
 --   training   data, tokenizer, nn, models, optim, train, generate, config, dist, ckpt, hf,
 --              and on first use lora, dpo, sft.{data, modeldir, eval, templates}
 --   types      is_tensor, Tensor (the methods table), dtype names as lt.float32 = "f32", ...
--- See lutra/tensor.lua for the tensor type, lutra/index.lua for indexing.
+-- See lutra/tensor/ for the tensor type, lutra/index.lua for indexing.
 local lt = require "lutra.ffi"
 local errors = require "lutra.errors"
 local dtype = require "lutra.dtype"

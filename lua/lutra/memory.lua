@@ -28,6 +28,7 @@
 local lt = require "lutra.ffi"
 local errors = require "lutra.errors"
 local dtype = require "lutra.dtype"
+local fields = require "lutra.tensor.fields"
 local ffi, C = lt.ffi, lt.C
 
 local M = {}
@@ -136,7 +137,7 @@ local function register(p, t)
   end
   tensors[slot] = t
   addresses[slot] = address
-  t.slot_ = slot
+  fields.set_slot(t, slot)
   return t
 end
 

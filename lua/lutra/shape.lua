@@ -5,6 +5,7 @@
 -- is enough since each is handed straight to one C call.
 local lt = require "lutra.ffi"
 local errors = require "lutra.errors"
+local fields = require "lutra.tensor.fields"
 local ffi = lt.ffi
 local raise = errors.raise
 
@@ -58,7 +59,7 @@ end
 -- t's shape as a Lua list (1-based: list[1] is the size of dim 0).
 function M.shape_table(t)
   local s = {}
-  for d = 0, t.ndim - 1 do s[d + 1] = tonumber(t.shape_[d]) end
+  for d = 0, t.ndim - 1 do s[d + 1] = fields.size(t, d) end
   return s
 end
 

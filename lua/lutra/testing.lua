@@ -5,6 +5,7 @@
 local errors = require "lutra.errors"
 local ops = require "lutra.ops"
 local dtype = require "lutra.dtype"
+local fields = require "lutra.tensor.fields"
 
 local M = {}
 
@@ -45,7 +46,7 @@ end
 function M.assert_close(actual, expected, opts)
   opts = opts or {}
   local rtol, atol = opts.rtol, opts.atol
-  local dt = is_tensor(actual) and dtype.name(actual.dtype_) or (is_tensor(expected) and dtype.name(expected.dtype_))
+  local dt = is_tensor(actual) and actual.dtype or (is_tensor(expected) and expected.dtype)
   local tol = TOL[dt] or {0, 0}
   if not is_tensor(actual) and not is_tensor(expected) then tol = {1.3e-6, 1e-5} end
   rtol, atol = rtol or tol[1], atol or tol[2]
@@ -239,7 +240,7 @@ function M.gradcheck(fn, inputs, opts)
     if #res == 1 and type(res[1]) == "table" and not is_tensor(res[1]) then res = res[1] end
     local list = {}
     for _, r in ipairs(res) do
-      if is_tensor(r) and dtype.is_float(r.dtype_) then list[#list + 1] = r end
+      if is_tensor(r) and dtype.is_float(fields.dtype_id(r)) then list[#list + 1] = r end
     end
     return list
   end

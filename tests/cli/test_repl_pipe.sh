@@ -259,7 +259,7 @@ tostring(x.shape[1])
   expect_eq "--repl-on-error: a library error opens at the user's frame" "$out:$st" "2
 2:1"
   expect_grep "--repl-on-error: user's frame named" "$err" "Stopped at .*libfail.lua:4: in function 'build'"
-  expect_grep "--repl-on-error: .down reaches the library" "$err" "^/.*/lutra/[a-z_]+\.lua:[0-9]+: in function"
+  expect_grep "--repl-on-error: .down reaches the library" "$err" "^/.*/lutra/([a-z_]+/)*[a-z_]+\.lua:[0-9]+: in function"
 fi
 
 echo "$pass passed, $fail failed"

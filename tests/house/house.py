@@ -160,7 +160,19 @@ def call_graph(paths):
     return graph
 
 
-TENSOR_TYPE = ("lutra/tensor.lua", "lutra/ffi.lua")  # the tensor type: its fields are its own
+def tensor_type_modules():
+    """The tensor type, whose fields are its own: every module of the lutra/tensor/ package (found beside this
+    file, so that the checks see the same package from any working directory) and lutra/ffi.lua, which
+    declares the struct. Path suffixes, for str.endswith."""
+    package = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "lua", "lutra", "tensor")
+    found = {"lutra/tensor/init.lua", "lutra/tensor/fields.lua"}
+    for d, _, fs in os.walk(package):
+        found.update("lutra/tensor/" + os.path.relpath(os.path.join(d, f), package).replace(os.sep, "/")
+                     for f in fs if f.endswith(".lua"))
+    return tuple(sorted(found)) + ("lutra/ffi.lua",)
+
+
+TENSOR_TYPE = tensor_type_modules()
 RAW = re.compile(r"\.(storage|shape_|stride_|dtype_|device_|refcount|ag_|view_|slot_|tag)\b")
 
 

@@ -8,7 +8,7 @@
    (FLOORS), named by floor ("core/internal.h"), or lutra.h.
 2. One dispatch seam: `#if LUTRA_HAVE_CUDA` stands only in the files of CUDA_SEAM.
 3. One Lua layout: no lua/lutra/X.lua beside a package folder lua/lutra/X/.
-4. The tensor type owns its fields: outside lua/lutra/tensor.lua and ffi.lua, a Lua module touches
+4. The tensor type owns its fields: outside the lua/lutra/tensor/ package and ffi.lua, a Lua module touches
    lt_tensor's raw fields at most as often as tests/house/raw_fields.txt allows it (a ceiling that only
    falls; a module not listed may not touch them at all).
 5. No source file past MAX_LINES lines.
@@ -81,7 +81,7 @@ def check_raw_fields(paths, ceilings_path):
         n = house.raw_field_sites(p)
         if n > ceilings.get(p, 0):
             breaches.append(f"{p}: touches lt_tensor's raw fields {n} times (allowed {ceilings.get(p, 0)}, "
-                            f"{ceilings_path}): use the accessors of lutra/tensor.lua")
+                            f"{ceilings_path}): use lutra/tensor/fields.lua")
     return breaches
 
 

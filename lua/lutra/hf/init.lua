@@ -14,6 +14,7 @@
 -- opts.ignore_keys. Weights load in f32 (HF's default; opts.dtype to change) whatever dtype
 -- the file holds. tokenizer is nil when the directory has no tokenizer.json.
 local errors = require "lutra.errors"
+local fields = require "lutra.tensor.fields"
 local json = require "lutra.json"
 local models = require "lutra.models"
 local st = require "lutra.ckpt.safetensors"
@@ -295,7 +296,7 @@ function M.load_weights(model, dir)
       for _, p in ipairs(plan) do
         local e, key = p.entry, p.key
         local dst, r = sd[e.lt], readers[files[key]]
-        if not e.rows and not e.t and r.tensors[key].dtype == dst.dtype and dst.device_ == -1 and dst:is_contiguous() then
+        if not e.rows and not e.t and r.tensors[key].dtype == dst.dtype and fields.is_cpu(dst) and dst:is_contiguous() then
           r:load(key, dst)
         else
           local t = r:load(key)

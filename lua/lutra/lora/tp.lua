@@ -27,7 +27,6 @@ local Linear = require "lutra.nn.linear"
 local Dropout = require "lutra.nn.dropout"
 local F = require "lutra.functional"
 local create = require "lutra.create"
-local dtype = require "lutra.dtype"
 local grad = require "lutra.nn.grad"
 local errors = require "lutra.errors"
 local spec = require "lutra.dist.spec"
@@ -201,8 +200,7 @@ local function dropout_columns(self, x)
   local shape = x.shape
   shape[#shape] = self.global_in_features
   local mask = grad.no_grad(function()
-    local full = create.bernoulli_(create.empty(shape, {dtype = dtype.name(x.dtype_),
-                                                        device = dtype.device_name(x.device_)}), 1 - p)
+    local full = create.bernoulli_(create.empty(shape, {dtype = x.dtype, device = x.device}), 1 - p)
     local piece = L.take(full, #shape - 1, self.pieces)
     full:free()
     return piece:mul_(1 / (1 - p))
@@ -324,7 +322,7 @@ function M.load(dir, model, opts)
       local column = getmetatable(m) == Column
       local ga = column and shape_of(A) or {A:size(0), m.global_in_features}
       local gb = column and {m.global_out_features, B:size(1)} or shape_of(B)
-      local like = {dtype = dtype.name(A.dtype_), device = dtype.device_name(A.device_)}
+      local like = {dtype = A.dtype, device = A.device}
       saved[#saved + 1] = {name = l[1], m = m, A = m.lora_A, B = m.lora_B, inf = m.in_features, outf = m.out_features,
                            mask = rawget(m, "_mask"), blocks = rawget(m, "blocks"), column = column, ga = ga, gb = gb}
       rawset(m, "lora_A", linear_of(create.zeros(ga, like)))

@@ -21,7 +21,7 @@ local Block = require "lutra.nn.block"
 local create = require "lutra.create"
 local ops = require "lutra.ops"
 local F = require "lutra.functional"
-local dtype = require "lutra.dtype"
+local fields = require "lutra.tensor.fields"
 local errors = require "lutra.errors"
 local grad = require "lutra.nn.grad"
 
@@ -83,7 +83,7 @@ end
 
 local function check_ids(what, t, B, T)
   if not is_tensor(t) then raise("Transformer: " .. what .. " must be a tensor, got " .. type(t)) end
-  local dt = dtype.name(t.dtype_)
+  local dt = t.dtype
   if dt ~= "i64" and dt ~= "i32" then raise("Transformer: " .. what .. " must be i64 or i32, got " .. dt) end
   if t.ndim ~= 2 or (B and (t:size(0) ~= B or t:size(1) ~= T)) then
     raise(string.format("Transformer: %s must be (B, T)%s, got [%s]", what,
@@ -112,7 +112,7 @@ end
 -- ln_f of the residual stream x + pending (the last block's add, fused with ln_f when it can be).
 local function final_norm(self, x, pending)
   local h
-  if pending ~= nil and pending.dtype_ == x.dtype_ and Block.fusable_norm(self.ln_f) then
+  if pending ~= nil and fields.dtype_id(pending) == fields.dtype_id(x) and Block.fusable_norm(self.ln_f) then
     local sum
     sum, h = self.ln_f:forward_add(pending, x)
     release(pending, sum)

@@ -13,6 +13,7 @@
 -- its MoE layers' routing with it).
 local Module = require "lutra.nn.module"
 local errors = require "lutra.errors"
+local fields = require "lutra.tensor.fields"
 local O = require "lutra.nn.options"
 local LayerNorm = require "lutra.nn.layer_norm"
 local RMSNorm = require "lutra.nn.rms_norm"
@@ -75,7 +76,7 @@ function Block:forward_split(x, pending, cache, pos, opts)
   local fuse = self.fuse_residual_norm
   if pending ~= nil then
     local sum
-    if fuse and pending.dtype_ == x.dtype_ and fusable(self.ln_1) then
+    if fuse and fields.dtype_id(pending) == fields.dtype_id(x) and fusable(self.ln_1) then
       sum, h = self.ln_1:forward_add(pending, x) -- sum = pending + x (= x + pending exactly)
     else
       sum = x + pending
@@ -90,7 +91,7 @@ function Block:forward_split(x, pending, cache, pos, opts)
   local a = self.attn(h, cache, pos, opts)
   release(h, x, a)
   local x1
-  if fuse and a.dtype_ == x.dtype_ and fusable(self.ln_2) then
+  if fuse and fields.dtype_id(a) == fields.dtype_id(x) and fusable(self.ln_2) then
     x1, h = self.ln_2:forward_add(a, x) -- x1 = a + x (= x + a exactly), h = ln_2(x1)
     release(a, x)
   else

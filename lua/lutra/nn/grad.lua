@@ -12,6 +12,7 @@ function M.clear_grad(t) t.grad = nil end
 M.no_grad = ag.no_grad
 
 local S = require "lutra.autograd.state"
+local fields = require "lutra.tensor.fields"
 
 -- Drops the storage of `t`, an intermediate of a forward that no caller sees, unless it is
 -- `keep` or `keep2` (an input or a result passed through). Safe where autograd holds its own reference to what it
@@ -19,7 +20,7 @@ local S = require "lutra.autograd.state"
 -- Then backward frees each activation as soon as the node that saved it has run, rather
 -- than when the step's tidy scope ends.
 function M.release(t, keep, keep2)
-  if t ~= nil and not rawequal(t, keep) and not rawequal(t, keep2) and (t.ag_ == 2 or not S.enabled) then t:free() end
+  if t ~= nil and not rawequal(t, keep) and not rawequal(t, keep2) and (fields.is_recorded(t) or not S.enabled) then t:free() end
 end
 M.grad_enabled = ag.is_grad_enabled
 

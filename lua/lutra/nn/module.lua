@@ -29,6 +29,7 @@
 local ops = require "lutra.ops"
 local errors = require "lutra.errors"
 local dtype = require "lutra.dtype"
+local fields = require "lutra.tensor.fields"
 local grad = require "lutra.nn.grad"
 
 local raise, is_tensor = errors.raise, ops.is_tensor
@@ -55,9 +56,9 @@ local function declare(self, name, key, kind, persistent)
 end
 
 local function check_param(self, name, t)
-  if not dtype.is_float(t.dtype_) then
+  if not dtype.is_float(fields.dtype_id(t)) then
     raise(string.format("%s: parameter '%s' must be a floating-point tensor, got %s (use self:buffer for others)",
-      self.__name, name, dtype.name(t.dtype_)))
+      self.__name, name, t.dtype))
   end
   if not grad.is_leaf(t) then
     raise(string.format("%s: parameter '%s' must be a leaf tensor (the result of an op that records for autograd "
@@ -306,10 +307,10 @@ function Module:to(a, b)
   local done = {}
   local function convert(t, is_param)
     if done[t] then return done[t] end
-    local want_dt = (dt ~= nil and dtype.is_float(t.dtype_)) and dt or t.dtype_
-    local want_dev = dev or t.device_
+    local want_dt = (dt ~= nil and dtype.is_float(fields.dtype_id(t))) and dt or fields.dtype_id(t)
+    local want_dev = dev or fields.device_id(t)
     local n = t
-    if want_dt ~= t.dtype_ or want_dev ~= t.device_ then
+    if want_dt ~= fields.dtype_id(t) or want_dev ~= fields.device_id(t) then
       n = grad.no_grad(function() return grad.detach(t):to(dtype.device_name(want_dev), dtype.name(want_dt)) end)
       if is_param then grad.set_requires_grad(n, grad.requires_grad(t)) end
     end

@@ -12,6 +12,7 @@
 -- copied when anything is refused. The error lists every problem.
 local ops = require "lutra.ops"
 local errors = require "lutra.errors"
+local fields = require "lutra.tensor.fields"
 local grad = require "lutra.nn.grad"
 
 local raise, is_tensor = errors.raise, ops.is_tensor
@@ -48,14 +49,6 @@ local function sorted_keys(set)
   return list
 end
 
-local function same_shape(a, b)
-  if a.ndim ~= b.ndim then return false end
-  for d = 0, a.ndim - 1 do
-    if a.shape_[d] ~= b.shape_[d] then return false end
-  end
-  return true
-end
-
 function M.load_state_dict(m, sd, opts)
   if type(sd) ~= "table" then raise("load_state_dict: expected a table name -> tensor, got " .. type(sd)) end
   if opts ~= nil and type(opts) ~= "table" then raise("load_state_dict: options must be a table {strict=}") end
@@ -73,7 +66,7 @@ function M.load_state_dict(m, sd, opts)
       unexpected[k] = true
     elseif not is_tensor(v) then
       problems[#problems + 1] = string.format("'%s' is a %s, not a tensor", k, type(v))
-    elseif not same_shape(v, mine) then
+    elseif not fields.same_shape(v, mine) then
       problems[#problems + 1] = string.format("shape mismatch for '%s': the state dict has %s, the model %s", k,
         shape_str(v), shape_str(mine))
     end

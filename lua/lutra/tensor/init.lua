@@ -9,7 +9,8 @@
 -- t.device, t.ndim, t.T); numbers and tables index (lutra.index). Arithmetic
 -- operators take tensors and numbers on either side. `==` is NOT elementwise: it
 -- compares identity (two references to the same tensor); use t:eq(u).
--- Dims and indices are 0-based and negative ones count from the end.
+-- Dims and indices are 0-based and negative ones count from the end. The C struct's fields are
+-- read and written only through lutra.tensor.fields.
 local lt = require "lutra.ffi"
 local errors = require "lutra.errors"
 local memory = require "lutra.memory"
@@ -19,6 +20,7 @@ local ops = require "lutra.ops"
 local index = require "lutra.index"
 local format = require "lutra.format"
 local S = require "lutra.autograd.state"
+local fields = require "lutra.tensor.fields"
 local ffi, C = lt.ffi, lt.C
 
 local M = {}
@@ -40,13 +42,13 @@ local records = require("lutra.autograd.op").records
 local pending_slot = 0
 local function fresh()
   local out = new()
-  pending_slot = out.slot_
+  pending_slot = fields.slot(out)
   return out
 end
 local function viewed(out, t, kind, a, b, c, d)
-  out.slot_ = pending_slot
-  if out.storage == t.storage then out.view_ = 1 end -- reshape may have copied
-  if t.ag_ ~= 0 and S.enabled then records[kind](out, t, a, b, c, d) end
+  fields.set_slot(out, pending_slot)
+  if fields.same_storage(out, t) then fields.set_view_kind(out, fields.VIEW) end -- reshape may have copied
+  if fields.is_tracked(t) and S.enabled then records[kind](out, t, a, b, c, d) end
   return out
 end
 M.viewed = viewed
@@ -54,9 +56,9 @@ M.viewed = viewed
 -- ---- properties and geometry -------------------------------------------------------
 
 properties.shape = shape_table
-properties.dtype = function(t) return dtype.name(t.dtype_) end
-properties.device = function(t) return dtype.device_name(t.device_) end
-properties.is_cuda = function(t) return t.device_ >= 0 end
+properties.dtype = function(t) return dtype.name(fields.dtype_id(t)) end
+properties.device = function(t) return dtype.device_name(fields.device_id(t)) end
+properties.is_cuda = fields.is_cuda
 properties.T = function(t) -- all dims reversed, as torch's .T
   local n, dims = t.ndim, {}
   for d = 1, n do dims[d] = n - d end
@@ -73,32 +75,28 @@ end
 function methods.size(t, d)
   if d == nil then return shape_table(t) end
   d = wrap_dim("size", d, t.ndim)
-  return t.ndim == 0 and 1 or tonumber(t.shape_[d])
+  return t.ndim == 0 and 1 or fields.size(t, d)
 end
 
 function methods.stride(t, d)
   if d == nil then
     local s = {}
-    for i = 0, t.ndim - 1 do s[i + 1] = tonumber(t.stride_[i]) end
+    for i = 0, t.ndim - 1 do s[i + 1] = fields.stride(t, i) end
     return s
   end
   d = wrap_dim("stride", d, t.ndim)
-  return t.ndim == 0 and 1 or tonumber(t.stride_[d])
+  return t.ndim == 0 and 1 or fields.stride(t, d)
 end
 
 function methods.dim(t) return t.ndim end
 
-function methods.numel(t)
-  local n = 1
-  for d = 0, t.ndim - 1 do n = n * tonumber(t.shape_[d]) end
-  return n
-end
+methods.numel = fields.numel
 methods.nelement = methods.numel
 
-function methods.element_size(t) return dtype.sizes[t.dtype_] end
+function methods.element_size(t) return dtype.sizes[fields.dtype_id(t)] end
 function methods.is_contiguous(t) return C.lt_is_contiguous(t) ~= 0 end
-function methods.is_floating_point(t) return dtype.is_float(t.dtype_) end
-function methods.is_freed(t) return t.storage == nil end
+function methods.is_floating_point(t) return dtype.is_float(fields.dtype_id(t)) end
+methods.is_freed = fields.is_freed
 
 -- The address of element [0, ..., 0] (void *), for FFI code that reads the data.
 function methods.data_ptr(t)
@@ -187,7 +185,7 @@ end
 function methods.expand_as(t, other)
   tensor_arg("expand_as", other, "other")
   local out = fresh()
-  if C.lt_expand(out, t, other.ndim, other.shape_) ~= 0 then fail() end
+  if C.lt_expand(out, t, other.ndim, fields.dims(other)) ~= 0 then fail() end
   return viewed(out, t, "expand")
 end
 
@@ -215,7 +213,7 @@ function methods.flatten(t, start_dim, end_dim)
   if s > e then raise(string.format("flatten: start_dim %d comes after end_dim %d", s, e)) end
   local sizes, merged = {}, 1
   for d = 0, n - 1 do
-    local size = tonumber(t.shape_[d])
+    local size = fields.size(t, d)
     if d < s or d > e then
       sizes[#sizes + 1] = size
     else
@@ -232,8 +230,8 @@ function methods.contiguous(t)
   if C.lt_is_contiguous(t) ~= 0 then return t end
   local out = fresh()
   if C.lt_contiguous(out, t) ~= 0 then fail() end
-  out.slot_ = pending_slot
-  if t.ag_ ~= 0 and S.enabled then records.copy(out, t) end
+  fields.set_slot(out, pending_slot)
+  if fields.is_tracked(t) and S.enabled then records.copy(out, t) end
   return out
 end
 
@@ -241,8 +239,9 @@ end
 
 local function empty_like(t, dt, dev)
   local out = new()
-  if C.lt_empty(out, t.ndim, t.shape_, dt or t.dtype_, dev or t.device_) ~= 0 then fail() end
-  if (dev or t.device_) >= 0 then memory.note_cuda() end
+  dt, dev = dt or fields.dtype_id(t), dev or fields.device_id(t)
+  if C.lt_empty(out, t.ndim, fields.dims(t), dt, dev) ~= 0 then fail() end
+  if dev >= 0 then memory.note_cuda() end
   return out
 end
 M.empty_like = empty_like
@@ -251,7 +250,7 @@ function methods.clone(t)
   check_alive(t, "clone")
   local out = empty_like(t)
   if C.lt_copy(out, t) ~= 0 then fail() end
-  if t.ag_ ~= 0 and S.enabled then records.copy(out, t) end
+  if fields.is_tracked(t) and S.enabled then records.copy(out, t) end
   return out
 end
 
@@ -263,7 +262,7 @@ function methods.copy_(t, src)
   if C.lt_copy(t, src) ~= 0 then fail() end
   S.bump(t)
   if S.enabled then
-    if src.ag_ ~= 0 then records.copy(t, src) else S.clear(t) end
+    if fields.is_tracked(src) then records.copy(t, src) else S.clear(t) end
   end
   return t
 end
@@ -283,11 +282,11 @@ function methods.zero_(t) return methods.fill_(t, 0) end
 -- to(dtype), to(device), to(device, dtype), to{dtype=, device=}, to(other_tensor).
 -- Returns t itself when nothing changes.
 function methods.to(t, a, b)
-  local dt, dev = t.dtype_, t.device_
+  local dt, dev = fields.dtype_id(t), fields.device_id(t)
   local function take(x)
     if x == nil then return end
     if is_tensor(x) then
-      dt, dev = x.dtype_, x.device_
+      dt, dev = fields.dtype_id(x), fields.device_id(x)
     elseif type(x) == "table" then
       dt = dtype.id(x.dtype, dt)
       dev = dtype.device_id(x.device, dev)
@@ -300,10 +299,10 @@ function methods.to(t, a, b)
   take(a)
   take(b)
   check_alive(t, "to")
-  if dt == t.dtype_ and dev == t.device_ then return t end
+  if dt == fields.dtype_id(t) and dev == fields.device_id(t) then return t end
   local out = empty_like(t, dt, dev)
   if C.lt_copy(out, t) ~= 0 then fail() end
-  if t.ag_ ~= 0 and S.enabled then records.copy(out, t) end
+  if fields.is_tracked(t) and S.enabled then records.copy(out, t) end
   return out
 end
 
@@ -313,7 +312,9 @@ for name, dt in pairs {float = "f32", double = "f64", bf16 = "bf16", bfloat16 = 
 end
 function methods.cpu(t) return methods.to(t, "cpu") end
 function methods.cuda(t, k) return methods.to(t, k or 0) end
-function methods.type_as(t, other) return methods.to(t, dtype.name(tensor_arg("type_as", other, "other").dtype_)) end
+function methods.type_as(t, other)
+  return methods.to(t, dtype.name(fields.dtype_id(tensor_arg("type_as", other, "other"))))
+end
 
 -- ---- values ------------------------------------------------------------------------
 
@@ -323,7 +324,7 @@ local item_value = ffi.new("double[1]")
 function methods.item(t)
   if C.lt_item(t, item_value) ~= 0 then fail() end
   local v = item_value[0]
-  if t.dtype_ == dtype.BOOL then return v ~= 0 end
+  if fields.dtype_id(t) == dtype.BOOL then return v ~= 0 end
   return v
 end
 
@@ -334,7 +335,7 @@ function methods.tolist(t)
   local n = methods.numel(t)
   local buf = ffi.new("double[?]", n > 0 and n or 1)
   if C.lt_copy_to_buffer(t, buf, dtype.F64, n) ~= 0 then fail() end
-  local is_bool = t.dtype_ == dtype.BOOL
+  local is_bool = fields.dtype_id(t) == dtype.BOOL
   local nd = t.ndim
   if nd == 0 then
     if is_bool then return buf[0] ~= 0 end
@@ -399,7 +400,7 @@ mt.__newindex = function(t, k, v)
 end
 mt.__len = function(t)
   if t.ndim == 0 then raise("len() of a 0-d tensor") end
-  return tonumber(t.shape_[0])
+  return fields.size(t, 0)
 end
 mt.__tostring = format.tostring
 mt.__concat = function(a, b) return tostring(a) .. tostring(b) end

@@ -1,0 +1,96 @@
+-- lutra.tensor.fields — the one module that reads and writes lt_tensor's C fields, as lutra.ffi names
+-- them for Lua (shape_, stride_, dtype_, device_, storage, and the Lua-owned tag split into ag_, view_,
+-- slot_). Every other module, the tensor type's own helpers included (ops, index, format, create,
+-- autograd), goes through these functions; so this module requires only lutra.ffi, and nothing that
+-- could require it back.
+--
+-- Each function is a single field access without allocation or varargs: LuaJIT's JIT inlines them, so
+-- the hot paths (ops' checks, autograd's records) cost what the raw field access costs.
+local lt = require "lutra.ffi"
+local ffi = lt.ffi
+local tonumber, cast = tonumber, ffi.cast
+local uintptr = ffi.typeof("uintptr_t")
+local CPU = lt.DEVICE_CPU
+
+local M = {}
+
+-- Autograd states (autograd_state): no autograd data, a leaf that requires grad, the result of a
+-- recorded op (its record lives in lutra.autograd.state under the tensor's registry slot).
+M.UNTRACKED, M.LEAF, M.RECORDED = 0, 1, 2
+-- View kinds (view_kind): owns or copied its data, made by a view op (shares another tensor's storage),
+-- an alias autograd keeps of a saved tensor.
+M.NOT_VIEW, M.VIEW, M.SAVED_ALIAS = 0, 1, 2
+
+-- ---- dtype and device ------------------------------------------------------------------------------
+
+-- The lt_dtype id (a number; lutra.dtype names it).
+function M.dtype_id(t) return t.dtype_ end
+-- The device id: LT_DEVICE_CPU (-1) or a CUDA ordinal k >= 0.
+function M.device_id(t) return t.device_ end
+-- Whether t lives in host memory.
+function M.is_cpu(t) return t.device_ == CPU end
+-- Whether t lives on a CUDA device.
+function M.is_cuda(t) return t.device_ >= 0 end
+-- Whether a and b have the same dtype.
+function M.same_dtype(a, b) return a.dtype_ == b.dtype_ end
+-- Whether a and b have the same dtype and the same device.
+function M.same_kind(a, b) return a.dtype_ == b.dtype_ and a.device_ == b.device_ end
+
+-- ---- geometry --------------------------------------------------------------------------------------
+
+-- The int64_t[LT_MAX_DIMS] array of sizes, to pass to C calls that take (ndim, shape).
+function M.dims(t) return t.shape_ end
+-- The int64_t[LT_MAX_DIMS] array of strides (in elements), to pass to C calls.
+function M.strides(t) return t.stride_ end
+-- The size of dim d (0-based, not wrapped) as a Lua number.
+function M.size(t, d) return tonumber(t.shape_[d]) end
+-- The stride of dim d (0-based, not wrapped) in elements, as a Lua number.
+function M.stride(t, d) return tonumber(t.stride_[d]) end
+
+-- The number of elements (1 for a 0-d tensor).
+function M.numel(t)
+  local n = 1
+  for d = 0, t.ndim - 1 do n = n * tonumber(t.shape_[d]) end
+  return n
+end
+
+-- Whether a and b have the same shape.
+function M.same_shape(a, b)
+  if a.ndim ~= b.ndim then return false end
+  for d = 0, a.ndim - 1 do
+    if a.shape_[d] ~= b.shape_[d] then return false end
+  end
+  return true
+end
+
+-- ---- storage ---------------------------------------------------------------------------------------
+
+-- Whether t has no storage: freed (by free() or lutra.tidy), or an `out` not allocated yet.
+function M.is_freed(t) return t.storage == nil end
+-- Whether a and b share one storage (a view and its base, or two views of one base).
+function M.same_storage(a, b) return a.storage == b.storage end
+-- A Lua number naming t's storage (its address), to key tables by storage; t must not be freed.
+function M.storage_key(t) return tonumber(cast(uintptr, t.storage)) end
+-- How many tensors hold t's storage; t must not be freed.
+function M.storage_refs(t) return t.storage.refcount end
+
+-- ---- the Lua-owned tag: autograd state, view kind, registry slot ----------------------------------
+
+-- M.UNTRACKED, M.LEAF or M.RECORDED.
+function M.autograd_state(t) return t.ag_ end
+function M.set_autograd_state(t, state) t.ag_ = state end
+-- Whether autograd tracks t (a leaf that requires grad, or a recorded result).
+function M.is_tracked(t) return t.ag_ ~= 0 end
+-- Whether t is the result of a recorded op (it has a grad_fn).
+function M.is_recorded(t) return t.ag_ == 2 end
+
+-- M.NOT_VIEW, M.VIEW or M.SAVED_ALIAS.
+function M.view_kind(t) return t.view_ end
+function M.set_view_kind(t, kind) t.view_ = kind end
+
+-- t's index in lutra.memory's registry (0 when unknown); the C view functions zero it in the views they
+-- make, and the Lua wrappers put it back.
+function M.slot(t) return t.slot_ end
+function M.set_slot(t, slot) t.slot_ = slot end
+
+return M
