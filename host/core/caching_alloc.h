@@ -23,6 +23,23 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The figures of one device's allocator (lt_memory_get_stats passes them on). Byte counts
+ * are of blocks (requests rounded to 512 B, or 2 MiB above 1 MiB); reserved is what is held
+ * from cudaMalloc. */
+typedef struct lt_cuda_memory_stats {
+  int64_t allocated;      /* bytes in blocks handed out */
+  int64_t reserved;       /* bytes in segments held from the device */
+  int64_t peak_allocated; /* high-water marks since the last reset */
+  int64_t peak_reserved;
+  int64_t num_allocs;     /* successful allocations */
+  int64_t num_frees;      /* successful frees */
+  int64_t cache_hits;     /* allocations served from the cache, without cudaMalloc */
+  int64_t num_segments;   /* segments held now */
+  int64_t segment_allocs; /* cudaMalloc calls that succeeded */
+  int64_t segment_frees;  /* cudaFree calls */
+  int64_t num_ooms;       /* allocations that failed for lack of memory */
+} lt_cuda_memory_stats;
+
 enum {
   LT_CA_SMALL_LIMIT = 1 << 20,   /* requests up to this size use the small pool */
   LT_CA_SMALL_ROUND = 512,       /* small requests round up to this */

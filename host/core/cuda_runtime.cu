@@ -11,6 +11,9 @@
 #include <stdio.h>
 extern "C" {
 #include "core/caching_alloc.h"
+extern "C" {
+#include "core/device.h"
+}
 }
 
 enum { MAX_CUDA_DEVICES = 16 }; /* as host/core/memory.c */

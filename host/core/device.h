@@ -4,6 +4,7 @@
 #ifndef LUTRA_CORE_DEVICE_H
 #define LUTRA_CORE_DEVICE_H
 #include "core/internal.h"
+#include "core/caching_alloc.h"
 #include "core/ew_geom.h"
 
 typedef struct lt_device_runtime {
@@ -29,5 +30,11 @@ const lt_device_runtime *lt_device_cuda(void);
 int lt_cuda_copy(int device, const lt_ew_geom *g, void *dst, int dst_dtype, const void *src, int src_dtype);
 int lt_cuda_fill(int device, const lt_ew_geom *g, void *out, int dtype, double value);
 int lt_cuda_sequence(int device, void *out, int64_t stride, int dtype, int64_t n, double start, double step);
+
+/* The caching allocator's figures of one CUDA device (lt_cuda_memory_stats: core/caching_alloc.h),
+ * which lt_memory_get_stats passes on. */
+int lt_cuda_get_memory_stats(int device, lt_cuda_memory_stats *stats);
+int lt_cuda_reset_peak_memory_stats(int device);
+int lt_cuda_empty_cache(int device); /* returns fully free segments to the device */
 
 #endif

@@ -164,6 +164,12 @@ int lt_memory_get_stats(int device, lt_memory_stats *stats) {
     stats->allocated = cs.allocated; /* block sizes, as the caching allocator holds them */
     stats->reserved = cs.reserved;
     stats->peak = cs.peak_allocated;
+    stats->peak_reserved = cs.peak_reserved;
+    stats->cache_hits = cs.cache_hits;
+    stats->num_segments = cs.num_segments;
+    stats->segment_allocs = cs.segment_allocs;
+    stats->segment_frees = cs.segment_frees;
+    stats->num_ooms = cs.num_ooms;
   }
   return 0;
 }

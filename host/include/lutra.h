@@ -73,6 +73,14 @@ typedef struct lt_memory_stats {
   int64_t num_allocs;     /* storages allocated so far */
   int64_t num_frees;      /* storages freed so far */
   int64_t since_collect;  /* bytes allocated since lt_memory_collected() */
+  /* a CUDA device's caching allocator (0 on the CPU): blocks are requests rounded to 512 B (2 MiB
+   * above 1 MiB), allocated/reserved/peak above count blocks and segments held from cudaMalloc */
+  int64_t peak_reserved;  /* high-water mark of reserved since the last reset */
+  int64_t cache_hits;     /* allocations served from the cache, without cudaMalloc */
+  int64_t num_segments;   /* segments held now */
+  int64_t segment_allocs; /* cudaMalloc calls that succeeded */
+  int64_t segment_frees;  /* cudaFree calls */
+  int64_t num_ooms;       /* allocations that failed for lack of memory */
 } lt_memory_stats;
 
 /* ---- runtime, errors, build ------------------------------------------------- */

@@ -255,6 +255,13 @@ function M.memory_stats(device)
     reserved = tonumber(stats.reserved),
     num_allocs = tonumber(stats.num_allocs),
     num_frees = tonumber(stats.num_frees),
+    -- a CUDA device's caching allocator (0 on the CPU)
+    peak_reserved = tonumber(stats.peak_reserved),
+    cache_hits = tonumber(stats.cache_hits),
+    num_segments = tonumber(stats.num_segments),
+    segment_allocs = tonumber(stats.segment_allocs),
+    segment_frees = tonumber(stats.segment_frees),
+    num_ooms = tonumber(stats.num_ooms),
   }
 end
 

@@ -4,6 +4,7 @@
  * against a reference model. */
 #include "core/caching_alloc.h"
 #include "check.h"
+#include "core/device.h"
 #include <string.h>
 
 #define MiB ((size_t)1 << 20)

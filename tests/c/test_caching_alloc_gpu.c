@@ -3,6 +3,7 @@
  * out-of-memory path, pinned host memory. The allocator itself: test_caching_alloc.c.
  * Written without a GPU at hand: not yet run on one. */
 #include "check.h"
+#include "core/device.h"
 #include <string.h>
 
 static void test_on_gpu(void) {

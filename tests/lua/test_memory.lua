@@ -16,6 +16,10 @@ test("memory_stats fields", function()
     equal(type(s[k]), "number", k)
   end
   equal(type(lt.memory_stats("cpu").allocated), "number")
+  -- the figures of a CUDA device's caching allocator: one API for every device, 0 on the CPU
+  for _, k in ipairs {"peak_reserved", "cache_hits", "num_segments", "segment_allocs", "segment_frees", "num_ooms"} do
+    equal(s[k], 0, k)
+  end
   local before = lt.memory_stats()
   local t = lt.empty(1000)
   local after = lt.memory_stats()

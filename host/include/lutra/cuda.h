@@ -4,26 +4,7 @@
 #ifndef LUTRA_CUDA_H
 #define LUTRA_CUDA_H
 
-/* ---- CUDA memory ------------------------------------------------------------ */
-/* Figures of the stream-ordered caching allocator of one CUDA device
- * (host/core/caching_alloc.h). Byte counts are of blocks (requests rounded to 512 B, or
- * 2 MiB above 1 MiB); reserved is what is held from cudaMalloc. */
-typedef struct lt_cuda_memory_stats {
-  int64_t allocated;      /* bytes in blocks handed out */
-  int64_t reserved;       /* bytes in segments held from the device */
-  int64_t peak_allocated; /* high-water marks since the last reset */
-  int64_t peak_reserved;
-  int64_t num_allocs;     /* successful allocations */
-  int64_t num_frees;      /* successful frees */
-  int64_t cache_hits;     /* allocations served from the cache, without cudaMalloc */
-  int64_t num_segments;   /* segments held now */
-  int64_t segment_allocs; /* cudaMalloc calls that succeeded */
-  int64_t segment_frees;  /* cudaFree calls */
-  int64_t num_ooms;       /* allocations that failed for lack of memory */
-} lt_cuda_memory_stats;
-int lt_cuda_get_memory_stats(int device, lt_cuda_memory_stats *stats);
-int lt_cuda_reset_peak_memory_stats(int device);
-int lt_cuda_empty_cache(int device); /* returns fully free segments to the device */
+/* ---- CUDA memory (its figures: lt_memory_get_stats, lutra.h) ----------------- */
 /* Page-locked host buffers for async copies, from a small cache. Free one only once
  * the copies using it have completed (synchronize the stream first). */
 int lt_cuda_host_alloc(int64_t nbytes, void **ptr);
