@@ -48,13 +48,7 @@ Optimizer.__index = Optimizer
 local CTOR_OPTS = {schedule = true, no_decay = true, master_weights = true}
 
 -- Runs fn(...) with autograd's grad mode off (as torch.no_grad), restoring it after.
-local function without_grad(fn, ...)
-  if not S or not S.enabled then return fn(...) end
-  S.enabled = false
-  local ok, err = pcall(fn, ...)
-  S.enabled = true
-  if not ok then error(err, 0) end
-end
+local without_grad = require("lutra.autograd.op").untracked
 Optimizer.without_grad = without_grad
 
 -- Notes an in-place write that bypassed the Lua ops (a direct C call), for autograd's
