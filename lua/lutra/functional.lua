@@ -45,6 +45,8 @@ local ops = require "lutra.ops"
 local dtype = require "lutra.dtype"
 local S = require "lutra.autograd.state"
 local op = require "lutra.autograd.op"
+local fields = require "lutra.tensor.fields"
+local is_tracked = fields.is_tracked
 local ffi, C = lt.ffi, lt.C
 
 local records = op.records
@@ -64,7 +66,7 @@ local function need(op, what, t)
   return t
 end
 
-local function grad_of(a) return a ~= nil and a.ag_ ~= 0 end
+local function grad_of(a) return a ~= nil and is_tracked(a) end
 
 -- True when autograd records this op (grad mode on, an input requires grad).
 local function tracked(a, b, c)
@@ -89,10 +91,10 @@ F.autocast = AC.run
 -- Per-row statistics (N) of x (..., C): f64 when x is, else left to the C op (f32).
 local function row_stats(x)
   local t = new()
-  if x.dtype_ == dtype.F64 and x.ndim > 0 then
+  if fields.dtype_id(x) == dtype.F64 and x.ndim > 0 then
     local n = 1
-    for d = 0, x.ndim - 2 do n = n * tonumber(x.shape_[d]) end
-    if C.lt_empty(t, 1, ffi.new("int64_t[1]", n), dtype.F64, x.device_) ~= 0 then fail() end
+    for d = 0, x.ndim - 2 do n = n * fields.size(x, d) end
+    if C.lt_empty(t, 1, ffi.new("int64_t[1]", n), dtype.F64, fields.device_id(x)) ~= 0 then fail() end
   end
   return t
 end
@@ -197,12 +199,11 @@ end
 -- bias (out) or nil, one dtype and one device.
 local function linear_fusable(x, weight, bias)
   local nd = x.ndim
-  if nd < 2 or nd > 16 or weight.ndim ~= 2 or x.shape_[nd - 1] ~= weight.shape_[1] or weight.dtype_ ~= x.dtype_
-    or weight.device_ ~= x.device_ then
+  if nd < 2 or nd > 16 or weight.ndim ~= 2 or fields.dims(x)[nd - 1] ~= fields.dims(weight)[1]
+    or not fields.same_kind(weight, x) then
     return false
   end
-  return bias == nil or (bias.ndim == 1 and bias.shape_[0] == weight.shape_[0] and bias.dtype_ == x.dtype_
-    and bias.device_ == x.device_)
+  return bias == nil or (bias.ndim == 1 and fields.dims(bias)[0] == fields.dims(weight)[0] and fields.same_kind(bias, x))
 end
 
 -- x (..., in) @ weight (out, in)^T + bias (out).
@@ -260,7 +261,7 @@ function F.cross_entropy(logits, targets, opts)
     end
     local total = ops.sum(losses, nil, false, out)
     if reduction == "sum" then return total, losses, lse end
-    local valid = ops.sum(ops.ne(t1, ignore_index):to(dtype.name(losses.dtype_)))
+    local valid = ops.sum(ops.ne(t1, ignore_index):to(dtype.name(fields.dtype_id(losses))))
     return ops.div(total, valid, total), losses, lse, valid
   end)
   if track then records.cross_entropy(loss, logits, targets, lse, ignore_index, reduction, valid) end
@@ -286,7 +287,7 @@ function F.embedding(ids, weight, out)
   out = out or new()
   if C.lt_embedding_forward(out, weight, ids) ~= 0 then fail() end
   if tracked(weight) then records.embedding(out, ids, weight) end
-  if cast and out.dtype_ == dtype.F32 then
+  if cast and fields.dtype_id(out) == dtype.F32 then
     local rows = out
     out = low(rows)
     rows:free() -- the f32 rows: the cast's record does not need them
@@ -298,9 +299,10 @@ end
 function F.embedding_backward(dout, ids, weight)
   local dweight
   if is_tensor(weight) then
-    dweight = require("lutra.create").zeros_like(weight, {dtype = dtype.name(dout.dtype_)})
+    dweight = require("lutra.create").zeros_like(weight, {dtype = dtype.name(fields.dtype_id(dout))})
   else
-    dweight = require("lutra.create").zeros(weight, {dtype = dtype.name(dout.dtype_), device = dtype.device_name(dout.device_)})
+    dweight = require("lutra.create").zeros(weight, {dtype = dtype.name(fields.dtype_id(dout)),
+      device = dtype.device_name(fields.device_id(dout))})
   end
   if C.lt_embedding_backward(dweight, dout, ids) ~= 0 then fail() end
   return dweight

@@ -173,7 +173,9 @@ def tensor_type_modules():
 
 
 TENSOR_TYPE = tensor_type_modules()
-RAW = re.compile(r"\.(storage|shape_|stride_|dtype_|device_|refcount|ag_|view_|slot_|tag)\b")
+# The C struct's int64 `tag` reaches Lua only as ag_, view_ and slot_, so `.tag` (an option, as in
+# opts.tag) is not a field site.
+RAW = re.compile(r"\.(storage|shape_|stride_|dtype_|device_|refcount|ag_|view_|slot_)\b")
 
 
 

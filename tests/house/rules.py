@@ -8,9 +8,8 @@
    (FLOORS), named by floor ("core/internal.h"), or lutra.h.
 2. One dispatch seam: `#if LUTRA_HAVE_CUDA` stands only in the files of CUDA_SEAM.
 3. One Lua layout: no lua/lutra/X.lua beside a package folder lua/lutra/X/.
-4. The tensor type owns its fields: outside the lua/lutra/tensor/ package and ffi.lua, a Lua module touches
-   lt_tensor's raw fields at most as often as tests/house/raw_fields.txt allows it (a ceiling that only
-   falls; a module not listed may not touch them at all).
+4. The tensor type owns its fields: outside the lua/lutra/tensor/ package and ffi.lua, no Lua module touches
+   lt_tensor's raw fields; it goes through lutra/tensor/fields.lua.
 5. No source file past MAX_LINES lines.
 """
 import os, re, shutil, sys, tempfile
@@ -29,7 +28,6 @@ FLOORS = {
 }
 CUDA_SEAM = {"host/core/device.c", "host/ops/backend.c", "host/core/runtime.c"}
 MAX_LINES = 800
-RAW_CEILINGS = "tests/house/raw_fields.txt"
 
 
 def floor_of(path):
@@ -67,21 +65,13 @@ def check_lua_layout(paths):
             for p in paths if p.startswith("lua/") and p.endswith(".lua") and p[:-4] in dirs]
 
 
-def check_raw_fields(paths, ceilings_path):
-    ceilings = {}
-    if os.path.exists(ceilings_path):
-        for line in house.lines(ceilings_path):
-            if line.strip() and not line.startswith("#"):
-                name, n = line.split()
-                ceilings[name] = int(n)
+def check_raw_fields(paths):
     breaches = []
     for p in paths:
         if not p.startswith("lua/") or not p.endswith(".lua") or p.endswith(house.TENSOR_TYPE):
             continue
-        n = house.raw_field_sites(p)
-        if n > ceilings.get(p, 0):
-            breaches.append(f"{p}: touches lt_tensor's raw fields {n} times (allowed {ceilings.get(p, 0)}, "
-                            f"{ceilings_path}): use lutra/tensor/fields.lua")
+        if n := house.raw_field_sites(p):
+            breaches.append(f"{p}: touches lt_tensor's raw fields {n} times: use lutra/tensor/fields.lua")
     return breaches
 
 
@@ -90,9 +80,9 @@ def check_sizes(paths):
             for p in paths if (n := len(house.lines(p))) > MAX_LINES]
 
 
-def run(paths, ceilings_path=RAW_CEILINGS):
+def run(paths):
     return (check_floors(paths) + check_cuda_seam(paths) + check_lua_layout(paths)
-            + check_raw_fields(paths, ceilings_path) + check_sizes(paths))
+            + check_raw_fields(paths) + check_sizes(paths))
 
 
 def self_check():
@@ -115,7 +105,7 @@ def self_check():
             os.makedirs(os.path.dirname(path), exist_ok=True)
             open(path, "w").write(text)
             paths = ["lua/lutra/nn/init.lua", path]
-            found = run(paths, "none.txt")
+            found = run(paths)
             if len(found) != 1 or not found[0].startswith(path):
                 failures.append(f"{rule}: planted {path}, the rules said {found}")
         finally:

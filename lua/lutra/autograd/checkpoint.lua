@@ -16,6 +16,8 @@ local dtype = require "lutra.dtype"
 local memory = require "lutra.memory"
 local errors = require "lutra.errors"
 local autocast = require "lutra.autocast"
+local fields = require "lutra.tensor.fields"
+local is_tracked = fields.is_tracked
 
 local declare, edge, attach = op.declare, op.edge, op.attach
 local is_tensor, raise = ops.is_tensor, errors.raise
@@ -39,7 +41,7 @@ local function recompute_inputs(node)
   for i = 1, node.nargs do
     local a = args[i]
     if is_tensor(a) then
-      if a.storage == nil then raise("checkpoint: an argument saved for backward was freed before backward ran") end
+      if fields.is_freed(a) then raise("checkpoint: an argument saved for backward was freed before backward ran") end
       if S.modified(a, node.versions[i]) then
         raise("backward: a tensor needed for backward was modified in place: argument " .. i
           .. " of lutra.checkpoint")
@@ -77,7 +79,7 @@ local function backward(node)
   local roots, grads = {}, {}
   for k, g in pairs(node.grads) do
     local out = res[k + 1]
-    if is_tensor(out) and out.ag_ ~= 0 then
+    if is_tensor(out) and is_tracked(out) then
       roots[#roots + 1] = S.record(out)
       grads[#grads + 1] = g
     end
@@ -104,7 +106,7 @@ local record_checkpoint = declare {
   release = function(node)
     for i = 1, node.nargs do
       local a = node.args[i]
-      if is_tensor(a) and a.view_ == 2 then a:free() end
+      if is_tensor(a) and fields.view_kind(a) == fields.SAVED_ALIAS then a:free() end
     end
     node.args = nil
   end,
@@ -139,7 +141,9 @@ function M.checkpoint(fn, ...)
   local n = table.maxn(res)
   for k = 1, n do
     local out = res[k]
-    if is_tensor(out) and out.ag_ == 0 and dtype.is_float(out.dtype_) then record_output(out, node, k) end
+    if is_tensor(out) and not is_tracked(out) and dtype.is_float(fields.dtype_id(out)) then
+      record_output(out, node, k)
+    end
   end
   return unpack(res, 1, n)
 end

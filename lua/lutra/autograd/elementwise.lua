@@ -11,6 +11,7 @@ local op = require "lutra.autograd.op"
 local U = require "lutra.autograd.util"
 local ops = require "lutra.ops"
 local dtype = require "lutra.dtype"
+local fields = require "lutra.tensor.fields"
 
 local declare, edge, attach, save, save_output = op.declare, op.edge, op.attach, op.save, op.save_output
 local shape_if_broadcast, reduce_to = U.shape_if_broadcast, U.reduce_to
@@ -280,12 +281,15 @@ declare {
 declare {
   name = "CopyBackward", op = "copy",
   record = function(cls, out, src)
-    if not dtype.is_float(out.dtype_) then return op.clear(out) end
-    attach(out, {edge(src), cls = cls, shape = shape_if_broadcast(src, out), dt = src.dtype_, dev = src.device_})
+    if not dtype.is_float(fields.dtype_id(out)) then return op.clear(out) end
+    attach(out, {edge(src), cls = cls, shape = shape_if_broadcast(src, out), dt = fields.dtype_id(src),
+      dev = fields.device_id(src)})
   end,
   backward = function(n, g)
     g = reduce_to(g, n.shape)
-    if g.dtype_ ~= n.dt or g.device_ ~= n.dev then g = g:to(dtype.name(n.dt), dtype.device_name(n.dev)) end
+    if fields.dtype_id(g) ~= n.dt or fields.device_id(g) ~= n.dev then
+      g = g:to(dtype.name(n.dt), dtype.device_name(n.dev))
+    end
     return g
   end,
 }

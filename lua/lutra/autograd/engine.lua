@@ -18,6 +18,7 @@ local memory = require "lutra.memory"
 local errors = require "lutra.errors"
 local ops = require "lutra.ops"
 local shape = require "lutra.shape"
+local fields = require "lutra.tensor.fields"
 local C = lt.C
 
 local M = {}
@@ -35,14 +36,7 @@ M.DELIVERED = setmetatable({}, {__tostring = function() return "delivered" end})
 local DELIVERED = M.DELIVERED
 
 
-local function same_shape(a, b)
-  local n = a.ndim
-  if n ~= b.ndim then return false end
-  for d = 0, n - 1 do
-    if a.shape_[d] ~= b.shape_[d] then return false end
-  end
-  return true
-end
+local same_shape = fields.same_shape
 M.same_shape = same_shape
 
 -- Checks a node's saved tensors before its backward uses them.
@@ -52,7 +46,7 @@ local function check_saved(node)
   for i = 1, #saves do
     local t = node[saves[i]]
     if t ~= nil then
-      if t.storage == nil then
+      if fields.is_freed(t) then
         raise(string.format("backward: a tensor saved for backward (%s of %s) was freed (by free() or lutra.tidy) "
           .. "before backward ran", saves[i], cls.name))
       end
@@ -75,7 +69,7 @@ local function release(node)
     local t = node[f]
     if t ~= nil then
       node[f] = nil
-      if t.view_ == 2 then t:free() end -- an alias autograd made (S.alias)
+      if fields.view_kind(t) == fields.SAVED_ALIAS then t:free() end -- an alias autograd made (S.alias)
     end
   end
   if cls.release then cls.release(node) end
@@ -153,8 +147,8 @@ end
 
 -- Exclusively ours: can be summed into in place.
 local function exclusive(pass, t)
-  return pass.owned[t] and pass.uses[t] == 1 and not pass.escaped[t] and t.storage ~= nil
-    and t.storage.refcount == 1 and C.lt_is_contiguous(t) ~= 0
+  return pass.owned[t] and pass.uses[t] == 1 and not pass.escaped[t] and not fields.is_freed(t)
+    and fields.storage_refs(t) == 1 and C.lt_is_contiguous(t) ~= 0
 end
 
 -- Adds gradient g (from the node named `from`) to rec's.
@@ -214,7 +208,7 @@ local function accumulate_leaf(pass, rec, g)
   end
   local cur = rec.grad
   if cur == nil then
-    if owned[g] and uses[g] == 1 and not escaped[g] and g.storage.refcount == 1 and C.lt_is_contiguous(g) ~= 0 then
+    if owned[g] and uses[g] == 1 and not escaped[g] and fields.storage_refs(g) == 1 and C.lt_is_contiguous(g) ~= 0 then
       rec.grad = g -- steal it
     else
       rec.grad = g:contiguous()
@@ -275,7 +269,7 @@ local function run_formula(pass, rec, g)
     if g3 ~= nil and g3 ~= DELIVERED and made[g3] then made[g3] = nil; owned[g3] = true end
   end
   for t in pairs(made) do -- the formula's temporaries
-    if t.storage ~= nil then t:free() end
+    if not fields.is_freed(t) then t:free() end
   end
   return g1, g2, g3
 end
@@ -344,7 +338,7 @@ local function run_guarded(pass)
   memory.set_owner(owner)
   if not ok then
     for _, g in pairs(pass.grads) do
-      if pass.owned[g] and not pass.escaped[g] and g.storage ~= nil then g:free() end
+      if pass.owned[g] and not pass.escaped[g] and not fields.is_freed(g) then g:free() end
     end
     error(err, 0)
   end

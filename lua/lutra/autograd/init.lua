@@ -38,6 +38,9 @@ local create = require "lutra.create"
 local dtype = require "lutra.dtype"
 local errors = require "lutra.errors"
 local shape = require "lutra.shape"
+local fields = require "lutra.tensor.fields"
+local is_tracked = fields.is_tracked
+local is_recorded = fields.is_recorded
 for _, part in ipairs {"elementwise", "reduce", "views", "nn", "add_norm"} do require("lutra.autograd." .. part) end
 
 local M = {}
@@ -76,16 +79,16 @@ function M.enable_grad(fn, ...) return with_grad_mode(true, fn, ...) end
 
 local set_requires_grad = S.set_requires_grad
 
-properties.requires_grad = function(t) return t.ag_ ~= 0 end
+properties.requires_grad = function(t) return is_tracked(t) end
 setters.requires_grad = function(t, v) set_requires_grad(t, v) end
 function methods.requires_grad_(t, on)
   if on == nil then on = true end
   return set_requires_grad(t, on)
 end
 
-properties.is_leaf = function(t) return t.ag_ ~= 2 end
+properties.is_leaf = function(t) return not is_recorded(t) end
 properties.grad_fn = function(t)
-  if t.ag_ ~= 2 then return nil end
+  if not is_recorded(t) then return nil end
   return record(t).cls.name
 end
 properties.grad = function(t)
@@ -137,15 +140,15 @@ end
 
 -- Makes t a leaf that does not require grad (its graph is dropped).
 function methods.detach_(t)
-  if t.ag_ == 2 then set_record(t, nil) end
-  t.ag_ = 0
+  if is_recorded(t) then set_record(t, nil) end
+  fields.set_autograd_state(t, fields.UNTRACKED)
   return t
 end
 
 -- A non-leaf keeps its gradient in .grad after backward.
 function methods.retain_grad(t)
-  if t.ag_ == 0 then raise("retain_grad: the tensor does not require grad") end
-  if t.ag_ == 2 then record(t).retains = true end
+  if not is_tracked(t) then raise("retain_grad: the tensor does not require grad") end
+  if is_recorded(t) then record(t).retains = true end
   return t
 end
 
@@ -155,7 +158,7 @@ end
 -- .grad or flows on); it may return a tensor of the same shape to use instead. Returns
 -- a handle whose :remove() unregisters it.
 function methods.register_hook(t, fn)
-  if t.ag_ == 0 then raise("register_hook: cannot register a hook on a tensor that does not require grad") end
+  if not is_tracked(t) then raise("register_hook: cannot register a hook on a tensor that does not require grad") end
   if type(fn) ~= "function" and not (type(fn) == "table" and getmetatable(fn) and getmetatable(fn).__call) then
     raise("register_hook: expected a function, got " .. type(fn))
   end
@@ -171,7 +174,9 @@ end
 -- of this backward's contributions summed): data parallel launches its all-reduce from
 -- here. Returns a handle whose :remove() unregisters it.
 function methods.register_post_accumulate_grad_hook(t, fn)
-  if t.ag_ ~= 1 then raise("register_post_accumulate_grad_hook: expected a leaf tensor that requires grad") end
+  if fields.autograd_state(t) ~= fields.LEAF then
+    raise("register_post_accumulate_grad_hook: expected a leaf tensor that requires grad")
+  end
   if type(fn) ~= "function" then raise("register_post_accumulate_grad_hook: expected a function, got " .. type(fn)) end
   local rec = record(t)
   rec.post_accumulate = rec.post_accumulate or {}
@@ -185,8 +190,7 @@ end
 
 local function root_grad(t, grad, op)
   if grad == nil then
-    local n = 1
-    for d = 0, t.ndim - 1 do n = n * tonumber(t.shape_[d]) end
+    local n = fields.numel(t)
     if n ~= 1 then
       raise(string.format("%s: grad can be implicitly created only for scalar outputs (this one has shape %s); "
         .. "pass a gradient of that shape", op, shape.shape_string(t)))
@@ -198,8 +202,8 @@ local function root_grad(t, grad, op)
     raise(string.format("%s: the gradient has shape %s, the tensor %s", op, shape.shape_string(grad),
       shape.shape_string(t)))
   end
-  if grad.dtype_ ~= t.dtype_ or grad.device_ ~= t.device_ then
-    return grad:to(dtype.name(t.dtype_), dtype.device_name(t.device_)), true
+  if fields.dtype_id(grad) ~= fields.dtype_id(t) or fields.device_id(grad) ~= fields.device_id(t) then
+    return grad:to(dtype.name(fields.dtype_id(t)), dtype.device_name(fields.device_id(t))), true
   end
   return grad, false
 end
@@ -222,7 +226,7 @@ function M.backward(tensors, grads, opts)
   local roots, root_grads, owned = {}, {}, {}
   for i, t in ipairs(tensors) do
     if not is_tensor(t) then raise("backward: expected tensors, got " .. type(t)) end
-    if t.ag_ == 0 then
+    if not is_tracked(t) then
       raise("backward: the tensor does not require grad and has no grad_fn (did an op run under no_grad, "
         .. "or on tensors that do not require grad?)")
     end
@@ -250,14 +254,14 @@ function M.grad(outputs, inputs, grad_outputs, opts)
   opts = check_opts("grad", opts)
   local roots, root_grads, owned, capture = {}, {}, {}, {}
   for i, t in ipairs(outputs) do
-    if t.ag_ == 0 then raise("grad: output " .. i .. " does not require grad and has no grad_fn") end
+    if not is_tracked(t) then raise("grad: output " .. i .. " does not require grad and has no grad_fn") end
     local g, made = root_grad(t, grad_outputs[i], "grad")
     if made then owned[g] = true end
     roots[#roots + 1] = record(t)
     root_grads[#root_grads + 1] = g
   end
   for i, x in ipairs(inputs) do
-    if not is_tensor(x) or x.ag_ == 0 then raise("grad: input " .. i .. " does not require grad") end
+    if not is_tensor(x) or not is_tracked(x) then raise("grad: input " .. i .. " does not require grad") end
     capture[record(x)] = true
   end
   local captured = engine.run(roots, root_grads, {retain_graph = opts.retain_graph, owned = owned, capture = capture})

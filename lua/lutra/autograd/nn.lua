@@ -12,6 +12,7 @@ local F = require "lutra.functional"
 local errors = require "lutra.errors"
 local memory = require "lutra.memory"
 local dtype = require "lutra.dtype"
+local fields = require "lutra.tensor.fields"
 local C = lt.C
 
 local declare, edge, attach, save, save_output = op.declare, op.edge, op.attach, op.save, op.save_output
@@ -79,7 +80,7 @@ declare {
     local out_features = g:size(-1)
     local g2 = (n[2] or n[3]) and g:reshape(-1, out_features) or nil
     if n[1] then gx = ops.matmul(g, n.w) end
-    if n[2] and n[3] and g.dtype_ == n.x.dtype_ then
+    if n[2] and n[3] and fields.same_dtype(g, n.x) then
       -- dW = g^T x and db = the row sums of g in one op: one GEMM on CUDA (the bias gradient in
       -- cuBLASLt's epilogue); on the CPU the same two steps as below, bit for bit
       gw, gb = new(), new()
@@ -147,13 +148,14 @@ declare {
     if n.reduction == "none" then
       dlosses = g:reshape(rows)
     else
-      if n.reduction == "mean" then g = ops.div(g, n.valid:to(dtype.name(g.dtype_))) end
+      if n.reduction == "mean" then g = ops.div(g, n.valid:to(dtype.name(fields.dtype_id(g)))) end
       dlosses = g:reshape(1):expand(rows):contiguous()
     end
     -- The logits are dead once this node ran: when autograd's alias is all that holds their
     -- storage, their gradient overwrites them (one logits-sized buffer less at backward's peak).
     local logits, out = n.logits, nil
-    if logits.view_ == 2 and logits.storage.refcount == 1 and C.lt_is_contiguous(logits) ~= 0
+    if fields.view_kind(logits) == fields.SAVED_ALIAS and fields.storage_refs(logits) == 1
+      and C.lt_is_contiguous(logits) ~= 0
         and not S.retain_graph then
       out = logits
     end

@@ -10,6 +10,7 @@ local U = require "lutra.autograd.util"
 local ops = require "lutra.ops"
 local F = require "lutra.functional"
 local dtype = require "lutra.dtype"
+local fields = require "lutra.tensor.fields"
 
 local declare, edge, attach, save, save_output = op.declare, op.edge, op.attach, op.save, op.save_output
 local shape_of, expand_back, reduced_dims, count = U.shape_of, U.expand_back, U.reduced_dims, U.count
@@ -53,7 +54,7 @@ declare {
 declare {
   name = "MaxMinBackward", op = {"max", "min"}, save = {"x", "y"}, record = record_saving,
   backward = function(n, g)
-    local hit = n.x:eq(kept(n, n.y)):to(dtype.name(n.x.dtype_))
+    local hit = n.x:eq(kept(n, n.y)):to(dtype.name(fields.dtype_id(n.x)))
     local ties = ops.sum(hit, n.dims, true)
     return mul(hit, div(kept(n, g), ties))
   end,
@@ -65,7 +66,7 @@ declare {
     local x, y = n.x, n.y
     local gk, yk = kept(n, g), kept(n, y)
     local is_zero = x:eq(0)
-    local zeros = ops.sum(is_zero:to(dtype.name(x.dtype_)), n.dims, true)
+    local zeros = ops.sum(is_zero:to(dtype.name(fields.dtype_id(x))), n.dims, true)
     -- no zero in the slice: y / x; one zero: the product of the others at the zero, 0 elsewhere
     local others = ops.prod(where(is_zero, 1, x), n.dims, true)
     local plain = div(yk, where(is_zero, 1, x))

@@ -30,11 +30,13 @@
 -- Versions: in-place writes bump a counter per storage (views share it), kept in a
 -- table keyed by the storage's address for storages that were saved for backward (a
 -- saved tensor keeps its storage, so the address cannot be reused while it matters).
-local ffi = require "ffi"
 local lt = require "lutra.ffi"
 local memory = require "lutra.memory"
 local dtype = require "lutra.dtype"
 local errors = require "lutra.errors"
+local fields = require "lutra.tensor.fields"
+local is_tracked = fields.is_tracked
+local is_recorded = fields.is_recorded
 
 local M = {}
 
@@ -46,14 +48,14 @@ local unslotted = setmetatable({}, {__mode = "k"}) -- records of tensors whose s
 
 -- t's record (nil when it has none).
 local function record(t)
-  local s = t.slot_
+  local s = fields.slot(t)
   if s ~= 0 then return records[s] end
   return unslotted[t]
 end
 M.record = record
 
 local function set_record(t, rec)
-  local s = t.slot_
+  local s = fields.slot(t)
   if s ~= 0 then
     records[s] = rec
   else
@@ -62,9 +64,6 @@ local function set_record(t, rec)
 end
 M.set_record = set_record
 
-local cast, tonumber = ffi.cast, tonumber
-local uintptr = ffi.typeof("uintptr_t")
-
 -- ---- versions ------------------------------------------------------------------------
 
 local versions = {} -- storage address -> version
@@ -72,13 +71,13 @@ local saved_refs = setmetatable({}, {__mode = "v"}) -- saved tensors, to prune v
 local n_refs, prune_at = 0, 4096
 
 local function storage_key(t)
-  return tonumber(cast(uintptr, t.storage))
+  return fields.storage_key(t)
 end
 
 -- Notes an in-place write into t (any tensor: only saved storages are counted).
 function M.bump(t)
-  if t.storage ~= nil then
-    local k = tonumber(cast(uintptr, t.storage))
+  if not fields.is_freed(t) then
+    local k = fields.storage_key(t)
     local v = versions[k]
     if v ~= nil then versions[k] = v + 1 end
   end
@@ -90,7 +89,7 @@ local function prune()
   for i = 1, n_refs do
     local t = saved_refs[i]
     saved_refs[i] = nil
-    if t ~= nil and t.storage ~= nil then
+    if t ~= nil and not fields.is_freed(t) then
       kept = kept + 1
       saved_refs[kept] = t
       local k = storage_key(t)
@@ -104,7 +103,7 @@ end
 
 -- The current version of t's storage (registering it).
 local function version_of(t)
-  local k = tonumber(cast(uintptr, t.storage))
+  local k = fields.storage_key(t)
   local v = versions[k]
   if v == nil then
     v = 0
@@ -123,7 +122,7 @@ end
 -- the op that saved it overwrote it).
 function M.modified(t, v)
   if v == -1 then return true end
-  if t.storage == nil then return false end -- freed: the op reports it
+  if fields.is_freed(t) then return false end -- freed: the op reports it
   local now = versions[storage_key(t)]
   return now ~= nil and now ~= v
 end
@@ -134,14 +133,14 @@ end
 function M.share(t)
   local out = memory.new()
   if lt.C.lt_set(out, t) ~= 0 then errors.fail() end
-  out.view_ = 1
+  fields.set_view_kind(out, fields.VIEW)
   return out
 end
 
 -- A shared tensor that a node owns, marked view_ = 2 (the engine frees it after use).
 function M.alias(t)
   local a = M.share(t)
-  a.view_ = 2
+  fields.set_view_kind(a, fields.SAVED_ALIAS)
   return a
 end
 
@@ -152,9 +151,9 @@ M.dest = nil
 -- The tensor to hold for backward in place of t (an alias for results of recorded ops,
 -- see the header) and its version.
 function M.save_value(t)
-  if t.ag_ == 2 then t = M.alias(t) end
+  if is_recorded(t) then t = M.alias(t) end
   local dest, v = M.dest, nil
-  if dest ~= nil and dest.storage == t.storage then
+  if dest ~= nil and fields.same_storage(dest, t) then
     v = -1
   else
     v = version_of(t)
@@ -177,23 +176,23 @@ end
 
 -- The record of t as an edge: its node or leaf record, or false.
 function M.edge(t)
-  if t.ag_ ~= 0 then return record(t) or false end
+  if is_tracked(t) then return record(t) or false end
   return false
 end
 
 -- Makes node the record of out.
 function M.attach(out, node)
   set_record(out, node)
-  out.ag_ = 2
+  fields.set_autograd_state(out, fields.RECORDED)
   return out
 end
 
 -- The tensor's record lost meaning (its values were overwritten by something that does
 -- not depend on tensors that require grad): it becomes a plain tensor again.
 function M.clear(t)
-  if t.ag_ == 2 then
+  if is_recorded(t) then
     set_record(t, nil)
-    t.ag_ = 0
+    fields.set_autograd_state(t, fields.UNTRACKED)
   end
 end
 
@@ -202,18 +201,19 @@ end
 -- Makes t a leaf that requires grad (on), or stops it requiring grad (off; leaves only).
 function M.set_requires_grad(t, on)
   if on then
-    if t.ag_ ~= 0 then return t end
-    if not dtype.is_float(t.dtype_) then
-      errors.raise("requires_grad: only floating point tensors can require gradients, got " .. dtype.name(t.dtype_))
+    if is_tracked(t) then return t end
+    if not dtype.is_float(fields.dtype_id(t)) then
+      errors.raise("requires_grad: only floating point tensors can require gradients, got "
+        .. dtype.name(fields.dtype_id(t)))
     end
     if record(t) == nil then set_record(t, {leaf = true}) end
-    t.ag_ = 1
+    fields.set_autograd_state(t, fields.LEAF)
   else
-    if t.ag_ == 2 then
+    if is_recorded(t) then
       errors.raise("requires_grad: only leaf tensors can stop requiring grad (this one is the result of "
         .. record(t).cls.name .. "); use detach()")
     end
-    t.ag_ = 0
+    fields.set_autograd_state(t, fields.UNTRACKED)
   end
   return t
 end
@@ -221,11 +221,12 @@ end
 -- Raised by the wrappers before an in-place write (or a write into `out`) when grad mode
 -- is on and the target or an input has autograd data.
 function M.check_inplace(op, out, a, b)
-  if out.ag_ == 1 then
+  if fields.autograd_state(out) == fields.LEAF then
     errors.raise(op .. ": a leaf tensor that requires grad cannot be modified in place (or written as out=) while "
       .. "grad mode is on; do it inside lutra.no_grad (as optimizer updates do), or on a detach()ed tensor")
   end
-  if out.view_ == 1 and (out.ag_ ~= 0 or (a ~= nil and a.ag_ ~= 0) or (b ~= nil and b.ag_ ~= 0)) then
+  if fields.view_kind(out) == fields.VIEW
+    and (is_tracked(out) or (a ~= nil and is_tracked(a)) or (b ~= nil and is_tracked(b))) then
     errors.raise(op .. ": in-place write into a view that takes part in autograd is not supported; compute the "
       .. "result out of place (e.g. lutra.cat, or x = x + y)")
   end

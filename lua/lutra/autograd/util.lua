@@ -3,6 +3,7 @@ local lt = require "lutra.ffi"
 local ops = require "lutra.ops"
 local create = require "lutra.create"
 local dtype = require "lutra.dtype"
+local fields = require "lutra.tensor.fields"
 
 local M = {}
 
@@ -10,7 +11,7 @@ local tonumber = tonumber
 
 function M.shape_of(t)
   local s = {}
-  for d = 0, t.ndim - 1 do s[d + 1] = tonumber(t.shape_[d]) end
+  for d = 0, t.ndim - 1 do s[d + 1] = fields.size(t, d) end
   return s
 end
 local shape_of = M.shape_of
@@ -22,7 +23,7 @@ local memcmp = lt.ffi.C.memcmp
 -- loop: this runs on every recorded binary op, inside the caller's compiled trace.
 function M.shape_if_broadcast(a, out)
   local n = a.ndim
-  if n == out.ndim and (n == 0 or memcmp(a.shape_, out.shape_, 8 * n) == 0) then return nil end
+  if n == out.ndim and (n == 0 or memcmp(fields.dims(a), fields.dims(out), 8 * n) == 0) then return nil end
   return shape_of(a)
 end
 
@@ -34,7 +35,7 @@ function M.reduce_to(g, shape)
   local dims, lead = {}, gn - n
   for d = 0, lead - 1 do dims[#dims + 1] = d end
   for d = 1, n do
-    if shape[d] == 1 and tonumber(g.shape_[lead + d - 1]) ~= 1 then dims[#dims + 1] = lead + d - 1 end
+    if shape[d] == 1 and fields.size(g, lead + d - 1) ~= 1 then dims[#dims + 1] = lead + d - 1 end
   end
   if #dims == 0 then return g end
   local r = ops.sum(g, dims, true)
@@ -74,7 +75,8 @@ function M.count(dims, shape)
 end
 
 function M.zeros(shape, like)
-  return create.zeros(shape, {dtype = dtype.name(like.dtype_), device = dtype.device_name(like.device_)})
+  return create.zeros(shape, {dtype = dtype.name(fields.dtype_id(like)),
+    device = dtype.device_name(fields.device_id(like))})
 end
 
 return M

@@ -11,6 +11,7 @@ local U = require "lutra.autograd.util"
 local ops = require "lutra.ops"
 local index = require "lutra.index"
 local dtype = require "lutra.dtype"
+local fields = require "lutra.tensor.fields"
 
 local declare, edge, attach = op.declare, op.edge, op.attach
 local shape_of, reduce_to, zeros = U.shape_of, U.reduce_to, U.zeros
@@ -89,7 +90,7 @@ local function record_cat(cls, out, list, dim)
   local sizes = {}
   for i = 1, #list do
     node[i] = edge(list[i])
-    sizes[i] = stacked and 1 or tonumber(list[i].shape_[dim])
+    sizes[i] = stacked and 1 or fields.size(list[i], dim)
   end
   node.sizes = sizes
   attach(out, node)
@@ -128,7 +129,7 @@ declare {
     local node = {edge(t), false, cls = cls, key = key}
     if ops.is_tensor(value) then
       node[2] = edge(value)
-      node.vshape, node.vdt = shape_of(value), value.dtype_
+      node.vshape, node.vdt = shape_of(value), fields.dtype_id(value)
     end
     attach(t, node)
   end,
@@ -140,7 +141,7 @@ declare {
     end
     if n[2] then
       gv = reduce_to(index.get(g, n.key), n.vshape)
-      if gv.dtype_ ~= n.vdt then gv = gv:to(dtype.name(n.vdt)) end
+      if fields.dtype_id(gv) ~= n.vdt then gv = gv:to(dtype.name(n.vdt)) end
     end
     return gt, gv
   end,

@@ -12,6 +12,7 @@
 local lt = require "lutra.ffi"
 local errors = require "lutra.errors"
 local memory = require "lutra.memory"
+local fields = require "lutra.tensor.fields"
 local ffi, C = lt.ffi, lt.C
 
 local raise, fail = errors.raise, errors.fail
@@ -196,7 +197,7 @@ local function copier(t, buf) return function() check(C.lt_copy(t, buf)) end end
 local function contiguous_out(t, copy_values)
   if C.lt_is_contiguous(t) ~= 0 then return t, nil end
   local buf = copy_values and t:contiguous() or memory.new()
-  if not copy_values then check(C.lt_empty(buf, t.ndim, t.shape_, t.dtype_, t.device_)) end
+  if not copy_values then check(C.lt_empty(buf, t.ndim, fields.dims(t), fields.dtype_id(t), fields.device_id(t))) end
   return buf, copier(t, buf)
 end
 

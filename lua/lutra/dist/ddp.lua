@@ -24,6 +24,7 @@ local groups = require "lutra.optim.groups"
 local comm = require "lutra.dist.comm"
 local flat = require "lutra.dist.zero_flat"
 local create = require "lutra.create"
+local fields = require "lutra.tensor.fields"
 
 local raise = errors.raise
 
@@ -114,9 +115,9 @@ function DDP:launch(b)
   flat.no_grad(function()
     for j, p in ipairs(b.params) do
       local g = p.grad
-      if g ~= nil and g.storage ~= nil and g:is_contiguous() then
+      if g ~= nil and not fields.is_freed(g) and g:is_contiguous() then
         flat.move(b.flat, b.offsets[j], g, 0, p:numel())
-      elseif g ~= nil and g.storage ~= nil then
+      elseif g ~= nil and not fields.is_freed(g) then
         local c = g:contiguous()
         flat.move(b.flat, b.offsets[j], c, 0, p:numel())
         c:free()
@@ -162,7 +163,7 @@ function DDP:finish()
     flat.no_grad(function()
       for j, p in ipairs(b.params) do
         local g = p.grad
-        if g == nil or g.storage == nil or not g:is_contiguous() then
+        if g == nil or fields.is_freed(g) or not g:is_contiguous() then
           g = create.empty(p.shape, {dtype = p.dtype, device = p.device})
           p.grad = g
         end
@@ -189,7 +190,7 @@ function DDP:remove()
   for _, b in ipairs(self.buckets) do
     if b.handle then b.handle:wait() end
     b.handle = nil
-    if b.flat.storage ~= nil then b.flat:free() end
+    if not fields.is_freed(b.flat) then b.flat:free() end
   end
 end
 

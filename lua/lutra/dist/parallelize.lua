@@ -18,6 +18,7 @@ local memory = require "lutra.memory"
 local spec = require "lutra.dist.spec"
 local clip = require "lutra.optim.clip"
 local ops = require "lutra.ops"
+local fields = require "lutra.tensor.fields"
 
 local raise = errors.raise
 
@@ -105,7 +106,7 @@ function Par:zero_grad()
     local g = p.grad
     if g ~= nil then
       p.grad = nil
-      if g.storage ~= nil then g:free() end
+      if not fields.is_freed(g) then g:free() end
     end
   end
   if self.optimizer then self.optimizer:zero_grad() end

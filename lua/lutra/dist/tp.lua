@@ -53,6 +53,7 @@ local L = require "lutra.dist.tp_layers"
 local tp_ops = require "lutra.dist.tp_ops"
 local tp_loss = require "lutra.dist.tp_loss"
 local lora_tp = require "lutra.lora.tp"
+local fields = require "lutra.tensor.fields"
 
 local raise = errors.raise
 local release = grad.release
@@ -358,7 +359,7 @@ local function assemble(t, layout, group)
   end
   local total = 0
   for i = 1, n do total = total + counts[i] end
-  local like = {dtype = dtype.name(t.dtype_), device = dtype.device_name(t.device_)}
+  local like = {dtype = dtype.name(fields.dtype_id(t)), device = dtype.device_name(fields.device_id(t))}
   local buf = create.empty({total}, like)
   group:all_gather(buf, t:contiguous(), not same and {counts = counts} or nil)
   local full = create.empty(global, like)

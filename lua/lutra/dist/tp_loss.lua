@@ -18,19 +18,21 @@ local create = require "lutra.create"
 local errors = require "lutra.errors"
 local dtype = require "lutra.dtype"
 local ops = require "lutra.ops"
+local fields = require "lutra.tensor.fields"
+local is_tracked = fields.is_tracked
 
 local raise = errors.raise
 
 local M = {}
 
 local function compute_dtype(t)
-  local dt = dtype.name(t.dtype_)
+  local dt = dtype.name(fields.dtype_id(t))
   return (dt == "bf16" or dt == "f16") and "f32" or dt
 end
 
 -- The (N, Vl) one-hot of targets t1 (N) i64 within columns [lo, lo + Vl), in dtype dt.
 local function one_hot(t1, lo, Vl, dt)
-  local cols = create.arange(lo, lo + Vl, {device = dtype.device_name(t1.device_)})
+  local cols = create.arange(lo, lo + Vl, {device = dtype.device_name(fields.device_id(t1))})
   return t1:unsqueeze(1):eq(cols:unsqueeze(0)):to(dt)
 end
 
@@ -38,7 +40,7 @@ local function forward(logits, targets, group, lo, V, ignore_index, reduction)
   local Vl = logits:size(-1)
   local dt = compute_dtype(logits)
   local l2 = logits:reshape(-1, Vl)
-  if dtype.name(l2.dtype_) ~= dt then l2 = l2:to(dt) end
+  if dtype.name(fields.dtype_id(l2)) ~= dt then l2 = l2:to(dt) end
   local t1 = targets:reshape(-1):to("i64")
   local N = l2:size(0)
   if t1:size(0) ~= N then
@@ -82,11 +84,11 @@ local record_cross_entropy = op.declare {
   backward = function(n, g)
     local logits = n.logits
     local Vl = logits:size(-1)
-    local out_dt = dtype.name(logits.dtype_)
+    local out_dt = dtype.name(fields.dtype_id(logits))
     local l2 = logits:reshape(-1, Vl)
     local dt = compute_dtype(logits)
     if out_dt ~= dt then l2 = l2:to(dt) end
-    if dtype.name(g.dtype_) ~= dt then g = g:to(dt) end
+    if dtype.name(fields.dtype_id(g)) ~= dt then g = g:to(dt) end
     local d = ((l2 - n.lse):exp() - one_hot(n.targets, n.lo, Vl, dt)) * (n.scale * g)
     if out_dt ~= dt then d = d:to(out_dt) end
     return d:view(n.shape)
@@ -108,7 +110,7 @@ function M.cross_entropy(logits, targets, group, vocab_start, vocab_size, opts)
   -- the pieces are one recorded op
   local loss, losses, lse, t1, scale = op.untracked(forward, logits, targets, group, vocab_start, vocab_size,
     ignore_index, reduction)
-  if S.enabled and logits.ag_ ~= 0 then record_cross_entropy(loss, logits, t1, lse, scale, vocab_start) end
+  if S.enabled and is_tracked(logits) then record_cross_entropy(loss, logits, t1, lse, scale, vocab_start) end
   return loss, losses
 end
 

@@ -17,6 +17,8 @@ local S = require "lutra.autograd.state"
 local create = require "lutra.create"
 local errors = require "lutra.errors"
 local dtype = require "lutra.dtype"
+local fields = require "lutra.tensor.fields"
+local is_tracked = fields.is_tracked
 
 local raise = errors.raise
 
@@ -33,7 +35,7 @@ local function declare(name, backward)
     record = function(cls, out, x, group) op.attach(out, {op.edge(x), cls = cls, group = group}) end,
   }
   return function(out, x, group)
-    if S.enabled and x.ag_ ~= 0 then record(out, x, group) end
+    if S.enabled and is_tracked(x) then record(out, x, group) end
     return out
   end
 end
@@ -46,7 +48,8 @@ local function check(op, x, group)
 end
 
 local function empty(shape, like)
-  return create.empty(shape, {dtype = dtype.name(like.dtype_), device = dtype.device_name(like.device_)})
+  return create.empty(shape, {dtype = dtype.name(fields.dtype_id(like)),
+    device = dtype.device_name(fields.device_id(like))})
 end
 
 -- A contiguous copy of x (a new tensor, never x's storage: collectives write in place).

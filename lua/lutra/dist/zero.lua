@@ -33,6 +33,7 @@ local spec = require "lutra.dist.spec"
 local memory = require "lutra.memory"
 local lt = require "lutra.ffi"
 local flat = require "lutra.dist.zero_flat"
+local fields = require "lutra.tensor.fields"
 
 local raise = errors.raise
 local C = lt.C
@@ -189,7 +190,7 @@ function M.launch_reduce(self, b)
     local inp = create.zeros(n * S, {dtype = like.dtype, device = like.device})
     for _, e in ipairs(b.entries) do
       local g, geo = e.p.grad, e.geo
-      if g ~= nil and g.storage ~= nil then
+      if g ~= nil and not fields.is_freed(g) then
         local c = g:is_contiguous() and g or g:contiguous()
         for r = 0, n - 1 do flat.move(inp, r * S + e.off, c, geo.start(r) * geo.row, geo.count(r) * geo.row) end
         if c ~= g then c:free() end
@@ -211,7 +212,7 @@ function M.free_full_grads(self, b)
     local g = e.p.grad
     if g ~= nil then
       e.p.grad = nil
-      if g.storage ~= nil then g:free() end
+      if not fields.is_freed(g) then g:free() end
     end
   end
 end
@@ -271,10 +272,10 @@ function M.land(self, b, into_full)
       piece:free()
       local sg = e.shard.grad
       local full = into_full and e.p.grad or nil
-      if sg ~= nil and sg.storage ~= nil then
+      if sg ~= nil and not fields.is_freed(sg) then
         sg:add_(avg)
         avg:free()
-      elseif full ~= nil and full.storage ~= nil and full:is_contiguous() then
+      elseif full ~= nil and not fields.is_freed(full) and full:is_contiguous() then
         -- stage 1: the averaged rows go back into p.grad; shard.grad is their view
         local rows = full:narrow(0, e.geo.start(rank), cnt)
         flat.copy(rows, avg)
@@ -323,7 +324,7 @@ function Zero:zero_grad()
     local g = t and t.grad
     if g ~= nil then
       t.grad = nil
-      if g.storage ~= nil then g:free() end
+      if not fields.is_freed(g) then g:free() end
     end
   end
   for _, e in ipairs(self.entries) do
@@ -331,7 +332,7 @@ function Zero:zero_grad()
     drop(e.shard)
   end
   for _, b in ipairs(self.buckets or {}) do
-    if b.held ~= nil and b.held.storage ~= nil then b.held:free() end
+    if b.held ~= nil and not fields.is_freed(b.held) then b.held:free() end
     b.held = nil
   end
 end
@@ -354,7 +355,7 @@ function Zero:grads()
   for _, e in ipairs(self.entries) do
     local g
     if self.ddp then g = e.p.grad else g = e.shard.grad end
-    if g ~= nil and g.storage ~= nil then list[#list + 1] = g end
+    if g ~= nil and not fields.is_freed(g) then list[#list + 1] = g end
   end
   return list
 end
@@ -465,7 +466,7 @@ function Zero:memory()
     grads = grads + flat.bytes(e.p.grad)
   end
   for _, b in ipairs(self.buckets or {}) do
-    if b.held and b.held.storage ~= nil then grads = grads + flat.bytes(b.held) end
+    if b.held and not fields.is_freed(b.held) then grads = grads + flat.bytes(b.held) end
   end
   return {params = params, grads = grads, optimizer = state_bytes(self.optimizer)}
 end

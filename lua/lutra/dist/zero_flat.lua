@@ -11,6 +11,7 @@ local errors = require "lutra.errors"
 local untracked = require("lutra.autograd.op").untracked
 local memory = require "lutra.memory"
 local create = require "lutra.create"
+local fields = require "lutra.tensor.fields"
 
 local C = lt.C
 local M = {}
@@ -77,7 +78,7 @@ function M.fill_range(dst, off, n, v)
 end
 
 function M.bytes(t)
-  if t == nil or t.storage == nil then return 0 end
+  if t == nil or fields.is_freed(t) then return 0 end
   return t:numel() * t:element_size()
 end
 

@@ -34,6 +34,8 @@ local S = require "lutra.autograd.state"
 local Module = require "lutra.nn.module"
 local Z = require "lutra.dist.zero"
 local flat = require "lutra.dist.zero_flat"
+local fields = require "lutra.tensor.fields"
+local is_tracked = fields.is_tracked
 
 local raise, is_tensor = errors.raise, ops.is_tensor
 local C = lt.C
@@ -237,7 +239,7 @@ function Stage3:post_forward(u, res)
   if S.enabled then
     for i = 1, table.maxn(res) do
       local t = res[i]
-      if is_tensor(t) and t.ag_ ~= 0 and t.storage ~= nil then
+      if is_tensor(t) and is_tracked(t) and not fields.is_freed(t) then
         t:register_hook(function() self:pre_backward(u) end)
       end
     end

@@ -31,6 +31,8 @@ local op = require "lutra.autograd.op"
 local S = require "lutra.autograd.state"
 local lt = require "lutra.ffi"
 local memory = require "lutra.memory"
+local fields = require "lutra.tensor.fields"
+local is_tracked = fields.is_tracked
 
 local raise = errors.raise
 local release = grad.release
@@ -97,7 +99,9 @@ local record_qkv_attention = op.declare {
   backward = function(n, g)
     local qkv = n.qkv
     local dqkv = memory.new()
-    if lt.C.lt_empty(dqkv, qkv.ndim, qkv.shape_, qkv.dtype_, qkv.device_) ~= 0 then errors.fail() end
+    if lt.C.lt_empty(dqkv, qkv.ndim, fields.dims(qkv), fields.dtype_id(qkv), fields.device_id(qkv)) ~= 0 then
+      errors.fail()
+    end
     local q, k, v = split_rotated(qkv, n.H, n.Hkv, n.theta, n.positions)
     local dq, dk, dv = split(dqkv, n.H, n.Hkv)
     local dqr, dkr = dq, dk
@@ -125,7 +129,7 @@ end
 
 local function qkv_attention(qkv, H, Hkv, scale, theta, positions, segments)
   local y, lse = op.untracked(attend, qkv, H, Hkv, scale, theta, positions, segments)
-  if S.enabled and qkv.ag_ ~= 0 then record_qkv_attention(y, lse, qkv, H, Hkv, scale, theta, positions, segments) end
+  if S.enabled and is_tracked(qkv) then record_qkv_attention(y, lse, qkv, H, Hkv, scale, theta, positions, segments) end
   return y
 end
 

@@ -11,6 +11,8 @@ local ffi, C = lt.ffi, lt.C
 local M = {}
 
 local records = require("lutra.autograd.op").records
+local fields = require "lutra.tensor.fields"
+local is_tracked = fields.is_tracked
 local bump, clear = S.bump, S.clear
 local before_write, recording, is_tensor, check_out = W.before_write, W.recording, W.is_tensor, W.check_out
 local new, fail, raise = memory.new, errors.fail, errors.raise
@@ -69,7 +71,7 @@ local function binary_slow(a, b, op, out)
     if C_binary_scalar(out, t, s, op, reverse) ~= 0 then fail() end
     if given ~= nil then bump(given) end
     if S.enabled then
-      if t.ag_ ~= 0 then
+      if is_tracked(t) then
         S.dest = given
         record_scalar(op, out, t, s, reverse)
         S.dest = nil
@@ -85,7 +87,7 @@ local function binary_slow(a, b, op, out)
     if C_binary(out, a, b, op) ~= 0 then fail() end
     if given ~= nil then bump(given) end
     if S.enabled then
-      if a.ag_ ~= 0 or b.ag_ ~= 0 then
+      if is_tracked(a) or is_tracked(b) then
         S.dest = given
         record_binary(op, out, a, b)
         S.dest = nil
@@ -108,7 +110,7 @@ local F32, F64 = dtype.F32, dtype.F64
 -- (torch's type promotion), through autograd: custom code mixing f32 parameters with the
 -- low-precision activations of autocast ops keeps working.
 local function promote(a, b)
-  local da, db = a.dtype_, b.dtype_
+  local da, db = fields.dtype_id(a), fields.dtype_id(b)
   if da == db then return a, b end
   local wide_a, wide_b = da == F32 or da == F64, db == F32 or db == F64
   if wide_a and not wide_b and dtype.is_float(db) then return a, b:to(dtype.name(da)) end
@@ -122,21 +124,21 @@ local function binary(a, b, op, out)
       if type(a) == "cdata" and istype(Tensor, a) then
         out = new()
         if C_binary_scalar(out, a, b, op, 0) ~= 0 then fail() end
-        if a.ag_ ~= 0 and S.enabled then record_scalar(op, out, a, b, 0) end
+        if is_tracked(a) and S.enabled then record_scalar(op, out, a, b, 0) end
         return out
       end
     elseif type(a) == "number" then
       if type(b) == "cdata" and istype(Tensor, b) then
         out = new()
         if C_binary_scalar(out, b, a, op, 1) ~= 0 then fail() end
-        if b.ag_ ~= 0 and S.enabled then record_scalar(op, out, b, a, 1) end
+        if is_tracked(b) and S.enabled then record_scalar(op, out, b, a, 1) end
         return out
       end
     elseif type(a) == "cdata" and type(b) == "cdata" and istype(Tensor, a) and istype(Tensor, b) then
-      if AC.dtype and a.dtype_ ~= b.dtype_ then a, b = promote(a, b) end
+      if AC.dtype and fields.dtype_id(a) ~= fields.dtype_id(b) then a, b = promote(a, b) end
       out = new()
       if C_binary(out, a, b, op) ~= 0 then fail() end
-      if (a.ag_ ~= 0 or b.ag_ ~= 0) and S.enabled then record_binary(op, out, a, b) end
+      if (is_tracked(a) or is_tracked(b)) and S.enabled then record_binary(op, out, a, b) end
       return out
     end
   end
@@ -178,13 +180,13 @@ local function unary(a, op, out)
   if out == nil then
     out = new()
     if C_unary(out, a, op) ~= 0 then fail() end
-    if a.ag_ ~= 0 and S.enabled then records[unary_names[op]](out, a) end
+    if is_tracked(a) and S.enabled then records[unary_names[op]](out, a) end
     return out
   end
   local name = unary_names[op]
   before_write(name, out, a)
   if C_unary(out, a, op) ~= 0 then fail() end
-  if recording(out, out, a.ag_ ~= 0) then
+  if recording(out, out, is_tracked(a)) then
     records[name](out, a)
     S.dest = nil
   end
@@ -225,7 +227,7 @@ function M.clamp(a, lo, hi, out)
   if given ~= nil then before_write("clamp", given, a) end
   if out == nil then out = new() end
   if C.lt_clamp(out, a, lo or -math.huge, hi or math.huge) ~= 0 then fail() end
-  if recording(given, out, a.ag_ ~= 0) then
+  if recording(given, out, is_tracked(a)) then
     records.clamp(out, a, lo, hi)
     S.dest = nil
   end
@@ -236,7 +238,7 @@ function M.clamp_(a, lo, hi) return M.clamp(a, lo, hi, a) end
 -- A 0-d tensor holding v, with like's dtype and device.
 local function scalar_like(v, like)
   local t = new()
-  if C.lt_empty(t, 0, nil, like.dtype_, like.device_) ~= 0 then fail() end
+  if C.lt_empty(t, 0, nil, fields.dtype_id(like), fields.device_id(like)) ~= 0 then fail() end
   if C.lt_fill(t, v) ~= 0 then fail() end
   return t
 end
@@ -248,7 +250,7 @@ function M.where(cond, a, b, out)
   local sa, sb = scalar_of(a), scalar_of(b)
   if sa and sb then
     local like = new()
-    if C.lt_empty(like, 0, nil, dtype.F32, cond.device_) ~= 0 then fail() end
+    if C.lt_empty(like, 0, nil, dtype.F32, fields.device_id(cond)) ~= 0 then fail() end
     a, b = scalar_like(sa, like), scalar_like(sb, like)
   elseif sa then
     if not is_tensor(b) then raise("where: b must be a tensor or a number, got " .. type(b)) end
@@ -263,7 +265,7 @@ function M.where(cond, a, b, out)
   if given ~= nil then before_write("where", given, a, b) end
   if out == nil then out = new() end
   if C.lt_where(out, cond, a, b) ~= 0 then fail() end
-  if recording(given, out, a.ag_ ~= 0 or b.ag_ ~= 0) then
+  if recording(given, out, is_tracked(a) or is_tracked(b)) then
     records.where(out, cond, a, b)
     S.dest = nil
   end

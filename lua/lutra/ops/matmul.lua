@@ -13,6 +13,8 @@ local before_write, recording, check_out = W.before_write, W.recording, W.check_
 local new, fail = memory.new, errors.fail
 local tensor_arg = errors.tensor_arg
 local AC = require "lutra.autocast"
+local fields = require "lutra.tensor.fields"
+local is_tracked = fields.is_tracked
 
 -- a (..., M, K) @ b (..., K, N) -> (..., M, N), batch dims broadcast.
 function M.matmul(a, b, out)
@@ -24,7 +26,7 @@ function M.matmul(a, b, out)
   if given ~= nil then before_write("matmul", given, a, b) end
   if out == nil then out = new() end
   if C.lt_matmul(out, a, b, 0, 0, 1.0, 0.0) ~= 0 then fail() end
-  if recording(given, out, a.ag_ ~= 0 or b.ag_ ~= 0) then
+  if recording(given, out, is_tracked(a) or is_tracked(b)) then
     records.gemm(out, a, b, false, false, 1.0, 0.0)
     S.dest = nil
   end
@@ -43,10 +45,10 @@ function M.gemm(a, b, opts)
   if given ~= nil then before_write("gemm", given, a, b) end
   if out == nil then out = new() end
   local alpha, beta = opts.alpha or 1.0, opts.beta or 0.0
-  local old = beta ~= 0 and given ~= nil and given.ag_ ~= 0 and given or nil -- out's old value takes part
+  local old = beta ~= 0 and given ~= nil and is_tracked(given) and given or nil -- out's old value takes part
   local rc = C.lt_matmul(out, a, b, opts.trans_a and 1 or 0, opts.trans_b and 1 or 0, alpha, beta)
   if rc ~= 0 then fail() end
-  if recording(given, out, a.ag_ ~= 0 or b.ag_ ~= 0 or old ~= nil) then
+  if recording(given, out, is_tracked(a) or is_tracked(b) or old ~= nil) then
     records.gemm(out, a, b, opts.trans_a and true or false, opts.trans_b and true or false, alpha, beta, old)
     S.dest = nil
   end

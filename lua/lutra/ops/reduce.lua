@@ -12,6 +12,8 @@ local C = lt.C
 local M = {}
 
 local records = require("lutra.autograd.op").records
+local fields = require "lutra.tensor.fields"
+local is_tracked = fields.is_tracked
 local before_write, recording, is_tensor, check_out = W.before_write, W.recording, W.is_tensor, W.check_out
 local new, fail, raise = memory.new, errors.fail, errors.raise
 local int_arg = errors.int_arg
@@ -28,7 +30,7 @@ local function reduce(a, op, name, dims, keepdim, out)
   if given ~= nil then before_write(name, given, a) end
   if out == nil then out = new() end
   if C.lt_reduce(out, a, op, n, arr, keepdim and 1 or 0) ~= 0 then fail() end
-  if recording(given, out, a.ag_ ~= 0) then
+  if recording(given, out, is_tracked(a)) then
     records[name](out, a, dims, keepdim)
     S.dest = nil
   end
@@ -78,7 +80,7 @@ local function var_std(name, a, dims, keepdim, correction, out)
   if out == nil then out = new() end
   if C.lt_var(out, a, n, arr, correction, keepdim and 1 or 0) ~= 0 then fail() end
   if name == "std" and C_unary(out, out, UNARY.sqrt) ~= 0 then fail() end
-  if recording(given, out, a.ag_ ~= 0) then
+  if recording(given, out, is_tracked(a)) then
     records[name](out, a, dims, keepdim, correction)
     S.dest = nil
   end
@@ -95,7 +97,7 @@ local function softmax(name, fn, a, dim, out)
   if given ~= nil then before_write(name, given, a) end
   if out == nil then out = new() end
   if fn(out, a, dim or -1) ~= 0 then fail() end
-  if recording(given, out, a.ag_ ~= 0) then
+  if recording(given, out, is_tracked(a)) then
     records[name](out, a, dim or -1)
     S.dest = nil
   end

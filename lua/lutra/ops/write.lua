@@ -10,6 +10,8 @@
 local lt = require "lutra.ffi"
 local errors = require "lutra.errors"
 local S = require "lutra.autograd.state"
+local fields = require "lutra.tensor.fields"
+local is_tracked = fields.is_tracked
 local ffi = lt.ffi
 
 local M = {}
@@ -19,7 +21,7 @@ local bump, clear = S.bump, S.clear
 -- Before writing into a caller's tensor `out` (an in-place op or out=): autograd refuses
 -- writes it cannot follow (S.check_inplace raises).
 local function before_write(name, out, a, b)
-  if S.enabled and (out.ag_ ~= 0 or (a ~= nil and a.ag_ ~= 0) or (b ~= nil and b.ag_ ~= 0)) then
+  if S.enabled and (is_tracked(out) or (a ~= nil and is_tracked(a)) or (b ~= nil and is_tracked(b))) then
     S.check_inplace(name, out, a, b)
   end
 end
