@@ -64,7 +64,7 @@ end
 function M.fn(name)
   local ok, f = pcall(function() return lib[name] end)
   if ok then return f end
-  return function() require("lutra.errors").raise("lutra: " .. name .. " is not available in this build of the C library") end
+  return function() error("lutra: " .. name .. " is not available in this build of the C library", 2) end
 end
 
 -- Enum values, read from the header so that Lua and C never disagree.

@@ -98,8 +98,9 @@ def lua_require_graph(paths):
         mod = p[4:-4].replace("/", ".")
         mod = re.sub(r"\.init$", "", mod)
         for line in lines(p):
-            for m in re.finditer(r"""require\s*\(?\s*["']([\w.]+)["']""", line):
-                if m.group(1) != mod:
+            code = line.split("--", 1)[0]
+            for m in re.finditer(r"""require\s*\(?\s*["']([\w.]+)["']""", code):
+                if code[:m.start()].count('"') % 2 == 0 and m.group(1) != mod:  # not inside a string
                     graph[mod].add(m.group(1))
         graph.setdefault(mod, set())
     return graph

@@ -23,7 +23,8 @@
 -- otherwise.
 -- The safetensors metadata records lutra's module names and format.
 local errors = require "lutra.errors"
-local lt = require "lutra"
+local no_grad = require("lutra.nn.grad").no_grad
+local cat = require("lutra.create").cat
 
 local raise = errors.raise
 
@@ -211,7 +212,7 @@ function M.load(dir, model, opts)
     -- one shared A (what lutra writes for a fused layer) or independent adapters (row blocks)
     local shared = #present == #hs and rawget(m, "blocks") == nil
     for i = 2, #present do
-      if shared and lt.no_grad(function() return (present[i].a:to("f64") - present[1].a:to("f64")):abs():max():item() end) ~= 0 then
+      if shared and no_grad(function() return (present[i].a:to("f64") - present[1].a:to("f64")):abs():max():item() end) ~= 0 then
         shared = false
       end
     end
@@ -220,10 +221,10 @@ function M.load(dir, model, opts)
       local A = present[1].a
       local Bs = {}
       for i, p in ipairs(present) do Bs[i] = p.b end
-      local B = #Bs == 1 and Bs[1] or lt.cat(Bs, 0)
+      local B = #Bs == 1 and Bs[1] or cat(Bs, 0)
       if A:size(0) ~= wa:size(0) or A:size(1) ~= wa:size(1) then shape_error(name, "A", A, wa.shape) end
       if B:size(0) ~= wb:size(0) or B:size(1) ~= wb:size(1) then shape_error(name, "B", B, wb.shape) end
-      lt.no_grad(function()
+      no_grad(function()
         wa:copy_(A)
         wb:copy_(B)
       end)
@@ -237,7 +238,7 @@ function M.load(dir, model, opts)
       end
       if not same then m:set_blocks(blocks) end
       wa, wb = m.lora_A.weight, m.lora_B.weight
-      lt.no_grad(function()
+      no_grad(function()
         wb:zero_()
         for i, p in ipairs(present) do
           wa:narrow(0, (i - 1) * m.r, m.r):copy_(p.a)
