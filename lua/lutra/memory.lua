@@ -28,7 +28,7 @@
 local lt = require "lutra.ffi"
 local errors = require "lutra.errors"
 local dtype = require "lutra.dtype"
-local fields = require "lutra.tensor.fields"
+local set_slot = require("lutra.tensor.fields").set_slot
 local ffi, C = lt.ffi, lt.C
 
 local M = {}
@@ -137,7 +137,7 @@ local function register(p, t)
   end
   tensors[slot] = t
   addresses[slot] = address
-  fields.set_slot(t, slot)
+  set_slot(t, slot)
   return t
 end
 

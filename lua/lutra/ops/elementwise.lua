@@ -35,14 +35,21 @@ local BINARY_RECORD, SCALAR_RECORD = {}, {}
 for _, name in ipairs {"add", "sub", "mul", "div", "pow", "maximum", "minimum"} do
   BINARY_RECORD[BINARY[name]], SCALAR_RECORD[BINARY[name]] = name, name .. "_scalar"
 end
-local function record_binary(op, out, a, b)
+-- The record functions by op code, looked up in the declarations' registry at first use.
+local binary_record = setmetatable({}, {__index = function(cache, op)
   local name = BINARY_RECORD[op]
-  if name then records[name](out, a, b) else clear(out) end
-end
-local function record_scalar(op, out, a, s, reverse)
+  local rec = name and records[name] or clear
+  cache[op] = rec
+  return rec
+end})
+local scalar_record = setmetatable({}, {__index = function(cache, op)
   local name = SCALAR_RECORD[op]
-  if name then records[name](out, a, s, reverse) else clear(out) end
-end
+  local rec = name and records[name] or clear
+  cache[op] = rec
+  return rec
+end})
+local function record_binary(op, out, a, b) return binary_record[op](out, a, b) end
+local function record_scalar(op, out, a, s, reverse) return scalar_record[op](out, a, s, reverse) end
 
 -- A scalar operand as a number (booleans and int64 cdata included), or nil.
 local function scalar_of(x)
