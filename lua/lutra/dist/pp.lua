@@ -32,6 +32,7 @@
 -- stage group with comm.split: every rank of the world calls parallelize then.
 -- Schedules: lutra/dist/pp_schedule.lua; transfers: pp_program.lua; running: pp_exec.lua.
 local Module = require "lutra.nn.module"
+local embed = require("lutra.models.transformer").embed
 local errors = require "lutra.errors"
 local create = require "lutra.create"
 local grad = require "lutra.nn.grad"
@@ -72,20 +73,7 @@ end
 
 -- idx (B, T) -> (B, T, C): token (+ position) embeddings and dropout, as Transformer:forward
 -- (positions (B, T): packed rows, as its opts.positions).
-function Stage:embed(idx, positions)
-  local T = idx:size(1)
-  local x = self.wte(idx)
-  if self.wpe ~= nil then
-    local p = self.wpe(positions or create.arange(0, T))
-    local e = x
-    x = e + p
-    release(e)
-    release(p)
-  end
-  local d = self.drop(x)
-  release(x, d)
-  return d
-end
+function Stage:embed(idx, positions) return embed(self, idx, positions, 0, idx:size(1)) end
 
 -- x (B, T, C) through the blocks of local chunk k (packed: {positions =, segments =} or nil).
 function Stage:run_chunk(k, x, packed)

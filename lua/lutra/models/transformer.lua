@@ -95,6 +95,7 @@ end
 local release = grad.release
 
 -- Token embeddings plus learned positions (at `positions`, else pos .. pos + T - 1), then dropout.
+-- Anything holding wte, wpe (or nil) and drop may call it: a pipeline stage does (lutra.dist.pp).
 local function embed(self, idx, positions, pos, T)
   local x = self.wte(idx)
   if self.wpe ~= nil then
@@ -226,5 +227,7 @@ function Transformer:extra_repr()
   if c.n_kv_head ~= c.n_head then s = s .. string.format(" (%d kv)", c.n_kv_head) end
   return s .. string.format(", vocab %d, block %d", c.vocab_size, c.block_size)
 end
+
+Transformer.embed = embed
 
 return Transformer

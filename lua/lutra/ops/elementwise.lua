@@ -35,19 +35,17 @@ local BINARY_RECORD, SCALAR_RECORD = {}, {}
 for _, name in ipairs {"add", "sub", "mul", "div", "pow", "maximum", "minimum"} do
   BINARY_RECORD[BINARY[name]], SCALAR_RECORD[BINARY[name]] = name, name .. "_scalar"
 end
--- The record functions by op code, looked up in the declarations' registry at first use.
-local binary_record = setmetatable({}, {__index = function(cache, op)
-  local name = BINARY_RECORD[op]
-  local rec = name and records[name] or clear
-  cache[op] = rec
-  return rec
-end})
-local scalar_record = setmetatable({}, {__index = function(cache, op)
-  local name = SCALAR_RECORD[op]
-  local rec = name and records[name] or clear
-  cache[op] = rec
-  return rec
-end})
+-- The record functions by op code (names: op code -> record name), looked up in the
+-- declarations' registry at first use; an op without a record (comparisons) clears.
+local function records_by_op(names)
+  return setmetatable({}, {__index = function(cache, op)
+    local name = names[op]
+    local rec = name and records[name] or clear
+    cache[op] = rec
+    return rec
+  end})
+end
+local binary_record, scalar_record = records_by_op(BINARY_RECORD), records_by_op(SCALAR_RECORD)
 local function record_binary(op, out, a, b) return binary_record[op](out, a, b) end
 local function record_scalar(op, out, a, s, reverse) return scalar_record[op](out, a, s, reverse) end
 
