@@ -57,6 +57,22 @@ test("lt.dist.once with a mesh", function()
   check_once("mesh")
 end)
 
+test("lt.dist.once: a failure on rank 0 raises on every rank, and the others never run fn", function()
+  local ran = false
+  local ok, err = pcall(lt.dist.once, function()
+    if R == 0 then error("no corpus at /nonexistent", 0) end
+    ran = true
+  end)
+  equal(ok, false)
+  if R == 0 then
+    equal(err, "no corpus at /nonexistent")
+  else
+    assert(err:find("dist.once: rank 0 failed: no corpus at /nonexistent", 1, true), err)
+  end
+  equal(ran, false)
+  world:barrier()
+end)
+
 -- ---- can_save_whole after the trainer's conversion ---------------------------------------
 
 local path = string.format("%s/lutra_recipe_api_%d_%d.txt", dir, R, N)

@@ -65,19 +65,22 @@ function M.is_main() return M.rank() == 0 end
 
 local function pack(...) return {n = select("#", ...), ...} end
 
--- Runs fn(...) on rank 0 first and then, after a barrier of the world, on the other ranks:
--- rank 0 writes what the others then find ready (a corpus, a tokenizer, a token file).
--- Returns fn's results on every rank; a world of one runs fn once.
+-- Runs fn(...) on rank 0 first and then, once rank 0 is done, on the other ranks: rank 0
+-- writes what the others then find ready (a corpus, a tokenizer, a token file). Returns fn's
+-- results on every rank; a world of one runs fn once. When fn fails on rank 0 every rank
+-- raises (the others say rank 0's error) instead of waiting for it in a barrier.
 function M.once(fn, ...)
   if type(fn) ~= "function" then raise("dist.once: expected a function, got " .. type(fn)) end
   local world = current and current.world or (M.launched() and comm().world) or nil
   if world == nil or world.size <= 1 then return fn(...) end
   if world.rank == 0 then
-    local results = pack(fn(...))
-    world:barrier()
-    return unpack(results, 1, results.n)
+    local results = pack(pcall(fn, ...))
+    world:all_gather_text(results[1] and "" or tostring(results[2]))
+    if not results[1] then error(results[2], 0) end
+    return unpack(results, 2, results.n)
   end
-  world:barrier()
+  local failure = world:all_gather_text("")[1]
+  if failure ~= "" then raise("dist.once: rank 0 failed: " .. failure) end
   return fn(...)
 end
 
