@@ -14,7 +14,6 @@ static int make_view(lt_tensor *out, const lt_tensor *src, int ndim, const int64
     __atomic_add_fetch(&tmp.storage->refcount, 1, __ATOMIC_RELAXED);
     lt_storage_release(out->storage);
     out->storage = tmp.storage;
-    out->tag = 0;
   }
   out->offset = tmp.offset + extra_offset_elems * lt_dtype_size(tmp.dtype);
   out->ndim = ndim;

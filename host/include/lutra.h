@@ -63,7 +63,9 @@ typedef struct lt_tensor {
   int32_t dtype;       /* lt_dtype */
   int32_t device;      /* LT_DEVICE_CPU or a CUDA ordinal */
   int32_t refcount;
-  int64_t tag;         /* free for the Lua layer (autograd bookkeeping); views start at 0 */
+  int32_t lua_slot;    /* the Lua binding's index of this tensor in its registry (lutra.memory), as PyTorch's
+                        * TensorImpl keeps its Python object's slot: the C core never reads it, and an op
+                        * that writes a view into `out` keeps out's */
 } lt_tensor;
 
 typedef struct lt_memory_stats {

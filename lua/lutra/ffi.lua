@@ -7,14 +7,10 @@
 -- The lt_tensor struct is declared with four fields renamed (shape_, stride_,
 -- dtype_, device_): a struct's own fields take precedence over its metatype's
 -- __index, and the tensor metatype gives t.shape, t.dtype and t.device their
--- PyTorch meaning (a Lua list, "f32", "cpu") and t:stride(d) its method. The
--- int64 `tag` (free for the Lua layer) is seen as three fields that read as plain
--- Lua numbers, never as boxed int64s: ag_ (autograd: 0 none, 1 leaf that requires
--- grad, 2 result of a recorded op), view_ (1: made by a view op, so it shares another
--- tensor's storage; 2: an alias autograd keeps of a saved tensor) and slot_ (the tensor's index in lutra.memory's registry, where
--- autograd keeps its record; 0 when unknown). The C view functions zero the tag of the
--- view they make; the Lua wrappers restore slot_. The layout is unchanged, so the C
--- functions see exactly the header's struct.
+-- PyTorch meaning (a Lua list, "f32", "cpu") and t:stride(d) its method. The layout
+-- is unchanged, so the C functions see exactly the header's struct. Only
+-- lutra.tensor.fields reads these fields, and the Lua-side state of a tensor
+-- (autograd's, its view kind) lives there, under the tensor's lua_slot.
 local ffi = require "ffi"
 
 local M = {ffi = ffi}
@@ -43,7 +39,6 @@ local function lua_view_of_api(text)
     body = body:gsub("(%s)([%a_][%w_]*)(%s*[%[;])", function(space, field, rest)
       return space .. (renamed[field] or field) .. rest
     end)
-    body = body:gsub("int64_t%s+tag%s*;", "int16_t ag_; int16_t view_; int32_t slot_;")
     return head .. body .. tail
   end))
 end
@@ -51,7 +46,7 @@ end
 local already = pcall(ffi.typeof, "lt_tensor")
 if already then
   -- Someone declared the API before us: accept it only if it is our view of it.
-  if not pcall(ffi.offsetof, "lt_tensor", "slot_") or ffi.offsetof("lt_tensor", "slot_") == nil then
+  if not pcall(ffi.offsetof, "lt_tensor", "shape_") or ffi.offsetof("lt_tensor", "shape_") == nil then
     error("lutra: lt_tensor was declared with ffi.cdef before require 'lutra'; "
       .. "require 'lutra' first and use require('lutra.ffi').C for the C API", 0)
   end

@@ -28,7 +28,7 @@
 local lt = require "lutra.ffi"
 local errors = require "lutra.errors"
 local dtype = require "lutra.dtype"
-local set_slot = require("lutra.tensor.fields").set_slot
+local bind_slot = require("lutra.tensor.fields").bind
 local ffi, C = lt.ffi, lt.C
 
 local M = {}
@@ -85,7 +85,7 @@ end
 -- ---- the registry of live tensors ------------------------------------------------------
 -- Slot i holds one live tensor: addresses[i] its lt_tensor * (a number), tensors[i] the
 -- tensor itself in a weak-valued list, records[i] autograd's record of it. A tensor keeps
--- its slot for life (t.slot_); the sweep releases the C tensors of the slots whose tensor
+-- its slot for life (its lua_slot); the sweep releases the C tensors of the slots whose tensor
 -- the GC cleared and puts those slots on a free list. GC steps (and so the sweep, a
 -- finalizer) only run where Lua allocates, which new() does before it touches the lists.
 
@@ -137,7 +137,7 @@ local function register(p, t)
   end
   tensors[slot] = t
   addresses[slot] = address
-  set_slot(t, slot)
+  bind_slot(t, slot)
   return t
 end
 

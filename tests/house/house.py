@@ -174,9 +174,9 @@ def tensor_type_modules():
 
 
 TENSOR_TYPE = tensor_type_modules()
-# The C struct's int64 `tag` reaches Lua only as ag_, view_ and slot_, so `.tag` (an option, as in
-# opts.tag) is not a field site.
-RAW = re.compile(r"\.(storage|shape_|stride_|dtype_|device_|refcount|ag_|view_|slot_)\b")
+# lt_tensor's fields as lutra.ffi names them (lua_slot; ag_, view_ and slot_ are what older trees split
+# their int64 `tag` into, kept so that figures.py counts them there; `.tag` is an option, as in opts.tag).
+RAW = re.compile(r"\.(storage|shape_|stride_|dtype_|device_|refcount|lua_slot|ag_|view_|slot_)\b")
 
 
 

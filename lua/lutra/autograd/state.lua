@@ -3,23 +3,21 @@
 -- can require it while autograd's formulas require them. How an op declares its node and
 -- backward: lutra/autograd/op.lua.
 --
--- Per tensor (fields of the C struct's free `tag`, see lutra/ffi.lua):
---   t.ag_    0: no autograd; 1: a leaf that requires grad; 2: the result of a recorded op.
---   t.view_  1: made by a view op (shares another tensor's storage); 2: an alias that
---            autograd made to save a tensor (freed by the engine after use).
---   t.slot_  its index in lutra.memory's registry of live tensors.
+-- Per tensor, kept by lutra.tensor.fields under the tensor's registry slot (lutra.memory):
+--   autograd_state  UNTRACKED; LEAF, a leaf that requires grad; RECORDED, the result of a recorded op.
+--   view_kind       VIEW: made by a view op (shares another tensor's storage); SAVED_ALIAS: an alias
+--                   that autograd made to save a tensor (freed by the engine after use).
 -- A tensor that has autograd data has a record: the leaf record {leaf = true, grad =,
 -- hooks =} or the node of the op that made it. Records live in the registry next to
--- the tensor (memory.records[t.slot_]: an array store, no hashing), and the registry's
--- sweep drops them with the tensor. (A weak-keyed table keyed by the tensor cdata works
--- too, and is the fallback for the rare tensor without a slot, but inserting into one
--- costs as much as the op itself.)
+-- the tensor (memory.records[slot]: an array store, no hashing; inserting into a table keyed
+-- by the tensor cdata costs as much as the op itself), and the registry's sweep drops them
+-- with the tensor.
 --
 -- A record lives as long as its tensor, and a tensor as long as something holds it. A
 -- node that held a tensor which itself has a record (the result of a recorded op)
 -- would keep that tensor, its node, the tensors that node holds, ... alive one GC cycle
 -- per level of the graph once the graph is dropped. So nodes never hold such tensors:
--- save() keeps results of recorded ops (ag_ 2) through an alias (a new tensor sharing
+-- save() keeps results of recorded ops (RECORDED) through an alias (a new tensor sharing
 -- the storage, with no record), owned by the node and freed once backward used it.
 -- Leaves and plain tensors are held as they are.
 --
@@ -44,24 +42,12 @@ M.enabled = true -- grad mode (lutra.no_grad turns it off)
 M.retain_graph = false -- while backward runs: whether saved tensors must survive it
 
 local records = memory.records
-local unslotted = setmetatable({}, {__mode = "k"}) -- records of tensors whose slot_ is 0
 
 -- t's record (nil when it has none).
-local function record(t)
-  local s = fields.slot(t)
-  if s ~= 0 then return records[s] end
-  return unslotted[t]
-end
+local function record(t) return records[fields.slot(t)] end
 M.record = record
 
-local function set_record(t, rec)
-  local s = fields.slot(t)
-  if s ~= 0 then
-    records[s] = rec
-  else
-    unslotted[t] = rec
-  end
-end
+local function set_record(t, rec) records[fields.slot(t)] = rec end
 M.set_record = set_record
 
 -- ---- versions ------------------------------------------------------------------------
@@ -137,7 +123,7 @@ function M.share(t)
   return out
 end
 
--- A shared tensor that a node owns, marked view_ = 2 (the engine frees it after use).
+-- A shared tensor that a node owns, marked SAVED_ALIAS (the engine frees it after use).
 function M.alias(t)
   local a = M.share(t)
   fields.set_view_kind(a, fields.SAVED_ALIAS)

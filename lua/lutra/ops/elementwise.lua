@@ -107,7 +107,7 @@ local function binary_slow(a, b, op, out)
 end
 
 -- out = a op b; a or b may be a number. Kept free of allocations but `out`; with autograd
--- one ag_ field read per tensor operand when nothing requires grad.
+-- one autograd-state read per tensor operand when nothing requires grad.
 local AC = require "lutra.autocast"
 local F32, F64 = dtype.F32, dtype.F64
 

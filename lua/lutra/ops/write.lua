@@ -1,6 +1,6 @@
 -- lutra.ops.write — how every op wrapper writes its result, for autograd.
 --
--- After the C call, an op whose input has autograd data (t.ag_ ~= 0) while grad mode is on
+-- After the C call, an op whose input has autograd data (fields.is_tracked) while grad mode is on
 -- hands its output to the record function its declaration registers (lutra.autograd.op's
 -- records, by the op's name: lutra/autograd/elementwise.lua, reduce.lua, nn.lua), which
 -- attaches the node. Writing into a given `out` (in-place forms included) is checked first
@@ -31,7 +31,7 @@ M.before_write = before_write
 -- says whether to record the op (grad mode on and track: an input requires grad); the caller
 -- then calls the op's record and sets S.dest back to nil. Otherwise given's old record is
 -- dropped. The record call stays at each op's own site: one target per call site for the JIT.
---   if recording(given, out, a.ag_ ~= 0) then records.clamp(out, a, lo, hi); S.dest = nil end
+--   if recording(given, out, is_tracked(a)) then records.clamp(out, a, lo, hi); S.dest = nil end
 local function recording(given, out, track)
   if given ~= nil then bump(given) end
   if S.enabled then

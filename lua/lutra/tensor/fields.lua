@@ -1,6 +1,7 @@
 -- lutra.tensor.fields — the one module that reads and writes lt_tensor's C fields, as lutra.ffi names
--- them for Lua (shape_, stride_, dtype_, device_, storage, and the Lua-owned tag split into ag_, view_,
--- slot_). Every other module, the tensor type's own helpers included (ops, index, format, create,
+-- them for Lua (shape_, stride_, dtype_, device_, storage, lua_slot), and that keeps the Lua side's own
+-- state of each tensor (autograd's state, the view kind) in Lua arrays indexed by the tensor's registry
+-- slot (lutra.memory). Every other module, the tensor type's own helpers included (ops, index, format, create,
 -- autograd), goes through these functions; so this module requires only lutra.ffi, and nothing that
 -- could require it back.
 --
@@ -74,23 +75,38 @@ function M.storage_key(t) return tonumber(cast(uintptr, t.storage)) end
 -- How many tensors hold t's storage; t must not be freed.
 function M.storage_refs(t) return t.storage.refcount end
 
--- ---- the Lua-owned tag: autograd state, view kind, registry slot ----------------------------------
+-- ---- the Lua side's state, under the registry slot ----------------------------------------------
+-- lutra.memory gives every tensor it makes a slot (lua_slot, which the C core never reads and keeps
+-- in the views it writes) and calls bind(); the two arrays below hold the slot's state, as numbers so
+-- that the hot reads (is_tracked, once per operand of every op) stay an array load.
+local autograd_states, view_kinds = {[0] = 0}, {[0] = 0}
+
+-- Gives t registry slot `slot`, with no autograd data and not a view.
+function M.bind(t, slot)
+  t.lua_slot = slot
+  autograd_states[slot] = 0
+  view_kinds[slot] = 0
+end
+
+-- t's index in lutra.memory's registry.
+function M.slot(t) return t.lua_slot end
+
+local function registered_slot(t, what)
+  local s = t.lua_slot
+  if s == 0 then error("lutra: internal error: " .. what .. " of a tensor lutra.memory did not register", 3) end
+  return s
+end
 
 -- M.UNTRACKED, M.LEAF or M.RECORDED.
-function M.autograd_state(t) return t.ag_ end
-function M.set_autograd_state(t, state) t.ag_ = state end
+function M.autograd_state(t) return autograd_states[t.lua_slot] end
+function M.set_autograd_state(t, state) autograd_states[registered_slot(t, "autograd state")] = state end
 -- Whether autograd tracks t (a leaf that requires grad, or a recorded result).
-function M.is_tracked(t) return t.ag_ ~= 0 end
+function M.is_tracked(t) return autograd_states[t.lua_slot] ~= 0 end
 -- Whether t is the result of a recorded op (it has a grad_fn).
-function M.is_recorded(t) return t.ag_ == 2 end
+function M.is_recorded(t) return autograd_states[t.lua_slot] == 2 end
 
 -- M.NOT_VIEW, M.VIEW or M.SAVED_ALIAS.
-function M.view_kind(t) return t.view_ end
-function M.set_view_kind(t, kind) t.view_ = kind end
-
--- t's index in lutra.memory's registry (0 when unknown); the C view functions zero it in the views they
--- make, and the Lua wrappers put it back.
-function M.slot(t) return t.slot_ end
-function M.set_slot(t, slot) t.slot_ = slot end
+function M.view_kind(t) return view_kinds[t.lua_slot] end
+function M.set_view_kind(t, kind) view_kinds[registered_slot(t, "view kind")] = kind end
 
 return M

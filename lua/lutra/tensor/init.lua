@@ -35,18 +35,9 @@ local methods, properties, setters = {}, {}, {}
 M.methods, M.properties, M.setters = methods, properties, setters -- extension points for other modules
 
 -- Views share the storage of t: marked as such, and recorded for autograd by
--- records[kind](out, t, a, b, c, d) when t has autograd data in grad mode. The C view
--- functions zero the tag of the view they make, registry slot included: fresh() notes
--- the slot of the new tensor and viewed() puts it back.
+-- records[kind](out, t, a, b, c, d) when t has autograd data in grad mode.
 local records = require("lutra.autograd.op").records
-local pending_slot = 0
-local function fresh()
-  local out = new()
-  pending_slot = fields.slot(out)
-  return out
-end
 local function viewed(out, t, kind, a, b, c, d)
-  fields.set_slot(out, pending_slot)
   if fields.same_storage(out, t) then fields.set_view_kind(out, fields.VIEW) end -- reshape may have copied
   if fields.is_tracked(t) and S.enabled then records[kind](out, t, a, b, c, d) end
   return out
@@ -108,14 +99,14 @@ end
 
 function methods.view(t, ...)
   local n, a = shape.parse("view", ...)
-  local out = fresh()
+  local out = new()
   if C.lt_view(out, t, n, a) ~= 0 then fail() end
   return viewed(out, t, "reshape")
 end
 
 function methods.reshape(t, ...)
   local n, a = shape.parse("reshape", ...)
-  local out = fresh()
+  local out = new()
   if C.lt_reshape(out, t, n, a) ~= 0 then fail() end
   return viewed(out, t, "reshape")
 end
@@ -126,7 +117,7 @@ function methods.reshape_as(t, other) return methods.reshape(t, shape_table(tens
 function methods.transpose(t, d0, d1)
   int_arg("transpose", d0, "dim0")
   int_arg("transpose", d1, "dim1")
-  local out = fresh()
+  local out = new()
   if C.lt_transpose(out, t, d0, d1) ~= 0 then fail() end
   return viewed(out, t, "transpose", d0, d1)
 end
@@ -142,7 +133,7 @@ function methods.permute(t, ...)
   local n, a = shape.parse("permute", ...)
   local dims = {}
   for i = 1, n do dims[i] = tonumber(a[i - 1]) end
-  local out = fresh()
+  local out = new()
   if C.lt_permute(out, t, n, a) ~= 0 then fail() end
   return viewed(out, t, "permute", dims)
 end
@@ -151,7 +142,7 @@ function methods.narrow(t, dim, start, length)
   int_arg("narrow", dim, "dim")
   int_arg("narrow", start, "start")
   int_arg("narrow", length, "length")
-  local out = fresh()
+  local out = new()
   if C.lt_narrow(out, t, dim, start, length) ~= 0 then fail() end
   return viewed(out, t, "slice", dim, start, start + length)
 end
@@ -162,7 +153,7 @@ function methods.slice(t, dim, start, stop, step)
   int_arg("slice", start, "start", true)
   int_arg("slice", stop, "stop", true)
   int_arg("slice", step, "step", true)
-  local out = fresh()
+  local out = new()
   if C.lt_slice(out, t, dim, start or 0, stop or 2 ^ 62, step or 1) ~= 0 then fail() end
   return viewed(out, t, "slice", dim, start or 0, stop or 2 ^ 62, step or 1)
 end
@@ -170,28 +161,28 @@ end
 function methods.select(t, dim, i)
   int_arg("select", dim, "dim")
   int_arg("select", i, "index")
-  local out = fresh()
+  local out = new()
   if C.lt_select(out, t, dim, i) ~= 0 then fail() end
   return viewed(out, t, "select", dim, i)
 end
 
 function methods.expand(t, ...)
   local n, a = shape.parse("expand", ...)
-  local out = fresh()
+  local out = new()
   if C.lt_expand(out, t, n, a) ~= 0 then fail() end
   return viewed(out, t, "expand")
 end
 
 function methods.expand_as(t, other)
   tensor_arg("expand_as", other, "other")
-  local out = fresh()
+  local out = new()
   if C.lt_expand(out, t, other.ndim, fields.dims(other)) ~= 0 then fail() end
   return viewed(out, t, "expand")
 end
 
 function methods.unsqueeze(t, dim)
   int_arg("unsqueeze", dim, "dim")
-  local out = fresh()
+  local out = new()
   if C.lt_unsqueeze(out, t, dim) ~= 0 then fail() end
   return viewed(out, t, "reshape")
 end
@@ -199,7 +190,7 @@ end
 -- Drops dim (which must have size 1), or every dim of size 1 when dim is nil.
 function methods.squeeze(t, dim)
   int_arg("squeeze", dim, "dim", true)
-  local out = fresh()
+  local out = new()
   local rc = dim == nil and C.lt_squeeze_all(out, t) or C.lt_squeeze(out, t, dim)
   if rc ~= 0 then fail() end
   return viewed(out, t, "reshape")
@@ -228,9 +219,8 @@ end
 function methods.contiguous(t)
   check_alive(t, "contiguous")
   if C.lt_is_contiguous(t) ~= 0 then return t end
-  local out = fresh()
+  local out = new()
   if C.lt_contiguous(out, t) ~= 0 then fail() end
-  fields.set_slot(out, pending_slot)
   if fields.is_tracked(t) and S.enabled then records.copy(out, t) end
   return out
 end
