@@ -33,6 +33,27 @@ static double at2(const lt_tensor *t, int64_t i, int64_t j) {
 
 /* ---- views ------------------------------------------------------------------------------ */
 
+/* lua_slot is the Lua binding's own index: a new tensor has 0, and an op writing a view, a copy or
+ * a new geometry into `out` keeps out's (the binding finds out's autograd state under it). */
+static void test_lua_slot_kept(void) {
+  int64_t s[2] = {3, 4}, vs[1] = {12};
+  lt_tensor *t = iota(2, s, LT_F32), *out = lt_tensor_new();
+  CHECK(out->lua_slot == 0 && t->lua_slot == 0, "a new tensor has lua_slot 0");
+  t->lua_slot = 5;
+  out->lua_slot = 7;
+  CHECK_OK(lt_view(out, t, 1, vs));
+  CHECK(out->lua_slot == 7, "view keeps out's lua_slot, got %d", out->lua_slot);
+  CHECK_OK(lt_transpose(out, t, 0, 1));
+  CHECK(out->lua_slot == 7, "transpose keeps out's lua_slot, got %d", out->lua_slot);
+  CHECK_OK(lt_set(out, t));
+  CHECK(out->lua_slot == 7, "set keeps out's lua_slot, got %d", out->lua_slot);
+  CHECK_OK(lt_contiguous(out, t));
+  CHECK(out->lua_slot == 7 && t->lua_slot == 5, "contiguous keeps both slots, got %d and %d", out->lua_slot,
+        t->lua_slot);
+  lt_release(out);
+  lt_release(t);
+}
+
 static void test_view_shares_storage(void) {
   int64_t s[2] = {3, 4}, vs[2] = {2, -1}, flat[1] = {12};
   lt_tensor *t = iota(2, s, LT_F32), *v = lt_tensor_new(), *f = lt_tensor_new();
@@ -292,6 +313,7 @@ static void test_access_and_prepare_out(void) {
 }
 
 int main(void) {
+  test_lua_slot_kept();
   test_view_shares_storage();
   test_view_ops();
   test_refcounts_and_memory();
