@@ -9,7 +9,7 @@
  *
  *   const lt_backend *be = lt_backend_for(op, x->device);
  *   if (!be) return -1;                       // "<op>: lutra was built without CUDA"
- *   return be->norm_forward(op, &plan);
+ *   return be->layer_norm_forward(op, &plan);
  *
  * An entry is NULL where the front runs that device's path itself (the CPU side of most
  * elementwise ops, whose loops live in the front's file). Every launcher returns 0, or -1 with
@@ -18,20 +18,22 @@
 #ifndef LUTRA_OPS_BACKEND_H
 #define LUTRA_OPS_BACKEND_H
 #include "core/internal.h"
+#include "kernels/adamw.h"
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
+#include "kernels/layer_norm.h"
+#include "kernels/lion.h"
 #include "kernels/matmul.h"
-#include "kernels/norm.h"
-#include "kernels/optim.h"
+#include "kernels/multi_tensor.h"
 #include "kernels/random.h"
 #include "kernels/reduce.h"
 #include "kernels/rope.h"
 
 typedef struct lt_backend {
   const char *name;
-  /* makes device current for op's kernels (norm's check before it touches device memory) */
+  /* makes device current for op's kernels (layer_norm's check before it touches device memory) */
   int (*use_device)(const char *op, int device);
   /* ---- memory on the device ---- */
   int (*strided_copy)(int device, void *dst, const int64_t *dst_stride, const void *src, const int64_t *src_stride,
@@ -52,8 +54,8 @@ typedef struct lt_backend {
                    int is_max);
   int (*softmax)(const char *op, int device, const lt_cuda_softmax_args *a);
   /* ---- nn ops ---- */
-  int (*norm_forward)(const char *op, const lt_norm_fwd *p);
-  int (*norm_backward)(const char *op, const lt_norm_bwd *p);
+  int (*layer_norm_forward)(const char *op, const lt_layer_norm_forward_plan *p);
+  int (*layer_norm_backward)(const char *op, const lt_layer_norm_backward_plan *p);
   int (*check_indices)(const char *op, int device, const void *ids, int dtype, int64_t stride, int64_t n, int64_t V,
                        int has_ignore, int64_t ignore_index, int64_t *bad_pos, int64_t *bad_id);
   int (*cross_entropy_forward)(int device, int dtype, const void *logits, int64_t N, int64_t V, const void *targets,
@@ -76,7 +78,7 @@ typedef struct lt_backend {
   int (*gemm)(const char *op, const lt_cuda_gemm_args *g);
   int (*linear_forward)(lt_tensor *out, const lt_tensor *x, const lt_tensor *w, const lt_tensor *bias, int act);
   int (*linear_backward_params)(lt_tensor *dw, lt_tensor *dbias, const lt_tensor *dy, const lt_tensor *x);
-  /* ---- optimizers and multi-tensor ops (kernels/optim.cu) ---- */
+  /* ---- optimizers and multi-tensor ops (kernels/adamw.cu, lion.cu, multi_tensor.cu) ---- */
   int (*adamw_multi)(int device, const lt_optim_entry *entries, int64_t n, int64_t chunks, const lt_adamw_scalars *s);
   int (*lion)(int device, const lt_optim_entry *e, const lt_lion_scalars *s);
   int (*sumsq_multi)(int device, const lt_optim_entry *entries, int64_t n, int64_t chunks, void *out, int out_dtype);
