@@ -89,15 +89,21 @@ typedef struct lt_backend {
 
 extern const lt_backend lt_backend_cpu;
 
-/* The table for device (LT_DEVICE_CPU or a CUDA ordinal), or NULL with the error
+/* The one lookup (backend.c): the table that runs op on device (LT_DEVICE_CPU or a CUDA
+ * ordinal), or NULL. The front says how a CUDA device that cannot run op here is refused:
+ *   absent     this build has no CUDA: the error, a format naming op through one %s
+ *              (LT_BACKEND_ABSENT, or the front's own words); NULL sets none, for a front that
+ *              then runs its own path (linear: the unfused matmul, which refuses in its words);
+ *   available  also refuse a CUDA device this machine lacks: "<op>: device cuda:N is not
+ *              available (<lt_cuda_status()>)" (the fronts that check the device before their
+ *              arguments; the others meet it at the kernel's lt_cuda_use_device). */
+const lt_backend *lt_backend_lookup(const char *op, int device, const char *absent, bool available);
+#define LT_BACKEND_ABSENT "%s: lutra was built without CUDA"
+
+/* The lookup every front makes: the table for device, or NULL with the error
  * "<op>: lutra was built without CUDA". */
-const lt_backend *lt_backend_for(const char *op, int device);
-/* The CUDA table, or NULL (no error set) in a build without CUDA: for the fronts whose
- * refusal says more than lt_backend_for's. */
-const lt_backend *lt_backend_cuda_or_null(void);
-/* 0 when op can run on device: the CPU, or an available CUDA device of a CUDA build; else
- * "<op>: device cuda:N is not available (<lt_cuda_status()>)", or `absent` (a message naming
- * op through one %s) when the build has no CUDA. */
-int lt_backend_check_device(const char *op, int device, const char *absent);
+static inline const lt_backend *lt_backend_for(const char *op, int device) {
+  return lt_backend_lookup(op, device, LT_BACKEND_ABSENT, false);
+}
 
 #endif

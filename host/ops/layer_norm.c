@@ -73,8 +73,9 @@ static int out_finish(lt_tensor *out, lt_tensor *work, int rc) {
     } else { /* out is on a device of a CUDA build: out_begin made work there */
       int64_t stride[LT_MAX_DIMS];
       lt_contiguous_strides(work->ndim, work->shape, stride);
-      rc = lt_backend_cuda_or_null()->strided_copy(out->device, lt_data_ptr(out), out->stride, lt_data_ptr(work),
-                                                   stride, out->ndim, out->shape, out->dtype);
+      rc = lt_backend_for("copy", out->device)
+               ->strided_copy(out->device, lt_data_ptr(out), out->stride, lt_data_ptr(work), stride, out->ndim,
+                              out->shape, out->dtype);
     }
   }
   lt_release(work);
