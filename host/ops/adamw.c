@@ -12,6 +12,7 @@
  * lt_adamw_step is lt_adamw_step_multi over one tensor: one code path, one set of checks. */
 #include "ops/backend.h"
 #include "ops/dtype_generic.h"
+#include "ops/multi_tensor.h"
 #include <stdlib.h>
 
 /* Keep a*b + c as two roundings where torch rounds twice (fmaf() marks the one fused step),
@@ -73,7 +74,7 @@ static void adamw_master(uint16_t *p, int pdtype, const void *g, int gdtype, flo
 }
 
 /* Updates chunk c (elements [c * LT_OPTIM_CHUNK, ...) of e->n) of one tensor. */
-void lt_adamw_chunk_cpu(const lt_optim_entry *e, int64_t c, const adamw_scalars *s) {
+static void adamw_chunk(const lt_optim_entry *e, int64_t c, const adamw_scalars *s) {
   int64_t i0 = c * LT_OPTIM_CHUNK, len = e->n - i0 < LT_OPTIM_CHUNK ? e->n - i0 : LT_OPTIM_CHUNK;
   int pdtype = e->pdtype, gsize = lt_dtype_size(e->gdtype);
   const char *g = (const char *)e->grad + i0 * gsize;
@@ -97,7 +98,7 @@ typedef struct adamw_job {
 static void adamw_job_chunk(void *ctx, int64_t c) {
   const adamw_job *j = ctx;
   const lt_optim_entry *e = &j->entries[lt_optim_entry_of(j->entries, j->n, c)];
-  lt_adamw_chunk_cpu(e, c - e->first_chunk, j->s);
+  adamw_chunk(e, c - e->first_chunk, j->s);
 }
 
 /* Checks tensor i of a call (named as the single op names it when single). */

@@ -101,12 +101,7 @@ static int check_qkv(const char *op, const lt_tensor *q, const lt_tensor *k, con
                      lt_desc(b, k), lt_desc(d, v));
   LT_TRY(lt_check_same_device(op, q, k));
   LT_TRY(lt_check_same_device(op, q, v));
-  if (q->device != LT_DEVICE_CPU) {
-    char dev[16];
-    if (!lt_backend_for(op, q->device)) return -1;
-    if (q->device >= lt_cuda_device_count())
-      return lt_errorf("%s: device %s is not available (%s)", op, lt_device_str(dev, q->device), lt_cuda_status());
-  }
+  if (!lt_backend_lookup(op, q->device, LT_BACKEND_ABSENT, true)) return -1;
   bool kv_same = true;
   for (int i = 0; i < 4; i++) kv_same &= k->shape[i] == v->shape[i];
   if (!kv_same || k->shape[0] != q->shape[0] || k->shape[3] != q->shape[3] || k->shape[2] < 1 ||

@@ -9,7 +9,7 @@
  *
  *   const lt_backend *be = lt_backend_for(op, x->device);
  *   if (!be) return -1;                       // "<op>: lutra was built without CUDA"
- *   return be->norm_forward(op, &plan);
+ *   return be->layer_norm_forward(op, &plan);
  *
  * An entry is NULL where the front runs that device's path itself (the CPU side of most
  * elementwise ops, whose loops live in the front's file). Every launcher returns 0, or -1 with
@@ -18,20 +18,22 @@
 #ifndef LUTRA_OPS_BACKEND_H
 #define LUTRA_OPS_BACKEND_H
 #include "core/internal.h"
+#include "kernels/adamw.h"
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
+#include "kernels/layer_norm.h"
+#include "kernels/lion.h"
 #include "kernels/matmul.h"
-#include "kernels/norm.h"
-#include "kernels/optim.h"
+#include "kernels/multi_tensor.h"
 #include "kernels/random.h"
 #include "kernels/reduce.h"
 #include "kernels/rope.h"
 
 typedef struct lt_backend {
   const char *name;
-  /* makes device current for op's kernels (norm's check before it touches device memory) */
+  /* makes device current for op's kernels (layer_norm's check before it touches device memory) */
   int (*use_device)(const char *op, int device);
   /* ---- memory on the device ---- */
   int (*strided_copy)(int device, void *dst, const int64_t *dst_stride, const void *src, const int64_t *src_stride,
@@ -52,8 +54,8 @@ typedef struct lt_backend {
                    int is_max);
   int (*softmax)(const char *op, int device, const lt_cuda_softmax_args *a);
   /* ---- nn ops ---- */
-  int (*norm_forward)(const char *op, const lt_norm_fwd *p);
-  int (*norm_backward)(const char *op, const lt_norm_bwd *p);
+  int (*layer_norm_forward)(const char *op, const lt_layer_norm_forward_plan *p);
+  int (*layer_norm_backward)(const char *op, const lt_layer_norm_backward_plan *p);
   int (*check_indices)(const char *op, int device, const void *ids, int dtype, int64_t stride, int64_t n, int64_t V,
                        int has_ignore, int64_t ignore_index, int64_t *bad_pos, int64_t *bad_id);
   int (*cross_entropy_forward)(int device, int dtype, const void *logits, int64_t N, int64_t V, const void *targets,
@@ -76,7 +78,7 @@ typedef struct lt_backend {
   int (*gemm)(const char *op, const lt_cuda_gemm_args *g);
   int (*linear_forward)(lt_tensor *out, const lt_tensor *x, const lt_tensor *w, const lt_tensor *bias, int act);
   int (*linear_backward_params)(lt_tensor *dw, lt_tensor *dbias, const lt_tensor *dy, const lt_tensor *x);
-  /* ---- optimizers and multi-tensor ops (kernels/optim.cu) ---- */
+  /* ---- optimizers and multi-tensor ops (kernels/adamw.cu, lion.cu, multi_tensor.cu) ---- */
   int (*adamw_multi)(int device, const lt_optim_entry *entries, int64_t n, int64_t chunks, const lt_adamw_scalars *s);
   int (*lion)(int device, const lt_optim_entry *e, const lt_lion_scalars *s);
   int (*sumsq_multi)(int device, const lt_optim_entry *entries, int64_t n, int64_t chunks, void *out, int out_dtype);
@@ -87,15 +89,21 @@ typedef struct lt_backend {
 
 extern const lt_backend lt_backend_cpu;
 
-/* The table for device (LT_DEVICE_CPU or a CUDA ordinal), or NULL with the error
+/* The one lookup (backend.c): the table that runs op on device (LT_DEVICE_CPU or a CUDA
+ * ordinal), or NULL. The front says how a CUDA device that cannot run op here is refused:
+ *   absent     this build has no CUDA: the error, a format naming op through one %s
+ *              (LT_BACKEND_ABSENT, or the front's own words); NULL sets none, for a front that
+ *              then runs its own path (linear: the unfused matmul, which refuses in its words);
+ *   available  also refuse a CUDA device this machine lacks: "<op>: device cuda:N is not
+ *              available (<lt_cuda_status()>)" (the fronts that check the device before their
+ *              arguments; the others meet it at the kernel's lt_cuda_use_device). */
+const lt_backend *lt_backend_lookup(const char *op, int device, const char *absent, bool available);
+#define LT_BACKEND_ABSENT "%s: lutra was built without CUDA"
+
+/* The lookup every front makes: the table for device, or NULL with the error
  * "<op>: lutra was built without CUDA". */
-const lt_backend *lt_backend_for(const char *op, int device);
-/* The CUDA table, or NULL (no error set) in a build without CUDA: for the fronts whose
- * refusal says more than lt_backend_for's. */
-const lt_backend *lt_backend_cuda_or_null(void);
-/* 0 when op can run on device: the CPU, or an available CUDA device of a CUDA build; else
- * "<op>: device cuda:N is not available (<lt_cuda_status()>)", or `absent` (a message naming
- * op through one %s) when the build has no CUDA. */
-int lt_backend_check_device(const char *op, int device, const char *absent);
+static inline const lt_backend *lt_backend_for(const char *op, int device) {
+  return lt_backend_lookup(op, device, LT_BACKEND_ABSENT, false);
+}
 
 #endif

@@ -4,10 +4,14 @@ extern "C" {
 #include "ops/backend.h"
 }
 
+/* lt_cuda_use_device (core/cuda.h, C++ linkage) for the host C: checks the device exists
+ * and makes it current, before anything touches a CUDA tensor's memory. */
+static int use_device(const char *op, int device) { return lt_cuda_use_device(op, device); }
+
 /* in the struct's order (C++17 has no designated initializers) */
 extern "C" const lt_backend lt_backend_cuda = {
     "cuda",
-    lt_cuda_norm_use_device,
+    use_device,
     lt_cuda_strided_copy,
     lt_cuda_convert_contig,
     lt_cuda_unary,
@@ -18,8 +22,8 @@ extern "C" const lt_backend lt_backend_cuda = {
     lt_cuda_reduce,
     lt_cuda_argreduce,
     lt_cuda_softmax,
-    lt_cuda_norm_forward,
-    lt_cuda_norm_backward,
+    lt_cuda_layer_norm_forward,
+    lt_cuda_layer_norm_backward,
     lt_cuda_check_indices,
     lt_cuda_cross_entropy_forward,
     lt_cuda_cross_entropy_backward,

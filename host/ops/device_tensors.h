@@ -1,6 +1,7 @@
 /* device_tensors.h — contiguous work tensors on a CUDA device for the fronts that hand
  * contiguous rows to their kernels (ops/cross_entropy.c, ops/embedding.c). Called only for
- * tensors on a device of a CUDA build (the front has checked), so the CUDA table exists. */
+ * tensors on a device of a CUDA build (the front has checked), so lt_backend_for finds the CUDA
+ * table. */
 #ifndef LUTRA_OPS_DEVICE_TENSORS_H
 #define LUTRA_OPS_DEVICE_TENSORS_H
 #include "ops/backend.h"
@@ -19,8 +20,9 @@ static inline lt_tensor *lt_nn_cuda_contiguous(const lt_tensor *t) {
   int64_t stride[LT_MAX_DIMS];
   lt_contiguous_strides(t->ndim, t->shape, stride);
   if (lt_empty(c, t->ndim, t->shape, t->dtype, t->device) == 0 &&
-      lt_backend_cuda_or_null()->strided_copy(t->device, lt_data_ptr(c), stride, lt_data_ptr(t), t->stride, t->ndim,
-                                              t->shape, t->dtype) == 0)
+      lt_backend_for("contiguous", t->device)
+              ->strided_copy(t->device, lt_data_ptr(c), stride, lt_data_ptr(t), t->stride, t->ndim, t->shape,
+                             t->dtype) == 0)
     return c;
   lt_release(c);
   return NULL;
@@ -34,7 +36,8 @@ static inline lt_tensor *lt_nn_cuda_values(const lt_tensor *t, int dtype) {
   int64_t n = lt_numel(t);
   int rc = !c || !v ? -1 : lt_empty(v, 1, &n, dtype, t->device);
   if (rc == 0)
-    rc = lt_backend_cuda_or_null()->convert_contig(t->device, lt_data_ptr(v), dtype, lt_data_ptr(c), c->dtype, n);
+    rc = lt_backend_for("convert", t->device)
+             ->convert_contig(t->device, lt_data_ptr(v), dtype, lt_data_ptr(c), c->dtype, n);
   lt_release(c);
   if (rc == 0) return v;
   lt_release(v);
@@ -66,8 +69,9 @@ static inline int lt_nn_cuda_out_finish(lt_tensor *out, lt_tensor *work, int rc)
   if (rc == 0 && work != out) {
     int64_t stride[LT_MAX_DIMS];
     lt_contiguous_strides(work->ndim, work->shape, stride);
-    rc = lt_backend_cuda_or_null()->strided_copy(out->device, lt_data_ptr(out), out->stride, lt_data_ptr(work), stride,
-                                                 out->ndim, out->shape, out->dtype);
+    rc = lt_backend_for("copy", out->device)
+             ->strided_copy(out->device, lt_data_ptr(out), out->stride, lt_data_ptr(work), stride, out->ndim,
+                            out->shape, out->dtype);
   }
   lt_release(work);
   return rc;

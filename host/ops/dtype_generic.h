@@ -27,7 +27,7 @@
  * - Comments in the body are block comments (a // comment would swallow the continuation lines).
  * - The instances follow the generator at once; callers name them (row_rms_f32) or pick one by
  *   dtype in a switch. 16-bit types go through f32 rows (lt_load_row_f32 / lt_store_row_f32).
- * Examples in the ops: ops/norm_cpu.c (rows), ops/attention_cpu.c (a whole block kernel family),
+ * Examples in the ops: ops/layer_norm_cpu.c (rows), ops/attention_cpu.c (a whole block kernel family),
  * ops/unary.c and ops/binary.c (one instance per dtype and op). */
 #ifndef LUTRA_OPS_DTYPE_GENERIC_H
 #define LUTRA_OPS_DTYPE_GENERIC_H

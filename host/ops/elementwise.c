@@ -125,7 +125,8 @@ int ew_check_overlap(const char *op, const lt_tensor *out, const lt_tensor *in, 
 }
 
 int ew_check_cuda_device(const char *op, const lt_tensor *t) {
-  LT_TRY(lt_backend_check_device(op, t->device, "%s: not implemented on cuda yet (lutra was built without CUDA)"));
+  if (!lt_backend_lookup(op, t->device, "%s: not implemented on cuda yet (lutra was built without CUDA)", true))
+    return -1;
   /* a tensor that claims a device its storage is not on: never hand its pointer to a kernel */
   char dev[16], sdev[16];
   if (t->storage && t->storage->device != t->device)

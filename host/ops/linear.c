@@ -35,9 +35,11 @@ int lt_linear(lt_tensor *out, const lt_tensor *x, const lt_tensor *w, const lt_t
   const char *op = "linear";
   LT_TRY(check_linear(op, x, w, bias, act));
   bool has_bias = bias && lt_is_defined(bias);
-  const lt_backend *be = lt_backend_cuda_or_null();
-  if (be && x->device != LT_DEVICE_CPU && x->dtype != LT_F64 && fusable(x) && fusable(w) && fusable(bias) &&
-      fusable(out) && x->shape[x->ndim - 1] > 0)
+  /* the device's fused entry (the CPU's table has none); no table and no error for a CUDA x in a
+   * build without CUDA: the unfused path below refuses it in its own words */
+  const lt_backend *be = lt_backend_lookup(op, x->device, NULL, false);
+  if (be && be->linear_forward && x->dtype != LT_F64 && fusable(x) && fusable(w) && fusable(bias) && fusable(out) &&
+      x->shape[x->ndim - 1] > 0)
     return be->linear_forward(out, x, w, has_bias ? bias : NULL, act);
   int64_t shape[LT_MAX_DIMS];
   memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
@@ -66,8 +68,8 @@ int lt_linear_backward_params(lt_tensor *dw, lt_tensor *dbias, const lt_tensor *
     return lt_errorf("%s: dy (..., N) and x (..., K) need the same rows, got %s and %s", op,
                      lt_shape_str(sa, dy->ndim, dy->shape), lt_shape_str(sb, x->ndim, x->shape));
   int64_t N = dy->shape[dy->ndim - 1], K = x->shape[x->ndim - 1], rows = lt_shape_numel(x->ndim - 1, x->shape);
-  const lt_backend *be = lt_backend_cuda_or_null();
-  if (be && dy->device != LT_DEVICE_CPU && dy->dtype != LT_F64 && fusable(dy) && fusable(x) && fusable(dw) &&
+  const lt_backend *be = lt_backend_lookup(op, dy->device, NULL, false); /* as in lt_linear */
+  if (be && be->linear_backward_params && dy->dtype != LT_F64 && fusable(dy) && fusable(x) && fusable(dw) &&
       fusable(dbias) && rows > 0 && dy->ndim == x->ndim)
     return be->linear_backward_params(dw, dbias, dy, x);
   int64_t s2[2] = {rows, N}, x2s[2] = {rows, K};

@@ -5,9 +5,10 @@
  * Each product and sum is rounded in the compute dtype, as torch's mul_ and add(alpha=) do, with
  * the scalars formed in double and cast once. Dtypes: f32 param/grad/m; f64 param/grad/m; or a
  * bf16/f16 param (grad of its dtype or f32) with an f32 m, computed in f32 and rounded once.
- * CUDA tensors go to kernels/optim.cu, which repeats this arithmetic operation by operation. */
+ * CUDA tensors go to kernels/lion.cu, which repeats this arithmetic operation by operation. */
 #include "ops/backend.h"
 #include "ops/dtype_generic.h"
+#include "ops/multi_tensor.h"
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("fp-contract=off")

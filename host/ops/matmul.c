@@ -304,13 +304,8 @@ static int check_args(lt_tensor *out, const lt_tensor *a, const lt_tensor *b, in
   LT_TRY(lt_check_defined("matmul", "a", a));
   LT_TRY(lt_check_defined("matmul", "b", b));
   if (a->device != b->device) return lt_check_same_device("matmul", a, b);
-  if (a->device != LT_DEVICE_CPU) {
-    char dev[16];
-    if (!lt_backend_cuda_or_null())
-      return lt_errorf("matmul: not implemented on cuda yet (lutra was built without CUDA)");
-    if (a->device >= lt_cuda_device_count())
-      return lt_errorf("matmul: device %s is not available (%s)", lt_device_str(dev, a->device), lt_cuda_status());
-  }
+  if (!lt_backend_lookup("matmul", a->device, "%s: not implemented on cuda yet (lutra was built without CUDA)", true))
+    return -1;
   LT_TRY(lt_check_same_dtype("matmul", a, b));
   if (!lt_dtype_is_float(a->dtype))
     return lt_errorf("matmul: needs a floating dtype, got %s (convert first)", lt_dtype_name(a->dtype));
@@ -346,7 +341,7 @@ int lt_matmul(lt_tensor *out, const lt_tensor *a, const lt_tensor *b, int trans_
   if (nbatch * M * N == 0) return 0;
   if (a->device != LT_DEVICE_CPU) { /* check_args found the backend */
     gemm_plan p = {.M = M, .N = N, .K = K, .nbatch = nbatch, .nb = nb, .bshape = shape, .alpha = alpha, .beta = beta};
-    return cuda_matmul(lt_backend_cuda_or_null(), &p, out, a, b, trans_a, trans_b);
+    return cuda_matmul(lt_backend_for("matmul", a->device), &p, out, a, b, trans_a, trans_b);
   }
   if (K == 0) return scale_out(out, beta), 0;
 

@@ -6,6 +6,7 @@
  * tensors: the CPU runs them as OpenMP tasks, CUDA as one block each in one launch. A sum of
  * squares is formed per chunk in f64 and the chunk sums are added in chunk order, so the result
  * does not depend on the thread count, and nothing waits for the host on CUDA. */
+#include "ops/multi_tensor.h"
 #include "ops/backend.h"
 #include <stdio.h>
 #include <stdlib.h>

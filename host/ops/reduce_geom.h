@@ -102,7 +102,8 @@ static inline void reduce_geom_set_out(reduce_geom *g, const lt_tensor *a, const
 /* 0 when the op can run on t's device here: the CPU, or an available CUDA device in a CUDA
  * build; else the error, naming op. */
 static inline int lt_reduce_check_device(const char *op, const lt_tensor *t) {
-  return lt_backend_check_device(op, t->device, "%s: not implemented on cuda yet: lutra was built without CUDA");
+  const char *absent = "%s: not implemented on cuda yet: lutra was built without CUDA";
+  return lt_backend_lookup(op, t->device, absent, true) ? 0 : -1;
 }
 
 /* The plan as kernels/reduce.cu takes it. */

@@ -68,7 +68,7 @@ def main():
 
     print("== the pieces of one op, by name (source, tests, benchmarks)")
     everywhere = files(ROOTS + ["tests", "bench"])
-    for op, pattern in (("norm", r"layer_?norm|rms_?norm"), ("attention", r"attention"),
+    for op, pattern in (("layer_norm", r"layer_?norm|rms_?norm"), ("attention", r"attention"),
                         ("cross_entropy", r"cross_?entropy")):
         named = [p for p in everywhere if op in os.path.basename(p)]
         holding = [p for p in everywhere if re.search(pattern, "\n".join(lines(p)), re.I)]

@@ -88,7 +88,7 @@ def run(paths):
 def self_check():
     """Each rule must fire on a planted breach, and only that rule."""
     plants = {
-        "floors": ("host/core/bad.c", '#include "ops/norm.h"\n'),
+        "floors": ("host/core/bad.c", '#include "ops/layer_norm.h"\n'),
         "seam": ("host/ops/bad.c", "#ifdef LUTRA_HAVE_CUDA\n#endif\n"),
         "layout": ("lua/lutra/nn.lua", "return {}\n"),
         "raw": ("lua/lutra/bad.lua", "local n = t.shape_[0]\n"),

@@ -1,6 +1,6 @@
 -- lutra.optim.lion — Lion (Chen et al. 2023, "Symbolic Discovery of Optimization
 -- Algorithms"), as lucidrains' lion-pytorch, through the fused C step (lt_lion_step; CUDA
--- tensors step in kernels/optim.cu, bitwise as on the CPU):
+-- tensors step in kernels/lion.cu, bitwise as on the CPU):
 --   p = p * (1 - lr * wd)                              decoupled weight decay
 --   p = p - lr * sign(beta1 * m + (1 - beta1) * g)     the update
 --   m = beta2 * m + (1 - beta2) * g                    the momentum, after the update

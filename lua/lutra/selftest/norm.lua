@@ -1,5 +1,5 @@
 -- lutra.selftest.norm — LayerNorm and RMSNorm on st.device against the CPU on the same inputs
--- (kernels/norm.cu): plain and fused with the residual add (lt_add_*norm_forward,
+-- (kernels/layer_norm.cu): plain and fused with the residual add (lt_add_*norm_forward,
 -- lt_*norm_backward_add), forward (res, y, mean, rstd) and backward (dx with and without dres,
 -- dweight, dbias), f32/f64/bf16/f16, weights of x's dtype or f32 or none, widths 1, 7, 769,
 -- 4097, 65537, non-contiguous x. The backward runs on both sides from the CPU's statistics,

@@ -1,4 +1,4 @@
--- lutra.selftest.optim — the optimizer kernels (kernels/optim.cu) on st.device against the
+-- lutra.selftest.optim — the optimizer kernels (kernels/adamw.cu, lion.cu, multi_tensor.cu) on st.device against the
 -- CPU on the same inputs: AdamW one tensor at a time and multi-tensor (mixed dtypes, empty and
 -- odd sizes, master weights), Lion, the multi-tensor sum of squares and scale, and clipping's
 -- coefficient. Two steps each, so that the second starts from state the device wrote.

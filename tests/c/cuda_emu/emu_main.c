@@ -5,7 +5,7 @@
 #include <time.h>
 void emu_suite_reduce_softmax(const char *which);
 void emu_suite_elementwise(void);
-void emu_suite_norm(void);
+void emu_suite_layer_norm(void);
 void emu_suite_loss(void);
 void emu_suite_embedding(void);
 void emu_suite_rope(void);
@@ -20,7 +20,7 @@ static const struct {
   const char *name;
   void (*run)(void);
 } suites[] = {{"elementwise", emu_suite_elementwise},
-              {"norm", emu_suite_norm},
+              {"layer_norm", emu_suite_layer_norm},
               {"loss", emu_suite_loss},
               {"embedding", emu_suite_embedding},
               {"rope", emu_suite_rope},

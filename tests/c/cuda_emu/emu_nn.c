@@ -1,5 +1,5 @@
-/* emu_nn.c — kernels/norm.cu, kernels/cross_entropy.cu, embedding.cu, rope.cu and kernels/random.cu under the emulator
- * against the CPU ops (suites "norm", "loss", "embedding", "rope", "rng"). Each case calls the
+/* emu_nn.c — kernels/layer_norm.cu, kernels/cross_entropy.cu, embedding.cu, rope.cu and kernels/random.cu under the
+ * emulator against the CPU ops (suites "layer_norm", "loss", "embedding", "rope", "rng"). Each case calls the
  * same lt_* entry point on CPU tensors and on their device copies (contiguous, strided or
  * transposed), with every optional output, and compares every output with the tolerances of
  * lua/lutra/selftest/norm.lua and nn_ops.lua; rng must be bit-identical. */
@@ -35,7 +35,7 @@ static void pair_check(const char *name, int dt, pair *p, int rc_c, int rc_d, in
 }
 #define D(x, m) emu_dev(x, m)
 
-static void norm_cases(int64_t N, int64_t C) {
+static void layer_norm_cases(int64_t N, int64_t C) {
   int64_t sh[2] = {N, C};
   char name[96];
   for (int k = 0; k < 4; k++) {
@@ -135,12 +135,13 @@ static void norm_cases(int64_t N, int64_t C) {
     lt_release(x), lt_release(r), lt_release(g), lt_release(dres), lt_release(w), lt_release(b);
   }
 }
-void emu_suite_norm(void) {
+void emu_suite_layer_norm(void) {
   int64_t quick[][2] = {{3, 7}, {2, 40}}, full[][2] = {{1, 1}, {5, 7}, {3, 300}, {2, 1030}, {7, 65}, {1, 4099}};
   int n = emu_quick ? 2 : 6;
-  for (int i = 0; i < n; i++) norm_cases(emu_quick ? quick[i][0] : full[i][0], emu_quick ? quick[i][1] : full[i][1]);
-  for (int i = 0; i < (emu_quick ? 0 : 4); i++) norm_cases(emu_irand(1, 20), emu_irand(1, 3000)); /* random */
-  if (!emu_quick) norm_cases(300, 5), norm_cases(2, 8192);
+  for (int i = 0; i < n; i++)
+    layer_norm_cases(emu_quick ? quick[i][0] : full[i][0], emu_quick ? quick[i][1] : full[i][1]);
+  for (int i = 0; i < (emu_quick ? 0 : 4); i++) layer_norm_cases(emu_irand(1, 20), emu_irand(1, 3000)); /* random */
+  if (!emu_quick) layer_norm_cases(300, 5), layer_norm_cases(2, 8192);
 }
 
 static void loss_cases(int64_t N, int64_t V) {

@@ -1,7 +1,8 @@
-/* emu_optim.c — kernels/optim.cu under the emulator against the CPU ops (suite "optim"): AdamW
- * and Lion one tensor at a time (every param dtype, contiguous or strided state, two steps),
- * multi-tensor AdamW (mixed dtypes, empty and odd sizes, master weights), the multi-tensor sum
- * of squares (f32 and f64 results) and scale, and clipping's coefficient (incl. inf and nan).
+/* emu_optim.c — kernels/adamw.cu, lion.cu and multi_tensor.cu under the emulator against the CPU
+ * ops (suite "optim"): AdamW and Lion one tensor at a time (every param dtype, contiguous or
+ * strided state, two steps), multi-tensor AdamW (mixed dtypes, empty and odd sizes, master
+ * weights), the multi-tensor sum of squares (f32 and f64 results) and scale, and clipping's
+ * coefficient (incl. inf and nan).
  * Tolerances: lua/lutra/selftest/optim.lua (exact, but the sum of squares: 2^-22 / 1e-12). */
 #include "emu_check.h"
 static const int fdts[] = {LT_F32, LT_F64, LT_BF16, LT_F16};

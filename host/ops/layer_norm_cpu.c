@@ -1,4 +1,4 @@
-/* norm_cpu.c — the CPU rows of LayerNorm and RMSNorm, forward and backward, with the
+/* layer_norm_cpu.c — the CPU rows of LayerNorm and RMSNorm, forward and backward, with the
  * residual add of the fused ops (res = x + residual before the norm; dx = norm grad + dres).
  *
  * RMSNorm is LayerNorm without centering (mean taken as 0) and without bias, so both share
@@ -9,7 +9,7 @@
  * by the thread count) and the chunk partials are added in chunk order, so results are
  * bitwise reproducible for any number of threads. */
 #include "ops/dtype_generic.h"
-#include "ops/norm.h"
+#include "ops/layer_norm.h"
 #include <stdlib.h>
 
 /* ---- row kernels: one generator, a float and a double instance (ops/dtype_generic.h) ------ */
@@ -79,7 +79,7 @@ DEFINE_ROW_BACKWARD(double, f64)
 
 /* res row = x row + residual row, in the compute type; returns the row to normalise (res).
  * 16-bit: the sum is rounded to the dtype and read back, so the norm sees what res holds. */
-static const float *add_row_f32(const lt_norm_fwd *p, int64_t i, float *scratch) {
+static const float *add_row_f32(const lt_layer_norm_forward_plan *p, int64_t i, float *scratch) {
   int64_t C = p->C;
   if (p->dtype == LT_F32) {
     const float *x = (const float *)p->x + i * C, *r = (const float *)p->residual + i * C;
@@ -97,7 +97,7 @@ static const float *add_row_f32(const lt_norm_fwd *p, int64_t i, float *scratch)
 /* Part tid of nth: rows [N*tid/nth, N*(tid+1)/nth). Rows are independent, so the split does not
  * change results. Returns 1 when the scratch rows could not be allocated. */
 static int forward_part(void *job, int tid, int nth) {
-  const lt_norm_fwd *p = job;
+  const lt_layer_norm_forward_plan *p = job;
   int dtype = p->dtype, center = p->center;
   int64_t C = p->C, i0 = p->N * tid / nth, i1 = p->N * (tid + 1) / nth;
   if (i0 >= i1) return 0;
@@ -130,7 +130,7 @@ static int forward_part(void *job, int tid, int nth) {
   return 0;
 }
 
-int lt_norm_forward_cpu(const char *op, const lt_norm_fwd *p) {
+int lt_layer_norm_forward_cpu(const char *op, const lt_layer_norm_forward_plan *p) {
   if (lt_run_parts(forward_part, (void *)p, p->N * p->C >= LT_PAR_GRAIN && p->N > 1))
     return lt_errorf("%s: out of host memory", op);
   return 0;
@@ -138,14 +138,14 @@ int lt_norm_forward_cpu(const char *op, const lt_norm_fwd *p) {
 
 /* ---- backward ----------------------------------------------------------------------- */
 
-int64_t lt_norm_cpu_chunks(int64_t N, int64_t C) {
+int64_t lt_layer_norm_cpu_chunks(int64_t N, int64_t C) {
   int64_t k = N * C / LT_PAR_GRAIN;
   k = k < 1 ? 1 : k > 64 ? 64 : k;
   return k < N ? k : N;
 }
 
 typedef struct bwd_job {
-  const lt_norm_bwd *p;
+  const lt_layer_norm_backward_plan *p;
   int64_t nchunks;
   char *pw_base, *pb_base; /* chunk partials, NULL when not requested */
 } bwd_job;
@@ -154,7 +154,7 @@ typedef struct bwd_job {
  * partials, so the split does not change results. Returns 1 when scratch could not be allocated. */
 static int backward_part(void *job, int tid, int nth) {
   const bwd_job *J = job;
-  const lt_norm_bwd *p = J->p;
+  const lt_layer_norm_backward_plan *p = J->p;
   int dtype = p->dtype, is64 = dtype == LT_F64, center = p->center, csize = is64 ? 8 : 4;
   int64_t C = p->C, N = p->N, nchunks = J->nchunks;
   int64_t k0 = nchunks * tid / nth, k1 = nchunks * (tid + 1) / nth;
@@ -201,8 +201,8 @@ static inline void sum_partials(void *tp, int tdtype, const char *base, int is64
   lt_store_f64(tp, tdtype, j, s);
 }
 
-int lt_norm_backward_cpu(const char *op, const lt_norm_bwd *p) {
-  int64_t N = p->N, C = p->C, nchunks = lt_norm_cpu_chunks(N, C);
+int lt_layer_norm_backward_cpu(const char *op, const lt_layer_norm_backward_plan *p) {
+  int64_t N = p->N, C = p->C, nchunks = lt_layer_norm_cpu_chunks(N, C);
   int is64 = p->dtype == LT_F64, csize = is64 ? 8 : 4;
   /* partials: chunk k's dweight sums at [k*C], its dbias sums at [(nchunks + k)*C] */
   char *partial = calloc((size_t)(2 * nchunks * C + 1), (size_t)csize);

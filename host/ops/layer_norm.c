@@ -1,10 +1,19 @@
-/* norm.c — LayerNorm and RMSNorm, forward and backward, plain or with the residual
- * add fused in: argument checks, outputs, and the dispatch to the CPU rows (ops/norm_cpu.c)
- * or the CUDA kernels (kernels/norm.cu). Both sides see contiguous (N, C) rows: x (..., C)
- * with N = numel / C; non-contiguous inputs are gathered and non-contiguous outputs written
- * through a contiguous work tensor. Saved mean/rstd are f32 (N), or f64 when the caller
- * passes them defined as f64 for f64 x. The fused entry points are in ops/norm_residual.c. */
-#include "ops/norm.h"
+/* layer_norm.c — LayerNorm, forward and backward, plain or with the residual add of a pre-norm
+ * block fused in, and the checked ops that RMSNorm shares (ops/rms_norm.c: LayerNorm with
+ * center = 0, no bias): argument checks, outputs, and the dispatch to the CPU rows
+ * (ops/layer_norm_cpu.c) or the CUDA kernels (kernels/layer_norm.cu). Both sides see contiguous
+ * (N, C) rows: x (..., C) with N = numel / C; non-contiguous inputs are gathered and
+ * non-contiguous outputs written through a contiguous work tensor. Saved mean/rstd are f32 (N),
+ * or f64 when the caller passes them defined as f64 for f64 x.
+ *
+ * The fused entry points (lutra.h, "fused transformer kernels"):
+ *   forward:  res_out = x + residual (the new residual stream), out = norm(res_out)
+ *   backward: dx = norm_backward(dout) + dres, dres the gradient that reaches res_out from
+ *             its other use (the next residual add), so that one pass over the rows
+ *             replaces a norm backward and an add.
+ * On the CPU both give the bits of the unfused ops for f32 and f64 (the forward's add rounds
+ * once, the backward adds dres to the plain dx); 16-bit dx rounds once instead of twice. */
+#include "ops/layer_norm.h"
 #include "ops/backend.h"
 #include <stdio.h>
 
@@ -64,8 +73,9 @@ static int out_finish(lt_tensor *out, lt_tensor *work, int rc) {
     } else { /* out is on a device of a CUDA build: out_begin made work there */
       int64_t stride[LT_MAX_DIMS];
       lt_contiguous_strides(work->ndim, work->shape, stride);
-      rc = lt_backend_cuda_or_null()->strided_copy(out->device, lt_data_ptr(out), out->stride, lt_data_ptr(work),
-                                                   stride, out->ndim, out->shape, out->dtype);
+      rc = lt_backend_for("copy", out->device)
+               ->strided_copy(out->device, lt_data_ptr(out), out->stride, lt_data_ptr(work), stride, out->ndim,
+                              out->shape, out->dtype);
     }
   }
   lt_release(work);
@@ -132,9 +142,9 @@ static int stat_dtype(const lt_tensor *x, const lt_tensor *stat) {
   return x->dtype == LT_F64 && stat->storage && stat->dtype == LT_F64 ? LT_F64 : LT_F32;
 }
 
-int lt_norm_forward_op(const char *op, lt_tensor *res_out, lt_tensor *out, lt_tensor *mean, lt_tensor *rstd,
-                       const lt_tensor *x, const lt_tensor *residual, const lt_tensor *weight, const lt_tensor *bias,
-                       double eps, int center) {
+int lt_layer_norm_forward_op(const char *op, lt_tensor *res_out, lt_tensor *out, lt_tensor *mean, lt_tensor *rstd,
+                             const lt_tensor *x, const lt_tensor *residual, const lt_tensor *weight,
+                             const lt_tensor *bias, double eps, int center) {
   int64_t N, C;
   LT_TRY(check_x(op, x, &N, &C));
   if (residual) {
@@ -154,23 +164,23 @@ int lt_norm_forward_op(const char *op, lt_tensor *res_out, lt_tensor *out, lt_te
   if (!(y = out_begin(op, "out", out, x->ndim, x->shape, dtype, device))) goto done;
   if (mean && !(mu_t = out_begin(op, "mean", mean, 1, nshape, stat_dtype(x, mean), device))) goto done;
   if (rstd && !(rs_t = out_begin(op, "rstd", rstd, 1, nshape, stat_dtype(x, rstd), device))) goto done;
-  lt_norm_fwd p = {.device = device,
-                   .dtype = dtype,
-                   .N = N,
-                   .C = C,
-                   .eps = eps,
-                   .center = center,
-                   .x = lt_data_ptr(xc),
-                   .residual = residual ? lt_data_ptr(rc_t) : NULL,
-                   .res = res ? lt_data_ptr(res) : NULL,
-                   .y = lt_data_ptr(y),
-                   .w = lt_data_ptr(w),
-                   .b = lt_data_ptr(b),
-                   .mean = mu_t ? lt_data_ptr(mu_t) : NULL,
-                   .rstd = rs_t ? lt_data_ptr(rs_t) : NULL,
-                   .mean_dtype = mu_t ? mu_t->dtype : LT_F32,
-                   .rstd_dtype = rs_t ? rs_t->dtype : LT_F32};
-  rc = lt_backend_for(op, device)->norm_forward(op, &p); /* check_x found the backend */
+  lt_layer_norm_forward_plan p = {.device = device,
+                                  .dtype = dtype,
+                                  .N = N,
+                                  .C = C,
+                                  .eps = eps,
+                                  .center = center,
+                                  .x = lt_data_ptr(xc),
+                                  .residual = residual ? lt_data_ptr(rc_t) : NULL,
+                                  .res = res ? lt_data_ptr(res) : NULL,
+                                  .y = lt_data_ptr(y),
+                                  .w = lt_data_ptr(w),
+                                  .b = lt_data_ptr(b),
+                                  .mean = mu_t ? lt_data_ptr(mu_t) : NULL,
+                                  .rstd = rs_t ? lt_data_ptr(rs_t) : NULL,
+                                  .mean_dtype = mu_t ? mu_t->dtype : LT_F32,
+                                  .rstd_dtype = rs_t ? rs_t->dtype : LT_F32};
+  rc = lt_backend_for(op, device)->layer_norm_forward(op, &p); /* check_x found the backend */
 done:
   if (residual) rc = out_finish(res_out, res, rc);
   rc = out_finish(out, y, rc);
@@ -181,12 +191,14 @@ done:
 }
 
 int lt_layer_norm_forward(lt_tensor *out, lt_tensor *mean, lt_tensor *rstd, const lt_tensor *x, const lt_tensor *weight,
-                         const lt_tensor *bias, double eps) {
-  return lt_norm_forward_op("layer_norm", NULL, out, mean, rstd, x, NULL, weight, bias, eps, 1);
+                          const lt_tensor *bias, double eps) {
+  return lt_layer_norm_forward_op("layer_norm", NULL, out, mean, rstd, x, NULL, weight, bias, eps, 1);
 }
 
-int lt_rms_norm_forward(lt_tensor *out, lt_tensor *rstd, const lt_tensor *x, const lt_tensor *weight, double eps) {
-  return lt_norm_forward_op("rms_norm", NULL, out, NULL, rstd, x, NULL, weight, NULL, eps, 0);
+int lt_add_layer_norm_forward(lt_tensor *res_out, lt_tensor *out, lt_tensor *mean, lt_tensor *rstd, const lt_tensor *x,
+                              const lt_tensor *residual, const lt_tensor *weight, const lt_tensor *bias, double eps) {
+  if (!residual) return lt_errorf("add_layer_norm: residual is NULL");
+  return lt_layer_norm_forward_op("add_layer_norm", res_out, out, mean, rstd, x, residual, weight, bias, eps, 1);
 }
 
 /* ---- backward ----------------------------------------------------------------------- */
@@ -202,9 +214,9 @@ static int check_stat(const char *op, const char *what, const lt_tensor *t, cons
   return gather(tc, t);
 }
 
-int lt_norm_backward_op(const char *op, lt_tensor *dx, lt_tensor *dweight, lt_tensor *dbias, const lt_tensor *dout,
-                        const lt_tensor *dres, const lt_tensor *x, const lt_tensor *weight, const lt_tensor *mean,
-                        const lt_tensor *rstd, int center) {
+int lt_layer_norm_backward_op(const char *op, lt_tensor *dx, lt_tensor *dweight, lt_tensor *dbias,
+                              const lt_tensor *dout, const lt_tensor *dres, const lt_tensor *x, const lt_tensor *weight,
+                              const lt_tensor *mean, const lt_tensor *rstd, int center) {
   int64_t N, C;
   LT_TRY(check_x(op, x, &N, &C));
   LT_TRY(check_like_x(op, "dout", dout, x));
@@ -231,25 +243,25 @@ int lt_norm_backward_op(const char *op, lt_tensor *dx, lt_tensor *dweight, lt_te
   if (dx && !(dxw = out_begin(op, "dx", dx, x->ndim, x->shape, dtype, device))) goto done;
   if (dweight && !(dww = out_begin(op, "dweight", dweight, 1, cshape, weight->dtype, device))) goto done;
   if (dbias && !(dbw = out_begin(op, "dbias", dbias, 1, cshape, dbias_dtype, device))) goto done;
-  lt_norm_bwd p = {.device = device,
-                   .dtype = dtype,
-                   .N = N,
-                   .C = C,
-                   .center = center,
-                   .dy = lt_data_ptr(dyc),
-                   .x = lt_data_ptr(xc),
-                   .dres = dres ? lt_data_ptr(drc) : NULL,
-                   .w = lt_data_ptr(w),
-                   .mean = center ? lt_data_ptr(muc) : NULL,
-                   .rstd = lt_data_ptr(rsc),
-                   .mean_dtype = center ? muc->dtype : LT_F32,
-                   .rstd_dtype = rsc->dtype,
-                   .dx = dxw ? lt_data_ptr(dxw) : NULL,
-                   .dw = dww ? lt_data_ptr(dww) : NULL,
-                   .db = dbw ? lt_data_ptr(dbw) : NULL,
-                   .dw_dtype = dww ? dww->dtype : LT_F32,
-                   .db_dtype = dbw ? dbw->dtype : LT_F32};
-  rc = lt_backend_for(op, device)->norm_backward(op, &p); /* check_x found the backend */
+  lt_layer_norm_backward_plan p = {.device = device,
+                                   .dtype = dtype,
+                                   .N = N,
+                                   .C = C,
+                                   .center = center,
+                                   .dy = lt_data_ptr(dyc),
+                                   .x = lt_data_ptr(xc),
+                                   .dres = dres ? lt_data_ptr(drc) : NULL,
+                                   .w = lt_data_ptr(w),
+                                   .mean = center ? lt_data_ptr(muc) : NULL,
+                                   .rstd = lt_data_ptr(rsc),
+                                   .mean_dtype = center ? muc->dtype : LT_F32,
+                                   .rstd_dtype = rsc->dtype,
+                                   .dx = dxw ? lt_data_ptr(dxw) : NULL,
+                                   .dw = dww ? lt_data_ptr(dww) : NULL,
+                                   .db = dbw ? lt_data_ptr(dbw) : NULL,
+                                   .dw_dtype = dww ? dww->dtype : LT_F32,
+                                   .db_dtype = dbw ? dbw->dtype : LT_F32};
+  rc = lt_backend_for(op, device)->layer_norm_backward(op, &p); /* check_x found the backend */
 done:
   if (dx) rc = out_finish(dx, dxw, rc);
   if (dweight) rc = out_finish(dweight, dww, rc);
@@ -259,11 +271,12 @@ done:
 }
 
 int lt_layer_norm_backward(lt_tensor *dx, lt_tensor *dweight, lt_tensor *dbias, const lt_tensor *dout,
-                          const lt_tensor *x, const lt_tensor *weight, const lt_tensor *mean, const lt_tensor *rstd) {
-  return lt_norm_backward_op("layer_norm_backward", dx, dweight, dbias, dout, NULL, x, weight, mean, rstd, 1);
+                           const lt_tensor *x, const lt_tensor *weight, const lt_tensor *mean, const lt_tensor *rstd) {
+  return lt_layer_norm_backward_op("layer_norm_backward", dx, dweight, dbias, dout, NULL, x, weight, mean, rstd, 1);
 }
 
-int lt_rms_norm_backward(lt_tensor *dx, lt_tensor *dweight, const lt_tensor *dout, const lt_tensor *x,
-                        const lt_tensor *weight, const lt_tensor *rstd) {
-  return lt_norm_backward_op("rms_norm_backward", dx, dweight, NULL, dout, NULL, x, weight, NULL, rstd, 0);
+int lt_layer_norm_backward_add(lt_tensor *dx, lt_tensor *dweight, lt_tensor *dbias, const lt_tensor *dout,
+                               const lt_tensor *dres, const lt_tensor *x, const lt_tensor *weight,
+                               const lt_tensor *mean, const lt_tensor *rstd) {
+  return lt_layer_norm_backward_op("layer_norm_backward_add", dx, dweight, dbias, dout, dres, x, weight, mean, rstd, 1);
 }

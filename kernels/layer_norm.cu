@@ -1,5 +1,6 @@
-/* norm.cu — LayerNorm and RMSNorm on CUDA, forward and backward, with the fused residual
- * add (host/ops/norm.c checks, allocates and calls these; host/ops/norm_cpu.c is the CPU twin).
+/* layer_norm.cu — LayerNorm and RMSNorm (LayerNorm with center = 0) on CUDA, forward and backward,
+ * with the fused residual add (host/ops/layer_norm.c checks, allocates and calls these;
+ * host/ops/layer_norm_cpu.c is the CPU twin).
  *
  * Rows are contiguous (N, C). The compute type A is f32 for f32/bf16/f16 and f64 for f64, as on
  * the CPU, with the same formulas in the same order; only the order of the row sums differs
@@ -14,7 +15,7 @@
  *             CPU does). The chunk count depends on the shape only: results are deterministic. */
 #include "kernels/common.cuh"
 extern "C" {
-#include "kernels/norm.h"
+#include "kernels/layer_norm.h"
 }
 
 /* ---- element access in the compute type ------------------------------------------------------- */
@@ -69,14 +70,12 @@ __device__ inline void store_any(void *p, int dtype, int64_t j, double v) {
   }
 }
 
-int lt_cuda_norm_use_device(const char *op, int device) { return lt_cuda_use_device(op, device); }
-
 /* ---- forward ------------------------------------------------------------------------------- */
 
 /* Rows are read and written as runs of V elements (lt_dev_vec: one 128-bit access when V is
  * 16 / sizeof(T)); the host picks V = 1 unless every row pointer is 16-byte aligned and V divides
  * C. Run v of a row belongs to thread v % blockDim.x in every pass. */
-template <typename T, int V> __global__ void norm_forward_kernel(const lt_norm_fwd p) {
+template <typename T, int V> __global__ void layer_norm_forward_kernel(const lt_layer_norm_forward_plan p) {
   using E = norm_elem<T>;
   using A = typename E::A;
   using Vec = lt_dev_vec<T, V>;
@@ -151,16 +150,16 @@ template <typename T> static bool vec_ok(int64_t C, const void *a, const void *b
          (!d || lt_aligned(d, 16));
 }
 
-template <typename T> static void launch_forward(const lt_norm_fwd *p) {
+template <typename T> static void launch_forward(const lt_layer_norm_forward_plan *p) {
   constexpr int V = 16 / sizeof(T);
   cudaStream_t stream = lt_cuda_compute_stream(p->device);
   if (vec_ok<T>(p->C, p->x, p->residual, p->res, p->y))
-    norm_forward_kernel<T, V><<<grid_for(p->N), row_threads(p->C / V), 0, stream>>>(*p);
+    layer_norm_forward_kernel<T, V><<<grid_for(p->N), row_threads(p->C / V), 0, stream>>>(*p);
   else
-    norm_forward_kernel<T, 1><<<grid_for(p->N), row_threads(p->C), 0, stream>>>(*p);
+    layer_norm_forward_kernel<T, 1><<<grid_for(p->N), row_threads(p->C), 0, stream>>>(*p);
 }
 
-int lt_cuda_norm_forward(const char *op, const lt_norm_fwd *p) {
+int lt_cuda_layer_norm_forward(const char *op, const lt_layer_norm_forward_plan *p) {
   LT_TRY(lt_cuda_use_device(op, p->device));
   if (p->N == 0) return 0;
   switch (p->dtype) {
@@ -175,14 +174,14 @@ int lt_cuda_norm_forward(const char *op, const lt_norm_fwd *p) {
 
 /* ---- backward ------------------------------------------------------------------------------ */
 
-/* With xhat = (x - mu) * rstd and g = dy * w (as host/ops/norm_cpu.c):
+/* With xhat = (x - mu) * rstd and g = dy * w (as host/ops/layer_norm_cpu.c):
  *   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) + dres   (mean(g) only when center)
  *   partial dw[k] += dy * xhat, partial db[k] += dy over the rows of chunk k.
  * Runs of V as in the forward. dx may alias dy or dres: a thread reads its own runs before
  * writing them; the partial columns of a run belong to its thread too. */
 template <typename T, int V>
-__global__ void norm_backward_kernel(const lt_norm_bwd p, int64_t nchunks, typename norm_elem<T>::A *pw,
-                                     typename norm_elem<T>::A *pb) {
+__global__ void layer_norm_backward_kernel(const lt_layer_norm_backward_plan p, int64_t nchunks,
+                                           typename norm_elem<T>::A *pw, typename norm_elem<T>::A *pb) {
   using E = norm_elem<T>;
   using A = typename E::A;
   using Vec = lt_dev_vec<T, V>;
@@ -250,7 +249,7 @@ static int64_t gpu_chunks(int64_t N, int64_t C) {
   return N < k ? N : k;
 }
 
-template <typename T> static int launch_backward(const char *op, const lt_norm_bwd *p) {
+template <typename T> static int launch_backward(const char *op, const lt_layer_norm_backward_plan *p) {
   using A = typename norm_elem<T>::A;
   int device = p->device;
   cudaStream_t stream = lt_cuda_compute_stream(device);
@@ -260,9 +259,9 @@ template <typename T> static int launch_backward(const char *op, const lt_norm_b
   A *pw = p->dw ? (A *)partial : nullptr, *pb = p->db ? (A *)partial + nchunks * C : nullptr;
   constexpr int V = 16 / sizeof(T);
   if (vec_ok<T>(C, p->dy, p->x, p->dres, p->dx))
-    norm_backward_kernel<T, V><<<(int)nchunks, row_threads(C / V), 0, stream>>>(*p, nchunks, pw, pb);
+    layer_norm_backward_kernel<T, V><<<(int)nchunks, row_threads(C / V), 0, stream>>>(*p, nchunks, pw, pb);
   else
-    norm_backward_kernel<T, 1><<<(int)nchunks, row_threads(C), 0, stream>>>(*p, nchunks, pw, pb);
+    layer_norm_backward_kernel<T, 1><<<(int)nchunks, row_threads(C), 0, stream>>>(*p, nchunks, pw, pb);
   int rc = lt_cuda_check_launch(op, device);
   int blocks = lt_cuda_blocks(device, C);
   if (rc == 0 && p->dw) {
@@ -278,7 +277,7 @@ template <typename T> static int launch_backward(const char *op, const lt_norm_b
   return rc;
 }
 
-int lt_cuda_norm_backward(const char *op, const lt_norm_bwd *p) {
+int lt_cuda_layer_norm_backward(const char *op, const lt_layer_norm_backward_plan *p) {
   LT_TRY(lt_cuda_use_device(op, p->device));
   if (p->N == 0) { /* no rows: dx is empty, the parameter gradients are zero */
     if (p->dw) LT_TRY(lt_cuda_fill_contig(p->device, p->dw, p->dw_dtype, p->C, 0.0));

@@ -1,20 +1,20 @@
-/* norm.h — the plans of the norm ops, which the CPU rows (host/ops/norm_cpu.c) and the
- * kernels (kernels/norm.cu) both take, and the kernels' launchers. The host (ops/norm.c) checks
- * and allocates; the launchers queue on the device's compute stream and return 0 or -1 with
- * the error set.
+/* layer_norm.h — the plans of LayerNorm and RMSNorm, which the CPU rows
+ * (host/ops/layer_norm_cpu.c) and the kernels (kernels/layer_norm.cu) both take, and the kernels'
+ * launchers. The host (ops/layer_norm.c, ops/rms_norm.c) checks and allocates; the launchers queue on the device's
+ * compute stream and return 0 or -1 with the error set.
  *
  * Both plans describe contiguous (N, C) rows already checked and allocated on one device.
  * RMSNorm is LayerNorm with center = 0 (mean taken as 0) and no bias. The compute type
  * ("A") is f64 for f64 x, else f32: w and b are C values of it (never NULL: ones and zeros
  * stand in for a missing weight or bias). Statistics are f32 or f64 (mean_dtype, rstd_dtype). */
-#ifndef LUTRA_CUDA_NORM_H
-#define LUTRA_CUDA_NORM_H
+#ifndef LUTRA_KERNELS_LAYER_NORM_H
+#define LUTRA_KERNELS_LAYER_NORM_H
 #include <stdint.h>
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-typedef struct lt_norm_fwd {
+typedef struct lt_layer_norm_forward_plan {
   int device, dtype; /* x's */
   int64_t N, C;
   double eps;
@@ -26,9 +26,9 @@ typedef struct lt_norm_fwd {
   const void *w, *b;    /* (C) compute type */
   void *mean, *rstd;    /* (N) or NULL */
   int mean_dtype, rstd_dtype;
-} lt_norm_fwd;
+} lt_layer_norm_forward_plan;
 
-typedef struct lt_norm_bwd {
+typedef struct lt_layer_norm_backward_plan {
   int device, dtype;
   int64_t N, C;
   int center;
@@ -40,17 +40,13 @@ typedef struct lt_norm_bwd {
   void *dx;      /* (N, C) or NULL */
   void *dw, *db; /* (C) or NULL, overwritten */
   int dw_dtype, db_dtype;
-} lt_norm_bwd;
-
-/* lt_cuda_use_device (kernels/common.cuh, C++ linkage) for the host C: checks the device exists and makes
- * it current, before anything touches a CUDA tensor's memory. */
-int lt_cuda_norm_use_device(const char *op, int device);
+} lt_layer_norm_backward_plan;
 
 /* res = x + residual (when residual), y = norm(res or x), mean/rstd per row: one block a row. */
-int lt_cuda_norm_forward(const char *op, const lt_norm_fwd *p);
+int lt_cuda_layer_norm_forward(const char *op, const lt_layer_norm_forward_plan *p);
 /* dx (+ dres) one block a row chunk; dw/db as per-chunk partial sums (each thread owns its
  * columns), then a second kernel sums the chunks in a fixed order: deterministic, no atomics. */
-int lt_cuda_norm_backward(const char *op, const lt_norm_bwd *p);
+int lt_cuda_layer_norm_backward(const char *op, const lt_layer_norm_backward_plan *p);
 
 #ifdef __cplusplus
 }
