@@ -90,13 +90,17 @@ def include_graph(paths):
     return graph
 
 
+def lua_module(path):
+    """The module name require gives a file under lua/: lua/lutra/nn/init.lua is lutra.nn."""
+    return re.sub(r"\.init$", "", path[4:-4].replace("/", "."))
+
+
 def lua_require_graph(paths):
     graph = collections.defaultdict(set)
     for p in paths:
         if not p.endswith(".lua") or not p.startswith("lua/"):
             continue
-        mod = p[4:-4].replace("/", ".")
-        mod = re.sub(r"\.init$", "", mod)
+        mod = lua_module(p)
         for line in lines(p):
             code = line.split("--", 1)[0]
             for m in re.finditer(r"""require\s*\(?\s*["']([\w.]+)["']""", code):

@@ -11,6 +11,8 @@
 4. The tensor type owns its fields: outside the lua/lutra/tensor/ package and ffi.lua, no Lua module touches
    lt_tensor's raw fields; it goes through lutra/tensor/fields.lua.
 5. No source file past MAX_LINES lines.
+6. No require circle among the Lua modules: house.lua_require_graph, where a require inside a function
+   counts (one inside a string does not).
 """
 import os, re, shutil, sys, tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -80,9 +82,21 @@ def check_sizes(paths):
             for p in paths if (n := len(house.lines(p))) > MAX_LINES]
 
 
+def check_require_circles(paths):
+    graph = house.lua_require_graph(paths)
+    where = {house.lua_module(p): p for p in paths if p.startswith("lua/") and p.endswith(".lua")}
+    breaches = []
+    for circle in house.sccs(graph):
+        inside = set(circle)
+        edges = ", ".join(f"{a} -> {b}" for a in circle for b in sorted(graph[a] & inside))
+        breaches.append(f"{where[circle[0]]}: a require circle of {len(circle)} modules ({edges}): move the shared "
+                        "piece down into its own module, or pass the higher module's function in at setup")
+    return breaches
+
+
 def run(paths):
     return (check_floors(paths) + check_cuda_seam(paths) + check_lua_layout(paths)
-            + check_raw_fields(paths) + check_sizes(paths))
+            + check_raw_fields(paths) + check_sizes(paths) + check_require_circles(paths))
 
 
 def self_check():
@@ -93,18 +107,23 @@ def self_check():
         "layout": ("lua/lutra/nn.lua", "return {}\n"),
         "raw": ("lua/lutra/bad.lua", "local n = t.shape_[0]\n"),
         "size": ("host/io/big.c", "int x;\n" * (MAX_LINES + 1)),
+        # the way back is a require inside a function: it counts
+        "circle": ("lua/lutra/circle_a.lua", 'local b = require "lutra.circle_b"\n',
+                   "lua/lutra/circle_b.lua", 'return {a = function() return require("lutra.circle_a") end}\n'),
     }
     failures = []
     cwd = os.getcwd()
-    for rule, (path, text) in plants.items():
+    for rule, (path, text, *more) in plants.items():
         scratch = tempfile.mkdtemp()
         try:
             os.chdir(scratch)
             os.makedirs("lua/lutra/nn", exist_ok=True)
             open("lua/lutra/nn/init.lua", "w").write("return {}\n")
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            open(path, "w").write(text)
-            paths = ["lua/lutra/nn/init.lua", path]
+            paths = ["lua/lutra/nn/init.lua"]
+            for p, t in [(path, text)] + list(zip(more[::2], more[1::2])):
+                os.makedirs(os.path.dirname(p), exist_ok=True)
+                open(p, "w").write(t)
+                paths.append(p)
             found = run(paths)
             if len(found) != 1 or not found[0].startswith(path):
                 failures.append(f"{rule}: planted {path}, the rules said {found}")

@@ -303,8 +303,8 @@ test("llama's fused qkv: exported as q_proj, k_proj, v_proj (same A, B rows), lo
   os.execute("rm -rf '" .. dir .. "' '" .. dir2 .. "'")
 end)
 
-test("PEFT module names: lutra.hf.weights' map and lora_peft's own table agree (gpt2, llama)", function()
-  local peft = require "lutra.lora.peft"
+test("PEFT module names: lutra.hf.weights' map and lora.hf_names' own table agree (gpt2, llama)", function()
+  local hf_names = require "lutra.lora.hf_names"
   local have = pcall(require, "lutra.hf.weights")
   for _, mk in ipairs {gpt2, llama} do
     local model = mk()
@@ -313,14 +313,14 @@ test("PEFT module names: lutra.hf.weights' map and lora_peft's own table agree (
       if getmetatable(m) == lt.nn.Linear then names[#names + 1] = name end
     end
     local with = {}
-    for _, n in ipairs(names) do with[n] = peft.hf_names(model, n) end
+    for _, n in ipairs(names) do with[n] = hf_names.hf_names(model, n) end
     -- again with lutra.hf.weights unavailable: the built-in table
     local saved_loaded, saved_preload = package.loaded["lutra.hf.weights"], package.preload["lutra.hf.weights"]
     package.loaded["lutra.hf.weights"] = nil
     package.preload["lutra.hf.weights"] = function() error("hidden for the test") end
     rawset(model, "_peft_names", nil)
     local ok, err = pcall(function()
-      for _, n in ipairs(names) do equal(peft.hf_names(model, n), with[n], n) end
+      for _, n in ipairs(names) do equal(hf_names.hf_names(model, n), with[n], n) end
     end)
     package.loaded["lutra.hf.weights"], package.preload["lutra.hf.weights"] = saved_loaded, saved_preload
     assert(ok, err)

@@ -24,8 +24,9 @@
 -- node holds beyond its saved tensors).
 --
 -- Op wrappers that cannot require the declaring module (it requires them, for the math of
--- its backward) look the record up by the `op` name in op.records; a missing name loads
--- lutra.autograd, which loads every declaring module of the library.
+-- its backward) look the record up by the `op` name in op.records when they record. The
+-- declaring modules are loaded by lutra.autograd, which the library's entry points (lutra,
+-- lutra.nn) load before any op records; a missing name is an error.
 local S = require "lutra.autograd.state"
 
 local M = {}
@@ -33,11 +34,9 @@ local M = {}
 local classes = {} -- node class name -> class
 M.classes = classes
 
-M.records = setmetatable({}, {__index = function(records, name)
-  require "lutra.autograd"
-  local rec = rawget(records, name)
-  if rec == nil then error("autograd: no op declares the record " .. tostring(name), 2) end
-  return rec
+M.records = setmetatable({}, {__index = function(_, name)
+  error("autograd: no op declares the record " .. tostring(name)
+    .. " (the declarations load with lutra.autograd: require \"lutra\" first)", 2)
 end})
 
 local FLAGS = {name = true, op = true, save = true, record = true, backward = true, always = true,

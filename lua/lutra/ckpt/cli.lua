@@ -72,7 +72,7 @@ function M.ls(dir, opts)
   if ckpt_files.exists(dir .. "/manifest.json") then return {row(dir, ckpt_files.basename(dir), opts)} end
   local latest_name = (ckpt_files.read(dir .. "/latest") or ""):match("^%s*(.-)%s*$")
   local rows = {}
-  for _, s in ipairs(reader.steps(dir)) do rows[#rows + 1] = row(dir .. "/" .. s.name, s.name, opts, latest_name) end
+  for _, s in ipairs(ckpt_files.steps(dir)) do rows[#rows + 1] = row(dir .. "/" .. s.name, s.name, opts, latest_name) end
   return rows
 end
 

@@ -129,4 +129,15 @@ function M.copy(dst, src) if C.lt_copy(dst, src) ~= 0 then fail() end end
 
 function M.ptr(t) return ffi.cast("char *", C.lt_data_ptr(t)) end
 
+-- step_* directories under root, newest (largest step) first: {{step =, name =}, ...}
+function M.steps(root)
+  local out = {}
+  for _, name in ipairs(M.list(root)) do
+    local s = name:match("^step_(%d+)$")
+    if s then out[#out + 1] = {step = tonumber(s), name = name} end
+  end
+  table.sort(out, function(a, b) return a.step > b.step end)
+  return out
+end
+
 return M

@@ -57,7 +57,7 @@ local function finish(p, ok)
   M.last = {dir = p.dir, raw = tonumber(raw[0]), compressed = tonumber(comp[0]), seconds = secs[0],
             stall = p.stall, copied = p.copied}
   if rc ~= 0 then raise("ckpt.save: " .. p.dir .. ": " .. msg) end
-  if p.rank0 and p.keep and ok ~= false then require("lutra.ckpt.reader").prune(p.parent, p.keep) end
+  if p.rank0 and p.keep and ok ~= false then M.prune(p.parent, p.keep) end
   return p.dir
 end
 
@@ -88,6 +88,24 @@ function M.busy()
   local done = ffi.new("int[1]")
   C.lt_ckpt_job_poll(pending.job, done)
   return done[0] == 0
+end
+
+-- Keeps the `keep` newest step_* checkpoints under root (and the one `latest` names); also
+-- removes leftovers of interrupted saves (*.tmp, *.old-*), except a save still in flight.
+function M.prune(root, keep)
+  if type(root) ~= "string" then raise("ckpt.prune: root must be a path string") end
+  root = root:gsub("/+$", "")
+  local named = (ckpt_files.read(root .. "/latest") or ""):match("^%s*(.-)%s*$")
+  if keep and keep > 0 then
+    for i, s in ipairs(ckpt_files.steps(root)) do
+      if i > keep and s.name ~= named then ckpt_files.remove_tree(root .. "/" .. s.name) end
+    end
+  end
+  if not M.busy() then
+    for _, name in ipairs(ckpt_files.list(root)) do
+      if name:match("^step_%d+%.tmp$") or name:match("^step_%d+%.old%-%d+$") then ckpt_files.remove_tree(root .. "/" .. name) end
+    end
+  end
 end
 
 -- ---- save: the steps ------------------------------------------------------------------------
@@ -258,7 +276,7 @@ end
 local function schedule_prune(job, dir, parent, keep)
   local base = ckpt_files.basename(dir)
   local all = {{step = tonumber(base:match("^step_(%d+)$")) or math.huge, name = base}}
-  for _, st in ipairs(require("lutra.ckpt.reader").steps(parent)) do
+  for _, st in ipairs(ckpt_files.steps(parent)) do
     if st.name ~= base then all[#all + 1] = st end
   end
   table.sort(all, function(x, y) return x.step > y.step end)

@@ -6,17 +6,18 @@
 --   ckpt.wait()                   -- the previous async save committed (errors raised here)
 --   local r = ckpt.load(dir)      -- lutra.ckpt.reader: r:read, r:tensor, r:load_into, r:extra
 --   ckpt.latest(run_dir)          -- newest valid checkpoint dir (falls back past bad ones)
---   ckpt.prune(run_dir, keep)
+--   ckpt.prune(run_dir, keep)     -- the newest `keep` step dirs stay (lutra.ckpt.format)
 --   ckpt.validate(dir)            -- true, or false and why
 --   ckpt.ls(dir), ckpt.inspect(dir, {tensors = true})   -- tables (lutra.ckpt.cli)
 --   ckpt.save_weights(dir, model:state_dict(), {model = cfg})   -- a model alone, no optimizer
 --   local w = ckpt.load_weights(dir)  -- {step =, config =, model = name -> whole tensor}
 local format = require "lutra.ckpt.format"
 local reader = require "lutra.ckpt.reader"
+local ckpt_files = require "lutra.ckpt.files"
 
 local M = {
   save = format.save, wait = format.wait, fence = format.fence, busy = format.busy, load = reader.load, latest = reader.latest,
-  prune = reader.prune, validate = reader.validate, steps = reader.steps, FORMAT = format.FORMAT,
+  prune = format.prune, validate = reader.validate, steps = ckpt_files.steps, FORMAT = format.FORMAT,
   VERSION = format.VERSION,
 }
 

@@ -9,7 +9,6 @@
 --   r:extra(rank)                    -- that rank's saved extra table
 --   r:verify()                       -- decodes every file: true, or false and why
 --   ckpt.latest(run_dir)             -- the newest valid checkpoint (falls back past bad ones)
---   ckpt.prune(run_dir, keep)
 -- Every piece is checked as it decodes (lz4 frame checksums, sizes, the footer's piece
 -- checksum), and the manifest is validated in C (lt_ckpt_manifest_check) before it is used.
 -- Errors name the checkpoint file, the tensor and the problem.
@@ -261,18 +260,7 @@ function Reader:verify(full)
   return false, tostring(err):gsub("^[^:]*:%d+: ", "")
 end
 
--- ---- a run directory: latest, prune -----------------------------------------------------------
-
--- step_* directories under root, newest (largest step) first: {{step =, name =}, ...}
-function M.steps(root)
-  local out = {}
-  for _, name in ipairs(ckpt_files.list(root)) do
-    local s = name:match("^step_(%d+)$")
-    if s then out[#out + 1] = {step = tonumber(s), name = name} end
-  end
-  table.sort(out, function(a, b) return a.step > b.step end)
-  return out
-end
+-- ---- a run directory: latest ------------------------------------------------------------------
 
 -- Whether dir is a loadable checkpoint: true, or false and why.
 function M.validate(dir, full)
@@ -295,7 +283,7 @@ function M.latest(root, opts)
     cands[1] = named
     seen[named] = true
   end
-  for _, s in ipairs(M.steps(root)) do
+  for _, s in ipairs(ckpt_files.steps(root)) do
     if not seen[s.name] then cands[#cands + 1] = s.name end
   end
   local skipped = {}
@@ -307,24 +295,6 @@ function M.latest(root, opts)
     if not opts.quiet then io.stderr:write("ckpt: skipping ", dir, ": ", why, "\n") end
   end
   return nil, skipped
-end
-
--- Keeps the `keep` newest step_* checkpoints under root (and the one `latest` names); also
--- removes leftovers of interrupted saves (*.tmp, *.old-*), except a save still in flight.
-function M.prune(root, keep)
-  if type(root) ~= "string" then raise("ckpt.prune: root must be a path string") end
-  root = root:gsub("/+$", "")
-  local named = (ckpt_files.read(root .. "/latest") or ""):match("^%s*(.-)%s*$")
-  if keep and keep > 0 then
-    for i, s in ipairs(M.steps(root)) do
-      if i > keep and s.name ~= named then ckpt_files.remove_tree(root .. "/" .. s.name) end
-    end
-  end
-  if not format.busy() then
-    for _, name in ipairs(ckpt_files.list(root)) do
-      if name:match("^step_%d+%.tmp$") or name:match("^step_%d+%.old%-%d+$") then ckpt_files.remove_tree(root .. "/" .. name) end
-    end
-  end
 end
 
 return M

@@ -31,283 +31,24 @@
 -- independent adapters on those row blocks (LoRALinear:set_blocks), as PEFT has them.
 local Module = require "lutra.nn.module"
 local Linear = require "lutra.nn.linear"
-local Dropout = require "lutra.nn.dropout"
-local create = require "lutra.create"
-local F = require "lutra.functional"
 local ops = require "lutra.ops"
 local errors = require "lutra.errors"
 local grad = require "lutra.nn.grad"
-local O = require "lutra.nn.options"
+local linear = require "lutra.lora.linear"
+local hf_names = require "lutra.lora.hf_names"
 
 local raise = errors.raise
-local release = grad.release
 
 local M = {}
 
--- ---- the wrapped layer ---------------------------------------------------------------------------
-
-local LoRALinear = Module:extend("LoRALinear")
-M.LoRALinear = LoRALinear
-
--- LoRALinear(base, {r =, alpha =, dropout =, rslora =}): base is an nn.Linear (its weight and
--- bias tensors are taken over, frozen).
-function LoRALinear:init(base, opts)
-  local w = base.weight
-  self.in_features, self.out_features = w:size(1), w:size(0)
-  self.r, self.alpha, self.rslora = opts.r, opts.alpha, opts.rslora
-  self.scaling = opts.rslora and opts.alpha / math.sqrt(opts.r) or opts.alpha / opts.r
-  self.dropout_p = opts.dropout
-  rawset(self, "merged", false)
-  rawset(self, "disabled", false)
-  self:param("weight", w)
-  grad.set_requires_grad(w, false) -- (after: registering a parameter turns requires_grad on)
-  if base.bias ~= nil then
-    self:param("bias", base.bias)
-    grad.set_requires_grad(base.bias, false)
-  end
-  local fo = {bias = false, dtype = w.dtype, device = w.device}
-  self.lora_A = Linear(self.in_features, self.r, fo)
-  self.lora_B = Linear(self.r, self.out_features, fo)
-  -- kaiming_uniform_(a = sqrt(5)) on (r, in): bound = sqrt(6 / ((1 + 5) fan_in)) = 1 / sqrt(in)
-  local bound = 1 / math.sqrt(self.in_features)
-  grad.no_grad(function()
-    create.uniform_(self.lora_A.weight, -bound, bound)
-    create.fill_(self.lora_B.weight, 0)
-  end)
-  if opts.dropout > 0 then self.lora_dropout = Dropout(opts.dropout) end
-end
-
--- x (..., in) -> (..., out)
-function LoRALinear:forward(x)
-  local y = F.linear(x, self.weight, self.bias)
-  if self.merged or self.disabled then return y end
-  local xin = self.lora_dropout and self.lora_dropout(x) or x
-  local h = self.lora_A(xin) -- (..., r)
-  release(xin, x)
-  return self:add_update(y, h, self.lora_B.weight)
-end
-
--- y + s * h B^T, h (..., r) the adapter's A x; with row blocks B is masked (its entries
--- outside the blocks stay zero, their gradient masked too). Frees h and y. The tensor-
--- parallel layers (lora_tp.lua) pass their own B (a shard, or B through a tp collective).
-function LoRALinear:add_update(y, h, b)
-  local mask = rawget(self, "_mask")
-  local bm = mask and b * mask or b
-  local ds = F.linear(h, bm) -- (..., out)
-  if mask then release(bm) end
-  release(h)
-  if self.scaling ~= 1 then
-    local d = ds
-    ds = d * self.scaling
-    release(d)
-  end
-  local out = y + ds
-  release(ds)
-  release(y)
-  return out
-end
-
--- The update s * B A (out, in), in the weight's dtype, without autograd.
-function LoRALinear:delta()
-  return grad.no_grad(function()
-    local b = self.lora_B.weight
-    if rawget(self, "_mask") then b = b * self._mask end
-    return ops.matmul(b, self.lora_A.weight) * self.scaling
-  end)
-end
-
--- Independent adapters on row blocks of this layer, as PEFT has on separate q_proj, k_proj,
--- v_proj where lutra fuses them: blocks = {{first row, rows}, ...}, each of rank r. lora_A
--- becomes (k r, in) (block i's A is rows [i r, (i + 1) r)), lora_B (out, k r) whose entries
--- outside (block i's rows) x (block i's columns) are held at zero by a fixed mask. Rows
--- in no block get no update. New A, B: kaiming-uniform and zeros, as apply's.
-function LoRALinear:set_blocks(blocks)
-  local r, k = self.r, #blocks
-  local w = self.weight
-  local fo = {bias = false, dtype = w.dtype, device = w.device}
-  self.lora_A = Linear(self.in_features, k * r, fo)
-  self.lora_B = Linear(k * r, self.out_features, fo)
-  local mask = create.zeros(self.out_features, k * r, {dtype = w.dtype, device = w.device})
-  local bound = 1 / math.sqrt(self.in_features)
-  grad.no_grad(function()
-    create.uniform_(self.lora_A.weight, -bound, bound)
-    create.fill_(self.lora_B.weight, 0)
-    for i, b in ipairs(blocks) do
-      if b[1] < 0 or b[2] < 1 or b[1] + b[2] > self.out_features then
-        raise(string.format("LoRALinear:set_blocks: block %d rows [%d, %d) outside [0, %d)", i, b[1], b[1] + b[2],
-          self.out_features))
-      end
-      mask:narrow(0, b[1], b[2]):narrow(1, (i - 1) * r, r):fill_(1)
-    end
-  end)
-  rawset(self, "_mask", mask)
-  rawset(self, "blocks", blocks)
-  return self
-end
-
--- Trainable adapter entries of this layer: r (in + out), or with blocks, r (in + rows) each.
-function LoRALinear:adapter_size()
-  local blocks = rawget(self, "blocks")
-  if not blocks then return self.r * (self.in_features + self.out_features) end
-  local n = 0
-  for _, b in ipairs(blocks) do n = n + self.r * (self.in_features + b[2]) end
-  return n
-end
-
-function LoRALinear:extra_repr()
-  return string.format("%d, %d, r=%d, alpha=%g, scaling=%g%s%s", self.in_features, self.out_features, self.r,
-    self.alpha, self.scaling, self.dropout_p > 0 and string.format(", dropout=%g", self.dropout_p) or "",
-    self.merged and ", merged" or "")
-end
-
--- LoRALinear or a subclass (lutra.lora.tp's tensor-parallel layers)
-local function is_lora(m)
-  local cls = type(m) == "table" and getmetatable(m) or nil
-  while cls ~= nil do
-    if cls == LoRALinear then return true end
-    cls = rawget(cls, "super")
-  end
-  return false
-end
-M.is_lora = is_lora
-
--- ---- options ---------------------------------------------------------------------------------------
-
-local function check_opts(opts)
-  opts = O.check("lora.apply", opts, {"targets", "r", "alpha", "dropout", "rslora", "freeze", "split_fused"})
-  local o = {}
-  o.r = O.positive_int("lora.apply", "r", opts.r or 8)
-  o.alpha = O.positive("lora.apply", "alpha", opts.alpha or 16)
-  o.dropout = O.probability("lora.apply", "dropout", opts.dropout or 0)
-  if o.dropout >= 1 then raise("lora.apply: dropout must be below 1, got " .. o.dropout) end
-  o.rslora = O.boolean("lora.apply", "rslora", opts.rslora, false)
-  o.freeze = O.boolean("lora.apply", "freeze", opts.freeze, true)
-  o.split_fused = O.boolean("lora.apply", "split_fused", opts.split_fused, false)
-  local t = opts.targets or "all-linear"
-  if type(t) == "string" and t ~= "all-linear" then t = {t} end
-  if t ~= "all-linear" then
-    if type(t) ~= "table" or #t == 0 then
-      raise("lora.apply: targets must be \"all-linear\" or a list of Lua patterns on module names, got " .. type(t))
-    end
-    for _, p in ipairs(t) do
-      if type(p) ~= "string" then raise("lora.apply: each target must be a Lua pattern (string), got " .. type(p)) end
-      local ok, err = pcall(string.find, "", p)
-      if not ok then raise("lora.apply: bad target pattern '" .. p .. "': " .. tostring(err)) end
-    end
-  end
-  o.targets = t
-  return o
-end
-
--- The Linear modules of model as a list of {name =, module =, parent =, key =}, in traversal order.
-local function linears(model)
-  local found = {}
-  Module._walk(model, "", function(mod, prefix)
-    for _, e in ipairs(mod._entries) do
-      local c = rawget(mod, e.key)
-      if e.kind == "module" and c ~= nil and (getmetatable(c) == Linear or is_lora(c)) then
-        found[#found + 1] = {name = prefix .. e.name, module = c, parent = mod, key = e.key}
-      end
-    end
-  end, {})
-  return found
-end
-
-local function selected(name, targets)
-  if targets == "all-linear" then return not name:find("^lm_head$") and not name:find("%.lm_head$") end
-  for _, p in ipairs(targets) do
-    if name:find(p) then return true end
-  end
-  return false
-end
+-- The layer (lutra.lora.linear), lora.apply (lutra.lora.apply), the Hugging Face names of a
+-- model's modules (lutra.lora.hf_names).
+M.LoRALinear, M.is_lora, M.layers = linear.LoRALinear, linear.is_lora, linear.layers
+M.apply = require("lutra.lora.apply").apply
+M.owner_attention = hf_names.owner_attention
+local is_lora = linear.is_lora
 
 -- ---- the public functions ---------------------------------------------------------------------------
-
--- Wraps the chosen Linears of model (in place) and freezes everything else. Returns model and
--- the list of wrapped module names.
-function M.apply(model, opts)
-  if not Module.is_module(model) then raise("lora.apply: expected a module, got " .. type(model)) end
-  local o = check_opts(opts)
-  local peft = require "lutra.lora.peft"
-  local all = linears(model)
-  local chosen, hits = {}, {}
-  -- a Linear is chosen by its lutra name, or by its Hugging Face module names (PEFT's
-  -- target_modules: "q_proj", "c_attn"); a fused layer of which only some parts are named
-  -- (or every part with split_fused) gets independent adapters on those row blocks
-  local function choose(l)
-    if selected(l.name, o.targets) then
-      if o.targets ~= "all-linear" then
-        for _, p in ipairs(o.targets) do
-          if l.name:find(p) then hits[p] = true end
-        end
-      end
-      local hs = o.split_fused and peft.hf_names(model, l.name) or {}
-      if #hs > 1 then return true, hs end
-      return true, nil
-    end
-    if o.targets == "all-linear" then return false end
-    local hs, parts = peft.hf_names(model, l.name), {}
-    for _, h in ipairs(hs) do
-      for _, p in ipairs(o.targets) do
-        if h[1]:find(p) then
-          hits[p] = true
-          parts[#parts + 1] = h
-          break
-        end
-      end
-    end
-    if #parts == 0 then return false end
-    if #hs == 1 then return true, nil end
-    return true, parts
-  end
-  for _, l in ipairs(all) do
-    local sel, parts = choose(l)
-    if sel and is_lora(l.module) then raise("lora.apply: '" .. l.name .. "' already has an adapter") end
-    if sel then
-      l.parts = parts
-      chosen[#chosen + 1] = l
-    end
-  end
-  if o.targets ~= "all-linear" then
-    for _, p in ipairs(o.targets) do
-      if not hits[p] then
-        local names = {}
-        for _, l in ipairs(all) do names[#names + 1] = l.name end
-        raise(string.format("lora.apply: target '%s' matches no Linear module (they are: %s)", p,
-          table.concat(names, ", ")))
-      end
-    end
-  end
-  if #chosen == 0 then raise("lora.apply: no Linear module to wrap") end
-  if o.freeze then model:freeze() end
-  local names = {}
-  for _, l in ipairs(chosen) do
-    local wrapped = LoRALinear(l.module, o)
-    if l.parts then
-      local blocks = {}
-      for i, h in ipairs(l.parts) do blocks[i] = {h[2], h[3]} end
-      wrapped:set_blocks(blocks)
-    end
-    if type(l.key) == "string" then
-      l.parent[l.key] = wrapped -- same entry, same declaration order
-    else
-      rawset(l.parent, l.key, wrapped) -- a ModuleList slot
-    end
-    names[#names + 1] = l.name
-  end
-  local cfg = {r = o.r, alpha = o.alpha, dropout = o.dropout, rslora = o.rslora, targets = o.targets, modules = names}
-  rawset(model, "_lora", cfg)
-  return model, names
-end
-
--- The wrapped layers: list of {name, module}.
-function M.layers(model)
-  local out = {}
-  for name, m in model:named_modules() do
-    if is_lora(m) then out[#out + 1] = {name, m} end
-  end
-  return out
-end
 
 local function need_layers(model, who)
   if not Module.is_module(model) then raise(who .. ": expected a module, got " .. type(model)) end
@@ -438,17 +179,8 @@ function M.merge_and_unload(model)
   return model
 end
 
--- The module that holds the layer named `name` (its parent), e.g. the attention of "blocks.0.attn.qkv".
-function M.owner_attention(model, name)
-  local parent = name:match("^(.*)%.[^.]+$")
-  for n, m in model:named_modules() do
-    if n == parent then return m end
-  end
-  raise("lora: no module holds '" .. name .. "'")
-end
-
 -- Adapters on disk (PEFT's layout): lutra/lora/peft.lua.
--- A tensor-parallel model (lutra.lora.tp) saves its gathered adapters (a collective over its
+-- A tensor-parallel model (lutra.lora.tp_peft) saves its gathered adapters (a collective over its
 -- tp group) and loads into its pieces.
 local function tensor_parallel(model)
   if not Module.is_module(model) then return false end
@@ -458,11 +190,11 @@ local function tensor_parallel(model)
   return false
 end
 function M.save(dir, model, opts)
-  if tensor_parallel(model) then return require("lutra.lora.tp").save(dir, model, opts) end
+  if tensor_parallel(model) then return require("lutra.lora.tp_peft").save(dir, model, opts) end
   return require("lutra.lora.peft").save(dir, model, opts)
 end
 function M.load(dir, model, opts)
-  if tensor_parallel(model) then return require("lutra.lora.tp").load(dir, model, opts) end
+  if tensor_parallel(model) then return require("lutra.lora.tp_peft").load(dir, model, opts) end
   return require("lutra.lora.peft").load(dir, model, opts)
 end
 

@@ -5,15 +5,7 @@
 --   dir/adapter_config.json         peft_type "LORA", r, lora_alpha, lora_dropout,
 --                                   target_modules, use_rslora, bias "none", task_type
 --                                   "CAUSAL_LM", fan_in_fan_out (true for GPT-2's Conv1D)
--- Module names follow Hugging Face's checkpoints of each architecture:
---   lutra                  gpt2 (GPT2LMHeadModel)            llama (LlamaForCausalLM)
---   blocks.i.attn.qkv      transformer.h.i.attn.c_attn       model.layers.i.self_attn.{q,k,v}_proj
---   blocks.i.attn.proj     transformer.h.i.attn.c_proj       model.layers.i.self_attn.o_proj
---   blocks.i.mlp.fc        transformer.h.i.mlp.c_fc          -
---   blocks.i.mlp.gate/up   -                                 model.layers.i.mlp.gate_proj/up_proj
---   blocks.i.mlp.proj      transformer.h.i.mlp.c_proj        model.layers.i.mlp.down_proj
---   lm_head                lm_head                           lm_head
--- (any other module keeps its lutra name; the map is lutra.hf.weights' when present).
+-- Module names: lutra.lora.hf_names.
 -- lutra's fused qkv with one adapter pair (lora.apply's default) is written as q_proj, k_proj
 -- and v_proj with the same lora_A and the matching rows of lora_B: the same update exactly.
 -- Independent adapters (PEFT's own q/k/v, or only some of them, e.g. target_modules q_proj
@@ -25,78 +17,16 @@
 local errors = require "lutra.errors"
 local no_grad = require("lutra.nn.grad").no_grad
 local cat = require("lutra.create").cat
+local linear = require "lutra.lora.linear"
+local hf_names = require "lutra.lora.hf_names"
+local apply = require("lutra.lora.apply").apply
 
 local raise = errors.raise
+local family = hf_names.family
 
 local M = {}
 
 local PREFIX = "base_model.model."
-
-local GPT2 = {["attn.qkv"] = "attn.c_attn", ["attn.proj"] = "attn.c_proj", ["mlp.fc"] = "mlp.c_fc",
-              ["mlp.proj"] = "mlp.c_proj"}
-local LLAMA = {["attn.proj"] = "self_attn.o_proj", ["mlp.gate"] = "mlp.gate_proj", ["mlp.up"] = "mlp.up_proj",
-               ["mlp.proj"] = "mlp.down_proj"}
-
--- The Hugging Face family of the model ("gpt2", "llama") or nil: lutra.hf's rule when it is
--- there (by pos, norm and mlp), else the arch.
-local function family(model)
-  if type(model.cfg) ~= "table" then return nil end
-  local ok, hf = pcall(require, "lutra.hf")
-  if ok and type(hf) == "table" and hf.family_of then
-    local okf, fam = pcall(hf.family_of, model.cfg)
-    return okf and fam or nil
-  end
-  local arch = model.cfg.arch
-  return (arch == "llama" or arch == "gpt2") and arch or nil
-end
-M.family = family
-
--- lutra module name -> list of {HF module name, first row, rows}, from lutra.hf.weights' weight
--- map when it is there (one source of truth with the model import/export), else the table above.
-local function module_map(model, fam)
-  local map = {}
-  local ok, W = pcall(require, "lutra.hf.weights")
-  if ok and type(W) == "table" and W.entries then
-    for _, e in ipairs(W.entries(model.cfg, fam)) do
-      local lm, hm = e.lt:match("^(.*)%.weight$"), e.hf:match("^(.*)%.weight$")
-      if lm and hm then
-        map[lm] = map[lm] or {}
-        local r = e.rows
-        map[lm][#map[lm] + 1] = {hm, r and r[1], r and r[2]}
-      end
-    end
-    return map
-  end
-  for i = 0, model.cfg.n_layer - 1 do
-    local p = "blocks." .. i .. "."
-    if fam == "gpt2" then
-      for k, v in pairs(GPT2) do map[p .. k] = {{"transformer.h." .. i .. "." .. v}} end
-    else
-      for k, v in pairs(LLAMA) do map[p .. k] = {{"model.layers." .. i .. "." .. v}} end
-      local attn = require("lutra.lora").owner_attention(model, p .. "attn.qkv")
-      local D = attn.head_dim
-      local q, kv = attn.n_head * D, attn.n_kv_head * D
-      local base = "model.layers." .. i .. ".self_attn."
-      map[p .. "attn.qkv"] = {{base .. "q_proj", 0, q}, {base .. "k_proj", q, kv}, {base .. "v_proj", q + kv, kv}}
-    end
-  end
-  return map
-end
-
--- The Hugging Face module names of a lutra module: a list of {hf name, first row, rows} (rows
--- nil: all of them). qkv of a llama model is three. Modules without one keep their name.
-function M.hf_names(model, name)
-  local fam = family(model)
-  if fam then
-    local cache = rawget(model, "_peft_names")
-    if cache == nil or cache.fam ~= fam then
-      cache = {fam = fam, map = module_map(model, fam)}
-      rawset(model, "_peft_names", cache)
-    end
-    if cache.map[name] then return cache.map[name] end
-  end
-  return {{name}}
-end
 
 local function safetensors()
   local ok, st = pcall(require, "lutra.ckpt.safetensors")
@@ -108,10 +38,9 @@ local function short_name(hf) return hf:match("([^.]+)$") end
 
 -- Writes dir/adapter_model.safetensors and dir/adapter_config.json. Returns dir.
 function M.save(dir, model, opts)
-  local lora = require "lutra.lora"
   local json = require "lutra.json"
   opts = opts or {}
-  local layers = lora.layers(model)
+  local layers = linear.layers(model)
   if #layers == 0 then raise("lora.save: the model has no LoRA layers") end
   local first = layers[1][2]
   local tensors, short, short_list, names = {}, {}, {}, {}
@@ -123,7 +52,7 @@ function M.save(dir, model, opts)
     names[#names + 1] = name
     local A, B = m.lora_A.weight:detach(), m.lora_B.weight:detach()
     local blocks = rawget(m, "blocks")
-    for _, h in ipairs(M.hf_names(model, name)) do
+    for _, h in ipairs(hf_names.hf_names(model, name)) do
       local ha, hb = A, h[2] and B:narrow(0, h[2], h[3]) or B
       if blocks then -- independent adapters: the block of these rows, or none
         ha = nil
@@ -168,7 +97,6 @@ local function pattern_of(name) return "^" .. name:gsub("[%^%$%(%)%%%.%[%]%*%+%-
 -- Reads the adapters of dir into model: into its LoRA layers, or, when it has none, after
 -- wrapping the Linears the file has adapters for (with the file's r, alpha, rslora). Returns model.
 function M.load(dir, model, opts)
-  local lora = require "lutra.lora"
   local json = require "lutra.json"
   local Linear = require "lutra.nn.linear"
   _ = opts
@@ -176,18 +104,18 @@ function M.load(dir, model, opts)
   if conf.peft_type ~= "LORA" then raise("lora.load: " .. dir .. ": peft_type is " .. tostring(conf.peft_type)) end
   local tensors = safetensors().load(dir .. "/adapter_model.safetensors")
   local function get(key) return tensors[key] end
-  if #lora.layers(model) == 0 then
+  if #linear.layers(model) == 0 then
     local targets = {}
     for name, m in model:named_modules() do
       if getmetatable(m) == Linear then
         local any = false
-        for _, h in ipairs(M.hf_names(model, name)) do any = any or get(PREFIX .. h[1] .. ".lora_A.weight") ~= nil end
+        for _, h in ipairs(hf_names.hf_names(model, name)) do any = any or get(PREFIX .. h[1] .. ".lora_A.weight") ~= nil end
         if any then targets[#targets + 1] = pattern_of(name) end
       end
     end
     if #targets == 0 then raise("lora.load: " .. dir .. " has no adapter for any Linear of this model") end
     local drop = type(conf.lora_dropout) == "number" and conf.lora_dropout or 0
-    lora.apply(model, {targets = targets, r = conf.r, alpha = conf.lora_alpha, dropout = drop,
+    apply(model, {targets = targets, r = conf.r, alpha = conf.lora_alpha, dropout = drop,
                        rslora = conf.use_rslora == true})
   end
   local used = {}
@@ -195,10 +123,10 @@ function M.load(dir, model, opts)
     raise(string.format("lora.load: %s: shapes in the file: %s [%s]; the model's [%s]", name, what,
       table.concat(t.shape, ", "), table.concat(want, ", ")))
   end
-  for _, l in ipairs(lora.layers(model)) do
+  for _, l in ipairs(linear.layers(model)) do
     local name, m = l[1], l[2]
     if m.merged then raise("lora.load: " .. name .. " is merged (lora.unmerge first)") end
-    local hs, present = M.hf_names(model, name), {}
+    local hs, present = hf_names.hf_names(model, name), {}
     for _, h in ipairs(hs) do
       local ka, kb = PREFIX .. h[1] .. ".lora_A.weight", PREFIX .. h[1] .. ".lora_B.weight"
       local a, b = get(ka), get(kb)

@@ -21,21 +21,20 @@
 -- merge / unmerge / disable work unchanged: delta() = s B A is this rank's piece of the
 -- update, shaped as its piece of the weight. merge_and_unload leaves the plain parallel
 -- layers. lora.save gathers the adapters (a collective over the tp group; tp rank 0
--- writes the files of one process); lora.load puts each rank's pieces in. lora.count is
--- this rank's entries. Not done: lora.apply after tp.parallelize (apply first).
+-- writes the files of one process); lora.load puts each rank's pieces in (both in
+-- lutra.lora.tp_peft). lora.count is this rank's entries. Not done: lora.apply after tp.parallelize (apply first).
 local Linear = require "lutra.nn.linear"
 local Dropout = require "lutra.nn.dropout"
 local F = require "lutra.functional"
 local create = require "lutra.create"
 local grad = require "lutra.nn.grad"
-local errors = require "lutra.errors"
 local spec = require "lutra.dist.spec"
-local lora = require "lutra.lora"
+local linear = require "lutra.lora.linear"
 local L = require "lutra.dist.tp_layers"
 local tp_ops = require "lutra.dist.tp_ops"
 
 local release = grad.release
-local LoRALinear = lora.LoRALinear
+local LoRALinear, is_lora = linear.LoRALinear, linear.is_lora
 
 local M = {}
 
@@ -64,6 +63,7 @@ local function linear_of(w)
   m.weight = w
   return m
 end
+M.linear_of = linear_of
 
 local function whole(t) return grad.no_grad(function() return t:detach():clone() end) end
 
@@ -251,16 +251,16 @@ end
 
 -- ---- tp.lua's hooks ---------------------------------------------------------------------------
 
-M.is_lora = lora.is_lora
+M.is_lora = is_lora
 
 -- tp.parallelize's constructors: the LoRA variant when full is a LoRALinear.
 function M.column(full, group, pieces, opts)
-  if lora.is_lora(full) then return Column(full, group, pieces, opts) end
+  if is_lora(full) then return Column(full, group, pieces, opts) end
   return L.ColumnParallelLinear(full, group, pieces, opts)
 end
 
 function M.row(full, group, pieces, opts)
-  if lora.is_lora(full) then return Row(full, group, pieces, opts) end
+  if is_lora(full) then return Row(full, group, pieces, opts) end
   return L.RowParallelLinear(full, group, pieces, opts)
 end
 
@@ -269,7 +269,7 @@ end
 -- (set here, so that tp.lua does not count them among its sequence-parallel sums: copy_to
 -- already sums what must be).
 function M.shard(m, full, dim, ranks, rank, shard)
-  if not lora.is_lora(m) then return end
+  if not is_lora(m) then return end
   local A, B = m.lora_A.weight, m.lora_B.weight
   if dim == 0 then
     shard(B, shape_of(full.lora_B.weight), 0, ranks, rank)
@@ -278,91 +278,6 @@ function M.shard(m, full, dim, ranks, rank, shard)
     shard(A, shape_of(full.lora_A.weight), 1, ranks, rank)
     spec.set(B, {global = shape_of(B), dup = rank > 0})
   end
-end
-
--- lora.save on a tensor-parallel model: each layer's adapters gathered (collectives over
--- the model's tp group: every rank of it calls this, in the same order), the full ones put
--- in place of the pieces while tp rank 0 writes PEFT's files, then the pieces back. With
--- data parallelism one replica's tp ranks call it (mesh.dp_rank == 0): each tp rank 0 writes.
--- The Hugging Face names come from the model's config (global shapes and rows).
-function M.save(dir, model, opts)
-  local tp = require "lutra.dist.tp"
-  local group = tp.group(model)
-  local swapped = {}
-  for _, l in ipairs(lora.layers(model)) do
-    local m = l[2]
-    if M.is_parallel(m) then
-      local A, B = tp.gather(model, m.lora_A.weight), tp.gather(model, m.lora_B.weight)
-      swapped[#swapped + 1] = {m, m.lora_A, m.lora_B}
-      rawset(m, "lora_A", linear_of(A))
-      rawset(m, "lora_B", linear_of(B))
-    end
-  end
-  local ok, err = true, nil
-  if group == nil or group.rank == 0 then ok, err = pcall(require("lutra.lora.peft").save, dir, model, opts) end
-  for _, s in ipairs(swapped) do
-    rawset(s[1], "lora_A", s[2])
-    rawset(s[1], "lora_B", s[3])
-  end
-  if group ~= nil then group:barrier() end -- (the files are there when it returns)
-  if not ok then error(err, 0) end
-  return dir
-end
-
--- lora.load into a tensor-parallel model: each layer is given full-size adapters (zeros, the
--- global in / out features) for lutra.lora.peft.load to fill, then this rank's pieces are
--- copied into its own tensors (no collective: every rank reads the files). The file's row
--- blocks must be the layer's (else: load before tp.parallelize).
-function M.load(dir, model, opts)
-  local saved = {}
-  for _, l in ipairs(lora.layers(model)) do
-    local m = l[2]
-    if M.is_parallel(m) then
-      local A, B = m.lora_A.weight, m.lora_B.weight
-      local column = getmetatable(m) == Column
-      local ga = column and shape_of(A) or {A:size(0), m.global_in_features}
-      local gb = column and {m.global_out_features, B:size(1)} or shape_of(B)
-      local like = {dtype = A.dtype, device = A.device}
-      saved[#saved + 1] = {name = l[1], m = m, A = m.lora_A, B = m.lora_B, inf = m.in_features, outf = m.out_features,
-                           mask = rawget(m, "_mask"), blocks = rawget(m, "blocks"), column = column, ga = ga, gb = gb}
-      rawset(m, "lora_A", linear_of(create.zeros(ga, like)))
-      rawset(m, "lora_B", linear_of(create.zeros(gb, like)))
-      rawset(m, "in_features", ga[2])
-      rawset(m, "out_features", gb[1])
-    end
-  end
-  local ok, err = pcall(require("lutra.lora.peft").load, dir, model, opts)
-  local bad
-  grad.no_grad(function()
-    for _, s in ipairs(saved) do
-      local m = s.m
-      local A, B = m.lora_A.weight, m.lora_B.weight
-      local same = A:size(0) == s.ga[1] and B:size(1) == s.gb[2] and rawequal(rawget(m, "blocks"), s.blocks)
-      if ok and same then
-        if s.column then
-          s.A.weight:copy_(A)
-          s.B.weight:copy_(L.take(B, 0, m.pieces))
-        else
-          s.A.weight:copy_(L.take(A, 1, m.pieces))
-          s.B.weight:copy_(B)
-        end
-      elseif ok and not bad then
-        bad = s.name
-      end
-      rawset(m, "lora_A", s.A)
-      rawset(m, "lora_B", s.B)
-      rawset(m, "in_features", s.inf)
-      rawset(m, "out_features", s.outf)
-      rawset(m, "_mask", s.mask)
-      rawset(m, "blocks", s.blocks)
-    end
-  end)
-  if not ok then error(err, 0) end
-  if bad then
-    errors.raise("lora.load: " .. dir .. ": the adapters of '" .. bad .. "' are split in other row blocks than "
-      .. "this tensor-parallel layer's: load them into the full model, before tp.parallelize")
-  end
-  return model
 end
 
 -- Whether the module is one of this file's layers.

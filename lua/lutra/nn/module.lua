@@ -31,6 +31,8 @@ local errors = require "lutra.errors"
 local dtype = require "lutra.dtype"
 local fields = require "lutra.tensor.fields"
 local grad = require "lutra.nn.grad"
+local traverse = require "lutra.nn.traverse"
+local state = require "lutra.nn.state_dict"
 
 local raise, is_tensor = errors.raise, ops.is_tensor
 
@@ -142,46 +144,8 @@ end
 
 -- ---- traversal ---------------------------------------------------------------------------------
 
--- Calls visit(module, prefix) for every module reachable from m, pre-order, each module
--- once (a module held twice is visited under its first path) unless all_paths is set.
-local function walk(m, prefix, visit, seen, stack)
-  if seen then
-    if seen[m] then return end
-    seen[m] = true
-  else
-    stack = stack or {}
-    if stack[m] then raise("module: '" .. prefix:sub(1, -2) .. "' contains itself") end
-    stack[m] = true
-  end
-  visit(m, prefix)
-  for _, e in ipairs(m._entries) do
-    if e.kind == "module" then
-      local c = rawget(m, e.key)
-      if c ~= nil then walk(c, prefix .. e.name .. ".", visit, seen, stack) end
-    end
-  end
-  if stack then stack[m] = nil end
-end
-Module._walk = walk
-
--- Lists of names and tensors of one kind, in traversal order: each tensor once (its
--- first name); for the state (state = true), every path of every module instead, and
--- only the persistent buffers.
-local function collect(m, kind, state)
-  local names, tensors, seen = {}, {}, {}
-  walk(m, "", function(mod, prefix)
-    for _, e in ipairs(mod._entries) do
-      local t = rawget(mod, e.key)
-      if e.kind == kind and t ~= nil and (seen[t] == nil or state) and (e.persistent or not state) then
-        seen[t] = true
-        names[#names + 1] = prefix .. e.name
-        tensors[#tensors + 1] = t
-      end
-    end
-  end, not state and {} or nil)
-  return names, tensors
-end
-Module._collect = collect
+local walk, collect = traverse.walk, traverse.collect
+Module._walk, Module._collect = walk, collect
 
 local function pairs_iter(names, values)
   local i = 0
@@ -328,8 +292,8 @@ end
 
 -- ---- state -------------------------------------------------------------------------------------
 
-function Module:state_dict(...) return require("lutra.nn.state_dict").state_dict(self, ...) end
-function Module:load_state_dict(...) return require("lutra.nn.state_dict").load_state_dict(self, ...) end
+function Module:state_dict(...) return state.state_dict(self, ...) end
+function Module:load_state_dict(...) return state.load_state_dict(self, ...) end
 
 -- A short description: "Linear(32, 96, bias=true)".
 function Module:repr()

@@ -14,16 +14,17 @@ local ops = require "lutra.ops"
 local errors = require "lutra.errors"
 local fields = require "lutra.tensor.fields"
 local grad = require "lutra.nn.grad"
+local traverse = require "lutra.nn.traverse"
 
 local raise, is_tensor = errors.raise, ops.is_tensor
+local collect = traverse.collect
 
 local M = {}
 
 function M.state_dict(m)
-  local Module = require "lutra.nn.module"
   local sd = {}
   for _, kind in ipairs {"param", "buffer"} do
-    local names, ts = Module._collect(m, kind, true)
+    local names, ts = collect(m, kind, true)
     for i, name in ipairs(names) do sd[name] = ts[i] end
   end
   return sd
@@ -31,10 +32,9 @@ end
 
 -- The names of the state in traversal order (the order of named_parameters, then buffers).
 function M.state_names(m)
-  local Module = require "lutra.nn.module"
   local list = {}
   for _, kind in ipairs {"param", "buffer"} do
-    local names = Module._collect(m, kind, true)
+    local names = collect(m, kind, true)
     for _, name in ipairs(names) do list[#list + 1] = name end
   end
   return list
