@@ -265,7 +265,7 @@ static int run_repl(lua_State *L, int banner) {
   lua_newtable(L);
   lua_pushboolean(L, banner);
   lua_setfield(L, -2, "banner");
-  int status = call_module(L, "lutra.repl", "main", 1, 0);
+  int status = call_module(L, "lutra.shell", "main", 1, 0);
   report(L, status);
   return status;
 }

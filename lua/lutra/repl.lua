@@ -324,25 +324,9 @@ local function loop(ctx)
   io.stdout:flush()
 end
 
--- The top-level REPL, `lutra` alone or after -i; `lutra` is preloaded as a global.
-function M.main(opts)
-  opts = opts or {}
-  local ok, lt = pcall(require, "lutra")
-  if ok then
-    rawset(_G, "lutra", lt)
-  else
-    local msg = tostring(lt)
-    local first, rest = msg:match("^([^\n]*)\n?(.*)$")
-    local _, more = rest:gsub("[^\n]+", "")
-    io.stderr:write("lutra: require \"lutra\" failed (the REPL still works): ", first,
-                    more > 0 and " (" .. more .. " more lines: require \"lutra\" to see them)" or "", "\n")
-  end
-  if opts.banner and host and host.isatty(0) then
-    io.stdout:write("lutra ", host.version, " (", jit and jit.version or _VERSION, ")",
-                    ok and " -- `lutra` is loaded" or "", "; Ctrl-D exits\n")
-  end
-  loop {prompt = M.prompt("> ")}
-end
+-- The read-eval-print loop over one context {prompt = , env = , ...}; lutra.shell runs the top-level one.
+M.loop = loop
+M.host = has_host and host or nil
 
 -- ---- ranks: the prompt says which one; lutra.debug{rank = r} stops one, the others wait ------
 

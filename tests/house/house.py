@@ -103,7 +103,8 @@ def lua_require_graph(paths):
         mod = lua_module(p)
         for line in lines(p):
             code = line.split("--", 1)[0]
-            for m in re.finditer(r"""require\s*\(?\s*["']([\w.]+)["']""", code):
+            # require "x", require("x") and pcall(require, "x")
+            for m in re.finditer(r"""require\s*(?:\(|,)?\s*["']([\w.]+)["']""", code):
                 if code[:m.start()].count('"') % 2 == 0 and m.group(1) != mod:  # not inside a string
                     graph[mod].add(m.group(1))
         graph.setdefault(mod, set())

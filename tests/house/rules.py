@@ -12,7 +12,9 @@
    lt_tensor's raw fields; it goes through lutra/tensor/fields.lua.
 5. No source file past MAX_LINES lines.
 6. No require circle among the Lua modules: house.lua_require_graph, where a require inside a function
-   counts (one inside a string does not).
+   and a pcall(require, ...) count (one inside a string does not).
+7. The C core never reads lt_tensor's lua_slot (the Lua binding's registry index): it stands only in
+   host/include/lutra.h among the C files.
 """
 import os, re, shutil, sys, tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -94,9 +96,17 @@ def check_require_circles(paths):
     return breaches
 
 
+def check_lua_slot(paths):
+    return [f"{p}:{n}: reads lt_tensor's lua_slot, which belongs to the Lua binding (only lutra.h declares it)"
+            for p in paths if p.endswith((".c", ".h", ".cu", ".cuh")) and p != "host/include/lutra.h"
+            and not p.startswith("tests/")
+            for n, line in enumerate(house.lines(p), 1) if "lua_slot" in line]
+
+
 def run(paths):
     return (check_floors(paths) + check_cuda_seam(paths) + check_lua_layout(paths)
-            + check_raw_fields(paths) + check_sizes(paths) + check_require_circles(paths))
+            + check_raw_fields(paths) + check_sizes(paths) + check_require_circles(paths)
+            + check_lua_slot(paths))
 
 
 def self_check():
@@ -110,6 +120,9 @@ def self_check():
         # the way back is a require inside a function: it counts
         "circle": ("lua/lutra/circle_a.lua", 'local b = require "lutra.circle_b"\n',
                    "lua/lutra/circle_b.lua", 'return {a = function() return require("lutra.circle_a") end}\n'),
+        "circle_pcall": ("lua/lutra/circle_c.lua", 'local d = require "lutra.circle_d"\n',
+                         "lua/lutra/circle_d.lua", 'local ok, c = pcall(require, "lutra.circle_c")\n'),
+        "lua_slot": ("host/core/bad.c", "int slot(const lt_tensor *t) { return t->lua_slot; }\n"),
     }
     failures = []
     cwd = os.getcwd()

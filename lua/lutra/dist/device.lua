@@ -70,10 +70,9 @@ end
 -- Number of usable CUDA devices (0 in a CPU build or without a GPU).
 function M.device_count(opts)
   if opts and opts.device_count then return opts.device_count end
-  local ok, lt = pcall(require, "lutra")
-  if not ok or type(lt) ~= "table" or not lt.cuda then return 0 end
-  local ok2, n = pcall(lt.cuda.device_count)
-  return ok2 and tonumber(n) or 0
+  local ok, lt = pcall(require, "lutra.ffi") -- fails under a plain luajit without liblutra
+  if not ok then return 0 end
+  return tonumber(lt.C.lt_cuda_device_count())
 end
 
 function M.default_device(opts)
