@@ -9,7 +9,7 @@
 -- f32 weights get f32 gradients of the low-precision compute. Other ops take what they are
 -- given. lutra.train's config.precision turns it on around each forward and backward
 -- (lua/lutra/train/precision.lua). It lives in its own module, holding no other state, so
--- that any op module can consult it without requiring functional.lua.
+-- that any op module can consult it without requiring lutra.functional.
 local dtype = require "lutra.dtype"
 local errors = require "lutra.errors"
 local fields = require "lutra.tensor.fields"

@@ -12,7 +12,8 @@
 -- How an op declares its node, saved tensors and backward: lutra/autograd/op.lua; how
 -- nodes are attached, saved tensors held and released: lutra/autograd/state.lua; the
 -- backward pass: lutra/autograd/engine.lua; the declarations:
--- lutra/autograd/{elementwise,reduce,views,nn,add_norm,checkpoint}.lua.
+-- lutra/autograd/{elementwise,reduce,views,matmul,checkpoint}.lua, and each fused op's beside
+-- its binding in lutra/functional/<op>.lua.
 --
 -- In-place ops (add_, copy_, t[k] = v, out=) on tensors that take part in autograd:
 --   - on a leaf that requires grad: an error in grad mode (use lutra.no_grad);
@@ -41,7 +42,8 @@ local shape = require "lutra.shape"
 local fields = require "lutra.tensor.fields"
 local is_tracked = fields.is_tracked
 local is_recorded = fields.is_recorded
-for _, part in ipairs {"elementwise", "reduce", "views", "nn", "add_norm"} do require("lutra.autograd." .. part) end
+for _, part in ipairs {"lutra.autograd.elementwise", "lutra.autograd.reduce", "lutra.autograd.views",
+                       "lutra.autograd.matmul", "lutra.functional"} do require(part) end
 
 local M = {}
 

@@ -8,7 +8,7 @@
 local op = require "lutra.autograd.op"
 local U = require "lutra.autograd.util"
 local ops = require "lutra.ops"
-local F = require "lutra.functional"
+local softmax = require "lutra.functional.softmax"
 local dtype = require "lutra.dtype"
 local fields = require "lutra.tensor.fields"
 
@@ -130,12 +130,12 @@ end
 
 declare {
   name = "SoftmaxBackward", op = "softmax", save = {"y"}, record = record_softmax,
-  backward = function(n, g) return F.softmax_backward(g, n.y, n.dim) end,
+  backward = function(n, g) return softmax.softmax_backward(g, n.y, n.dim) end,
 }
 
 declare {
   name = "LogSoftmaxBackward", op = "log_softmax", save = {"y"}, record = record_softmax,
-  backward = function(n, g) return F.log_softmax_backward(g, n.y, n.dim) end,
+  backward = function(n, g) return softmax.log_softmax_backward(g, n.y, n.dim) end,
 }
 
 return {}

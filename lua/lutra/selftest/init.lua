@@ -11,9 +11,10 @@
 --                             checker where there is no GPU; every error must be 0)
 --
 -- After the core cases below (copy, fill, convert, add), each case module
--- lua/lutra/selftest/<area>.lua (CASE_MODULES: matmul and the fused linear layer, streams,
--- elementwise, reductions, norms, loss/embedding/rope/rng, attention, optimizers, and whole
--- training steps of gpt2 and llama) adds its own, through the `st` table of case_api().
+-- lua/lutra/selftest/<op>.lua (CASE_MODULES: matmul and the fused linear layer, streams,
+-- elementwise, reductions, layer_norm, rms_norm (each with its residual-fused form),
+-- cross_entropy, embedding, rope, random numbers, attention, optimizers, and whole training
+-- steps of gpt2 and llama) adds its own, through the `st` table of case_api().
 --
 -- The GPU kernels are designed to be bit-identical with the CPU (fill writes the host's
 -- bits, conversions round as host/core/internal.h does, adds round the f32 sum), so the
@@ -142,13 +143,49 @@ end
 -- ---- the case modules: lua/lutra/selftest/<area>.lua ----------------------------------------
 
 -- Each module returns function(st); they run in this order after the core cases above.
-local CASE_MODULES = {"matmul", "streams", "elementwise", "reduce", "norm", "nn_ops", "attention", "optim", "train"}
+local CASE_MODULES = {"matmul", "streams", "elementwise", "reduce", "layer_norm", "rms_norm", "cross_entropy",
+                      "embedding", "rope", "random", "attention", "optim", "train"}
 
 -- What a case module gets (documented for their authors in the module list above):
--- st.lt, st.C, st.device, st.uniform(), st.rand(shape, dtype, lo, hi), st.to_device(t),
--- st.noncontig(t), st.check(op, dtype, got, want, tol), st.report(...), st.shapes().
+-- st.lt, st.C, st.device, st.uniform(), st.randint(lo, hi), st.rand(shape, dtype, lo, hi),
+-- st.ints(shape, dtype, f), st.empty(shape, dtype, dev), st.to_device(t), st.noncontig(t),
+-- st.ok(rc), st.check(op, dtype, got, want, tol), st.guarded(op, shape, dtype, f),
+-- st.same_error(op, shape, dtype, call_cpu, call_dev), st.report(...), st.shapes().
 local function case_api(lt, C, device, report)
   local st = {lt = lt, C = C, device = device, uniform = uniform, report = report, shapes = test_shapes}
+  local function err() return ffi.string(C.lt_last_error()) end
+  -- raises the C error of a failed call (rc ~= 0) at the caller's line
+  function st.ok(rc) if rc ~= 0 then error(err(), 2) end end
+  -- an integer in [lo, hi)
+  function st.randint(lo, hi) return lo + math.floor(uniform() * (hi - lo)) end
+  function st.empty(shape, dtype, dev) return lt.empty(shape, {dtype = dtype, device = dev or "cpu"}) end
+  -- a CPU integer tensor of `dtype` with values f(i), i = 0 .. numel - 1
+  function st.ints(shape, dtype, f)
+    local n = numel(shape)
+    local buf = ffi.new("double[?]", math.max(n, 1))
+    for i = 0, n - 1 do buf[i] = f(i) end
+    local t = st.empty(shape, dtype)
+    st.ok(C.lt_copy_from_buffer(t, buf, C.LT_F64, n))
+    return t
+  end
+  -- runs f(), reporting an error it raises as a failed row instead of ending the self-test
+  function st.guarded(op, shape, dtype, f)
+    local fine, msg = pcall(f)
+    if not fine then
+      print(string.format("  %s %s: %s", op, dtype, tostring(msg)))
+      report(op, shape, dtype, math.huge, math.huge, false)
+    end
+  end
+  -- both sides fail with the same message (devices aside)
+  function st.same_error(op, shape, dtype, call_cpu, call_dev)
+    local rc1 = call_cpu()
+    local m1 = rc1 ~= 0 and err() or "(no error)"
+    local rc2 = call_dev()
+    local m2 = rc2 ~= 0 and err() or "(no error)"
+    local fine = rc1 ~= 0 and m1 == m2
+    if not fine then print(string.format("  %s: cpu says '%s', %s says '%s'", op, m1, device, m2)) end
+    report(op, shape, dtype, fine and 0 or math.huge, 0, fine)
+  end
   function st.rand(shape, dtype, lo, hi)
     lo, hi = lo or -1, hi or 1
     local n = numel(shape)

@@ -2,7 +2,8 @@
  * emulator against the CPU ops (suites "layer_norm", "loss", "embedding", "rope", "rng"). Each case calls the
  * same lt_* entry point on CPU tensors and on their device copies (contiguous, strided or
  * transposed), with every optional output, and compares every output with the tolerances of
- * lua/lutra/selftest/norm.lua and nn_ops.lua; rng must be bit-identical. */
+ * lua/lutra/selftest/{layer_norm,rms_norm,cross_entropy,embedding,rope,random}.lua; rng must be
+ * bit-identical. */
 #include "emu_check.h"
 static const int fdts[] = {LT_F32, LT_F64, LT_BF16, LT_F16};
 enum { MAXT = 6 };

@@ -1,0 +1,82 @@
+-- lutra.functional.attention — F.scaled_dot_product_attention, its backward, and its autograd
+-- declaration (AttentionBackward). The C side: lt_attention_forward / lt_attention_backward
+-- (host/ops/attention.c).
+--
+--   F.scaled_dot_product_attention{q, k, v, causal=, scale=, segment_ids=, out=}
+--       -> out, lse; q (B, T, H, D), k, v (B, S, Hkv, D); scale 1/sqrt(D) by default
+--   F.attention_backward{dout, q, k, v, out, lse, causal=, scale=, segment_ids=} -> dq, dk, dv
+--
+-- Under autocast (lutra.autocast) its f32 q, k, v are cast per call, through autograd.
+local lt = require "lutra.ffi"
+local errors = require "lutra.errors"
+local memory = require "lutra.memory"
+local ops = require "lutra.ops"
+local op = require "lutra.autograd.op"
+local AC = require "lutra.autocast"
+local U = require "lutra.functional.util"
+local C = lt.C
+
+local M = {}
+
+local new, fail, raise = memory.new, errors.fail, errors.raise
+local need, tensor_or_nil, tracked, writing = U.need, U.tensor_or_nil, U.tracked, U.writing
+local edge, attach, save, save_output = op.edge, op.attach, op.save, op.save_output
+local is_tensor = ops.is_tensor
+local low = AC.low
+
+local record_attention -- the declaration's, below
+
+local function attention_args(args)
+  if type(args) ~= "table" or is_tensor(args) then
+    raise("scaled_dot_product_attention: expected a table {q, k, v, causal=, scale=, segment_ids=}")
+  end
+  local q, k, v = args[1] or args.q, args[2] or args.k, args[3] or args.v
+  need("scaled_dot_product_attention", "q", q)
+  need("scaled_dot_product_attention", "k", k)
+  need("scaled_dot_product_attention", "v", v)
+  tensor_or_nil("scaled_dot_product_attention", "segment_ids", args.segment_ids)
+  local scale = args.scale or 1 / math.sqrt(q:size(-1))
+  return q, k, v, scale, args.causal and 1 or 0, args.segment_ids
+end
+
+function M.scaled_dot_product_attention(args)
+  local q, k, v, scale, causal, seg = attention_args(args)
+  if AC.dtype and args.out == nil then q, k, v = low(q), low(k), low(v) end
+  writing("scaled_dot_product_attention", args.out, q, k, v)
+  local out, lse = args.out or new(), new()
+  if C.lt_attention_forward(out, lse, q, k, v, seg, scale, causal) ~= 0 then fail() end
+  if tracked(q, k, v) then record_attention(out, lse, q, k, v, seg, scale, causal) end
+  return out, lse
+end
+
+-- {dout, q, k, v, out, lse, causal=, scale=, segment_ids=} -> dq, dk, dv
+function M.attention_backward(args)
+  local q, k, v, scale, causal, seg = attention_args {args[2], args[3], args[4], causal = args.causal,
+    scale = args.scale, segment_ids = args.segment_ids}
+  local dq, dk, dv = new(), new(), new()
+  if C.lt_attention_backward(dq, dk, dv, args[1], q, k, v, args[5], args[6], seg, scale, causal) ~= 0 then fail() end
+  return dq, dk, dv
+end
+
+record_attention = op.declare {
+  name = "AttentionBackward", op = "attention", save = {"q", "k", "v", "out", "lse", "segment_ids"},
+  record = function(cls, out, lse, q, k, v, segment_ids, scale, causal)
+    local node = {edge(q), edge(k), edge(v), cls = cls, scale = scale, causal = causal}
+    save(node, "q", q)
+    save(node, "k", k)
+    save(node, "v", v)
+    save_output(node, "out", out)
+    save(node, "lse", lse)
+    if segment_ids ~= nil then save(node, "segment_ids", segment_ids) end
+    attach(out, node)
+  end,
+  backward = function(n, g)
+    local dq, dk, dv = new(), new(), new()
+    if C.lt_attention_backward(dq, dk, dv, g, n.q, n.k, n.v, n.out, n.lse, n.segment_ids, n.scale, n.causal) ~= 0 then
+      fail()
+    end
+    return n[1] and dq or nil, n[2] and dk or nil, n[3] and dv or nil
+  end,
+}
+
+return M

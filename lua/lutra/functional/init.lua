@@ -1,0 +1,62 @@
+-- lutra.F — the fused transformer kernels under torch-like names, as thin wrappers
+-- that return new tensors (an `out` may be passed, as for every op) and, as extra
+-- returns, the statistics the C kernel saves for its backward.
+--
+--   F.layer_norm(x, weight, bias, eps, out)     -> y, mean, rstd   over the last dim
+--   F.rms_norm(x, weight, eps, out)             -> y, rstd         over the last dim
+--   F.add_layer_norm(x, residual, weight, bias, eps) -> res, y, mean, rstd
+--   F.add_rms_norm(x, residual, weight, eps)         -> res, y, rstd
+--       res = x + residual (a pre-norm block's new residual stream), y = the norm of res, in
+--       one pass; x and residual have one shape and dtype. Both res and y are differentiable:
+--       backward adds res's own gradient into the norm's in the same kernel (so a hook or
+--       retain_grad on res sees the gradient of res's other uses only).
+--   F.linear(x, weight, bias, out)              -> x @ weight^T (+ bias)
+--   F.cross_entropy(logits, targets, opts)      -> loss, losses, lse
+--       opts: {ignore_index = -100, reduction = "mean" | "sum" | "none", out = }
+--       logits (..., V), targets (...) i32/i64 class indices (0-based); "mean"
+--       averages over the targets that are not ignore_index.
+--   F.embedding(ids, weight, out)               -> weight[ids]   (..., C)
+--   F.rope(x, positions, theta, out)            -> x rotated ("rotate half"); x (B, T, H, D)
+--   F.scaled_dot_product_attention{q, k, v, causal=, scale=, segment_ids=, out=}
+--                                               -> out, lse; q (B, T, H, D), k, v (B, S, Hkv, D)
+--   F.adamw_step(param, grad, m, v, {lr=, beta1=, beta2=, eps=, weight_decay=, step=})
+--                                               -> param, updated in place (m, v too)
+-- Backward kernels, for autograd: layer_norm_backward, rms_norm_backward (both take an
+-- optional dres, added to dx: the fused ops' backward; and which parameter gradients to
+-- make, by default those of the weight and bias given),
+-- cross_entropy_backward, embedding_backward, rope_backward, attention_backward,
+-- softmax_backward, log_softmax_backward, unary_backward.
+--
+-- One module per op, named by the op, holds its binding, its backward and its autograd
+-- declaration (the record the binding calls): lutra/functional/<op>.lua (layer_norm, rms_norm,
+-- add_norm, linear, cross_entropy, embedding, rope, attention, adamw, softmax); util.lua holds
+-- what they share. Autograd records the first result of each op (y, loss, out) when an input
+-- requires grad; the extra results (statistics, per-row losses, lse) are not differentiable.
+-- For f64 inputs the saved statistics are f64 too (exact gradient checks).
+--
+-- Autocast (mixed precision): while lutra.autocast.dtype is "bf16" or "f16" (F.autocast(dt, fn)
+-- sets it; lutra.train's config.precision does, around each forward), F.linear and
+-- F.scaled_dot_product_attention compute in that dtype: their f32 inputs, weights and biases
+-- are cast per call through autograd (so f32 weights get f32 gradients), their results are
+-- low precision. F.embedding casts the rows it picks. Norms, softmax and cross-entropy take
+-- the low-precision activations as they are: their kernels compute in f32 and keep the
+-- statistics, per-row losses and lse in f32 (norm weights stay f32). Off (nil): unchanged.
+local ops = require "lutra.ops"
+
+local F = {}
+
+local OPS = {"lutra.functional.layer_norm", "lutra.functional.rms_norm", "lutra.functional.add_norm",
+             "lutra.functional.linear", "lutra.functional.cross_entropy", "lutra.functional.embedding",
+             "lutra.functional.rope", "lutra.functional.attention", "lutra.functional.adamw",
+             "lutra.functional.softmax"}
+for _, part in ipairs(OPS) do
+  for name, fn in pairs(require(part)) do F[name] = fn end
+end
+
+F.autocast = require("lutra.autocast").run
+
+-- plain ops under F too, as torch.nn.functional has them
+for _, name in ipairs {"relu", "gelu", "silu", "sigmoid", "tanh", "softmax", "log_softmax"} do F[name] = ops[name] end
+F.unary_backward = ops.unary_backward
+
+return F

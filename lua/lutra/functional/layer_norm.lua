@@ -1,0 +1,70 @@
+-- lutra.functional.layer_norm — F.layer_norm over the last dim, its backward, and its autograd
+-- declaration (LayerNormBackward). The C side: lt_layer_norm_forward / lt_layer_norm_backward
+-- (host/ops/layer_norm.c); the residual-fused form is F.add_layer_norm (functional/add_norm.lua).
+--
+--   F.layer_norm(x, weight, bias, eps, out)       -> y, mean, rstd
+--   F.layer_norm(x, {C}, weight, bias, eps, out)  -- torch's normalized_shape, checked
+--   F.layer_norm_backward(dout, x, weight, mean, rstd, dres, need_weight, need_bias)
+--                                                 -> dx (+ dres when given), dweight, dbias
+local lt = require "lutra.ffi"
+local errors = require "lutra.errors"
+local memory = require "lutra.memory"
+local op = require "lutra.autograd.op"
+local U = require "lutra.functional.util"
+local C = lt.C
+
+local M = {}
+
+local new, fail = memory.new, errors.fail
+local need, tensor_or_nil, tracked, writing = U.need, U.tensor_or_nil, U.tracked, U.writing
+local row_stats, skip_normalized_shape, edge_or_false = U.row_stats, U.skip_normalized_shape, U.edge_or_false
+local edge, attach, save = op.edge, op.attach, op.save
+
+local record_layer_norm -- the declaration's, below
+
+function M.layer_norm(x, ...)
+  need("layer_norm", "x", x)
+  local weight, bias, eps, out = skip_normalized_shape("layer_norm", x, ...)
+  tensor_or_nil("layer_norm", "weight", weight)
+  tensor_or_nil("layer_norm", "bias", bias)
+  writing("layer_norm", out, x, weight, bias)
+  out = out or new()
+  local mean, rstd = row_stats(x), row_stats(x)
+  if C.lt_layer_norm_forward(out, mean, rstd, x, weight, bias, eps or 1e-5) ~= 0 then fail() end
+  if tracked(x, weight, bias) then record_layer_norm(out, x, weight, bias, mean, rstd) end
+  return out, mean, rstd
+end
+
+-- need_weight, need_bias: whether to make dweight, dbias (default: when weight is given).
+function M.layer_norm_backward(dout, x, weight, mean, rstd, dres, need_weight, need_bias)
+  if need_weight == nil then need_weight = weight ~= nil end
+  if need_bias == nil then need_bias = weight ~= nil end
+  local dx, dweight, dbias = new(), need_weight and new() or nil, need_bias and new() or nil
+  local rc
+  if dres == nil then
+    rc = C.lt_layer_norm_backward(dx, dweight, dbias, dout, x, weight, mean, rstd)
+  else
+    rc = C.lt_layer_norm_backward_add(dx, dweight, dbias, dout, dres, x, weight, mean, rstd)
+  end
+  if rc ~= 0 then fail() end
+  return dx, dweight, dbias
+end
+local layer_norm_backward = M.layer_norm_backward
+
+record_layer_norm = op.declare {
+  name = "LayerNormBackward", op = "layer_norm", save = {"x", "w", "mean", "rstd"},
+  record = function(cls, out, x, w, b, mean, rstd)
+    local node = {edge(x), edge_or_false(w), edge_or_false(b), cls = cls}
+    save(node, "x", x)
+    if w ~= nil then save(node, "w", w) end
+    save(node, "mean", mean)
+    save(node, "rstd", rstd)
+    attach(out, node)
+  end,
+  backward = function(n, g)
+    local dx, dw, db = layer_norm_backward(g, n.x, n.w, n.mean, n.rstd, nil, n[2], n[3])
+    return n[1] and dx or nil, dw, db
+  end,
+}
+
+return M
