@@ -31,6 +31,19 @@ function M.build(arch, cfg)
   return lt.models.build(c)
 end
 
+-- Two linear layers (a, b) summed; b only where forward's use_b is true: a parameter that
+-- some ranks leave unused.
+M.TwoLinear = lt.nn.Module:extend("TwoLinear")
+function M.TwoLinear:init()
+  self.a = lt.nn.Linear(4, 4)
+  self.b = lt.nn.Linear(4, 4)
+end
+function M.TwoLinear:forward(x, use_b)
+  local y = self.a(x)
+  if use_b then y = self.b(y) end
+  return y:sum()
+end
+
 function M.adamw(params) return optim.AdamW(params, {lr = M.LR, weight_decay = M.WD}) end
 
 -- The global batches: the same on every rank (one seed).

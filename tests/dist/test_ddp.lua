@@ -115,18 +115,8 @@ test("ddp: replicas start equal (broadcast from rank 0)", function()
 end)
 
 test("ddp: a parameter unused on some ranks still reduces (zeros), ranks stay in step", function()
-  local Two = nn.Module:extend("Two")
-  function Two:init()
-    self.a = nn.Linear(4, 4)
-    self.b = nn.Linear(4, 4)
-  end
-  function Two:forward(x, use_b)
-    local y = self.a(x)
-    if use_b then y = self.b(y) end
-    return y:sum()
-  end
   lt.manual_seed(7)
-  local m = Two()
+  local m = E.TwoLinear()
   local d = ddp.new(m:named_parameters(), g, {bucket_mb = 0.0001})
   local x = lt.ones(2, 4)
   for _ = 1, 2 do

@@ -134,19 +134,9 @@ test("zero shards: dim-0 rows [i*ceil(R/n), ...), specs, global names, uneven la
 end)
 
 test("zero 1, 2: a parameter unused on some ranks still reduces (zeros), ranks stay in step", function()
-  local Two = nn.Module:extend("Two")
-  function Two:init()
-    self.a = nn.Linear(4, 4)
-    self.b = nn.Linear(4, 4)
-  end
-  function Two:forward(x, use_b)
-    local y = self.a(x)
-    if use_b then y = self.b(y) end
-    return y:sum()
-  end
   for _, stage in ipairs {1, 2} do
     lt.manual_seed(7)
-    local m = Two()
+    local m = E.TwoLinear()
     local z = zero.new(m, g, {stage = stage, bucket_mb = 0.00005, optimizer = E.adamw})
     local x = lt.ones(2, 4)
     for _ = 1, 2 do
@@ -156,7 +146,7 @@ test("zero 1, 2: a parameter unused on some ranks still reduces (zeros), ranks s
     end
     -- b's rows: rank 0's gradient over the group size, on the rank that owns them
     lt.manual_seed(7)
-    local plain = Two()
+    local plain = E.TwoLinear()
     plain(x, true):backward()
     local want = plain.b.weight.grad * (1 / g.size)
     local e
