@@ -48,22 +48,13 @@ end
 local ours_plain, ours_grad = median(plain), median(grad)
 print(string.format("tiny add from Lua: lutra %.3f us plain, %.3f us recording for autograd", ours_plain, ours_grad))
 
-local f = io.open(peer, "r")
-if f then
-  f:close()
-  local p = io.popen("/usr/bin/python3 " .. peer .. " 2>&1")
-  local out = p:read("*a")
-  p:close()
-  local t_plain, t_grad = tonumber(out:match("add_us=([%d%.]+)")), tonumber(out:match("add_autograd_us=([%d%.]+)"))
-  if t_plain and t_grad then
-    print(string.format("PyTorch eager:     %.3f us plain, %.3f us with autograd", t_plain, t_grad))
-    print(string.format("ratio (lutra / PyTorch): plain %.2f, autograd %.2f (goal <= 0.5)", ours_plain / t_plain,
-      ours_grad / t_grad))
-  else
-    print("PyTorch peer did not run: " .. out:gsub("\n", " "):sub(1, 160))
-  end
+local t_plain, t_grad, why = util.torch_add_overhead(peer)
+if t_plain then
+  print(string.format("PyTorch eager:     %.3f us plain, %.3f us with autograd", t_plain, t_grad))
+  print(string.format("ratio (lutra / PyTorch): plain %.2f, autograd %.2f (goal <= 0.5)", ours_plain / t_plain,
+    ours_grad / t_grad))
 else
-  print("(peer script not found at " .. peer .. "; pass --peer PATH)")
+  print("(" .. why .. ")")
 end
 
 -- Backward over a chain of 1000 tiny ops, per op (recording excluded).

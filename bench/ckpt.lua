@@ -21,22 +21,8 @@ local ffi = require "ffi"
 local util = dofile((arg[0]:match("^(.*)/[^/]*$") or ".") .. "/util.lua")
 local now, median = util.now, util.median
 
-local a = {mb = 256, steps = 200, saves = 4, every = 10, dir = "/tmp/lutra_bench_ckpt", threads = 2, level = 0,
-           layers = 2, dim = 128}
-local i = 1
-while i <= #arg do
-  local key, val = arg[i]:match("^%-%-([%w_]+)=(.*)$")
-  if key == nil then
-    key, val = arg[i]:match("^%-%-([%w_]+)$"), arg[i + 1]
-    i = i + 1
-  end
-  if key == nil or a[key] == nil then
-    io.stderr:write("ckpt bench: bad option " .. tostring(arg[i]) .. "\n")
-    os.exit(2)
-  end
-  a[key] = key == "dir" and val or tonumber(val)
-  i = i + 1
-end
+local a = util.options({mb = 256, steps = 200, saves = 4, every = 10, dir = "/tmp/lutra_bench_ckpt", threads = 2,
+                        level = 0, layers = 2, dim = 128}, "ckpt bench")
 lt.set_num_threads(a.threads)
 lt.manual_seed(0)
 os.execute("rm -rf " .. a.dir .. " && mkdir -p " .. a.dir)

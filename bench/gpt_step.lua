@@ -15,28 +15,15 @@ local lt = require "lutra"
 local optim = require "lutra.optim"
 local ffi = require "ffi"
 
-local a = {layers = 4, heads = 4, dim = 256, seq = 256, vocab = 4096, batch = 8, steps = 8, warmup = 2, threads = 2,
-           verbose = 0, gpu = 0, bf16 = 0}
-local i = 1
-while i <= #arg do
-  local key, val = arg[i]:match("^%-%-([%w_]+)=(.*)$")
-  if key == nil then
-    key, val = arg[i]:match("^%-%-([%w_]+)$"), arg[i + 1]
-    i = i + 1
-  end
-  if key == nil or a[key] == nil or tonumber(val) == nil then
-    io.stderr:write("gpt_step: bad option " .. tostring(arg[i]) .. "\n")
-    os.exit(2)
-  end
-  a[key] = tonumber(val)
-  i = i + 1
-end
+local util = dofile((arg[0]:match("^(.*)/[^/]*$") or ".") .. "/util.lua")
+local a = util.options({layers = 4, heads = 4, dim = 256, seq = 256, vocab = 4096, batch = 8, steps = 8, warmup = 2,
+                        threads = 2, verbose = 0, gpu = 0, bf16 = 0}, "gpt_step")
 
 ffi.cdef [[
 struct lt_bench_rusage { long utime[2]; long stime[2]; long maxrss; long rest[13]; };
 int getrusage(int who, struct lt_bench_rusage *usage);
 ]]
-local now = dofile((arg[0]:match("^(.*)/[^/]*$") or ".") .. "/util.lua").now
+local now = util.now
 local function peak_rss_mb()
   local ru = ffi.new("struct lt_bench_rusage")
   ffi.C.getrusage(0, ru) -- RUSAGE_SELF; ru_maxrss in KiB on Linux

@@ -14,22 +14,8 @@ local lora = require "lutra.lora"
 local optim = require "lutra.optim"
 local util = dofile((arg[0]:match("^(.*)/[^/]*$") or ".") .. "/util.lua")
 
-local a = {arch = "gpt2", layers = 4, heads = 4, dim = 256, seq = 128, vocab = 4096, batch = 8, steps = 6, warmup = 2,
-           r = 8, threads = 0, device = "cpu", mode = "both"}
-local i = 1
-while i <= #arg do
-  local key, val = arg[i]:match("^%-%-([%w_]+)=(.*)$")
-  if key == nil then
-    key, val = arg[i]:match("^%-%-([%w_]+)$"), arg[i + 1]
-    i = i + 1
-  end
-  if key == nil or a[key] == nil then
-    io.stderr:write("bench/lora: bad option " .. tostring(arg[i]) .. "\n")
-    os.exit(2)
-  end
-  a[key] = type(a[key]) == "number" and tonumber(val) or val
-  i = i + 1
-end
+local a = util.options({arch = "gpt2", layers = 4, heads = 4, dim = 256, seq = 128, vocab = 4096, batch = 8, steps = 6,
+                        warmup = 2, r = 8, threads = 0, device = "cpu", mode = "both"}, "bench/lora")
 if a.threads > 0 then lt.set_num_threads(a.threads) end
 local dev = a.device
 local cuda = dev:find("^cuda") ~= nil

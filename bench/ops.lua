@@ -58,18 +58,7 @@ do
     s_plain[r], s_grad[r] = plain(), recorded()
   end
   local ours, ours_grad = median(s_plain), median(s_grad)
-  local torch_us, torch_grad_us, why
-  local f = io.open(peer, "r")
-  if f then
-    f:close()
-    local p = io.popen("/usr/bin/python3 " .. peer .. " 2>&1")
-    local out = p:read("*a")
-    p:close()
-    torch_us, torch_grad_us = tonumber(out:match("add_us=([%d%.]+)")), tonumber(out:match("add_autograd_us=([%d%.]+)"))
-    if not torch_us then why = "PyTorch peer did not run: " .. out:gsub("\n", " "):sub(1, 120) end
-  else
-    why = "peer script not found at " .. peer .. "; pass --peer PATH"
-  end
+  local torch_us, torch_grad_us, why = util.torch_add_overhead(peer)
   local function line(what, us, peer_us, goal)
     local s = string.format("tiny add (4 elements) from Lua%s: lutra %.3f us/call", what, us)
     if peer_us then

@@ -1,4 +1,5 @@
--- bench/util.lua — what the benchmarks share: a monotonic clock and medians.
+-- bench/util.lua — what the benchmarks share: a monotonic clock, medians, command-line
+-- options, and PyTorch's cost of a tiny op (the torch_overhead.py peer).
 --   local util = dofile((arg[0]:match("^(.*)/[^/]*$") or ".") .. "/util.lua")
 local lt = require "lutra"
 local M = {}
@@ -11,6 +12,45 @@ function M.median(xs)
   table.sort(xs)
   local n = #xs
   return n % 2 == 1 and xs[(n + 1) / 2] or (xs[n / 2] + xs[n / 2 + 1]) / 2
+end
+
+-- The command line (arg) read into a copy of defaults: --key=value or --key value, for keys
+-- that defaults has; a value is a number where the default is one. An unknown key, a missing
+-- value or a number that does not parse ends the process (status 2) with "<name>: bad option".
+function M.options(defaults, name)
+  local o = {}
+  for k, v in pairs(defaults) do o[k] = v end
+  local i = 1
+  while i <= #arg do
+    local opt = arg[i]
+    local key, val = opt:match("^%-%-([%w_]+)=(.*)$")
+    if key == nil then
+      key, val = opt:match("^%-%-([%w_]+)$"), arg[i + 1]
+      i = i + 1
+    end
+    if type(o[key]) == "number" then val = tonumber(val) end
+    if key == nil or o[key] == nil or val == nil then
+      io.stderr:write(name .. ": bad option " .. opt .. "\n")
+      os.exit(2)
+    end
+    o[key] = val
+    i = i + 1
+  end
+  return o
+end
+
+-- PyTorch eager's microseconds for a tiny add, plain and recorded for autograd, from the peer
+-- script at path (run with /usr/bin/python3); nil and why where the peer is missing or failed.
+function M.torch_add_overhead(path)
+  local f = io.open(path, "r")
+  if not f then return nil, nil, "peer script not found at " .. path .. "; pass --peer PATH" end
+  f:close()
+  local p = io.popen("/usr/bin/python3 " .. path .. " 2>&1")
+  local out = p:read("*a")
+  p:close()
+  local plain, grad = tonumber(out:match("add_us=([%d%.]+)")), tonumber(out:match("add_autograd_us=([%d%.]+)"))
+  if plain and grad then return plain, grad end
+  return nil, nil, "PyTorch peer did not run: " .. out:gsub("\n", " "):sub(1, 160)
 end
 
 return M

@@ -6,7 +6,9 @@
     s.expect(r"\\b2\\b")
     s.eof(); s.wait()           # Ctrl-D, then the exit status
 
-Also a tiny checker: check(name, cond, detail) and summary() print "N passed, N failed".
+Also a tiny checker: check(name, cond, detail), check_reply(s, name, line, pattern, prompt)
+(a line typed, its reply checked, the prompt awaited), check_completion (the same for a TAB
+completion, the line then dropped with Ctrl-C) and summary() print "N passed, N failed".
 """
 import os
 import pty
@@ -139,6 +141,22 @@ def check(name, cond, detail=""):
         failed += 1
         print("FAIL: %s %s" % (name, detail))
         sys.stdout.flush()
+
+
+def check_reply(s, name, line, pattern, prompt):
+    """Types line into session s, checks the reply matches pattern, then waits for the prompt."""
+    s.line(line)
+    check(name, s.expect(pattern) is not None)
+    s.expect(prompt)
+
+
+def check_completion(s, name, typed, pattern, prompt):
+    """Types typed (with its TABs) into session s, checks the line or the candidates listed
+    match pattern, then drops the line (Ctrl-C) and waits for the prompt."""
+    s.send(typed)
+    check(name, s.expect(pattern) is not None)
+    s.interrupt()
+    s.expect(prompt)
 
 
 def scenario(name, fn):

@@ -7,15 +7,7 @@ LUTRA=$(realpath "${1:?usage: test_chat.sh path/to/lutra path/to/liblutra.so}")
 cd "$(dirname "$0")/../.." || exit 1
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() {
-  fail=$((fail + 1))
-  echo "FAIL: $1"
-}
-expect_eq() { if [ "$2" == "$3" ]; then ok; else bad "$1: got [$2], expected [$3]"; fi; }
-expect_grep() { if printf '%s\n' "$2" | grep -qE -- "$3"; then ok; else bad "$1: [$2] does not match /$3/"; fi; }
+. "$(dirname "${BASH_SOURCE[0]}")/check.sh"
 
 cat >"$T/make.lua" <<'EOF'
 local lt = require "lutra"

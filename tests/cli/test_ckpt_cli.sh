@@ -8,7 +8,6 @@
 LUTRA=$(realpath "${1:?usage: test_ckpt_cli.sh path/to/lutra path/to/liblutra.so}")
 cd "$(dirname "$0")/../.." || exit 2
 . "$(dirname "${BASH_SOURCE[0]}")/check.sh"
-expect_grep() { if printf '%s\n' "$2" | grep -qF -- "$3"; then ok; else bad "$1: [$2] does not contain [$3]"; fi; }
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -27,11 +26,11 @@ end' || bad "making the checkpoints"
 
 out=$("$LUTRA" ckpt ls "$run")
 expect_eq "ls exit" "$?" "0"
-expect_grep "ls header" "$out" "checkpoint         step layout"
-expect_grep "ls latest" "$out" "step_000300"
-expect_grep "ls marks latest" "$(printf '%s\n' "$out" | grep step_000300)" "<- latest"
-expect_grep "ls layout" "$out" "dp=2 tp=1 pp=1 zero=1"
-expect_grep "ls valid" "$(printf '%s\n' "$out" | grep step_000100)" "valid"
+expect_contains "ls header" "$out" "checkpoint         step layout"
+expect_contains "ls latest" "$out" "step_000300"
+expect_contains "ls marks latest" "$(printf '%s\n' "$out" | grep step_000300)" "<- latest"
+expect_contains "ls layout" "$out" "dp=2 tp=1 pp=1 zero=1"
+expect_contains "ls valid" "$(printf '%s\n' "$out" | grep step_000100)" "valid"
 expect_eq "ls rows" "$(printf '%s\n' "$out" | grep -c '^step_')" "3"
 ratio=$(printf '%s\n' "$out" | grep step_000100 | grep -o '[0-9.]*x' | tr -d x)
 expect_eq "ls ratio > 1 (compressible weights)" "$(awk -v r="$ratio" 'BEGIN { print (r > 1.1) ? "yes" : "no" }')" "yes"
@@ -51,25 +50,25 @@ f:write(string.char(255 - b))
 f:close()' || bad "flipping a byte"
 out=$("$LUTRA" ckpt ls "$run" --verify)
 expect_eq "ls --verify exit on a corrupt checkpoint" "$?" "1"
-expect_grep "ls --verify names the problem" "$(printf '%s\n' "$out" | grep step_000200)" "INVALID: ckpt: rank_00000.lz4: piece"
+expect_contains "ls --verify names the problem" "$(printf '%s\n' "$out" | grep step_000200)" "INVALID: ckpt: rank_00000.lz4: piece"
 # a deleted shard is seen without --verify
 rm "$run/step_000100/rank_00000.lz4"
 out=$("$LUTRA" ckpt ls "$run")
-expect_grep "ls: deleted shard" "$(printf '%s\n' "$out" | grep step_000100)" "rank_00000.lz4 is missing"
+expect_contains "ls: deleted shard" "$(printf '%s\n' "$out" | grep step_000100)" "rank_00000.lz4 is missing"
 
 out=$("$LUTRA" ckpt inspect "$run/step_000300" --tensors)
 expect_eq "inspect exit" "$?" "0"
-expect_grep "inspect header" "$out" "step 300, layout dp=2 tp=1 pp=1 zero=1, world 1"
+expect_contains "inspect header" "$out" "step 300, layout dp=2 tp=1 pp=1 zero=1, world 1"
 row=$(printf '%s\n' "$out" | grep '^layer.w')
-expect_grep "inspect dtype/shape" "$row" "f32   {64,32}"
-expect_grep "inspect min" "$row" " 0 "
-expect_grep "inspect max" "$row" "61.41"
-expect_grep "inspect bf16 row" "$(printf '%s\n' "$out" | grep '^emb')" "bf16  {100,8}"
+expect_contains "inspect dtype/shape" "$row" "f32   {64,32}"
+expect_contains "inspect min" "$row" " 0 "
+expect_contains "inspect max" "$row" "61.41"
+expect_contains "inspect bf16 row" "$(printf '%s\n' "$out" | grep '^emb')" "bf16  {100,8}"
 out=$("$LUTRA" ckpt inspect "$run/step_000200" --tensors)
 expect_eq "inspect of a corrupt checkpoint fails" "$?" "1"
-expect_grep "inspect names the tensor's problem" "$out" "ERROR: ckpt.load: tensor 'layer.w'"
+expect_contains "inspect names the tensor's problem" "$out" "ERROR: ckpt.load: tensor 'layer.w'"
 json=$("$LUTRA" ckpt inspect "$run/step_000300" --json)
-expect_grep "inspect --json" "$json" '"step":300'
+expect_contains "inspect --json" "$json" '"step":300'
 
 "$LUTRA" ckpt >/dev/null 2>&1
 expect_eq "no words: usage, exit 2" "$?" "2"
@@ -79,7 +78,7 @@ expect_eq "unknown subcommand: exit 2" "$?" "2"
 expect_eq "unknown option: exit 2" "$?" "2"
 err=$("$LUTRA" ckpt ls "$tmp/nope" 2>&1)
 expect_eq "missing dir: exit 1" "$?" "1"
-expect_grep "missing dir message" "$err" "is not a directory"
+expect_contains "missing dir message" "$err" "is not a directory"
 
 # from the REPL: tables
 out=$(TMPD="$run" "$LUTRA" -e '

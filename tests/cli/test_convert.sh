@@ -7,7 +7,6 @@
 LUTRA=$(realpath "${1:?usage: test_convert.sh path/to/lutra path/to/liblutra.so}")
 cd "$(dirname "$0")/../.." || exit 2
 . "$(dirname "${BASH_SOURCE[0]}")/check.sh"
-expect_grep() { if printf '%s\n' "$2" | grep -qF -- "$3"; then ok; else bad "$1: [$2] does not contain [$3]"; fi; }
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -69,7 +68,7 @@ print(same and "same" or "different")
 for arch in gpt2 llama; do
   out=$("$LUTRA" convert "$tmp/run_$arch" "$tmp/hf_$arch" --tokenizer="$tmp/tok.json" 2>&1)
   expect_eq "$arch run dir -> hf: exit" "$?" "0"
-  expect_grep "$arch run dir -> hf: summary" "$out" "step_000002 (step 2, $arch, 2 layers) -> $tmp/hf_$arch (Hugging Face $arch, with tokenizer.json)"
+  expect_contains "$arch run dir -> hf: summary" "$out" "step_000002 (step 2, $arch, 2 layers) -> $tmp/hf_$arch (Hugging Face $arch, with tokenizer.json)"
   for f in config.json model.safetensors tokenizer.json; do
     if [ -f "$tmp/hf_$arch/$f" ]; then ok; else bad "$arch: hf dir lacks $f"; fi
   done
@@ -77,14 +76,14 @@ for arch in gpt2 llama; do
 
   out=$("$LUTRA" convert "$tmp/hf_$arch" "$tmp/ckpt_$arch" 2>&1)
   expect_eq "$arch hf -> lutra: exit" "$?" "0"
-  expect_grep "$arch hf -> lutra: summary" "$out" "-> $tmp/ckpt_$arch (lutra checkpoint, model weights only, with tokenizer.json)"
+  expect_contains "$arch hf -> lutra: summary" "$out" "-> $tmp/ckpt_$arch (lutra checkpoint, model weights only, with tokenizer.json)"
   if [ -f "$tmp/ckpt_$arch/manifest.json" ] && [ -f "$tmp/ckpt_$arch/tokenizer.json" ]; then ok; else bad "$arch: checkpoint files"; fi
   expect_eq "$arch checkpoint logits" "$(check_logits "$arch" "$arch" "$tmp/ckpt_$arch" ckpt)" "same"
 
   # and the converted checkpoint converts back (its tokenizer found next to manifest.json)
   out=$("$LUTRA" convert "$tmp/ckpt_$arch" "$tmp/hf2_$arch" --max-shard-size=4K 2>&1)
   expect_eq "$arch ckpt -> hf sharded: exit" "$?" "0"
-  expect_grep "$arch ckpt -> hf sharded: tokenizer" "$out" "with tokenizer.json"
+  expect_contains "$arch ckpt -> hf sharded: tokenizer" "$out" "with tokenizer.json"
   if [ -f "$tmp/hf2_$arch/model.safetensors.index.json" ]; then ok; else bad "$arch: no shard index"; fi
   expect_eq "$arch sharded hf logits" "$(check_logits "$arch" "$arch" "$tmp/hf2_$arch" hf)" "same"
 done
@@ -92,19 +91,19 @@ done
 # one checkpoint (not the latest), bf16 export
 out=$("$LUTRA" convert "$tmp/run_gpt2/ckpt/step_000001" "$tmp/hf_bf16" --dtype=bf16 2>&1)
 expect_eq "step dir -> hf bf16: exit" "$?" "0"
-expect_grep "step dir -> hf bf16: no tokenizer" "$out" "(step 1, gpt2, 2 layers)"
-expect_grep "bf16 config" "$(cat "$tmp/hf_bf16/config.json")" '"torch_dtype": "bfloat16"'
+expect_contains "step dir -> hf bf16: no tokenizer" "$out" "(step 1, gpt2, 2 layers)"
+expect_contains "bf16 config" "$(cat "$tmp/hf_bf16/config.json")" '"torch_dtype": "bfloat16"'
 
 # help and usage errors
 out=$("$LUTRA" convert --help 2>&1)
 expect_eq "--help exit" "$?" "0"
-expect_grep "--help text" "$out" "usage: lutra convert SRC DST"
+expect_contains "--help text" "$out" "usage: lutra convert SRC DST"
 out=$("$LUTRA" convert 2>&1)
 expect_eq "no args exit" "$?" "2"
-expect_grep "no args message" "$out" "expected SRC and DST, got 0 arguments"
+expect_contains "no args message" "$out" "expected SRC and DST, got 0 arguments"
 out=$("$LUTRA" convert a b --frobnicate 2>&1)
 expect_eq "unknown option exit" "$?" "2"
-expect_grep "unknown option message" "$out" "unknown option '--frobnicate'"
+expect_contains "unknown option message" "$out" "unknown option '--frobnicate'"
 out=$("$LUTRA" convert a b --dtype=i8 2>&1)
 expect_eq "bad dtype exit" "$?" "2"
 out=$("$LUTRA" convert a b --max-shard-size=lots 2>&1)
@@ -117,21 +116,21 @@ expect_eq "missing src message" "$out" "lutra convert: convert: $tmp/nope is not
 mkdir -p "$tmp/empty"
 out=$("$LUTRA" convert "$tmp/empty" "$tmp/x" 2>&1)
 expect_eq "not a checkpoint exit" "$?" "1"
-expect_grep "not a checkpoint message" "$out" "is neither a Hugging Face dir (config.json) nor a lutra checkpoint"
+expect_contains "not a checkpoint message" "$out" "is neither a Hugging Face dir (config.json) nor a lutra checkpoint"
 mkdir -p "$tmp/old/ckpt/step_000001"
 echo 'return {format = "lutra-train-checkpoint", version = 1, state = {}}' > "$tmp/old/ckpt/step_000001/manifest.lua"
 out=$("$LUTRA" convert "$tmp/old/ckpt/step_000001" "$tmp/x" 2>&1)
 expect_eq "single-process checkpoint exit" "$?" "1"
-expect_grep "single-process checkpoint message" "$out" "step_000001/manifest.lua: the single-process checkpoint format (manifest.lua) is no longer read"
+expect_contains "single-process checkpoint message" "$out" "step_000001/manifest.lua: the single-process checkpoint format (manifest.lua) is no longer read"
 out=$("$LUTRA" convert "$tmp/run_gpt2" "$tmp/hf_gpt2" 2>&1)
 expect_eq "dst exists exit" "$?" "1"
-expect_grep "dst exists message" "$out" "hf_gpt2 exists and is not empty (pass --force to write into it)"
+expect_contains "dst exists message" "$out" "hf_gpt2 exists and is not empty (pass --force to write into it)"
 out=$("$LUTRA" convert "$tmp/run_gpt2" "$tmp/hf_gpt2" --force 2>&1)
 expect_eq "--force exit" "$?" "0"
 sed -i 's/"rope_theta"/"rope_scaling": {"type": "linear", "factor": 2}, "rope_theta"/' "$tmp/hf_llama/config.json"
 out=$("$LUTRA" convert "$tmp/hf_llama" "$tmp/ckpt_bad" 2>&1)
 expect_eq "unsupported key exit" "$?" "1"
-expect_grep "unsupported key message" "$out" "config.json: rope_scaling = {\"factor\":2,\"type\":\"linear\"}: lutra needs null"
+expect_contains "unsupported key message" "$out" "config.json: rope_scaling = {\"factor\":2,\"type\":\"linear\"}: lutra needs null"
 if [ "$(printf '%s\n' "$out" | wc -l)" -eq 1 ]; then ok; else bad "failure message is one line: [$out]"; fi
 
 echo "$pass passed, $fail failed"

@@ -7,14 +7,7 @@ LUTRA=$(realpath "${1:?usage: test_custom_arch.sh path/to/lutra}")
 cd "$(dirname "$0")/../.." || exit 1
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() {
-  fail=$((fail + 1))
-  echo "FAIL: $1"
-}
-expect_grep() { if printf '%s\n' "$2" | grep -qE -- "$3"; then ok; else bad "$1: [$2] does not match /$3/"; fi; }
+. "$(dirname "${BASH_SOURCE[0]}")/check.sh"
 
 for i in $(seq 1 400); do echo "line $i: the quick brown fox $((i * 7 % 13)) jumps over the lazy dog."; done >"$T/c.txt"
 TINY=(--data="$T/c.txt" --model.n_layer=1 --model.d_model=32 --model.n_head=2 --model.block_size=16 --batch=8

@@ -7,20 +7,7 @@ LUTRA=$(realpath "${1:?usage: test_pretrain.sh path/to/lutra path/to/liblutra.so
 cd "$(dirname "$0")/../.." || exit 1
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() {
-  fail=$((fail + 1))
-  echo "FAIL: $1"
-}
-expect_grep() { if printf '%s\n' "$2" | grep -qE -- "$3"; then ok; else bad "$1: [$2] does not match /$3/"; fi; }
-# expect_num NAME VALUE OP BOUND: a number compared with a bound (OP: < <= > >=); an empty or
-# non-numeric VALUE (nan, inf, nothing printed) fails.
-expect_num() {
-  if [[ $2 =~ ^-?[0-9]+(\.[0-9]+)?$ ]] && awk -v v="$2" -v b="$4" "BEGIN { exit !(v $3 b) }"; then ok
-  else bad "$1: [$2] is not $3 $4"; fi
-}
+. "$(dirname "${BASH_SOURCE[0]}")/check.sh"
 
 # a corpus: 40 KB of varied lines
 for i in $(seq 1 800); do echo "line $i: the quick brown fox $((i * 7 % 13)) jumps over the lazy dog."; done >"$T/c.txt"

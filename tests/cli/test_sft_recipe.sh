@@ -8,21 +8,8 @@ LUTRA=$(realpath "${1:?usage: test_sft_recipe.sh path/to/lutra path/to/liblutra.
 cd "$(dirname "$0")/../.." || exit 1
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() {
-  fail=$((fail + 1))
-  echo "FAIL: $1"
-}
-expect_grep() { if printf '%s\n' "$2" | grep -qE -- "$3"; then ok; else bad "$1: [$2] does not match /$3/"; fi; }
+. "$(dirname "${BASH_SOURCE[0]}")/check.sh"
 FLOAT='[0-9]+\.[0-9]+'
-# expect_num NAME VALUE OP BOUND: a number compared with a bound (OP: < <= > >=); an empty or
-# non-numeric VALUE (nan, inf, nothing printed) fails.
-expect_num() {
-  if [[ $2 =~ ^-?[0-9]+(\.[0-9]+)?$ ]] && awk -v v="$2" -v b="$4" "BEGIN { exit !(v $3 b) }"; then ok
-  else bad "$1: [$2] is not $3 $4"; fi
-}
 
 head -c 60000 recipes/data/sft_train.jsonl >"$T/corpus.txt"
 out=$("$LUTRA" recipes/pretrain.lua --data="$T/corpus.txt" --model.n_layer=1 --model.d_model=32 --model.n_head=2 \

@@ -31,6 +31,19 @@ function M.build(arch, cfg)
   return lt.models.build(c)
 end
 
+-- Two linear layers (a, b) summed; b only where forward's use_b is true: a parameter that
+-- some ranks leave unused.
+M.TwoLinear = lt.nn.Module:extend("TwoLinear")
+function M.TwoLinear:init()
+  self.a = lt.nn.Linear(4, 4)
+  self.b = lt.nn.Linear(4, 4)
+end
+function M.TwoLinear:forward(x, use_b)
+  local y = self.a(x)
+  if use_b then y = self.b(y) end
+  return y:sum()
+end
+
 function M.adamw(params) return optim.AdamW(params, {lr = M.LR, weight_decay = M.WD}) end
 
 -- The global batches: the same on every rank (one seed).
@@ -49,6 +62,44 @@ function M.local_rows(t, g, lo, n_rows)
   lo = lo or 0
   n_rows = n_rows or per
   return t:narrow(0, g.rank * per + lo, n_rows):contiguous()
+end
+
+-- The loss of model on this rank's rows of batch b.
+function M.local_loss(model, g, b)
+  local _, loss = model(M.local_rows(b.x, g), M.local_rows(b.y, g))
+  return loss
+end
+
+-- Forward and backward of one step on this rank's rows of batch b in `micro` micro-batches
+-- (each loss scaled by 1/micro), all but the last under wrapper:no_sync (ddp or zero: the
+-- gradients accumulate locally). Returns this rank's loss, the mean over the micro-batches.
+function M.accumulate(model, wrapper, g, b, micro)
+  local rows = M.BATCH / g.size / micro
+  local sum = 0
+  for m = 1, micro do
+    local function fwd_bwd()
+      local _, loss = model(M.local_rows(b.x, g, (m - 1) * rows, rows), M.local_rows(b.y, g, (m - 1) * rows, rows))
+      sum = sum + loss:item() / micro
+      loss = micro > 1 and loss * (1 / micro) or loss
+      loss:backward()
+    end
+    if m < micro then wrapper:no_sync(fwd_bwd) else fwd_bwd() end
+  end
+  return sum
+end
+
+-- One training step of a zero.new wrapper z on batch b (micro micro-batches, default 1):
+-- gradients cleared, accumulated, reduced, clipped, the optimizer stepped. Returns the loss
+-- averaged over the group.
+function M.zero_step(z, model, g, b, micro)
+  z.optimizer:zero_grad()
+  model:zero_grad()
+  local loss = M.accumulate(model, z, g, b, micro or 1)
+  z:finish()
+  z:clip_grad_norm(M.CLIP)
+  z.optimizer:step()
+  z:after_step()
+  return M.mean(g, loss)
 end
 
 -- Trains arch unsharded on the full batches: losses and final parameters (name -> clone).
@@ -113,7 +164,7 @@ end
 function M.f32_tolerance() return H.f32_tolerance({n_layer = 2, d_model = 32, vocab_size = M.VOCAB}, M.BATCH * M.T) end
 
 -- got: name -> this rank's gradient (whole, or a dim-0 shard with a spec); compared with the
--- reference's rows within the f32 bound.
+-- reference's rows within the f32 bound, the worst relative difference printed on rank 0.
 function M.check_grads(got, want, what)
   local tol, n, worst = M.f32_tolerance(), 0, 0
   for name, g in pairs(got) do
@@ -129,6 +180,7 @@ function M.check_grads(got, want, what)
     n = n + 1
   end
   assert(n > 0, what .. ": no gradient compared")
+  if comm.rank() == 0 then print(string.format("  %s step 1: worst rel diff %.1e (f32 bound %.1e)", what, worst, tol)) end
   return worst
 end
 
@@ -146,6 +198,14 @@ function M.references(batches)
     ref[arch] = {losses = losses, params = params}
   end
   return ref
+end
+
+-- What a data-parallel equivalence test starts from: the world group, the global batches and
+-- the one-process reference of each arch.
+function M.setup()
+  local g = M.world()
+  local batches = M.batches()
+  return g, batches, M.references(batches)
 end
 
 return M

@@ -17,6 +17,14 @@ local train_state = require "lutra.ckpt.train_state"
 
 local M = {}
 
+-- A copy of t cut from its graph, a leaf that requires grad: the input that a layer and its
+-- parallel counterpart each take, so that both inputs' gradients can be compared.
+function M.leaf(t)
+  t = t:detach():clone()
+  t.requires_grad = true
+  return t
+end
+
 -- Relative agreement of two f64 runs of the same math (the same run agrees to ~1e-14).
 M.F64_REL = 1e-9
 

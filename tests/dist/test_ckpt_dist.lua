@@ -226,18 +226,7 @@ end
 local function zero_steps(z, model, from, to)
   local losses = {}
   for s = from, to do
-    lt.tidy(function()
-      z.optimizer:zero_grad()
-      model:zero_grad()
-      local _, loss = model(E.local_rows(batches[s].x, g), E.local_rows(batches[s].y, g))
-      local l = loss:item()
-      loss:backward()
-      z:finish()
-      z:clip_grad_norm(E.CLIP)
-      z.optimizer:step()
-      z:after_step()
-      losses[s] = E.mean(g, l)
-    end)
+    lt.tidy(function() losses[s] = E.zero_step(z, model, g, batches[s]) end)
   end
   return losses
 end

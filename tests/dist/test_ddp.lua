@@ -11,9 +11,7 @@ local optim = require "lutra.optim"
 local nn = require "lutra.nn"
 local testing = require "lutra.testing"
 
-local g = E.world()
-local batches = E.batches()
-local ref = E.references(batches)
+local g, batches, ref = E.setup()
 
 -- Trains with ddp; micro = 2: two micro-batches a step, the first under no_sync.
 local function train(arch, micro, bucket_mb)
@@ -24,21 +22,11 @@ local function train(arch, micro, bucket_mb)
   for s, b in ipairs(batches) do
     lt.tidy(function()
       opt:zero_grad()
-      local rows = E.BATCH / g.size / micro
-      local sum = 0
-      for m = 1, micro do
-        local function fwd_bwd()
-          local _, loss = model(E.local_rows(b.x, g, (m - 1) * rows, rows), E.local_rows(b.y, g, (m - 1) * rows, rows))
-          sum = sum + loss:item() / micro
-          loss = micro > 1 and loss * (1 / micro) or loss
-          loss:backward()
-        end
-        if m < micro then d:no_sync(fwd_bwd) else fwd_bwd() end
-      end
+      local loss = E.accumulate(model, d, g, b, micro)
       d:finish()
       optim.clip_grad_norm(model, E.CLIP)
       opt:step()
-      losses[s] = E.mean(g, sum)
+      losses[s] = E.mean(g, loss)
     end)
   end
   d:remove()
@@ -59,14 +47,11 @@ for _, arch in ipairs {"gpt2", "llama"} do
     local want = E.reference_grads(arch, b)
     local model = E.build(arch, {dtype = "f32"})
     local d = ddp.new(model:named_parameters(), g, {bucket_mb = 0.01})
-    local _, loss = model(E.local_rows(b.x, g), E.local_rows(b.y, g))
-    loss:backward()
+    E.local_loss(model, g, b):backward()
     d:finish()
     local got = {}
     for name, p in model:named_parameters() do got[name] = p.grad end
-    local worst = E.check_grads(got, want, "ddp " .. arch .. " f32")
-    if g.rank == 0 then print(string.format("  ddp %s f32 step 1: worst rel diff %.1e (f32 bound %.1e)", arch, worst,
-      E.f32_tolerance())) end
+    E.check_grads(got, want, "ddp " .. arch .. " f32")
     d:remove()
   end)
 end
@@ -97,8 +82,7 @@ test("ddp overlap: buckets are launched while backward still runs", function()
   local d = ddp.new(model:named_parameters(), g, {bucket_mb = 0.01, trace = true})
   local b = batches[1]
   lt.tidy(function()
-    local _, loss = model(E.local_rows(b.x, g), E.local_rows(b.y, g))
-    loss:backward()
+    E.local_loss(model, g, b):backward()
     -- backward is over: some buckets must already be in flight
     local launched, grads, first_launch, last_grad = 0, 0, nil, nil
     for i, ev in ipairs(d.trace) do
@@ -131,18 +115,8 @@ test("ddp: replicas start equal (broadcast from rank 0)", function()
 end)
 
 test("ddp: a parameter unused on some ranks still reduces (zeros), ranks stay in step", function()
-  local Two = nn.Module:extend("Two")
-  function Two:init()
-    self.a = nn.Linear(4, 4)
-    self.b = nn.Linear(4, 4)
-  end
-  function Two:forward(x, use_b)
-    local y = self.a(x)
-    if use_b then y = self.b(y) end
-    return y:sum()
-  end
   lt.manual_seed(7)
-  local m = Two()
+  local m = E.TwoLinear()
   local d = ddp.new(m:named_parameters(), g, {bucket_mb = 0.0001})
   local x = lt.ones(2, 4)
   for _ = 1, 2 do

@@ -41,11 +41,7 @@ local function close64(a, e, msg)
   worst_layer = math.max(worst_layer, H.assert_rel(a, e, H.F64_REL, msg))
 end
 
-local function leaf(t)
-  t = t:detach():clone()
-  t.requires_grad = true
-  return t
-end
+local leaf = H.leaf
 
 -- A LoRALinear over a fresh Linear(inf, out) with random B (B starts at zero: its A
 -- gradient would be zero).

@@ -25,11 +25,8 @@ local function close(a, e, msg, tol)
   testing.assert_close(a, e, {rtol = tol.rtol, atol = tol.atol, msg = msg})
 end
 
-local function leaf(t)
-  t = t:detach():clone()
-  t.requires_grad = true
-  return t
-end
+local H = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "tests/dist/") .. "layout_helpers.lua")
+local leaf = H.leaf
 
 -- ---- layers --------------------------------------------------------------------------------
 
@@ -199,8 +196,6 @@ local function clip_tp(model, max_norm)
   end
   return norm
 end
-
-local H = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "tests/dist/") .. "layout_helpers.lua")
 
 -- Whole models (layout_helpers.lua says why): in f64, 10 AdamW steps with clipping, every
 -- step's loss and gradient norm and the final parameters within 1e-9 relative of one

@@ -14,10 +14,10 @@ local json = require "lutra.json"
 local T = require "lutra.testing"
 local ffi = require("lutra.ffi").ffi
 local equal, fails = T.assert_equal, T.assert_error
+local files = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "tests/lua/") .. "file_helpers.lua")
+local read, write = files.read, files.write
 
-local base = os.tmpname()
-os.remove(base)
-os.execute("mkdir -p " .. base)
+local base = files.temp_dir()
 local LUTRA = (os.getenv("LUTRA_BUILD_DIR") or "build") .. "/lutra"
 
 local function bytes_of(t)
@@ -29,19 +29,6 @@ local function same_bytes(a, b, what)
   equal(a.dtype, b.dtype, what)
   equal(table.concat(a.shape, ","), table.concat(b.shape, ","), what)
   if bytes_of(a) ~= bytes_of(b) then error((what or "tensors") .. ": bytes differ", 2) end
-end
-
-local function read(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("*a")
-  f:close()
-  return s
-end
-
-local function write(path, s)
-  local f = assert(io.open(path, "wb"))
-  f:write(s)
-  f:close()
 end
 
 local function fresh(name)

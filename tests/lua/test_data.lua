@@ -6,23 +6,10 @@ local data = require "lutra.data"
 local T = require "lutra.testing"
 local ffi = require "ffi"
 local equal, fails = T.assert_equal, T.assert_error
+local files = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "tests/lua/") .. "file_helpers.lua")
+local read, write = files.read, files.write
 
-local dir = os.tmpname()
-os.remove(dir)
-assert(os.execute("mkdir -p '" .. dir .. "'"))
-
-local function write(path, s)
-  local f = assert(io.open(path, "wb"))
-  f:write(s)
-  f:close()
-end
-
-local function read(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("*a")
-  f:close()
-  return s
-end
+local dir = files.temp_dir()
 
 -- A char-level tokenizer as the peer's: ids are the positions of the sorted distinct characters.
 local function char_tokenizer(text, reverse)

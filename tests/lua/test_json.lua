@@ -5,20 +5,8 @@
 local json = require "lutra.json"
 local T = require "lutra.testing"
 local equal, fails = T.assert_equal, T.assert_error
-
-local function write(path, s)
-  local f = assert(io.open(path, "wb"))
-  f:write(s)
-  f:close()
-end
-
-local function read(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("*a")
-  f:close()
-  return s
-end
-
+local files = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "tests/lua/") .. "file_helpers.lua")
+local read, write = files.read, files.write
 
 test("scalars and literals", function()
   equal(json.decode("true"), true)
@@ -345,9 +333,7 @@ end)
 test("python's json module as the reference", function()
   local PYTHON = T.need_python("json")
   -- 1. python writes escapes we must decode (ensure_ascii: \uXXXX and surrogate pairs)
-  local dir = os.tmpname()
-  os.remove(dir)
-  os.execute("mkdir -p " .. dir)
+  local dir = files.temp_dir()
   local py = dir .. "/ref.py"
   write(py, [==[
 import json, sys

@@ -8,24 +8,10 @@ local st = require "lutra.ckpt.safetensors"
 local json = require "lutra.json"
 local T = require "lutra.testing"
 local equal, fails, close = T.assert_equal, T.assert_error, T.assert_close
+local files = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "tests/lua/") .. "file_helpers.lua")
+local read, write = files.read, files.write
 
-
-local dir = os.tmpname()
-os.remove(dir)
-os.execute("mkdir -p " .. dir)
-
-local function write(path, s)
-  local f = assert(io.open(path, "wb"))
-  f:write(s)
-  f:close()
-end
-
-local function read(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("*a")
-  f:close()
-  return s
-end
+local dir = files.temp_dir()
 
 local function le64(n)
   local b = {}

@@ -183,7 +183,22 @@ end
 local req_box_type = ffi.typeof("lt_comm_request *[1]")
 local C_debug = C.lt_comm_debug
 
--- The blocking paths below are written out per op (no closures: LuaJIT compiles them).
+-- The call path makes no closures (LuaJIT compiles it): an op posts its C call with a request
+-- box when opts.async, else with none (blocking), and ends in completed().
+
+-- The request box for opts.async, else nil (the C call blocks).
+local function request_box(opts)
+  if opts and opts.async then return req_box_type() end
+  return nil
+end
+
+-- The end of a collective call: a Handle when it was posted (box), else the blocking call's
+-- end: the staged output copied back into result (back), result returned.
+local function completed(box, result, back)
+  if box ~= nil then return posted(box, result, back) end
+  if back then back() end
+  return result
+end
 
 -- A contiguous tensor holding t's values (t itself when contiguous) and, for outputs,
 -- the function that copies the buffer back into t.
@@ -226,6 +241,23 @@ local function counts_arg(name, g, opts)
   return c
 end
 
+-- The output of a gathering call: out, or an undefined tensor that the C call allocates when
+-- out is nil; the buffer the call writes (out, or a contiguous stand-in for a defined
+-- non-contiguous out) and the copy back.
+local function gathered_out(name, out)
+  if out == nil then out = memory.new() else tensor_arg(name, out, "out") end
+  if C.lt_is_defined(out) ~= 0 then return out, contiguous_out(out, false) end
+  return out, out, nil
+end
+
+-- The checked arguments of a send or recv: opts and the message tag (default 0).
+local function point_to_point_args(name, t, peer, opts)
+  tensor_arg(name, t, "t")
+  errors.int_arg(name, peer, "peer")
+  opts = opts_arg(name, opts)
+  return opts, opts and opts.tag or 0
+end
+
 -- ---- collectives -----------------------------------------------------------------------
 
 function Group.all_reduce(g, t, op, opts)
@@ -234,14 +266,9 @@ function Group.all_reduce(g, t, op, opts)
   opts = opts_arg("all_reduce", opts)
   local buf, back = contiguous_out(t, true)
   if C_debug() ~= 0 then note_callsite() end
-  if opts and opts.async then
-    local box = req_box_type()
-    check(C.lt_comm_all_reduce(g.ptr, buf, o, box))
-    return posted(box, t, back)
-  end
-  check(C.lt_comm_all_reduce(g.ptr, buf, o, nil))
-  if back then back() end
-  return t
+  local box = request_box(opts)
+  check(C.lt_comm_all_reduce(g.ptr, buf, o, box))
+  return completed(box, t, back)
 end
 
 -- out may be nil (allocated: this rank's piece, 1-d)
@@ -250,19 +277,13 @@ function Group.reduce_scatter(g, out, inp, op, opts)
   local o = op_arg("reduce_scatter", g, op)
   opts = opts_arg("reduce_scatter", opts)
   local counts = counts_arg("reduce_scatter", g, opts)
-  if out == nil then out = memory.new() else tensor_arg("reduce_scatter", out, "out") end
-  local buf, back = out, nil
-  if C.lt_is_defined(out) ~= 0 then buf, back = contiguous_out(out, false) end
+  local buf, back
+  out, buf, back = gathered_out("reduce_scatter", out)
   local src = contiguous_in(inp)
   if C_debug() ~= 0 then note_callsite() end
-  if opts and opts.async then
-    local box = req_box_type()
-    check(C.lt_comm_reduce_scatter(g.ptr, buf, src, o, counts, box))
-    return posted(box, out, back)
-  end
-  check(C.lt_comm_reduce_scatter(g.ptr, buf, src, o, counts, nil))
-  if back then back() end
-  return out
+  local box = request_box(opts)
+  check(C.lt_comm_reduce_scatter(g.ptr, buf, src, o, counts, box))
+  return completed(box, out, back)
 end
 
 -- out may be nil (allocated: (size, inp's shape...), or 1-d with counts)
@@ -270,19 +291,13 @@ function Group.all_gather(g, out, inp, opts)
   tensor_arg("all_gather", inp, "inp")
   opts = opts_arg("all_gather", opts)
   local counts = counts_arg("all_gather", g, opts)
-  if out == nil then out = memory.new() else tensor_arg("all_gather", out, "out") end
-  local buf, back = out, nil
-  if C.lt_is_defined(out) ~= 0 then buf, back = contiguous_out(out, false) end
+  local buf, back
+  out, buf, back = gathered_out("all_gather", out)
   local src = contiguous_in(inp)
   if C_debug() ~= 0 then note_callsite() end
-  if opts and opts.async then
-    local box = req_box_type()
-    check(C.lt_comm_all_gather(g.ptr, buf, src, counts, box))
-    return posted(box, out, back)
-  end
-  check(C.lt_comm_all_gather(g.ptr, buf, src, counts, nil))
-  if back then back() end
-  return out
+  local box = request_box(opts)
+  check(C.lt_comm_all_gather(g.ptr, buf, src, counts, box))
+  return completed(box, out, back)
 end
 
 -- Every rank's string, in rank order: an all_gather of the bytes (small metadata: a
@@ -314,44 +329,26 @@ function Group.broadcast(g, t, root, opts)
   opts = opts_arg("broadcast", opts)
   local buf, back = contiguous_out(t, true)
   if C_debug() ~= 0 then note_callsite() end
-  if opts and opts.async then
-    local box = req_box_type()
-    check(C.lt_comm_broadcast(g.ptr, buf, root, box))
-    return posted(box, t, back)
-  end
-  check(C.lt_comm_broadcast(g.ptr, buf, root, nil))
-  if back then back() end
-  return t
+  local box = request_box(opts)
+  check(C.lt_comm_broadcast(g.ptr, buf, root, box))
+  return completed(box, t, back)
 end
 
 function Group.send(g, t, peer, opts)
-  tensor_arg("send", t, "t")
-  errors.int_arg("send", peer, "peer")
-  opts = opts_arg("send", opts)
-  local tag = opts and opts.tag or 0
-  if opts and opts.async then
-    local box = req_box_type()
-    check(C.lt_comm_send(g.ptr, contiguous_in(t), peer, tag, box))
-    return posted(box, t, nil)
-  end
-  check(C.lt_comm_send(g.ptr, contiguous_in(t), peer, tag, nil))
-  return t
+  local tag
+  opts, tag = point_to_point_args("send", t, peer, opts)
+  local box = request_box(opts)
+  check(C.lt_comm_send(g.ptr, contiguous_in(t), peer, tag, box))
+  return completed(box, t, nil)
 end
 
 function Group.recv(g, t, peer, opts)
-  tensor_arg("recv", t, "t")
-  errors.int_arg("recv", peer, "peer")
-  opts = opts_arg("recv", opts)
-  local tag = opts and opts.tag or 0
+  local tag
+  opts, tag = point_to_point_args("recv", t, peer, opts)
   local buf, back = contiguous_out(t, false)
-  if opts and opts.async then
-    local box = req_box_type()
-    check(C.lt_comm_recv(g.ptr, buf, peer, tag, box))
-    return posted(box, t, back)
-  end
-  check(C.lt_comm_recv(g.ptr, buf, peer, tag, nil))
-  if back then back() end
-  return t
+  local box = request_box(opts)
+  check(C.lt_comm_recv(g.ptr, buf, peer, tag, box))
+  return completed(box, t, back)
 end
 
 -- list: {{"send", t, peer}, {"recv", t, peer}, ...}, posted together; returns a Handle
@@ -392,12 +389,9 @@ end
 
 function Group.barrier(g, opts)
   opts = opts_arg("barrier", opts)
-  if opts and opts.async then
-    local box = req_box_type()
-    check(C.lt_comm_barrier(g.ptr, box))
-    return posted(box, nil, nil)
-  end
-  check(C.lt_comm_barrier(g.ptr, nil))
+  local box = request_box(opts)
+  check(C.lt_comm_barrier(g.ptr, box))
+  if box ~= nil then return posted(box, nil, nil) end
 end
 
 -- comm.world after init (read before it: initializes)
