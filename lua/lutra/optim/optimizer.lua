@@ -264,11 +264,8 @@ function Optimizer:state_dict()
   return sd
 end
 
--- Loads a state_dict of the same optimizer kind over the same parameters (same group
--- sizes and keys, same shapes): settings, steps and state are restored; state tensors
--- are copied into fresh buffers.
-function Optimizer:load_state_dict(sd)
-  local who = self.impl.title .. ":load_state_dict"
+-- The state_dict's kind and layout (steps, param_groups, state, as many groups).
+local function check_state_dict_header(self, sd, who)
   if type(sd) ~= "table" then raise(who .. ": expected a state_dict table, got " .. type(sd)) end
   if sd.optimizer ~= self.kind then
     raise(string.format("%s: the state is for optimizer '%s', this one is '%s'", who, tostring(sd.optimizer), self.kind))
@@ -280,6 +277,11 @@ function Optimizer:load_state_dict(sd)
     raise(string.format("%s: the state has %d parameter groups, this optimizer %d", who, #sd.param_groups,
       #self.param_groups))
   end
+end
+
+-- key -> {p = the parameter, g = its group}, checking that each group of the state lists
+-- the same keys in the same order.
+local function index_parameters(self, sd, who)
   local index, k = {}, 0
   for gi, g in ipairs(self.param_groups) do
     local sg = sd.param_groups[gi]
@@ -296,40 +298,49 @@ function Optimizer:load_state_dict(sd)
       index[self.keys[k]] = {p = g.params[j], g = g}
     end
   end
-  -- check everything before changing anything
-  local new_state = {}
-  for key, st in pairs(sd.state) do
-    local at = index[key]
-    if not at then raise(string.format("%s: the state has an entry for '%s', not a parameter here", who, tostring(key))) end
-    if type(st) ~= "table" then raise(string.format("%s: state of '%s' is %s, not a table", who, tostring(key), type(st))) end
-    local fresh = self.impl.init(at.p, at.g)
-    -- with master weights the state is of the f32 copy (an SGD momentum buffer too)
-    local state_dt = self.impl.state_dtype(st.master ~= nil and {dtype = "f32"} or at.p)
-    local c = {}
-    for f, v in pairs(st) do
-      local want = self.impl.fields[f] or (f == "master" and "tensor")
-      if not want then raise(string.format("%s: state of '%s' has an unknown field '%s'", who, tostring(key), tostring(f))) end
-      if want == "number" then
-        if type(v) ~= "number" then raise(string.format("%s: state '%s'.%s must be a number", who, tostring(key), f)) end
-        c[f] = v
-      else
-        if not is_tensor(v) then raise(string.format("%s: state '%s'.%s must be a tensor, got %s", who, tostring(key), f, type(v))) end
-        local ref = fresh[f] or at.p
-        local want_shape, got_shape = table.concat(ref.shape, ", "), table.concat(v.shape, ", ")
-        if want_shape ~= got_shape then
-          raise(string.format("%s: state '%s'.%s has shape [%s], the parameter [%s]", who, tostring(key), f, got_shape,
-            want_shape))
-        end
-        local buf = fresh[f] or Optimizer.keep(create.zeros_like(at.p, {dtype = state_dt}))
-        without_grad(buf.copy_, buf, v)
-        c[f] = buf
-      end
-    end
-    for f in pairs(self.impl.required) do
-      if c[f] == nil then raise(string.format("%s: state of '%s' lacks field '%s'", who, tostring(key), f)) end
-    end
-    new_state[key] = c
+  return index
+end
+
+-- A copy of one saved state tensor v (field f of key's state) in a fresh buffer: the
+-- kind's fresh_buf for that field, else one of parameter p's shape in the state's dtype.
+local function load_state_tensor(who, key, f, v, fresh_buf, p, state_dt)
+  if not is_tensor(v) then raise(string.format("%s: state '%s'.%s must be a tensor, got %s", who, tostring(key), f, type(v))) end
+  local ref = fresh_buf or p
+  local want_shape, got_shape = table.concat(ref.shape, ", "), table.concat(v.shape, ", ")
+  if want_shape ~= got_shape then
+    raise(string.format("%s: state '%s'.%s has shape [%s], the parameter [%s]", who, tostring(key), f, got_shape,
+      want_shape))
   end
+  local buf = fresh_buf or Optimizer.keep(create.zeros_like(p, {dtype = state_dt}))
+  without_grad(buf.copy_, buf, v)
+  return buf
+end
+
+-- One parameter's loaded state: its fields checked against the kind's, tensors copied.
+local function load_param_state(self, who, key, st, at)
+  if type(st) ~= "table" then raise(string.format("%s: state of '%s' is %s, not a table", who, tostring(key), type(st))) end
+  local fresh = self.impl.init(at.p, at.g)
+  -- with master weights the state is of the f32 copy (an SGD momentum buffer too)
+  local state_dt = self.impl.state_dtype(st.master ~= nil and {dtype = "f32"} or at.p)
+  local c = {}
+  for f, v in pairs(st) do
+    local want = self.impl.fields[f] or (f == "master" and "tensor")
+    if not want then raise(string.format("%s: state of '%s' has an unknown field '%s'", who, tostring(key), tostring(f))) end
+    if want == "number" then
+      if type(v) ~= "number" then raise(string.format("%s: state '%s'.%s must be a number", who, tostring(key), f)) end
+      c[f] = v
+    else
+      c[f] = load_state_tensor(who, key, f, v, fresh[f], at.p, state_dt)
+    end
+  end
+  for f in pairs(self.impl.required) do
+    if c[f] == nil then raise(string.format("%s: state of '%s' lacks field '%s'", who, tostring(key), f)) end
+  end
+  return c
+end
+
+-- Checks each saved group's settings: known to the kind, and valid merged over the group.
+local function check_group_settings(self, sd, who)
   for gi, g in ipairs(self.param_groups) do
     local sg = sd.param_groups[gi]
     local settings = {}
@@ -346,6 +357,23 @@ function Optimizer:load_state_dict(sd)
     for f, v in pairs(settings) do merged[f] = v end
     self.impl.check(merged, string.format("%s: group %d", who, gi))
   end
+end
+
+-- Loads a state_dict of the same optimizer kind over the same parameters (same group
+-- sizes and keys, same shapes): settings, steps and state are restored; state tensors
+-- are copied into fresh buffers.
+function Optimizer:load_state_dict(sd)
+  local who = self.impl.title .. ":load_state_dict"
+  check_state_dict_header(self, sd, who)
+  local index = index_parameters(self, sd, who)
+  -- check everything before changing anything
+  local new_state = {}
+  for key, st in pairs(sd.state) do
+    local at = index[key]
+    if not at then raise(string.format("%s: the state has an entry for '%s', not a parameter here", who, tostring(key))) end
+    new_state[key] = load_param_state(self, who, key, st, at)
+  end
+  check_group_settings(self, sd, who)
   for gi, g in ipairs(self.param_groups) do
     for f, v in pairs(sd.param_groups[gi]) do
       if f ~= "keys" then g[f] = copy_value(v) end
