@@ -67,12 +67,8 @@ local function copy_value(v)
   return c
 end
 
--- Builds an optimizer of `kind` over `params` (see groups.normalize) with opts: the
--- group defaults (lr, weight_decay, ...), `schedule`, and `no_decay` (for a module).
-function Optimizer.new(kind, params, opts)
-  local who = kind.title
-  opts = opts or {}
-  if type(opts) ~= "table" then raise(who .. ": options must be a table, got " .. type(opts)) end
+-- The group defaults: the kind's, overridden by the options that are group settings.
+local function group_defaults(kind, opts, who)
   local defaults = {}
   for k, v in pairs(kind.defaults) do defaults[k] = copy_value(v) end
   for k, v in pairs(opts) do
@@ -81,30 +77,29 @@ function Optimizer.new(kind, params, opts)
     end
     if not CTOR_OPTS[k] then defaults[k] = copy_value(v) end
   end
-  local schedule = opts.schedule
-  if schedule ~= nil then
-    local mt = getmetatable(schedule)
-    if type(schedule) ~= "function" and not (mt and mt.__call) then
-      raise(who .. ": schedule must be a function step -> lr, got " .. type(schedule))
-    end
-    if type(schedule) == "table" and type(schedule.lr) == "number" then
-      if opts.lr == nil then
-        defaults.lr = schedule.lr
-      elseif opts.lr ~= schedule.lr then
-        raise(string.format("%s: lr %g differs from the schedule's peak lr %g (give one of them)", who, opts.lr,
-          schedule.lr))
-      end
+  return defaults
+end
+
+-- A schedule is callable; one with a peak lr gives the default lr (or must agree with opts.lr).
+local function check_schedule(schedule, opts, defaults, who)
+  local mt = getmetatable(schedule)
+  if type(schedule) ~= "function" and not (mt and mt.__call) then
+    raise(who .. ": schedule must be a function step -> lr, got " .. type(schedule))
+  end
+  if type(schedule) == "table" and type(schedule.lr) == "number" then
+    if opts.lr == nil then
+      defaults.lr = schedule.lr
+    elseif opts.lr ~= schedule.lr then
+      raise(string.format("%s: lr %g differs from the schedule's peak lr %g (give one of them)", who, opts.lr,
+        schedule.lr))
     end
   end
-  if opts.master_weights ~= nil and type(opts.master_weights) ~= "boolean" then
-    raise(who .. ": master_weights must be a boolean, got " .. type(opts.master_weights))
-  end
-  local self = setmetatable({kind = kind.name, defaults = defaults, schedule = schedule, state = {}, steps = 0,
-                             param_groups = {}, keys = {}, params = {}, impl = kind,
-                             master_weights = opts.master_weights or nil}, Optimizer)
-  local auto = {no_decay = opts.no_decay}
-  local groups = groups_mod.normalize(who, params, auto)
-  local seen, seen_names, named, unnamed = {}, {}, 0, 0
+end
+
+-- Fills self.param_groups from the normalized groups, each completed by the defaults and
+-- checked by the kind; either every group names its parameters or none does.
+local function add_groups(self, kind, groups, defaults, who)
+  local named, unnamed = 0, 0
   for gi, src in ipairs(groups) do
     local g = {}
     for k, v in pairs(src) do g[k] = v end
@@ -122,6 +117,12 @@ function Optimizer.new(kind, params, opts)
     self.param_groups[gi] = g
   end
   if named > 0 and unnamed > 0 then raise(who .. ": either every group has parameter names or none has") end
+end
+
+-- Lists every parameter and its state key (its name, else its position), in group order;
+-- a parameter or a name appears once.
+local function add_keys(self, who)
+  local seen, seen_names = {}, {}
   for _, g in ipairs(self.param_groups) do
     for j, p in ipairs(g.params) do
       local key = g.names and g.names[j] or #self.keys + 1
@@ -133,6 +134,26 @@ function Optimizer.new(kind, params, opts)
       self.params[#self.params + 1] = p
     end
   end
+end
+
+-- Builds an optimizer of `kind` over `params` (see groups.normalize) with opts: the
+-- group defaults (lr, weight_decay, ...), `schedule`, and `no_decay` (for a module).
+function Optimizer.new(kind, params, opts)
+  local who = kind.title
+  opts = opts or {}
+  if type(opts) ~= "table" then raise(who .. ": options must be a table, got " .. type(opts)) end
+  local defaults = group_defaults(kind, opts, who)
+  local schedule = opts.schedule
+  if schedule ~= nil then check_schedule(schedule, opts, defaults, who) end
+  if opts.master_weights ~= nil and type(opts.master_weights) ~= "boolean" then
+    raise(who .. ": master_weights must be a boolean, got " .. type(opts.master_weights))
+  end
+  local self = setmetatable({kind = kind.name, defaults = defaults, schedule = schedule, state = {}, steps = 0,
+                             param_groups = {}, keys = {}, params = {}, impl = kind,
+                             master_weights = opts.master_weights or nil}, Optimizer)
+  local auto = {no_decay = opts.no_decay}
+  add_groups(self, kind, groups_mod.normalize(who, params, auto), defaults, who)
+  add_keys(self, who)
   if #self.params == 0 then raise(who .. ": no parameters given") end
   return self
 end
