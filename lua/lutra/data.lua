@@ -163,6 +163,85 @@ local function cut_point(buf)
   end
 end
 
+-- Where the next piece of buf ends: a cut point, or with none in 4 chunks' worth of text
+-- the last whole UTF-8 character; nil to read more first.
+local function piece_end(buf, chunk_bytes)
+  local cut = cut_point(buf)
+  if not cut and #buf >= 4 * chunk_bytes then -- no safe cut: end at a UTF-8 character boundary
+    cut = #buf
+    while cut > 1 and floor(buf:byte(cut) / 64) == 2 do cut = cut - 1 end
+    cut = cut - 1
+  end
+  return cut
+end
+
+-- A function that encodes one piece of text and appends its ids to job.writer, adding the
+-- piece to job.source_hash and job.done (the progress shows on job.show, when set).
+local function piece_encoder(job)
+  local tok, writer = job.tok, job.writer
+  local ids32, cap = nil, 0
+  local encode_ids = type(tok.encode_ids) == "function" and tok.encode_ids -- (int32_t[n], n): no Lua list
+  return function(piece)
+    local arr, n = nil, nil
+    if encode_ids then
+      arr, n = encode_ids(tok, piece)
+    else
+      local ids = tok:encode(piece)
+      n = #ids
+      if n > cap then ids32, cap = ffi.new("int32_t[?]", n), n end
+      for i = 1, n do ids32[i - 1] = ids[i] end
+      arr = ids32
+    end
+    if C.lt_tokwriter_append(writer, arr, dtype.I32, n) ~= 0 then error(ffi.string(C.lt_last_error()), 0) end
+    job.source_hash = hash_string(piece, job.source_hash)
+    job.done = job.done + #piece
+    if job.show then
+      job.show:write(string.format("\rtokenizing %s: %d%%", job.text_path, floor(100 * job.done / job.size)))
+    end
+  end
+end
+
+-- Reads the text f in chunks of chunk_bytes and encodes it piece by piece (see piece_end).
+local function encode_text(job, f, chunk_bytes)
+  local encode = piece_encoder(job)
+  local buf = ""
+  while true do
+    local chunk = f:read(chunk_bytes)
+    if not chunk then break end
+    buf = buf .. chunk
+    local cut = piece_end(buf, chunk_bytes)
+    if cut then
+      encode(buf:sub(1, cut))
+      buf = buf:sub(cut + 1)
+    end
+  end
+  if #buf > 0 then encode(buf) end
+end
+
+-- Writes the tokens of text_path (size bytes, modified at mtime) to out_path; on an error
+-- the partial token file is dropped.
+local function write_token_file(text_path, tok, out_path, fp_u64, size, mtime, opts)
+  local V = tok.vocab_size
+  if type(V) ~= "number" then raise("data.tokenize_file: the tokenizer has no numeric vocab_size") end
+  local f, err = io.open(text_path, "rb")
+  if not f then raise("data.tokenize_file: cannot read the text: " .. tostring(err)) end
+  local w = ffi.new("lt_tokwriter *[1]")
+  if C.lt_tokwriter_open(w, out_path, V, fp_u64) ~= 0 then
+    f:close()
+    fail()
+  end
+  local job = {tok = tok, writer = w[0], text_path = text_path, size = size, source_hash = FNV_BASIS, done = 0,
+               show = not opts.quiet and size > 64 * 1024 * 1024 and io.stderr}
+  local ok, msg = pcall(encode_text, job, f, opts.chunk_bytes or 4 * 1024 * 1024)
+  f:close()
+  if job.show then job.show:write("\n") end
+  if not ok then
+    C.lt_tokwriter_abort(job.writer)
+    raise("data.tokenize_file: " .. text_path .. ": " .. tostring(msg))
+  end
+  if C.lt_tokwriter_finish(job.writer, job.done, job.source_hash, mtime) ~= 0 then fail() end
+end
+
 -- Tokenizes text_path once into a token file (default: text_path .. ".tok-<fp8>.bin"), and
 -- reuses that file while its header says it was made by the same tokenizer from a text of
 -- the same size and modification time (and it is not older than the text).
@@ -193,62 +272,7 @@ function M.tokenize_file(text_path, tok, out_path, opts)
       return out_path, info
     end
   end
-  local V = tok.vocab_size
-  if type(V) ~= "number" then raise("data.tokenize_file: the tokenizer has no numeric vocab_size") end
-  local f, err = io.open(text_path, "rb")
-  if not f then raise("data.tokenize_file: cannot read the text: " .. tostring(err)) end
-  local w = ffi.new("lt_tokwriter *[1]")
-  if C.lt_tokwriter_open(w, out_path, V, fp_u64) ~= 0 then
-    f:close()
-    fail()
-  end
-  local writer = w[0]
-  local chunk_bytes = opts.chunk_bytes or 4 * 1024 * 1024
-  local show = not opts.quiet and size > 64 * 1024 * 1024 and io.stderr
-  local source_hash, done, buf = FNV_BASIS, 0, ""
-  local ok, msg = pcall(function()
-    local ids32, cap = nil, 0
-    local encode_ids = type(tok.encode_ids) == "function" and tok.encode_ids -- (int32_t[n], n): no Lua list
-    local function encode(piece)
-      local arr, n = nil, nil
-      if encode_ids then
-        arr, n = encode_ids(tok, piece)
-      else
-        local ids = tok:encode(piece)
-        n = #ids
-        if n > cap then ids32, cap = ffi.new("int32_t[?]", n), n end
-        for i = 1, n do ids32[i - 1] = ids[i] end
-        arr = ids32
-      end
-      if C.lt_tokwriter_append(writer, arr, dtype.I32, n) ~= 0 then error(ffi.string(C.lt_last_error()), 0) end
-      source_hash = hash_string(piece, source_hash)
-      done = done + #piece
-      if show then show:write(string.format("\rtokenizing %s: %d%%", text_path, floor(100 * done / size))) end
-    end
-    while true do
-      local chunk = f:read(chunk_bytes)
-      if not chunk then break end
-      buf = buf .. chunk
-      local cut = cut_point(buf)
-      if not cut and #buf >= 4 * chunk_bytes then -- no safe cut: end at a UTF-8 character boundary
-        cut = #buf
-        while cut > 1 and floor(buf:byte(cut) / 64) == 2 do cut = cut - 1 end
-        cut = cut - 1
-      end
-      if cut then
-        encode(buf:sub(1, cut))
-        buf = buf:sub(cut + 1)
-      end
-    end
-    if #buf > 0 then encode(buf) end
-  end)
-  f:close()
-  if show then show:write("\n") end
-  if not ok then
-    C.lt_tokwriter_abort(writer)
-    raise("data.tokenize_file: " .. text_path .. ": " .. tostring(msg))
-  end
-  if C.lt_tokwriter_finish(writer, done, source_hash, mtime) ~= 0 then fail() end
+  write_token_file(text_path, tok, out_path, fp_u64, size, mtime, opts)
   local info = M.read_header(out_path)
   info.reused = false
   return out_path, info

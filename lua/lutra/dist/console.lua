@@ -172,9 +172,8 @@ function M.prepare(dir)
   return true
 end
 
--- Runs argv (argv[1] is found on PATH) and serves the console in dir while it runs;
--- returns its exit status.
-function M.run(argv, dir)
+-- Starts argv (argv[1] is found on PATH): its pid, or nil and a message.
+local function spawn(argv)
   local cargv = ffi.new("char *[?]", #argv + 1)
   local keep = {}
   for i, w in ipairs(argv) do
@@ -187,79 +186,118 @@ function M.run(argv, dir)
   local pid = ffi.new("int[1]")
   local rc = ffi.C.posix_spawnp(pid, argv[1], nil, nil, cargv, ffi.C.environ)
   if rc ~= 0 then return nil, "cannot start " .. argv[1] .. " (error " .. rc .. ")" end
-  -- after the spawn (a child inherits ignored signals): Ctrl-C reaches mpirun, which stops
-  -- the job, while this process waits for it as system() does; SIGTERM and SIGHUP (kill,
-  -- a closed terminal) are passed on to mpirun, never leaving it behind
-  local old_int = ffi.C.signal(SIGINT, SIG_IGN)
-  local old_pipe = ffi.C.signal(SIGPIPE, SIG_IGN)
+  return pid[0]
+end
+
+-- After the spawn (a child inherits ignored signals): Ctrl-C reaches mpirun, which stops
+-- the job, while this process waits for it as system() does; SIGTERM and SIGHUP (kill,
+-- a closed terminal) are blocked and read from a signalfd, to be passed on to mpirun,
+-- never leaving it behind. Returns what restore_signals puts back.
+local function take_signals()
+  local saved = {int = ffi.C.signal(SIGINT, SIG_IGN), pipe = ffi.C.signal(SIGPIPE, SIG_IGN)}
   local forward, old_mask = ffi.new("lutra_sigset"), ffi.new("lutra_sigset")
   ffi.C.sigemptyset(forward)
   ffi.C.sigaddset(forward, SIGTERM)
   ffi.C.sigaddset(forward, SIGHUP)
   ffi.C.sigprocmask(SIG_BLOCK, forward, old_mask)
-  local sigfd = ffi.C.signalfd(-1, forward, bit.bor(SFD_NONBLOCK, SFD_CLOEXEC))
-  local siginfo = ffi.new("uint32_t[32]") -- struct signalfd_siginfo: 128 bytes, ssi_signo first
-  local status = ffi.new("int[1]")
-  local buf = ffi.new("char[4096]")
-  local pfd = ffi.new("struct lutra_pollfd[1]")
+  saved.mask = old_mask
+  saved.sigfd = ffi.C.signalfd(-1, forward, bit.bor(SFD_NONBLOCK, SFD_CLOEXEC))
+  saved.siginfo = ffi.new("uint32_t[32]") -- struct signalfd_siginfo: 128 bytes, ssi_signo first
+  return saved
+end
+
+local function restore_signals(saved)
+  if saved.sigfd >= 0 then ffi.C.close(saved.sigfd) end
+  ffi.C.sigprocmask(SIG_SETMASK, saved.mask, nil)
+  ffi.C.signal(SIGINT, saved.int)
+  ffi.C.signal(SIGPIPE, saved.pipe)
+end
+
+-- Passes a pending SIGTERM or SIGHUP on to pid.
+local function forward_signal(saved, pid)
+  if saved.sigfd >= 0 and ffi.C.read(saved.sigfd, saved.siginfo, 128) == 128 then ffi.C.kill(pid, saved.siginfo[0]) end
+end
+
+-- The terminal being lent: out, the FIFO's write end while a REPL has it (else -1);
+-- current, the request being served; served, the request whose input ended (its rank is
+-- letting go of it).
+local function new_terminal(dir)
   local stdin_tty = ffi.C.isatty(0) == 1
   -- a pipe or file at its end: later REPLs get end of input at once. A stdin marked
   -- close-on-exec is not the user's: with stdin closed the host's own wake-up pipe took fd 0
   local stdin_done = bit.band(ffi.C.fcntl(0, F_GETFD), FD_CLOEXEC) ~= 0
-  local out = -1            -- the FIFO's write end while a REPL has the terminal
-  local served = nil        -- the request whose input ended (its rank is letting go of it)
-  local current = nil       -- the request being served
+  return {dir = dir, out = -1, served = nil, current = nil, stdin_tty = stdin_tty, stdin_done = stdin_done,
+          buf = ffi.new("char[4096]"), pfd = ffi.new("struct lutra_pollfd[1]")}
+end
+
+-- Opens the FIFO for a new request once its rank opened it (its id line is complete).
+local function lend_terminal(term)
+  local dir = term.dir
+  local requested = dir and read_file(dir .. "/request")
+  if requested and requested:sub(-1) ~= "\n" then requested = nil end
+  if term.out < 0 and requested and requested ~= term.served then
+    local fd = ffi.C.open(dir .. "/input", bit.bor(O_WRONLY, O_NONBLOCK)) -- fails until the rank opened it
+    if fd >= 0 then
+      ffi.C.fcntl(fd, F_SETFL, ffi.cast("int", bit.band(ffi.C.fcntl(fd, F_GETFL), bit.bnot(O_NONBLOCK))))
+      term.out, term.current = fd, requested
+      if term.stdin_done then
+        ffi.C.close(term.out)
+        term.out, term.served = -1, requested
+      end
+    end
+  end
+end
+
+-- Copies what stdin has (waiting up to 100 ms) into the FIFO; ends the REPL's input when
+-- its reader is gone or stdin ends.
+local function copy_input(term)
+  local pfd = term.pfd
+  pfd[0].fd, pfd[0].events, pfd[0].revents = 0, POLLIN, 0
+  local ready = ffi.C.poll(pfd, 1, 100)
+  if ready > 0 and bit.band(pfd[0].revents, bit.bor(POLLIN, POLLERR, POLLHUP, POLLNVAL)) ~= 0 then
+    local n = ffi.C.read(0, term.buf, 4096)
+    if n > 0 then
+      if not write_all(term.out, term.buf, n) then
+        ffi.C.close(term.out)
+        term.out, term.served = -1, term.current
+      end
+    elseif n == 0 or ffi.errno() ~= EINTR then
+      -- Ctrl-D on a terminal ends this REPL only; a pipe's end is the end of all input
+      ffi.C.close(term.out)
+      term.out, term.served = -1, term.current
+      term.stdin_done = not term.stdin_tty
+    end
+  end
+end
+
+-- Runs argv (argv[1] is found on PATH) and serves the console in dir while it runs;
+-- returns its exit status.
+function M.run(argv, dir)
+  local pid, err = spawn(argv)
+  if not pid then return nil, err end
+  local saved = take_signals()
+  local status = ffi.new("int[1]")
+  local term = new_terminal(dir)
   local result
   while true do
-    if sigfd >= 0 and ffi.C.read(sigfd, siginfo, 128) == 128 then ffi.C.kill(pid[0], siginfo[0]) end
-    local w = ffi.C.waitpid(pid[0], status, WNOHANG)
-    if w == pid[0] then
+    forward_signal(saved, pid)
+    local w = ffi.C.waitpid(pid, status, WNOHANG)
+    if w == pid then
       result = exit_code(status[0])
       break
     elseif w < 0 and ffi.errno() ~= EINTR then
       result = 1
       break
     end
-    -- the request's id, once its line is complete
-    local requested = dir and read_file(dir .. "/request")
-    if requested and requested:sub(-1) ~= "\n" then requested = nil end
-    if out < 0 and requested and requested ~= served then
-      local fd = ffi.C.open(dir .. "/input", bit.bor(O_WRONLY, O_NONBLOCK)) -- fails until the rank opened it
-      if fd >= 0 then
-        ffi.C.fcntl(fd, F_SETFL, ffi.cast("int", bit.band(ffi.C.fcntl(fd, F_GETFL), bit.bnot(O_NONBLOCK))))
-        out, current = fd, requested
-        if stdin_done then
-          ffi.C.close(out)
-          out, served = -1, requested
-        end
-      end
-    end
-    if out >= 0 then
-      pfd[0].fd, pfd[0].events, pfd[0].revents = 0, POLLIN, 0
-      local ready = ffi.C.poll(pfd, 1, 100)
-      if ready > 0 and bit.band(pfd[0].revents, bit.bor(POLLIN, POLLERR, POLLHUP, POLLNVAL)) ~= 0 then
-        local n = ffi.C.read(0, buf, 4096)
-        if n > 0 then
-          if not write_all(out, buf, n) then
-            ffi.C.close(out)
-            out, served = -1, current
-          end
-        elseif n == 0 or ffi.errno() ~= EINTR then
-          -- Ctrl-D on a terminal ends this REPL only; a pipe's end is the end of all input
-          ffi.C.close(out)
-          out, served = -1, current
-          stdin_done = not stdin_tty
-        end
-      end
+    lend_terminal(term)
+    if term.out >= 0 then
+      copy_input(term)
     else
       sleep_ms(100)
     end
   end
-  if out >= 0 then ffi.C.close(out) end
-  if sigfd >= 0 then ffi.C.close(sigfd) end
-  ffi.C.sigprocmask(SIG_SETMASK, old_mask, nil)
-  ffi.C.signal(SIGINT, old_int)
-  ffi.C.signal(SIGPIPE, old_pipe)
+  if term.out >= 0 then ffi.C.close(term.out) end
+  restore_signals(saved)
   return result
 end
 

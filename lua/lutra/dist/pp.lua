@@ -228,9 +228,7 @@ local function check_agreement(g, kind, m, v, counts, cfg, who)
   end
 end
 
-function M.parallelize(model, where, opts)
-  local who = "pp.parallelize"
-  opts = opts or {}
+local function check_parallelize_args(model, opts, who)
   if type(opts) ~= "table" then raise(who .. ": opts must be a table, got " .. type(opts)) end
   for k in pairs(opts) do
     if not OPTS[k] then
@@ -242,27 +240,25 @@ function M.parallelize(model, where, opts)
       or model.ln_f == nil or model.lm_head == nil then
     raise(who .. ": expected a zoo Transformer (wte, blocks, ln_f, lm_head), got " .. tostring(model and model.__name))
   end
-  local g, embed, is_mesh = group_of(where, who)
-  local P, s = g.size, g.rank
-  local kind = opts.schedule or "1f1b"
-  local m = opts.micro_batches or P
-  local v = schedule.check(kind, P, s, m, opts.virtual_stages, who)
-  local V = P * v
-  local counts = layer_counts(model, opts.balance, P, v, who)
-  if P > 1 then check_agreement(g, kind, m, v, counts, model.cfg, who) end
+end
 
-  -- the layers of each virtual stage, and this rank's chunks
+-- The layer indices of rank s's chunks: chunk k is virtual stage (k - 1) * P + s, whose
+-- layers follow those of the virtual stages before it (counts[j] layers each).
+local function chunk_layers(counts, P, s, v)
   local first_layer, ranges = 1, {}
-  for j = 1, V do
+  for j = 1, P * v do
     ranges[j] = {}
     for i = first_layer, first_layer + counts[j] - 1 do ranges[j][#ranges[j] + 1] = i end
     first_layer = first_layer + counts[j]
   end
   local chunks = {}
   for k = 1, v do chunks[k] = ranges[(k - 1) * P + s + 1] end
+  return chunks
+end
 
-  local first, last = s == 0, s == P - 1
-  local tied = rawequal(model.lm_head.weight, model.wte.weight)
+-- The stage module: its chunks of the layer stack, the embeddings on the first stage,
+-- ln_f and lm_head on the last (with wte when the head is tied to it).
+local function build_stage(model, chunks, first, last, tied)
   local parts = {cfg = model.cfg, chunks = chunks, blocks = model.blocks, first = first, last = last,
                  loss = model.loss}
   if first then parts.wte, parts.wpe, parts.drop = model.wte, model.wpe, model.drop end
@@ -270,20 +266,58 @@ function M.parallelize(model, where, opts)
     parts.ln_f, parts.lm_head = model.ln_f, model.lm_head
     if tied then parts.wte = model.wte end
   end
-  local stage = Stage(parts)
-  -- tensor parallel's record (tp.sync_grads(st.model) reads it), with this stage's params only
+  return Stage(parts)
+end
+
+-- Tensor parallel's record (tp.sync_grads(st.model) reads it), with the stage's params only.
+local function keep_tp_record(stage, tp_rec, mine)
+  local rec = {}
+  for k, val in pairs(tp_rec) do rec[k] = val end
+  rec.summed = {}
+  for _, p in ipairs(tp_rec.summed or {}) do
+    if mine[p] then rec.summed[#rec.summed + 1] = p end
+  end
+  rawset(stage, "_tp", rec)
+end
+
+-- Tied embeddings across the pipeline: the last stage marks its copy of wte.weight a
+-- duplicate (spec dup); the first and last stage keep the weight and the group that sums
+-- its grads (sync_grads).
+local function tie_embeddings(self, model, g, embed_group, is_mesh, who)
+  local first, last = self.stage == 0, self.stage == self.size - 1
+  local w = model.wte.weight
+  if last then
+    local old = spec.get(w)
+    spec.set(w, {global = old and old.global or w.shape, offset = old and old.offset, dup = true})
+  end
+  self.tied_weight = (first or last) and w or nil
+  if is_mesh then
+    self.embed_group = (first or last) and embed_group or nil
+    if (first or last) and embed_group == nil then raise(who .. ": the mesh has no embed group (first and last stage)") end
+  else
+    self.embed_group = split_embed_group(g, first or last)
+  end
+end
+
+function M.parallelize(model, where, opts)
+  local who = "pp.parallelize"
+  opts = opts or {}
+  check_parallelize_args(model, opts, who)
+  local g, embed_group, is_mesh = group_of(where, who)
+  local P, s = g.size, g.rank
+  local kind = opts.schedule or "1f1b"
+  local m = opts.micro_batches or P
+  local v = schedule.check(kind, P, s, m, opts.virtual_stages, who)
+  local counts = layer_counts(model, opts.balance, P, v, who)
+  if P > 1 then check_agreement(g, kind, m, v, counts, model.cfg, who) end
+
+  local chunks = chunk_layers(counts, P, s, v)
+  local tied = rawequal(model.lm_head.weight, model.wte.weight)
+  local stage = build_stage(model, chunks, s == 0, s == P - 1, tied)
   local tp_rec = rawget(model, "_tp")
   local mine = {}
   for _, p in ipairs(stage:parameters()) do mine[p] = true end
-  if tp_rec then
-    local rec = {}
-    for k, val in pairs(tp_rec) do rec[k] = val end
-    rec.summed = {}
-    for _, p in ipairs(tp_rec.summed or {}) do
-      if mine[p] then rec.summed[#rec.summed + 1] = p end
-    end
-    rawset(stage, "_tp", rec)
-  end
+  if tp_rec then keep_tp_record(stage, tp_rec, mine) end
   -- activations between stages: (B, T / tp, C) under sequence parallelism, in the model's
   -- dtype, on the device of this stage's parameters
   rawset(stage, "seq_div", tp_rec and tp_rec.sequence_parallel and tp_rec.group.size or 1)
@@ -298,20 +332,7 @@ function M.parallelize(model, where, opts)
 
   local self = setmetatable({model = stage, group = g, size = P, stage = s, schedule = kind, micro_batches = m,
                              virtual_stages = v, counts = counts, tied = tied and P > 1}, Pipeline)
-  if tied and P > 1 then
-    local w = model.wte.weight
-    if last then
-      local old = spec.get(w)
-      spec.set(w, {global = old and old.global or w.shape, offset = old and old.offset, dup = true})
-    end
-    self.tied_weight = (first or last) and w or nil
-    if is_mesh then
-      self.embed_group = (first or last) and embed or nil
-      if (first or last) and embed == nil then raise(who .. ": the mesh has no embed group (first and last stage)") end
-    else
-      self.embed_group = split_embed_group(g, first or last)
-    end
-  end
+  if tied and P > 1 then tie_embeddings(self, model, g, embed_group, is_mesh, who) end
   return self
 end
 

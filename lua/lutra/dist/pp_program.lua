@@ -119,11 +119,124 @@ function M.program(actions, P, s, v, paired)
   return steps
 end
 
--- Runs every stage's program against the others under NCCL's rules (see the top); errors
--- on a deadlock (naming where each stage waits) or on a mismatched pair.
 -- The batching of a schedule: Megatron's steps for interleaving, pairs otherwise.
 function M.mode(kind) return kind == "interleaved" and "stepped" or true end
 
+-- Every stage's program and where it stands: pc[s] (its next step), queue[s] (its posted
+-- batches, oldest first), blocked[s] (the batch it waits for), local_box[s] (its local sends).
+local function new_simulation(kind, P, m, v, opts, paired)
+  local sim = {P = P, progs = {}, pc = {}, queue = {}, blocked = {}, local_box = {}}
+  for s = 0, P - 1 do
+    local actions = opts.eval and S.eval_actions(v) or S.actions(kind, P, s, m, v)
+    sim.progs[s] = M.program(actions, P, s, v, paired)
+    sim.pc[s], sim.queue[s], sim.local_box[s] = 1, {}, {}
+  end
+  return sim
+end
+
+-- the first pending operation of s's oldest batch with (dir, peer): operations between
+-- one pair of ranks match in posting order (NCCL, and MPI under one tag)
+local function first_pending(sim, s, dir, peer)
+  local g = sim.queue[s][1]
+  if not g then return nil end
+  for _, o in ipairs(g.ops) do
+    if not o.done and o.dir == dir and o.peer == peer then return o end
+  end
+end
+
+-- Hosts: each stage runs until a batch with a receive is pending or a local receive has
+-- no data. True when any stage moved.
+local function advance_hosts(sim)
+  local progs, pc, queue, blocked, local_box = sim.progs, sim.pc, sim.queue, sim.blocked, sim.local_box
+  local moved = false
+  for s = 0, sim.P - 1 do
+    while true do
+      if blocked[s] then
+        if not blocked[s].complete then break end
+        blocked[s] = nil
+      end
+      local st = progs[s][pc[s]]
+      if st == nil then break end
+      if st.comm then
+        local g = {ops = {}, complete = false}
+        for i, o in ipairs(st.comm) do g.ops[i] = {dir = o.dir, key = o.key, peer = o.peer} end
+        queue[s][#queue[s] + 1] = g
+        if st.wait then blocked[s] = g end
+      elseif st.local_send then
+        local_box[s][st.local_send.key] = true
+      elseif st.action and st.recv and st.recv.peer == s then
+        if not local_box[s][st.recv.key] then break end
+      end
+      pc[s] = pc[s] + 1
+      moved = true
+    end
+  end
+  return moved
+end
+
+-- Streams: matches the operations of the oldest pending batches; errors on a pair that
+-- meets out of order. True when any matched.
+local function match_streams(sim)
+  local moved = false
+  for s = 0, sim.P - 1 do
+    local g = sim.queue[s][1]
+    if g then
+      for _, o in ipairs(g.ops) do
+        if not o.done and first_pending(sim, s, o.dir, o.peer) == o then
+          local other = first_pending(sim, o.peer, o.dir == "send" and "recv" or "send", s)
+          if other and other.key ~= o.key then
+            raise(string.format("pp_program.simulate: stage %d's %s of %s meets stage %d's %s of %s (order)", s,
+              o.dir, o.key, o.peer, other.dir, other.key))
+          end
+          if other then
+            o.done, other.done, moved = true, true, true
+          end
+        end
+      end
+    end
+  end
+  return moved
+end
+
+-- Completes the oldest batches whose operations are all done. True when any completed.
+local function retire_batches(sim)
+  local moved = false
+  for s = 0, sim.P - 1 do
+    local queue = sim.queue[s]
+    local g = queue[1]
+    while g do
+      for _, o in ipairs(g.ops) do
+        if not o.done then g = nil break end
+      end
+      if not g then break end
+      g.complete = true
+      table.remove(queue, 1)
+      moved = true
+      g = queue[1]
+    end
+  end
+  return moved
+end
+
+-- Where each unfinished stage waits, one line each.
+local function stuck_stages(sim)
+  local stuck = {}
+  for s = 0, sim.P - 1 do
+    if sim.progs[s][sim.pc[s]] ~= nil or #sim.queue[s] > 0 then
+      local g = sim.queue[s][1]
+      local what = {}
+      for _, o in ipairs(g and g.ops or {}) do
+        if not o.done then what[#what + 1] = o.dir .. " " .. o.key .. " with " .. o.peer end
+      end
+      stuck[#stuck + 1] = string.format("stage %d at step %d/%d waiting on {%s}", s, sim.pc[s], #sim.progs[s],
+        table.concat(what, ", "))
+    end
+  end
+  return stuck
+end
+
+-- Runs every stage's program against the others under NCCL's rules (see the top); errors
+-- on a deadlock (naming where each stage waits) or on a mismatched pair.
 -- opts.eval: the forward-only program (pp_schedule.eval_actions); opts.paired: a batching
 -- other than M.mode(kind) (true, "stepped" or false).
 function M.simulate(kind, P, m, v, opts)
@@ -131,91 +244,14 @@ function M.simulate(kind, P, m, v, opts)
   v = S.check(kind, P, 0, m, v, "pp_program.simulate")
   local paired = opts.paired
   if paired == nil then paired = M.mode(kind) end
-  local progs, pc, queue, blocked, local_box = {}, {}, {}, {}, {}
-  for s = 0, P - 1 do
-    local actions = opts.eval and S.eval_actions(v) or S.actions(kind, P, s, m, v)
-    progs[s] = M.program(actions, P, s, v, paired)
-    pc[s], queue[s], local_box[s] = 1, {}, {}
-  end
-  -- the first pending operation of s's oldest batch with (dir, peer): operations between
-  -- one pair of ranks match in posting order (NCCL, and MPI under one tag)
-  local function first(s, dir, peer)
-    local g = queue[s][1]
-    if not g then return nil end
-    for _, o in ipairs(g.ops) do
-      if not o.done and o.dir == dir and o.peer == peer then return o end
-    end
-  end
+  local sim = new_simulation(kind, P, m, v, opts, paired)
   while true do
-    local moved = false
-    -- hosts: run until a batch with a receive is pending or a local receive has no data
-    for s = 0, P - 1 do
-      while true do
-        if blocked[s] then
-          if not blocked[s].complete then break end
-          blocked[s] = nil
-        end
-        local st = progs[s][pc[s]]
-        if st == nil then break end
-        if st.comm then
-          local g = {ops = {}, complete = false}
-          for i, o in ipairs(st.comm) do g.ops[i] = {dir = o.dir, key = o.key, peer = o.peer} end
-          queue[s][#queue[s] + 1] = g
-          if st.wait then blocked[s] = g end
-        elseif st.local_send then
-          local_box[s][st.local_send.key] = true
-        elseif st.action and st.recv and st.recv.peer == s then
-          if not local_box[s][st.recv.key] then break end
-        end
-        pc[s] = pc[s] + 1
-        moved = true
-      end
-    end
-    -- streams: match operations in the oldest pending batches
-    for s = 0, P - 1 do
-      local g = queue[s][1]
-      if g then
-        for _, o in ipairs(g.ops) do
-          if not o.done and first(s, o.dir, o.peer) == o then
-            local other = first(o.peer, o.dir == "send" and "recv" or "send", s)
-            if other and other.key ~= o.key then
-              raise(string.format("pp_program.simulate: stage %d's %s of %s meets stage %d's %s of %s (order)", s,
-                o.dir, o.key, o.peer, other.dir, other.key))
-            end
-            if other then
-              o.done, other.done, moved = true, true, true
-            end
-          end
-        end
-      end
-    end
-    for s = 0, P - 1 do
-      local g = queue[s][1]
-      while g do
-        for _, o in ipairs(g.ops) do
-          if not o.done then g = nil break end
-        end
-        if not g then break end
-        g.complete = true
-        table.remove(queue[s], 1)
-        moved = true
-        g = queue[s][1]
-      end
-    end
-    if not moved then break end
+    local hosts_moved = advance_hosts(sim)
+    local streams_moved = match_streams(sim)
+    local batches_moved = retire_batches(sim)
+    if not (hosts_moved or streams_moved or batches_moved) then break end
   end
-  local stuck = {}
-  for s = 0, P - 1 do
-    if progs[s][pc[s]] ~= nil or #queue[s] > 0 then
-      local g = queue[s][1]
-      local what = {}
-      for _, o in ipairs(g and g.ops or {}) do
-        if not o.done then what[#what + 1] = o.dir .. " " .. o.key .. " with " .. o.peer end
-      end
-      stuck[#stuck + 1] = string.format("stage %d at step %d/%d waiting on {%s}", s, pc[s], #progs[s],
-        table.concat(what, ", "))
-    end
-  end
+  local stuck = stuck_stages(sim)
   if #stuck > 0 then raise("pp_program.simulate: deadlock: " .. table.concat(stuck, "; ")) end
   return true
 end

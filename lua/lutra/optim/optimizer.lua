@@ -67,12 +67,8 @@ local function copy_value(v)
   return c
 end
 
--- Builds an optimizer of `kind` over `params` (see groups.normalize) with opts: the
--- group defaults (lr, weight_decay, ...), `schedule`, and `no_decay` (for a module).
-function Optimizer.new(kind, params, opts)
-  local who = kind.title
-  opts = opts or {}
-  if type(opts) ~= "table" then raise(who .. ": options must be a table, got " .. type(opts)) end
+-- The group defaults: the kind's, overridden by the options that are group settings.
+local function group_defaults(kind, opts, who)
   local defaults = {}
   for k, v in pairs(kind.defaults) do defaults[k] = copy_value(v) end
   for k, v in pairs(opts) do
@@ -81,30 +77,29 @@ function Optimizer.new(kind, params, opts)
     end
     if not CTOR_OPTS[k] then defaults[k] = copy_value(v) end
   end
-  local schedule = opts.schedule
-  if schedule ~= nil then
-    local mt = getmetatable(schedule)
-    if type(schedule) ~= "function" and not (mt and mt.__call) then
-      raise(who .. ": schedule must be a function step -> lr, got " .. type(schedule))
-    end
-    if type(schedule) == "table" and type(schedule.lr) == "number" then
-      if opts.lr == nil then
-        defaults.lr = schedule.lr
-      elseif opts.lr ~= schedule.lr then
-        raise(string.format("%s: lr %g differs from the schedule's peak lr %g (give one of them)", who, opts.lr,
-          schedule.lr))
-      end
+  return defaults
+end
+
+-- A schedule is callable; one with a peak lr gives the default lr (or must agree with opts.lr).
+local function check_schedule(schedule, opts, defaults, who)
+  local mt = getmetatable(schedule)
+  if type(schedule) ~= "function" and not (mt and mt.__call) then
+    raise(who .. ": schedule must be a function step -> lr, got " .. type(schedule))
+  end
+  if type(schedule) == "table" and type(schedule.lr) == "number" then
+    if opts.lr == nil then
+      defaults.lr = schedule.lr
+    elseif opts.lr ~= schedule.lr then
+      raise(string.format("%s: lr %g differs from the schedule's peak lr %g (give one of them)", who, opts.lr,
+        schedule.lr))
     end
   end
-  if opts.master_weights ~= nil and type(opts.master_weights) ~= "boolean" then
-    raise(who .. ": master_weights must be a boolean, got " .. type(opts.master_weights))
-  end
-  local self = setmetatable({kind = kind.name, defaults = defaults, schedule = schedule, state = {}, steps = 0,
-                             param_groups = {}, keys = {}, params = {}, impl = kind,
-                             master_weights = opts.master_weights or nil}, Optimizer)
-  local auto = {no_decay = opts.no_decay}
-  local groups = groups_mod.normalize(who, params, auto)
-  local seen, seen_names, named, unnamed = {}, {}, 0, 0
+end
+
+-- Fills self.param_groups from the normalized groups, each completed by the defaults and
+-- checked by the kind; either every group names its parameters or none does.
+local function add_groups(self, kind, groups, defaults, who)
+  local named, unnamed = 0, 0
   for gi, src in ipairs(groups) do
     local g = {}
     for k, v in pairs(src) do g[k] = v end
@@ -122,6 +117,12 @@ function Optimizer.new(kind, params, opts)
     self.param_groups[gi] = g
   end
   if named > 0 and unnamed > 0 then raise(who .. ": either every group has parameter names or none has") end
+end
+
+-- Lists every parameter and its state key (its name, else its position), in group order;
+-- a parameter or a name appears once.
+local function add_keys(self, who)
+  local seen, seen_names = {}, {}
   for _, g in ipairs(self.param_groups) do
     for j, p in ipairs(g.params) do
       local key = g.names and g.names[j] or #self.keys + 1
@@ -133,6 +134,26 @@ function Optimizer.new(kind, params, opts)
       self.params[#self.params + 1] = p
     end
   end
+end
+
+-- Builds an optimizer of `kind` over `params` (see groups.normalize) with opts: the
+-- group defaults (lr, weight_decay, ...), `schedule`, and `no_decay` (for a module).
+function Optimizer.new(kind, params, opts)
+  local who = kind.title
+  opts = opts or {}
+  if type(opts) ~= "table" then raise(who .. ": options must be a table, got " .. type(opts)) end
+  local defaults = group_defaults(kind, opts, who)
+  local schedule = opts.schedule
+  if schedule ~= nil then check_schedule(schedule, opts, defaults, who) end
+  if opts.master_weights ~= nil and type(opts.master_weights) ~= "boolean" then
+    raise(who .. ": master_weights must be a boolean, got " .. type(opts.master_weights))
+  end
+  local self = setmetatable({kind = kind.name, defaults = defaults, schedule = schedule, state = {}, steps = 0,
+                             param_groups = {}, keys = {}, params = {}, impl = kind,
+                             master_weights = opts.master_weights or nil}, Optimizer)
+  local auto = {no_decay = opts.no_decay}
+  add_groups(self, kind, groups_mod.normalize(who, params, auto), defaults, who)
+  add_keys(self, who)
   if #self.params == 0 then raise(who .. ": no parameters given") end
   return self
 end
@@ -264,11 +285,8 @@ function Optimizer:state_dict()
   return sd
 end
 
--- Loads a state_dict of the same optimizer kind over the same parameters (same group
--- sizes and keys, same shapes): settings, steps and state are restored; state tensors
--- are copied into fresh buffers.
-function Optimizer:load_state_dict(sd)
-  local who = self.impl.title .. ":load_state_dict"
+-- The state_dict's kind and layout (steps, param_groups, state, as many groups).
+local function check_state_dict_header(self, sd, who)
   if type(sd) ~= "table" then raise(who .. ": expected a state_dict table, got " .. type(sd)) end
   if sd.optimizer ~= self.kind then
     raise(string.format("%s: the state is for optimizer '%s', this one is '%s'", who, tostring(sd.optimizer), self.kind))
@@ -280,6 +298,11 @@ function Optimizer:load_state_dict(sd)
     raise(string.format("%s: the state has %d parameter groups, this optimizer %d", who, #sd.param_groups,
       #self.param_groups))
   end
+end
+
+-- key -> {p = the parameter, g = its group}, checking that each group of the state lists
+-- the same keys in the same order.
+local function index_parameters(self, sd, who)
   local index, k = {}, 0
   for gi, g in ipairs(self.param_groups) do
     local sg = sd.param_groups[gi]
@@ -296,40 +319,49 @@ function Optimizer:load_state_dict(sd)
       index[self.keys[k]] = {p = g.params[j], g = g}
     end
   end
-  -- check everything before changing anything
-  local new_state = {}
-  for key, st in pairs(sd.state) do
-    local at = index[key]
-    if not at then raise(string.format("%s: the state has an entry for '%s', not a parameter here", who, tostring(key))) end
-    if type(st) ~= "table" then raise(string.format("%s: state of '%s' is %s, not a table", who, tostring(key), type(st))) end
-    local fresh = self.impl.init(at.p, at.g)
-    -- with master weights the state is of the f32 copy (an SGD momentum buffer too)
-    local state_dt = self.impl.state_dtype(st.master ~= nil and {dtype = "f32"} or at.p)
-    local c = {}
-    for f, v in pairs(st) do
-      local want = self.impl.fields[f] or (f == "master" and "tensor")
-      if not want then raise(string.format("%s: state of '%s' has an unknown field '%s'", who, tostring(key), tostring(f))) end
-      if want == "number" then
-        if type(v) ~= "number" then raise(string.format("%s: state '%s'.%s must be a number", who, tostring(key), f)) end
-        c[f] = v
-      else
-        if not is_tensor(v) then raise(string.format("%s: state '%s'.%s must be a tensor, got %s", who, tostring(key), f, type(v))) end
-        local ref = fresh[f] or at.p
-        local want_shape, got_shape = table.concat(ref.shape, ", "), table.concat(v.shape, ", ")
-        if want_shape ~= got_shape then
-          raise(string.format("%s: state '%s'.%s has shape [%s], the parameter [%s]", who, tostring(key), f, got_shape,
-            want_shape))
-        end
-        local buf = fresh[f] or Optimizer.keep(create.zeros_like(at.p, {dtype = state_dt}))
-        without_grad(buf.copy_, buf, v)
-        c[f] = buf
-      end
-    end
-    for f in pairs(self.impl.required) do
-      if c[f] == nil then raise(string.format("%s: state of '%s' lacks field '%s'", who, tostring(key), f)) end
-    end
-    new_state[key] = c
+  return index
+end
+
+-- A copy of one saved state tensor v (field f of key's state) in a fresh buffer: the
+-- kind's fresh_buf for that field, else one of parameter p's shape in the state's dtype.
+local function load_state_tensor(who, key, f, v, fresh_buf, p, state_dt)
+  if not is_tensor(v) then raise(string.format("%s: state '%s'.%s must be a tensor, got %s", who, tostring(key), f, type(v))) end
+  local ref = fresh_buf or p
+  local want_shape, got_shape = table.concat(ref.shape, ", "), table.concat(v.shape, ", ")
+  if want_shape ~= got_shape then
+    raise(string.format("%s: state '%s'.%s has shape [%s], the parameter [%s]", who, tostring(key), f, got_shape,
+      want_shape))
   end
+  local buf = fresh_buf or Optimizer.keep(create.zeros_like(p, {dtype = state_dt}))
+  without_grad(buf.copy_, buf, v)
+  return buf
+end
+
+-- One parameter's loaded state: its fields checked against the kind's, tensors copied.
+local function load_param_state(self, who, key, st, at)
+  if type(st) ~= "table" then raise(string.format("%s: state of '%s' is %s, not a table", who, tostring(key), type(st))) end
+  local fresh = self.impl.init(at.p, at.g)
+  -- with master weights the state is of the f32 copy (an SGD momentum buffer too)
+  local state_dt = self.impl.state_dtype(st.master ~= nil and {dtype = "f32"} or at.p)
+  local c = {}
+  for f, v in pairs(st) do
+    local want = self.impl.fields[f] or (f == "master" and "tensor")
+    if not want then raise(string.format("%s: state of '%s' has an unknown field '%s'", who, tostring(key), tostring(f))) end
+    if want == "number" then
+      if type(v) ~= "number" then raise(string.format("%s: state '%s'.%s must be a number", who, tostring(key), f)) end
+      c[f] = v
+    else
+      c[f] = load_state_tensor(who, key, f, v, fresh[f], at.p, state_dt)
+    end
+  end
+  for f in pairs(self.impl.required) do
+    if c[f] == nil then raise(string.format("%s: state of '%s' lacks field '%s'", who, tostring(key), f)) end
+  end
+  return c
+end
+
+-- Checks each saved group's settings: known to the kind, and valid merged over the group.
+local function check_group_settings(self, sd, who)
   for gi, g in ipairs(self.param_groups) do
     local sg = sd.param_groups[gi]
     local settings = {}
@@ -346,6 +378,23 @@ function Optimizer:load_state_dict(sd)
     for f, v in pairs(settings) do merged[f] = v end
     self.impl.check(merged, string.format("%s: group %d", who, gi))
   end
+end
+
+-- Loads a state_dict of the same optimizer kind over the same parameters (same group
+-- sizes and keys, same shapes): settings, steps and state are restored; state tensors
+-- are copied into fresh buffers.
+function Optimizer:load_state_dict(sd)
+  local who = self.impl.title .. ":load_state_dict"
+  check_state_dict_header(self, sd, who)
+  local index = index_parameters(self, sd, who)
+  -- check everything before changing anything
+  local new_state = {}
+  for key, st in pairs(sd.state) do
+    local at = index[key]
+    if not at then raise(string.format("%s: the state has an entry for '%s', not a parameter here", who, tostring(key))) end
+    new_state[key] = load_param_state(self, who, key, st, at)
+  end
+  check_group_settings(self, sd, who)
   for gi, g in ipairs(self.param_groups) do
     for f, v in pairs(sd.param_groups[gi]) do
       if f ~= "keys" then g[f] = copy_value(v) end
