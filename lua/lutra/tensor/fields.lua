@@ -77,13 +77,33 @@ function M.storage_refs(t) return t.storage.refcount end
 
 -- ---- the Lua side's state, under the registry slot ----------------------------------------------
 -- lutra.memory gives every tensor it makes a slot (lua_slot, which the C core never reads and keeps
--- in the views it writes) and calls bind(); the two arrays below hold the slot's state, as numbers so
--- that the hot reads (is_tracked, once per operand of every op) stay an array load.
-local autograd_states, view_kinds = {[0] = 0}, {[0] = 0}
+-- in the views it writes): it calls bind() for a new tensor and unbind() when its sweep frees the
+-- slot. The state of slot s is autograd_states[s] and view_kinds[s], in byte arrays that this module
+-- owns: unlike Lua tables, the GC does not walk them on every cycle (one entry per live tensor; a small
+-- model's training loop runs many short cycles), and a read is one byte load. A free slot's state is
+-- 0 (no autograd data, not a view), so that bind() stores nothing there; the arrays grow by doubling
+-- as the registry does (new bytes are 0), and slot 0 stays 0.
+local byte_array = ffi.typeof("uint8_t[?]")
+local capacity = 4096
+local autograd_states, view_kinds = byte_array(capacity), byte_array(capacity)
 
--- Gives t registry slot `slot`, with no autograd data and not a view.
+local function grow(slot)
+  local n = capacity
+  while n <= slot do n = n * 2 end
+  local states, kinds = byte_array(n), byte_array(n)
+  ffi.copy(states, autograd_states, capacity)
+  ffi.copy(kinds, view_kinds, capacity)
+  autograd_states, view_kinds, capacity = states, kinds, n
+end
+
+-- Gives t the free registry slot `slot`.
 function M.bind(t, slot)
+  if slot >= capacity then grow(slot) end
   t.lua_slot = slot
+end
+
+-- Frees the state of a slot whose tensor is gone.
+function M.unbind(slot)
   autograd_states[slot] = 0
   view_kinds[slot] = 0
 end
