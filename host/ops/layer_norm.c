@@ -15,6 +15,7 @@
  * once, the backward adds dres to the plain dx); 16-bit dx rounds once instead of twice. */
 #include "ops/layer_norm.h"
 #include "ops/backend.h"
+#include "ops/device_tensors.h"
 #include <stdio.h>
 
 /* ---- device-aware helpers --------------------------------------------------------------- */
@@ -45,41 +46,16 @@ static int gather(lt_tensor *c, const lt_tensor *t) {
 }
 
 /* A contiguous tensor on `device` to compute an output into: out itself when contiguous (allocated
- * if undefined), else a work tensor that out_finish scatters back (lt_out_begin on any device). */
+ * if undefined), else a work tensor that out_finish scatters back. */
 static lt_tensor *out_begin(const char *op, const char *what, lt_tensor *out, int ndim, const int64_t *shape, int dtype,
                             int device) {
   if (device == LT_DEVICE_CPU) return lt_out_begin(op, what, out, ndim, shape, dtype);
-  char name[96];
-  snprintf(name, sizeof name, "%s (%s)", op, what);
-  const char *who = strcmp(what, "out") ? name : op;
-  if (lt_prepare_out(who, out, ndim, shape, dtype, device)) return NULL;
-  if (lt_is_contiguous(out)) return lt_retain(out), out;
-  for (int d = 0; d < out->ndim; d++)
-    if (out->stride[d] == 0 && out->shape[d] > 1) {
-      lt_errorf("%s: out is an expanded view (its elements overlap)", who);
-      return NULL;
-    }
-  lt_tensor *t = lt_tensor_new();
-  if (t && lt_empty(t, ndim, shape, dtype, device) == 0) return t;
-  lt_release(t);
-  return NULL;
+  return lt_nn_cuda_out_begin(op, what, out, ndim, shape, dtype, device);
 }
 
 static int out_finish(lt_tensor *out, lt_tensor *work, int rc) {
-  if (!work) return rc;
-  if (rc == 0 && work != out) {
-    if (out->device == LT_DEVICE_CPU) {
-      rc = lt_copy(out, work);
-    } else { /* out is on a device of a CUDA build: out_begin made work there */
-      int64_t stride[LT_MAX_DIMS];
-      lt_contiguous_strides(work->ndim, work->shape, stride);
-      rc = lt_backend_for("copy", out->device)
-               ->strided_copy(out->device, lt_data_ptr(out), out->stride, lt_data_ptr(work), stride, out->ndim,
-                              out->shape, out->dtype);
-    }
-  }
-  lt_release(work);
-  return rc;
+  if (work && out->device == LT_DEVICE_CPU) return lt_out_finish(out, work, rc);
+  return lt_nn_cuda_out_finish(out, work, rc);
 }
 
 /* Checks weight (or bias) is a (C) vector of x's dtype or f32 on x's device, and makes buf a
