@@ -127,6 +127,19 @@ expect_eq "dst exists exit" "$?" "1"
 expect_contains "dst exists message" "$out" "hf_gpt2 exists and is not empty (pass --force to write into it)"
 out=$("$LUTRA" convert "$tmp/run_gpt2" "$tmp/hf_gpt2" --force 2>&1)
 expect_eq "--force exit" "$?" "0"
+# DST the source itself (also through a symlink), inside it, or holding it: refused, even with
+# --force, and the source is left as it was.
+ln -s hf_gpt2 "$tmp/hf_link"
+before=$(cd "$tmp/hf_gpt2" && ls -lR --time-style=full-iso . | sha256sum)
+for case in "same:$tmp/hf_gpt2:is the source" "symlink:$tmp/hf_link:is the source" \
+            "inside:$tmp/hf_gpt2/sub:is inside the source" "holds:$tmp:contains the source"; do
+  IFS=: read -r name dst want <<< "$case"
+  out=$("$LUTRA" convert "$tmp/hf_gpt2" "$dst" --force 2>&1)
+  expect_eq "dst $name exit" "$?" "1"
+  expect_contains "dst $name message" "$out" "$want $tmp/hf_gpt2: choose a directory outside it"
+done
+expect_eq "source untouched" "$(cd "$tmp/hf_gpt2" && ls -lR --time-style=full-iso . | sha256sum)" "$before"
+if [ ! -e "$tmp/hf_gpt2/sub" ]; then ok; else bad "a refused convert created $tmp/hf_gpt2/sub"; fi
 sed -i 's/"rope_theta"/"rope_scaling": {"type": "linear", "factor": 2}, "rope_theta"/' "$tmp/hf_llama/config.json"
 out=$("$LUTRA" convert "$tmp/hf_llama" "$tmp/ckpt_bad" 2>&1)
 expect_eq "unsupported key exit" "$?" "1"

@@ -186,9 +186,48 @@ local function to_lutra(src, dst, opts)
     cfg.n_layer, dst, tok and ", with tokenizer.json" or "")
 end
 
+-- The absolute path with symlinks resolved of `path`, which may not exist yet: its nearest existing
+-- ancestor resolved, and the rest appended.
+local ffi = require "ffi"
+pcall(ffi.cdef, "char *realpath(const char *path, char *resolved);")
+pcall(ffi.cdef, "void free(void *p);")
+local function resolved_path(path)
+  local rest = ""
+  while true do
+    local p = ffi.C.realpath(path, nil)
+    if p ~= nil then
+      local full = ffi.string(p)
+      ffi.C.free(p)
+      return (full:gsub("/$", "")) .. rest
+    end
+    local parent, name = path:match("^(.*)/([^/]+)/*$")
+    if parent == nil then parent, name = ".", path end
+    if parent == "" then parent = "/" end
+    rest = "/" .. name .. rest
+    path = parent
+  end
+end
+
+-- Whether directory `a` is `b` or inside it (both resolved).
+local function within(a, b) return a == b or a:sub(1, #b + 1) == b .. "/" end
+
+-- DST must not be SRC, inside it, or hold it: writing there (with --force above all) would
+-- overwrite or delete the files being converted.
+local function check_distinct(src, dst)
+  local s, d = resolved_path(src), resolved_path(dst)
+  if within(d, s) then
+    raise("convert: the destination " .. dst .. (d == s and " is the source " or " is inside the source ") .. src
+      .. ": choose a directory outside it")
+  end
+  if within(s, d) then
+    raise("convert: the destination " .. dst .. " contains the source " .. src .. ": choose a directory outside it")
+  end
+end
+
 function M.convert(src, dst, opts)
   opts = opts or {}
   if not is_dir(src) then raise("convert: " .. src .. " is not a directory") end
+  check_distinct(src, dst)
   if not opts.force and is_dir(dst) and non_empty_dir(dst) then
     raise("convert: " .. dst .. " exists and is not empty (pass --force to write into it)")
   end
