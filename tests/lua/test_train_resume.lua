@@ -122,4 +122,39 @@ test("resume errors: a missing checkpoint, another optimizer's state", function(
   end)
 end)
 
+test("resume=auto: no checkpoint starts fresh and says so; none readable stops and lists each; fresh starts over",
+function()
+  local model, data = setup(5)
+  local run_dir = dir .. "/run_unreadable"
+  local log_path = dir .. "/auto.log"
+  local log = assert(io.open(log_path, "w"))
+  train{model = model, data = data, config = config(run_dir, {resume = "auto", ckpt_every = 2}), out = log,
+        until_step = 4}
+  log:close()
+  local said = assert(io.open(log_path)):read("*a")
+  assert(said:find("resume=auto: no checkpoint under " .. run_dir .. "/ckpt; starting from step 1", 1, true), said)
+  local steps = {}
+  for _, name in ipairs {"step_000002", "step_000004"} do
+    local manifest = run_dir .. "/ckpt/" .. name .. "/manifest.json"
+    local f = assert(io.open(manifest, "w")) -- a manifest this lutra cannot read
+    f:write('{"format": "lutra-checkpoint", "version": 999}')
+    f:close()
+    steps[#steps + 1] = manifest
+  end
+  model, data = setup(5)
+  local ok, err = pcall(train, {model = model, data = data, config = config(run_dir, {resume = "auto", ckpt_every = 2}),
+                               quiet = true})
+  assert(not ok, "resume=auto trained over unreadable checkpoints")
+  err = tostring(err)
+  assert(err:find("resume=auto: 2 checkpoints under " .. run_dir .. "/ckpt, none readable", 1, true), err)
+  assert(err:find(run_dir .. "/ckpt/step_000002: ", 1, true) and err:find(run_dir .. "/ckpt/step_000004: ", 1, true), err)
+  assert(err:find("--resume=fresh", 1, true), err)
+  for _, manifest in ipairs(steps) do -- left as they were: nothing saved over them, nothing pruned
+    equal(assert(io.open(manifest)):read("*a"), '{"format": "lutra-checkpoint", "version": 999}')
+  end
+  model, data = setup(5)
+  local r = train{model = model, data = data, config = config(run_dir, {resume = "fresh"}), quiet = true, until_step = 1}
+  equal(#r.losses, 1) -- started at step 1
+end)
+
 test("cleanup", function() os.execute("rm -rf " .. dir) end)

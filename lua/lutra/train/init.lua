@@ -4,7 +4,7 @@
 --   -- optional: optimizer = opt, loss_fn = function(model, batch) -> loss [, {name = number}],
 --   --           val_data = loader, tokenizer = tok (for samples), log = function(record),
 --   --           until_step = n (stop after step n, saving a checkpoint when run_dir is set: the
---   --           schedule still spans config.steps), resume = path | "auto", quiet = true
+--   --           schedule still spans config.steps), resume = path | "auto" | "fresh", quiet = true
 --
 -- The loop is a Trainer object with named steps: new (setup: lutra.train.setup), resume
 -- (lutra.train.resume), open_outputs, then per step evaluate, sample, train_step
@@ -110,10 +110,12 @@ end
 
 -- Restores the checkpoint of args.resume or config.resume, when there is one.
 function Trainer:resume()
-  local path = resume_mod.find(self.args.resume or self.get "resume", self.ckpt_root)
+  local path, why = resume_mod.find(self.args.resume or self.get "resume", self.ckpt_root)
   if path then
     resume_mod.restore(self, path)
     self:say(string.format("resumed from %s at step %d", path, self.step))
+  elseif why then
+    self:say("resume=auto: " .. why .. "; starting from step 1")
   end
 end
 

@@ -9,7 +9,7 @@
 -- the RNG and both loaders' positions: a resumed run continues bitwise like a straight one.
 --
 --   local dir = resume.save(trainer)                -- RUN/ckpt/step_%06d
---   local path = resume.find(resume_opt, trainer)   -- "auto", a path, or nil
+--   local path, why = resume.find(resume_opt, root) -- "auto", "fresh", a path, or nil
 --   resume.restore(trainer, path)
 local create = require "lutra.create"
 local sharded = require "lutra.ckpt"
@@ -45,14 +45,25 @@ function M.save(run)
   return dir
 end
 
--- The checkpoint to resume from: `resume` ("auto": the newest valid one under ckpt_root, a
--- damaged one skipped and said so; a path; nil or "": none). A job restarted by
--- `lutra launch --max-restarts` (LUTRA_RESUME=auto) resumes from the latest.
+-- The checkpoint to resume from: `resume` is "auto" (the newest readable one under ckpt_root, a
+-- damaged one skipped and said so), "fresh" or nil/"" (none), or a path. A job restarted by
+-- `lutra launch --max-restarts` (LUTRA_RESUME=auto) resumes from the latest. "auto" with nothing
+-- under ckpt_root returns nil and why; with checkpoints there but none readable it is an error
+-- listing each: starting over would overwrite and prune them, so that takes --resume=fresh.
 function M.find(resume, ckpt_root)
   if (resume == nil or resume == "") and os.getenv("LUTRA_RESUME") == "auto" then resume = "auto" end
-  if not resume or resume == "" then return nil end
-  if resume == "auto" then return ckpt_root and sharded.latest(ckpt_root) end
-  return resume
+  if not resume or resume == "" or resume == "fresh" then return nil end
+  if resume ~= "auto" then return resume end
+  if not ckpt_root then return nil, "no run_dir to look for checkpoints in" end
+  local dir, skipped = sharded.latest(ckpt_root)
+  if dir then return dir end
+  if #skipped == 0 then return nil, "no checkpoint under " .. ckpt_root end
+  local lines = {}
+  for i, s in ipairs(skipped) do lines[i] = "  " .. s.dir .. ": " .. s.why end
+  error(string.format("resume=auto: %d checkpoint%s under %s, none readable:\n%s\nrepair or move %s, "
+    .. "resume from one with --resume=PATH, or start over with --resume=fresh (its saves overwrite and prune "
+    .. "step dirs of the same names)", #skipped, #skipped == 1 and "" or "s", ckpt_root, table.concat(lines, "\n"),
+    #skipped == 1 and "it" or "them"), 0)
 end
 
 -- Loads the checkpoint at path into the trainer (resharded to the current layout).
