@@ -329,7 +329,7 @@ test("a manifest that lies or is broken is caught", function()
   fails("no checkpoint at", function() ckpt.load(root .. "/step_000042") end)
 end)
 
-test("prune keeps the newest K and the one latest names, and removes interrupted saves", function()
+test("prune keeps the newest K readable ones, the one latest names and every one it cannot read, and removes interrupted saves", function()
   local root = fresh("prune")
   for s = 1, 5 do ckpt.save(root .. string.format("/step_%06d", s), {step = s, tensors = {{name = "x", tensor = lt.ones(2) * s}}}) end
   os.execute("mkdir -p " .. root .. "/step_000009.tmp " .. root .. "/step_000003.old-77")
@@ -338,6 +338,18 @@ test("prune keeps the newest K and the one latest names, and removes interrupted
   equal(table.concat(names, " "), "latest step_000004 step_000005")
   ckpt.save(root .. "/step_000006", {step = 6, tensors = {{name = "x", tensor = lt.ones(2)}}}, {keep = 1})
   equal(table.concat(require("lutra.ckpt.files").list(root), " "), "latest step_000006")
+  -- a checkpoint prune cannot read (another format version, a damaged manifest) is never removed
+  -- nor counted: the newest readable ones are kept
+  for st = 7, 9 do ckpt.save(root .. string.format("/step_%06d", st), {step = st, tensors = {{name = "x", tensor = lt.ones(2)}}}) end
+  write(root .. "/step_000008/manifest.json", '{"format": "lutra-checkpoint", "version": 999}')
+  write(root .. "/step_000006/manifest.json", "{not json")
+  ckpt.prune(root, 1)
+  equal(table.concat(require("lutra.ckpt.files").list(root), " "), "latest step_000006 step_000008 step_000009")
+  ckpt.save(root .. "/step_000010", {step = 10, tensors = {{name = "x", tensor = lt.ones(2)}}}, {keep = 2})
+  equal(table.concat(require("lutra.ckpt.files").list(root), " "), "latest step_000006 step_000008 step_000009 step_000010")
+  ckpt.save(root .. "/step_000011", {step = 11, tensors = {{name = "x", tensor = lt.ones(2)}}}, {keep = 1})
+  equal(table.concat(require("lutra.ckpt.files").list(root), " "), "latest step_000006 step_000008 step_000011")
+  os.execute("rm -rf " .. root .. "/step_000006 " .. root .. "/step_000008")
   -- saving the same step again replaces it
   ckpt.save(root .. "/step_000006", {step = 6, tensors = {{name = "x", tensor = lt.ones(2) * 9}}})
   equal(ckpt.load(root .. "/step_000006"):tensor("x"):sum():item(), 18)

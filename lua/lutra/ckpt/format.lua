@@ -90,16 +90,48 @@ function M.busy()
   return done[0] == 0
 end
 
--- Keeps the `keep` newest step_* checkpoints under root (and the one `latest` names); also
--- removes leftovers of interrupted saves (*.tmp, *.old-*), except a save still in flight.
+-- Whether dir holds a checkpoint this lutra reads: its manifest.json parses and names this format
+-- and version. Pruning removes only those: a checkpoint it cannot read (damaged, or written by a
+-- newer lutra) may be someone's only copy, and is left for a person to look at.
+local function readable(dir)
+  local text = ckpt_files.read(dir .. "/manifest.json")
+  if not text then return false end
+  local ok, m = pcall(json.decode, text)
+  return ok and type(m) == "table" and m.format == M.FORMAT and m.version == M.VERSION
+end
+
+-- The step dirs of root to remove so that the `keep` newest readable ones stay, by step: the one
+-- `latest` names stays, as does `first` (a save about to commit, which latest will name; readable
+-- by construction), and an unreadable one is never removed nor counted.
+local function prunable(root, keep, first)
+  local steps = ckpt_files.steps(root) -- newest first
+  local named = first or (ckpt_files.read(root .. "/latest") or ""):match("^%s*(.-)%s*$")
+  if first then
+    local present = false
+    for _, s in ipairs(steps) do present = present or s.name == first end
+    if not present then
+      steps[#steps + 1] = {step = tonumber(first:match("^step_(%d+)$")) or math.huge, name = first}
+      table.sort(steps, function(a, b) return a.step > b.step end)
+    end
+  end
+  local kept, out = 0, {}
+  for _, s in ipairs(steps) do
+    if s.name == first or readable(root .. "/" .. s.name) then
+      kept = kept + 1
+      if kept > keep and s.name ~= named then out[#out + 1] = root .. "/" .. s.name end
+    end
+  end
+  return out
+end
+
+-- Keeps the `keep` newest readable step_* checkpoints under root (and the one `latest` names, and
+-- every one it cannot read); also removes leftovers of interrupted saves (*.tmp, *.old-*), except a
+-- save still in flight.
 function M.prune(root, keep)
   if type(root) ~= "string" then raise("ckpt.prune: root must be a path string") end
   root = root:gsub("/+$", "")
-  local named = (ckpt_files.read(root .. "/latest") or ""):match("^%s*(.-)%s*$")
   if keep and keep > 0 then
-    for i, s in ipairs(ckpt_files.steps(root)) do
-      if i > keep and s.name ~= named then ckpt_files.remove_tree(root .. "/" .. s.name) end
-    end
+    for _, dir in ipairs(prunable(root, keep)) do ckpt_files.remove_tree(dir) end
   end
   if not M.busy() then
     for _, name in ipairs(ckpt_files.list(root)) do
@@ -272,18 +304,11 @@ local function manifest_text(state, tensors, world, copied)
   return text:sub(1, at - 1) .. '"tensors":[' .. concat(mt, ",") .. "]" .. text:sub(stop + 1)
 end
 
--- Keeping the newest `keep` step dirs of parent: the job removes the older ones after its commit.
+-- Keeping the newest `keep` readable step dirs of parent, dir (this save) first: the job removes
+-- the older ones after its commit (see prunable).
 local function schedule_prune(job, dir, parent, keep)
-  local base = ckpt_files.basename(dir)
-  local all = {{step = tonumber(base:match("^step_(%d+)$")) or math.huge, name = base}}
-  for _, st in ipairs(ckpt_files.steps(parent)) do
-    if st.name ~= base then all[#all + 1] = st end
-  end
-  table.sort(all, function(x, y) return x.step > y.step end)
-  for k, st in ipairs(all) do
-    if k > keep and st.name ~= base and C.lt_ckpt_job_remove_after(job, parent .. "/" .. st.name) ~= 0 then
-      fail()
-    end
+  for _, old in ipairs(prunable(parent, keep, ckpt_files.basename(dir))) do
+    if C.lt_ckpt_job_remove_after(job, old) ~= 0 then fail() end
   end
 end
 
