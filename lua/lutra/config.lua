@@ -211,6 +211,13 @@ end
 
 -- Checks a Lua value against a scalar kind; returns it.
 local function check_scalar(kind, path, node, v, where)
+  -- inf and nan (--lr=1e400 parses as inf) only where the default itself is one
+  local d = node.default
+  if type(v) == "number" and (v ~= v or v == huge or v == -huge)
+      and not (type(d) == "number" and (d ~= d or d == huge or d == -huge)) then
+    raise(string.format("config: '%s' must be a finite number, got %s%s", path, tostring(v),
+      where and (" (" .. where .. ")") or ""))
+  end
   local ok
   if kind == "integer" then
     ok = is_integer(v)

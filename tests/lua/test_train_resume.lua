@@ -157,4 +157,22 @@ function()
   equal(#r.losses, 1) -- started at step 1
 end)
 
+test("settings out of range or not finite are refused before anything runs, naming the key", function()
+  local model, data = setup(6)
+  for _, case in ipairs {
+    {{lr = math.huge}, "config.lr must be a finite number >= 0, got inf"},
+    {{lr = 0 / 0}, "config.lr must be a finite number >= 0, got"},
+    {{grad_clip = 0 / 0}, "config.grad_clip must be a finite number >= 0"},
+    {{top_p = 2}, "config.top_p must be a finite number in [0, 1], got 2"},
+    {{eval_every = -1}, "config.eval_every must be a finite number >= 0, got -1"},
+    {{ckpt_keep = -1}, "config.ckpt_keep must be a finite number >= 0, got -1"},
+    {{temperature = -0.5}, "config.temperature must be a finite number >= 0"},
+    {{betas = {0.9, 1}}, "config.betas[2] must be below 1, got 1"},
+    {{betas = {0.9, 1.5}}, "config.betas[2] must be a finite number in [0, 1], got 1.5"},
+    {{betas = {0.9}}, "config.betas must be a list of two numbers"},
+  } do
+    fails(case[2], function() train{model = model, data = data, config = config(nil, case[1]), quiet = true} end)
+  end
+end)
+
 test("cleanup", function() os.execute("rm -rf " .. dir) end)

@@ -78,6 +78,7 @@ function Trainer.new(args)
   check_args(args)
   local cfg = args.config or {}
   local get = setup.getter(cfg, M.DEFAULTS)
+  setup.check_ranges(get)
   local self = setmetatable({args = args, cfg = cfg, model = args.model, data = args.data, get = get,
                              params = setup.params_of(args.model), step = 0, tokens = 0}, Trainer)
   self.prec = precision.new(get) -- mixed precision: the forward under autocast (precision.lua)

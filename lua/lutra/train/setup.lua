@@ -17,6 +17,36 @@ function M.getter(cfg, defaults)
   end
 end
 
+-- The ranges of the trainer's numeric settings, {low, high} inclusive: a value outside (or not a
+-- finite number) is an error naming the key before anything runs; a learning rate of inf or a clip
+-- of nan would otherwise train on NaN to the end and save the result.
+local RANGES = {
+  steps = {0, math.huge}, grad_accum = {1, math.huge}, grad_clip = {0, math.huge}, lr = {0, math.huge},
+  min_lr = {0, math.huge}, warmup = {0, math.huge}, decay_frac = {0, 1}, weight_decay = {0, math.huge},
+  eps = {0, math.huge}, momentum = {0, 1}, eval_every = {0, math.huge}, eval_iters = {0, math.huge},
+  sample_every = {0, math.huge}, sample_tokens = {0, math.huge}, temperature = {0, math.huge},
+  top_k = {0, math.huge}, top_p = {0, 1}, log_every = {0, math.huge}, print_every = {0, math.huge},
+  ckpt_every = {0, math.huge}, ckpt_keep = {0, math.huge},
+}
+
+local function check_range(key, v, low, high)
+  if type(v) ~= "number" or v ~= v or v == math.huge or v == -math.huge or v < low or v > high then
+    local range = high == math.huge and (">= " .. low) or string.format("in [%s, %s]", low, high)
+    raise(string.format("train: config.%s must be a finite number %s, got %s", key, range, tostring(v)))
+  end
+end
+
+-- Checks every numeric setting against its range, and betas (two numbers in [0, 1)).
+function M.check_ranges(get)
+  for key, r in pairs(RANGES) do check_range(key, get(key), r[1], r[2]) end
+  local betas = get "betas"
+  if type(betas) ~= "table" or #betas ~= 2 then raise("train: config.betas must be a list of two numbers") end
+  for i = 1, 2 do
+    check_range("betas[" .. i .. "]", betas[i], 0, 1)
+    if betas[i] == 1 then raise("train: config.betas[" .. i .. "] must be below 1, got 1") end
+  end
+end
+
 function M.params_of(model)
   local ps = model:parameters()
   if type(ps) ~= "table" then raise("train: model:parameters() must return a list of tensors") end
