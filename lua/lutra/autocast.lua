@@ -30,12 +30,7 @@ function M.run(dt, fn, ...)
   if dt ~= nil and dt ~= "bf16" and dt ~= "f16" then
     errors.raise("autocast: dtype must be \"bf16\", \"f16\" or nil, got " .. tostring(dt))
   end
-  local before = M.dtype
-  M.dtype = dt
-  local res = {pcall(fn, ...)}
-  M.dtype = before
-  if not res[1] then error(res[2], 0) end
-  return unpack(res, 2, table.maxn(res))
+  return errors.with_field(M, "dtype", dt, fn, ...)
 end
 
 return M

@@ -70,4 +70,15 @@ function M.int_arg(op, v, what, optional)
   return v
 end
 
+-- Runs fn(...) with tbl[key] = value and puts the old value back whether fn returns or raises;
+-- returns what fn returns (a mode switch: grad mode, autocast, a wrapper's no_sync).
+function M.with_field(tbl, key, value, fn, ...)
+  local before = tbl[key]
+  tbl[key] = value
+  local res = {pcall(fn, ...)}
+  tbl[key] = before
+  if not res[1] then error(res[2], 0) end
+  return unpack(res, 2, table.maxn(res))
+end
+
 return M

@@ -64,12 +64,7 @@ local function with_grad_mode(on, fn, ...)
   if type(fn) ~= "function" and not (type(fn) == "table" and getmetatable(fn) and getmetatable(fn).__call) then
     raise((on and "enable_grad" or "no_grad") .. ": expected a function, got " .. type(fn))
   end
-  local previous = S.enabled
-  S.enabled = on
-  local res = {pcall(fn, ...)}
-  S.enabled = previous
-  if not res[1] then error(res[2], 0) end
-  return unpack(res, 2, table.maxn(res))
+  return errors.with_field(S, "enabled", on, fn, ...)
 end
 
 -- Runs fn(...) with grad mode off (nothing recorded); returns what fn returns.

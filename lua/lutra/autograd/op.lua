@@ -28,6 +28,7 @@
 -- declaring modules are loaded by lutra.autograd, which the library's entry points (lutra,
 -- lutra.nn) load before any op records; a missing name is an error.
 local S = require "lutra.autograd.state"
+local with_field = require("lutra.errors").with_field
 
 local M = {}
 
@@ -98,13 +99,8 @@ function M.save_output(node, field, out) return save_output(node, field, version
 -- Runs fn(...) with grad mode off: the pieces of an op that records itself as one node
 -- (views and kernels) are not recorded one by one. Returns what fn returns.
 function M.untracked(fn, ...)
-  local enabled = S.enabled
-  if not enabled then return fn(...) end
-  S.enabled = false
-  local res = {pcall(fn, ...)}
-  S.enabled = true
-  if not res[1] then error(res[2], 0) end
-  return unpack(res, 2, table.maxn(res))
+  if not S.enabled then return fn(...) end
+  return with_field(S, "enabled", false, fn, ...)
 end
 
 return M

@@ -144,12 +144,7 @@ end
 -- Runs fn(...) (forward and backward of a micro-batch) without communication: the
 -- gradients accumulate locally; the next synced backward reduces them all.
 function DDP:no_sync(fn, ...)
-  local was = self.sync
-  self.sync = false
-  local res = {pcall(fn, ...)}
-  self.sync = was
-  if not res[1] then error(res[2], 0) end
-  return unpack(res, 2, table.maxn(res))
+  return errors.with_field(self, "sync", false, fn, ...)
 end
 
 -- Waits for every bucket and writes the averaged gradients into p.grad.

@@ -220,12 +220,7 @@ end
 -- backward reduces them.
 function Zero:no_sync(fn, ...)
   if self.ddp then return self.ddp:no_sync(fn, ...) end
-  local was = self.sync
-  self.sync = false
-  local res = {pcall(fn, ...)}
-  self.sync = was
-  if not res[1] then error(res[2], 0) end
-  return unpack(res, 2, table.maxn(res))
+  return errors.with_field(self, "sync", false, fn, ...)
 end
 
 -- The gradients the optimizer steps with: each rank's own (shards, or all of them at stage 0).
