@@ -71,4 +71,17 @@ function M.is_device_name(s)
   return type(s) == "number" or s == "cpu" or s == "cuda" or s == "gpu" or (type(s) == "string" and s:match("^cuda:%d+$") ~= nil)
 end
 
+-- For to(x), where x may be either: "device", id or "dtype", id; a string that is neither is
+-- an error that says so (not "unknown dtype" for a misspelt device).
+function M.device_or_dtype(x, who)
+  if M.is_device_name(x) then return "device", M.device_id(x) end
+  if type(x) == "string" and not ids[x] and C.lt_dtype_from_name(x, out_id) ~= 0 then
+    local known = {}
+    for d = 0, #names do known[#known + 1] = names[d] end
+    raise(string.format("%s: '%s' is neither a device (cpu, cuda, cuda:K) nor a dtype (%s)", who, x,
+                        table.concat(known, ", ")))
+  end
+  return "dtype", M.id(x)
+end
+
 return M

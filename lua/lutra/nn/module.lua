@@ -260,10 +260,9 @@ function Module:to(a, b)
     if type(x) == "table" then
       dev = x.device ~= nil and dtype.device_id(x.device) or dev
       dt = x.dtype ~= nil and dtype.id(x.dtype) or dt
-    elseif dtype.is_device_name(x) then
-      dev = dtype.device_id(x)
     else
-      dt = dtype.id(x)
+      local kind, id = dtype.device_or_dtype(x, "Module:to")
+      if kind == "device" then dev = id else dt = id end
     end
   end
   take(a)

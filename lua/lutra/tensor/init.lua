@@ -280,10 +280,9 @@ function methods.to(t, a, b)
     elseif type(x) == "table" then
       dt = dtype.id(x.dtype, dt)
       dev = dtype.device_id(x.device, dev)
-    elseif dtype.is_device_name(x) then
-      dev = dtype.device_id(x)
     else
-      dt = dtype.id(x)
+      local kind, id = dtype.device_or_dtype(x, "to")
+      if kind == "device" then dev = id else dt = id end
     end
   end
   take(a)
