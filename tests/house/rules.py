@@ -15,6 +15,9 @@
    and a pcall(require, ...) count (one inside a string does not).
 7. The C core never reads lt_tensor's lua_slot (the Lua binding's registry index): it stands only in
    host/include/lutra.h among the C files.
+8. Nothing that came with a model, checkpoint, run directory or data set is executed: Lua code is
+   compiled (loadstring, load, loadfile, dofile; luaL_load*, luaL_do*, lua_load) only in CODE_LOADERS,
+   each of which runs what the user typed or named as code.
 """
 import os, re, shutil, sys, tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -32,6 +35,14 @@ FLOORS = {
 }
 CUDA_SEAM = {"host/core/device.c", "host/ops/backend.c", "host/core/runtime.c"}
 MAX_LINES = 800
+# The only places that compile Lua code, and whose code each runs.
+CODE_LOADERS = {
+    "host/app/main.c": "the script named on the command line, -e, LUA_INIT",
+    "lua/lutra/repl.lua": "what the user types at the prompt",
+    "lua/lutra/config.lua": "--config=FILE.lua, the user's own settings code",
+}
+LUA_LOADER = re.compile(r"(?<![\w.:])(loadstring|loadfile|dofile|load)\s*\(")
+C_LOADER = re.compile(r"\b(luaL_load\w*|luaL_do\w*|lua_load)\s*\(")
 
 
 def floor_of(path):
@@ -103,10 +114,29 @@ def check_lua_slot(paths):
             for n, line in enumerate(house.lines(p), 1) if "lua_slot" in line]
 
 
+def check_code_loaders(paths):
+    breaches = []
+    for p in paths:
+        if p in CODE_LOADERS or not p.startswith(("lua/lutra/", "host/")):
+            continue
+        if p.endswith(".lua"):
+            code_of, pattern = (lambda line: line.split("--")[0]), LUA_LOADER
+        elif p.endswith((".c", ".h", ".cu")):
+            code_of, pattern = (lambda line: "" if line.lstrip().startswith(("*", "/*", "//")) else line), C_LOADER
+        else:
+            continue
+        for n, line in enumerate(house.lines(p), 1):
+            m = pattern.search(code_of(line))
+            if m:
+                breaches.append(f"{p}:{n}: compiles Lua code ({m.group(1)}); only {', '.join(sorted(CODE_LOADERS))} "
+                                "may, and only what the user gave as code: data from a file is parsed, never run")
+    return breaches
+
+
 def run(paths):
     return (check_floors(paths) + check_cuda_seam(paths) + check_lua_layout(paths)
             + check_raw_fields(paths) + check_sizes(paths) + check_require_circles(paths)
-            + check_lua_slot(paths))
+            + check_lua_slot(paths) + check_code_loaders(paths))
 
 
 def self_check():
@@ -123,6 +153,9 @@ def self_check():
         "circle_pcall": ("lua/lutra/circle_c.lua", 'local d = require "lutra.circle_d"\n',
                          "lua/lutra/circle_d.lua", 'local ok, c = pcall(require, "lutra.circle_c")\n'),
         "lua_slot": ("host/core/bad.c", "int slot(const lt_tensor *t) { return t->lua_slot; }\n"),
+        "loader_lua": ("lua/lutra/manifest_reader.lua", "local m = loadstring(text)()\n"),
+        "loader_lua_load": ("lua/lutra/bad.lua", "local f = load(text, '=manifest')\n"),
+        "loader_c": ("host/io/bad.c", "int f(lua_State *L) { return luaL_loadbuffer(L, b, n, \"x\"); }\n"),
     }
     failures = []
     cwd = os.getcwd()
