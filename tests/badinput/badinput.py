@@ -2,7 +2,7 @@
 """The bad-input suite's driver: runs the cases of one file against the lutra executable.
 
     python3 tests/badinput/badinput.py LUTRA tests/badinput/cases_ckpt.py [NAME_SUBSTRING]
-    python3 tests/badinput/badinput.py --count tests/badinput/cases_*.py
+    python3 tests/badinput/badinput.py --count [--at-least N] tests/badinput/cases_*.py
 
 A case (in a cases_*.py file) builds a bad input in its own empty directory and returns the
 command that reads it:
@@ -240,13 +240,21 @@ def load_cases(path):
 
 def main(argv):
     if argv[:1] == ["--count"]:
-        total = 0
-        for path in argv[1:]:
-            n = len(load_cases(path))
-            total += n
-            print("%5d  %s" % (n, path))
-        print("%5d  cases in all" % total)
-        return 0
+        at_least, paths = 0, argv[1:]
+        if paths[:1] == ["--at-least"]:
+            at_least, paths = int(paths[1]), paths[2:]
+        total, names = 0, set()
+        for path in paths:
+            cases = load_cases(path)
+            for c in cases:
+                if c["name"] in names:
+                    print("two cases are named %r (%s)" % (c["name"], path))
+                    return 1
+                names.add(c["name"])
+            total += len(cases)
+            print("%5d  %s" % (len(cases), path))
+        print("%5d  cases in all%s" % (total, "" if total >= at_least else ", fewer than %d" % at_least))
+        return 0 if total >= at_least else 1
     if len(argv) < 2:
         print(__doc__)
         return 2
