@@ -10,6 +10,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,9 +134,36 @@ int lt_atomic_file_open(lt_atomic_file **out, const char *path) {
   return -1;
 }
 
+/* The crash tests' hook (lutra.h): with LUTRA_FAULT=write:N the process kills itself (SIGKILL)
+ * once N bytes have gone through lt_atomic_file_write, the write that crosses N cut there. */
+static _Atomic int64_t fault_written;
+static int64_t fault_at(void) {
+  static _Atomic int64_t at = -2; /* -2: not read yet, -1: no hook */
+  int64_t v = atomic_load(&at);
+  if (v == -2) {
+    const char *e = getenv("LUTRA_FAULT");
+    v = e && strncmp(e, "write:", 6) == 0 ? atoll(e + 6) : -1;
+    atomic_store(&at, v);
+  }
+  return v;
+}
+
+static void fault_write(int fd, const void *data, int64_t nbytes) {
+  int64_t at = fault_at();
+  if (at < 0) return;
+  int64_t before = atomic_fetch_add(&fault_written, nbytes);
+  if (before + nbytes < at) return;
+  if (at > before) (void)!write_all(fd, data, at - before);
+  fprintf(stderr, "lutra: fault injected at byte %lld of the files written (LUTRA_FAULT=write:%lld): SIGKILL\n",
+          (long long)at, (long long)at);
+  fflush(stderr);
+  kill(getpid(), SIGKILL);
+}
+
 int lt_atomic_file_write(lt_atomic_file *f, const void *data, int64_t nbytes) {
   if (!f || f->fd < 0) return lt_errorf("atomic_file_write: file is NULL or closed");
   if (nbytes < 0 || (nbytes > 0 && !data)) return lt_errorf("cannot write %s: bad buffer", f->path);
+  fault_write(f->fd, data, nbytes);
   if (write_all(f->fd, data, nbytes) != 0) return fail_errno(f->path, "", errno);
   return 0;
 }

@@ -16,7 +16,9 @@
  * itself then survives a power cut).
  * An appended file (metrics.jsonl, samples.txt) is opened with O_APPEND | O_NOFOLLOW; a symbolic
  * link (or a file with other hard links) planted at PATH is first replaced by a fresh empty
- * regular file (said on stderr), never written through. truncate = 1 starts PATH empty. */
+ * regular file (said on stderr), never written through. truncate = 1 starts PATH empty.
+ * Test hook: env LUTRA_FAULT=write:N kills the process (SIGKILL, as kill -9 does) once N bytes
+ * have gone through lt_atomic_file_write, cutting the write that crosses N. */
 typedef struct lt_atomic_file lt_atomic_file;   /* opaque: a temporary on its way to PATH */
 typedef struct lt_append_file lt_append_file;   /* opaque: a file open for appending */
 int lt_atomic_file_open(lt_atomic_file **out, const char *path);
