@@ -212,7 +212,7 @@ local function make_tmp_dir(group, rank, dir, parent, tmp)
     group:all_reduce(flag, "max")
     if flag:item() ~= 0 and made then raise("ckpt.save: " .. dir .. ": rank 0 could not create " .. tmp) end
   end
-  if not made then error(why, 0) end
+  if not made then raise("ckpt.save: " .. dir .. ": " .. (tostring(why):gsub("^[^\n]-:%d+: ", ""))) end
 end
 
 -- The job that writes this rank's file into tmp, with its extra state and (rank 0) the copied
