@@ -1,4 +1,4 @@
-/* io.h — the C API, part: files: safetensors, checkpoint shards and manifests, JSON.
+/* io.h — the C API, part: files: written safely, safetensors, checkpoint shards and manifests, JSON.
  * Include lutra.h, which includes every part in order (and cmake/gen_cdef.awk follows the
  * same order into the one ffi.cdef text); the conventions are at the head of lutra.h. */
 #ifndef LUTRA_IO_H
