@@ -1,5 +1,5 @@
 /* ckpt.h — internals shared by host/ckpt_*.c: format constants, little-endian fields,
- * hashes, the footer, the byte shuffle, whole reads and writes. */
+ * hashes, the footer, the byte shuffle, whole reads. */
 #ifndef LUTRA_CKPT_IO_H
 #define LUTRA_CKPT_IO_H
 #include "lutra.h"
@@ -35,9 +35,9 @@ uint32_t lt_ckpt_piece_hash(uint32_t h, uint32_t frame_checksum);
 uint32_t lt_ckpt_piece_seed(int64_t raw_bytes);
 /* The footer of count pieces into buf (count * 40 + 24 bytes). */
 void lt_ckpt_encode_footer(unsigned char *buf, const lt_ckpt_piece *pieces, int64_t count);
-/* Reads exactly n bytes at offset; 0, or -1 with errno (0 for end of file). */
+/* Reads exactly n bytes at offset; 0, or -1 with errno (0 for end of file). Writes go through
+ * lt_atomic_file_* (host/io/atomic_file.c). */
 int lt_ckpt_pread_all(int fd, void *dst, int64_t n, int64_t offset);
-int lt_ckpt_write_all(int fd, const void *src, int64_t n);
 /* Byte transposition by k-byte elements of n bytes (n a multiple of k): shuffle puts byte b
  * of element i at b * (n / k) + i; unshuffle undoes it. */
 void lt_ckpt_shuffle(unsigned char *dst, const unsigned char *src, int64_t n, int k);

@@ -1,8 +1,10 @@
 /* ckpt_files.c — the file operations an atomic checkpoint save needs: fsync of files and
- * directories, rename + fsync of the directory, atomic small files, rm -r, and the
+ * directories, rename + fsync of the directory, small files (host/io/atomic_file.c, then
+ * the directory fsync'ed), rm -r, the removal of a whole checkpoint, and the
  * fault-injection hook (lutra.h, "checkpoint io"). */
 #define _GNU_SOURCE
 #include "io/ckpt.h"
+#include "io/atomic_file.h"
 #include "core/internal.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -44,22 +46,7 @@ int lt_ckpt_rename(const char *from, const char *to) {
 
 int lt_ckpt_write_file(const char *path, const void *data, int64_t nbytes) {
   if (!path || (!data && nbytes > 0) || nbytes < 0) return lt_errorf("ckpt: write_file: bad arguments");
-  char tmp[4096];
-  if (snprintf(tmp, sizeof tmp, "%s.tmp-%d", path, (int)getpid()) >= (int)sizeof tmp)
-    return lt_errorf("ckpt: write_file: path too long");
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return lt_errorf("ckpt: cannot create %s: %s", tmp, strerror(errno));
-  if (lt_ckpt_write_all(fd, data, nbytes) != 0 || fsync(fd) != 0) {
-    int err = errno;
-    close(fd);
-    unlink(tmp);
-    return lt_errorf("ckpt: cannot write %s: %s", tmp, strerror(err));
-  }
-  close(fd);
-  if (lt_ckpt_rename(tmp, path) != 0) {
-    unlink(tmp);
-    return -1;
-  }
+  if (lt_write_file_atomic(path, data, nbytes, 1) != 0) return lt_io_error_prefix("ckpt: ");
   return 0;
 }
 
@@ -76,6 +63,18 @@ int lt_ckpt_remove_tree(const char *path) {
   nftw(path, remove_one, 16, FTW_DEPTH | FTW_PHYS);
   if (lstat(path, &st) == 0) return lt_errorf("ckpt: cannot remove %s", path);
   return 0;
+}
+
+int lt_ckpt_remove_checkpoint(const char *dir) {
+  if (!dir || !*dir) return lt_errorf("ckpt: remove_checkpoint: empty path");
+  struct stat st;
+  if (lstat(dir, &st) != 0) return 0; /* nothing there */
+  char aside[4096];
+  if (snprintf(aside, sizeof aside, "%s.old-%d", dir, (int)getpid()) >= (int)sizeof aside)
+    return lt_errorf("ckpt: remove_checkpoint: path too long");
+  lt_ckpt_remove_tree(aside);
+  if (rename(dir, aside) != 0) return lt_errorf("ckpt: cannot move %s aside to remove it: %s", dir, strerror(errno));
+  return lt_ckpt_remove_tree(aside);
 }
 
 /* This process's rank in the job (the launcher's environment), or -1. */

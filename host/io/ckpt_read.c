@@ -31,18 +31,6 @@ int lt_ckpt_pread_all(int fd, void *dst, int64_t n, int64_t offset) {
   return 0;
 }
 
-int lt_ckpt_write_all(int fd, const void *src, int64_t n) {
-  const char *p = src;
-  while (n > 0) {
-    size_t chunk = n > (1 << 30) ? (size_t)1 << 30 : (size_t)n;
-    ssize_t put = write(fd, p, chunk);
-    if (put < 0 && errno == EINTR) continue;
-    if (put <= 0) return -1;
-    p += put, n -= put;
-  }
-  return 0;
-}
-
 /* ---- the footer ------------------------------------------------------------------------ */
 
 static int open_shard(const char *path, int64_t *size) {

@@ -1,12 +1,12 @@
-/* ckpt_write.c — writing a checkpoint shard file (lz4 frames through one large output buffer,
- * then the footer, fsync, rename of PATH.part to PATH) and rank 0's commit of the whole
+/* ckpt_write.c — writing a checkpoint shard file (lz4 frames through one large output buffer
+ * into a temporary beside PATH, then the footer, fsync, rename to PATH: host/io/atomic_file.c) and rank 0's commit of the whole
  * checkpoint directory, on the calling thread or on a background pthread. Every started
  * job is registered and joined at exit. Format and contract: lutra.h ("checkpoint io"). */
 #define _GNU_SOURCE
 #include "io/ckpt.h"
+#include "io/atomic_file.h"
 #include "core/internal.h"
 #include <errno.h>
-#include <fcntl.h>
 #include <lz4frame.h>
 #include <omp.h>
 #include <pthread.h>
@@ -219,15 +219,14 @@ int lt_ckpt_job_commit(lt_ckpt_job *j, const char *tmp_dir, const char *final_di
 /* ---- the shard file --------------------------------------------------------------------- */
 
 typedef struct {
-  int fd;
+  lt_atomic_file *file;
   unsigned char *buf;
   size_t cap, used;
   int64_t file_off; /* bytes in the file + in buf */
 } sink;
 
-static int flush(sink *s, const char *path) {
-  if (s->used && lt_ckpt_write_all(s->fd, s->buf, (int64_t)s->used) != 0)
-    return lt_errorf("ckpt: cannot write %s: %s", path, strerror(errno));
+static int flush(sink *s) {
+  if (s->used && lt_atomic_file_write(s->file, s->buf, (int64_t)s->used) != 0) return lt_io_error_prefix("ckpt: ");
   s->used = 0;
   return 0;
 }
@@ -266,7 +265,7 @@ static int write_piece(lt_ckpt_job *j, sink *s, int64_t i, const LZ4F_preference
       size_t w = slots[q].w;
       if (LZ4F_isError(w))
         return lt_errorf("ckpt: %s: piece %lld: lz4: %s", j->path, (long long)i, LZ4F_getErrorName(w));
-      if (s->used + w > s->cap && flush(s, j->path) != 0) return -1;
+      if (s->used + w > s->cap && flush(s) != 0) return -1;
       memcpy(s->buf + s->used, slots[q].out, w);
       const unsigned char *c = slots[q].out + w - 4; /* the frame's content checksum */
       h = lt_ckpt_piece_hash(h, (uint32_t)c[0] | (uint32_t)c[1] << 8 | (uint32_t)c[2] << 16 | (uint32_t)c[3] << 24);
@@ -285,8 +284,6 @@ static void free_slots(slot *slots, int n) {
 }
 
 static int write_shard(lt_ckpt_job *j) {
-  char part[4096];
-  if (snprintf(part, sizeof part, "%s.part", j->path) >= (int)sizeof part) return lt_errorf("ckpt: path too long");
   LZ4F_preferences_t prefs;
   memset(&prefs, 0, sizeof prefs);
   prefs.frameInfo.blockSizeID = LZ4F_max4MB;
@@ -297,7 +294,7 @@ static int write_shard(lt_ckpt_job *j) {
   int nslots = j->threads > 1 ? 2 * j->threads : 1;
   if (nslots > 32) nslots = 32;
   size_t bound = LZ4F_compressFrameBound((size_t)j->chunk, &prefs);
-  sink s = {-1, malloc(cap), cap, 0, 0};
+  sink s = {NULL, malloc(cap), cap, 0, 0};
   slot *slots = calloc((size_t)nslots, sizeof *slots);
   int oom = !s.buf || !slots;
   for (int q = 0; !oom && q < nslots; q++) {
@@ -308,40 +305,41 @@ static int write_shard(lt_ckpt_job *j) {
     free_slots(slots, nslots), free(s.buf);
     return lt_errorf("ckpt: %s: out of memory for the output buffers", j->path);
   }
-  s.fd = open(part, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (s.fd < 0) {
+  if (lt_atomic_file_open(&s.file, j->path) != 0) {
     free_slots(slots, nslots), free(s.buf);
-    return lt_errorf("ckpt: cannot create %s: %s", part, strerror(errno));
+    return lt_io_error_prefix("ckpt: ");
   }
   int rc = 0;
   for (int64_t i = 0; i < j->n && rc == 0; i++) {
     rc = write_piece(j, &s, i, &prefs, slots, nslots);
     if (rc == 0 && i == j->n / 2 && getenv("LUTRA_FAULT")) {
-      flush(&s, j->path);
+      flush(&s);
       lt_ckpt_fault("save:mid_file");
     }
   }
   size_t footer = (size_t)j->n * CKPT_ENTRY_BYTES + CKPT_TRAILER_BYTES;
-  if (rc == 0 && s.used + footer > s.cap) rc = flush(&s, j->path);
+  if (rc == 0 && s.used + footer > s.cap) rc = flush(&s);
   unsigned char *fb = NULL;
   if (rc == 0 && footer > s.cap && !(fb = malloc(footer))) rc = lt_errorf("ckpt: out of memory for the footer");
   if (rc == 0) {
     unsigned char *dst = fb ? fb : s.buf + s.used;
     lt_ckpt_encode_footer(dst, j->pieces, j->n);
-    if (fb)
-      rc = flush(&s, j->path) || lt_ckpt_write_all(s.fd, fb, (int64_t)footer);
-    else
-      s.used += footer, rc = flush(&s, j->path);
-    if (rc != 0) rc = lt_errorf("ckpt: cannot write %s: %s", part, strerror(errno));
+    if (fb) {
+      rc = flush(&s);
+      if (rc == 0 && lt_atomic_file_write(s.file, fb, (int64_t)footer) != 0) rc = lt_io_error_prefix("ckpt: ");
+    } else {
+      s.used += footer, rc = flush(&s);
+    }
   }
   free(fb);
-  if (rc == 0 && fsync(s.fd) != 0) rc = lt_errorf("ckpt: fsync %s: %s", part, strerror(errno));
-  close(s.fd);
   free_slots(slots, nslots), free(s.buf);
-  if (rc == 0) rc = lt_ckpt_rename(part, j->path);
-  if (rc != 0) unlink(part);
-  if (rc == 0) lt_ckpt_fault("save:after_file");
-  return rc;
+  if (rc != 0) {
+    lt_atomic_file_abort(s.file);
+    return -1;
+  }
+  if (lt_atomic_file_commit(s.file, 1) != 0) return lt_io_error_prefix("ckpt: ");
+  lt_ckpt_fault("save:after_file");
+  return 0;
 }
 
 /* ---- rank 0's commit -------------------------------------------------------------------- */
@@ -384,7 +382,7 @@ int lt_ckpt_commit(const char *tmp_dir, const char *final_dir, const char *manif
 
 static int commit(lt_ckpt_job *j) {
   LT_TRY(lt_ckpt_commit(j->tmp_dir, j->final_dir, j->manifest, j->world, j->latest_path, j->latest_text, j->timeout));
-  for (int64_t i = 0; i < j->n_remove; i++) lt_ckpt_remove_tree(j->remove_paths[i]); /* older checkpoints */
+  for (int64_t i = 0; i < j->n_remove; i++) lt_ckpt_remove_checkpoint(j->remove_paths[i]); /* older checkpoints */
   return 0;
 }
 

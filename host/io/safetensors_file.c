@@ -1,9 +1,10 @@
 /* safetensors_file.c — safetensors files: open (read and validate the header, keep the file
  * open), load a tensor (pread straight into its storage), save (header built with cJSON,
  * padded with spaces to 8 bytes, data in name order, written to a temporary file that is
- * fsync'ed and renamed). Parsing is in io/safetensors.c. */
+ * fsync'ed and renamed: io/atomic_file.c). Parsing is in io/safetensors.c. */
 #define _GNU_SOURCE
-#include "io/ckpt.h" /* lt_ckpt_pread_all, lt_ckpt_write_all */
+#include "io/ckpt.h" /* lt_ckpt_pread_all */
+#include "io/atomic_file.h"
 #include "core/internal.h"
 #include "io/safetensors.h"
 #include <errno.h>
@@ -183,32 +184,25 @@ int lt_st_save(const char *path, int64_t n, const char *const *names, const lt_t
     free(order);
     return -1;
   }
-  size_t tmp_len = strlen(path) + 32;
-  char *tmp = malloc(tmp_len);
-  if (!tmp) {
-    free(order), free(header);
-    return lt_errorf("safetensors: save %s: out of memory", path);
-  }
-  snprintf(tmp, tmp_len, "%s.tmp.%d", path, (int)getpid());
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  lt_atomic_file *f = NULL;
   int rc = 0;
-  if (fd < 0) {
-    rc = lt_errorf("safetensors: cannot create %s: %s", tmp, strerror(errno));
+  if (lt_atomic_file_open(&f, path) != 0) {
+    rc = lt_io_error_prefix("safetensors: ");
   } else {
     unsigned char len8[8];
     for (int k = 0; k < 8; k++) len8[k] = (unsigned char)((uint64_t)header_len >> (8 * k));
-    int bad = lt_ckpt_write_all(fd, len8, 8) || lt_ckpt_write_all(fd, header, header_len);
+    int bad = lt_atomic_file_write(f, len8, 8) || lt_atomic_file_write(f, header, header_len);
     for (int64_t k = 0; k < n && !bad; k++) {
       const lt_tensor *t = tensors[order[k]];
-      bad = lt_ckpt_write_all(fd, lt_data_ptr(t), lt_numel(t) * lt_dtype_size(t->dtype));
+      bad = lt_atomic_file_write(f, lt_data_ptr(t), lt_numel(t) * lt_dtype_size(t->dtype));
     }
-    if (!bad) bad = fsync(fd);
-    if (bad) rc = lt_errorf("safetensors: writing %s failed: %s", tmp, strerror(errno));
-    if (close(fd) != 0 && rc == 0) rc = lt_errorf("safetensors: closing %s failed: %s", tmp, strerror(errno));
-    if (rc == 0 && rename(tmp, path) != 0)
-      rc = lt_errorf("safetensors: rename to %s failed: %s", path, strerror(errno));
-    if (rc != 0) unlink(tmp);
+    if (bad) {
+      rc = lt_io_error_prefix("safetensors: ");
+      lt_atomic_file_abort(f);
+    } else if (lt_atomic_file_commit(f, 0) != 0) {
+      rc = lt_io_error_prefix("safetensors: ");
+    }
   }
-  free(tmp), free(order), free(header);
+  free(order), free(header);
   return rc;
 }

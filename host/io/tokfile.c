@@ -6,6 +6,7 @@
  * copy, a file of another kind or a newer format is an error naming the file,
  * never a read past the end. Batches copy windows of tokens out of the mapping,
  * widening u16/u32 to i32/i64. */
+#include "io/atomic_file.h"
 #include "core/internal.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -163,18 +164,16 @@ static int open_and_read_header(const char *op, const char *path, lt_tokfile_inf
  */
 
 struct lt_tokwriter {
-  FILE *file;
-  char *path, *tmp_path;
+  lt_atomic_file *file; /* the temporary beside path (io/atomic_file.c), renamed over it by finish */
+  char *path;
   lt_tokfile_info info;
   unsigned char chunk[WRITE_CHUNK * 4];
 };
 
-static void writer_free(lt_tokwriter *w, int remove_tmp) {
+static void writer_free(lt_tokwriter *w) {
   if (!w) return;
-  if (w->file) fclose(w->file);
-  if (remove_tmp && w->tmp_path) unlink(w->tmp_path);
+  lt_atomic_file_abort(w->file);
   free(w->path);
-  free(w->tmp_path);
   free(w);
 }
 
@@ -185,29 +184,21 @@ int lt_tokwriter_open(lt_tokwriter **out, const char *path, int64_t vocab_size, 
   if (vocab_size <= 0 || vocab_size > ((int64_t)1 << 32))
     return lt_errorf("%s: '%s': vocab_size %lld is not in [1, 2^32]", op, path, (long long)vocab_size);
   lt_tokwriter *w = calloc(1, sizeof *w);
-  size_t n = strlen(path) + 32;
-  if (!w || !(w->path = strdup(path)) || !(w->tmp_path = malloc(n))) {
-    writer_free(w, 0);
+  if (!w || !(w->path = strdup(path))) {
+    writer_free(w);
     return lt_errorf("%s: out of host memory", op);
   }
-  /* a unique temporary name: several processes (ranks) may tokenize the same
-   * corpus at once */
-  snprintf(w->tmp_path, n, "%s.tmp.%ld", path, (long)getpid());
   w->info = (lt_tokfile_info){.version = FORMAT_VERSION,
                               .token_bytes = vocab_size <= ((int64_t)1 << 16) ? 2 : 4,
                               .vocab_size = vocab_size,
                               .tokenizer_hash = tokenizer_hash,
                               .tokens_hash = FNV_BASIS};
-  w->file = fopen(w->tmp_path, "wb");
-  if (!w->file) {
-    lt_errorf("%s: '%s': cannot create: %s", op, w->tmp_path, strerror(errno));
-    writer_free(w, 0);
-    return -1;
-  }
+  /* a temporary of its own (a random name): several processes (ranks) may tokenize the same
+   * corpus at once, and the last rename wins with a whole file */
   unsigned char h[HEADER_BYTES] = {0}; /* zeros until finish: an unfinished file has no magic */
-  if (fwrite(h, 1, HEADER_BYTES, w->file) != HEADER_BYTES) {
-    lt_errorf("%s: '%s': write failed: %s", op, w->tmp_path, strerror(errno));
-    writer_free(w, 1);
+  if (lt_atomic_file_open(&w->file, path) != 0 || lt_atomic_file_write(w->file, h, HEADER_BYTES) != 0) {
+    lt_io_error_prefix("tokwriter_open: ");
+    writer_free(w);
     return -1;
   }
   *out = w;
@@ -239,8 +230,7 @@ int lt_tokwriter_append(lt_tokwriter *w, const void *ids, int ids_dtype, int64_t
       }
     }
     size_t nbytes = (size_t)n * (size_t)width;
-    if (fwrite(w->chunk, 1, nbytes, w->file) != nbytes)
-      return lt_errorf("%s: '%s': write failed: %s", op, w->tmp_path, strerror(errno));
+    if (lt_atomic_file_write(w->file, w->chunk, (int64_t)nbytes) != 0) return lt_io_error_prefix("tokwriter_append: ");
     w->info.tokens_hash = fnv1a(w->chunk, nbytes, w->info.tokens_hash);
     w->info.count += n;
     done += n;
@@ -256,26 +246,21 @@ int lt_tokwriter_finish(lt_tokwriter *w, int64_t source_bytes, uint64_t source_h
   w->info.source_mtime_ns = source_mtime_ns;
   unsigned char h[HEADER_BYTES];
   encode_header(h, &w->info);
-  int ok = fflush(w->file) == 0 && fseek(w->file, 0, SEEK_SET) == 0 &&
-           fwrite(h, 1, HEADER_BYTES, w->file) == HEADER_BYTES && fflush(w->file) == 0 && fsync(fileno(w->file)) == 0;
-  if (!ok) {
-    lt_errorf("%s: '%s': write failed: %s", op, w->tmp_path, strerror(errno));
-    writer_free(w, 1);
+  if (pwrite(lt_atomic_file_fd(w->file), h, HEADER_BYTES, 0) != HEADER_BYTES) {
+    lt_errorf("%s: cannot write %s: %s", op, w->path, strerror(errno));
+    writer_free(w);
     return -1;
   }
-  int rc = fclose(w->file);
+  lt_atomic_file *f = w->file;
   w->file = NULL;
-  if (rc != 0 || rename(w->tmp_path, w->path) != 0) {
-    lt_errorf("%s: '%s': cannot move the finished file into place: %s", op, w->path, strerror(errno));
-    writer_free(w, 1);
-    return -1;
-  }
-  writer_free(w, 0);
-  return 0;
+  int rc = lt_atomic_file_commit(f, 0);
+  if (rc != 0) lt_io_error_prefix("tokwriter_finish: ");
+  writer_free(w);
+  return rc;
 }
 
 int lt_tokwriter_abort(lt_tokwriter *w) {
-  writer_free(w, 1);
+  writer_free(w);
   return 0;
 }
 

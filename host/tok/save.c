@@ -1,7 +1,7 @@
 /* save.c — writes a tokenizer as JSON: Hugging Face's tokenizer.json for BPE
  * (read back by the `tokenizers` library), lutra's own format for char tokenizers. The
- * file is written next to its destination and renamed over it, so a reader never sees
- * half a file. */
+ * file is written next to its destination and renamed over it (lt_write_file_atomic), so a
+ * reader never sees half a file and a link planted there is replaced, never written through. */
 #include "tok/tokenizer.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -182,28 +182,16 @@ int lt_tokenizer_save(const lt_tokenizer *tok, const char *path) {
   cJSON_Delete(root);
   free(buf);
   if (!text) return lt_errorf("save: out of memory");
-  size_t n = strlen(path) + 16;
-  char *tmp = malloc(n);
+  /* the text and a newline, into a temporary beside path renamed over it (lutra.h: files
+   * written safely) */
+  size_t len = strlen(text);
+  text[len] = '\n'; /* the terminator becomes the newline: the bytes are written by length */
   int rc = 0;
-  if (!tmp) {
-    rc = lt_errorf("save: out of memory");
-  } else {
-    snprintf(tmp, n, "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-      rc = lt_errorf("save: cannot write '%s'", tmp);
-    } else {
-      size_t len = strlen(text);
-      int bad = fwrite(text, 1, len, f) != len || fputc('\n', f) == EOF;
-      bad |= fclose(f) != 0;
-      if (bad)
-        rc = lt_errorf("save: error writing '%s' (disk full?)", tmp);
-      else if (rename(tmp, path) != 0)
-        rc = lt_errorf("save: cannot rename '%s' to '%s'", tmp, path);
-      if (rc) remove(tmp);
-    }
+  if (lt_write_file_atomic(path, text, (int64_t)len + 1, 0) != 0) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", lt_last_error());
+    rc = lt_errorf("save: %s", msg);
   }
-  free(tmp);
   cJSON_free(text);
   return rc;
 }

@@ -1,12 +1,16 @@
 -- lutra.config — a recipe's defaults, overridden by config files and the command line.
 --
 --   local cfg = lutra.config {lr = 1e-3, steps = 2000, model = {arch = "gpt2", n_layer = 4}}
---   -- lutra recipe.lua --config=big.lua --lr=6e-4 --model.n_layer=8 --compile --steps 500
+--   -- lutra recipe.lua --config=runs/x/config.json --lr=6e-4 --model.n_layer=8 --compile --steps 500
 --   print(cfg.lr, cfg.model.n_layer)     -- plain fields
---   print(cfg:dump()); cfg:save("runs/x/config.lua")
+--   print(cfg:dump()); cfg:save("runs/x/config.json")
 --
--- Sources, later ones winning: the defaults, then each --config=FILE.lua (a Lua file that
--- returns a table of overrides, nested like the defaults), then the other options in order.
+-- Sources, later ones winning: the defaults, then each --config=FILE, then the other options
+-- in order. A FILE.json is data: a JSON object of overrides nested like the defaults (what
+-- cfg:save and the trainer's run_dir/config.json write; null unsets an optional key), read and
+-- never run, so a config that came with someone's run directory is safe to load. Any other
+-- FILE (FILE.lua) is Lua code that returns a table of overrides: the user's own code, run as
+-- such, never a file lutra wrote.
 -- Options: --key=value, --key value, --group.key=value, --flag (true) and --no-flag (false)
 -- for booleans, --list=1,2,3 for lists; dashes in names may stand for underscores.
 -- --help prints the options and exits (unless the defaults have a `help` key).
@@ -22,10 +26,14 @@
 -- An unknown key is an error suggesting the nearest valid one.
 --
 -- The result is a plain table (nested tables plain too) whose metatable adds cfg:dump()
--- (sorted Lua text), cfg:save(path) (a file that --config= reads back) and cfg:plain() (a
--- copy without methods); config.dump(cfg) and config.save(cfg, path) do the same when a key
--- is named dump or save.
+-- (sorted Lua text, for reading), cfg:save(path) (JSON, to a path ending in .json, written
+-- through lutra.atomic_file: a file that --config= reads back as data; the strings must be
+-- UTF-8, a number that is not finite is written as the string "inf", "-inf" or "nan", which a
+-- number key reads back) and cfg:plain() (a copy without methods); config.dump(cfg) and
+-- config.save(cfg, path) do the same when a key is named dump or save.
 local errors = require "lutra.errors"
+local json = require "lutra.json"
+local atomic_file = require "lutra.atomic_file"
 
 local M = {}
 
@@ -210,7 +218,10 @@ local function check_choice(path, node, v, where)
 end
 
 -- Checks a Lua value against a scalar kind; returns it.
+local NON_FINITE = {inf = huge, ["-inf"] = -huge, nan = 0 / 0} -- as cfg:save writes them in JSON
+
 local function check_scalar(kind, path, node, v, where)
+  if (kind == "number" or kind == "integer") and NON_FINITE[v] then v = NON_FINITE[v] end
   -- inf and nan (--lr=1e400 parses as inf) only where the default itself is one
   local d = node.default
   if type(v) == "number" and (v ~= v or v == huge or v == -huge)
@@ -291,7 +302,12 @@ local function merge(root, node, cfg, over, prefix, where)
     local path = join(prefix, k)
     local child = type(k) == "string" and node.children[k]
     if not child then unknown_key(root, path, where) end
-    if child.kind == "table" then
+    if v == json.null then -- a JSON file's null: unsets an optional key
+      if not child.optional then
+        raise(string.format("config: '%s' expects %s, got null (%s)", path, KIND_TEXT[child.kind], where))
+      end
+      cfg[k] = nil
+    elseif child.kind == "table" then
       if type(v) ~= "table" then type_error(path, child, v, where) end
       merge(root, child, cfg[k], v, path, where)
     else
@@ -411,12 +427,47 @@ function M.dump(cfg)
   return table.concat(lines, "\n")
 end
 
--- Writes the config as a Lua file that --config= reads back.
+-- The config as JSON data: lists marked as arrays (an empty one stays []), an optional key
+-- that is nil as null (it reads back unset, not as its default), numbers that are not finite
+-- as "inf", "-inf", "nan".
+local NON_FINITE_TEXT = {[huge] = "inf", [-huge] = "-inf"}
+local function scalar_data(v)
+  if type(v) == "number" and (v ~= v or v == huge or v == -huge) then return v ~= v and "nan" or NON_FINITE_TEXT[v] end
+  return v
+end
+
+local function to_data(t, node)
+  local out = {}
+  for k, v in pairs(t) do
+    local child = node and node.children and node.children[k]
+    if type(v) == "table" and ((child and child.kind == "list") or (not child and next(v) ~= nil and is_list(v))) then
+      local list = json.array()
+      for i, x in ipairs(v) do list[i] = scalar_data(x) end
+      out[k] = list
+    elseif type(v) == "table" then
+      out[k] = to_data(v, child)
+    else
+      out[k] = scalar_data(v)
+    end
+  end
+  if node and node.kind == "table" then
+    for k in pairs(node.children) do
+      if t[k] == nil then out[k] = json.null end
+    end
+  end
+  return out
+end
+
+-- Writes the config as JSON (indented, keys sorted) to path, which must end in .json: a file
+-- that --config= reads back as data. Returns path.
 function M.save(cfg, path)
-  local f, err = io.open(path, "w")
-  if not f then raise("config: cannot write '" .. tostring(path) .. "': " .. tostring(err)) end
-  f:write("-- lutra config (cfg:save); load it with --config=", path, "\nreturn ", M.dump(cfg), "\n")
-  f:close()
+  if type(path) ~= "string" or not path:lower():match("%.json$") then
+    raise("config: save writes JSON; name the file *.json (got " .. tostring(path) .. ")")
+  end
+  local ok, text = pcall(json.encode, to_data(cfg, schemas[cfg]), {indent = 2})
+  if not ok then raise("config: cannot save " .. path .. ": " .. (tostring(text):gsub("^[^\n]-:%d+: ", ""))) end
+  local done, err = atomic_file.write(path, text .. "\n")
+  if not done then raise("config: " .. err) end
   return path
 end
 
@@ -430,8 +481,18 @@ end
 Config.__index = {dump = M.dump, save = M.save, plain = deep_copy}
 Config.__tostring = M.dump
 
--- Loads a Lua file that returns a table.
+-- The overrides of a --config file: a FILE.json read as data, any other file run as the
+-- user's Lua code (which returns a table).
 function M.load(path)
+  if type(path) == "string" and path:lower():match("%.json$") then
+    local ok, t = pcall(json.read_file, path)
+    if not ok then raise("config: cannot load --config=" .. path .. ": " .. (tostring(t):gsub("^[^\n]-:%d+: ", ""))) end
+    if type(t) ~= "table" or json.is_array(t) then
+      raise("config: --config=" .. path .. " must hold a JSON object of settings, got "
+        .. (json.is_array(t) and "an array" or t == json.null and "null" or type(t)))
+    end
+    return t
+  end
   local chunk, err = loadfile(path)
   if not chunk then raise("config: cannot load --config=" .. tostring(path) .. ": " .. tostring(err)) end
   local ok, t = pcall(chunk)
@@ -443,7 +504,8 @@ end
 -- The --help text: every option with its default and kind.
 function M.help(defaults)
   local root = build_schema(defaults or {}, "")
-  local lines = {"options (--key=value; --config=FILE.lua loads a Lua file returning overrides):"}
+  local lines = {"options (--key=value; --config=FILE.json loads settings as data, as run_dir/config.json holds "
+    .. "them; --config=FILE.lua runs your Lua file returning overrides):"}
   local paths = {}
   local function walk(node, prefix)
     for k, child in pairs(node.children) do

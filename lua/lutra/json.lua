@@ -15,7 +15,14 @@
 -- a lone surrogate is an error) to UTF-8; other bytes, invalid UTF-8 included, are kept as
 -- they are. A repeated key: the last one wins, as in python's json. Errors read
 -- "json: <what> at line L column C". Encoding is here, in Lua (and usable before the C
--- library loads): keys sorted, numbers in the shortest text that reads back.
+-- library loads): keys sorted, numbers in the shortest text that reads back, strings as
+-- UTF-8 with quotes, backslashes and control characters escaped. What it writes is valid
+-- JSON for any value it accepts: a string or key that is not valid UTF-8 (RFC 3629: no
+-- overlong forms, surrogates or code points past U+10FFFF) is refused, not escaped (JSON
+-- has no escape for a raw byte), with an error naming where it is inside the value:
+-- "json: invalid UTF-8 (byte 0xff at offset 3) in the string at config.data" (Lua's
+-- notation: keys after dots or in ["..."], list indices from 1). write_file writes through
+-- lutra.atomic_file: a temporary beside the path, renamed over it.
 local M = {}
 
 local byte, char, sub, find, format = string.byte, string.char, string.sub, string.find, string.format
@@ -180,8 +187,59 @@ for i = 0, 31 do
 end
 ESC["\127"] = "\\u007f"
 
-local function encode_string(s) return '"' .. s:gsub('[%c"\\]', ESC) .. '"' end
-M.encode_string = encode_string
+-- The offset of the first byte of s that does not begin a valid UTF-8 sequence, or nil.
+local function invalid_utf8_at(s)
+  local i = find(s, "[\128-\255]")
+  while i do
+    local c, b1 = byte(s, i, i + 1)
+    local len = (c >= 0xC2 and c <= 0xDF and 2) or (c >= 0xE0 and c <= 0xEF and 3) or (c >= 0xF0 and c <= 0xF4 and 4)
+    if not len or not b1 or b1 < 0x80 or b1 > 0xBF then return i end
+    if (c == 0xE0 and b1 < 0xA0) or (c == 0xED and b1 > 0x9F) or (c == 0xF0 and b1 < 0x90) or (c == 0xF4 and b1 > 0x8F) then
+      return i -- overlong, a surrogate, past U+10FFFF
+    end
+    for k = 2, len - 1 do
+      local b = byte(s, i + k)
+      if not b or b < 0x80 or b > 0xBF then return i end
+    end
+    i = find(s, "[\128-\255]", i + len)
+  end
+end
+M.invalid_utf8_at = invalid_utf8_at
+
+-- Where a value sits inside the one being encoded, in Lua's notation: config.model.name,
+-- files[2], ["a key"].x; "the top level" for the value itself.
+local function path_text(path)
+  local out = {}
+  for i, k in ipairs(path) do
+    if type(k) == "number" then
+      out[#out + 1] = format("[%d]", k)
+    elseif find(k, "^[%a_][%w_]*$") then
+      out[#out + 1] = (i > 1 and "." or "") .. k
+    else
+      out[#out + 1] = format("[%q]", k)
+    end
+  end
+  return #out > 0 and concat(out) or "the top level"
+end
+
+-- s as a JSON string; path (a list of keys) names where s is, for the error on invalid UTF-8.
+local function encode_string(s, path, what)
+  local bad = invalid_utf8_at(s)
+  if bad then
+    error({json_error = format("invalid UTF-8 (byte 0x%02x at offset %d) in %s at %s", byte(s, bad), bad,
+      what or "the string", path_text(path or {}))}, 0)
+  end
+  return '"' .. s:gsub('[%c"\\]', ESC) .. '"'
+end
+
+-- One string as JSON text (for texts built by hand, as the checkpoint manifest's); raises
+-- "json: invalid UTF-8 ..." as encode does.
+function M.encode_string(s)
+  local ok, v = pcall(encode_string, s)
+  if ok then return v end
+  if type(v) == "table" and v.json_error then raise("json: " .. v.json_error) end
+  error(v, 0)
+end
 
 -- The shortest of %.14g .. %.17g that reads back as x (integers without a fraction).
 local function encode_number(x)
@@ -220,10 +278,11 @@ local function table_kind(t)
   return "array", n
 end
 
-local function encode_value(v, out, indent, depth, seen)
+-- path: the keys from the top down to v (pushed and popped on the way), for messages.
+local function encode_value(v, out, indent, depth, seen, path)
   local t = type(v)
   if t == "string" then
-    out[#out + 1] = encode_string(v)
+    out[#out + 1] = encode_string(v, path)
   elseif t == "number" then
     out[#out + 1] = encode_number(v)
   elseif t == "boolean" then
@@ -237,6 +296,7 @@ local function encode_value(v, out, indent, depth, seen)
     local kind, n = table_kind(v)
     local nl = indent and ("\n" .. (" "):rep(indent * (depth + 1))) or ""
     local close_nl = indent and ("\n" .. (" "):rep(indent * depth)) or ""
+    local level = #path + 1
     if kind == "array" then
       if n == 0 then
         out[#out + 1] = "[]"
@@ -245,8 +305,10 @@ local function encode_value(v, out, indent, depth, seen)
         for i = 1, n do
           if i > 1 then out[#out + 1] = "," end
           out[#out + 1] = nl
-          encode_value(v[i], out, indent, depth + 1, seen)
+          path[level] = i
+          encode_value(v[i], out, indent, depth + 1, seen, path)
         end
+        path[level] = nil
         out[#out + 1] = close_nl .. "]"
       end
     else
@@ -259,9 +321,11 @@ local function encode_value(v, out, indent, depth, seen)
         out[#out + 1] = "{"
         for i, k in ipairs(keys) do
           if i > 1 then out[#out + 1] = "," end
-          out[#out + 1] = nl .. encode_string(k) .. (indent and ": " or ":")
-          encode_value(v[k], out, indent, depth + 1, seen)
+          out[#out + 1] = nl .. encode_string(k, path, "a key") .. (indent and ": " or ":")
+          path[level] = k
+          encode_value(v[k], out, indent, depth + 1, seen, path)
         end
+        path[level] = nil
         out[#out + 1] = close_nl .. "}"
       end
     end
@@ -277,26 +341,26 @@ local function encode(v, opts)
     error({json_error = "indent must be a non-negative number"}, 0)
   end
   local out = {}
-  encode_value(v, out, indent, 0, {})
+  encode_value(v, out, indent, 0, {}, {})
   return concat(out)
 end
 
 -- Encodes v: compact by default, with opts.indent spaces per level otherwise. Object keys
--- are sorted; strings are written as UTF-8 with quotes, backslashes and control characters escaped.
+-- are sorted; strings are written as UTF-8 with quotes, backslashes and control characters
+-- escaped, and a string or key that is not valid UTF-8 is an error naming where it is.
 function M.encode(v, opts)
   local ok, s = protected(encode, v, opts)
   if not ok then raise("json: " .. s) end
   return s
 end
 
--- Writes encode(v, opts) and a newline to path.
+-- Writes encode(v, opts) and a newline to path (lutra.atomic_file: a temporary beside it,
+-- fsync'ed and renamed over it; a link planted at path is replaced, never written through).
 function M.write_file(path, v, opts)
   local ok, s = protected(encode, v, opts)
-  if not ok then raise("json: " .. path .. ": " .. s) end
-  local f, err = io.open(path, "wb")
-  if not f then raise("json: cannot write " .. tostring(err)) end
-  f:write(s, "\n")
-  f:close()
+  if not ok then raise("json: " .. tostring(path) .. ": " .. s) end
+  local done, err = require("lutra.atomic_file").write(path, s .. "\n")
+  if not done then raise("json: " .. err) end
 end
 
 return M

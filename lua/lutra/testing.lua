@@ -3,6 +3,7 @@
 -- fails with a message; a small xorshift generator makes inputs independent of
 -- lutra's own random numbers. Failures are raised at the test's line.
 local errors = require "lutra.errors"
+local atomic_file = require "lutra.atomic_file"
 local ops = require "lutra.ops"
 local dtype = require "lutra.dtype"
 local fields = require "lutra.tensor.fields"
@@ -329,9 +330,7 @@ function M.word_corpus(path, words, n, seed)
     x = (x * 1103515245 + 12345) % 2147483648
     parts[i] = words[x % #words + 1]
   end
-  local f = assert(io.open(path, "w"))
-  f:write(table.concat(parts, " "))
-  f:close()
+  assert(atomic_file.write(path, table.concat(parts, " ")))
   return path
 end
 

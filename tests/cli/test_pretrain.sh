@@ -31,7 +31,8 @@ expect_num "char gpt2: final val loss (measured 0.9045)" "$val" "<" 1.2
 expect_num "char gpt2: final val loss (measured 0.9045), not a trivial target" "$val" ">" 0.6
 expect_num "char gpt2: val loss falls by more than 2 (measured 2.88)" "$(awk -v a="$val0" -v b="$val" 'BEGIN { print a - b }')" ">" 2
 [ -s "$T/r1/metrics.jsonl" ] && ok || bad "metrics.jsonl written"
-[ -s "$T/r1/config.lua" ] && ok || bad "config.lua written"
+[ -s "$T/r1/config.json" ] && ok || bad "config.json written"
+[ ! -e "$T/r1/config.lua" ] && ok || bad "no config.lua: a run directory holds no code"
 
 out=$("$LUTRA" recipes/pretrain.lua "${TINY[@]}" --tokenizer=bpe --vocab=300 --model.arch=llama --model.n_kv_head=1 \
   --steps=4 --warmup=1 --eval_every=2 --run_dir="$T/r2" --ckpt_every=2 2>&1 | tr -d "\000")

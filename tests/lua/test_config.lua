@@ -20,6 +20,13 @@ local function write(path, s)
   f:close()
 end
 
+local function read(path)
+  local f = assert(io.open(path, "rb"))
+  local s = f:read("*a")
+  f:close()
+  return s
+end
+
 test("defaults alone; a plain table of copies", function()
   local d = defaults()
   local cfg = config(d, {})
@@ -186,7 +193,7 @@ test("dump is sorted and readable; save round-trips through --config", function(
     "}"}, "\n"))
   equal(tostring(cfg), cfg:dump())
   equal(config.dump(cfg), cfg:dump())
-  local path = tmp .. "_saved.lua"
+  local path = tmp .. "_saved.json"
   local changed = config(d, {"--lr=3e-4", "--seed=42", "--a.y=5,6,7", "--name=x\"y", "--third=0.1"})
   equal(changed:save(path), path)
   local back = config(d, {"--config=" .. path})
@@ -195,7 +202,75 @@ test("dump is sorted and readable; save round-trips through --config", function(
   -- keys the recipe added after parsing show up too
   changed.run_dir = "runs/1"
   T.assert_equal(changed:dump():find('run_dir = "runs/1"', 1, true) ~= nil, true)
-  fails("cannot write", function() cfg:save("/nonexistent-dir/x.lua") end)
+  fails("config: cannot write /nonexistent-dir/x.json: cannot create a temporary file in /nonexistent-dir",
+    function() cfg:save("/nonexistent-dir/x.json") end)
+  fails("config: save writes JSON; name the file *.json (got x.lua)", function() cfg:save("x.lua") end)
+  os.remove(path)
+end)
+
+test("save writes JSON that is data: python reads it, --config reads it back without running it", function()
+  local d = {lr = 1e-3, seed = config.optional("integer"), out = config.optional("string", "runs/x"), empty = {},
+             cap = config.number(math.huge), model = {n_layer = 4, names = {"a", "b"}}, flag = true}
+  local cfg = config(d, {"--seed=7", "--out=nil", "--lr=2.5e-4", "--cap=12.5"})
+  local path = tmp .. "_data.json"
+  cfg:save(path)
+  local text = read(path)
+  -- the exact layout: sorted keys, two spaces, lists as arrays (the empty one too), null for an
+  -- optional key that is unset (it reads back unset, not as its default "runs/x")
+  equal(text, table.concat({
+    "{",
+    '  "cap": 12.5,',
+    '  "empty": [],',
+    '  "flag": true,',
+    '  "lr": 0.00025,',
+    '  "model": {',
+    '    "n_layer": 4,',
+    '    "names": [',
+    '      "a",',
+    '      "b"',
+    "    ]",
+    "  },",
+    '  "out": null,',
+    '  "seed": 7',
+    "}", ""}, "\n"))
+  local back = config(d, {"--config=" .. path})
+  equal(back:plain(), cfg:plain())
+  equal(back.out, nil)
+  -- a number that is not finite (only where its default is one) as a string JSON can hold
+  local inf = config(d, {})
+  inf:save(path)
+  assert(read(path):find('"cap": "inf"', 1, true), read(path))
+  equal(config(d, {"--config=" .. path}).cap, math.huge)
+  write(path, '{"lr": "inf"}')
+  fails("'lr' must be a finite number, got inf (in " .. path .. ")", function() config(d, {"--config=" .. path}) end)
+  -- JSON is read, never run: Lua text in a .json file is a parse error naming the file
+  write(path, 'os.exit(3) return {lr = 1}')
+  fails("config: cannot load --config=" .. path .. ": json: " .. path .. ": unexpected 'o' at line 1 column 1",
+    function() config(d, {"--config=" .. path}) end)
+  write(path, '[1, 2]')
+  fails("--config=" .. path .. " must hold a JSON object of settings, got an array",
+    function() config(d, {"--config=" .. path}) end)
+  write(path, '{"model": {"n_layers": 2}}')
+  fails("unknown config key 'model.n_layers'; did you mean 'model.n_layer'? (in " .. path .. ")",
+    function() config(d, {"--config=" .. path}) end)
+  write(path, '{"lr": null}')
+  fails("'lr' expects a number, got null (in " .. path .. ")", function() config(d, {"--config=" .. path}) end)
+  write(path, '{"model": {"names": "a"}}')
+  fails("'model.names' expects a list, got string 'a'", function() config(d, {"--config=" .. path}) end)
+  fails("config: cannot load --config=" .. tmp .. "_missing.json: json: cannot open", function()
+    config(d, {"--config=" .. tmp .. "_missing.json"})
+  end)
+  -- a string that is not UTF-8 is refused by name, not written as invalid JSON
+  local bad = config(d, {"--out=caf\233"})
+  fails("config: cannot save " .. path .. ": json: invalid UTF-8 (byte 0xe9 at offset 4) in the string at out",
+    function() bad:save(path) end)
+  -- python's json module reads the file (where python3 runs)
+  cfg:save(path)
+  local py = io.popen("python3 -c 'import json,sys; v=json.load(open(sys.argv[1])); "
+    .. "print(v[\"lr\"], v[\"out\"], v[\"model\"][\"names\"], v[\"empty\"])' " .. path .. " 2>/dev/null")
+  local said = py:read("*a")
+  py:close()
+  if said ~= "" then equal(said, "0.00025 None ['a', 'b'] []\n") end
   os.remove(path)
 end)
 

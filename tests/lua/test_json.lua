@@ -160,11 +160,22 @@ test("deep nesting: the bound is max_depth (at most 1000), objects count as arra
   fails("json: nesting deeper than 512", json.decode, ("[{\"k\":"):rep(100000)) -- no stack overflow
 end)
 
-test("UTF-8: invalid bytes pass through; escaped surrogates must pair", function()
+test("UTF-8: the reader keeps invalid bytes, the writer refuses them by place; surrogates must pair", function()
   for _, s in ipairs {"\255\254", "\192\128", "\237\160\128", "a\128b", "\240\159\152"} do
     equal(json.decode('"' .. s .. '"'), s) -- not checked, not changed (as the Lua reader did)
-    equal(json.decode(json.encode({[s] = s}))[s], s)
+    -- writing it would not be JSON: refused, naming the place inside the value
+    fails("json: invalid UTF-8 (byte 0x", json.encode, {[s] = 1})
+    fails("json: invalid UTF-8", json.encode, s)
   end
+  fails("json: invalid UTF-8 (byte 0xff at offset 2) in the string at config.data[2]", json.encode,
+    {config = {data = {"ok", "a\255"}}})
+  fails("json: invalid UTF-8 (byte 0xc0 at offset 1) in a key at files", json.encode, {files = {["\192\128"] = 1}})
+  fails('json: invalid UTF-8 (byte 0xed at offset 1) in the string at ["a key"][1]', json.encode,
+    {["a key"] = {"\237\160\128"}})
+  fails("json: invalid UTF-8 (byte 0x80 at offset 1) in the string at the top level", json.encode, "\128")
+  fails("json: x.json: invalid UTF-8 (byte 0xf5 at offset 1) in the string at [1]", json.write_file, "x.json", {"\245"})
+  fails("json: invalid UTF-8", json.encode_string, "\255")
+  equal(json.encode_string("\226\130\172\""), '"\226\130\172\\""')
   equal(json.decode([["\uD800\uDC00"]]), "\240\144\128\128") -- the lowest pair, U+10000
   equal(json.decode([["\uDBFF\uDFFF"]]), "\244\143\191\191") -- the highest, U+10FFFF
   local cases = {
@@ -299,7 +310,15 @@ test("mutated JSON: every outcome is a value or a json: error, never a Lua error
     local ok, err = pcall(json.decode, s)
     if ok then
       n_ok = n_ok + 1
-      equal(json.decode(json.encode(err)), err, string.format("%q", s)) -- what decodes re-encodes to the same value
+      -- what decodes re-encodes to the same value, or (raw bytes that are not UTF-8 kept by the
+      -- reader: the text then has a byte >= 0x80 of its own) is refused as invalid UTF-8
+      local encoded, text = pcall(json.encode, err)
+      if encoded then
+        equal(json.decode(text), err, string.format("%q", s))
+      else
+        assert(tostring(text):find("json: invalid UTF-8 (byte 0x", 1, true) and s:find("[\128-\255]"),
+          string.format("%q", s) .. ": " .. tostring(text))
+      end
     else
       n_err = n_err + 1
       assert(tostring(err):find("json: ", 1, true) and tostring(err):find(" at line %d+ column %d+"),
@@ -328,6 +347,69 @@ test("JSONL: line numbers, blank lines, a bad line names the file and line", fun
   json.write_file(path, {b = {1.5}, a = "x"}, {indent = 2})
   equal(read(path), '{\n  "a": "x",\n  "b": [\n    1.5\n  ]\n}\n')
   os.remove(path)
+end)
+
+test("UTF-8: python decides which byte strings are valid; what we write of them python reads back", function()
+  local PYTHON = T.need_python("json")
+  T.seed(23)
+  -- byte strings near the edges of UTF-8: boundary code points, cut and overlong sequences,
+  -- surrogates, bytes past U+10FFFF, stray continuation bytes, control characters
+  local pieces = {"a", "\0", "\31", "\127", '"', "\\", "\194\128", "\223\191", "\224\160\128", "\239\191\191",
+                  "\240\144\128\128", "\244\143\191\191", "\237\159\191", "\238\128\128", "\192\128", "\193\191",
+                  "\224\159\191", "\237\160\128", "\237\191\191", "\240\143\191\191", "\244\144\128\128",
+                  "\245\128\128\128", "\255", "\128", "\191", "\226\130", "\240\159\152", "\194"}
+  local hex, ours = {}, {}
+  local valid = 0
+  for i = 1, 1500 do
+    local parts = {}
+    for k = 1, T.randint(1, 5) do
+      parts[k] = T.uniform() < 0.8 and pieces[T.randint(1, #pieces + 1)] or string.char(T.randint(0, 256))
+    end
+    local str = table.concat(parts)
+    hex[i] = str:gsub(".", function(c) return string.format("%02x", c:byte()) end)
+    local ok, text = pcall(json.encode, {str})
+    if ok then valid = valid + 1 end
+    ours[i] = hex[i] .. "\t" .. (ok and text or "refused")
+    assert(ok or tostring(text):find("json: invalid UTF-8 (byte 0x", 1, true), tostring(text))
+  end
+  assert(valid > 200 and valid < 1300, valid .. " of 1500 valid: the mix tests both sides")
+  local dir = files.temp_dir()
+  write(dir .. "/ours.txt", table.concat(ours, "\n") .. "\n")
+  write(dir .. "/check.py", [==[
+import json, sys
+bad = 0
+n = 0
+for line in open(sys.argv[1], "rb"):
+    h, out = line.rstrip(b"\n").split(b"\t", 1)
+    raw = bytes.fromhex(h.decode())
+    n += 1
+    try:
+        text = out.decode("utf-8")  # what we wrote must itself be UTF-8
+    except UnicodeDecodeError:
+        bad += 1
+        print("wrote bytes that are not UTF-8", h)
+        continue
+    try:
+        want = raw.decode("utf-8")  # strict: RFC 3629, as the writer must be
+    except UnicodeDecodeError:
+        want = None
+    if want is None:
+        if text != "refused":
+            bad += 1
+            print("accepted invalid UTF-8", h, text)
+    elif text == "refused":
+        bad += 1
+        print("refused valid UTF-8", h)
+    elif json.loads(text) != [want]:
+        bad += 1
+        print("python reads back something else", h, text)
+print("checked", n, "bad", bad)
+]==])
+  local p = io.popen(PYTHON .. " " .. dir .. "/check.py " .. dir .. "/ours.txt 2>&1")
+  local said = p:read("*a")
+  p:close()
+  equal(said:match("checked %d+ bad %d+\n$"), "checked 1500 bad 0\n", said)
+  os.execute("rm -rf " .. dir)
 end)
 
 test("python's json module as the reference", function()

@@ -1,8 +1,37 @@
-/* io.h — the C API, part: files: safetensors, checkpoint shards and manifests, JSON.
+/* io.h — the C API, part: files: written safely, safetensors, checkpoint shards and manifests, JSON.
  * Include lutra.h, which includes every part in order (and cmake/gen_cdef.awk follows the
  * same order into the one ffi.cdef text); the conventions are at the head of lutra.h. */
 #ifndef LUTRA_IO_H
 #define LUTRA_IO_H
+
+/* ---- files written safely (host/io/atomic_file.c) ----------------------------------------
+ * Every file lutra writes goes through these. A whole file goes to a temporary beside PATH
+ * (PATH.tmp.<12 random hex digits>, created with O_CREAT | O_EXCL | O_NOFOLLOW, mode 0644 less
+ * the umask), is fsync'ed and renamed over PATH: a reader, or a run killed at any moment, sees
+ * the old file or the new one, never half of one, and a symbolic link planted at PATH is
+ * replaced by the file (said once on stderr), never written through: its target is left as it
+ * was. On any failure the temporary is removed, PATH keeps what it held, and the error names
+ * PATH and the OS's reason: "cannot write runs/x/model/config.json: no space left on device".
+ * sync_dir = 1 also fsyncs PATH's directory after the rename (a checkpoint's commit: the rename
+ * itself then survives a power cut).
+ * An appended file (metrics.jsonl, samples.txt) is opened with O_APPEND | O_NOFOLLOW; a symbolic
+ * link (or a file with other hard links) planted at PATH is first replaced by a fresh empty
+ * regular file (said on stderr), never written through. truncate = 1 starts PATH empty.
+ * Test hook: env LUTRA_FAULT=write:N kills the process (SIGKILL, as kill -9 does) once N bytes
+ * have gone through lt_atomic_file_write, cutting the write that crosses N. */
+typedef struct lt_atomic_file lt_atomic_file;   /* opaque: a temporary on its way to PATH */
+typedef struct lt_append_file lt_append_file;   /* opaque: a file open for appending */
+int lt_atomic_file_open(lt_atomic_file **out, const char *path);
+int lt_atomic_file_write(lt_atomic_file *f, const void *data, int64_t nbytes);
+/* fsync, close, rename over PATH (then fsync of the directory with sync_dir); frees f, and on
+ * failure removes the temporary. */
+int lt_atomic_file_commit(lt_atomic_file *f, int sync_dir);
+int lt_atomic_file_abort(lt_atomic_file *f);     /* removes the temporary, frees f; NULL is ok */
+/* The whole file in one call: open, write, commit. */
+int lt_write_file_atomic(const char *path, const void *data, int64_t nbytes, int sync_dir);
+int lt_append_file_open(lt_append_file **out, const char *path, int truncate);
+int lt_append_file_write(lt_append_file *f, const void *data, int64_t nbytes);
+int lt_append_file_close(lt_append_file *f);     /* NULL is ok */
 
 /* ---- safetensors: defensive header parsing, tensor reads and writes (host/safetensors*.c) ----
  * A .safetensors file is an 8-byte little-endian header length N, N bytes of JSON
@@ -60,14 +89,16 @@ int lt_st_save(const char *path, int64_t n, const char *const *names, const lt_t
  *
  * A job writes one shard file: pieces are added (pointers to bytes that must stay valid
  * until the job is waited for), then it runs on this thread (lt_ckpt_job_run) or on a
- * background thread (lt_ckpt_job_start, then lt_ckpt_job_wait). It writes PATH.part with
- * large sequential writes, fsyncs it and renames it to PATH. With a commit (rank 0) it then
- * waits until the `world` files tmp_dir/rank_%05d.lz4 exist, writes tmp_dir/manifest.json,
- * fsyncs it and tmp_dir, renames tmp_dir to final_dir (an older final_dir is moved aside
- * and removed), fsyncs the parent, and replaces latest_path by latest_text (temp file,
- * fsync, rename). Every started job is joined at exit (atexit), so a process never ends
- * with a save half-written. Test hook: env LUTRA_FAULT=save:start | save:mid_file |
- * save:after_file | save:after_manifest | save:after_rename ends the process (_exit(86)) at
+ * background thread (lt_ckpt_job_start, then lt_ckpt_job_wait). It writes a temporary beside
+ * PATH with large sequential writes, fsyncs it and renames it to PATH (lt_atomic_file_*).
+ * With a commit (rank 0) it then waits until the `world` files tmp_dir/rank_%05d.lz4 exist,
+ * writes tmp_dir/manifest.json, fsyncs it and tmp_dir, renames tmp_dir to final_dir (an older
+ * final_dir is moved aside and removed), fsyncs the parent, and replaces latest_path by
+ * latest_text (temp file, fsync, rename). On a failure (a full disk) the error names the file
+ * and the reason, the temporary is removed, and every committed checkpoint stays as it was.
+ * Every started job is joined at exit (atexit), so a process never ends with a save
+ * half-written. Test hook: env LUTRA_FAULT=save:start | save:mid_file | save:after_file |
+ * save:after_manifest | save:after_rename ends the process (_exit(86)) at
  * that point; POINT@R only on rank R (OMPI_COMM_WORLD_RANK, PMIX_RANK or LUTRA_RANK). */
 
 typedef struct lt_ckpt_piece {
@@ -138,11 +169,14 @@ int lt_ckpt_read_range(const char *path, int64_t index, const lt_ckpt_piece *p, 
 int lt_ckpt_verify_file(const char *path, int64_t *raw, int64_t *compressed);
 
 /* Files: fsync of a file or a directory; rename then fsync of the target's directory; an
- * atomic small file (temp, fsync, rename, fsync of the directory); rm -r. */
+ * atomic small file (lt_write_file_atomic with the directory fsync'ed); rm -r; and a whole
+ * checkpoint removed: renamed to DIR.old-<pid> first (which no reader takes for a checkpoint,
+ * and the next prune removes), so that a crash midway never leaves half of one under its name. */
 int lt_ckpt_fsync_path(const char *path);
 int lt_ckpt_rename(const char *from, const char *to);
 int lt_ckpt_write_file(const char *path, const void *data, int64_t nbytes);
 int lt_ckpt_remove_tree(const char *path);
+int lt_ckpt_remove_checkpoint(const char *dir);
 
 /* Validates a manifest.json text (host/io/ckpt_manifest.c) before Lua trusts it: format and
  * version, files (plain names), tensors (unique names, known dtypes, shapes of at most 8

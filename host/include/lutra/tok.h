@@ -67,8 +67,9 @@ int lt_tokenizer_fingerprint(const lt_tokenizer *tok, uint64_t *out);
  *   32 u64 tokenizer_hash  40 u64 tokens_hash (FNV-1a 64 of the token bytes)
  *   48 u64 source_bytes  56 u64 source_hash (FNV-1a 64 of the text)  64 i64 source_mtime_ns
  *   72..128 zeros. The file size is exactly 128 + count * token_bytes.
- * Writing streams (open, append any number of times, finish) into a temporary file that
- * finish renames into place, so a reader never sees a partial file. Reading maps the
+ * Writing streams (open, append any number of times, finish) into a temporary file beside
+ * the path (lt_atomic_file_*: created exclusively, never through a link) that finish fsyncs
+ * and renames into place, so a reader never sees a partial file. Reading maps the
  * file (read-only, MAP_SHARED) after validating the header; errors name the file. */
 
 typedef struct lt_tokfile_info {

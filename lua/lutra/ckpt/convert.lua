@@ -231,7 +231,10 @@ function M.convert(src, dst, opts)
   if not opts.force and is_dir(dst) and non_empty_dir(dst) then
     raise("convert: " .. dst .. " exists and is not empty (pass --force to write into it)")
   end
-  if exists(src .. "/config.json") then return to_lutra(src, dst, opts) end
+  -- a Hugging Face dir holds config.json; so does a lutra run dir (its settings), told apart by
+  -- its checkpoints (ckpt/, a manifest, lutra_model/)
+  local run_like = is_dir(src .. "/ckpt") or exists(src .. "/manifest.json") or is_dir(src .. "/lutra_model")
+  if exists(src .. "/config.json") and not run_like then return to_lutra(src, dst, opts) end
   local ckpt_dir = lutra_source(src)
   if ckpt_dir == nil then
     raise("convert: " .. src .. " is neither a Hugging Face dir (config.json) nor a lutra checkpoint (manifest.json, "

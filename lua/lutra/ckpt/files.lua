@@ -26,6 +26,7 @@ void *readdir(void *dir);
 int closedir(void *dir);
 struct lt_ckpt_dirent { uint64_t d_ino; int64_t d_off; unsigned short d_reclen; unsigned char d_type; char d_name[256]; };
 ]])
+pcall(ffi.cdef, "char *strerror(int errnum);")
 
 function M.is_dir(path)
   local d = ffi.C.opendir(path)
@@ -38,14 +39,19 @@ function M.mkdir_p(path)
   local at = path:sub(1, 1) == "/" and "/" or ""
   for part in path:gmatch("[^/]+") do
     at = at .. part
-    if not M.is_dir(at) and ffi.C.mkdir(at, 493) ~= 0 and not M.is_dir(at) then -- 0755
-      raise("ckpt: cannot create the directory " .. at)
+    local err = not M.is_dir(at) and ffi.C.mkdir(at, 493) ~= 0 and ffi.errno() -- 0755
+    if err and not M.is_dir(at) then
+      raise("cannot create the directory " .. at .. ": "
+        .. (err == 17 and "a file of that name is in the way" or ffi.string(ffi.C.strerror(err)):lower()))
     end
     at = at .. "/"
   end
 end
 
 function M.remove_tree(path) if C.lt_ckpt_remove_tree(path) ~= 0 then fail() end end
+-- A whole checkpoint: moved aside (DIR.old-<pid>) first, so that a crash midway leaves no half
+-- of one under its name.
+function M.remove_checkpoint(dir) if C.lt_ckpt_remove_checkpoint(dir) ~= 0 then fail() end end
 
 function M.read(path)
   local f, err = io.open(path, "rb")

@@ -125,17 +125,19 @@ local function prunable(root, keep, first)
 end
 
 -- Keeps the `keep` newest readable step_* checkpoints under root (and the one `latest` names, and
--- every one it cannot read); also removes leftovers of interrupted saves (*.tmp, *.old-*), except a
--- save still in flight.
+-- every one it cannot read); also removes leftovers of interrupted saves (*.tmp, *.old-*, the
+-- temporaries of `latest`), except a save still in flight.
 function M.prune(root, keep)
   if type(root) ~= "string" then raise("ckpt.prune: root must be a path string") end
   root = root:gsub("/+$", "")
   if keep and keep > 0 then
-    for _, dir in ipairs(prunable(root, keep)) do ckpt_files.remove_tree(dir) end
+    for _, dir in ipairs(prunable(root, keep)) do ckpt_files.remove_checkpoint(dir) end
   end
   if not M.busy() then
     for _, name in ipairs(ckpt_files.list(root)) do
-      if name:match("^step_%d+%.tmp$") or name:match("^step_%d+%.old%-%d+$") then ckpt_files.remove_tree(root .. "/" .. name) end
+      if name:match("^step_%d+%.tmp$") or name:match("^step_%d+%.old%-%d+$") or name:match("^latest%.tmp%.%x+$") then
+        ckpt_files.remove_tree(root .. "/" .. name)
+      end
     end
   end
 end
@@ -210,7 +212,7 @@ local function make_tmp_dir(group, rank, dir, parent, tmp)
     group:all_reduce(flag, "max")
     if flag:item() ~= 0 and made then raise("ckpt.save: " .. dir .. ": rank 0 could not create " .. tmp) end
   end
-  if not made then error(why, 0) end
+  if not made then raise("ckpt.save: " .. dir .. ": " .. (tostring(why):gsub("^[^\n]-:%d+: ", ""))) end
 end
 
 -- The job that writes this rank's file into tmp, with its extra state and (rank 0) the copied

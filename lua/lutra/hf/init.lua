@@ -330,8 +330,7 @@ function M.write_weights(dir, tensors, max_shard_size)
     os.remove(old_index)
   end
   local meta = {format = "pt"}
-  if not max_shard_size then
-    os.remove(dir .. "/model.safetensors")
+  if not max_shard_size then -- replaced by a rename (lt_st_save): never removed first
     st.save(dir .. "/model.safetensors", tensors, meta)
     return {"model.safetensors"}
   end

@@ -6,7 +6,8 @@
 --                            restart may then come back with fewer ranks (--min-ranks)
 --   LUTRA_FAULT=hang:S[@R]   rank R stops after step S without dying: the other ranks wait in
 --                            their next collective until the watchdog ends the job
--- (LUTRA_FAULT=save:<point>[@R] faults live in the checkpoint writer: lutra.h, ckpt io.)
+-- (LUTRA_FAULT=save:<point>[@R] faults live in the checkpoint writer: lutra.h, ckpt io;
+-- LUTRA_FAULT=write:N, a SIGKILL at byte N of the files written, in lutra.h's files written safely.)
 -- A fault fires once per job: a marker in LUTRA_LAUNCH_DIR (set by `lutra launch`) keeps the
 -- restarted job from dying again at the same step.
 local ffi = require "ffi"

@@ -21,7 +21,7 @@
 -- sample_every, sample_tokens, sample_prompt, temperature, top_k, top_p, log_every (metrics
 -- records and the progress line), print_every (plain progress lines when stdout is not a
 -- terminal; 0: steps / 50),
--- run_dir (metrics.jsonl, config.lua and checkpoints go there; "" for none), ckpt_every,
+-- run_dir (metrics.jsonl, config.json and checkpoints go there; "" for none), ckpt_every,
 -- ckpt_keep, ckpt_async (the state is copied, then compressed and written in the background), resume ("" none, "auto" the latest checkpoint of run_dir, or a path),
 -- precision ("fp32", "bf16", "fp16": lutra/train/precision.lua), loss_scale and growth_interval
 -- (fp16), parallel (a layout: lutra/dist/mesh.lua).
@@ -36,6 +36,7 @@ local errors = require "lutra.errors"
 local create = require "lutra.create"
 local sharded = require "lutra.ckpt"
 local files = require "lutra.ckpt.files"
+local atomic_file = require "lutra.atomic_file"
 local progress = require "lutra.train.progress"
 local metrics = require "lutra.train.metrics"
 local interrupt = require "lutra.train.interrupt"
@@ -120,7 +121,11 @@ function Trainer:resume()
   end
 end
 
--- run_dir: the tokenizer (copied into every checkpoint), config.lua and metrics.jsonl.
+-- run_dir: the tokenizer (copied into every checkpoint), config.json (the settings as data:
+-- --config=run_dir/config.json reads them back) and metrics.jsonl. Each is written through
+-- lutra.atomic_file: a link planted in the directory is replaced, never written through. A
+-- config that cannot be written as JSON (a value the recipe added that JSON has no form for)
+-- is said on stderr and the run goes on; a run_dir that cannot be written is an error.
 function Trainer:open_outputs()
   local run_dir = self.run_dir
   if not run_dir then return end
@@ -129,7 +134,10 @@ function Trainer:open_outputs()
   if type(tok) == "table" and type(tok.save) == "function" and pcall(tok.save, tok, run_dir .. "/tokenizer.json") then
     self.ckpt_files = {["tokenizer.json"] = run_dir .. "/tokenizer.json"}
   end
-  if type(cfg.save) == "function" then pcall(cfg.save, cfg, run_dir .. "/config.lua") end
+  if type(cfg.save) == "function" then
+    local ok, err = pcall(cfg.save, cfg, run_dir .. "/config.json")
+    if not ok then io.stderr:write("lutra: ", (tostring(err):gsub("^[^\n]-:%d+: ", "")), "\n") end
+  end
   self.log = metrics.open(run_dir .. "/metrics.jsonl", self.step == 0 and "w" or "a")
 end
 
@@ -161,12 +169,15 @@ function Trainer:sample()
   create.set_rng_state(rng)
   if not ok then return self:say("sample failed: " .. tostring(text)) end
   self:say(string.format("---- sample at step %d ----\n%s\n----", self.step, text))
-  if self.run_dir then
-    local f = io.open(self.run_dir .. "/samples.txt", "a")
+  if self.run_dir then -- appended without following a link planted there (lutra.atomic_file)
+    local f, err = atomic_file.append(self.run_dir .. "/samples.txt")
+    local ok = f ~= nil
     if f then
-      f:write(string.format("---- step %d ----\n%s\n", self.step, text))
-      f:close()
+      ok, err = f:write(string.format("---- step %d ----\n%s\n", self.step, text))
+      local closed, close_err = f:close()
+      if ok and not closed then ok, err = false, close_err end
     end
+    if not ok then self:say("sample not saved: " .. tostring(err)) end
   end
 end
 

@@ -6,6 +6,8 @@
 --   log:write{step = 10, loss = 3.2, lr = 1e-3}             -- {"loss":3.2,"lr":0.001,"step":10}
 --   log:close()
 --   metrics.read("runs/x/metrics.jsonl")                    -- the records, as tables
+local atomic_file = require "lutra.atomic_file"
+
 local M = {}
 
 local function encode_string(s)
@@ -47,15 +49,19 @@ end
 local Log = {}
 Log.__index = Log
 
+-- mode "a" appends (a resumed run), "w" starts the file empty. Opened through
+-- lutra.atomic_file: a symbolic link planted at path is replaced by a fresh file, never
+-- written through.
 function M.open(path, mode)
-  local f, err = io.open(path, mode or "a")
-  if not f then error("metrics: cannot open " .. tostring(err), 0) end
+  local f, err = atomic_file.append(path, {truncate = mode == "w"})
+  if not f then error("metrics: " .. tostring(err), 0) end
   return setmetatable({path = path, file = f}, Log)
 end
 
+-- One record, one write(2): a crash loses no record that was written.
 function Log:write(record)
-  self.file:write(M.encode(record), "\n")
-  self.file:flush()
+  local ok, err = self.file:write(M.encode(record) .. "\n")
+  if not ok then error("metrics: " .. tostring(err), 0) end
 end
 
 function Log:close()
