@@ -157,8 +157,11 @@ int lt_st_save(const char *path, int64_t n, const char *const *names, const lt_t
     if (!names[k]) return lt_errorf("safetensors: save %s: name %lld is NULL", path, (long long)k);
     if (strcmp(names[k], "__metadata__") == 0)
       return lt_errorf("safetensors: save %s: a tensor may not be named __metadata__", path);
-    if (!lt_utf8_valid(names[k], strlen(names[k]), NULL)) /* the reader refuses it */
-      return lt_errorf("safetensors: save %s: tensor name '%.200s' is not valid UTF-8", path, names[k]);
+    if (!lt_utf8_valid(names[k], strlen(names[k]), NULL)) { /* the reader refuses it */
+      char shown[256];
+      lt_name_shown(shown, sizeof shown, names[k], strlen(names[k]));
+      return lt_errorf("safetensors: save %s: tensor name '%s' is not valid UTF-8", path, shown);
+    }
     char what[96];
     snprintf(what, sizeof what, "tensor '%.60s'", names[k]);
     LT_TRY(lt_check_defined("safetensors save", what, t));
