@@ -248,7 +248,7 @@ function Reader:extra(r)
   local s = ckpt_files.read(self.dir .. "/" .. name)
   if not s then raise("ckpt.load: " .. self.dir .. "/" .. name .. " is missing") end
   local ok, v = pcall(json.decode, s)
-  if not ok then raise("ckpt.load: " .. self.dir .. "/" .. name .. " is corrupt: " .. tostring(v)) end
+  if not ok then raise("ckpt.load: " .. self.dir .. "/" .. name .. " is corrupt: " .. tostring(v):gsub("^[^:]*:%d+: ", "")) end
   return v
 end
 

@@ -194,8 +194,10 @@ function M.restore(r, named, opt, opts)
   local list = as_list(named)
   M.check(r, list, opt, opts.all_names)
   r:load_into(list)
+  local hint = {allow_nonfinite = opts.allow_nonfinite,
+                nonfinite_hint = "the run that saved it had diverged: resume from an earlier checkpoint"}
   local function finite(name, t)
-    weight_checks.finite(t, string.format("ckpt: %s: tensor '%s'", r.dir, name), opts)
+    weight_checks.finite(t, string.format("ckpt: %s: tensor '%s'", r.dir, name), hint)
   end
   for _, e in ipairs(list) do finite(e.name, e.tensor) end
   if not opt then return end

@@ -14,7 +14,8 @@
 -- from integers (I32 weights read as f32: values of 1e9) or to a narrower float changes the
 -- values silently. opts.allow_cast (`--cast` where a command loads weights) accepts the
 -- lossless conversions only: bf16 and f16 into f32 or f64, f32 into f64. Non-finite values
--- are refused with their count unless opts.allow_nonfinite.
+-- are refused with their count unless opts.allow_nonfinite (opts.nonfinite_hint: what the
+-- message advises instead of that option, where the caller has none).
 local lt = require "lutra.ffi"
 local bit = require "bit"
 local errors = require "lutra.errors"
@@ -33,11 +34,13 @@ function M.lossless(from, to) return from == to or (WIDER[from] ~= nil and WIDER
 function M.dtype_problem(file_dtype, param_dtype, where, opts)
   if file_dtype == param_dtype then return nil end
   local head = string.format("%s is %s, the parameter is %s", where, tostring(file_dtype), tostring(param_dtype))
+  if not FLOAT[file_dtype] then
+    return head .. ": integer and bool tensors are not weights of a floating-point parameter (the wrong file or "
+      .. "tensor?)"
+  end
   if not M.lossless(file_dtype, param_dtype) then
-    local why = FLOAT[file_dtype] and "converting it would lose precision"
-      or "integer and bool tensors are not weights of a floating-point parameter"
-    return head .. ": " .. why .. "; convert the file to " .. tostring(param_dtype) .. " first, or build the model in "
-      .. tostring(file_dtype)
+    return head .. ": converting it would lose precision; convert the file to " .. tostring(param_dtype)
+      .. " first, or build the model in " .. tostring(file_dtype)
   end
   if not (opts and opts.allow_cast) then
     return head .. ": the conversion is lossless but is not made unless asked for (allow_cast = true, --cast)"
@@ -75,8 +78,8 @@ function M.finite_problem(t, where, opts)
   if opts and opts.allow_nonfinite then return nil end
   local bad = M.count_nonfinite(t)
   if bad == 0 then return nil end
-  return string.format("%s: %d of its %d values are not finite (NaN or inf); pass allow_nonfinite = true to load them "
-    .. "anyway", where, bad, t:numel())
+  return string.format("%s: %d of its %d values are not finite (NaN or inf); %s", where, bad, t:numel(),
+    opts and opts.nonfinite_hint or "pass allow_nonfinite = true to load them anyway")
 end
 
 function M.finite(t, where, opts)
