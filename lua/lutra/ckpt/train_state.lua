@@ -114,7 +114,8 @@ end
 -- a parameter the checkpoint lacks or holds in another global shape or dtype; a model tensor
 -- of the checkpoint that the model has no parameter for (all_names: every parameter name of
 -- the whole model, other ranks' included; nil: named's); with opt, optimizer state for a
--- parameter or field this optimizer does not have, or of another shape than its parameter.
+-- parameter the model does not have, a field this optimizer does not keep, or of another shape
+-- than its parameter.
 function M.check(r, named, opt, all_names)
   local list = as_list(named)
   local problems, known, model_names = {}, {}, {}
@@ -152,8 +153,10 @@ function M.check(r, named, opt, all_names)
       if not known[t.name] then problem("unexpected tensor '%s' (the checkpoint has it, the model does not)", t.name) end
     elseif opt then
       local p = param_of[key]
-      if not p then
-        problem("unexpected optimizer state '%s': this optimizer has no parameter '%s'", t.name, key)
+      if not p then -- another rank's parameter (a pipeline stage) is fine, one of no model is not
+        if not known[key] then
+          problem("unexpected optimizer state '%s': the model has no parameter '%s'", t.name, key)
+        end
       elseif opt.impl.fields[field] ~= "tensor" then
         problem("unexpected optimizer state '%s': %s keeps no tensor '%s'", t.name, tostring(opt.kind), field)
       elseif shape_str(spec.global_shape(p)) ~= shape_str(t.shape) then
