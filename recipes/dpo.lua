@@ -17,6 +17,7 @@ local data = ((arg and arg[0] or ""):match("^(.*/)[^/]+$") or "recipes/") .. "da
 local cfg = config {
   model = "runs/sft/model",           -- a model directory, or a trainer checkpoint (give --tokenizer)
   tokenizer = "",                     -- tokenizer.json, for a checkpoint
+  cast = false,                        -- load bf16/f16 weights into the f32 model (lossless; refused without)
   template = "auto",                  -- auto: the model directory's; "none": plain text; or chatml, llama3
   train_data = data .. "dpo_train.jsonl", val_data = data .. "dpo_val.jsonl", -- shipped next to this recipe
   val_limit = 0,                      -- 0: every held-out pair
@@ -33,7 +34,8 @@ if cfg.threads > 0 then lt.set_num_threads(cfg.threads) end
 lt.manual_seed(cfg.seed)
 
 -- ---- model, data -------------------------------------------------------------------------------
-local model, tok, info = modeldir.load(cfg.model, {tokenizer = cfg.tokenizer ~= "" and cfg.tokenizer or nil})
+local model, tok, info = modeldir.load(cfg.model, {tokenizer = cfg.tokenizer ~= "" and cfg.tokenizer or nil,
+                                            allow_cast = cfg.cast})
 local template = cfg.template
 if template == "auto" then template = info.format == "checkpoint" and "none" or info.template end
 local max_len = model.cfg.block_size + 1 -- inputs are all tokens but the last

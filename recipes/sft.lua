@@ -18,6 +18,7 @@ local data = ((arg and arg[0] or ""):match("^(.*/)[^/]+$") or "recipes/") .. "da
 local cfg = config {
   model = "runs/pretrain/model",       -- a model directory, or a trainer checkpoint (with --tokenizer)
   tokenizer = "",                      -- tokenizer.json for a checkpoint
+  cast = false,                        -- load bf16/f16 weights into the f32 model (lossless; refused without)
   template = config.one_of({"chatml", "llama3"}, "chatml"),
   train_data = data .. "sft_train.jsonl", val_data = data .. "sft_val.jsonl", -- shipped next to this recipe
   max_len = 0, seq_len = 0,            -- 0: the model's block_size
@@ -36,7 +37,8 @@ print(cfg:dump())
 
 -- ---- model and data -------------------------------------------------------------------------
 lt.manual_seed(cfg.seed)
-local model, tok, info = modeldir.load(cfg.model, {tokenizer = cfg.tokenizer ~= "" and cfg.tokenizer or nil})
+local model, tok, info = modeldir.load(cfg.model, {tokenizer = cfg.tokenizer ~= "" and cfg.tokenizer or nil,
+                                            allow_cast = cfg.cast})
 local block = model.cfg.block_size
 print(string.format("model: %s (%s format), %s, %.2fM parameters", cfg.model, info.format, model:extra_repr(),
                     model:num_parameters() / 1e6))

@@ -1,7 +1,10 @@
 /* ckpt_manifest.c — validates a checkpoint's manifest.json before Lua trusts any of it
- * (lutra.h, "checkpoint io"). Depends on lt_errorf and cJSON only, so that the fuzz
- * harness (tests/fuzz/fuzz_manifest.c) compiles this file alone. */
+ * (lutra.h, "checkpoint io"). Every path it names (files, extra, copied) is a plain file name
+ * inside the checkpoint directory, and no string holds a NUL character (io/names.h: cJSON
+ * would cut "rank_00000.lz4\u0000/../x" short where Lua keeps it whole). Depends on lt_errorf
+ * and cJSON only, so that the fuzz harness (tests/fuzz/fuzz_manifest.c) compiles this file alone. */
 #include "core/internal.h"
+#include "io/names.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +45,31 @@ static int plain_name(const char *s) {
   for (size_t i = 0; i < n; i++)
     if (s[i] == '/' || (unsigned char)s[i] < 32) return 0;
   return 1;
+}
+
+/* root[key], when present (required: when absent too), a list of plain file names: the shard
+ * files, each rank's extra state, the files copied in. Its length into *count. */
+static int name_list(const char *src, const cJSON *root, const char *key, int required, int *count) {
+  const cJSON *list = cJSON_GetObjectItemCaseSensitive(root, key);
+  *count = 0;
+  if (!list && !required) return 0;
+  if (!cJSON_IsArray(list) || (required && cJSON_GetArraySize(list) < 1) || cJSON_GetArraySize(list) > (1 << 20))
+    return lt_errorf("ckpt: %s: %s must be a%s list of file names", src, key, required ? " non-empty" : "");
+  int i = 0;
+  for (const cJSON *f = list->child; f; f = f->next, i++) {
+    if (!cJSON_IsString(f) || !plain_name(f->valuestring)) {
+      char shown[128];
+      if (cJSON_IsString(f))
+        lt_name_shown(shown, sizeof shown, f->valuestring, strlen(f->valuestring));
+      else
+        snprintf(shown, sizeof shown, "(not a string)");
+      return lt_errorf("ckpt: %s: %s[%d] = '%s': entries must be plain file names in the checkpoint directory (no "
+                       "'/', not '.' or '..')",
+                       src, key, i, shown);
+    }
+  }
+  *count = i;
+  return 0;
 }
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
@@ -115,13 +143,18 @@ static int check_root(const char *src, const cJSON *root, int64_t *n_tensors, in
     return lt_errorf("ckpt: %s: manifest version must be 1 (this lutra reads version 1)", src);
   if (as_int(cJSON_GetObjectItemCaseSensitive(root, "step"), &step) != 0)
     return lt_errorf("ckpt: %s: step must be a non-negative integer", src);
-  const cJSON *files = cJSON_GetObjectItemCaseSensitive(root, "files");
-  if (!cJSON_IsArray(files) || cJSON_GetArraySize(files) < 1 || cJSON_GetArraySize(files) > (1 << 20))
-    return lt_errorf("ckpt: %s: files must be a non-empty list", src);
-  int nfiles = cJSON_GetArraySize(files);
-  for (const cJSON *f = files->child; f; f = f->next)
-    if (!cJSON_IsString(f) || !plain_name(f->valuestring))
-      return lt_errorf("ckpt: %s: files must be plain file names (no '/')", src);
+  int nfiles = 0, nextra = 0, ncopied = 0;
+  LT_TRY(name_list(src, root, "files", 1, &nfiles));
+  LT_TRY(name_list(src, root, "extra", 0, &nextra));
+  LT_TRY(name_list(src, root, "copied", 0, &ncopied));
+  if (cJSON_GetObjectItemCaseSensitive(root, "extra") && nextra != nfiles)
+    return lt_errorf("ckpt: %s: extra lists %d files, one per rank's file (%d)", src, nextra, nfiles);
+  const cJSON *world = cJSON_GetObjectItemCaseSensitive(root, "world");
+  int64_t w;
+  if (world && (as_int(world, &w) != 0 || w != nfiles))
+    return lt_errorf("ckpt: %s: world must be the number of rank files (%d)", src, nfiles);
+  const cJSON *kind = cJSON_GetObjectItemCaseSensitive(root, "kind");
+  if (kind && !cJSON_IsString(kind)) return lt_errorf("ckpt: %s: kind must be a string", src);
   const cJSON *ts = cJSON_GetObjectItemCaseSensitive(root, "tensors");
   if (!cJSON_IsArray(ts)) return lt_errorf("ckpt: %s: tensors must be a list", src);
   int n = cJSON_GetArraySize(ts);
@@ -153,6 +186,13 @@ int lt_ckpt_manifest_check(const char *text, int64_t len, const char *source, in
   if (!text || len < 0) return lt_errorf("ckpt: %s: no manifest text", src);
   if (len > MAX_MANIFEST)
     return lt_errorf("ckpt: %s: manifest of %lld bytes is over the 256 MB bound", src, (long long)len);
+  int64_t nul_len = 0, nul_at = lt_json_nul_string(text, len, &nul_len);
+  if (nul_at >= 0) {
+    char shown[256];
+    lt_name_shown(shown, sizeof shown, text + nul_at, (size_t)nul_len);
+    return lt_errorf("ckpt: %s: the string %s holds a NUL character (\\u0000): names and paths must not", src,
+                     shown);
+  }
   const char *end = NULL;
   cJSON *root = cJSON_ParseWithLengthOpts(text, (size_t)len, &end, 0);
   if (!root)

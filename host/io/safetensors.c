@@ -1,9 +1,11 @@
 /* safetensors.c — parsing and validating a safetensors header, defensively: every length,
  * shape and offset is checked before anything trusts it, and a bad header is an error
- * naming the source, the tensor and the problem, never a crash. Depends on lt_errorf and
+ * naming the source, the tensor and the problem, never a crash. Names and metadata must be
+ * valid UTF-8 without NUL (io/names.h). Depends on lt_errorf and
  * cJSON only (the fuzz harness compiles this file alone). File IO is in io/safetensors_file.c. */
 #include "io/safetensors.h"
 #include "core/internal.h"
+#include "io/names.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,6 +71,16 @@ static int cmp_info_begin(const void *a, const void *b) {
 }
 
 static int cmp_str_ptr(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* A header string (what: "tensor name", "__metadata__ key", ...) that is not UTF-8: an error
+ * showing its bytes. */
+static int check_utf8(const char *src, const char *what, const char *s) {
+  size_t n = strlen(s), bad = 0;
+  if (lt_utf8_valid(s, n, &bad)) return 0;
+  char shown[256];
+  lt_name_shown(shown, sizeof shown, s, n);
+  return lt_errorf("safetensors: %s: %s '%s' is not valid UTF-8 (byte %zu)", src, what, shown, bad);
+}
 
 /* One tensor entry {"dtype": .., "shape": [..], "data_offsets": [b, e]} into info. */
 static int parse_entry(const char *src, const cJSON *e, const char *name, int64_t data_size, lt_st_info *info) {
@@ -136,6 +148,8 @@ static int parse_metadata(const char *src, const cJSON *m, lt_st_header *h) {
   for (const cJSON *x = m->child; x; x = x->next, n++) {
     if (!cJSON_IsString(x))
       return lt_errorf("safetensors: %s: __metadata__ value of '%.200s' is not a string", src, x->string);
+    LT_TRY(check_utf8(src, "__metadata__ key", x->string));
+    LT_TRY(check_utf8(src, "__metadata__ value", x->valuestring));
     key_bytes += strlen(x->string) + 1;
     value_bytes += strlen(x->valuestring) + 1;
   }
@@ -184,6 +198,7 @@ static int parse_root(const char *src, const cJSON *root, lt_st_header *h) {
       meta = x;
       continue;
     }
+    LT_TRY(check_utf8(src, "tensor name", x->string));
     n++;
     name_bytes += strlen(x->string) + 1;
   }
@@ -252,6 +267,14 @@ int lt_st_parse(lt_st_header **out, const void *buf, int64_t len, int64_t file_s
                      (long long)len);
   const char *json = (const char *)p + 8;
   if (n < 2 || json[0] != '{') return lt_errorf("safetensors: %s: header does not start with a JSON object '{'", src);
+  int64_t nul_len = 0, nul_at = lt_json_nul_string(json, (int64_t)n, &nul_len);
+  if (nul_at >= 0) {
+    char shown[256];
+    lt_name_shown(shown, sizeof shown, json + nul_at, (size_t)nul_len);
+    return lt_errorf("safetensors: %s: the header string %s holds a NUL character (\\u0000); names and metadata "
+                     "must not",
+                     src, shown);
+  }
   const char *end = NULL;
   cJSON *root = cJSON_ParseWithLengthOpts(json, (size_t)n, &end, 0);
   if (!root) {

@@ -6,6 +6,7 @@
 #include "io/ckpt.h" /* lt_ckpt_pread_all */
 #include "io/atomic_file.h"
 #include "core/internal.h"
+#include "io/names.h"
 #include "io/safetensors.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -157,6 +158,11 @@ int lt_st_save(const char *path, int64_t n, const char *const *names, const lt_t
     if (!names[k]) return lt_errorf("safetensors: save %s: name %lld is NULL", path, (long long)k);
     if (strcmp(names[k], "__metadata__") == 0)
       return lt_errorf("safetensors: save %s: a tensor may not be named __metadata__", path);
+    if (!lt_utf8_valid(names[k], strlen(names[k]), NULL)) { /* the reader refuses it */
+      char shown[256];
+      lt_name_shown(shown, sizeof shown, names[k], strlen(names[k]));
+      return lt_errorf("safetensors: save %s: tensor name '%s' is not valid UTF-8", path, shown);
+    }
     char what[96];
     snprintf(what, sizeof what, "tensor '%.60s'", names[k]);
     LT_TRY(lt_check_defined("safetensors save", what, t));
@@ -165,6 +171,11 @@ int lt_st_save(const char *path, int64_t n, const char *const *names, const lt_t
     if (!lt_st_dtype_name(t->dtype))
       return lt_errorf("safetensors: save %s: tensor '%.200s' has dtype %s, which safetensors has no name for", path,
                        names[k], lt_dtype_name(t->dtype));
+  }
+  for (int64_t k = 0; k < n_meta; k++) {
+    if (meta_keys[k] && meta_values[k] && (!lt_utf8_valid(meta_keys[k], strlen(meta_keys[k]), NULL) ||
+                                           !lt_utf8_valid(meta_values[k], strlen(meta_values[k]), NULL)))
+      return lt_errorf("safetensors: save %s: metadata '%.200s' is not valid UTF-8", path, meta_keys[k]);
   }
   int64_t *order = malloc((n ? (size_t)n : 1) * sizeof(int64_t));
   if (!order) return lt_errorf("safetensors: save %s: out of memory", path);

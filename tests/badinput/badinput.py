@@ -187,6 +187,15 @@ class Fixtures:
         shutil.copytree(src, dst, symlinks=True)
         return dst
 
+    def lutra_script(self, code, cwd, **env):
+        """Runs `lutra -e code` (building a case's input; env: extra environment variables);
+        a failure is the case's setup failing. Returns its stdout."""
+        p = subprocess.run([self.lutra, "-e", code], cwd=cwd, capture_output=True, text=True, timeout=300,
+                           env=dict(os.environ, LUTRA_QUIET="1", CUDA_VISIBLE_DEVICES="", **env))
+        if p.returncode != 0:
+            raise RuntimeError("lutra -e: %s%s" % (p.stdout, p.stderr))
+        return p.stdout
+
     def sft_data(self, tmp, name="sft_train.jsonl", lines=40):
         """The first `lines` lines of a shipped SFT/DPO JSONL file (recipes/data/NAME) in tmp."""
         src = (ROOT / "recipes/data" / name).read_text().splitlines()[:lines]

@@ -397,6 +397,13 @@ static void test_manifest(void) {
       {"\"shape\":[4,6]", "\"shape\":[4,6,1,1,1,1,1,1,1]", "at most 8"},
       {"\"offset\":[0,0]", "\"offset\":[0]", "must be 2 integers"},
       {"\"tensors\":[", "\"tensors\":{\"a\":[", "not valid JSON"},
+      {"\"step\":3", "\"step\":3,\"extra\":[\"../x.json\",\"e1\"]", "extra[0] = '../x.json': entries must be plain"},
+      {"\"step\":3", "\"step\":3,\"extra\":[\"e0\"]", "extra lists 1 files, one per rank's file (2)"},
+      {"\"step\":3", "\"step\":3,\"copied\":[\"/etc/passwd\"]", "copied[0] = '/etc/passwd'"},
+      {"\"step\":3", "\"step\":3,\"world\":3", "world must be the number of rank files (2)"},
+      {"\"step\":3", "\"step\":3,\"kind\":7", "kind must be a string"},
+      {"\"name\":\"s\"", "\"name\":\"s\\u0000x\"", "the string \"s\\u0000x\" holds a NUL character"},
+      {"\"rank_00001.lz4\"", "\"rank_00001.lz4\\u0000/../x\"", "holds a NUL character"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     char text[2048];
@@ -406,6 +413,16 @@ static void test_manifest(void) {
     snprintf(text, sizeof text, "%.*s%s%s", (int)(at - good), good, bad[i].to, at + strlen(bad[i].from));
     CHECK_ERR(check_manifest(text, NULL, NULL), bad[i].needle);
     CHECK(strstr(lt_last_error(), "m.json") != NULL, "the source is named: %s", lt_last_error());
+  }
+  { /* an escaped backslash before u0000 is no NUL; extra, copied, world and kind as lutra writes them */
+    char text[2048];
+    const char *at = strstr(good, "\"name\":\"s\"");
+    snprintf(text, sizeof text, "%.*s\"name\":\"s\\\\u0000\"%s", (int)(at - good), good, at + strlen("\"name\":\"s\""));
+    CHECK_OK(check_manifest(text, NULL, NULL));
+    at = strstr(good, "\"step\":3");
+    snprintf(text, sizeof text, "%.*s\"step\":3,\"extra\":[\"e0\",\"e1\"],\"copied\":[\"tokenizer.json\"],\"world\":2,"
+             "\"kind\":\"train\"%s", (int)(at - good), good, at + strlen("\"step\":3"));
+    CHECK_OK(check_manifest(text, NULL, NULL));
   }
   CHECK_ERR(lt_ckpt_manifest_check(NULL, 0, NULL, NULL, NULL), "no manifest");
   CHECK_ERR(check_manifest("[1,2]", NULL, NULL), "not a JSON object");

@@ -1,7 +1,9 @@
 /* fuzz_safetensors.c — libFuzzer harness for the safetensors header parser (host/io/safetensors.c,
  * compiled alone with -fsanitize=fuzzer,address,undefined). Each input is a whole file image:
  * the parser must return an error or a header whose every entry lies inside the data section
- * with the byte size its dtype and shape imply, never crash, leak or read out of bounds. */
+ * with the byte size its dtype and shape imply and whose names and metadata are UTF-8, never
+ * crash, leak or read out of bounds. */
+#include "io/names.h"
 #include "io/safetensors.h"
 #include <stdarg.h>
 #include <stdio.h>
@@ -34,6 +36,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     lt_st_info info;
     if (lt_st_tensor(h, i, &info) != 0) abort();
     if (info.dtype < 0 || info.dtype >= LT_NUM_DTYPES || info.ndim < 0 || info.ndim > LT_MAX_DIMS) abort();
+    if (!lt_utf8_valid(info.name, strlen(info.name), NULL)) abort(); /* names are UTF-8 */
     int64_t bytes = itemsize[info.dtype];
     for (int d = 0; d < info.ndim; d++) bytes *= info.shape[d]; /* checked for overflow by the parser */
     if (info.begin < 0 || info.end - info.begin != bytes || off + info.end > (int64_t)size) abort();
@@ -50,6 +53,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   for (int64_t i = 0; i < m; i++) {
     const char *k, *v;
     if (lt_st_metadata(h, i, &k, &v) != 0 || strlen(k) + strlen(v) > size) abort();
+    if (!lt_utf8_valid(k, strlen(k), NULL) || !lt_utf8_valid(v, strlen(v), NULL)) abort();
   }
   lt_st_close(h);
   return 0;

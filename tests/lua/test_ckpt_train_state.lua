@@ -6,6 +6,7 @@
 local lt = require "lutra"
 local optim = require "lutra.optim"
 local ckpt = require "lutra.ckpt"
+local json = require "lutra.json"
 local ts = require "lutra.ckpt.train_state"
 local T = require "lutra.testing"
 local ffi = require("lutra.ffi").ffi
@@ -118,4 +119,61 @@ test("names in the checkpoint, numbers in extra, errors", function()
   for name, p in model:named_parameters() do
     if bytes_of(p) ~= bytes_of(map[name]) then error(name .. " not restored") end
   end
+end)
+
+test("check: another model (layers, shapes, dtypes, unexpected tensors), optimizer state, NaN; nothing loaded", function()
+  local model, opt = build(1)
+  step(model, opt, 1)
+  local tensors, oextra = ts.collect(named(model), opt)
+  local root = base .. "/check"
+  ckpt.save(root .. "/step_000001", {step = 1, tensors = tensors, extra = {optim = oextra}})
+  local r = ckpt.load(root .. "/step_000001")
+  local dir = r.dir
+  -- a model of two layers: one line for the layer that only the model has
+  lt.manual_seed(2)
+  local two = lt.models.build {arch = "gpt2", n_layer = 2, n_head = 2, d_model = 32, vocab_size = V, block_size = S,
+                               dropout = 0}
+  local before = bytes_of(two.wte.weight)
+  local err = fails(dir .. "/manifest.json does not match this model:", function() ts.restore(r, named(two)) end)
+  assert(err:find("the checkpoint holds 1 layer (blocks.*), the model 2: 12 tensors of blocks.1 are missing from it",
+    1, true), err)
+  assert(not err:find("blocks.1.ln_1.weight", 1, true), "the layer's tensors are summed up: " .. err)
+  equal(bytes_of(two.wte.weight), before, "nothing loaded")
+  -- a model that lacks some of the checkpoint's tensors (the list of all names says so)
+  local subset = {}
+  for _, e in ipairs(named(build(3))) do if e.name ~= "ln_f.bias" then subset[#subset + 1] = e end end
+  err = fails("unexpected tensor 'ln_f.bias' (the checkpoint has it, the model does not)",
+    function() ts.restore(r, subset) end)
+  -- another dtype, another shape
+  local m64 = lt.models.build {arch = "gpt2", n_layer = 1, n_head = 2, d_model = 32, vocab_size = V, block_size = S,
+                               dropout = 0, dtype = "f64"}
+  fails("tensor 'wte.weight' is f32 in the checkpoint, the model's parameter is f64", function() ts.restore(r, named(m64)) end)
+  local wide = lt.models.build {arch = "gpt2", n_layer = 1, n_head = 2, d_model = 32, vocab_size = V + 1, block_size = S,
+                                dropout = 0}
+  fails("tensor 'wte.weight' is {64, 32} in the checkpoint, the model's is {65, 32}", function() ts.restore(r, named(wide)) end)
+  -- optimizer state of another shape than its parameter (a manifest edited to say so)
+  local m = json.decode(assert(io.open(dir .. "/manifest.json")):read("*a"))
+  for _, t in ipairs(m.tensors) do
+    if t.name == "optim.wte.weight.exp_avg" then
+      t.shape = {32, 64}
+      t.pieces[1].shape = {32, 64}
+    end
+  end
+  local f = assert(io.open(dir .. "/manifest.json", "w"))
+  f:write(json.encode(m))
+  f:close()
+  local m2, opt2 = build(4)
+  fails("optimizer state 'optim.wte.weight.exp_avg' is {32, 64}, its parameter {64, 32}",
+    function() ts.restore(ckpt.load(dir), named(m2), opt2) end)
+  -- a NaN in a parameter: counted, refused (allow_nonfinite loads it)
+  local w = model.wte.weight:detach():clone()
+  w:view(-1):narrow(0, 5, 1):fill_(0 / 0)
+  for i, e in ipairs(tensors) do if e.name == "wte.weight" then tensors[i] = {name = e.name, tensor = w} end end
+  ckpt.save(root .. "/step_000002", {step = 2, tensors = tensors, extra = {optim = oextra}})
+  local m3, opt3 = build(5)
+  fails("tensor 'wte.weight': 1 of its 2048 values are not finite (NaN or inf)",
+    function() ts.restore(ckpt.load(root .. "/step_000002"), named(m3), opt3) end)
+  ts.restore(ckpt.load(root .. "/step_000002"), named(m3), opt3, {allow_nonfinite = true})
+  local back = m3.wte.weight:view(-1):narrow(0, 5, 1):item()
+  assert(back ~= back, "the NaN loaded when allowed")
 end)

@@ -170,7 +170,10 @@ test("sharded save and load; bf16 files; stale files of the other layout removed
   for f in pairs(files) do equal(io.open(d .. "/" .. f), nil, f) end
   equal(json.read_file(d .. "/config.json").torch_dtype, "bfloat16")
   equal(st.read_header(d .. "/model.safetensors").tensors["model.norm.weight"].dtype, "bf16")
-  local m3 = hf.load_pretrained(d) -- loads in f32 (HF's default), from bf16 values
+  -- the f32 model (HF's default) takes bf16 weights only when asked: lossless, but a conversion
+  fails("tensor 'model.embed_tokens.weight' is bf16, the parameter is f32: the conversion is lossless but is not made "
+    .. "unless asked for", hf.load_pretrained, d)
+  local m3 = hf.load_pretrained(d, {allow_cast = true})
   equal(m3.cfg.dtype, "f32")
   for k, v in pairs(m:state_dict()) do equal(m3:state_dict()[k]:tolist(), v:to("bf16"):to("f32"):tolist(), k) end
   local m4 = hf.load_pretrained(d, {dtype = "bf16"})
@@ -307,6 +310,58 @@ test("PyTorch (HF's GPT-2 and Llama math under HF's names) gives the same logits
     local ref = st.load(d .. "/ref_logits.safetensors").logits
     close(ours[d]:to("f64"), ref, {rtol = tol[d].rtol, atol = tol[d].atol, msg = d})
   end
+end)
+
+test("weights of another dtype are refused unless lossless and asked for; NaN/inf are counted and refused", function()
+  local m = build("gpt2", "f32")
+  local d = dir .. "/dtypes"
+  hf.save_pretrained(d, m)
+  local file = d .. "/model.safetensors"
+  local good = st.load(file)
+  local name = "transformer.h.0.mlp.c_fc.weight"
+  local function with(dt, fn)
+    local w = {}
+    for k, t in pairs(good) do w[k] = t end
+    w[name] = fn and fn(good[name]) or good[name]:to(dt)
+    st.save(file, w, {format = "pt"})
+  end
+  local head = file .. ": tensor '" .. name .. "' is "
+  with("i32")
+  fails(head .. "i32, the parameter is f32: integer and bool tensors are not weights", hf.load_pretrained, d)
+  fails(head .. "i32, the parameter is f32: integer", function() hf.load_pretrained(d, {allow_cast = true}) end)
+  with("f64")
+  fails(head .. "f64, the parameter is f32: converting it would lose precision",
+    function() hf.load_pretrained(d, {allow_cast = true}) end)
+  with("f16")
+  fails(head .. "f16, the parameter is f32: the conversion is lossless", hf.load_pretrained, d)
+  local m16 = hf.load_pretrained(d, {allow_cast = true})
+  equal(m16:state_dict()["blocks.0.mlp.fc.weight"]:tolist(), good[name]:to("f16"):to("f32"):t():tolist())
+  -- f32 into an f64 model: lossless, with allow_cast, the values exactly the file's
+  with("f32")
+  fails("is f32, the parameter is f64: the conversion is lossless", function() hf.load_pretrained(d, {dtype = "f64"}) end)
+  local m64 = hf.load_pretrained(d, {dtype = "f64", allow_cast = true})
+  equal(m64:state_dict()["blocks.0.mlp.fc.weight"]:tolist(), good[name]:t():tolist())
+  -- two NaN and one inf among the values: counted, refused; loaded when the caller opts in
+  with("f32", function(t)
+    local x = t:clone()
+    local flat = x:view(-1)
+    flat:narrow(0, 3, 1):fill_(0 / 0)
+    flat:narrow(0, 7, 1):fill_(0 / 0)
+    flat:narrow(0, 11, 1):fill_(-math.huge)
+    return x
+  end)
+  fails(head:gsub(" is $", "") .. ": 3 of its " .. good[name]:numel() .. " values are not finite", hf.load_pretrained, d)
+  local mn = hf.load_pretrained(d, {allow_nonfinite = true})
+  local w = mn:state_dict()["blocks.0.mlp.fc.weight"]:t():contiguous():view(-1):tolist()
+  assert(w[4] ~= w[4] and w[8] ~= w[8] and w[12] == -math.huge, "the non-finite values loaded as they are")
+  -- bf16 and f16 values: NaN and inf are found by their bits
+  local wc = require "lutra.ckpt.weight_checks"
+  for _, dt in ipairs {"bf16", "f16", "f64", "f32"} do
+    local t = lt.tensor({1, 0 / 0, math.huge, -math.huge, 65504, -0.0, 1e-8}, {dtype = dt})
+    equal(wc.count_nonfinite(t), 3, dt)
+    equal(wc.count_nonfinite(t:narrow(0, 3, 4)), 1, dt .. " view")
+  end
+  equal(wc.count_nonfinite(lt.tensor({1, 2}, {dtype = "i32"})), 0)
 end)
 
 test("cleanup", function() os.execute("rm -rf " .. dir) end)

@@ -118,6 +118,20 @@ test("state_dict round trip into a fresh module", function()
   b:load_state_dict(sd)
   equal(b.fc2.weight.dtype, "f32")
   close(b.fc2.weight, a.fc2.weight, {rtol = 0, atol = 0})
+  -- weights from a file (source =): the parameter's dtype unless lossless and allowed, finite
+  local before = b.fc2.weight:clone()
+  fails("load_state_dict: cannot load into Net from w.ckpt:\n  w.ckpt: tensor 'fc2.weight' is f64, the parameter is "
+    .. "f32: converting it would lose precision", function() b:load_state_dict(sd, {source = "w.ckpt"}) end)
+  sd["fc2.weight"] = a:state_dict()["fc2.weight"]:to("bf16")
+  fails("w.ckpt: tensor 'fc2.weight' is bf16, the parameter is f32: the conversion is lossless but is not made",
+    function() b:load_state_dict(sd, {source = "w.ckpt"}) end)
+  close(b.fc2.weight, before, {rtol = 0, atol = 0}) -- nothing copied
+  b:load_state_dict(sd, {source = "w.ckpt", allow_cast = true})
+  close(b.fc2.weight, sd["fc2.weight"]:to("f32"), {rtol = 0, atol = 0})
+  sd["fc2.weight"] = lt.full(b.fc2.weight.shape, 0 / 0)
+  fails("w.ckpt: tensor 'fc2.weight': " .. b.fc2.weight:numel() .. " of its " .. b.fc2.weight:numel()
+    .. " values are not finite", function() b:load_state_dict(sd, {source = "w.ckpt"}) end)
+  b:load_state_dict(sd, {source = "w.ckpt", allow_nonfinite = true})
 end)
 
 test("load_state_dict: strict errors name every problem; nothing is copied", function()

@@ -134,6 +134,20 @@ test("errors: bad files and bad arguments", function()
   local freed = lt.ones(2)
   freed:free()
   fails("tensor was freed", st.save, bad, {x = freed})
+  -- names: UTF-8 without NUL, read and written ("a\u0000b" is not the name "a")
+  file('{"a\\u0000b": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}}', "x")
+  fails(bad .. ': the header string "a\\u0000b" holds a NUL character', st.load, bad)
+  file('{"a\\\\u0000b": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}}', "x") -- an escaped backslash
+  equal(st.read_header(bad).names, {"a\\u0000b"})
+  file('{"a\255": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}}', "x")
+  fails("tensor name 'a\\xFF' is not valid UTF-8 (byte 1)", st.load, bad)
+  file('{"\237\160\128": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}}', "x") -- a UTF-16 surrogate
+  fails("tensor name '\\xED\\xA0\\x80' is not valid UTF-8 (byte 0)", st.load, bad)
+  file('{"\195\169t\195\169": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}}', "x")
+  equal(st.read_header(bad).names, {"\195\169t\195\169"}) -- "été"
+  fails('tensor name "a\\0b" holds a NUL byte', st.save, bad, {["a\0b"] = lt.ones(1)})
+  fails("tensor name 'a\\xFF' is not valid UTF-8", st.save, bad, {["a\255"] = lt.ones(1)})
+  fails("metadata 'k' is not valid UTF-8", st.save, bad, {x = lt.ones(1)}, {k = "\192\175"})
 end)
 
 test("PyTorch reads our file and writes one we read", function()

@@ -7,8 +7,10 @@
 --   ckpt.inspect(dir, {tensors = true}) -> {dir, step, layout, world, config, files = {{name, bytes, pieces}},
 --                                          raw, disk, ratio, tensors = {{name, dtype, shape, pieces, raw,
 --                                          compressed, min, max, mean, std}}}
--- ls checks each checkpoint's structure (manifest, files, footers) and, with --verify, decodes
--- every frame. inspect --tensors decodes each tensor for its statistics (in f64).
+-- ls checks each checkpoint (manifest, files, footers, and what lutra.ckpt.reader's verify
+-- checks without a model: paths, step, dtypes, the trainer's extra state) and, with --verify,
+-- decodes every frame; an invalid one is also named on stderr, with why, and the exit status
+-- is 1. inspect --tensors decodes each tensor for its statistics (in f64).
 local reader = require "lutra.ckpt.reader"
 local ckpt_files = require "lutra.ckpt.files"
 require "lutra.tensor" -- the tensor metatype (methods, properties) for what this module makes
@@ -193,8 +195,14 @@ function M.main(words)
       io.stderr:write("lutra ckpt: no checkpoints in ", dir, "\n")
       return 1
     end
-    for _, r in ipairs(rows) do if not r.valid then return 1 end end
-    return 0
+    local status = 0
+    for _, r in ipairs(rows) do
+      if not r.valid then
+        io.stderr:write("lutra ckpt ls: ", r.name, ": INVALID: ", tostring(r.why), "\n")
+        status = 1
+      end
+    end
+    return status
   end
   local ok, info = pcall(M.inspect, dir, {tensors = flags["--tensors"], verify = flags["--verify"]})
   if not ok then

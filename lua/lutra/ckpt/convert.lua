@@ -32,6 +32,8 @@ Options:
   --dtype=f32|bf16|f16|f64  dtype of the exported weights (default: the model's)
   --max-shard-size=SIZE   shard the safetensors above SIZE bytes (suffixes K, M, G: 2G)
   --ignore-key=KEY        accept an unknown config.json key (repeatable)
+  --cast                  load weights stored in a narrower float dtype than the model's
+                          (bf16, f16 -> f32; lossless): refused without it
   --force                 write into a DST that exists and is not empty
   -h, --help              this text
 ]]
@@ -92,6 +94,8 @@ local function parse(words)
       opts.ignore_keys[#opts.ignore_keys + 1] = value
     elseif key == "force" and not value then
       opts.force = true
+    elseif key == "cast" and not value then
+      opts.cast = true
     elseif w:sub(1, 1) == "-" and w ~= "-" then
       io.stderr:write("lutra convert: unknown option '", w, "'\n", M.USAGE)
       return nil, 2
@@ -168,7 +172,7 @@ local function to_hf(ckpt_dir, dst, opts)
   if type(st.model) ~= "table" then raise("convert: " .. ckpt_dir .. ": the checkpoint holds no model state") end
   local cfg = M.model_config(st.config, st.model, ckpt_dir)
   local model = models.build(cfg)
-  model:load_state_dict(st.model)
+  model:load_state_dict(st.model, {source = ckpt_dir, allow_cast = opts.cast})
   local tok_path = find_tokenizer(opts, ckpt_dir, st.config)
   local tok = tok_path and require("lutra.tokenizer").load(tok_path)
   hf.save_pretrained(dst, model, tok, {dtype = opts.dtype, max_shard_size = opts.max_shard_size})
@@ -177,7 +181,8 @@ local function to_hf(ckpt_dir, dst, opts)
 end
 
 local function to_lutra(src, dst, opts)
-  local model, tok, cfg = hf.load_pretrained(src, {ignore_keys = opts.ignore_keys, dtype = opts.dtype})
+  local model, tok, cfg = hf.load_pretrained(src, {ignore_keys = opts.ignore_keys, dtype = opts.dtype,
+                                                     allow_cast = opts.cast})
   local plain = {}
   for k, v in pairs(cfg) do plain[k] = v end
   ckpt.save_weights(dst, model:state_dict(), {model = plain, source = {format = "huggingface", path = src}})

@@ -28,6 +28,18 @@ struct lt_ckpt_dirent { uint64_t d_ino; int64_t d_off; unsigned short d_reclen; 
 ]])
 pcall(ffi.cdef, "char *strerror(int errnum);")
 
+pcall(ffi.cdef, "char *realpath(const char *path, char *resolved);")
+pcall(ffi.cdef, "void free(void *p);")
+
+-- The absolute path of an existing path with every symlink resolved; nil when it does not exist.
+function M.resolved(path)
+  local p = ffi.C.realpath(path, nil)
+  if p == nil then return nil end
+  local s = ffi.string(p)
+  ffi.C.free(p)
+  return s
+end
+
 function M.is_dir(path)
   local d = ffi.C.opendir(path)
   if d == nil then return false end

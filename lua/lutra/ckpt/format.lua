@@ -15,7 +15,9 @@
 --                         files = {"rank_00000.lz4", ...}, extra = {"extra_rank_00000.json", ...},
 --                         tensors = {{name, dtype, shape (global), pieces = {{file (0-based index
 --                         into files), index (piece in that file), offset, shape, bytes}}}},
---                         bytes (raw total), copied = {names of files copied in}}
+--                         bytes (raw total), copied = {names of files copied in}, kind (state.kind:
+--                         what wrote it; "train" for the trainer, whose checkpoints verify checks
+--                         against its schema, lutra.ckpt.checks)}
 --   rank_%05d.lz4        the pieces this rank owns: lz4 frames + a footer with each piece's
 --                        frame offset, compressed and raw size and checksum (lutra.h)
 --   extra_rank_%05d.json each rank's `extra`
@@ -160,6 +162,7 @@ local box_key = planner.box_key
 local function prepare(state, rank)
   local pre = {plan = planner.local_plan(state.tensors or {}), files = {}}
   if state.extra ~= nil and type(state.extra) ~= "table" then raise("ckpt.save: state.extra must be a table") end
+  if state.kind ~= nil and type(state.kind) ~= "string" then raise("ckpt.save: state.kind must be a string") end
   pre.extra_text = json.encode(state.extra or {})
   if rank == 0 then
     json.encode({config = state.config, layout = state.layout}) -- encodable: the manifest's parts
@@ -299,7 +302,7 @@ local function manifest_text(state, tensors, world, copied)
   end
   local manifest = {format = M.FORMAT, version = M.VERSION, step = state.step or 0, layout = state.layout or {},
                     world = world, config = state.config, files = json.array(files), extra = json.array(extras),
-                    copied = json.array(copied), tensors = "@TENSORS@", bytes = bytes,
+                    copied = json.array(copied), tensors = "@TENSORS@", bytes = bytes, kind = state.kind,
                     saved_at = os.date("!%Y-%m-%dT%H:%M:%SZ")}
   local text = json.encode(manifest)
   local at, stop = text:find('"tensors":"@TENSORS@"', 1, true)

@@ -10,8 +10,14 @@
 --   r:verify()                       -- decodes every file: true, or false and why
 --   ckpt.latest(run_dir)             -- the newest valid checkpoint (falls back past bad ones)
 -- Every piece is checked as it decodes (lz4 frame checksums, sizes, the footer's piece
--- checksum), and the manifest is validated in C (lt_ckpt_manifest_check) before it is used.
--- Errors name the checkpoint file, the tensor and the problem.
+-- checksum), and the manifest is validated in C (lt_ckpt_manifest_check) before it is used:
+-- every path it names is a plain file name, and lutra.ckpt.checks.paths refuses one that a
+-- symlink leads out of the directory. verify adds what needs no model (lutra.ckpt.checks):
+-- each piece's element size against its dtype, and for a trainer checkpoint (manifest kind
+-- "train") its step against its step_NNNNNN directory name, its tensors' dtypes and shapes
+-- and every rank's extra state (other checkpoints may be saved under any name and hold any
+-- tensors and extra state). Errors name the checkpoint file, the tensor or field and the
+-- problem.
 local lt = require "lutra.ffi"
 local errors = require "lutra.errors"
 local ops = require "lutra.ops"
@@ -21,6 +27,7 @@ local create = require "lutra.create"
 local ckpt_files = require "lutra.ckpt.files"
 require "lutra.tensor" -- the tensor metatype (methods, properties) for what this module makes
 local format = require "lutra.ckpt.format"
+local checks = require "lutra.ckpt.checks"
 local ffi, C = lt.ffi, lt.C
 
 local M = {}
@@ -48,6 +55,7 @@ function M.load(dir)
   local nt, np = ffi.new("int64_t[1]"), ffi.new("int64_t[1]")
   if C.lt_ckpt_manifest_check(text, #text, path, nt, np) ~= 0 then raise("ckpt.load: " .. last_error()) end
   local m = json.decode(text)
+  checks.paths(dir, m)
   local r = setmetatable({dir = dir, manifest = m, by_name = {}, index = {}, cache = nil}, Reader)
   for _, t in ipairs(m.tensors) do r.by_name[t.name] = t end
   return r
@@ -81,6 +89,11 @@ function Reader:piece_entry(t, k, p)
   if tonumber(e.raw_bytes) ~= p.bytes then
     raise(string.format("ckpt.load: %s: tensor '%s' piece %d: the manifest says %d bytes, %s piece %d holds %d: size mismatch",
       self.dir, t.name, k, p.bytes, idx.name, p.index, tonumber(e.raw_bytes)))
+  end
+  -- a shuffled piece was written by elements of its dtype's size
+  if e.shuffle > 1 and e.shuffle ~= format.DTYPE_SIZE[t.dtype] then
+    raise(string.format("ckpt.load: %s: tensor '%s' piece %d: the manifest says %s, but %s piece %d holds %d-byte "
+      .. "elements: dtype mismatch", self.dir, t.name, k, t.dtype, idx.name, p.index, e.shuffle))
   end
   return idx, e
 end
@@ -235,7 +248,7 @@ function Reader:extra(r)
   local s = ckpt_files.read(self.dir .. "/" .. name)
   if not s then raise("ckpt.load: " .. self.dir .. "/" .. name .. " is missing") end
   local ok, v = pcall(json.decode, s)
-  if not ok then raise("ckpt.load: " .. self.dir .. "/" .. name .. " is corrupt: " .. tostring(v)) end
+  if not ok then raise("ckpt.load: " .. self.dir .. "/" .. name .. " is corrupt: " .. tostring(v):gsub("^[^:]*:%d+: ", "")) end
   return v
 end
 
@@ -243,6 +256,14 @@ end
 -- full (default) every frame decoded and checked. true, or false and the reason.
 function Reader:verify(full)
   local ok, err = pcall(function()
+    local m = self.manifest
+    if m.kind == "train" then
+      checks.step_name(self.dir, m)
+      checks.train_tensors(self.dir, m)
+      for r = 0, #m.files - 1 do
+        checks.train_extra(self:extra(r), m.step, self.dir .. "/" .. m.extra[r + 1])
+      end
+    end
     for _, t in ipairs(self.manifest.tensors) do
       for k, p in ipairs(t.pieces) do self:piece_entry(t, k, p) end
     end
@@ -271,8 +292,10 @@ end
 
 -- The newest valid checkpoint under root: the one `latest` names, else the step_* dirs from
 -- the newest down; each invalid one is skipped with a note on stderr (opts.quiet: none) and
--- listed in the second result ({{dir =, why =}}). opts.full = false checks structure only.
--- nil when there is none.
+-- listed in the second result ({{dir =, why =, rejected =}}). opts.full = false checks structure
+-- only. opts.accept(dir) -> ok, why: a further test a valid one must pass (resume: it restores
+-- into the run), skipped like an invalid one when it fails (rejected = true). nil when there is
+-- none.
 function M.latest(root, opts)
   opts = opts or {}
   if type(root) ~= "string" then raise("ckpt.latest: root must be a path string") end
@@ -290,8 +313,13 @@ function M.latest(root, opts)
   for _, name in ipairs(cands) do
     local dir = root .. "/" .. name
     local ok, why = M.validate(dir, opts.full)
+    local rejected = false
+    if ok and opts.accept then
+      ok, why = opts.accept(dir)
+      rejected = not ok
+    end
     if ok then return dir, skipped end
-    skipped[#skipped + 1] = {dir = dir, why = why}
+    skipped[#skipped + 1] = {dir = dir, why = why, rejected = rejected}
     if not opts.quiet then io.stderr:write("ckpt: skipping ", dir, ": ", why, "\n") end
   end
   return nil, skipped

@@ -12,6 +12,10 @@
 --   -- h.metadata, h.data_offset, h.file_size
 --   local r = st.open("model.safetensors"); r:load("w", param); r:close()  -- one tensor at a time
 --
+-- Names and metadata are UTF-8 without NUL, read and written (host/io/names.h): a header
+-- string "a\u0000b" is an error, not the name "a". Loads check nothing about the values: a
+-- weight's dtype against its parameter's and NaN/inf are lutra.ckpt.weight_checks', where
+-- weights meet a model.
 -- Tensors load on the CPU in their stored dtype (F32 F64 BF16 F16 I32 I64 U8 BOOL). save
 -- takes tensors on any device and in any layout (copied to contiguous CPU memory first),
 -- writes names in sorted order and metadata as strings, to a temporary file renamed into place.
@@ -163,6 +167,7 @@ function M.save(path, named, metadata)
   local names = {}
   for name, t in pairs(named) do
     if type(name) ~= "string" then raise("safetensors.save: tensor names must be strings, got " .. type(name)) end
+    if name:find("\0", 1, true) then raise(string.format("safetensors.save: tensor name %q holds a NUL byte", name)) end
     if not ops.is_tensor(t) then raise("safetensors.save: '" .. name .. "' is a " .. type(t) .. ", not a tensor") end
     names[#names + 1] = name
   end
@@ -184,6 +189,7 @@ function M.save(path, named, metadata)
     if type(v) ~= "string" and type(v) ~= "number" and type(v) ~= "boolean" then
       raise("safetensors.save: metadata '" .. k .. "' must be a string, got " .. type(v))
     end
+    if (k .. tostring(v)):find("\0", 1, true) then raise(string.format("safetensors.save: metadata %q holds a NUL byte", k)) end
     keys[#keys + 1] = k
   end
   table.sort(keys)

@@ -8,6 +8,7 @@
 --   ...
 --   local r = ckpt.load(ckpt.latest(run_dir))
 --   ts.restore(r, named, opt)        -- parameters and optimizer state, resharded to this rank's pieces
+--   ts.check(r, named, opt, all_names)  -- what restore checks first: names, shapes, dtypes
 --   ts.model_state(r)                -- {name = whole tensor} of the model (no optimizer state)
 --
 -- named: this rank's parameters, {{name =, tensor =}, ...} or {name = tensor} (global names;
@@ -21,6 +22,7 @@
 local errors = require "lutra.errors"
 local spec = require "lutra.dist.spec"
 local create = require "lutra.create"
+local weight_checks = require "lutra.ckpt.weight_checks"
 require "lutra.tensor"
 
 local M = {}
@@ -81,12 +83,126 @@ function M.collect(named, opt)
   return tensors, {kind = opt.kind, steps = opt.steps, numbers = numbers}
 end
 
--- Fills the parameters (always) and the optimizer state (when opt is given) from reader r,
--- resharded to this rank's pieces. A parameter the checkpoint lacks is an error; a
--- parameter without saved optimizer state starts fresh (as one never updated).
-function M.restore(r, named, opt)
+local function shape_str(s) return "{" .. table.concat(s, ", ") .. "}" end
+
+-- 1 + the largest N of the names blocks.N.* (0 when there is none).
+local function layer_count(names)
+  local n = 0
+  for _, name in ipairs(names) do
+    local i = tonumber(name:match("^blocks%.(%d+)%."))
+    if i and i + 1 > n then n = i + 1 end
+  end
+  return n
+end
+
+-- The optimizer's numbers saved in the extra state, merged over the ranks: numbers (key ->
+-- fields), steps, kind.
+local function saved_optim(r)
+  local numbers, steps, kind = {}, nil, nil
+  for rank = 0, #(r.manifest.extra or {}) - 1 do
+    local x = r:extra(rank).optim
+    if type(x) == "table" then
+      steps, kind = steps or x.steps, kind or x.kind
+      for key, fields in pairs(x.numbers or {}) do numbers[key] = numbers[key] or fields end
+    end
+  end
+  return numbers, steps, kind
+end
+
+-- Checks reader r against the parameters (named, this rank's) and the optimizer before
+-- anything is loaded, and raises listing every problem with the checkpoint's manifest named:
+-- a parameter the checkpoint lacks or holds in another global shape or dtype; a model tensor
+-- of the checkpoint that the model has no parameter for (all_names: every parameter name of
+-- the whole model, other ranks' included; nil: named's); with opt, optimizer state for a
+-- parameter the model does not have, a field this optimizer does not keep, or of another shape
+-- than its parameter.
+function M.check(r, named, opt, all_names)
   local list = as_list(named)
+  local problems, known, model_names = {}, {}, {}
+  local function problem(fmt, ...) problems[#problems + 1] = string.format(fmt, ...) end
+  for _, name in ipairs(all_names or {}) do known[name] = true end
+  for _, e in ipairs(list) do known[e.name] = true end
+  for name in pairs(known) do model_names[#model_names + 1] = name end
+  for _, e in ipairs(list) do
+    local t = r.by_name[e.name]
+    if not t then
+      problem("the checkpoint has no tensor '%s' (a parameter of the model)", e.name)
+    else
+      local g = spec.global_shape(e.tensor)
+      if shape_str(g) ~= shape_str(t.shape) then
+        problem("tensor '%s' is %s in the checkpoint, the model's is %s", e.name, shape_str(t.shape), shape_str(g))
+      elseif t.dtype ~= e.tensor.dtype then
+        problem("tensor '%s' is %s in the checkpoint, the model's parameter is %s", e.name, t.dtype, e.tensor.dtype)
+      end
+    end
+  end
+  local param_of = {}
+  if opt then
+    local kind = select(3, saved_optim(r))
+    if kind and kind ~= opt.kind then
+      raise(string.format("train_state.restore: %s: the checkpoint's optimizer is '%s', this one is '%s'", r.dir, kind,
+        opt.kind))
+    end
+    for k, key in ipairs(opt.keys) do param_of[tostring(key)] = opt.params[k] end
+  end
+  local ckpt_names = {}
+  for _, t in ipairs(r.manifest.tensors) do
+    local key, field = t.name:match("^optim%.(.+)%.([^.]+)$")
+    if not key then
+      ckpt_names[#ckpt_names + 1] = t.name
+      if not known[t.name] then problem("unexpected tensor '%s' (the checkpoint has it, the model does not)", t.name) end
+    elseif opt then
+      local p = param_of[key]
+      if not p then -- another rank's parameter (a pipeline stage) is fine, one of no model is not
+        if not known[key] then
+          problem("unexpected optimizer state '%s': the model has no parameter '%s'", t.name, key)
+        end
+      elseif opt.impl.fields[field] ~= "tensor" then
+        problem("unexpected optimizer state '%s': %s keeps no tensor '%s'", t.name, tostring(opt.kind), field)
+      elseif shape_str(spec.global_shape(p)) ~= shape_str(t.shape) then
+        problem("optimizer state '%s' is %s, its parameter %s", t.name, shape_str(t.shape),
+          shape_str(spec.global_shape(p)))
+      elseif t.dtype ~= "f32" and t.dtype ~= "f64" and t.dtype ~= "bf16" and t.dtype ~= "f16" then
+        problem("optimizer state '%s' is %s: optimizer state is floating-point", t.name, t.dtype)
+      end
+    end
+  end
+  if #problems == 0 then return end
+  local saved, have = layer_count(ckpt_names), layer_count(model_names)
+  if saved ~= have then -- one line for the layers only one side has, not one per tensor
+    local lo, hi = math.min(saved, have), math.max(saved, have)
+    local kept, extra = {}, 0
+    for _, p in ipairs(problems) do
+      local i = tonumber(p:match("tensor 'blocks%.(%d+)%."))
+      if i and i >= lo then extra = extra + 1 else kept[#kept + 1] = p end
+    end
+    table.insert(kept, 1, string.format("the checkpoint holds %d layer%s (blocks.*), the model %d: %d tensors of "
+      .. "blocks.%d%s %s", saved, saved == 1 and "" or "s", have, extra, lo, hi - 1 > lo and "-" .. (hi - 1) or "",
+      saved > have and "are in the checkpoint only" or "are missing from it"))
+    problems = kept
+  end
+  local shown = {}
+  for i = 1, math.min(#problems, 12) do shown[i] = problems[i] end
+  if #problems > 12 then shown[#shown + 1] = string.format("... and %d more", #problems - 12) end
+  raise(string.format("ckpt: %s/manifest.json does not match this model:\n  %s", r.dir, table.concat(shown, "\n  ")))
+end
+
+-- Fills the parameters (always) and the optimizer state (when opt is given) from reader r,
+-- resharded to this rank's pieces, after M.check (opts.all_names: every parameter name of the
+-- whole model). A parameter without saved optimizer state starts fresh (as one never updated).
+-- A value that is not finite (NaN, inf) is an error naming the tensor, unless
+-- opts.allow_nonfinite.
+function M.restore(r, named, opt, opts)
+  opts = opts or {}
+  local list = as_list(named)
+  M.check(r, list, opt, opts.all_names)
   r:load_into(list)
+  local hint = {allow_nonfinite = opts.allow_nonfinite,
+                nonfinite_hint = "the run that saved it had diverged: resume from an earlier checkpoint"}
+  local function finite(name, t)
+    weight_checks.finite(t, string.format("ckpt: %s: tensor '%s'", r.dir, name), hint)
+  end
+  for _, e in ipairs(list) do finite(e.name, e.tensor) end
   if not opt then return end
   -- the optimizer's own parameters when they are other tensors (ZeRO shards that are not
   -- views of the model's parameters): filled from the same global names
@@ -96,17 +212,7 @@ function M.restore(r, named, opt)
     local p = opt.params[k]
     if not filled[p] and r.by_name[tostring(key)] then r:load_into({{name = tostring(key), tensor = p}}) end
   end
-  local numbers, steps, kind = {}, nil, nil
-  for rank = 0, #(r.manifest.extra or {}) - 1 do
-    local x = r:extra(rank).optim
-    if type(x) == "table" then
-      steps, kind = steps or x.steps, kind or x.kind
-      for key, fields in pairs(x.numbers or {}) do numbers[key] = numbers[key] or fields end
-    end
-  end
-  if kind and kind ~= opt.kind then
-    raise(string.format("train_state.restore: the checkpoint's optimizer is '%s', this one is '%s'", kind, opt.kind))
-  end
+  local numbers, steps = saved_optim(r)
   local sd = opt:state_dict()
   sd.steps = steps or sd.steps
   sd.state = {}
@@ -119,6 +225,7 @@ function M.restore(r, named, opt)
         local buf = create.zeros(p.shape, {dtype = r:info(name).dtype})
         copy_spec(buf, p)
         r:load_into({{name = name, tensor = buf}})
+        finite(name, buf)
         st = st or {}
         st[f] = buf
       end

@@ -11,14 +11,17 @@
 -- honour (rope_scaling not null, another hidden_act, cross attention, ...) is an error that
 -- names it; keys that do not change the model (architectures, torch_dtype, token ids,
 -- generation settings, ...) are accepted; an unknown key is an error unless listed in
--- opts.ignore_keys. Weights load in f32 (HF's default; opts.dtype to change) whatever dtype
--- the file holds. tokenizer is nil when the directory has no tokenizer.json.
+-- opts.ignore_keys. The model is built in f32 (HF's default; opts.dtype to change) and each
+-- weight must have the model's dtype (lutra.ckpt.weight_checks): opts.allow_cast accepts the
+-- lossless conversions (bf16, f16 -> f32), opts.allow_nonfinite NaN/inf values. tokenizer is
+-- nil when the directory has no tokenizer.json.
 local errors = require "lutra.errors"
 local fields = require "lutra.tensor.fields"
 local json = require "lutra.json"
 local models = require "lutra.models"
 local st = require "lutra.ckpt.safetensors"
 local W = require "lutra.hf.weights"
+local wc = require "lutra.ckpt.weight_checks"
 local grad = require "lutra.nn.grad"
 
 local raise = errors.raise
@@ -283,8 +286,9 @@ function M.read_weights(dir)
 end
 
 -- Reads dir's weights into model one tensor at a time (straight into the parameter when the
--- dtypes match and no transpose is needed), after checking every name and shape.
-function M.load_weights(model, dir)
+-- dtypes match and no transpose is needed), after checking every name and shape; each one's
+-- dtype and values as lutra.ckpt.weight_checks says (opts.allow_cast, opts.allow_nonfinite).
+function M.load_weights(model, dir, opts)
   local cfg = model.cfg
   local family = M.family_of(cfg)
   local files = M.weight_files(dir)
@@ -296,10 +300,14 @@ function M.load_weights(model, dir)
       for _, p in ipairs(plan) do
         local e, key = p.entry, p.key
         local dst, r = sd[e.lt], readers[files[key]]
+        local where = string.format("hf: %s: tensor '%s'", files[key], key)
+        wc.dtype(r.tensors[key].dtype, dst.dtype, where, opts)
         if not e.rows and not e.t and r.tensors[key].dtype == dst.dtype and fields.is_cpu(dst) and dst:is_contiguous() then
           r:load(key, dst)
+          wc.finite(dst, where, opts)
         else
           local t = r:load(key)
+          wc.finite(t, where, opts)
           if e.rows then dst = dst:narrow(0, e.rows[1], e.rows[2]) end
           dst:copy_(e.t and t:t() or t)
           t:free()
@@ -359,7 +367,7 @@ end
 
 -- ---- directories ----------------------------------------------------------------------------
 
--- load_pretrained(dir, {dtype = "f32", device =, ignore_keys =}) -> model, tokenizer (or nil), cfg, hf config
+-- load_pretrained(dir, {dtype = "f32", device =, ignore_keys =, allow_cast =, allow_nonfinite =}) -> model, tokenizer (or nil), cfg, hf config
 function M.load_pretrained(dir, opts)
   opts = opts or {}
   if type(dir) ~= "string" then raise("hf.load_pretrained: expected a directory, got " .. type(dir)) end
@@ -368,7 +376,7 @@ function M.load_pretrained(dir, opts)
   local hc = json.read_file(config_path)
   local cfg = M.config_from_hf(hc, opts)
   local model = models.build(cfg)
-  M.load_weights(model, dir)
+  M.load_weights(model, dir, opts)
   local tok
   if exists(dir .. "/tokenizer.json") then
     tok = require("lutra.tokenizer").load(dir .. "/tokenizer.json")

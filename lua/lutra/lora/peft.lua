@@ -20,6 +20,7 @@ local cat = require("lutra.create").cat
 local linear = require "lutra.lora.linear"
 local hf_names = require "lutra.lora.hf_names"
 local apply = require("lutra.lora.apply").apply
+local weight_checks = require "lutra.ckpt.weight_checks"
 
 local raise = errors.raise
 local family = hf_names.family
@@ -96,13 +97,20 @@ local function pattern_of(name) return "^" .. name:gsub("[%^%$%(%)%%%.%[%]%*%+%-
 
 -- Reads the adapters of dir into model: into its LoRA layers, or, when it has none, after
 -- wrapping the Linears the file has adapters for (with the file's r, alpha, rslora). Returns model.
+-- Each adapter weight must have its LoRA weight's dtype and be finite (lutra.ckpt.weight_checks:
+-- opts.allow_cast, opts.allow_nonfinite).
 function M.load(dir, model, opts)
   local json = require "lutra.json"
   local Linear = require "lutra.nn.linear"
-  _ = opts
   local conf = json.read_file(dir .. "/adapter_config.json")
   if conf.peft_type ~= "LORA" then raise("lora.load: " .. dir .. ": peft_type is " .. tostring(conf.peft_type)) end
-  local tensors = safetensors().load(dir .. "/adapter_model.safetensors")
+  local file = dir .. "/adapter_model.safetensors"
+  local tensors = safetensors().load(file)
+  local function check(key, t, param)
+    local where = "lora.load: " .. file .. ": tensor '" .. key .. "'"
+    weight_checks.dtype(t.dtype, param.dtype, where, opts)
+    weight_checks.finite(t, where, opts)
+  end
   local function get(key) return tensors[key] end
   if #linear.layers(model) == 0 then
     local targets = {}
@@ -133,6 +141,8 @@ function M.load(dir, model, opts)
       if (a == nil) ~= (b == nil) then raise("lora.load: " .. dir .. " has no " .. (a == nil and ka or kb)) end
       if a then
         used[ka], used[kb] = true, true
+        check(ka, a, m.lora_A.weight)
+        check(kb, b, m.lora_B.weight)
         present[#present + 1] = {h = h, a = a, b = b}
       end
     end

@@ -8,13 +8,17 @@
 -- appears under each of its names), as the module's own tensors, not copies. Loading
 -- copies values into the module's tensors (converting dtype and device), without
 -- recording for autograd. strict (the default) refuses missing and unexpected keys;
--- a shape mismatch or a value that is not a tensor is always refused. Nothing is
--- copied when anything is refused. The error lists every problem.
+-- a shape mismatch or a value that is not a tensor is always refused. Weights read from a
+-- file name it (opts.source = the file or checkpoint): then each value must have its
+-- parameter's dtype and be finite, as lutra.ckpt.weight_checks says (opts.allow_cast,
+-- opts.allow_nonfinite), and the errors name the file. Nothing is copied when anything is
+-- refused. The error lists every problem.
 local ops = require "lutra.ops"
 local errors = require "lutra.errors"
 local fields = require "lutra.tensor.fields"
 local grad = require "lutra.nn.grad"
 local traverse = require "lutra.nn.traverse"
+local weight_checks = require "lutra.ckpt.weight_checks"
 
 local raise, is_tensor = errors.raise, ops.is_tensor
 local collect = traverse.collect
@@ -53,6 +57,7 @@ function M.load_state_dict(m, sd, opts)
   if type(sd) ~= "table" then raise("load_state_dict: expected a table name -> tensor, got " .. type(sd)) end
   if opts ~= nil and type(opts) ~= "table" then raise("load_state_dict: options must be a table {strict=}") end
   local strict = not (opts and opts.strict == false)
+  local source = opts and opts.source
   local own = M.state_dict(m)
   local missing, unexpected, problems = {}, {}, {}
   for k in pairs(own) do
@@ -69,6 +74,10 @@ function M.load_state_dict(m, sd, opts)
     elseif not fields.same_shape(v, mine) then
       problems[#problems + 1] = string.format("shape mismatch for '%s': the state dict has %s, the model %s", k,
         shape_str(v), shape_str(mine))
+    elseif source then
+      local where = string.format("%s: tensor '%s'", source, k)
+      problems[#problems + 1] = weight_checks.dtype_problem(v.dtype, mine.dtype, where, opts)
+        or weight_checks.finite_problem(v, where, opts)
     end
   end
   local missing_list, unexpected_list = sorted_keys(missing), sorted_keys(unexpected)
@@ -79,7 +88,8 @@ function M.load_state_dict(m, sd, opts)
   end
   for _, p in ipairs(problems) do lines[#lines + 1] = p end
   if #lines > 0 then
-    raise("load_state_dict: cannot load into " .. m.__name .. ":\n  " .. table.concat(lines, "\n  "))
+    raise("load_state_dict: cannot load into " .. m.__name .. (source and " from " .. source or "") .. ":\n  "
+      .. table.concat(lines, "\n  "))
   end
   grad.no_grad(function()
     for k, v in pairs(sd) do

@@ -85,7 +85,7 @@ end
 
 -- The model of a checkpoint: its config.model (the model's config, or a recipe's model part)
 -- with the vocabulary size of its weights, and the weights assembled whole from any layout.
-local function checkpoint_model(dir)
+local function checkpoint_model(dir, opts)
   local st = ckpt.load_weights(dir)
   local m = type(st.config) == "table" and st.config.model
   if type(m) ~= "table" or st.model["wte.weight"] == nil then
@@ -98,11 +98,12 @@ local function checkpoint_model(dir)
   end
   cfg.vocab_size = st.model["wte.weight"]:size(0)
   local model = models.build(models.config(cfg))
-  model:load_state_dict(st.model)
+  model:load_state_dict(st.model, {source = dir, allow_cast = opts.allow_cast, allow_nonfinite = opts.allow_nonfinite})
   return model
 end
 
--- load(dir, {tokenizer = path}) -> model, tok, {template =, format =}
+-- load(dir, {tokenizer = path, allow_cast =, allow_nonfinite =}) -> model, tok, {template =, format =}
+-- (the weights' dtype and values as lutra.ckpt.weight_checks says)
 function M.load(dir, opts)
   opts = opts or {}
   if type(dir) ~= "string" then raise("modeldir.load: expected a directory, got " .. type(dir)) end
@@ -110,13 +111,13 @@ function M.load(dir, opts)
   if exists(dir .. "/config.json") then
     local hf = hf_module()
     if not hf then raise("modeldir.load: " .. dir .. " is a Hugging Face directory but lutra.hf is not available") end
-    model, tok = hf.load_pretrained(dir)
+    model, tok = hf.load_pretrained(dir, {allow_cast = opts.allow_cast, allow_nonfinite = opts.allow_nonfinite})
     format = "hf"
   elseif exists(dir .. "/lutra_model/manifest.json") or exists(dir .. "/lutra_model/manifest.lua") then
-    model, format = checkpoint_model(dir .. "/lutra_model"), "lutra"
+    model, format = checkpoint_model(dir .. "/lutra_model", opts), "lutra"
     tok = tokenizer.load(dir .. "/tokenizer.json")
   elseif exists(dir .. "/manifest.json") or exists(dir .. "/manifest.lua") then
-    model, format = checkpoint_model(dir), "checkpoint" -- a trainer checkpoint
+    model, format = checkpoint_model(dir, opts), "checkpoint" -- a trainer checkpoint
     local tok_path = opts.tokenizer or (exists(dir .. "/tokenizer.json") and dir .. "/tokenizer.json")
     if not tok_path then raise("modeldir.load: a checkpoint without tokenizer.json: pass its tokenizer") end
     tok = tokenizer.load(tok_path)

@@ -112,9 +112,8 @@ end
 
 -- Restores the checkpoint of args.resume or config.resume, when there is one.
 function Trainer:resume()
-  local path, why = resume_mod.find(self.args.resume or self.get "resume", self.ckpt_root)
+  local path, why = resume_mod.resume(self, self.args.resume or self.get "resume")
   if path then
-    resume_mod.restore(self, path)
     self:say(string.format("resumed from %s at step %d", path, self.step))
   elseif why then
     self:say("resume=auto: " .. why .. "; starting from step 1")
