@@ -20,7 +20,8 @@
 -- backs the scale off, lutra/train/precision.lua), and only a non-finite loss counts.
 -- Under a parallel layout every rank decides alike: the loss is averaged over the
 -- data-parallel ranks and the gradient norm summed over all ranks before the check (a nan or
--- inf on one rank reaches every rank), and the parameter named is agreed on (gathered).
+-- inf on one rank reaches every rank), the verdict is then agreed on (one all-reduce of a
+-- number a step) and so is the parameter named (gathered, on a bad step only).
 --
 --   local ev = nonfinite.event(run, loss, norm)  -- in the step, before the optimizer: nil or
 --                                                -- {step =, loss =, norm =, param =}
@@ -29,6 +30,7 @@
 -- A loop of its own (recipes/dpo.lua), before its optimizer step:
 --   local ev = nonfinite.check(step, loss, norm, model)  -- nil, or the event (describe(ev) says it)
 local errors = require "lutra.errors"
+local create = require "lutra.create"
 local sharded = require "lutra.ckpt"
 local anomaly = require "lutra.autograd.anomaly"
 local resume = require "lutra.train.resume"
@@ -52,17 +54,26 @@ local function number(x)
 end
 M.number = number
 
--- {name, parameter} of every parameter whose gradient this rank has, in order: the model's
--- state_dict names on one process, the optimizer's (global names of this rank's pieces) under
--- a layout.
+-- {name, parameter} of every parameter whose gradient this rank has, in the model's state_dict
+-- order: the model's own on one process; under a layout the optimizer's (the global names of
+-- this rank's pieces, which it keeps in its groups' order), put in the local model's order.
 local function named_params(run)
   local out = {}
-  if run.par then
-    local opt = run.par.optimizer
-    for i, p in ipairs(opt.params) do out[i] = {tostring(opt.keys[i]), p} end
-  else
+  if not run.par then
     for name, p in run.model:named_parameters() do out[#out + 1] = {name, p} end
+    return out
   end
+  local position, n = {}, 0
+  for name in run.par.model:named_parameters() do
+    n = n + 1
+    position[name] = n
+  end
+  local opt = run.par.optimizer
+  for i, p in ipairs(opt.params) do
+    local name = tostring(opt.keys[i])
+    out[i] = {name, p, position[name] or n + i}
+  end
+  table.sort(out, function(a, b) return a[3] < b[3] end)
   return out
 end
 
@@ -88,11 +99,24 @@ function M.first_param(named, group)
   return name
 end
 
+-- Whether any rank of group says yes (one all-reduce of a number).
+local function any_rank(group, yes)
+  local t = create.tensor({yes and 1 or 0}, {dtype = "f64"})
+  group:all_reduce(t, "sum")
+  local n = t:item()
+  t:free()
+  return n > 0
+end
+
 -- The step's event when its loss or gradient norm counts as non-finite (see the header), else
--- nil. Called with the gradients still there, before the optimizer would step.
+-- nil. Called with the gradients still there, before the optimizer would step. Under a layout
+-- the ranks agree first (a loss that only one tensor- or pipeline-parallel rank saw as nan, with
+-- gradients that stayed finite, must still stop every rank, or the others would wait for it).
 function M.event(run, loss, norm)
-  if finite(loss) and (finite(norm) or run.prec.loss_scale) then return nil end
+  local bad = not (finite(loss) and (finite(norm) or run.prec.loss_scale))
   local group = run.mesh and run.mesh.size > 1 and run.mesh.world or nil
+  if group then bad = any_rank(group, bad) end
+  if not bad then return nil end
   return {step = run.step + 1, loss = loss, norm = norm, param = M.first_param(named_params(run), group)}
 end
 
@@ -173,11 +197,17 @@ function Guard:rollback(run, r, ev)
     stop(run, r, ev, string.format("nonfinite=rollback: %d rollback%s already, nonfinite_max_rollbacks = %d",
       self.rollbacks, self.rollbacks == 1 and "" or "s", self.max_rollbacks))
   end
-  sharded.wait() -- a save still being written is committed before it is read back
   local path = last_checkpoint(run)
   if not path then stop(run, r, ev, "nonfinite=rollback: no checkpoint to roll back to yet") end
-  local ok, err = pcall(resume.restore, run, path)
-  if not ok then stop(run, r, ev, "nonfinite=rollback: rolling back to " .. path .. " failed: " .. tostring(err)) end
+  -- a save still being written is committed before it is read back: every rank's wait, then (under a
+  -- layout) an all-reduce, which also waits for rank 0's, the one that commits
+  local group = run.mesh and run.mesh.size > 1 and run.mesh.world or nil
+  local function agreed(ok, err)
+    if group and any_rank(group, not ok) and ok then ok, err = false, "on another rank" end
+    if not ok then stop(run, r, ev, "nonfinite=rollback: rolling back to " .. path .. " failed: " .. tostring(err)) end
+  end
+  agreed(pcall(sharded.wait))
+  agreed(pcall(resume.restore, run, path))
   self.rollbacks, self.in_a_row = self.rollbacks + 1, 0
   self.rolled_back_at[ev.step] = path
   forget_after(run, ev.step)
