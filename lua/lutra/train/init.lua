@@ -208,7 +208,7 @@ end
 -- The step's record to the metrics and the progress line, every log_every steps.
 function Trainer:log_step(r, t)
   local step, total = self.step, self.total
-  if step % self.log_every == 0 or step == total or self.interrupted or r.skipped then
+  if step % self.log_every == 0 or step == total or self.interrupted or r.nonfinite then
     self:record(r)
     if not self.quiet and (self.bar.tty or step % self.print_every == 0 or step == total or self.interrupted) then
       self.bar:update(r)
