@@ -29,6 +29,9 @@ local cfg = config {
   batch = 8, steps = 300, lr = config.number(0), -- 0: 2e-3 with LoRA, 2e-4 full
   warmup = 10, grad_clip = config.number(1), eval_every = 100, log_every = 25,
   out = "runs/dpo", seed = 1, threads = 0,
+  -- a step whose loss or gradient norm is nan or inf: stop before its update (nothing is saved),
+  -- or skip it (at most nonfinite_max_skips in a row); lutra/train/nonfinite.lua
+  nonfinite = config.one_of({"stop", "skip"}, "stop"), nonfinite_max_skips = 10,
 }
 if cfg.threads > 0 then lt.set_num_threads(cfg.threads) end
 lt.manual_seed(cfg.seed)
@@ -112,6 +115,7 @@ end
 model:train()
 local now = lt.now
 local t0, tokens = now(), 0
+local nonfinite, skips = lt.train.nonfinite, 0
 for step = 1, cfg.steps do
   local m = lt.tidy(function()
     local batch = dpo.collate(train, next_indices())
@@ -120,7 +124,19 @@ for step = 1, cfg.steps do
     local loss, m = dpo.step(model, batch, ref, lo)
     loss:backward()
     if cfg.grad_clip > 0 then m.norm = optim.clip_grad_norm(opt.params, cfg.grad_clip) end
-    opt:step()
+    local event = nonfinite.check(step, m.loss, m.norm or optim.grad_norm(opt.params), model)
+    if event then
+      skips = skips + 1
+      if cfg.nonfinite == "stop" or skips > cfg.nonfinite_max_skips then
+        error(string.format("dpo: %s; stopped before the optimizer step, saving nothing (%s)", nonfinite.describe(event),
+          cfg.nonfinite == "stop" and "--nonfinite=skip skips such steps"
+          or string.format("the %d steps before it were skipped already", cfg.nonfinite_max_skips)), 0)
+      end
+      print(string.format("%s; step skipped (nonfinite=skip: %d in a row)", nonfinite.describe(event), skips))
+    else
+      skips = 0
+      opt:step()
+    end
     return m
   end)
   if step % cfg.log_every == 0 or step == 1 or step == cfg.steps then

@@ -45,6 +45,10 @@ local cfg = config {
   eval_every = 250, eval_iters = 20,
   sample_every = 0, sample_tokens = 300, sample_prompt = "", temperature = 0.8, top_k = 0, top_p = 0.95,
   log_every = 1, print_every = 0, run_dir = "runs/pretrain", ckpt_every = 0, ckpt_keep = 2, resume = "",
+  -- a step whose loss or gradient norm is nan or inf: stop the run, skip the step, or roll back to
+  -- the last checkpoint (lutra/train/nonfinite.lua)
+  nonfinite = config.one_of({"stop", "skip", "rollback"}, "stop"), nonfinite_max_skips = 10,
+  nonfinite_max_rollbacks = 3,
   threads = 0,                        -- 0: the default (OMP_NUM_THREADS or all cores)
   device = "auto",                    -- auto: cuda:(local rank) when there is a GPU, else cpu; or cpu, cuda, cuda:K
   -- under `lutra launch -n N`: --parallel.dp=2 --parallel.tp=2, pp (stages), zero (1-3), schedule,

@@ -30,6 +30,10 @@ local cfg = config {
   eval_answers = 100,                  -- held-out single-exchange chats answered greedily (exact match)
   eval_every = 0, eval_iters = 10, log_every = 1, print_every = 0,
   run_dir = "runs/sft", out = "",      -- out: the model directory written; "" = run_dir/model
+  ckpt_every = 0,                      -- rollback (below) needs checkpoints to go back to
+  -- a step whose loss or gradient norm is nan or inf: stop, skip it, or roll back (lutra/train/nonfinite.lua)
+  nonfinite = config.one_of({"stop", "skip", "rollback"}, "stop"), nonfinite_max_skips = 10,
+  nonfinite_max_rollbacks = 3,
   threads = 0,
 }
 if cfg.threads > 0 then lt.set_num_threads(cfg.threads) end

@@ -14,7 +14,7 @@
 --   nn         lt.F: fused kernels (layer_norm, rms_norm, cross_entropy, embedding, rope,
 --              scaled_dot_product_attention, adamw_step) and their backwards
 --   autograd   t.requires_grad, t.grad, t.grad_fn, t:backward(), no_grad, enable_grad,
---              zero_grad, checkpoint, lt.autograd.backward/grad (see lutra/autograd/init.lua)
+--              zero_grad, checkpoint, detect_anomaly, lt.autograd.backward/grad (see lutra/autograd/init.lua)
 --   memory     tidy, keep, memory_stats, reset_peak_memory_stats, empty_cache, collectgarbage
 --   runtime    version, build_info, get_num_threads, set_num_threads, now, cuda.*
 --   training   data, tokenizer, nn, models, optim, train, generate, config, dist, ckpt, hf,
@@ -56,6 +56,7 @@ M.autograd = autograd
 M.no_grad, M.enable_grad, M.set_grad_enabled, M.is_grad_enabled = autograd.no_grad, autograd.enable_grad,
   autograd.set_grad_enabled, autograd.is_grad_enabled
 M.zero_grad, M.checkpoint = autograd.zero_grad, autograd.checkpoint
+M.detect_anomaly, M.is_anomaly_enabled = autograd.detect_anomaly, autograd.is_anomaly_enabled
 M.Tensor, M.tensor_properties = tensor.methods, tensor.properties
 
 -- ---- memory ---------------------------------------------------------------------------------

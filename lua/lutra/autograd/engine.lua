@@ -271,6 +271,8 @@ local function run_formula(pass, rec, g)
   for t in pairs(made) do -- the formula's temporaries
     if not fields.is_freed(t) then t:free() end
   end
+  local anomaly = S.anomaly -- lutra.detect_anomaly: the first gradient holding a nan or inf
+  if anomaly ~= nil then anomaly.backward(rec, g1, g2, g3, DELIVERED) end
   return g1, g2, g3
 end
 

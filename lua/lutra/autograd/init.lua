@@ -6,6 +6,7 @@
 --   x:zero_grad()                      -- or lutra.zero_grad(params)
 --   lutra.no_grad(function() ... end)  -- nothing is recorded inside
 --   y:detach(), y:register_hook(fn), y:retain_grad(), lutra.checkpoint(fn, ...)
+--   lutra.detect_anomaly(true)         -- the op that made the first nan/inf, and its line
 --
 -- Every op on a tensor that requires grad, in grad mode, attaches a node to its result
 -- (t.grad_fn names it); backward walks the nodes from the result back to the leaves.
@@ -274,5 +275,10 @@ function M.grad(outputs, inputs, grad_outputs, opts)
 end
 
 M.checkpoint = require("lutra.autograd.checkpoint").checkpoint
+
+-- lutra.detect_anomaly(true | false | fn): the first op whose output or gradient holds a nan or
+-- inf raises, naming the op and the caller's line (lutra/autograd/anomaly.lua)
+local anomaly = require "lutra.autograd.anomaly"
+M.detect_anomaly, M.is_anomaly_enabled = anomaly.detect_anomaly, anomaly.is_enabled
 
 return M

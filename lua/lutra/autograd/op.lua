@@ -53,8 +53,10 @@ local function class_of(spec)
   if type(spec.record) ~= "function" or type(spec.backward) ~= "function" then
     error("autograd.op: " .. name .. " needs record and backward functions", 3)
   end
-  local cls = {name = name, saves = spec.save or {}, versions = {}, backward = spec.backward, always = spec.always,
-               keeps_grad = spec.keeps_grad, release = spec.release}
+  local op = spec.op
+  if type(op) == "table" then op = op[1] end
+  local cls = {name = name, op = op, saves = spec.save or {}, versions = {}, backward = spec.backward,
+               always = spec.always, keeps_grad = spec.keeps_grad, release = spec.release}
   for i, f in ipairs(cls.saves) do cls.versions[i] = "ver_" .. f end
   classes[name] = cls
   return cls

@@ -40,6 +40,9 @@ local M = {}
 
 M.enabled = true -- grad mode (lutra.no_grad turns it off)
 M.retain_graph = false -- while backward runs: whether saved tensors must survive it
+-- lutra.detect_anomaly's checks while it is on ({forward = fn(out, node), backward = fn(node, ...)},
+-- lutra/autograd/anomaly.lua), else nil: one field test per recorded op and backward node
+M.anomaly = nil
 
 local records = memory.records
 
@@ -170,6 +173,8 @@ end
 function M.attach(out, node)
   set_record(out, node)
   fields.set_autograd_state(out, fields.RECORDED)
+  local anomaly = M.anomaly
+  if anomaly ~= nil then anomaly.forward(out, node) end
   return out
 end
 

@@ -24,7 +24,9 @@
 -- run_dir (metrics.jsonl, config.json and checkpoints go there; "" for none), ckpt_every,
 -- ckpt_keep, ckpt_async (the state is copied, then compressed and written in the background), resume ("" none, "auto" the latest checkpoint of run_dir, or a path),
 -- precision ("fp32", "bf16", "fp16": lutra/train/precision.lua), loss_scale and growth_interval
--- (fp16), parallel (a layout: lutra/dist/mesh.lua).
+-- (fp16), parallel (a layout: lutra/dist/mesh.lua), nonfinite ("stop", "skip", "rollback": what a
+-- step whose loss or gradient norm is nan or inf does, lutra/train/nonfinite.lua),
+-- nonfinite_max_skips, nonfinite_max_rollbacks.
 --
 -- Each step runs inside lutra.tidy: activations, gradients and temporaries are freed when
 -- it ends (the optimizer's state and the parameters are kept), so memory stays flat.
@@ -47,6 +49,7 @@ local setup = require "lutra.train.setup"
 local step_mod = require "lutra.train.step"
 local resume_mod = require "lutra.train.resume"
 local batch_mod = require "lutra.train.batch"
+local nonfinite = require "lutra.train.nonfinite"
 
 local raise = errors.raise
 local now = interrupt.now
@@ -58,7 +61,7 @@ M.DEFAULTS = {
   decay_frac = 0.2, optimizer = "adamw", weight_decay = 0.1, betas = {0.9, 0.95}, eps = 1e-8, momentum = 0.9,
   eval_every = 250, eval_iters = 20, sample_every = 0, sample_tokens = 200, sample_prompt = "", temperature = 0.8,
   top_k = 0, top_p = 0.95, log_every = 1, print_every = 0, run_dir = "", ckpt_every = 0, ckpt_keep = 2, resume = "",
-  ckpt_async = true,
+  ckpt_async = true, nonfinite = "stop", nonfinite_max_skips = 10, nonfinite_max_rollbacks = 3,
 }
 
 local Trainer = {}
@@ -83,6 +86,7 @@ function Trainer.new(args)
   local self = setmetatable({args = args, cfg = cfg, model = args.model, data = args.data, get = get,
                              params = setup.params_of(args.model), step = 0, tokens = 0}, Trainer)
   self.prec = precision.new(get) -- mixed precision: the forward under autocast (precision.lua)
+  self.nonfinite = nonfinite.new(get) -- a step whose loss or gradient norm is nan or inf (nonfinite.lua)
   self.loss_fn = self.prec:wrap(args.loss_fn or batch_mod.default_loss)
   self.grad_accum = get "grad_accum"
   if type(self.grad_accum) ~= "number" or self.grad_accum < 1 then raise("train: grad_accum must be >= 1") end
@@ -114,6 +118,7 @@ end
 function Trainer:resume()
   local path, why = resume_mod.resume(self, self.args.resume or self.get "resume")
   if path then
+    self.resumed_from = path -- what nonfinite = "rollback" goes back to before the run saves one
     self:say(string.format("resumed from %s at step %d", path, self.step))
   elseif why then
     self:say("resume=auto: " .. why .. "; starting from step 1")
@@ -185,11 +190,12 @@ function Trainer:save()
   return resume_mod.save(self)
 end
 
--- One optimizer step at the schedule's lr; returns the step's metrics record.
+-- One optimizer step at the schedule's lr; returns the step's metrics record, the time, and the
+-- nonfinite event when its loss or gradient norm was nan or inf (the step was not taken).
 function Trainer:train_step()
   local lr = self.sched(self.step)
   local t0 = now()
-  local loss, tokens, norm, extras = (self.par and step_mod.parallel or step_mod.single)(self, lr)
+  local loss, tokens, norm, extras, event = (self.par and step_mod.parallel or step_mod.single)(self, lr)
   local dt = now() - t0
   self.train_seconds = self.train_seconds + dt
   self.step = self.step + 1
@@ -206,13 +212,13 @@ function Trainer:train_step()
   end
   local rate = (self.tokens - self.tok_start) / math.max(t - self.t_start, 1e-9)
   r.eta = (self.total - self.step) * tokens / math.max(rate, 1e-9)
-  return r, t
+  return r, t, event
 end
 
 -- The step's record to the metrics and the progress line, every log_every steps.
 function Trainer:log_step(r, t)
   local step, total = self.step, self.total
-  if step % self.log_every == 0 or step == total or self.interrupted then
+  if step % self.log_every == 0 or step == total or self.interrupted or r.nonfinite then
     self:record(r)
     if not self.quiet and (self.bar.tty or step % self.print_every == 0 or step == total or self.interrupted) then
       self.bar:update(r)
@@ -248,12 +254,20 @@ function Trainer:loop()
       self:sample()
     end
     if done then break end
-    self:log_step(self:train_step())
-    local stopping = self.interrupted or (self.step >= self.stop_at and self.step < self.total)
-    if self.ckpt_root and ((ckpt_every > 0 and self.step % ckpt_every == 0) or stopping) then
-      self.checkpoint = self:save()
+    local r, t, event = self:train_step()
+    -- a nan or inf: config.nonfinite stops the run (raises), skips the step or rolls back
+    local outcome = event and self.nonfinite:handle(self, r, event)
+    if not event then self.nonfinite:passed() end
+    if outcome ~= "rolled_back" then
+      self:log_step(r, t)
+      local stopping = self.interrupted or (self.step >= self.stop_at and self.step < self.total)
+      if self.ckpt_root and ((ckpt_every > 0 and self.step % ckpt_every == 0) or stopping) then
+        self.checkpoint = self:save()
+      end
+      if stopping then break end -- before the next evaluation: a resumed run does that one
+    elseif self.interrupted then
+      break
     end
-    if stopping then break end -- before the next evaluation: a resumed run does that one
   end
 end
 
@@ -282,6 +296,7 @@ function Trainer:finish()
                   seconds = elapsed, tokens = self.tokens, train_seconds = self.train_seconds, optimizer = self.opt,
                   tokens_per_s = (self.tokens - self.tok_start) / math.max(self.train_seconds, 1e-9)}
   result.checkpoint = self.checkpoint
+  result.nonfinite_skips, result.rollbacks = self.nonfinite.skips, self.nonfinite.rollbacks
   result.parallel = self.par -- the layout's model, optimizer and groups (nil on one process)
   local ckpt_every = self.get "ckpt_every"
   if self.ckpt_root and ckpt_every > 0 and self.step == self.total and self.step % ckpt_every ~= 0 then
@@ -302,5 +317,6 @@ end
 -- Exposed for recipes and tests.
 M.evaluate = step_mod.evaluate
 M.clip_grad_norm = step_mod.clip_grad_norm
+M.nonfinite = nonfinite -- nonfinite.check/describe for loops of their own (recipes/dpo.lua)
 
 return setmetatable(M, {__call = function(_, args) return M.train(args) end})

@@ -31,6 +31,7 @@
 --   prec:backward(loss)                    -- under autocast too (checkpointed recomputes)
 --   local norm, take = prec:clip_grads(params, max_norm, clip_grad_norm)
 --   if take then opt:step() end
+--   norm = prec:measured(clip_grad_norm(params, 0)) -- a step not taken (its loss is nan or inf)
 --   extras = prec:report(extras)           -- loss_scale, skipped
 --   prec:state() / prec:set_state(st)      -- nil for fp32 and bf16
 local errors = require "lutra.errors"
@@ -139,6 +140,15 @@ function Precision:factor() return self.loss_scale or 1 end
 function Precision:clip_grads(params, max_norm, clip_grad_norm)
   if not self.loss_scale then return clip_grad_norm(params, max_norm), true end
   return self:unscale_and_clip(params, clip_grad_norm(params, 0), max_norm)
+end
+
+-- The gradient norm of a step that is not taken for another reason than overflow (its loss is
+-- nan or inf: lutra/train/nonfinite.lua), from the norm of the (scaled) gradients: the loss
+-- scale and its counters are left alone, and the step is not reported as the scaler's skip.
+function Precision:measured(norm)
+  if not self.loss_scale then return norm end
+  self.last_skipped = false
+  return norm / self.loss_scale
 end
 
 -- fp16: given the norm of the scaled gradients of params (a list of tensors with .grad),

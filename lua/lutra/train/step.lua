@@ -5,19 +5,24 @@
 -- then the gradient is clipped to grad_clip (global norm; 0: no clipping, the norm is
 -- still measured) and the optimizer steps at the schedule's lr for that step. Each step
 -- runs inside lutra.tidy: activations, gradients and temporaries are freed when it ends
--- (the optimizer's state and the parameters are kept), so memory stays flat.
+-- (the optimizer's state and the parameters are kept), so memory stays flat. A step whose loss
+-- or gradient norm is nan or inf is not taken, and comes back as an event for the trainer's
+-- config.nonfinite (lutra/train/nonfinite.lua).
 --
---   local loss, tokens, norm, extras = step.single(trainer, lr)   -- or step.parallel
+--   local loss, tokens, norm, extras, nonfinite = step.single(trainer, lr)   -- or step.parallel
 local errors = require "lutra.errors"
 local memory = require "lutra.memory"
 local ops = require "lutra.ops"
 local grad = require "lutra.nn.grad"
 local sharded = require "lutra.ckpt"
 local batch_mod = require "lutra.train.batch"
+local nonfinite = require "lutra.train.nonfinite"
+local fault = require "lutra.train.fault"
 
 local raise, is_tensor = errors.raise, ops.is_tensor
 local tidy = memory.tidy
 local next_batch, to_number = batch_mod.next, batch_mod.to_number
+local finite = nonfinite.finite
 
 local M = {}
 
@@ -46,14 +51,30 @@ function M.clip_grad_norm(params, max_norm)
   end)
 end
 
+-- loss_fn, or one whose loss is nan once when LUTRA_FAULT=nan:S[@R] names this step and rank
+-- (lutra/train/fault.lua: how the tests make a step go bad).
+local function faulty(run, loss_fn)
+  if not fault.nan_at(run.step + 1, run.mesh and run.mesh.rank or 0) then return loss_fn end
+  local fired = false
+  return function(model, batch)
+    local loss, extra = loss_fn(model, batch)
+    if not fired then
+      fired = true
+      loss = loss * (0 / 0)
+    end
+    return loss, extra
+  end
+end
+
 -- Forward and backward of the k micro-batches; returns the loss sum, the tokens and the
 -- mean of loss_fn's extra numbers (nil when it gives none).
 local function accumulate(run, k)
   local loss_sum, tokens, extras = 0, 0, nil
+  local loss_fn = faulty(run, run.loss_fn)
   for _ = 1, k do
     local batch = next_batch(run.data, run.device)
     tokens = tokens + batch_mod.tokens(batch)
-    local loss, extra = run.loss_fn(run.model, batch)
+    local loss, extra = loss_fn(run.model, batch)
     if not is_tensor(loss) and type(loss) ~= "table" then
       raise("train: the loss must be a tensor, got " .. type(loss))
     end
@@ -81,21 +102,28 @@ local function free_grads(params)
   end
 end
 
--- One step on one process: mean loss, tokens, gradient norm, precision's report.
+-- One step on one process: mean loss, tokens, gradient norm, precision's report, and the
+-- nonfinite event (nil when the loss and the norm are finite).
 function M.single(run, lr)
   local k, params = run.grad_accum, run.params
-  local loss_sum, tokens, extras
+  local loss_sum, tokens, extras, event
   local norm = tidy(function()
     run.opt:zero_grad()
     loss_sum, tokens, extras = accumulate(run, k)
-    -- fp32/bf16: clip_grad_norm, step; fp16: unscale + clip, no step when a gradient is inf/nan
-    local n, take = run.prec:clip_grads(params, run.get "grad_clip", M.clip_grad_norm)
+    local n, take
+    if finite(loss_sum) then
+      -- fp32/bf16: clip_grad_norm, step; fp16: unscale + clip, no step when a gradient is inf/nan
+      n, take = run.prec:clip_grads(params, run.get "grad_clip", M.clip_grad_norm)
+    else
+      n, take = run.prec:measured(M.clip_grad_norm(params, 0)), false
+    end
+    event = nonfinite.event(run, loss_sum / k, n)
     sharded.fence() -- a background save has copied the weights before they change
-    if take then run.opt:step{lr = lr} end
+    if take and not event then run.opt:step{lr = lr} end
     free_grads(params)
     return n, run.opt.state -- the optimizer's state outlives the scope
   end)
-  return loss_sum / k, tokens, norm, run.prec:report(extras)
+  return loss_sum / k, tokens, norm, run.prec:report(extras), event
 end
 
 -- One step of a parallel layout (config.parallel): lutra.dist.parallelize does the
@@ -103,7 +131,7 @@ end
 function M.parallel(run, lr)
   local k, par = run.grad_accum, run.par
   local tokens = 0
-  local loss_sum, norm = 0, 0
+  local loss_sum, norm, event = 0, 0, nil
   tidy(function()
     par:zero_grad()
     local batches = {}
@@ -117,21 +145,25 @@ function M.parallel(run, lr)
     if par.stage and prec.dtype then
       raise("train: precision = \"" .. prec.mode .. "\" with pipeline parallel is not supported yet")
     end
-    loss_sum = prec:run(par.forward_backward, par, batches, prec:scaled(run.loss_fn)) / prec:factor()
+    loss_sum = prec:run(par.forward_backward, par, batches, faulty(run, prec:scaled(run.loss_fn))) / prec:factor()
     local take = true
-    if prec.loss_scale then
+    if not prec.loss_scale then
+      norm = par:finish(run.get "grad_clip")
+    elseif finite(loss_sum) then
       norm, take = prec:unscale_and_clip(par.optimizer.params, par:finish(0), run.get "grad_clip")
     else
-      norm = par:finish(run.get "grad_clip")
+      norm, take = prec:measured(par:finish(0)), false
     end
+    -- the loss is the global mean and the norm global: every rank decides alike
+    event = nonfinite.event(run, loss_sum / k, norm)
     sharded.fence() -- a background save has copied the weights before they change
-    if take then par.optimizer:step{lr = lr} end
+    if take and not event then par.optimizer:step{lr = lr} end
     par:after_step()
     par:zero_grad()
     return par.optimizer.state
   end)
   -- tokens of the global batch: every dp rank took its own rows (tp and pp ranks share them)
-  return loss_sum / k, tokens * run.mesh.dp_size, norm, run.prec:report(nil)
+  return loss_sum / k, tokens * run.mesh.dp_size, norm, run.prec:report(nil), event
 end
 
 -- The mean over n batches of f(batch) in eval mode (the model's train mode comes back after).
