@@ -33,7 +33,8 @@ if cfg.threads > 0 then lt.set_num_threads(cfg.threads) end
 lt.manual_seed(cfg.seed)
 
 -- ---- model, data -------------------------------------------------------------------------------
-local model, tok, info = modeldir.load(cfg.model, {tokenizer = cfg.tokenizer ~= "" and cfg.tokenizer or nil})
+local model, tok, info = modeldir.load(cfg.model, {tokenizer = cfg.tokenizer ~= "" and cfg.tokenizer or nil,
+                                                  template = cfg.template ~= "auto" and cfg.template or nil})
 local template = cfg.template
 if template == "auto" then template = info.format == "checkpoint" and "none" or info.template end
 local max_len = model.cfg.block_size + 1 -- inputs are all tokens but the last
