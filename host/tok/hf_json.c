@@ -376,7 +376,11 @@ static int load_char(lt_tokenizer *tok, const cJSON *root) {
   }
   int rc = lt_tok_char_build(tok, list, n);
   free(list);
-  LT_TRY(rc);
+  if (rc) {
+    char why[512]; // the message buffer is the one E writes: copy first
+    snprintf(why, sizeof why, "%s", lt_last_error());
+    return E("codepoints: %s", why);
+  }
   if (check_added(added, &max_id) < 0) return -1;
   for (const cJSON *a = added ? added->child : NULL; a; a = a->next) { // ids must follow the chars densely
     int64_t id = 0;
@@ -387,6 +391,17 @@ static int load_char(lt_tokenizer *tok, const cJSON *root) {
     LT_TRY(lt_tok_append(tok, (const uint8_t *)s, (int64_t)strlen(s), LT_TOKF_ADDED));
   }
   return register_added(tok, added);
+}
+
+// The offset of the first \u0000 escape in a JSON text, or -1: cJSON ends a string at a NUL, so
+// "a\u0000b" would read as "a" (another token's text); such a file is refused instead.
+static int64_t nul_escape(const char *s, int64_t n) {
+  for (int64_t i = 0; i + 5 < n; i++) {
+    if (s[i] != '\\') continue;
+    if (s[i + 1] == 'u' && s[i + 2] == '0' && s[i + 3] == '0' && s[i + 4] == '0' && s[i + 5] == '0') return i;
+    i++; // the escaped character (a quote, a backslash) is not the start of another escape
+  }
+  return -1;
 }
 
 int lt_tokenizer_load_json(lt_tokenizer **out, const char *json, int64_t len) {
@@ -400,6 +415,11 @@ int lt_tokenizer_load_json(lt_tokenizer **out, const char *json, int64_t len) {
     const char *err = cJSON_GetErrorPtr();
     if (at < 0 && err && err >= json && err <= json + len) at = (int64_t)(err - json);
     return E("not valid JSON (truncated or corrupt) near byte %lld of %lld", (long long)at, (long long)len);
+  }
+  int64_t nul = nul_escape(json, len);
+  if (nul >= 0) {
+    cJSON_Delete(root);
+    return E("a string holds \\u0000 (NUL) at byte %lld: no token's text can hold one", (long long)nul);
   }
   int is_char = get(root, "lutra_tokenizer") != NULL;
   lt_tokenizer *tok = cJSON_IsObject(root) ? lt_tok_alloc(is_char ? LT_TOK_CHAR : LT_TOK_BPE) : NULL;
