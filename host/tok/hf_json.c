@@ -207,7 +207,8 @@ static int load_merges(lt_tokenizer *tok, const cJSON *merges) {
   for (const cJSON *m = merges->child; m; m = m->next, k++) {
     char *left = NULL, *right = NULL, *copy = NULL;
     if (cJSON_IsString(m)) { // "a b"
-      copy = strdup(m->valuestring);
+      size_t len = strlen(m->valuestring) + 1; // a copy to split at the space (strdup is not C11)
+      if ((copy = malloc(len)) != NULL) memcpy(copy, m->valuestring, len);
       char *space = copy ? strchr(copy, ' ') : NULL;
       if (space && !strchr(space + 1, ' ')) *space = 0, left = copy, right = space + 1;
     } else if (cJSON_IsArray(m) && cJSON_GetArraySize(m) == 2 && cJSON_IsString(m->child) &&
