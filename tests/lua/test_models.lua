@@ -58,6 +58,9 @@ test("size: the parameter count of a config is the built model's, and what the d
     equal(total, m:num_parameters(), cfg.arch)
   end
   assert(size.device_bytes("cpu") > 0, "physical memory is known on Linux")
+  local status = "2 CUDA devices: cuda:0 NVIDIA H200 (sm_90, 140 GiB), cuda:1 NVIDIA A100-SXM4-80GB (sm_80, 79 GiB)"
+  equal({size.cuda_bytes(status, 0), size.cuda_bytes(status, 1), size.cuda_bytes(status, 2)}, {140 * 2 ^ 30, 79 * 2 ^ 30})
+  equal(size.cuda_bytes("lutra was built without CUDA", 0), nil)
   equal(size.human(1234), "1.2 kB")
   equal(size.human(5.5e15), "5.5 PB")
   -- refused before allocating: the keys of the largest part and the bytes

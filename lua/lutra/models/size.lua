@@ -64,14 +64,19 @@ local function physical_memory()
   return cpu_bytes or nil
 end
 
+-- Bytes of CUDA device id's memory as lt_cuda_status() tells it ("2 CUDA devices: cuda:0 NVIDIA
+-- H200 (sm_90, 140 GiB), cuda:1 ..."), or nil.
+function M.cuda_bytes(status, id)
+  local gib = status:match("cuda:" .. id .. " [^,]-%(sm_%d+, (%d+) GiB%)")
+  return gib and tonumber(gib) * 2 ^ 30 or nil
+end
+
 -- Bytes of memory the device (a name or id, lutra.dtype's) holds, or nil where unknown.
 function M.device_bytes(device)
   local ok, id = pcall(dtype.device_id, device, dtype.CPU)
   if not ok then return nil end
   if id == dtype.CPU then return physical_memory() end
-  local status = ffi.string(lt.C.lt_cuda_status()) -- "1 CUDA device: cuda:0 NVIDIA H200 (sm_90, 140 GiB)"
-  local gib = status:match("cuda:" .. id .. " [^,]-%(sm_%d+, (%d+) GiB%)")
-  return gib and tonumber(gib) * 2 ^ 30 or nil
+  return M.cuda_bytes(ffi.string(lt.C.lt_cuda_status()), id)
 end
 
 -- "1.5 GB" (decimal units, as a disk is sold and `free -h` rounds).
