@@ -38,7 +38,8 @@ lt.manual_seed(cfg.seed)
 
 -- ---- model, data -------------------------------------------------------------------------------
 local model, tok, info = modeldir.load(cfg.model, {tokenizer = cfg.tokenizer ~= "" and cfg.tokenizer or nil,
-                                            allow_cast = cfg.cast})
+                                                  allow_cast = cfg.cast,
+                                                  template = cfg.template ~= "auto" and cfg.template or nil})
 local template = cfg.template
 if template == "auto" then template = info.format == "checkpoint" and "none" or info.template end
 local max_len = model.cfg.block_size + 1 -- inputs are all tokens but the last

@@ -6,9 +6,10 @@
 --   ./build/lutra chat runs/sft/model                  -- talk to it
 --
 -- Data: JSONL chats ({"messages": [...]} or {"prompt", "completion"}; by default the
--- synthetic ones of recipes/data/make_sft_data.lua), rendered by a chat template (ChatML by
--- default), truncated to max_len tokens (counted), packed several per row of seq_len tokens
--- (positions restart and attention stays inside each chat). Only assistant tokens carry
+-- synthetic ones of recipes/data/make_sft_data.lua), rendered by a chat template (the model
+-- directory's, else ChatML; --template to pick one, required when the directory's is one lutra
+-- does not run), truncated to max_len tokens (counted), packed several per row of seq_len
+-- tokens (positions restart and attention stays inside each chat). Only assistant tokens carry
 -- loss. The held-out loss per assistant token is measured before and after training.
 local lt = require "lutra"
 local config = lt.config
@@ -19,7 +20,7 @@ local cfg = config {
   model = "runs/pretrain/model",       -- a model directory, or a trainer checkpoint (with --tokenizer)
   tokenizer = "",                      -- tokenizer.json for a checkpoint
   cast = false,                        -- load bf16/f16 weights into the f32 model (lossless; refused without)
-  template = config.one_of({"chatml", "llama3"}, "chatml"),
+  template = config.one_of({"auto", "chatml", "llama3"}, "auto"), -- auto: the model directory's (else ChatML)
   train_data = data .. "sft_train.jsonl", val_data = data .. "sft_val.jsonl", -- shipped next to this recipe
   max_len = 0, seq_len = 0,            -- 0: the model's block_size
   pack = true, on_empty = config.one_of({"error", "warn"}, "error"),
@@ -42,11 +43,12 @@ print(cfg:dump())
 -- ---- model and data -------------------------------------------------------------------------
 lt.manual_seed(cfg.seed)
 local model, tok, info = modeldir.load(cfg.model, {tokenizer = cfg.tokenizer ~= "" and cfg.tokenizer or nil,
-                                            allow_cast = cfg.cast})
+                                                  allow_cast = cfg.cast,
+                                                  template = cfg.template ~= "auto" and cfg.template or nil})
 local block = model.cfg.block_size
 print(string.format("model: %s (%s format), %s, %.2fM parameters", cfg.model, info.format, model:extra_repr(),
                     model:num_parameters() / 1e6))
-local template = templates.get(cfg.template)
+local template = templates.get(info.template)
 local max_len = cfg.max_len > 0 and cfg.max_len or block
 local seq_len = cfg.seq_len > 0 and cfg.seq_len or block
 local function load(path)

@@ -24,6 +24,40 @@ static int flag(const cJSON *obj, const char *key, int def) {
   const cJSON *x = get(obj, key);
   return cJSON_IsBool(x) ? cJSON_IsTrue(x) : def;
 }
+// The same, for a flag that changes the ids: anything but true, false or null is an error naming path.key.
+static int strict_flag(const cJSON *obj, const char *key, int def, const char *path, int *out) {
+  const cJSON *x = get(obj, key);
+  if (!absent(x) && !cJSON_IsBool(x)) return E("%s.%s is not true or false", path, key);
+  *out = flag(obj, key, def);
+  return 0;
+}
+// s as an error shows it: in single quotes, with quotes, backslashes and control bytes escaped
+// (invalid UTF-8 too, as \xNN), cut after 48 bytes; buf holds 256 bytes.
+enum { SHOWN_CAP = 256 };
+static const char *shown(const char *s, char *buf) {
+  size_t n = 0, len = strlen(s);
+  buf[n++] = '\'';
+  for (size_t i = 0; i < len && n < SHOWN_CAP - 8; i++) {
+    unsigned char c = (unsigned char)s[i];
+    uint32_t cp = 0;
+    int k = c < 0x80 ? 1 : lt_tok_utf8_decode((const uint8_t *)s + i, (int64_t)(len - i), &cp);
+    if (i >= 48) {
+      n += (size_t)snprintf(buf + n, SHOWN_CAP - n, "...");
+      break;
+    }
+    if (c == '\'' || c == '\\') {
+      buf[n++] = '\\', buf[n++] = (char)c;
+    } else if (c < 0x20 || c == 0x7f || (c >= 0x80 && cp >= LT_TOK_RAW_BYTE)) {
+      n += (size_t)snprintf(buf + n, SHOWN_CAP - n, "\\x%02x", c);
+    } else {
+      memcpy(buf + n, s + i, (size_t)k);
+      n += (size_t)k, i += (size_t)k - 1;
+    }
+  }
+  buf[n++] = '\'';
+  buf[n] = 0;
+  return buf;
+}
 static int int_of(const cJSON *x, int64_t lo, int64_t hi, int64_t *v) {
   if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble) || x->valuedouble < (double)lo ||
       x->valuedouble > (double)hi)
@@ -51,21 +85,25 @@ static int split_mode(const char *pattern) {
   return -1;
 }
 
-static int parse_pre_tokenizer(lt_tokenizer *tok, const cJSON *pt) {
-  if (absent(pt)) return E("pre_tokenizer is null; only ByteLevel (as GPT-2's) is supported");
+// path: where pt is in the file ("pre_tokenizer", or an item of its Sequence).
+static int parse_pre_tokenizer(lt_tokenizer *tok, const cJSON *pt, const char *path) {
+  if (absent(pt)) return E("%s is null; only ByteLevel (as GPT-2's) is supported", path);
   const char *type = type_of(pt);
+  int use_regex = 1, prefix = 1, invert = 0;
   if (strcmp(type, "ByteLevel") == 0) {
-    tok->pretok = flag(pt, "use_regex", 1) ? LT_PRETOK_GPT2 : LT_PRETOK_NONE;
-    tok->add_prefix_space = flag(pt, "add_prefix_space", 1);
+    LT_TRY(strict_flag(pt, "use_regex", 1, path, &use_regex));
+    LT_TRY(strict_flag(pt, "add_prefix_space", 1, path, &prefix));
+    tok->pretok = use_regex ? LT_PRETOK_GPT2 : LT_PRETOK_NONE;
+    tok->add_prefix_space = prefix;
     return 0;
   }
-  if (strcmp(type, "Sequence") != 0)
-    return E("pre_tokenizer.type '%s' is not supported (only ByteLevel, or a Sequence of a Split and ByteLevel)", type);
+  if (strcmp(type, "Sequence") != 0 || strcmp(path, "pre_tokenizer") != 0)
+    return E("%s.type '%s' is not supported (only ByteLevel, or a Sequence of a Split and ByteLevel)", path, type);
   const cJSON *list = get(pt, "pretokenizers");
   int n = cJSON_GetArraySize(list);
   if (!cJSON_IsArray(list) || n < 1 || n > 2)
     return E("pre_tokenizer.pretokenizers: expected [ByteLevel] or [Split, ByteLevel]");
-  if (n == 1) return parse_pre_tokenizer(tok, cJSON_GetArrayItem(list, 0));
+  if (n == 1) return parse_pre_tokenizer(tok, cJSON_GetArrayItem(list, 0), "pre_tokenizer.pretokenizers[0]");
   const cJSON *split = cJSON_GetArrayItem(list, 0), *bl = cJSON_GetArrayItem(list, 1);
   if (strcmp(type_of(split), "Split") != 0 || strcmp(type_of(bl), "ByteLevel") != 0)
     return E("pre_tokenizer.pretokenizers: expected [Split, ByteLevel], got [%s, %s]", type_of(split), type_of(bl));
@@ -74,11 +112,14 @@ static int parse_pre_tokenizer(lt_tokenizer *tok, const cJSON *pt) {
   if (mode < 0)
     return E("pre_tokenizer.pretokenizers[0].pattern: only the regexes of GPT-2, Llama 3 (cl100k) and Qwen2 are "
              "supported");
-  if (!cJSON_IsString(behavior) || strcmp(behavior->valuestring, "Isolated") != 0 || flag(split, "invert", 0))
+  LT_TRY(strict_flag(split, "invert", 0, "pre_tokenizer.pretokenizers[0]", &invert));
+  if (!cJSON_IsString(behavior) || strcmp(behavior->valuestring, "Isolated") != 0 || invert)
     return E("pre_tokenizer.pretokenizers[0]: only behavior 'Isolated' without invert is supported");
-  if (flag(bl, "use_regex", 1)) return E("pre_tokenizer.pretokenizers[1].use_regex: must be false after a Split");
+  LT_TRY(strict_flag(bl, "use_regex", 1, "pre_tokenizer.pretokenizers[1]", &use_regex));
+  LT_TRY(strict_flag(bl, "add_prefix_space", 1, "pre_tokenizer.pretokenizers[1]", &prefix));
+  if (use_regex) return E("pre_tokenizer.pretokenizers[1].use_regex: must be false after a Split");
   tok->pretok = mode;
-  tok->add_prefix_space = flag(bl, "add_prefix_space", 1) ? 2 : 0; // after a Split: before every word
+  tok->add_prefix_space = prefix ? 2 : 0; // after a Split: before every word
   return 0;
 }
 
@@ -106,7 +147,9 @@ static int check_pipeline(const cJSON *root, const cJSON *model) {
     if (!absent(x) && !(cJSON_IsString(x) && x->valuestring[0] == 0))
       return E("model.%s is not supported (must be null or empty)", empty_strings[i]);
   }
-  if (flag(model, "byte_fallback", 0)) return E("model.byte_fallback is not supported (byte-level BPE needs none)");
+  int byte_fallback = 0;
+  LT_TRY(strict_flag(model, "byte_fallback", 0, "model", &byte_fallback));
+  if (byte_fallback) return E("model.byte_fallback is not supported (byte-level BPE needs none)");
   return 0;
 }
 
@@ -114,6 +157,7 @@ static int check_pipeline(const cJSON *root, const cJSON *model) {
 static int check_added(const cJSON *added, int64_t *max_id) {
   if (absent(added)) return 0;
   if (!cJSON_IsArray(added)) return E("added_tokens is not an array");
+  if (cJSON_GetArraySize(added) >= MAX_ID) return E("added_tokens: more than %d tokens", MAX_ID);
   int k = 0;
   for (const cJSON *a = added->child; a; a = a->next, k++) {
     int64_t id;
@@ -122,6 +166,13 @@ static int check_added(const cJSON *added, int64_t *max_id) {
       return E("added_tokens[%d].id is not an integer in [0, %d)", k, MAX_ID);
     if (!cJSON_IsString(content) || !content->valuestring[0])
       return E("added_tokens[%d].content is not a non-empty string", k);
+    static const char *const flags[] = {"special", "lstrip", "rstrip", "normalized", "single_word"};
+    char path[48];
+    snprintf(path, sizeof path, "added_tokens[%d]", k);
+    for (size_t i = 0; i < sizeof flags / sizeof *flags; i++) {
+      int unused = 0;
+      LT_TRY(strict_flag(a, flags[i], 0, path, &unused));
+    }
     if (id > *max_id) *max_id = id;
   }
   return k;
@@ -156,7 +207,8 @@ static int load_merges(lt_tokenizer *tok, const cJSON *merges) {
   for (const cJSON *m = merges->child; m; m = m->next, k++) {
     char *left = NULL, *right = NULL, *copy = NULL;
     if (cJSON_IsString(m)) { // "a b"
-      copy = strdup(m->valuestring);
+      size_t len = strlen(m->valuestring) + 1; // a copy to split at the space (strdup is not C11)
+      if ((copy = malloc(len)) != NULL) memcpy(copy, m->valuestring, len);
       char *space = copy ? strchr(copy, ' ') : NULL;
       if (space && !strchr(space + 1, ' ')) *space = 0, left = copy, right = space + 1;
     } else if (cJSON_IsArray(m) && cJSON_GetArraySize(m) == 2 && cJSON_IsString(m->child) &&
@@ -182,10 +234,11 @@ static int load_merges(lt_tokenizer *tok, const cJSON *merges) {
         memcpy(buf + la, bb, (size_t)lb);
         z = lt_tok_find(tok, buf, la + lb);
       }
+      char qa[SHOWN_CAP], qb[SHOWN_CAP];
       if (a < 0 || b < 0)
-        rc = E("model.merges[%d]: '%s' is not in the vocab", k, a < 0 ? left : right);
+        rc = E("model.merges[%d]: %s is not in the vocab", k, shown(a < 0 ? left : right, qa));
       else if (z < 0)
-        rc = E("model.merges[%d]: '%s' + '%s' is not in the vocab", k, left, right);
+        rc = E("model.merges[%d]: %s + %s is not in the vocab", k, shown(left, qa), shown(right, qb));
       else
         rc = lt_tok_add_merge(tok, a, b, (int32_t)z);
     }
@@ -207,40 +260,58 @@ static int load_bpe(lt_tokenizer *tok, const cJSON *root) {
     return E("model.type '%s' is not supported (only BPE)", type->valuestring);
   if (!cJSON_IsObject(vocab)) return E("model.vocab is missing or not an object");
   LT_TRY(check_pipeline(root, model));
-  LT_TRY(parse_pre_tokenizer(tok, get(root, "pre_tokenizer")));
-  tok->ignore_merges = flag(model, "ignore_merges", 0);
+  LT_TRY(parse_pre_tokenizer(tok, get(root, "pre_tokenizer"), "pre_tokenizer"));
+  LT_TRY(strict_flag(model, "ignore_merges", 0, "model", &tok->ignore_merges));
   int64_t max_id = -1, id = 0;
   int n_added = check_added(added, &max_id);
   if (n_added < 0) return -1;
   int k = 0;
+  char qa[SHOWN_CAP], qb[SHOWN_CAP];
   for (const cJSON *v = vocab->child; v; v = v->next, k++) {
-    if (int_of(v, 0, MAX_ID - 1, &id)) return E("model.vocab['%s'] is not an integer id in [0, %d)", v->string, MAX_ID);
+    if (int_of(v, 0, MAX_ID - 1, &id))
+      return E("model.vocab[%s] is not an integer id in [0, %d)", shown(v->string, qa), MAX_ID);
     if (id > max_id) max_id = id;
   }
   if (max_id >= 2 * ((int64_t)k + n_added) + 256) // a gap is an unused token: a few are fine, not millions
     return E("model.vocab: the ids are sparse (max id %lld for %d tokens)", (long long)max_id, k + n_added);
   // the key of each id: an added token's text, or a vocab entry's byte-level string
   const cJSON **slot = calloc((size_t)max_id + 2, sizeof *slot);
-  char *is_added = calloc((size_t)max_id + 2, 1);
+  int32_t *added_at = calloc((size_t)max_id + 2, sizeof *added_at); // 1 + the added token's index, or 0
   uint8_t *buf = NULL;
   int rc = -1;
-  if (!slot || !is_added) {
+  if (!slot || !added_at) {
     E("out of memory");
     goto done;
   }
-  for (const cJSON *a = added ? added->child : NULL; a; a = a->next) {
+  k = 0;
+  for (const cJSON *a = added ? added->child : NULL; a; a = a->next, k++) {
     int_of(get(a, "id"), 0, MAX_ID - 1, &id);
     if (slot[id]) {
-      E("added_tokens: id %lld is used twice", (long long)id);
+      E("added_tokens: id %lld is used twice (added_tokens[%d] and [%d])", (long long)id, added_at[id] - 1, k);
       goto done;
     }
-    slot[id] = get(a, "content"), is_added[id] = 1;
+    slot[id] = get(a, "content"), added_at[id] = k + 1;
   }
   for (const cJSON *v = vocab->child; v; v = v->next) {
     int_of(v, 0, MAX_ID - 1, &id);
-    if (is_added[id]) continue; // the vocab may repeat an added token; its text is in added_tokens
+    if (added_at[id]) { // the vocab may repeat an added token (its text is in added_tokens), not hold another
+      const char *content = slot[id]->valuestring;
+      int64_t n = (int64_t)strlen(v->string);
+      if (!(buf = realloc(buf, (size_t)n + 1))) {
+        E("out of memory");
+        goto done;
+      }
+      int64_t m = from_byte_level(v->string, buf);
+      if (strcmp(v->string, content) != 0 && (m != (int64_t)strlen(content) || memcmp(buf, content, (size_t)m) != 0)) {
+        E("added_tokens[%d].id: id %lld is %s there but model.vocab[%s] has the same id (an added token takes an id "
+          "of its own, or the vocab's token of that id)",
+          added_at[id] - 1, (long long)id, shown(content, qa), shown(v->string, qb));
+        goto done;
+      }
+      continue;
+    }
     if (slot[id]) {
-      E("model.vocab: id %lld is used by '%s' and '%s'", (long long)id, slot[id]->string, v->string);
+      E("model.vocab: id %lld is used by %s and %s", (long long)id, shown(slot[id]->string, qa), shown(v->string, qb));
       goto done;
     }
     slot[id] = v;
@@ -250,20 +321,29 @@ static int load_bpe(lt_tokenizer *tok, const cJSON *root) {
       if (lt_tok_append(tok, NULL, 0, LT_TOKF_UNUSED)) goto done;
       continue;
     }
-    const char *s = is_added[i] ? slot[i]->valuestring : slot[i]->string;
+    const char *s = added_at[i] ? slot[i]->valuestring : slot[i]->string;
     int64_t n = (int64_t)strlen(s);
     if (!(buf = realloc(buf, (size_t)n + 1))) {
       E("out of memory");
       goto done;
     }
-    if (is_added[i]) {
+    if (added_at[i]) {
       memcpy(buf, s, (size_t)n);
     } else if ((n = from_byte_level(s, buf)) < 0) {
-      E("model.vocab: token '%s' (id %lld) has a character outside the byte-level alphabet (not a byte-level BPE?)", s,
-        (long long)i);
+      E("model.vocab[%s] (id %lld) has a character outside the byte-level alphabet (not a byte-level BPE?)",
+        shown(s, qa), (long long)i);
       goto done;
+    } else if (n == 0) {
+      E("model.vocab[%s] (id %lld) is an empty token", shown(s, qa), (long long)i);
+      goto done;
+    } else {
+      int32_t first = lt_tok_find(tok, buf, n);
+      if (first >= 0) {
+        E("model.vocab[%s] appears twice (ids %d and %lld)", shown(s, qa), first, (long long)i);
+        goto done;
+      }
     }
-    if (lt_tok_append(tok, buf, n, is_added[i] ? LT_TOKF_ADDED : 0)) goto done;
+    if (lt_tok_append(tok, buf, n, added_at[i] ? LT_TOKF_ADDED : 0)) goto done;
   }
   if (register_added(tok, added) || load_merges(tok, get(model, "merges"))) goto done;
   const cJSON *unk = get(model, "unk_token");
@@ -273,7 +353,7 @@ static int load_bpe(lt_tokenizer *tok, const cJSON *root) {
   rc = 0;
 done:
   free(slot);
-  free(is_added);
+  free(added_at);
   free(buf);
   return rc;
 }
@@ -297,7 +377,11 @@ static int load_char(lt_tokenizer *tok, const cJSON *root) {
   }
   int rc = lt_tok_char_build(tok, list, n);
   free(list);
-  LT_TRY(rc);
+  if (rc) {
+    char why[512]; // the message buffer is the one E writes: copy first
+    snprintf(why, sizeof why, "%s", lt_last_error());
+    return E("codepoints: %s", why);
+  }
   if (check_added(added, &max_id) < 0) return -1;
   for (const cJSON *a = added ? added->child : NULL; a; a = a->next) { // ids must follow the chars densely
     int64_t id = 0;
@@ -308,6 +392,17 @@ static int load_char(lt_tokenizer *tok, const cJSON *root) {
     LT_TRY(lt_tok_append(tok, (const uint8_t *)s, (int64_t)strlen(s), LT_TOKF_ADDED));
   }
   return register_added(tok, added);
+}
+
+// The offset of the first \u0000 escape in a JSON text, or -1: cJSON ends a string at a NUL, so
+// "a\u0000b" would read as "a" (another token's text); such a file is refused instead.
+static int64_t nul_escape(const char *s, int64_t n) {
+  for (int64_t i = 0; i + 5 < n; i++) {
+    if (s[i] != '\\') continue;
+    if (s[i + 1] == 'u' && s[i + 2] == '0' && s[i + 3] == '0' && s[i + 4] == '0' && s[i + 5] == '0') return i;
+    i++; // the escaped character (a quote, a backslash) is not the start of another escape
+  }
+  return -1;
 }
 
 int lt_tokenizer_load_json(lt_tokenizer **out, const char *json, int64_t len) {
@@ -321,6 +416,11 @@ int lt_tokenizer_load_json(lt_tokenizer **out, const char *json, int64_t len) {
     const char *err = cJSON_GetErrorPtr();
     if (at < 0 && err && err >= json && err <= json + len) at = (int64_t)(err - json);
     return E("not valid JSON (truncated or corrupt) near byte %lld of %lld", (long long)at, (long long)len);
+  }
+  int64_t nul = nul_escape(json, len);
+  if (nul >= 0) {
+    cJSON_Delete(root);
+    return E("a string holds \\u0000 (NUL) at byte %lld: no token's text can hold one", (long long)nul);
   }
   int is_char = get(root, "lutra_tokenizer") != NULL;
   lt_tokenizer *tok = cJSON_IsObject(root) ? lt_tok_alloc(is_char ? LT_TOK_CHAR : LT_TOK_BPE) : NULL;

@@ -180,6 +180,21 @@ class Fixtures:
         shutil.copytree(src, dst, symlinks=True)
         return dst
 
+    def _build_llama(self, out):
+        data = self.corpus(out)
+        cmd = self.pretrain(out / "run", "--model.arch=llama", "--tokenizer=bpe", "--vocab=300", data=data, steps=2)
+        p = subprocess.run(cmd, cwd=out, capture_output=True, text=True, timeout=300)
+        if p.returncode != 0:
+            raise RuntimeError("fixture llama run: %s\n%s%s" % (" ".join(cmd), p.stdout, p.stderr))
+
+    def llama_model_dir(self, tmp):
+        """model_dir() of a small llama (RoPE, RMSNorm, SwiGLU; config.json in llama's keys) with a byte-level
+        BPE tokenizer.json in Hugging Face's format: tmp/model."""
+        src = self._once("llama", self._build_llama) / "run" / "model"
+        dst = Path(tmp) / "model"
+        shutil.copytree(src, dst, symlinks=True)
+        return dst
+
     def checkpoint(self, tmp):
         """A trainer checkpoint directory (manifest.json, rank_00000.lz4, extras): tmp/ckpt."""
         src = self._once("trained", self._build_run) / "run" / "ckpt" / "step_000004"

@@ -207,6 +207,10 @@ static void test_minimal_and_unsupported(void) {
     CHECK(lt_tokenizer_encode(tok, "ba", 2, 1, ids, 8, &n) == 0 && n == 2 && ids[0] == 2 && ids[1] == 0, "gap vocab");
     lt_tokenizer_free(tok);
   }
+  // an added token may repeat the vocab's token of its id: the same text, or its byte-level spelling
+  CHECK_OK(load_str(&tok, "{\"model\":{\"vocab\":{\"a\":0,\"\xC4\xA0" "a\":1}},\"added_tokens\":[{\"id\":1,"
+                          "\"content\":\" a\"},{\"id\":0,\"content\":\"a\"}]," PT "}"));
+  lt_tokenizer_free(tok);
   static const char *const bad[][2] = {
       {"{\"model\":{\"type\":\"WordPiece\"," VOCAB "}," PT "}", "model.type 'WordPiece'"},
       {"{\"model\":{" VOCAB "},\"normalizer\":{\"type\":\"Lowercase\"}," PT "}", "normalizer 'Lowercase'"},
@@ -243,6 +247,18 @@ static void test_minimal_and_unsupported(void) {
       {"{\"lutra_tokenizer\":1,\"type\":\"char\",\"codepoints\":[98,97]}", "not sorted"},
       {"{\"lutra_tokenizer\":1,\"type\":\"char\",\"codepoints\":[97],\"added_tokens\":[{\"id\":5,\"content\":\"x\"}]}",
        "id 5 should be 1"},
+      // an added token takes an id of its own, or the vocab's token of that id (the same text)
+      {"{\"model\":{" VOCAB "},\"added_tokens\":[{\"id\":2,\"content\":\"<x>\"}]," PT "}",
+       "added_tokens[0].id: id 2 is '<x>' there but model.vocab['ab'] has the same id"},
+      {"{\"model\":{\"vocab\":{\"a\":0,\"b\":1,\"a\":2}}," PT "}", "model.vocab['a'] appears twice (ids 0 and 2)"},
+      {"{\"model\":{\"vocab\":{\"a\":0,\"\":1}}," PT "}", "model.vocab[''] (id 1) is an empty token"},
+      {"{\"model\":{\"vocab\":{\"a\":0,\"b\\u0000c\":1}}," PT "}", "a string holds \\u0000 (NUL) at byte"},
+      {"{\"model\":{\"vocab\":{\"a'\\n\":\"x\"}}," PT "}", "model.vocab['a\\'\\x0a'] is not an integer"},
+      {"{\"model\":{" VOCAB "},\"added_tokens\":[{\"id\":4,\"content\":\"x\",\"special\":1}]," PT "}",
+       "added_tokens[0].special is not true or false"},
+      {"{\"model\":{" VOCAB "},\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":\"no\"}}",
+       "pre_tokenizer.add_prefix_space is not true or false"},
+      {"{\"model\":{" VOCAB ",\"ignore_merges\":0}," PT "}", "model.ignore_merges is not true or false"},
       {"{\"model\":{", "not valid JSON"},
       {"", "empty"},
   };

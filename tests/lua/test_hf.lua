@@ -209,6 +209,23 @@ test("config.json: keys lutra cannot honour are errors naming them", function()
   expect("config.json: num_hidden_layers = 1.5: lutra needs a positive integer", {num_hidden_layers = 1.5})
   expect("missing model.layers.2.input_layernorm.weight [32]", {num_hidden_layers = 3}) -- fewer layers in the file
   expect("model.embed_tokens.weight is [41, 32] in the file, [50, 32] from config.json", {vocab_size = 50})
+  -- typed: a string is never converted; sizes are limited before anything is allocated
+  expect(d .. "/config.json: head_dim = \"16\": lutra needs a positive integer", {head_dim = "16"})
+  expect("config.json: head_dim = \"abc\": lutra needs a positive integer", {head_dim = "abc"})
+  expect("config.json: tie_word_embeddings = \"yes\": lutra needs true or false", {tie_word_embeddings = "yes"})
+  expect("config.json: rope_theta = 0: lutra needs a positive number", {rope_theta = 0})
+  expect("config.json: hidden_size = 2147483648: lutra needs a positive integer at most 2147483647",
+    {hidden_size = 2 ^ 31})
+  expect("config.json: the parameters would need", {num_hidden_layers = 1e9})
+  expect("most are in the blocks (num_hidden_layers = 1000000000, hidden_size = 32, intermediate_size = ",
+    {num_hidden_layers = 1e9})
+  expect("config.json: rope_scaling = {\"factor\":4,\"type\":\"yarn\"}: lutra needs null (lutra has no RoPE "
+    .. "scaling, so rope_type \"yarn\" is not supported)", {rope_scaling = {type = "yarn", factor = 4}})
+  expect("config.json: architectures[1] = \"BertModel\" does not fit model_type = \"llama\" (a llama config names "
+    .. "\"LlamaForCausalLM\" or \"LlamaModel\")", {architectures = json.array {"BertModel"}})
+  fails("hf: config.json must hold a JSON object, got an array", hf.config_from_hf, json.decode("[1]"))
+  fails("hf: x.json: model_type is missing (lutra knows \"gpt2\" or \"llama\")", hf.config_from_hf, {},
+    {path = "x.json"})
   -- tie_word_embeddings over a file that holds lm_head.weight: tied, the file's head dropped (as HF does)
   local ok, tied = with({tie_word_embeddings = true})
   assert(ok, tostring(tied))

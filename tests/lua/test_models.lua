@@ -48,6 +48,41 @@ test("config: arch defaults, every key checked, errors name the key", function()
   fails("expected a config table", function() models.build("gpt2") end)
 end)
 
+test("size: the parameter count of a config is the built model's, and what the device cannot hold is refused", function()
+  local size = require "lutra.models.size"
+  for _, cfg in ipairs {small("gpt2"), small("llama"), small("gpt2", {bias = false, tie_embeddings = false, ffn_hidden = 20}),
+                        small("llama", {bias = true, tie_embeddings = true, n_kv_head = 1}),
+                        small("gpt2", {norm = "rmsnorm", mlp = "swiglu"}), small("llama", {pos = "learned"})} do
+    local m = models.build(cfg)
+    local _, total = size.parameters(m.cfg)
+    equal(total, m:num_parameters(), cfg.arch)
+  end
+  assert(size.device_bytes("cpu") > 0, "physical memory is known on Linux")
+  local status = "2 CUDA devices: cuda:0 NVIDIA H200 (sm_90, 140 GiB), cuda:1 NVIDIA A100-SXM4-80GB (sm_80, 79 GiB)"
+  equal({size.cuda_bytes(status, 0), size.cuda_bytes(status, 1), size.cuda_bytes(status, 2)}, {140 * 2 ^ 30, 79 * 2 ^ 30})
+  equal(size.cuda_bytes("lutra was built without CUDA", 0), nil)
+  equal(size.human(1234), "1.2 kB")
+  equal(size.human(5.5e15), "5.5 PB")
+  -- refused before allocating: the keys of the largest part and the bytes
+  local err = fails("models.build: the parameters would need", function() models.build(small("gpt2", {n_layer = 1e9})) end)
+  assert(err:find("most are in the blocks (n_layer = 1000000000, d_model = 32, ffn_hidden = 128)", 1, true), err)
+  err = fails("more than the", function() models.build(small("llama", {vocab_size = 2 ^ 31 - 1, d_model = 4096})) end)
+  assert(err:find("in the token embeddings (vocab_size = 2147483647, d_model = 4096)", 1, true), err)
+  fails("d_model must be at most 2147483647, got 2147483648",
+    function() models.build(small("gpt2", {d_model = 2 ^ 31, n_head = 1})) end)
+  fails("block_size must be at most 2147483647, got 1000000000000", function() models.build(small("gpt2", {block_size = 1e12})) end)
+  -- an f16 model needs half the bytes of an f32 one
+  local function bytes(dt)
+    local e = fails("would need", function() models.build(small("gpt2", {n_layer = 1e9, dtype = dt})) end)
+    local n, unit = e:match("would need ([%d.]+) (%a+)")
+    return tonumber(n), unit
+  end
+  local f32, u32 = bytes("f32")
+  local f16, u16 = bytes("f16")
+  equal(u32, u16)
+  close(f16, f32 / 2, {atol = 0.1})
+end)
+
 test("gpt2: names, shapes, counts; lm_head is wte.weight", function()
   local m = models.build(small("gpt2"))
   local names = names_of(m)

@@ -5,13 +5,18 @@
 --   local hf = require "lutra.hf"
 --   local model, tok, cfg = hf.load_pretrained("gpt2-dir")          -- {dtype =, device =, ignore_keys = {..}}
 --   hf.save_pretrained("out-dir", model, tok)                       -- {dtype = "bf16", max_shard_size = bytes}
---   local cfg = hf.config_from_hf(json.read_file("config.json"))   -- lutra's model config
+--   local cfg = hf.config_from_hf(json.read_file("config.json"), {path = "config.json"})  -- lutra's model config
 --
--- The architecture comes from config.json (model_type gpt2 or llama). A key lutra cannot
--- honour (rope_scaling not null, another hidden_act, cross attention, ...) is an error that
--- names it; keys that do not change the model (architectures, torch_dtype, token ids,
--- generation settings, ...) are accepted; an unknown key is an error unless listed in
--- opts.ignore_keys. The model is built in f32 (HF's default; opts.dtype to change) and each
+-- The architecture comes from config.json (model_type gpt2 or llama; architectures, when
+-- present, must name that family's classes). A key lutra cannot honour (rope_scaling not null,
+-- another hidden_act, cross attention, ...) is an error that names it; keys that do not change
+-- the model (torch_dtype, token ids, generation settings, ...) are accepted; an unknown key is
+-- an error unless listed in opts.ignore_keys (lutra cannot tell whether it changes the math).
+-- Every key lutra reads is typed: sizes are integers in [1, 2^31 - 1], epsilons and
+-- rope_theta positive finite numbers, dropouts in [0, 1), flags true or false (a string "16" or
+-- "yes" is an error, never converted); and a model whose parameters would not fit in the
+-- device's memory is refused before anything is allocated (lutra.models.size). Errors name
+-- the file and the key. The model is built in f32 (HF's default; opts.dtype to change) and each
 -- weight must have the model's dtype (lutra.ckpt.weight_checks): opts.allow_cast accepts the
 -- lossless conversions (bf16, f16 -> f32), opts.allow_nonfinite NaN/inf values. tokenizer is
 -- nil when the directory has no tokenizer.json.
@@ -38,9 +43,11 @@ local function sh_quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
 
 local null = json.null
 local function is_null(v) return v == nil or v == null end
+-- A value as errors show it: its JSON, cut to 120 characters.
 local function show(v)
   local ok, s = pcall(json.encode, v)
-  return ok and s or tostring(v)
+  s = ok and s or tostring(v)
+  return #s > 120 and s:sub(1, 117) .. "..." or s
 end
 
 -- Keys of every PretrainedConfig that do not change the model's computation.
@@ -57,122 +64,210 @@ for k in ([[architectures torch_dtype transformers_version _name_or_path name_or
   HARMLESS[k] = true
 end
 
--- Per family: keys mapped to lutra's config, keys harmless for it, and keys that must hold
--- a given value (a function returning nil when fine, or what lutra would need).
+-- The largest size lutra takes (sizes and ids are int32 in places).
+local MAX_SIZE = 2 ^ 31 - 1
+
+local function nonempty_object(v) return type(v) == "table" and not json.is_array(v) and next(v) ~= nil end
+local function empty_or_null(v) return is_null(v) or (type(v) == "table" and next(v) == nil) end
+
+-- The value a key must hold when it is present (nil: fine; else what lutra needs).
+local function must_be(want, what)
+  return function(v) if v ~= want then return what end end
+end
+local function no_pruned_heads(v) if not empty_or_null(v) then return "{} (no pruned heads)" end end
+local function no_rope_scaling(v)
+  if is_null(v) then return nil end
+  local kind = type(v) == "table" and (v.rope_type or v.type)
+  if type(kind) == "string" then
+    return string.format("null (lutra has no RoPE scaling, so rope_type %s is not supported)", show(kind))
+  end
+  return "null (no RoPE scaling)"
+end
+
+-- Per family: the architectures (config.json's class names) that fit it, keys lutra reads (each
+-- read below with a type and a range), keys harmless for it, keys that must hold a given value,
+-- and the config.json name of each of lutra's size keys (for the errors of models.config).
 local FAMILY = {
   gpt2 = {
+    architectures = {"GPT2LMHeadModel", "GPT2Model"},
     mapped = {n_layer = true, n_head = true, n_embd = true, n_positions = true, vocab_size = true, n_inner = true,
               layer_norm_epsilon = true, tie_word_embeddings = true, resid_pdrop = true, embd_pdrop = true,
-              attn_pdrop = true, activation_function = true, n_ctx = true},
+              attn_pdrop = true, activation_function = true, n_ctx = true, initializer_range = true},
     harmless = {summary_type = true, summary_use_proj = true, summary_activation = true, summary_proj_to_labels = true,
                 summary_first_dropout = true, reorder_and_upcast_attn = true},
     must = {
-      scale_attn_weights = function(v) return v ~= true and "true" end,
-      scale_attn_by_inverse_layer_idx = function(v) return v ~= false and "false" end,
-      add_cross_attention = function(v) return v ~= false and "false" end,
-      is_encoder_decoder = function(v) return v ~= false and "false" end,
-      pruned_heads = function(v) return type(v) == "table" and next(v) ~= nil and "{} (no pruned heads)" end,
+      scale_attn_weights = must_be(true, "true"),
+      scale_attn_by_inverse_layer_idx = must_be(false, "false"),
+      add_cross_attention = must_be(false, "false"),
+      is_encoder_decoder = must_be(false, "false"),
+      pruned_heads = no_pruned_heads,
     },
+    names = {n_layer = "n_layer", n_head = "n_head", n_kv_head = "n_head", d_model = "n_embd", vocab_size = "vocab_size",
+             block_size = "n_positions", ffn_hidden = "n_inner"},
   },
   llama = {
+    architectures = {"LlamaForCausalLM", "LlamaModel"},
     mapped = {num_hidden_layers = true, num_attention_heads = true, num_key_value_heads = true, hidden_size = true,
               intermediate_size = true, max_position_embeddings = true, vocab_size = true, rms_norm_eps = true,
               rope_theta = true, tie_word_embeddings = true, attention_bias = true, mlp_bias = true, hidden_act = true,
-              head_dim = true},
+              head_dim = true, initializer_range = true},
     harmless = {pretraining_tp = true}, -- only splits the matmuls (the same math)
     must = {
-      rope_scaling = function(v) return not is_null(v) and "null (no RoPE scaling)" end,
-      attention_dropout = function(v) return v ~= 0 and "0 (lutra has no dropout on attention weights)" end,
-      is_encoder_decoder = function(v) return v ~= false and "false" end,
-      pruned_heads = function(v) return type(v) == "table" and next(v) ~= nil and "{} (no pruned heads)" end,
+      rope_scaling = no_rope_scaling,
+      attention_dropout = must_be(0, "0 (lutra has no dropout on attention weights)"),
+      is_encoder_decoder = must_be(false, "false"),
+      pruned_heads = no_pruned_heads,
     },
+    names = {n_layer = "num_hidden_layers", n_head = "num_attention_heads", n_kv_head = "num_key_value_heads",
+             d_model = "hidden_size", vocab_size = "vocab_size", block_size = "max_position_embeddings",
+             ffn_hidden = "intermediate_size"},
   },
 }
+M.model_types = {"gpt2", "llama"}
 
-local function bad(key, v, what) raise(string.format("hf: config.json: %s = %s: lutra needs %s", key, show(v), what)) end
+-- Typed reads of a config.json table: each error names the file and the key.
+local Reader = {}
+Reader.__index = Reader
 
-local function int_key(hc, key, default)
-  local v = hc[key]
+function Reader:bad(key, v, what)
+  raise(string.format("hf: %s: %s = %s: lutra needs %s", self.path, key, show(v), what))
+end
+
+function Reader:int(key, default)
+  local v = self.hc[key]
   if is_null(v) then
     if default ~= nil then return default end
-    raise("hf: config.json: " .. key .. " is missing")
+    raise(string.format("hf: %s: %s is missing", self.path, key))
   end
-  if type(v) ~= "number" or v ~= math.floor(v) or v < 1 then bad(key, v, "a positive integer") end
+  if type(v) ~= "number" or v ~= math.floor(v) or v < 1 then self:bad(key, v, "a positive integer") end
+  if v > MAX_SIZE then self:bad(key, v, string.format("a positive integer at most %d", MAX_SIZE)) end
   return v
 end
 
-local function num_key(hc, key, default)
-  local v = hc[key]
+-- A finite number in [lo, hi) (hi nil: no bound; open_lo: lo itself excluded).
+function Reader:num(key, default, lo, hi, what, open_lo)
+  local v = self.hc[key]
   if is_null(v) then return default end
-  if type(v) ~= "number" then bad(key, v, "a number") end
+  if type(v) ~= "number" or v ~= v or v == math.huge or v == -math.huge or v < lo or (open_lo and v == lo)
+      or (hi and v >= hi) then
+    self:bad(key, v, what)
+  end
   return v
 end
 
-local function bool_key(hc, key, default)
-  local v = hc[key]
+function Reader:bool(key, default)
+  local v = self.hc[key]
   if is_null(v) then return default end
-  if type(v) ~= "boolean" then bad(key, v, "true or false") end
+  if type(v) ~= "boolean" then self:bad(key, v, "true or false") end
   return v
 end
 
--- lutra's model config from a Hugging Face config table. opts: dtype, device, ignore_keys.
+-- A string among `allowed` (what: how the error lists them).
+function Reader:choice(key, allowed, what)
+  local v = self.hc[key]
+  if is_null(v) then return nil end
+  for _, a in ipairs(allowed) do
+    if v == a then return v end
+  end
+  self:bad(key, v, what)
+end
+
+local function quoted_list(list)
+  local out = {}
+  for i, s in ipairs(list) do out[i] = show(s) end
+  if #out <= 1 then return out[1] or "" end
+  return table.concat(out, ", ", 1, #out - 1) .. " or " .. out[#out]
+end
+
+-- The family of a config: its model_type, checked against architectures.
+function Reader:family()
+  local family = self.hc.model_type
+  if is_null(family) then
+    raise(string.format("hf: %s: model_type is missing (lutra knows %s)", self.path, quoted_list(M.model_types)))
+  end
+  local F = FAMILY[family]
+  if type(family) ~= "string" or F == nil then self:bad("model_type", family, quoted_list(M.model_types)) end
+  local arch = self.hc.architectures
+  if is_null(arch) then return family, F end
+  if not json.is_array(arch) then self:bad("architectures", arch, "a list of class names") end
+  for i, name in ipairs(arch) do
+    local fits = false
+    for _, a in ipairs(F.architectures) do fits = fits or name == a end
+    if not fits then
+      raise(string.format("hf: %s: architectures[%d] = %s does not fit model_type = %s (a %s config names %s)",
+        self.path, i, show(name), show(family), family, quoted_list(F.architectures)))
+    end
+  end
+  return family, F
+end
+
+local function key_text(k) return (type(k) == "string" and k:find("^[%w_%-%.]+$")) and k or show(k) end
+
+-- lutra's model config from a Hugging Face config table. opts: dtype, device, ignore_keys, path
+-- (the file's name in errors; "config.json").
 function M.config_from_hf(hc, opts)
   opts = opts or {}
-  if type(hc) ~= "table" then raise("hf: config.json must hold a JSON object") end
-  local family = hc.model_type
-  local F = FAMILY[family]
-  if F == nil then bad("model_type", family, "\"gpt2\" or \"llama\"") end
+  local path = opts.path or "config.json"
+  if type(hc) ~= "table" or json.is_array(hc) then
+    raise(string.format("hf: %s must hold a JSON object, got %s", path,
+      json.is_array(hc) and "an array" or (is_null(hc) and "null" or type(hc))))
+  end
+  local R = setmetatable({hc = hc, path = path}, Reader)
+  local family, F = R:family()
   local ignore = {}
-  for _, k in ipairs(opts.ignore_keys or {}) do ignore[k] = true end
+  if type(opts.ignore_keys) == "table" then
+    for _, k in ipairs(opts.ignore_keys) do ignore[k] = true end
+  end
   local keys = {}
-  for k in pairs(hc) do keys[#keys + 1] = k end
+  for k in pairs(hc) do keys[#keys + 1] = tostring(k) end
   table.sort(keys)
   for _, k in ipairs(keys) do
     if F.must[k] then
       local need = F.must[k](hc[k])
-      if need then bad(k, hc[k], need) end
+      if need then R:bad(k, hc[k], need) end
     elseif not (F.mapped[k] or F.harmless[k] or HARMLESS[k] or ignore[k]) then
-      raise(string.format("hf: config.json: unknown key '%s' for %s (lutra cannot tell whether it changes the "
-        .. "model; pass ignore_keys = {\"%s\"} to load anyway)", k, family, k))
+      raise(string.format("hf: %s: unknown key '%s' for %s (lutra cannot tell whether it changes the "
+        .. "model; pass ignore_keys = {\"%s\"} to load anyway)", path, key_text(k), family, key_text(k)))
     end
   end
   local cfg = {arch = family, dtype = opts.dtype or "f32", device = opts.device}
+  local function prob(key, default) return R:num(key, default, 0, 1, "a probability in [0, 1)") end
   if family == "gpt2" then
-    local act = hc.activation_function
-    if not is_null(act) and act ~= "gelu_new" and act ~= "gelu_pytorch_tanh" then
-      bad("activation_function", act, "\"gelu_new\" (GELU, tanh approximation)")
-    end
-    cfg.n_layer, cfg.n_head = int_key(hc, "n_layer", 12), int_key(hc, "n_head", 12)
-    cfg.d_model, cfg.vocab_size = int_key(hc, "n_embd", 768), int_key(hc, "vocab_size", 50257)
-    cfg.block_size = int_key(hc, "n_positions", 1024)
-    if not is_null(hc.n_ctx) and hc.n_ctx ~= cfg.block_size then bad("n_ctx", hc.n_ctx, "n_positions") end
-    cfg.ffn_hidden = int_key(hc, "n_inner", 4 * cfg.d_model)
-    cfg.norm_eps = num_key(hc, "layer_norm_epsilon", 1e-5)
-    cfg.tie_embeddings = bool_key(hc, "tie_word_embeddings", true)
+    R:choice("activation_function", {"gelu_new", "gelu_pytorch_tanh"}, "\"gelu_new\" (GELU, tanh approximation)")
+    cfg.n_layer, cfg.n_head = R:int("n_layer", 12), R:int("n_head", 12)
+    cfg.d_model, cfg.vocab_size = R:int("n_embd", 768), R:int("vocab_size", 50257)
+    cfg.block_size = R:int("n_positions", 1024)
+    local n_ctx = R:int("n_ctx", cfg.block_size)
+    if n_ctx ~= cfg.block_size then R:bad("n_ctx", n_ctx, "n_positions") end
+    cfg.ffn_hidden = R:int("n_inner", 4 * cfg.d_model)
+    cfg.norm_eps = R:num("layer_norm_epsilon", 1e-5, 0, nil, "a positive number", true)
+    cfg.tie_embeddings = R:bool("tie_word_embeddings", true)
     -- lutra has one dropout (embeddings, attention and MLP outputs): resid_pdrop's
-    cfg.dropout = num_key(hc, "resid_pdrop", 0.1)
+    cfg.dropout = prob("resid_pdrop", 0.1)
+    prob("embd_pdrop")
+    prob("attn_pdrop")
     cfg.bias = true
   else
-    local act = hc.hidden_act
-    if not is_null(act) and act ~= "silu" then bad("hidden_act", act, "\"silu\" (SwiGLU)") end
-    cfg.n_layer, cfg.n_head = int_key(hc, "num_hidden_layers", 32), int_key(hc, "num_attention_heads", 32)
-    cfg.n_kv_head = int_key(hc, "num_key_value_heads", cfg.n_head)
-    cfg.d_model, cfg.vocab_size = int_key(hc, "hidden_size", 4096), int_key(hc, "vocab_size", 32000)
-    cfg.ffn_hidden = int_key(hc, "intermediate_size", 11008)
-    cfg.block_size = int_key(hc, "max_position_embeddings", 2048)
-    cfg.norm_eps = num_key(hc, "rms_norm_eps", 1e-6)
-    cfg.rope_theta = num_key(hc, "rope_theta", 10000)
-    cfg.tie_embeddings = bool_key(hc, "tie_word_embeddings", false)
-    cfg.bias = bool_key(hc, "attention_bias", false)
-    local mlp_bias = bool_key(hc, "mlp_bias", false)
-    if mlp_bias ~= cfg.bias then bad("mlp_bias", mlp_bias, "the same as attention_bias (" .. tostring(cfg.bias) .. ")") end
-    if not is_null(hc.head_dim) and hc.head_dim * cfg.n_head ~= cfg.d_model then
-      bad("head_dim", hc.head_dim, "hidden_size / num_attention_heads = " .. cfg.d_model / cfg.n_head)
+    R:choice("hidden_act", {"silu"}, "\"silu\" (SwiGLU)")
+    cfg.n_layer, cfg.n_head = R:int("num_hidden_layers", 32), R:int("num_attention_heads", 32)
+    cfg.n_kv_head = R:int("num_key_value_heads", cfg.n_head)
+    cfg.d_model, cfg.vocab_size = R:int("hidden_size", 4096), R:int("vocab_size", 32000)
+    cfg.ffn_hidden = R:int("intermediate_size", 11008)
+    cfg.block_size = R:int("max_position_embeddings", 2048)
+    cfg.norm_eps = R:num("rms_norm_eps", 1e-6, 0, nil, "a positive number", true)
+    cfg.rope_theta = R:num("rope_theta", 10000, 0, nil, "a positive number", true)
+    cfg.tie_embeddings = R:bool("tie_word_embeddings", false)
+    cfg.bias = R:bool("attention_bias", false)
+    local mlp_bias = R:bool("mlp_bias", false)
+    if mlp_bias ~= cfg.bias then R:bad("mlp_bias", mlp_bias, "the same as attention_bias (" .. tostring(cfg.bias) .. ")") end
+    local head_dim = R:int("head_dim", false)
+    if head_dim and head_dim * cfg.n_head ~= cfg.d_model then
+      R:bad("head_dim", head_dim, string.format("hidden_size / num_attention_heads = %.6g", cfg.d_model / cfg.n_head))
     end
     cfg.dropout = 0
   end
-  cfg.init_std = num_key(hc, "initializer_range", 0.02)
-  return models.config(cfg), family
+  cfg.init_std = R:num("initializer_range", 0.02, 0, nil, "a number >= 0")
+  return models.config(cfg, {where = "hf: " .. path, names = F.names}), family
 end
 
 local TORCH_DTYPE = {f32 = "float32", f64 = "float64", bf16 = "bfloat16", f16 = "float16"}
@@ -374,7 +469,8 @@ function M.load_pretrained(dir, opts)
   local config_path = dir .. "/config.json"
   if not exists(config_path) then raise("hf.load_pretrained: " .. config_path .. " not found") end
   local hc = json.read_file(config_path)
-  local cfg = M.config_from_hf(hc, opts)
+  local cfg = M.config_from_hf(hc, {dtype = opts.dtype, device = opts.device, ignore_keys = opts.ignore_keys,
+                                    path = config_path})
   local model = models.build(cfg)
   M.load_weights(model, dir, opts)
   local tok

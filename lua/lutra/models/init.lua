@@ -20,9 +20,14 @@
 --   dtype, device    where the parameters live ("f32", "cpu" by default)
 -- Every key applies to every arch (pos, norm, mlp and tie_embeddings are what make an
 -- arch), so a config can switch arch alone. An unknown key or a bad value is an error
--- that names the key.
+-- that names the key. Sizes are at most 2^31 - 1, and a config whose parameters would not
+-- fit in the memory of its device is refused before anything is allocated, naming the keys
+-- of the largest part and the bytes it would need (lutra/models/size.lua says how the
+-- device's memory is found).
 local errors = require "lutra.errors"
 local dtype = require "lutra.dtype"
+local size = require "lutra.models.size"
+local lt = require "lutra.ffi"
 local Transformer = require "lutra.models.transformer"
 local SwiGLU = require "lutra.nn.swiglu"
 
@@ -33,6 +38,7 @@ local M = {}
 M.archs = {gpt2 = require "lutra.models.gpt2", llama = require "lutra.models.llama"}
 M.Transformer = Transformer
 
+local MAX_SIZE = 2 ^ 31 - 1
 local function posint(v) return type(v) == "number" and v == math.floor(v) and v >= 1 and v < 2 ^ 53 end
 local function posnum(v) return type(v) == "number" and v > 0 and v < math.huge end
 local function choice(...)
@@ -72,8 +78,30 @@ end
 
 local function show(v) return type(v) == "string" and string.format("%q", v) or tostring(v) end
 
+-- Refuses a config whose parameters would not fit in its device's memory, naming the keys of
+-- the largest part (key: the name a key is shown by).
+local function check_memory(out, where, key)
+  local parts, total = size.parameters(out)
+  local dt = out.dtype or "f32"
+  local elem = lt.C.lt_dtype_size(dtype.id(dt))
+  local have = size.device_bytes(out.device)
+  if have == nil or total * elem <= have then return end
+  table.sort(parts, function(a, b) return a.count > b.count end)
+  local big = parts[1]
+  local named = {}
+  for i, k in ipairs(big.keys) do named[i] = string.format("%s = %d", key(k), out[k]) end
+  raise(string.format("%s: the parameters would need %s (%.4g parameters in %s), more than the %s of memory on %s; "
+    .. "most are in %s (%s)", where, size.human(total * elem), total, dt, size.human(have),
+    out.device == nil and "cpu" or tostring(out.device), big.what, table.concat(named, ", ")))
+end
+
 -- The complete config: cfg's keys over the arch's defaults, checked. Errors name the key.
-function M.config(cfg)
+-- how (for a config read from a file): where = what errors start with ("models.build"), names
+-- = {lutra key = the file's name for it}.
+function M.config(cfg, how)
+  how = how or {}
+  local where, names = how.where or "models.build", how.names or {}
+  local function key(k) return names[k] or k end
   if type(cfg) ~= "table" then raise("models.build: expected a config table, got " .. type(cfg)) end
   local names = {}
   for name in pairs(M.archs) do names[#names + 1] = name end
@@ -91,7 +119,10 @@ function M.config(cfg)
         raise(string.format("models.build: unknown key '%s'%s", tostring(k),
           near and (" (did you mean '" .. near .. "'?)") or ""))
       end
-      if not check[1](v) then raise(string.format("models.build: %s must be %s, got %s", k, check[2], show(v))) end
+      if not check[1](v) then raise(string.format("%s: %s must be %s, got %s", where, key(k), check[2], show(v))) end
+      if check[1] == posint and v > MAX_SIZE then
+        raise(string.format("%s: %s must be at most %d, got %s", where, key(k), MAX_SIZE, show(v)))
+      end
       out[k] = v
     end
   end
@@ -103,14 +134,18 @@ function M.config(cfg)
     out.ffn_hidden = out.mlp == "swiglu" and SwiGLU.default_hidden(out.d_model) or 4 * out.d_model
   end
   if out.d_model % out.n_head ~= 0 then
-    raise(string.format("models.build: d_model %d is not a multiple of n_head %d", out.d_model, out.n_head))
+    raise(string.format("%s: %s %d is not a multiple of %s %d", where, key("d_model"), out.d_model, key("n_head"),
+      out.n_head))
   end
   if out.n_head % out.n_kv_head ~= 0 then
-    raise(string.format("models.build: n_head %d is not a multiple of n_kv_head %d", out.n_head, out.n_kv_head))
+    raise(string.format("%s: %s %d is not a multiple of %s %d", where, key("n_head"), out.n_head, key("n_kv_head"),
+      out.n_kv_head))
   end
   if out.pos == "rope" and (out.d_model / out.n_head) % 2 ~= 0 then
-    raise(string.format("models.build: rope needs an even head dim; d_model / n_head = %d", out.d_model / out.n_head))
+    raise(string.format("%s: rope needs an even head dim; %s / %s = %d", where, key("d_model"), key("n_head"),
+      out.d_model / out.n_head))
   end
+  check_memory(out, where, key)
   return out
 end
 

@@ -12,6 +12,12 @@
 -- {"lutra_template": name, "chat_template": Jinja text for other tools}. load also reads
 -- either format whatever is installed, and a trainer checkpoint (manifest.json with the
 -- recipe's config.model; the tokenizer then comes from opts.tokenizer, a tokenizer.json path).
+--
+-- The chat template (info.template) is opts.template when given; else the directory's, from
+-- chat_template.json, chat_template.jinja or tokenizer_config.json's chat_template, when it is
+-- one lutra runs (its own Jinja text, templates.recognise); else, with no template declared,
+-- llama3 for a tokenizer with <|eot_id|> and chatml otherwise. A declared template lutra does not
+-- run is an error that names the file: lutra never swaps it silently for chatml.
 local errors = require "lutra.errors"
 local models = require "lutra.models"
 local ckpt = require "lutra.ckpt"
@@ -21,15 +27,6 @@ local templates = require "lutra.sft.templates"
 local raise = errors.raise
 
 local M = {}
-
-local JINJA = {
-  chatml = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
-    .. "'<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}",
-  llama3 = "{{ '<|begin_of_text|>' }}{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + "
-    .. "'<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}{% endfor %}"
-    .. "{% if add_generation_prompt %}"
-    .. "{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}",
-}
 
 local function exists(path)
   local f = io.open(path, "rb")
@@ -45,7 +42,8 @@ end
 
 local function write_template(dir, name)
   local json = require "lutra.json"
-  json.write_file(dir .. "/chat_template.json", {lutra_template = name, chat_template = JINJA[name]}, {indent = 2})
+  json.write_file(dir .. "/chat_template.json", {lutra_template = name, chat_template = templates.builtin[name].jinja},
+    {indent = 2})
 end
 
 -- save(dir, model, tok, {template =, format = "hf" | "lutra"}) -> dir
@@ -74,13 +72,78 @@ function M.save(dir, model, tok, opts)
   return dir
 end
 
-local function template_of(dir, tok)
-  if exists(dir .. "/chat_template.json") then
-    local ok, t = pcall(function() return require("lutra.json").read_file(dir .. "/chat_template.json") end)
-    if ok and type(t) == "table" and templates.builtin[t.lutra_template] then return t.lutra_template end
+-- The chat templates a directory declares: {file =, name = a builtin's name or nil, what =}
+-- for each Jinja text (chat_template.jinja, chat_template.json's chat_template,
+-- tokenizer_config.json's chat_template: a text, or the "default" one of a list of
+-- {name =, template =}) and for chat_template.json's lutra_template.
+local function declared_templates(dir)
+  local json = require "lutra.json"
+  local found = {}
+  local function jinja(file, text, what)
+    if type(text) ~= "string" then
+      raise(string.format("modeldir.load: %s: %s is not a text (a Jinja template)", file, what))
+    end
+    found[#found + 1] = {file = file, name = templates.recognise(text), what = what}
   end
-  if tok and tok:token_id("<|eot_id|>") then return "llama3" end
-  return templates.default
+  local path = dir .. "/chat_template.jinja"
+  if exists(path) then
+    local f = assert(io.open(path, "rb"))
+    jinja(path, f:read("*a"), "the template")
+    f:close()
+  end
+  path = dir .. "/chat_template.json"
+  if exists(path) then
+    local t = json.read_file(path)
+    if type(t) ~= "table" or json.is_array(t) then raise("modeldir.load: " .. path .. " must hold a JSON object") end
+    if t.lutra_template ~= nil then
+      if not templates.builtin[t.lutra_template] then
+        raise(string.format("modeldir.load: %s: lutra_template %s is not one of lutra's templates (%s)", path,
+          json.encode(t.lutra_template), templates.names()))
+      end
+      found[#found + 1] = {file = path, name = t.lutra_template, what = "lutra_template"}
+    end
+    if t.chat_template ~= nil then jinja(path, t.chat_template, "chat_template") end
+  end
+  path = dir .. "/tokenizer_config.json"
+  if exists(path) then
+    local t = json.read_file(path)
+    local ct = type(t) == "table" and not json.is_array(t) and t.chat_template
+    if json.is_array(ct) then -- [{name =, template =}, ...]: transformers uses "default" unless told
+      local default
+      for _, e in ipairs(ct) do
+        if type(e) == "table" and e.name == "default" then default = e.template end
+      end
+      if default == nil then
+        raise("modeldir.load: " .. path .. ": chat_template is a list without a \"default\" template")
+      end
+      jinja(path, default, "chat_template (\"default\")")
+    elseif ct and ct ~= json.null then
+      jinja(path, ct, "chat_template")
+    end
+  end
+  return found
+end
+
+-- The chat template the directory's files declare, when lutra recognises it (each file that
+-- declares one must agree), or nil when none declares one. A template lutra does not run (any
+-- other Jinja text) is an error: lutra would otherwise format the chats differently from what
+-- the model was trained on, so the caller picks one of lutra's explicitly (opts.template,
+-- `--template=chatml`).
+local function declared_template(dir)
+  local chosen
+  for _, d in ipairs(declared_templates(dir)) do
+    if d.name == nil then
+      raise(string.format("modeldir.load: %s: %s is a chat template lutra does not run (it runs only its own: %s); "
+        .. "pick one explicitly with --template=NAME (opts.template) to use it instead", d.file, d.what,
+        templates.names()))
+    end
+    if chosen and d.name ~= chosen.name then
+      raise(string.format("modeldir.load: %s declares %s as %s but %s declares %s; pick one with --template=NAME",
+        chosen.file, chosen.what, chosen.name, d.file, d.name))
+    end
+    chosen = chosen or d
+  end
+  return chosen and chosen.name
 end
 
 -- The model of a checkpoint: its config.model (the model's config, or a recipe's model part)
@@ -102,11 +165,13 @@ local function checkpoint_model(dir, opts)
   return model
 end
 
--- load(dir, {tokenizer = path, allow_cast =, allow_nonfinite =}) -> model, tok, {template =, format =}
--- (the weights' dtype and values as lutra.ckpt.weight_checks says)
+-- load(dir, {tokenizer = path, template = name, allow_cast =, allow_nonfinite =})
+--   -> model, tok, {template =, format =} (the weights' dtype and values as lutra.ckpt.weight_checks says)
 function M.load(dir, opts)
   opts = opts or {}
   if type(dir) ~= "string" then raise("modeldir.load: expected a directory, got " .. type(dir)) end
+  -- the template first: a directory whose template lutra cannot run stops before its weights load
+  local template = opts.template or declared_template(dir)
   local model, tok, format
   if exists(dir .. "/config.json") then
     local hf = hf_module()
@@ -124,7 +189,8 @@ function M.load(dir, opts)
   else
     raise("modeldir.load: " .. dir .. " is not a model directory (no config.json, lutra_model/ or manifest.json)")
   end
-  return model, tok, {template = opts.template or template_of(dir, tok), format = format}
+  if template == nil then template = tok and tok:token_id("<|eot_id|>") and "llama3" or templates.default end
+  return model, tok, {template = template, format = format}
 end
 
 return M

@@ -77,13 +77,41 @@ local function llama3(messages, opts)
   return out
 end
 
+-- jinja: the same template as Jinja text for other tools (transformers' apply_chat_template),
+-- written into the model directories lutra saves; the text lutra recognises when it reads one.
 M.builtin = {
   chatml = {name = "chatml", stop = "<|im_end|>", fn = chatml,
-            special_tokens = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}},
+            special_tokens = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"},
+            jinja = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+              .. "'<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+              .. "{% endif %}"},
   llama3 = {name = "llama3", stop = "<|eot_id|>", fn = llama3,
-            special_tokens = {"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"}},
+            special_tokens = {"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"},
+            jinja = "{{ '<|begin_of_text|>' }}{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + "
+              .. "'<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}{% endfor %}"
+              .. "{% if add_generation_prompt %}"
+              .. "{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}"},
 }
 M.default = "chatml"
+
+-- The builtin template whose Jinja text this is (leading and trailing whitespace aside), or nil:
+-- lutra runs its own templates, never a Jinja text, so any other text is one it cannot follow.
+function M.recognise(jinja)
+  if type(jinja) ~= "string" then return nil end
+  local text = jinja:match("^%s*(.-)%s*$")
+  for name, b in pairs(M.builtin) do
+    if b.jinja == text then return name end
+  end
+  return nil
+end
+
+-- The builtin names, sorted: "chatml, llama3".
+function M.names()
+  local names = {}
+  for k in pairs(M.builtin) do names[#names + 1] = k end
+  table.sort(names)
+  return table.concat(names, ", ")
+end
 
 -- templates.get(name | function | template [, {name =, stop =}]) -> a template.
 -- A function(messages, opts) returns the segments itself; opts.stop names its end-of-turn
@@ -95,11 +123,7 @@ function M.get(spec, opts)
   if type(spec) == "string" then
     local b = M.builtin[spec]
     if b == nil then
-      local names = {}
-      for k in pairs(M.builtin) do names[#names + 1] = k end
-      table.sort(names)
-      raise(string.format("templates.get: unknown template '%s' (expected %s, or a function)", spec,
-        table.concat(names, ", ")))
+      raise(string.format("templates.get: unknown template '%s' (expected %s, or a function)", spec, M.names()))
     end
     return setmetatable({name = b.name, stop = b.stop, fn = b.fn, special_tokens = b.special_tokens}, Template)
   elseif type(spec) == "function" then

@@ -1,0 +1,277 @@
+"""Hugging Face model directories: config.json typed and limited before any allocation, the
+architecture checked against model_type, a chat template lutra does not run never swapped for
+chatml; and the recipe's --model.* sizes limited the same way. Each error names the file (or the
+option) and the key."""
+import json
+import subprocess
+
+from badinput import case, edit_json
+
+LIMIT = 2147483647
+# a size no machine holds: the message says how many bytes the parameters would need
+BYTES = r"the parameters would need [\d.]+ (TB|PB|EB)"
+
+
+def generate(fx, model, *extra):
+    return fx.lutra_cmd("generate", model, "--prompt", "hi", "--max_new_tokens=1", *extra)
+
+
+def config_case(arch, changes, expect, name=None, drop=()):
+    """A case that edits model/config.json of the gpt2 or llama fixture and runs `lutra generate`."""
+    label = name or ", ".join("%s: %s" % (k, json.dumps(v)) for k, v in changes.items()) or "drop " + ", ".join(drop)
+
+    @case("config.json (%s) %s" % (arch, label), expect=r"model/config\.json: " + expect)
+    def _(fx, tmp):
+        model = fx.model_dir(tmp) if arch == "gpt2" else fx.llama_model_dir(tmp)
+
+        def edit(c):
+            c.update(changes)
+            for k in drop:
+                c.pop(k, None)
+        edit_json(model / "config.json", edit)
+        return generate(fx, model)
+
+
+# ---- types: a value of another type is an error, never converted ----------------------------
+config_case("llama", {"head_dim": "16"}, r'head_dim = "16": lutra needs a positive integer')
+config_case("llama", {"head_dim": "abc"}, r'head_dim = "abc": lutra needs a positive integer')
+config_case("llama", {"head_dim": 16}, r"head_dim = 16: lutra needs hidden_size / num_attention_heads = 8")
+config_case("llama", {"head_dim": 8.5}, r"head_dim = 8.5: lutra needs a positive integer")
+config_case("llama", {"num_hidden_layers": 1.5}, r"num_hidden_layers = 1.5: lutra needs a positive integer")
+config_case("llama", {"num_attention_heads": 0}, r"num_attention_heads = 0: lutra needs a positive integer")
+config_case("llama", {"intermediate_size": -64}, r"intermediate_size = -64: lutra needs a positive integer")
+config_case("llama", {"max_position_embeddings": "2048"}, r'max_position_embeddings = "2048": lutra needs a positive')
+config_case("llama", {"num_key_value_heads": True}, r"num_key_value_heads = true: lutra needs a positive integer")
+config_case("llama", {"tie_word_embeddings": "yes"}, r'tie_word_embeddings = "yes": lutra needs true or false')
+config_case("llama", {"attention_bias": "false"}, r'attention_bias = "false": lutra needs true or false')
+config_case("llama", {"rms_norm_eps": 0}, r"rms_norm_eps = 0: lutra needs a positive number")
+config_case("llama", {"rms_norm_eps": -1e-6}, r"rms_norm_eps = -1e-06: lutra needs a positive number")
+config_case("llama", {"rope_theta": "10000"}, r'rope_theta = "10000": lutra needs a positive number')
+config_case("llama", {"initializer_range": "0.02"}, r'initializer_range = "0.02": lutra needs a number >= 0')
+config_case("llama", {"hidden_act": "gelu"}, r'hidden_act = "gelu": lutra needs "silu"')
+config_case("llama", {"hidden_act": 7}, r'hidden_act = 7: lutra needs "silu"')
+config_case("gpt2", {"n_layer": 1.5}, r"n_layer = 1.5: lutra needs a positive integer")
+config_case("gpt2", {"n_layer": -2}, r"n_layer = -2: lutra needs a positive integer")
+config_case("gpt2", {"n_head": "2"}, r'n_head = "2": lutra needs a positive integer')
+config_case("gpt2", {"n_inner": 0}, r"n_inner = 0: lutra needs a positive integer")
+config_case("gpt2", {"tie_word_embeddings": "yes"}, r'tie_word_embeddings = "yes": lutra needs true or false')
+config_case("gpt2", {"layer_norm_epsilon": "1e-5"}, r'layer_norm_epsilon = "1e-5": lutra needs a positive number')
+config_case("gpt2", {"resid_pdrop": 1.5}, r"resid_pdrop = 1.5: lutra needs a probability in \[0, 1\)")
+config_case("gpt2", {"attn_pdrop": "0.1"}, r'attn_pdrop = "0.1": lutra needs a probability')
+config_case("gpt2", {"scale_attn_weights": "true"}, r'scale_attn_weights = "true": lutra needs true')
+config_case("gpt2", {"pruned_heads": "x"}, r'pruned_heads = "x": lutra needs \{\} \(no pruned heads\)')
+config_case("gpt2", {"n_ctx": 7}, r"n_ctx = 7: lutra needs n_positions")
+
+# ---- math lutra does not implement ------------------------------------------------------------
+config_case("llama", {"rope_scaling": {"type": "yarn", "factor": 4.0}},
+            r'rope_scaling = .*lutra needs null \(lutra has no RoPE scaling, so rope_type "yarn" is not supported\)')
+config_case("llama", {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}},
+            r'rope_scaling = .*rope_type "dynamic" is not supported')
+config_case("llama", {"rope_scaling": "linear"}, r'rope_scaling = "linear": lutra needs null')
+config_case("llama", {"attention_dropout": 0.1}, r"attention_dropout = 0\.1: lutra needs 0")
+config_case("llama", {"mlp_bias": True}, r"mlp_bias = true: lutra needs the same as attention_bias \(false\)")
+config_case("llama", {"sliding_window": 4096}, r"unknown key 'sliding_window' for llama")
+config_case("gpt2", {"activation_function": "relu"}, r'activation_function = "relu": lutra needs "gelu_new"')
+config_case("gpt2", {"scale_attn_by_inverse_layer_idx": True}, r"scale_attn_by_inverse_layer_idx = true: lutra needs false")
+config_case("gpt2", {"add_cross_attention": True}, r"add_cross_attention = true: lutra needs false")
+config_case("gpt2", {"pruned_heads": {"0": [1]}}, r"pruned_heads = .*lutra needs \{\}")
+
+# ---- limits, before anything is allocated ------------------------------------------------------
+config_case("gpt2", {"n_layer": 1000000000}, BYTES + r".*most are in the blocks \(n_layer = 1000000000")
+config_case("gpt2", {"n_embd": 2 ** 31}, r"n_embd = 2147483648: lutra needs a positive integer at most 2147483647")
+config_case("gpt2", {"n_positions": 10 ** 12}, r"n_positions = 1000000000000: lutra needs a positive integer at most")
+config_case("gpt2", {"vocab_size": 10 ** 12}, r"vocab_size = 1000000000000: lutra needs a positive integer at most")
+config_case("gpt2", {"n_embd": 1048576, "n_head": 1, "n_positions": LIMIT},
+            BYTES + r".*position embeddings \(n_positions = 2147483647, n_embd = 1048576\)",
+            name="n_positions 2^31-1 with n_embd 2^20 (a product of 2^51)")
+config_case("gpt2", {"vocab_size": LIMIT, "n_embd": 65536, "n_head": 1, "n_inner": 1},
+            BYTES + r".*token embeddings \(vocab_size = 2147483647, n_embd = 65536\)", name="vocab_size 2^31-1")
+config_case("llama", {"num_hidden_layers": 1000000000}, BYTES + r".*num_hidden_layers = 1000000000")
+config_case("llama", {"vocab_size": LIMIT, "hidden_size": 4096}, drop=("head_dim",),
+            expect=BYTES + r".*token embeddings \(vocab_size = 2147483647, hidden_size = 4096\)")
+config_case("llama", {"hidden_size": 2 ** 31}, r"hidden_size = 2147483648: lutra needs a positive integer at most")
+config_case("llama", {"max_position_embeddings": 10 ** 12}, r"max_position_embeddings = 1000000000000: lutra needs")
+config_case("llama", {"num_key_value_heads": 3}, r"num_attention_heads 2 is not a multiple of num_key_value_heads 3")
+config_case("llama", {"hidden_size": 17}, r"hidden_size 17 is not a multiple of num_attention_heads 2",
+            name="hidden_size 17 (head_dim dropped)", drop=("head_dim",))
+
+# ---- the architecture --------------------------------------------------------------------------
+config_case("gpt2", {"architectures": ["BertModel"]},
+            r'architectures\[1\] = "BertModel" does not fit model_type = "gpt2" '
+            r'\(a gpt2 config names "GPT2LMHeadModel" or "GPT2Model"\)')
+config_case("llama", {"architectures": ["MistralForCausalLM"]}, r'architectures\[1\] = "MistralForCausalLM" does not fit model_type = "llama"')
+config_case("gpt2", {"architectures": "GPT2LMHeadModel"}, r'architectures = "GPT2LMHeadModel": lutra needs a list')
+config_case("gpt2", {"model_type": "bert"}, r'model_type = "bert": lutra needs "gpt2" or "llama"')
+config_case("gpt2", {"model_type": 5}, r'model_type = 5: lutra needs "gpt2" or "llama"')
+config_case("gpt2", {}, r'model_type is missing \(lutra knows "gpt2" or "llama"\)', drop=("model_type",))
+
+
+@case("config.json: n_layer 1e400 (a number past the largest double)",
+      expect=r"json: .*model/config\.json: number 1e400 is out of range at line \d+")
+def _(fx, tmp):
+    model = fx.model_dir(tmp)
+    text = (model / "config.json").read_text()
+    (model / "config.json").write_text(text.replace('"n_layer": 1,', '"n_layer": 1e400,'))
+    return generate(fx, model)
+
+
+@case("config.json is a JSON array", expect=r"model/config\.json must hold a JSON object, got an array")
+def _(fx, tmp):
+    model = fx.model_dir(tmp)
+    (model / "config.json").write_text("[1, 2]")
+    return generate(fx, model)
+
+
+@case("config.json is a string", expect=r"model/config\.json must hold a JSON object, got string")
+def _(fx, tmp):
+    model = fx.model_dir(tmp)
+    (model / "config.json").write_text('"gpt2"')
+    return generate(fx, model)
+
+
+@case("config.json is not JSON", expect=r"json: .*model/config\.json: .*line 1")
+def _(fx, tmp):
+    model = fx.model_dir(tmp)
+    (model / "config.json").write_text('{"model_type": "gpt2",')
+    return generate(fx, model)
+
+
+@case("convert: config.json with head_dim \"abc\"", expect=r"model/config\.json: head_dim = \"abc\"")
+def _(fx, tmp):
+    model = fx.llama_model_dir(tmp)
+    edit_json(model / "config.json", lambda c: c.update(head_dim="abc"))
+    return fx.lutra_cmd("convert", model, tmp / "out")
+
+
+# ---- the recipe's model sizes (--model.*), refused the same way --------------------------------
+def option_case(option, expect):
+    @case("pretrain %s" % option, expect=expect)
+    def _(fx, tmp):
+        fx.corpus(tmp)
+        return fx.pretrain(tmp / "run", option)
+
+
+option_case("--model.n_layer=1000000000", r"models\.build: " + BYTES + r".*n_layer = 1000000000")
+option_case("--model.d_model=2147483648", r"models\.build: d_model must be at most 2147483647, got 2147483648")
+option_case("--model.n_layer=2147483648", r"models\.build: n_layer must be at most 2147483647, got 2147483648")
+option_case("--model.d_model=1048576", r"models\.build: " + BYTES + r".*d_model = 1048576")
+
+
+# ---- chat templates: used when lutra runs them, else an error until --template picks one -------
+ZEPHYR = ("{% for message in messages %}{{ '<|' + message['role'] + '|>\\n' + message['content'] + eos_token }}"
+          "{% endfor %}")
+CHATML = json.loads('"' + "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\\\n' + "
+                    "message['content'] + '<|im_end|>' + '\\\\n' }}{% endfor %}{% if add_generation_prompt %}"
+                    "{{ '<|im_start|>assistant\\\\n' }}{% endif %}" + '"')
+UNSUPPORTED = r"is a chat template lutra does not run \(it runs only its own: chatml, llama3\); pick one explicitly with --template"
+
+
+def drop_lutra_template(model):
+    (model / "chat_template.json").unlink()
+
+
+@case("tokenizer_config.json with a custom chat_template",
+      expect=r"model/tokenizer_config\.json: chat_template " + UNSUPPORTED)
+def _(fx, tmp):
+    model = fx.model_dir(tmp)
+    drop_lutra_template(model)
+    (model / "tokenizer_config.json").write_text(json.dumps({"chat_template": ZEPHYR, "eos_token": "</s>"}))
+    return generate(fx, model)
+
+
+@case("chat_template.json of transformers (no lutra_template) with a custom template",
+      expect=r"model/chat_template\.json: chat_template " + UNSUPPORTED)
+def _(fx, tmp):
+    model = fx.model_dir(tmp)
+    (model / "chat_template.json").write_text(json.dumps({"chat_template": ZEPHYR}))
+    return generate(fx, model)
+
+
+@case("chat_template.jinja with a custom template", expect=r"model/chat_template\.jinja: the template " + UNSUPPORTED)
+def _(fx, tmp):
+    model = fx.model_dir(tmp)
+    drop_lutra_template(model)
+    (model / "chat_template.jinja").write_text(ZEPHYR)
+    return generate(fx, model)
+
+
+@case("lutra's chat_template.json beside a custom chat_template.jinja",
+      expect=r"model/chat_template\.jinja: the template " + UNSUPPORTED)
+def _(fx, tmp):
+    model = fx.model_dir(tmp)
+    (model / "chat_template.jinja").write_text(ZEPHYR)
+    return generate(fx, model)
+
+
+@case("sft: a model directory with a custom template", expect=r"model/tokenizer_config\.json: chat_template " + UNSUPPORTED)
+def _(fx, tmp):
+    model = fx.model_dir(tmp)
+    drop_lutra_template(model)
+    (model / "tokenizer_config.json").write_text(json.dumps({"chat_template": ZEPHYR}))
+    return fx.lutra_cmd(fx.root / "recipes/sft.lua", "--model=%s" % model, "--steps=1", "--run_dir=%s" % (tmp / "s"))
+
+
+@case("dpo: a model directory with a custom template", expect=r"model/chat_template\.jinja: the template " + UNSUPPORTED)
+def _(fx, tmp):
+    model = fx.model_dir(tmp)
+    (model / "chat_template.jinja").write_text(ZEPHYR)
+    return fx.lutra_cmd(fx.root / "recipes/dpo.lua", "--model=%s" % model, "--steps=1", "--out=%s" % (tmp / "d"))
+
+
+@case("a custom template with --template=chatml: chatml, as asked (documented)", exit=0,
+      expect=r"\S")
+def _(fx, tmp):
+    model = fx.model_dir(tmp)
+    (model / "chat_template.jinja").write_text(ZEPHYR)
+    return generate(fx, model, "--template=chatml")
+
+
+@case("tokenizer_config.json holding lutra's own chatml Jinja: recognised (documented)", exit=0, expect=r"\S")
+def _(fx, tmp):
+    model = fx.model_dir(tmp)
+    drop_lutra_template(model)
+    (model / "tokenizer_config.json").write_text(json.dumps({"chat_template": CHATML}))
+    return generate(fx, model)
+
+
+@case("chat_template.json: lutra_template unknown",
+      expect=r"model/chat_template\.json: lutra_template \"zephyr\" is not one of lutra's templates \(chatml, llama3\)")
+def _(fx, tmp):
+    model = fx.model_dir(tmp)
+    (model / "chat_template.json").write_text(json.dumps({"lutra_template": "zephyr"}))
+    return generate(fx, model)
+
+
+@case("chat_template.json is not JSON", expect=r"json: .*model/chat_template\.json")
+def _(fx, tmp):
+    model = fx.model_dir(tmp)
+    (model / "chat_template.json").write_text('{"lutra_template": "chatml"')
+    return generate(fx, model)
+
+
+@case("chat_template.json: chat_template is a number", expect=r"model/chat_template\.json: chat_template is not a text")
+def _(fx, tmp):
+    model = fx.model_dir(tmp)
+    (model / "chat_template.json").write_text(json.dumps({"chat_template": 5}))
+    return generate(fx, model)
+
+
+@case("tokenizer_config.json: a list of templates without a default",
+      expect=r"model/tokenizer_config\.json: chat_template is a list without a \"default\" template")
+def _(fx, tmp):
+    model = fx.model_dir(tmp)
+    drop_lutra_template(model)
+    (model / "tokenizer_config.json").write_text(json.dumps({"chat_template": [{"name": "tool_use", "template": ZEPHYR}]}))
+    return generate(fx, model)
+
+
+@case("chat_template.json says chatml, tokenizer_config.json says llama3",
+      expect=r"model/chat_template\.json declares lutra_template as chatml but .*model/tokenizer_config\.json declares llama3")
+def _(fx, tmp):
+    model = fx.model_dir(tmp)
+    # lutra's own llama3 Jinja, as modeldir writes it
+    script = tmp / "jinja.lua"
+    script.write_text('io.write(require("lutra.sft.templates").builtin.llama3.jinja)')
+    llama3 = subprocess.run([fx.lutra, str(script)], capture_output=True, text=True, check=True).stdout
+    (model / "tokenizer_config.json").write_text(json.dumps({"chat_template": llama3}))
+    return generate(fx, model)
