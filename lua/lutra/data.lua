@@ -139,15 +139,17 @@ end
 -- Reads every token once: each id must be below vocab_size (default: the header's) and the
 -- tokens must match the header's hash; an error names the file and the first bad id's offset.
 function TokenFile:verify(vocab_size)
-  if C.lt_tokfile_verify_ids(self.handle, vocab_size or 0) ~= 0 then fail() end
-  self.verified = true
+  local ok = self:check(vocab_size)
+  if not ok then fail() end
   return true
 end
 
--- As verify, but nil, message instead of an error.
+-- As verify, but nil, message instead of an error. Sets verified, and verified_vocab: the
+-- vocabulary every id was found below.
 function TokenFile:check(vocab_size)
   if C.lt_tokfile_verify_ids(self.handle, vocab_size or 0) ~= 0 then return nil, ffi.string(C.lt_last_error()) end
-  self.verified = true
+  local limit = math.min(vocab_size and vocab_size > 0 and vocab_size or self.vocab_size, self.vocab_size)
+  self.verified, self.verified_vocab = true, math.min(limit, self.verified_vocab or limit)
   return true
 end
 
@@ -372,7 +374,7 @@ function M.tokenize_file(text_path, tok, out_path, opts)
   end
   write_token_file(text_path, tok, out_path, fp_u64, size, mtime, opts)
   local file = M.open(out_path)
-  file.verified = true -- its ids were checked and hashed as they were written
+  file.verified, file.verified_vocab = true, file.vocab_size -- its ids were checked and hashed as they were written
   local info = file.info
   info.reused = false
   return out_path, info, file
@@ -419,7 +421,7 @@ function M.tokens(path, opts)
   local file = type(path) == "table" and getmetatable(path) == TokenFile and path or M.open(path)
   if opts.vocab_size ~= nil then
     int_opt(opts, "vocab_size", nil, 1)
-    if file.vocab_size > opts.vocab_size then file:verify(opts.vocab_size) end
+    if (file.verified_vocab or file.vocab_size) > opts.vocab_size then file:verify(opts.vocab_size) end
   end
   if not file.verified and opts.verify ~= false then file:verify() end
   local T = int_opt(opts, "seq_len", nil, 1)
