@@ -48,8 +48,10 @@ if text_path == "" then
   end
   text_path = path
 end
-local tok = lt.tokenizer.load_or_train(text_path, {kind = "char"})
-local data = lt.data.text(text_path, tok, {seq_len = cfg.model.block_size, batch = cfg.batch, seed = cfg.seed})
+local cache_dir = lt.data.cache_dir(cfg.run_dir ~= "" and cfg.run_dir .. "/cache" or nil) -- never beside the text
+local tok = lt.tokenizer.load_or_train(text_path, {kind = "char", dir = cache_dir})
+local data = lt.data.text(text_path, tok, {seq_len = cfg.model.block_size, batch = cfg.batch, seed = cfg.seed,
+                                           cache_dir = cache_dir})
 print(string.format("data: %s, %d chars, %d train / %d val tokens", text_path, tok.vocab_size, data.ntokens,
                     data.file.count - data.ntokens))
 

@@ -2,10 +2,12 @@
 --
 --   ./build/lutra recipes/pretrain.lua --run_dir=runs/pretrain --ckpt_every=2000
 --   ./build/lutra recipes/dpo.lua --model=runs/pretrain/ckpt/step_002000 \
---       --tokenizer=runs/data/fortunes.txt.char-<hash>.tokenizer.json
+--       --tokenizer=runs/pretrain/tokenizer.json
 --   ./build/lutra recipes/dpo.lua --model=runs/sft/model --mode=full --loss=ipo --beta=0.5
 -- Data: JSONL pairs {"prompt", "chosen", "rejected"} (recipes/data/make_sft_data.lua). A model
--- directory brings its chat template; a checkpoint gets prompt + response as plain text.
+-- directory brings its chat template; a checkpoint gets prompt + response as plain text. A
+-- bad line is an error naming the file, line and field (lutra/sft/jsonl.lua); a pair with an
+-- empty response or chosen == rejected too, or left out and counted with --on_bad_pair=skip.
 -- Reference "auto": the base with the adapters off (LoRA; no second copy) or a frozen copy
 -- (full); "precomputed": its log-probs once, up front. Prints the held-out reward accuracy
 -- before and after; saves the adapters (PEFT's layout; LoRA) and the (merged) model directory.
@@ -21,6 +23,7 @@ local cfg = config {
   template = "auto",                  -- auto: the model directory's; "none": plain text; or chatml, llama3
   train_data = data .. "dpo_train.jsonl", val_data = data .. "dpo_val.jsonl", -- shipped next to this recipe
   val_limit = 0,                      -- 0: every held-out pair
+  on_bad_pair = config.one_of({"error", "skip"}, "error"), -- a pair with an empty response or chosen == rejected
   mode = config.one_of({"lora", "full"}, "lora"),
   lora = {r = 8, alpha = 16, dropout = config.number(0), rslora = false, targets = "all-linear"},
   reference = config.one_of({"auto", "copy", "lora", "precomputed"}, "auto"),
@@ -43,12 +46,17 @@ local model, tok, info = modeldir.load(cfg.model, {tokenizer = cfg.tokenizer ~= 
 local template = cfg.template
 if template == "auto" then template = info.format == "checkpoint" and "none" or info.template end
 local max_len = model.cfg.block_size + 1 -- inputs are all tokens but the last
-local train, tstat = dpo.load(cfg.train_data, tok, {template = template, max_len = max_len})
-local val, vstat = dpo.load(cfg.val_data, tok, {template = template, max_len = max_len,
+local train, tstat = dpo.load(cfg.train_data, tok, {template = template, max_len = max_len,
+                                                    on_bad_pair = cfg.on_bad_pair})
+local val, vstat = dpo.load(cfg.val_data, tok, {template = template, max_len = max_len, on_bad_pair = cfg.on_bad_pair,
                                                 limit = cfg.val_limit > 0 and cfg.val_limit or nil})
 print(string.format("model: %s (%s), %s; template: %s", cfg.model, info.format, model:extra_repr(), template))
 print(string.format("data: %d train pairs (%d truncated), %d held-out (%d truncated)", tstat.n, tstat.truncated,
                     vstat.n, vstat.truncated))
+if tstat.skipped + vstat.skipped > 0 then
+  print(string.format("data: skipped %d train and %d held-out pairs with an empty response or chosen == rejected",
+                      tstat.skipped, vstat.skipped))
+end
 
 -- ---- adapters, reference ---------------------------------------------------------------------
 local params

@@ -10,7 +10,9 @@
 -- directory's, else ChatML; --template to pick one, required when the directory's is one lutra
 -- does not run), truncated to max_len tokens (counted), packed several per row of seq_len
 -- tokens (positions restart and attention stays inside each chat). Only assistant tokens carry
--- loss. The held-out loss per assistant token is measured before and after training.
+-- loss. A bad line is an error naming the file, line and field (lutra/sft/jsonl.lua: CRLF
+-- line ends and blank lines are accepted, a BOM is not). The held-out loss per assistant
+-- token is measured before and after training.
 local lt = require "lutra"
 local config = lt.config
 local sft, modeldir, ev, templates = lt.sft.data, lt.sft.modeldir, lt.sft.eval, lt.sft.templates

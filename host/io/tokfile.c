@@ -2,10 +2,13 @@
  * by mmap.
  *
  * The layout is in lutra.h ("token files"). Every header field is validated on
- * open, and the file size must be exactly the header's, so that a truncated
- * copy, a file of another kind or a newer format is an error naming the file,
- * never a read past the end. Batches copy windows of tokens out of the mapping,
- * widening u16/u32 to i32/i64. */
+ * open (the reserved bytes must be zero), and the file size must be exactly the
+ * header's, so that a truncated copy, a file of another kind or a newer format
+ * is an error naming the file, never a read past the end. Verifying reads every
+ * token once: the FNV-1a hash must match the header's and every id must be in
+ * the vocabulary, so that damaged tokens are an error naming the file and the
+ * offset of the first bad id before any batch is made. Batches copy windows of
+ * tokens out of the mapping, widening u16/u32 to i32/i64. */
 #include "io/atomic_file.h"
 #include "core/internal.h"
 #include <errno.h>
@@ -20,7 +23,7 @@
 #error "token files are little-endian; this host is not"
 #endif
 
-enum { HEADER_BYTES = 128, FORMAT_VERSION = 1, WRITE_CHUNK = 16384 };
+enum { HEADER_BYTES = 128, RESERVED_FROM = 72, FORMAT_VERSION = 1, WRITE_CHUNK = 16384 };
 static const char MAGIC[8] = {'L', 'U', 'T', 'R', 'A', 'T', 'O', 'K'};
 static const uint64_t FNV_BASIS = 0xcbf29ce484222325ull, FNV_PRIME = 0x100000001b3ull;
 
@@ -113,6 +116,12 @@ static int decode_header(const char *op, const char *path, const unsigned char *
                      (long long)info.vocab_size, info.token_bytes);
   if (info.count < 0 || info.count > (INT64_MAX - HEADER_BYTES) / 4)
     return lt_errorf("%s: '%s': corrupt header: token count %lld", op, path, (long long)info.count);
+  if (info.source_bytes < 0)
+    return lt_errorf("%s: '%s': corrupt header: source_bytes %lld", op, path, (long long)info.source_bytes);
+  for (int i = RESERVED_FROM; i < HEADER_BYTES; i++)
+    if (h[i] != 0)
+      return lt_errorf("%s: '%s': corrupt header: byte %d is %u, the bytes from %d on are reserved (zero)", op, path, i,
+                       h[i], RESERVED_FROM);
   int64_t want = HEADER_BYTES + info.count * info.token_bytes;
   if (file_bytes < want)
     return lt_errorf("%s: '%s': truncated: the header says %lld tokens of %u "
@@ -327,16 +336,46 @@ int lt_tokfile_get_info(const lt_tokfile *f, lt_tokfile_info *info) {
   return 0;
 }
 
-int lt_tokfile_verify(const lt_tokfile *f) {
-  if (!f) return lt_errorf("tokfile_verify: file is NULL");
-  uint64_t h = fnv1a(f->tokens, (size_t)(f->info.count * f->info.token_bytes), FNV_BASIS);
+/* One pass over the tokens: the checksum, and the first id at or above `limit`. */
+int lt_tokfile_verify_ids(const lt_tokfile *f, int64_t vocab_size) {
+  const char *op = "tokfile_verify";
+  if (!f) return lt_errorf("%s: file is NULL", op);
+  int64_t limit = vocab_size > 0 && vocab_size < f->info.vocab_size ? vocab_size : f->info.vocab_size;
+  int64_t n = f->info.count, bad = -1, bad_id = 0;
+  int w = (int)f->info.token_bytes;
+  uint64_t h = FNV_BASIS;
+  uint32_t buf[256];
+  for (int64_t i0 = 0; i0 < n; i0 += 256) { /* through an aligned buffer, as copy_tokens */
+    int64_t m = n - i0 < 256 ? n - i0 : 256;
+    const unsigned char *src = f->tokens + i0 * w;
+    h = fnv1a(src, (size_t)(m * w), h);
+    if (bad >= 0) continue;
+    if (w == 2) {
+      uint16_t half[256];
+      memcpy(half, src, (size_t)m * 2);
+      for (int64_t i = 0; i < m; i++) buf[i] = half[i];
+    } else {
+      memcpy(buf, src, (size_t)m * 4);
+    }
+    for (int64_t i = 0; i < m; i++)
+      if ((int64_t)buf[i] >= limit) {
+        bad = i0 + i, bad_id = buf[i];
+        break;
+      }
+  }
+  const char *sum = h == f->info.tokens_hash ? "matches the header's" : "differs from the header's too";
+  if (bad >= 0)
+    return lt_errorf("%s: '%s': token %lld (byte offset %lld) is %lld, outside the vocabulary [0, %lld)%s; the "
+                     "tokens checksum %s: the file is corrupt or was made for another tokenizer",
+                     op, f->path, (long long)bad, (long long)(HEADER_BYTES + bad * w), (long long)bad_id,
+                     (long long)limit, limit < f->info.vocab_size ? " of the tokenizer" : " of the header", sum);
   if (h != f->info.tokens_hash)
-    return lt_errorf("tokfile_verify: '%s': the tokens checksum is %016llx, "
-                     "the header says %016llx: the file is "
-                     "corrupt",
+    return lt_errorf("%s: '%s': the tokens checksum is %016llx, the header says %016llx: the file is corrupt", op,
                      f->path, (unsigned long long)h, (unsigned long long)f->info.tokens_hash);
   return 0;
 }
+
+int lt_tokfile_verify(const lt_tokfile *f) { return lt_tokfile_verify_ids(f, 0); }
 
 /* Copies n tokens of `width` bytes (2 or 4) from src to dst (I32 or I64) at an element
  * stride, through an aligned buffer: src may be odd-aligned in the mapped file. */

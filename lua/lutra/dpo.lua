@@ -32,6 +32,7 @@ local ops = require "lutra.ops"
 local errors = require "lutra.errors"
 local memory = require "lutra.memory"
 local Module = require "lutra.nn.module"
+local jsonl = require "lutra.sft.jsonl"
 
 local raise, is_tensor = errors.raise, ops.is_tensor
 
@@ -39,35 +40,55 @@ local M = {}
 
 -- ---- data ----------------------------------------------------------------------------------------
 
-local function as_messages(who, v, role)
-  if type(v) == "string" then return {{role = role, content = v}} end
-  if type(v) == "table" and #v > 0 then return v end
-  raise(string.format("%s: expected a string or a list of messages, got %s", who, type(v)))
+-- The prompt's messages (a string is one user turn), checked (at: the error prefix).
+local function as_messages(at, v, base)
+  if type(v) == "string" then return {{role = "user", content = v}} end
+  if jsonl.is_list(v) then
+    jsonl.check_messages(at, "prompt", v, base)
+    return v
+  end
+  raise(string.format("%sprompt: expected a string or a list of messages, got %s", at, jsonl.kind(v)))
 end
 
-local function response_text(who, v)
+-- A response's text: a string, or a list of one assistant message.
+local function response_text(at, k, v, base)
   if type(v) == "string" then return v end
-  if type(v) == "table" and #v == 1 and v[1].role == "assistant" and type(v[1].content) == "string" then
+  if jsonl.is_list(v) and #v == 1 then
+    local name = string.format("%s[%d]", k, base)
+    jsonl.check_message(at, name, v[1])
+    if v[1].role ~= "assistant" then
+      raise(string.format("%s%s.role: a response is the assistant's, got %s", at, name, jsonl.shown(v[1].role)))
+    end
     return v[1].content
   end
-  raise(who .. ": a response must be a string or one assistant message")
+  raise(string.format("%s%s: a response must be a string or one assistant message, got %s", at, k,
+    jsonl.is_list(v) and string.format("a list of %d messages", #v) or jsonl.kind(v)))
+end
+
+-- What makes a pair teach nothing (an empty response, the same text twice), or nil.
+local function pair_problem(chosen, rejected)
+  if chosen == "" and rejected == "" then return "chosen and rejected are both empty" end
+  if chosen == "" then return "chosen: the response is empty" end
+  if rejected == "" then return "rejected: the response is empty" end
+  if chosen == rejected then
+    return "chosen and rejected are the same text (" .. jsonl.shown(chosen) .. "): the pair states no preference"
+  end
+  return nil
 end
 
 -- ids and mask (Lua lists; mask 1 on the response) of prompt + response.
-local function encode_one(tok, template, prompt, response, who)
+local function encode_one(tok, template, prompt, response)
   if template == nil then
-    local p = type(prompt) == "string" and prompt or raise(who .. ": without a template the prompt must be a string")
     local ids, mask = {}, {}
-    for _, id in ipairs(tok:encode(p)) do ids[#ids + 1], mask[#mask + 1] = id, 0 end
+    for _, id in ipairs(tok:encode(prompt)) do ids[#ids + 1], mask[#mask + 1] = id, 0 end
     for _, id in ipairs(tok:encode(response)) do ids[#ids + 1], mask[#mask + 1] = id, 1 end
     return ids, mask
   end
   local templates = require "lutra.sft.templates"
-  local msgs = as_messages(who, prompt, "user")
   local full = {}
-  for i, m in ipairs(msgs) do full[i] = m end
+  for i, m in ipairs(prompt) do full[i] = m end
   full[#full + 1] = {role = "assistant", content = response}
-  local n_prompt = #template:render(msgs, {})
+  local n_prompt = #template:render(prompt, {})
   local segs = template:render(full, {})
   for i = 1, n_prompt do
     if segs[i].train then segs[i] = {text = segs[i].text, role = segs[i].role, train = false} end
@@ -91,48 +112,103 @@ local function get_template(t)
   return require("lutra.sft.templates").get(t)
 end
 
+-- The texts of a record the tokenizer must encode, with their names in errors.
+local function text_fields(rec, texts, base)
+  local fields = {}
+  if type(rec.prompt) == "string" then
+    fields[1] = {name = "prompt", text = rec.prompt}
+  else
+    for i, m in ipairs(rec.prompt) do
+      fields[i] = {name = string.format("prompt[%d].content", i - 1 + base), text = m.content}
+    end
+  end
+  for _, k in ipairs {"chosen", "rejected"} do
+    fields[#fields + 1] = {name = type(rec[k]) == "string" and k or string.format("%s[%d].content", k, base),
+                           text = texts[k]}
+  end
+  return fields
+end
+
 -- One record {prompt =, chosen =, rejected =} -> a pair {chosen = ids, chosen_mask =, rejected =,
--- rejected_mask =, truncated = bool}. opts: template (nil: plain text), max_len.
+-- rejected_mask =, truncated = bool}. The prompt is a string or a list of messages, each response
+-- a string or a list of one assistant message. opts: template (nil: plain text), max_len, who (the
+-- errors' prefix), base (0: list items in errors count from 0, as in a JSON file; default 1),
+-- on_bad_pair = "skip" (a pair with an empty response or chosen == rejected returns nil and the
+-- reason instead of raising).
 function M.encode_pair(tok, rec, opts)
   opts = opts or {}
-  local who = opts.who or "dpo.encode_pair"
-  if type(rec) ~= "table" then raise(who .. ": expected a table {prompt =, chosen =, rejected =}") end
+  local at = (opts.who or "dpo.encode_pair") .. ": "
+  local base = opts.base or 1
+  if not jsonl.is_object(rec) then
+    raise(at .. "expected an object {prompt, chosen, rejected}, got " .. jsonl.kind(rec))
+  end
   for _, k in ipairs {"prompt", "chosen", "rejected"} do
-    if rec[k] == nil then raise(string.format("%s: the record has no '%s'", who, k)) end
+    if rec[k] == nil then raise(string.format("%s%s: missing (the record has no '%s')", at, k, k)) end
   end
   local template = get_template(opts.template)
+  local prompt = rec.prompt
+  if template then
+    prompt = as_messages(at, prompt, base)
+  elseif type(prompt) ~= "string" then
+    raise(string.format("%sprompt: without a chat template the prompt must be a string, got %s", at,
+      jsonl.is_list(prompt) and "a list of messages" or jsonl.kind(prompt)))
+  end
+  local texts = {chosen = response_text(at, "chosen", rec.chosen, base),
+                 rejected = response_text(at, "rejected", rec.rejected, base)}
+  local bad = pair_problem(texts.chosen, texts.rejected)
+  if bad then
+    if opts.on_bad_pair == "skip" then return nil, at .. bad end
+    raise(at .. bad)
+  end
   local out = {}
   for _, k in ipairs {"chosen", "rejected"} do
-    local ids, mask = encode_one(tok, template, rec.prompt, response_text(who, rec[k]), who)
+    local ok, ids, mask = pcall(encode_one, tok, template, prompt, texts[k])
+    if not ok then jsonl.raise_unencodable(at, tok, text_fields(rec, texts, base), ids) end
     local cut
     if opts.max_len then ids, mask, cut = truncate(ids, mask, opts.max_len) end
     local n = 0
     for _, v in ipairs(mask) do n = n + v end
-    if n == 0 then raise(string.format("%s: the %s response has no tokens%s", who, k, cut and " after truncation" or "")) end
+    if n == 0 then
+      raise(string.format("%s%s: the response has no tokens%s", at, k,
+        cut and string.format(" after truncation to max_len %d (the prompt is too long)", opts.max_len) or ""))
+    end
     out[k], out[k .. "_mask"] = ids, mask
     out.truncated = out.truncated or cut or false
   end
   return out
 end
 
--- The pairs of a JSONL file (one {"prompt", "chosen", "rejected"} object per line), encoded.
--- Returns the list and {n =, truncated =}; prints nothing.
+-- The pairs of a JSONL file (one {"prompt", "chosen", "rejected"} object per line, read as
+-- lutra.sft.jsonl reads: CRLF accepted, blank lines skipped, a BOM or an empty file refused),
+-- encoded. Every error names the file, the line and the field ("dpo: pairs.jsonl:17: chosen:
+-- the response is empty"). A pair with an empty response or chosen == rejected is an error,
+-- or with opts.on_bad_pair = "skip" left out and counted. opts: template, max_len, limit (the
+-- first pairs only), on_bad_pair. Returns the list and {n =, truncated =, skipped =}; prints
+-- nothing.
 function M.load(path, tok, opts)
   opts = opts or {}
-  local json = require "lutra.json"
-  local list, truncated = {}, 0
-  local line_no = 0
-  for _, rec in json.lines(path) do
-    line_no = line_no + 1
-    local p = M.encode_pair(tok, rec, {template = opts.template, max_len = opts.max_len,
-                                       who = string.format("dpo.load: %s line %d", path, line_no)})
+  local on_bad = opts.on_bad_pair or "error"
+  if on_bad ~= "error" and on_bad ~= "skip" then
+    raise('dpo.load: on_bad_pair must be "error" or "skip", got ' .. tostring(on_bad))
+  end
+  local list, truncated, skipped = {}, 0, 0
+  jsonl.each(path, "dpo", function(rec, line)
+    local p = M.encode_pair(tok, rec, {template = opts.template, max_len = opts.max_len, on_bad_pair = on_bad,
+                                       who = string.format("dpo: %s:%d", path, line), base = 0})
+    if p == nil then
+      skipped = skipped + 1
+      return false
+    end
     if p.truncated then truncated = truncated + 1 end
     p.index = #list + 1
     list[#list + 1] = p
-    if opts.limit and #list >= opts.limit then break end
+    return opts.limit and #list >= opts.limit
+  end)
+  if #list == 0 then
+    raise(string.format("dpo: %s: no pairs left: all %d were skipped (an empty response, or chosen == rejected)",
+      path, skipped))
   end
-  if #list == 0 then raise("dpo.load: no pairs in " .. path) end
-  return list, {n = #list, truncated = truncated}
+  return list, {n = #list, truncated = truncated, skipped = skipped}
 end
 
 -- A batch of pairs (by their positions in `list`): x (2B, T) i64 inputs, y (2B, T) i64 next

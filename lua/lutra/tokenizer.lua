@@ -124,11 +124,11 @@ local function fnv_hex(s) -- 64-bit FNV-1a, 8 hex digits of it, for cache file n
   return bit.tohex(h):sub(1, 8)
 end
 
--- Trains a tokenizer for the corpus at path once and caches it as JSON next to the corpus
--- (or in opts.dir); later calls load the cache while the corpus keeps its size and
--- modification time. opts: kind = "bpe" (default) or "char", vocab, special_tokens, dir,
--- force = true (train again). Returns the tokenizer and the cache's path (nil when it could
--- not be written).
+-- Trains a tokenizer for the corpus at path once and caches it as JSON in opts.dir (default:
+-- lutra.data.cache_dir(), never beside the corpus); later calls load the cache while the
+-- corpus keeps its path, size and modification time. opts: kind = "bpe" (default) or "char",
+-- vocab, special_tokens, dir, force = true (train again). Returns the tokenizer and the
+-- cache's path (nil when it could not be written).
 function M.load_or_train(path, opts)
   opts = check_opts("load_or_train", opts, {kind = true, vocab = true, special_tokens = true, dir = true, force = true})
   if type(path) ~= "string" then raise("load_or_train: path must be a string, got " .. type(path)) end
@@ -142,14 +142,18 @@ function M.load_or_train(path, opts)
   if type(vocab) ~= "number" or vocab ~= math.floor(vocab) then
     raise("load_or_train: vocab must be an integer, got " .. tostring(vocab))
   end
-  local key = table.concat({kind, vocab, size, mtime, table.concat(specials, "\0")}, "\1")
-  local dir, base = path:match("^(.*)/([^/]*)$")
-  if not dir then dir, base = ".", path end
-  dir = opts.dir or (dir == "" and "/" or dir)
+  local data = require "lutra.data"
+  local base = data.cache_name(path) -- the corpus's name and a hash of its absolute path
+  local key = table.concat({kind, vocab, size, mtime, table.concat(specials, "\0"), base}, "\1")
+  local dir, why = opts.dir, nil -- as given (not created): the save below warns when it cannot write there
+  if dir == nil then
+    local ok, default = pcall(data.cache_dir)
+    dir, why = ok and default or nil, not ok and tostring(default) or nil
+  end
   local name = kind == "bpe" and ("%s.bpe%d-%s.tokenizer.json"):format(base, vocab, fnv_hex(key))
     or ("%s.char-%s.tokenizer.json"):format(base, fnv_hex(key))
-  local cache = dir .. "/" .. name
-  if not opts.force then
+  local cache = dir and dir .. "/" .. name
+  if cache and not opts.force then
     local ok, tok = pcall(M.load, cache)
     if ok then return tok, cache end
   end
@@ -163,8 +167,8 @@ function M.load_or_train(path, opts)
     f:close()
     tok = M.char(text, {special_tokens = specials})
   end
-  if C.lt_tokenizer_save(tok.handle, cache) ~= 0 then -- a read-only place: work on, without a cache
-    io.stderr:write("lutra.tokenizer: cannot cache the tokenizer (" .. ffi.string(C.lt_last_error()) .. ")\n")
+  if not cache or C.lt_tokenizer_save(tok.handle, cache) ~= 0 then -- a read-only place: work on, without a cache
+    io.stderr:write("lutra.tokenizer: cannot cache the tokenizer (" .. (why or ffi.string(C.lt_last_error())) .. ")\n")
     return tok, nil
   end
   return tok, cache

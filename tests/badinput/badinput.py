@@ -211,6 +211,29 @@ class Fixtures:
             raise RuntimeError("lutra -e: %s%s" % (p.stdout, p.stderr))
         return p.stdout
 
+    # A model directory whose char vocabulary has every character of the shipped SFT/DPO data
+    # (and the ChatML tokens), with room for a chat: block_size 64.
+    def _build_chat_model(self, out):
+        lines = []
+        for name in ("sft_train.jsonl", "dpo_train.jsonl"):
+            lines += (ROOT / "recipes/data" / name).read_text().splitlines()
+        (out / "chats.txt").write_text("\n".join(lines) + "\n")
+        cmd = self.lutra_cmd(ROOT / "recipes/pretrain.lua", "--data=%s" % (out / "chats.txt"), "--steps=2",
+                             "--model.n_layer=1", "--model.d_model=16", "--model.n_head=2", "--model.block_size=64",
+                             "--batch=2", "--eval_every=0", "--threads=1", "--sample_tokens=0",
+                             "--run_dir=%s" % (out / "run"))
+        p = subprocess.run(cmd, cwd=out, capture_output=True, text=True, timeout=300)
+        if p.returncode != 0:
+            raise RuntimeError("fixture chat model: %s\n%s%s" % (" ".join(cmd), p.stdout, p.stderr))
+
+    def chat_model(self, tmp):
+        """A model directory (tmp/chat_model) that the SFT and DPO recipes fine-tune: every character
+        of recipes/data/*.jsonl in its char vocabulary, block_size 64."""
+        src = self._once("chat", self._build_chat_model) / "run" / "model"
+        dst = Path(tmp) / "chat_model"
+        shutil.copytree(src, dst, symlinks=True)
+        return dst
+
     def sft_data(self, tmp, name="sft_train.jsonl", lines=40):
         """The first `lines` lines of a shipped SFT/DPO JSONL file (recipes/data/NAME) in tmp."""
         src = (ROOT / "recipes/data" / name).read_text().splitlines()[:lines]

@@ -228,6 +228,9 @@ static void test_corrupt(void) {
   expect_open_error(good, size, 0, -1, (long)size + 3, "size mismatch");
   expect_open_error(good, size, 0, -1, 100, "shorter than the 128-byte token file header");
   expect_open_error(good, size, 0, -1, 0, "0 bytes, shorter");
+  expect_open_error(good, size, 72, 1, -1, "corrupt header: byte 72 is 1, the bytes from 72 on are reserved");
+  expect_open_error(good, size, 127, 0xff, -1, "byte 127 is 255");
+  expect_open_error(good, size, 55, 0x80, -1, "corrupt header: source_bytes -");
 
   /* a damaged token opens (the header is fine) but fails verification */
   const char *bad = path_in_dir("flipped.bin");
@@ -237,6 +240,42 @@ static void test_corrupt(void) {
   CHECK_OK(lt_tokfile_open(&f, bad));
   CHECK_ERR(lt_tokfile_verify(f), "flipped.bin");
   CHECK_ERR(lt_tokfile_verify(f), "checksum");
+  lt_tokfile_close(f);
+
+  /* ids out of the vocabulary: the first one is named by index and byte offset, against the
+   * header's vocabulary and against a smaller one (a model's), whether the checksum agrees or not */
+  good[128 + 37] ^= 1; /* undo the flip */
+  unsigned char *ffff = malloc(size);
+  memcpy(ffff, good, size);
+  ffff[128 + 2 * 60] = 0xff, ffff[128 + 2 * 60 + 1] = 0xff; /* token 60 = 65535 */
+  ffff[128 + 2 * 70] = 0xff, ffff[128 + 2 * 70 + 1] = 0xff; /* and token 70: the first is named */
+  const char *oov = path_in_dir("oov.bin");
+  write_bytes(oov, ffff, size);
+  CHECK_OK(lt_tokfile_open(&f, oov));
+  CHECK_ERR(lt_tokfile_verify(f), "oov.bin': token 60 (byte offset 248) is 65535, outside the vocabulary [0, 50) "
+                                  "of the header; the tokens checksum differs from the header's too");
+  lt_tokfile_close(f);
+  uint64_t h = 0xcbf29ce484222325ull; /* the same ids with the header's hash made to agree */
+  CHECK_OK(lt_hash64(ffff + 128, (int64_t)size - 128, &h));
+  memcpy(ffff + 40, &h, 8);
+  write_bytes(oov, ffff, size);
+  CHECK_OK(lt_tokfile_open(&f, oov));
+  CHECK_ERR(lt_tokfile_verify(f), "token 60 (byte offset 248) is 65535, outside the vocabulary [0, 50) of the header; "
+                                  "the tokens checksum matches the header's");
+  lt_tokfile_close(f);
+  free(ffff);
+  int64_t small = 0; /* the good file against a vocabulary one below its largest id */
+  for (int64_t i = 0; i < n; i++) small = ids[i] > small ? ids[i] : small;
+  int64_t first = 0;
+  while (ids[first] != small) first++;
+  CHECK_OK(lt_tokfile_open(&f, path_in_dir("good.bin")));
+  CHECK_OK(lt_tokfile_verify_ids(f, small + 1));
+  CHECK_OK(lt_tokfile_verify_ids(f, 1000)); /* larger than the header's: the header's counts */
+  char want[160];
+  snprintf(want, sizeof want, "token %lld (byte offset %lld) is %lld, outside the vocabulary [0, %lld) of the tokenizer",
+           (long long)first, (long long)(128 + 2 * first), (long long)small, (long long)small);
+  CHECK_ERR(lt_tokfile_verify_ids(f, small), want);
+  CHECK_ERR(lt_tokfile_verify_ids(NULL, 5), "file is NULL");
   lt_tokfile_close(f);
 
   CHECK_ERR(lt_tokfile_open(&f, path_in_dir("missing.bin")), "cannot open: No such file");
@@ -315,7 +354,7 @@ int main(void) {
   test_corrupt();
   test_writer_errors();
   test_hash();
-  const char *names[] = {"rt.bin", "batch.bin", "bad.bin", "good.bin", "flipped.bin", "w.bin"};
+  const char *names[] = {"rt.bin", "batch.bin", "bad.bin", "good.bin", "flipped.bin", "oov.bin", "w.bin"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) unlink(path_in_dir(names[i]));
   rmdir(dir);
   return check_summary();

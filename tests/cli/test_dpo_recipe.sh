@@ -22,8 +22,9 @@ out=$("$LUTRA" recipes/pretrain.lua --data="$T/c.txt" --model.n_layer=1 --model.
   --run_dir="$T/pre" --ckpt_every=4 2>&1)
 expect_grep "pretrain: a checkpoint" "$out" 'trained 4 steps'
 CKPT="$T/pre/ckpt/step_000004"
-TOK=$(ls "$T"/c.txt.*tokenizer.json 2>/dev/null | head -1)
-[ -f "$CKPT/manifest.json" ] && [ -n "$TOK" ] && ok || bad "pretrain: checkpoint and tokenizer written ($CKPT, $TOK)"
+TOK="$T/pre/tokenizer.json"
+[ -f "$CKPT/manifest.json" ] && [ -f "$TOK" ] && ok || bad "pretrain: checkpoint and tokenizer written ($CKPT, $TOK)"
+[ -z "$(ls "$T" | grep -v '^c\.txt$' | grep -v '^pre$')" ] && ok || bad "pretrain: nothing written beside the corpus"
 
 COMMON=(--model="$CKPT" --tokenizer="$TOK" --batch=4 --val_limit=16 --log_every=2 --eval_every=0 --threads=1)
 out=$("$LUTRA" recipes/dpo.lua "${COMMON[@]}" --steps=12 --out="$T/lora" 2>&1)

@@ -10,6 +10,10 @@ local files = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "tests/lu
 local read, write = files.read, files.write
 
 local dir = files.temp_dir()
+-- the default cache directory of this process (lutra.data.cache_dir reads it): inside dir
+ffi.cdef "int setenv(const char *name, const char *value, int overwrite);"
+local cache = dir .. "/cache"
+ffi.C.setenv("LUTRA_CACHE_DIR", cache, 1)
 
 -- A char-level tokenizer as the peer's: ids are the positions of the sorted distinct characters.
 local function char_tokenizer(text, reverse)
@@ -71,7 +75,10 @@ test("tokenize_file: chunked encoding equals the whole text's, header fields", f
   write(path, text)
   local tok = char_tokenizer(text)
   local bin, info = data.tokenize_file(path, tok, {chunk_bytes = 1000, quiet = true})
-  equal(bin, path .. ".tok-" .. data.fingerprint(tok):sub(1, 8) .. ".bin")
+  -- in the cache directory, never beside the text (whose folder may be read-only)
+  local real = io.popen("realpath '" .. path .. "'"):read("*l")
+  equal(bin, cache .. "/corpus.txt-" .. fnv(real):sub(1, 8) .. ".tok-" .. data.fingerprint(tok):sub(1, 8) .. ".bin")
+  equal(io.popen("ls '" .. dir .. "' | grep -c '^corpus.txt'"):read("*l"), "1")
   equal(info.reused, false)
   equal(info.count, #text)
   equal(info.vocab_size, tok.vocab_size)
@@ -167,6 +174,63 @@ test("tokenize_file and open: errors name the file, leave nothing behind", funct
   local hdr, msg = data.read_header(dir .. "/v9.bin")
   equal(hdr, nil)
   assert(msg:find("v9.bin", 1, true), msg)
+end)
+
+-- bytes with the tokens hash of the header (offset 40) recomputed: a file consistent in itself
+local function rehash(bytes)
+  local h = ffi.new("uint64_t[1]", 0xcbf29ce484222325ULL)
+  lt.C.lt_hash64(bytes:sub(129), #bytes - 128, h)
+  local le = ffi.new("uint64_t[1]", h[0])
+  return bytes:sub(1, 40) .. ffi.string(ffi.cast("char *", le), 8) .. bytes:sub(49)
+end
+
+local function u16(v) return string.char(v % 256, math.floor(v / 256)) end
+
+test("verify: damaged tokens are an error naming the file and offset; a damaged cache is tokenized again", function()
+  local text = make_text(4000, 6)
+  local path = dir .. "/verify.txt"
+  write(path, text)
+  local tok = char_tokenizer(text)
+  local V = tok.vocab_size
+  local bin, _, file = data.tokenize_file(path, tok, {cache_dir = dir .. "/vcache"})
+  equal(bin:find(dir .. "/vcache/verify.txt-", 1, true), 1)
+  equal(file.verified, true)
+  local good = read(bin)
+  local want = data.open(bin):tokens(0, #text):tolist()
+  local mtime = io.popen("stat -c %Y '" .. bin .. "'"):read("*l")
+  local function damage(bytes) -- same size, same header, same modification time
+    write(bin, bytes)
+    assert(os.execute("touch -m -d @" .. mtime .. " '" .. bin .. "'"))
+  end
+  -- the data zeroed: the checksum differs; reused no more, tokenized again
+  damage(good:sub(1, 128) .. ("\0"):rep(#good - 128))
+  fails("checksum is", function() data.open(bin):verify() end)
+  fails("verify.txt-", function() data.tokens(bin, {seq_len = 8, batch = 2}) end)
+  local _, info = data.tokenize_file(path, tok, {cache_dir = dir .. "/vcache"})
+  equal(info.reused, false)
+  equal(data.open(bin):tokens(0, #text):tolist(), want)
+  equal(select(2, data.tokenize_file(path, tok, {cache_dir = dir .. "/vcache"})).reused, true)
+  -- an id out of the vocabulary (65535) with a consistent hash: the index and byte offset named
+  damage(rehash(good:sub(1, 128 + 2 * 5) .. u16(65535) .. good:sub(128 + 2 * 6 + 1)))
+  fails("token 5 (byte offset 138) is 65535, outside the vocabulary [0, " .. V .. ") of the header",
+    function() data.tokens(bin, {seq_len = 8, batch = 2}) end)
+  fails("verify.txt-", function() data.open(bin):verify() end)
+  equal(data.tokens(bin, {seq_len = 8, batch = 2, verify = false}).batch, 2) -- asked not to look
+  equal(select(2, data.tokenize_file(path, tok, {cache_dir = dir .. "/vcache"})).reused, false)
+  equal(data.open(bin):tokens(0, #text):tolist(), want)
+  -- a file made for a larger vocabulary (valid by its own header) against the model's
+  local wide = good:sub(1, 24) .. ffi.string(ffi.new("uint64_t[1]", 65536), 8) .. good:sub(33)
+  write(dir .. "/wide.bin", rehash(wide:sub(1, 128 + 2 * 7) .. u16(65535) .. wide:sub(128 + 2 * 8 + 1)))
+  equal(data.tokens(dir .. "/wide.bin", {seq_len = 8, batch = 2}).vocab_size, 65536)
+  fails("wide.bin': token 7 (byte offset 142) is 65535, outside the vocabulary [0, " .. V .. ") of the tokenizer",
+    function() data.tokens(dir .. "/wide.bin", {seq_len = 8, batch = 2, vocab_size = V}) end)
+  -- reserved header bytes must be zero
+  write(dir .. "/reserved.bin", good:sub(1, 100) .. "\1" .. good:sub(102))
+  fails("reserved.bin': corrupt header: byte 100 is 1", function() data.open(dir .. "/reserved.bin") end)
+  -- the header's vocab_size edited (same tokenizer fingerprint): not reused
+  write(bin, good:sub(1, 24) .. ffi.string(ffi.new("uint64_t[1]", V + 1), 8) .. good:sub(33))
+  assert(os.execute("touch -m -d @" .. mtime .. " '" .. bin .. "'"))
+  equal(select(2, data.tokenize_file(path, tok, {cache_dir = dir .. "/vcache"})).reused, false)
 end)
 
 test("split: the peer's first 90% / last 10%", function()

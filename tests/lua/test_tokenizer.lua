@@ -180,8 +180,13 @@ test("load_or_train: trains once, then loads the cache; a changed corpus trains 
   local f = assert(io.open(path, "wb"))
   f:write(TEXT)
   f:close()
+  -- the default cache directory (lutra.data.cache_dir): never beside the corpus
+  local ffi = require "ffi"
+  pcall(ffi.cdef, "int setenv(const char *name, const char *value, int overwrite);")
+  ffi.C.setenv("LUTRA_CACHE_DIR", dir .. "/cache", 1)
   local tok, cache = tokenizer.load_or_train(path, {vocab = 280})
-  assert(cache:find(dir, 1, true) == 1 and cache:find("corpus.txt.bpe280-", 1, true), cache)
+  assert(cache:find(dir .. "/cache/corpus.txt-", 1, true) == 1 and cache:find(".bpe280-", 1, true), cache)
+  equal(io.popen("ls '" .. dir .. "'"):read("*a"), "cache\ncorpus.txt\n")
   assert(io.open(cache, "rb"), "no cache file at " .. cache)
   local again, cache2 = tokenizer.load_or_train(path, {vocab = 280})
   equal(cache2, cache)

@@ -66,7 +66,8 @@ int lt_tokenizer_fingerprint(const lt_tokenizer *tok, uint64_t *out);
  *   0 "LUTRATOK"  8 u32 version (1)  12 u32 token_bytes  16 u64 count  24 u64 vocab_size
  *   32 u64 tokenizer_hash  40 u64 tokens_hash (FNV-1a 64 of the token bytes)
  *   48 u64 source_bytes  56 u64 source_hash (FNV-1a 64 of the text)  64 i64 source_mtime_ns
- *   72..128 zeros. The file size is exactly 128 + count * token_bytes.
+ *   72..128 zeros (reserved: a header with other bytes there is refused). The file size
+ *   is exactly 128 + count * token_bytes.
  * Writing streams (open, append any number of times, finish) into a temporary file beside
  * the path (lt_atomic_file_*: created exclusively, never through a link) that finish fsyncs
  * and renames into place, so a reader never sees a partial file. Reading maps the
@@ -100,8 +101,11 @@ int lt_tokfile_close(lt_tokfile *f); /* NULL is ok */
 int lt_tokfile_get_info(const lt_tokfile *f, lt_tokfile_info *info);
 /* Reads and validates the header of the file at path, as open does, without mapping it. */
 int lt_tokfile_read_header(const char *path, lt_tokfile_info *info);
-/* Recomputes the tokens checksum: an error names the file when it differs. */
+/* One pass over the tokens: every id must be below vocab_size (the header's when vocab_size
+ * is 0 or larger) and the checksum must match the header's; the error names the file and the
+ * index and byte offset of the first id out of range. verify is verify_ids(f, 0). */
 int lt_tokfile_verify(const lt_tokfile *f);
+int lt_tokfile_verify_ids(const lt_tokfile *f, int64_t vocab_size);
 /* out (count) = tokens [start, start + count): I64 or I32 (undefined: allocated I64). */
 int lt_tokfile_tokens(lt_tensor *out, const lt_tokfile *f, int64_t start, int64_t count);
 /* Row b of a batch is the window of T + 1 tokens at starts[b], with 0 <= starts[b] and

@@ -13,7 +13,11 @@
 -- A JSONL row is {"messages": [{"role": ..., "content": ...}, ...]} (rendered by the chat
 -- template; only assistant turns carry loss) or {"prompt": ..., "completion": ...} (a user
 -- turn and an assistant turn of the template; with opts.raw = true the plain text
--- prompt .. completion .. eos, where only the completion and eos carry loss).
+-- prompt .. completion .. eos, where only the completion and eos carry loss). Checked before
+-- use, each an error naming the file, line and field: roles system, user or assistant,
+-- contents strings, a conversation not empty, not both forms in one row, every character one
+-- the tokenizer can encode. A conversation without an assistant turn carries no loss: it is
+-- dropped and counted (report.no_loss), as is one whose loss tokens truncation removed.
 --
 -- An example is {ids =, mask =}: mask[i] = 1 when ids[i] is a token the model must learn to
 -- predict. Its targets: position i predicts ids[i + 1] when mask[i + 1] = 1, else -100; the
@@ -25,6 +29,7 @@ local ffi = require "ffi"
 local errors = require "lutra.errors"
 local create = require "lutra.create"
 local templates = require "lutra.sft.templates"
+local jsonl = require "lutra.sft.jsonl"
 
 local raise = errors.raise
 
@@ -35,27 +40,66 @@ M.IGNORE = IGNORE
 
 -- ---- rows -> examples -------------------------------------------------------------------------
 
-local function segments_of(row, t, opts, where)
-  if type(row) ~= "table" then raise(string.format("sft: %s: expected a JSON object, got %s", where, type(row))) end
+local function message_of(err) return (tostring(err):gsub("^[^\n]-:%d+: ", "")) end
+
+-- Checks a row's form; at prefixes errors ("sft: train.jsonl:17: "), base numbers the messages.
+local function check_row(row, at, base)
+  if not jsonl.is_object(row) then raise(at .. "expected a JSON object, got " .. jsonl.kind(row)) end
   if row.messages ~= nil then
-    local ok, segs = pcall(t.render, t, row.messages)
-    if not ok then raise(string.format("sft: %s: %s", where, (tostring(segs):gsub("^[^\n]-:%d+: ", "")))) end
-    return segs
-  end
-  if type(row.prompt) == "string" and type(row.completion) == "string" then
-    if opts.raw then
-      return {{text = row.prompt, role = "user", train = false},
-              {text = row.completion .. (opts.eos or "<|endoftext|>"), role = "assistant", train = true}}
+    if row.prompt ~= nil or row.completion ~= nil then
+      raise(at .. 'has both "messages" and "prompt"/"completion": give one form or the other')
     end
-    return t:render {{role = "user", content = row.prompt}, {role = "assistant", content = row.completion}}
+    jsonl.check_messages(at, "messages", row.messages, base)
+    return
   end
-  raise(string.format("sft: %s: expected \"messages\" or \"prompt\" and \"completion\" (strings)", where))
+  if row.prompt ~= nil or row.completion ~= nil then
+    for _, k in ipairs {"prompt", "completion"} do
+      if row[k] == nil then raise(string.format('%s%s: missing ("prompt" and "completion" go together)', at, k)) end
+      if type(row[k]) ~= "string" then
+        raise(string.format("%s%s: expected a string, got %s", at, k, jsonl.kind(row[k])))
+      end
+    end
+    return
+  end
+  raise(at .. 'expected "messages" or "prompt" and "completion" (strings); the object has ' .. jsonl.keys(row))
 end
 
--- One row -> ids, mask (no truncation).
+local function segments_of(row, t, opts, at, base)
+  check_row(row, at, base)
+  local ok, segs
+  if row.messages ~= nil then
+    ok, segs = pcall(t.render, t, row.messages)
+  elseif opts.raw then
+    return {{text = row.prompt, role = "user", train = false},
+            {text = row.completion .. (opts.eos or "<|endoftext|>"), role = "assistant", train = true}}
+  else
+    local chat = {{role = "user", content = row.prompt}, {role = "assistant", content = row.completion}}
+    ok, segs = pcall(t.render, t, chat)
+  end
+  if not ok then raise(at .. message_of(segs)) end
+  return segs
+end
+
+-- ids, mask of a checked row's segments; an error names the field the tokenizer cannot encode.
+local function encode_checked(tok, segs, row, at, base)
+  local ok, ids, mask = pcall(templates.encode_segments, tok, segs)
+  if ok then return ids, mask end
+  local fields = {}
+  if row.messages ~= nil then
+    for i, m in ipairs(row.messages) do
+      fields[i] = {name = string.format("messages[%d].content", i - 1 + base), text = m.content}
+    end
+  else
+    fields = {{name = "prompt", text = row.prompt}, {name = "completion", text = row.completion}}
+  end
+  jsonl.raise_unencodable(at, tok, fields, ids)
+end
+
+-- One row -> ids, mask (no truncation). opts.where names the row in errors.
 function M.encode_row(tok, template, row, opts)
   opts = opts or {}
-  return templates.encode_segments(tok, segments_of(row, templates.get(template), opts, opts.where or "row"))
+  local at = "sft: " .. (opts.where or "row") .. ": "
+  return encode_checked(tok, segments_of(row, templates.get(template), opts, at, 1), row, at, 1)
 end
 
 local function count_ones(mask, from, to)
@@ -79,9 +123,11 @@ function M.encode_rows(rows, opts)
   local examples = {}
   local report = {rows = #rows, count = 0, truncated = 0, tokens_dropped = 0, tokens = 0, loss_tokens = 0,
                   no_loss = 0, max_len = max_len, template = t.name}
+  local base = opts.path and 0 or 1 -- a file's fields count from 0, as its JSON does; a Lua list's from 1
   for i, row in ipairs(rows) do
-    local where = (opts.source or "row") .. " " .. (row.__line or i)
-    local ids, mask = templates.encode_segments(tok, segments_of(row, t, opts, where))
+    local at = opts.path and string.format("sft: %s:%d: ", opts.path, type(row) == "table" and row.__line or i)
+      or string.format("sft: row %d: ", i)
+    local ids, mask = encode_checked(tok, segments_of(row, t, opts, at, base), row, at, base)
     if max_len and #ids > max_len then
       report.truncated = report.truncated + 1
       report.tokens_dropped = report.tokens_dropped + (#ids - max_len)
@@ -103,21 +149,19 @@ function M.encode_rows(rows, opts)
   return examples, report
 end
 
--- A JSONL file -> examples, report (as encode_rows; errors name the file and line).
+-- A JSONL file -> examples, report (as encode_rows). The file's form is lutra.sft.jsonl's (CRLF
+-- accepted, blank lines skipped, a BOM or an empty file refused); every error names the file,
+-- the line and the field: "sft: train.jsonl:17: messages[2].role: unknown role ...".
 function M.load_jsonl(path, opts)
   opts = opts or {}
-  local json = require "lutra.json"
-  local f = io.open(path, "rb")
-  if not f then raise("sft.load_jsonl: cannot open '" .. tostring(path) .. "'") end
-  f:close()
   local rows = {}
-  for line, rec in json.lines(path) do
-    if type(rec) == "table" then rec.__line = line end
-    rows[#rows + 1] = rec
+  for i, rec in ipairs(jsonl.read(path, "sft")) do
+    rec.value.__line = rec.line
+    rows[i] = rec.value
   end
   local o = {}
   for k, v in pairs(opts) do o[k] = v end
-  o.source = o.source or path .. ": line"
+  o.path = path
   local examples, report = M.encode_rows(rows, o)
   report.path = path
   return examples, report

@@ -31,6 +31,9 @@ local function single(row)
   end
   local m = row.messages
   if type(m) ~= "table" then return nil end
+  for i = 1, #m do
+    if type(m[i]) ~= "table" or type(m[i].content) ~= "string" then return nil end
+  end
   local first = (m[1] and m[1].role == "system") and 2 or 1
   if #m ~= first + 1 or m[first].role ~= "user" or m[first + 1].role ~= "assistant" then return nil end
   local q = {}
@@ -43,14 +46,15 @@ function M.exact_match(model, tok, template, path, opts)
   opts = opts or {}
   local limit = opts.limit or 100
   local right, n = 0, 0
-  for _, row in require("lutra.json").lines(path) do
-    if n >= limit then break end
+  if limit <= 0 then return right, n end
+  require("lutra.sft.jsonl").each(path, "sft.eval", function(row) -- errors name the file and line
     local q, answer = single(row)
     if q then
       n = n + 1
       if M.reply(model, tok, template, q, opts) == answer then right = right + 1 end
     end
-  end
+    return n >= limit
+  end)
   return right, n
 end
 
