@@ -3,7 +3,9 @@
  * fsync'ed and renamed over it; appended files are opened without following links. A reader
  * sees the old file or the new one, never half of one; a link planted at the target is
  * replaced, never written through; a failure leaves the old file and no temporary. */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include "io/atomic_file.h"
 #include "core/internal.h"
 #include <ctype.h>

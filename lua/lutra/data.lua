@@ -40,6 +40,7 @@ local lt = require "lutra.ffi"
 local errors = require "lutra.errors"
 local memory = require "lutra.memory"
 local dtype = require "lutra.dtype"
+local files = require "lutra.ckpt.files"
 require "lutra.tensor" -- the tensor metatype, for the batches this returns
 local ffi, C = lt.ffi, lt.C
 
@@ -293,14 +294,10 @@ function M.cache_dir(dir)
     dir = env ~= "" and env or xdg and xdg ~= "" and xdg .. "/lutra" or home and home ~= "" and home .. "/.cache/lutra"
     if not dir then raise("data.cache_dir: no cache directory: set LUTRA_CACHE_DIR or give one (cache_dir)") end
   end
-  local at = dir:sub(1, 1) == "/" and "/" or ""
-  for part in dir:gmatch("[^/]+") do
-    at = at .. part
-    if ffi.C.mkdir(at, 493) ~= 0 then -- 0755; an existing directory is fine
-      local ok = stat(at)
-      if not ok then raise(string.format("data: cannot create the cache directory '%s' (at '%s')", dir, at)) end
-    end
-    at = at .. "/"
+  local ok, err = pcall(files.mkdir_p, dir)
+  if not ok then -- name the cache, then the part of its path that cannot be made and why
+    raise(string.format("data: cannot create the cache directory '%s': %s", dir,
+                        tostring(err):gsub("^[^:]*:%d+: ", ""):gsub("^cannot create the directory ", "")))
   end
   return (dir:gsub("(.)/+$", "%1"))
 end

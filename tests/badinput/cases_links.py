@@ -228,7 +228,7 @@ def _(fx, tmp):
 # ---- run directories that cannot be written ------------------------------------------------------
 
 @case("run_dir is a file: the error names it",
-      expect=r"cannot create the directory .*runfile: a file of that name is in the way")
+      expect=r"cannot create the (cache )?directory .*runfile[^:]*: .*runfile: a file of that name is in the way")
 def _(fx, tmp):
     fx.corpus(tmp)
     (tmp / "runfile").write_text("a file, not a directory\n")
@@ -236,7 +236,7 @@ def _(fx, tmp):
 
 
 @case("run_dir inside a file: the error names the file in the way",
-      expect=r"cannot create the directory .*runfile: a file of that name is in the way")
+      expect=r"cannot create the (cache )?directory .*runfile[^:]*: .*runfile: a file of that name is in the way")
 def _(fx, tmp):
     fx.corpus(tmp)
     (tmp / "runfile").write_text("a file, not a directory\n")
@@ -269,7 +269,7 @@ def read_only(argv, directory):
 def _(fx, tmp):
     fx.corpus(tmp)
     (tmp / "run").mkdir()
-    return read_only(fx.pretrain(tmp / "run", steps=2), tmp / "run")
+    return read_only(fx.pretrain(tmp / "run", "--cache_dir=%s" % (tmp / "cache"), steps=2), tmp / "run")
 
 
 @case("read-only run_dir, resumed run: the error names metrics.jsonl; the checkpoints are kept",
@@ -277,7 +277,15 @@ def _(fx, tmp):
       check=regular("run/ckpt/step_000004/manifest.json", "run/ckpt/step_000002/manifest.json"))
 def _(fx, tmp):
     run = fx.run(tmp)
-    return read_only(fx.pretrain(run, "--resume=auto", steps=6), run)
+    return read_only(fx.pretrain(run, "--resume=auto", "--cache_dir=%s" % (tmp / "cache"), steps=6), run)
+
+
+@case("read-only run_dir with its data cache inside: the error names the cache and the reason",
+      expect=r"cannot create the cache directory .*run/cache.: .*run/cache: (read-only file system|permission denied)")
+def _(fx, tmp):
+    fx.corpus(tmp)
+    (tmp / "run").mkdir()
+    return read_only(fx.pretrain(tmp / "run", steps=2), tmp / "run")
 
 
 @case("read-only checkpoint directory: the save fails naming the directory and the reason",

@@ -21,6 +21,7 @@ int lt_errorf(const char *fmt, ...) {
   va_end(ap);
   return -1;
 }
+const char *lt_last_error(void) { return last_error; }
 void *lt_data_ptr(const lt_tensor *t) {
   (void)t;
   abort();
