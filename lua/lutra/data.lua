@@ -41,6 +41,7 @@ local errors = require "lutra.errors"
 local memory = require "lutra.memory"
 local dtype = require "lutra.dtype"
 local files = require "lutra.ckpt.files"
+local model_size = require "lutra.models.size"
 require "lutra.tensor" -- the tensor metatype, for the batches this returns
 local ffi, C = lt.ffi, lt.C
 
@@ -452,6 +453,12 @@ function M.tokens(path, opts)
   local out_dtype = dtype.id(opts.dtype or "i64")
   if out_dtype ~= dtype.I64 and out_dtype ~= dtype.I32 then raise("data: dtype must be i64 or i32") end
   local local_batch = B / dp_size
+  -- x and y of a batch, checked before anything is allocated so that the error names the options
+  local batch_bytes, memory_bytes = 2 * local_batch * T * dtype.sizes[out_dtype], model_size.device_bytes("cpu")
+  if memory_bytes and batch_bytes > memory_bytes then
+    raise(string.format("data: batch = %d (%d per data-parallel rank) of seq_len = %d tokens would need %s per batch, "
+      .. "more than the %s of memory", B, local_batch, T, model_size.human(batch_bytes), model_size.human(memory_bytes)))
+  end
   local p = C.lt_tensor_new() -- the start offsets, outside any tidy scope
   local starts = ffi.gc(p[0], C.lt_release)
   if C.lt_empty(starts, 1, ffi.new("int64_t[1]", local_batch), dtype.I64, dtype.CPU) ~= 0 then fail() end
