@@ -8,6 +8,7 @@ fresh file. Each case plants a link to a file (or directory) outside the run, ru
 (exit 0), and `check` asserts the target is unchanged and the name now holds a regular file.
 A run directory that cannot be written is an error naming the place and the reason.
 """
+import json
 import os
 import shutil
 import subprocess
@@ -295,3 +296,23 @@ def _(fx, tmp):
 def _(fx, tmp):
     run = fx.run(tmp)
     return read_only(fx.pretrain(run, "--resume=auto", steps=6), run / "ckpt")
+
+
+# A run from step 1 in a run_dir that has records keeps them (metrics.N.jsonl), never truncates them.
+def earlier_metrics_kept(tmp):
+    kept, now = tmp / "run/metrics.1.jsonl", tmp / "run/metrics.jsonl"
+    if not kept.is_file() or kept.read_bytes() != (tmp / "metrics.before").read_bytes():
+        return "metrics.1.jsonl is not the earlier run's metrics.jsonl"
+    steps = [json.loads(line)["step"] for line in now.read_text().splitlines() if '"step"' in line]
+    if not steps or steps[0] > 1 or steps != sorted(steps):
+        return "the new metrics.jsonl is not a run from the start: steps %s" % steps[:5]
+    return None
+
+
+@case("--resume=fresh in a run_dir with metrics: the earlier records are kept as metrics.1.jsonl",
+      expect=r"metrics: the earlier run's .*run/metrics\.jsonl is kept as .*run/metrics\.1\.jsonl", exit=0,
+      check=earlier_metrics_kept)
+def _(fx, tmp):
+    run = fx.run(tmp)
+    shutil.copy(run / "metrics.jsonl", tmp / "metrics.before")
+    return fx.pretrain(run, "--resume=fresh", steps=2)

@@ -104,7 +104,8 @@ for i in $(seq 1 20); do
   expect_eq "kill $i: resume=auto skipped no checkpoint" "$skipped" 0
   # the run resumed from the step `latest` named when it started: its first record is the next step
   first=$(tail -n +$((lines + 1)) "$RUN/metrics.jsonl" 2>/dev/null | head -1 | sed -n 's/.*"step":\([0-9]*\).*/\1/p')
-  if [ -n "$first" ]; then expect_eq "kill $i: resumed after step ${before:-0}" "$first" $(( ${before:-0} + 1 )); fi
+  # (from no checkpoint the run starts over, keeping the earlier records as metrics.N.jsonl)
+  if [ -n "$before" ] && [ -n "$first" ]; then expect_eq "kill $i: resumed after step $before" "$first" $((before + 1)); fi
   # inside a save: the next step's temporary directory is there, or its checkpoint is committed
   # and `latest` not yet replaced
   next=$(printf '%s/ckpt/step_%06d' "$RUN" $(( $(latest_step || true) + 1 )))

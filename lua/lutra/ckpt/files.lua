@@ -40,6 +40,11 @@ function M.resolved(path)
   return s
 end
 
+pcall(ffi.cdef, "long readlink(const char *path, char *buf, size_t size);")
+local link_buf = ffi.new("char[1]")
+-- True when path is a symbolic link (dangling or not).
+function M.is_link(path) return ffi.C.readlink(path, link_buf, 1) >= 0 end
+
 function M.is_dir(path)
   local d = ffi.C.opendir(path)
   if d == nil then return false end

@@ -142,7 +142,33 @@ function Trainer:open_outputs()
     local ok, err = pcall(cfg.save, cfg, run_dir .. "/config.json")
     if not ok then io.stderr:write("lutra: ", (tostring(err):gsub("^[^\n]-:%d+: ", "")), "\n") end
   end
-  self.log = metrics.open(run_dir .. "/metrics.jsonl", self.step == 0 and "w" or "a")
+  local log_path = run_dir .. "/metrics.jsonl"
+  if self.step == 0 then self:keep_earlier_metrics(log_path) end
+  self.log = metrics.open(log_path, self.step == 0 and "w" or "a")
+end
+
+-- A run from step 1 starts metrics.jsonl empty; the records of an earlier run in the same
+-- run_dir (one that left no checkpoint, or --resume=fresh) are kept as metrics.N.jsonl. (A
+-- link planted there is not a record of this run_dir: metrics.open replaces it.)
+function Trainer:keep_earlier_metrics(path)
+  if files.is_link(path) then return end
+  local f = io.open(path, "rb")
+  local size = f and f:seek("end") or 0
+  if f then f:close() end
+  if size == 0 then return end
+  local n, kept = 1, nil
+  repeat
+    kept = string.format("%s/metrics.%d.jsonl", self.run_dir, n)
+    local taken = io.open(kept, "rb")
+    if taken then taken:close() end
+    n = n + 1
+  until not taken
+  local ok, err = os.rename(path, kept)
+  if ok then
+    self:say(string.format("metrics: the earlier run's %s is kept as %s", path, kept))
+  else
+    io.stderr:write("lutra: metrics: cannot keep the earlier run's records (", tostring(err), "); starting it over\n")
+  end
 end
 
 -- One record to metrics.jsonl and to args.log.
