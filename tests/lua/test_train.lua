@@ -94,6 +94,11 @@ end)
 test("metrics: JSON lines, appended and read back", function()
   equal(metrics.encode{step = 3, loss = 0.5, name = "a\"b\n", ok = true, bad = 0 / 0},
     '{"bad":null,"loss":0.5,"name":"a\\"b\\n","ok":true,"step":3}')
+  -- invalid UTF-8 (a stray byte, an overlong form, a surrogate): each byte that does not begin a
+  -- valid sequence becomes U+FFFD, so the line stays valid JSON; valid UTF-8 is kept as it is
+  equal(metrics.encode{p = "a\255b\192\128c\237\160\128", q = "h\195\169 \240\159\153\130"},
+    '{"p":"a\239\191\189b\239\191\189\239\191\189c\239\191\189\239\191\189\239\191\189",'
+    .. '"q":"h\195\169 \240\159\153\130"}')
   local path = dir .. "/m.jsonl"
   local log = metrics.open(path, "w")
   log:write{step = 1, loss = 2.25}

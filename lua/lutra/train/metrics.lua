@@ -7,11 +7,24 @@
 --   log:close()
 --   metrics.read("runs/x/metrics.jsonl")                    -- the records, as tables
 local atomic_file = require "lutra.atomic_file"
+local invalid_utf8_at = require("lutra.json").invalid_utf8_at
 
 local M = {}
 
+-- A record never stops a run: a string that is not valid UTF-8 (a parameter name, a path) is
+-- written with U+FFFD in place of each byte that does not begin a valid sequence, so that the
+-- file stays valid JSON.
+local function valid_utf8(s)
+  local at = invalid_utf8_at(s)
+  while at do
+    s = s:sub(1, at - 1) .. "\239\191\189" .. s:sub(at + 1)
+    at = invalid_utf8_at(s)
+  end
+  return s
+end
+
 local function encode_string(s)
-  return '"' .. s:gsub('[%c"\\]', function(c)
+  return '"' .. valid_utf8(s):gsub('[%c"\\]', function(c)
     local map = {['"'] = '\\"', ["\\"] = "\\\\", ["\n"] = "\\n", ["\r"] = "\\r", ["\t"] = "\\t"}
     return map[c] or string.format("\\u%04x", c:byte())
   end) .. '"'
