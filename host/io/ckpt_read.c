@@ -395,6 +395,8 @@ int lt_ckpt_read_range(const char *path, int64_t index, const lt_ckpt_piece *p, 
   return with_decoder(path, range_fn, &a);
 }
 
+enum { LZ4_MAX_EXPANSION = 255 };
+
 struct verify_arg {
   int64_t raw, compressed;
 };
@@ -413,6 +415,14 @@ static int verify_fn(int fd, const char *path, int64_t size, decoder *d, void *a
                        lt_ckpt_get_u32(q + 28),
                        (int32_t)lt_ckpt_get_u32(q + 32),
                        0};
+    /* The footer's raw size is checked before it sizes an allocation: lz4 expands a byte at
+     * most LZ4_MAX_EXPANSION times, so a larger claim is damage, not a piece. */
+    if (p.raw_bytes < 0 || p.csize <= 0 || p.csize > size || p.raw_bytes / LZ4_MAX_EXPANSION > p.csize) {
+      rc = lt_errorf("ckpt: %s: piece %lld: %lld bytes cannot come from %lld compressed bytes (lz4 expands at most "
+                     "%d times): size mismatch", lt_ckpt_base(path), (long long)i, (long long)p.raw_bytes,
+                     (long long)p.csize, LZ4_MAX_EXPANSION);
+      break;
+    }
     void *buf = malloc(p.raw_bytes ? (size_t)p.raw_bytes : 1);
     if (!buf)
       rc = lt_errorf("ckpt: %s: piece %lld: out of memory for %lld bytes", path, (long long)i, (long long)p.raw_bytes);
