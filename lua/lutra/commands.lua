@@ -11,6 +11,18 @@ M.modules = {
   generate = "lutra.chat",          -- one completion of --prompt
 }
 
+-- What a failed command prints: a checked error (a bad file, option or value) is its message
+-- alone, without the position inside lutra or a traceback, which point at lutra rather than at
+-- the input; a Lua runtime error (a bug) keeps both, or LUTRA_TRACEBACK=1 asks for them.
+local RUNTIME_ERRORS = {"attempt to ", "bad argument #", "stack overflow", "table index is ", "not enough memory"}
+function M.report(err)
+  local msg = tostring(err)
+  local bug = os.getenv("LUTRA_TRACEBACK") == "1"
+  for _, pat in ipairs(RUNTIME_ERRORS) do bug = bug or msg:find(pat, 1, true) ~= nil end
+  if bug or type(err) ~= "string" then return debug.traceback(msg, 2) end
+  return (msg:gsub("^[^\n]-%.lua:%d+: ", "", 1))
+end
+
 function M.main(name, arg)
   local modname = M.modules[name]
   if modname == nil then
@@ -25,7 +37,7 @@ function M.main(name, arg)
   local words = {}
   for i = 1, #arg do words[i] = arg[i] end
   local fn = mod.commands and mod.commands[name] or mod.main
-  local ok2, status = xpcall(fn, debug.traceback, words, name)
+  local ok2, status = xpcall(fn, M.report, words, name)
   if not ok2 then
     io.stderr:write("lutra ", name, ": ", tostring(status), "\n")
     return 1

@@ -1,5 +1,5 @@
 """Bad command-line options and recipe settings: each names the option and the problem."""
-from badinput import case
+from badinput import case, edit_json
 
 
 def option_case(option, expect, exit=1):
@@ -53,3 +53,18 @@ option_case("--batch=1000000000000", r"data: batch = 1000000000000 .*seq_len = 1
 # (--model.n_layer, --model.d_model too large: cases_hf.py, with the HF config's limits)
 option_case("--model.block_size=100000000", r"seq_len 100000000 needs")
 option_case("--model.n_head=3", r"d_model 16 is not a multiple of n_head 3")
+
+
+# A command's checked error is its message alone: no position inside lutra, no traceback.
+@case("convert: a bad config.json key is one line on stderr (no lutra position, no traceback)",
+      expect=r'\Alutra convert: hf: \S*/model/config\.json: n_embd = "abc": lutra needs a positive integer\n\Z')
+def _(fx, tmp):
+    model = fx.model_dir(tmp)
+    edit_json(model / "config.json", lambda c: c.update(n_embd="abc"))
+    return fx.lutra_cmd("convert", model, tmp / "out")
+
+
+@case("generate: a missing model directory is one line on stderr",
+      expect=r"\Alutra generate: modeldir\.load: \S*/missing is not a model directory [^\n]*\n\Z")
+def _(fx, tmp):
+    return fx.lutra_cmd("generate", tmp / "missing", "--prompt=hi")
