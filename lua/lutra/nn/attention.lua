@@ -1,5 +1,5 @@
 -- nn.CausalSelfAttention{d_model =, n_head =, n_kv_head = n_head, bias = true,
---   dropout = 0, rope = false, rope_theta = 10000, dtype =, device =}
+--   dropout = 0, rope = false, rope_theta = 10000, window = 0, dtype =, device =}
 --
 -- Multi-head causal self-attention, x (B, T, C) -> (B, T, C), C = d_model. n_kv_head
 -- below n_head shares each key/value head among n_head / n_kv_head query heads: GQA,
@@ -8,7 +8,8 @@
 -- proj.weight (C, H*D) maps the heads back. rope = true rotates q and k by their
 -- positions (the "rotate half" convention of Hugging Face's Llama); otherwise the
 -- model adds learned positions to its input. Dropout applies to the output (the fused
--- attention kernel has no dropout on the attention weights).
+-- attention kernel has no dropout on the attention weights). window W > 0 makes it sliding-window
+-- attention (Mistral, Qwen2): a query sees the W positions ending at its own.
 --
 -- forward(x, cache, pos): with a cache {k =, v =} (B, S_max, Hkv, D) tensors (made by
 -- the model's kv_cache), the new keys and values are written at positions
@@ -39,7 +40,7 @@ local release = grad.release
 
 local Attention = Module:extend("CausalSelfAttention")
 
-local KEYS = {"d_model", "n_head", "n_kv_head", "bias", "dropout", "rope", "rope_theta", "dtype", "device"}
+local KEYS = {"d_model", "n_head", "n_kv_head", "bias", "dropout", "rope", "rope_theta", "window", "dtype", "device"}
 
 function Attention:init(cfg)
   local name = "CausalSelfAttention"
@@ -56,6 +57,7 @@ function Attention:init(cfg)
     if D % 2 ~= 0 then raise(string.format("%s: rope needs an even head dim, got %d", name, D)) end
     self.rope_theta = O.positive(name, "rope_theta", cfg.rope_theta or 10000)
   end
+  self.window = cfg.window and cfg.window ~= 0 and O.positive_int(name, "window", cfg.window) or 0
   local lin = {bias = O.boolean(name, "bias", cfg.bias, true), dtype = cfg.dtype, device = cfg.device}
   self.qkv = Linear(C, (H + 2 * Hkv) * D, lin)
   self.proj = Linear(H * D, C, lin)
@@ -88,9 +90,9 @@ end
 -- rather than keeping them, and rotates their gradients back into dqkv.
 local record_qkv_attention = op.declare {
   name = "QKVAttentionBackward", save = {"qkv", "out", "lse"},
-  record = function(cls, y, lse, qkv, H, Hkv, scale, theta, positions, segments)
+  record = function(cls, y, lse, qkv, H, Hkv, scale, theta, positions, segments, window)
     local node = {op.edge(qkv), cls = cls, H = H, Hkv = Hkv, scale = scale, theta = theta, positions = positions,
-                  segments = segments}
+                  segments = segments, window = window}
     op.save(node, "qkv", qkv)
     op.save_output(node, "out", y)
     op.save(node, "lse", lse)
@@ -106,7 +108,7 @@ local record_qkv_attention = op.declare {
     local dq, dk, dv = split(dqkv, n.H, n.Hkv)
     local dqr, dkr = dq, dk
     if n.theta then dqr, dkr = memory.new(), memory.new() end
-    if lt.C.lt_attention_backward(dqr, dkr, dv, g, q, k, v, n.out, n.lse, n.segments, n.scale, 1) ~= 0 then
+    if lt.C.lt_attention_backward(dqr, dkr, dv, g, q, k, v, n.out, n.lse, n.segments, n.scale, 1, n.window) ~= 0 then
       errors.fail()
     end
     if n.theta then
@@ -118,18 +120,21 @@ local record_qkv_attention = op.declare {
 }
 
 -- The views and kernels of qkv_attention: one recorded op (run untracked).
-local function attend(qkv, H, Hkv, scale, theta, positions, segments)
+local function attend(qkv, H, Hkv, scale, theta, positions, segments, window)
   local q, k, v = split_rotated(qkv, H, Hkv, theta, positions)
-  local y, lse = F.scaled_dot_product_attention {q, k, v, causal = true, scale = scale, segment_ids = segments}
+  local y, lse = F.scaled_dot_product_attention {q, k, v, causal = true, scale = scale, segment_ids = segments,
+    window = window}
   q:free()
   k:free()
   v:free()
   return y, lse
 end
 
-local function qkv_attention(qkv, H, Hkv, scale, theta, positions, segments)
-  local y, lse = op.untracked(attend, qkv, H, Hkv, scale, theta, positions, segments)
-  if S.enabled and is_tracked(qkv) then record_qkv_attention(y, lse, qkv, H, Hkv, scale, theta, positions, segments) end
+local function qkv_attention(qkv, H, Hkv, scale, theta, positions, segments, window)
+  local y, lse = op.untracked(attend, qkv, H, Hkv, scale, theta, positions, segments, window)
+  if S.enabled and is_tracked(qkv) then
+    record_qkv_attention(y, lse, qkv, H, Hkv, scale, theta, positions, segments, window)
+  end
   return y
 end
 
@@ -163,7 +168,8 @@ function Attention:forward(x, cache, pos, opts)
   local qkv = lin:view(B, T, H + 2 * Hkv, D)
   release(lin, x)
   if cache == nil then
-    local y = qkv_attention(qkv, H, Hkv, 1 / math.sqrt(D), self.rope and self.rope_theta or nil, positions, segments)
+    local y = qkv_attention(qkv, H, Hkv, 1 / math.sqrt(D), self.rope and self.rope_theta or nil, positions, segments,
+      self.window)
     release(qkv, x)
     local yv = y:view(B, T, H * D)
     release(y, x)
@@ -189,7 +195,7 @@ function Attention:forward(x, cache, pos, opts)
     cache.v:narrow(1, pos, T):copy_(v)
     k, v = cache.k:narrow(1, 0, pos + T), cache.v:narrow(1, 0, pos + T)
   end
-  local y = F.scaled_dot_product_attention {q, k, v, causal = true}
+  local y = F.scaled_dot_product_attention {q, k, v, causal = true, window = self.window}
   return self.drop(self.proj(y:view(B, T, H * D)))
 end
 
@@ -204,6 +210,7 @@ function Attention:extra_repr()
   local s = string.format("d_model=%d, n_head=%d", self.d_model, self.n_head)
   if self.n_kv_head ~= self.n_head then s = s .. ", n_kv_head=" .. self.n_kv_head end
   if self.rope then s = s .. string.format(", rope_theta=%g", self.rope_theta) end
+  if self.window > 0 then s = s .. ", window=" .. self.window end
   return s
 end
 
