@@ -331,6 +331,7 @@ function M.from_hf(hc, opts)
         .. "given)", path, cfg.d_model, cfg.n_head))
     end
     if family == "qwen3" then cfg.qk_norm = true end
+    if family ~= "llama" and cfg.bias then cfg.mlp_bias = false end -- (qwen3's attention_bias: q, k, v, o only)
     if family ~= "llama" then cfg.sliding_window, cfg.layer_types = R:windows(family, cfg.n_layer) end
     cfg.dropout = 0
   end
