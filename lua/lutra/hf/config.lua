@@ -270,6 +270,8 @@ function M.from_hf(hc, opts)
   local ignore = {}
   if type(opts.ignore_keys) == "table" then
     for _, k in ipairs(opts.ignore_keys) do ignore[k] = true end
+  elseif type(opts.ignore_keys) == "string" then -- "KEY,KEY" (--ignore-key of generate, chat, the recipes)
+    for k in opts.ignore_keys:gmatch("[^,%s]+") do ignore[k] = true end
   end
   local keys = {}
   for k in pairs(hc) do keys[#keys + 1] = tostring(k) end
@@ -280,7 +282,7 @@ function M.from_hf(hc, opts)
       if need then R:bad(k, hc[k], need .. NOT_DROPPABLE) end
     elseif not (F.mapped[k] or F.harmless[k] or Fam.HARMLESS[k] or ignore[k]) then
       raise(string.format("hf: %s: unknown key '%s' for %s (lutra cannot tell whether it changes the model; if "
-        .. "it does not, pass --ignore-key=%s to load anyway: ignore_keys = {\"%s\"} in Lua)", path, key_text(k),
+        .. "it does not, pass --ignore-key=%s to load anyway; ignore_keys = {\"%s\"} in Lua)", path, key_text(k),
         family, key_text(k), key_text(k)))
     end
   end
