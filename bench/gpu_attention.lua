@@ -54,8 +54,8 @@ local out = lt.empty({B, T, H, D}, {dtype = opt.dtype, device = dev})
 local lse = lt.empty({B, H, T}, {dtype = "f32", device = dev})
 local dq, dk, dv = lt.empty_like(q), lt.empty_like(k), lt.empty_like(v)
 
-local function forward() check(C.lt_attention_forward(out, lse, q, k, v, nil, scale, causal)) end
-local function backward() check(C.lt_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, nil, scale, causal)) end
+local function forward() check(C.lt_attention_forward(out, lse, q, k, v, nil, scale, causal, 0)) end
+local function backward() check(C.lt_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, nil, scale, causal, 0)) end
 
 -- median milliseconds of f over opt.iters calls, each between two events on the compute stream
 local function time_ms(f)

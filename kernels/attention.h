@@ -15,6 +15,7 @@ typedef struct lt_cuda_att_operand {
 typedef struct lt_cuda_att_args {
   int device, dtype, causal;
   int64_t B, T, S, H, Hkv, D, group, off; /* group = H / Hkv, off = S - T */
+  int64_t window;                         /* 0: none; else query t sees keys s > t + off - window */
   double scale;
   lt_cuda_att_operand q, k, v, out, dout, dq, dk, dv; /* forward: q k v out; backward: all */
   float *lse;                                         /* (B, H, T) f32: forward output (may be NULL), backward input */

@@ -10,7 +10,8 @@
  * 3. att_dkv: dK, dV per (b, kv head, tile of 8 * kpw keys), each warp kpw keys, looping over the
  *    group's query heads in order and, for each, over query tiles of bq <= 32 rows (q, dout, lse,
  *    delta staged; lane i takes row i): dV += P^T dO, dK += scale dS^T Q, summed in registers in a
- *    fixed order. Query tiles before the first row that sees the key tile (causal) are skipped.
+ *    fixed order. Query tiles before the first row that sees the key tile (causal), and from the
+ *    first row whose sliding window has passed it, are skipped.
  * These kernels compute in f32 (f64 for f64) on CUDA cores, within 48 KB of shared memory
  * (att_gen_bc, att_dkv_tiles), for any D <= 256. bf16/f16 with D 64 or 128 take the tensor-core
  * passes 2 and 3 of kernels/attention_backward_mma.cu instead (same structure, tiles of 64 x 32).
@@ -52,19 +53,19 @@ __global__ void __launch_bounds__(ATT_GEN_WARPS * 32)
   const int64_t segq = t < TQ ? att_seg(a, b, t) : 0, row = (b * a.H + h) * TQ + t;
   const acc scale2 = (acc)(a.scale * ATT_LOG2E), delta_t = t < TQ ? delta[row] : (acc)0;
   const int64_t t_last = (t0 + ATT_GEN_BR < TQ ? t0 + ATT_GEN_BR : TQ) - 1,
-                kend = att_key_end(t_last, S, a.off, a.causal);
+                kend = att_key_end(t_last, S, a.off, a.causal), kbegin = att_key_begin(t0, a.off, a.window, bc);
 
   acc lse2 = -INFINITY;
   if (lse2_out) { /* f64: the row's lse again, in double, by the forward's online softmax */
     acc m = -INFINITY, l = 0;
-    for (int64_t kv0 = 0; kv0 < kend; kv0 += bc) {
+    for (int64_t kv0 = kbegin; kv0 < kend; kv0 += bc) {
       __syncthreads();
       att_stage_rows<E, acc>(sK, ld, a.k, b, g, kv0, bc, S, D);
       if (a.seg)
         for (int i = threadIdx.x; i < bc; i += blockDim.x) sSeg[i] = kv0 + i < S ? att_seg(a, b, kv0 + i) : 0;
       __syncthreads();
       acc x = -INFINITY;
-      if (lane < bc && att_visible(t, TQ, kv0 + lane, S, a.off, a.causal) && (!a.seg || sSeg[lane] == segq))
+      if (lane < bc && att_visible(t, TQ, kv0 + lane, S, a.off, a.causal, a.window) && (!a.seg || sSeg[lane] == segq))
         x = att_dot(q, sK + lane * ld, D) * scale2;
       acc m_new = fmax(m, lt_warp_max(x));
       l = l * att_rescale(m, m_new) + lt_warp_sum(att_prob(x, m_new));
@@ -79,7 +80,7 @@ __global__ void __launch_bounds__(ATT_GEN_WARPS * 32)
   acc dq[ATT_GEN_MAX_D / 32];
 #pragma unroll
   for (int i = 0; i < ATT_GEN_MAX_D / 32; i++) dq[i] = 0;
-  for (int64_t kv0 = 0; kv0 < kend; kv0 += bc) {
+  for (int64_t kv0 = kbegin; kv0 < kend; kv0 += bc) {
     __syncthreads();
     att_stage_rows<E, acc>(sK, ld, a.k, b, g, kv0, bc, S, D);
     att_stage_rows<E, acc>(sV, ld, a.v, b, g, kv0, bc, S, D);
@@ -87,7 +88,7 @@ __global__ void __launch_bounds__(ATT_GEN_WARPS * 32)
       for (int i = threadIdx.x; i < bc; i += blockDim.x) sSeg[i] = kv0 + i < S ? att_seg(a, b, kv0 + i) : 0;
     __syncthreads();
     acc ds = 0;
-    if (lane < bc && att_visible(t, TQ, kv0 + lane, S, a.off, a.causal) && (!a.seg || sSeg[lane] == segq)) {
+    if (lane < bc && att_visible(t, TQ, kv0 + lane, S, a.off, a.causal, a.window) && (!a.seg || sSeg[lane] == segq)) {
       acc p = att_prob(att_dot(q, sK + lane * ld, D) * scale2, lse2);
       ds = att_dscore(p, att_dot(dO, sV + lane * ld, D), delta_t);
     }
@@ -130,10 +131,11 @@ __global__ void __launch_bounds__(ATT_GEN_WARPS * 32)
   for (int k = 0; k < ATT_DKV_MAX_KPW; k++)
 #pragma unroll
     for (int i = 0; i < ATT_GEN_MAX_D / 32; i++) dk[k][i] = dv[k][i] = 0;
-  const int64_t qbegin = att_query_begin(s0, a.off, a.causal);
+  const int64_t qbegin = att_query_begin(s0, a.off, a.causal),
+                qend = att_query_end((s0 + bkv < S ? s0 + bkv : S) - 1, TQ, a.off, a.window);
 
   for (int64_t h = g * a.group; h < (g + 1) * a.group; h++) {
-    for (int64_t tq = qbegin; tq < TQ; tq += bq) {
+    for (int64_t tq = qbegin; tq < qend; tq += bq) {
       __syncthreads(); /* the previous query tile is no longer read (and K, V are staged) */
       att_stage_rows<E, acc>(sQ, ld, a.q, b, h, tq, bq, TQ, D);
       att_stage_rows<E, acc>(sdO, ld, a.dout, b, h, tq, bq, TQ, D);
@@ -153,7 +155,7 @@ __global__ void __launch_bounds__(ATT_GEN_WARPS * 32)
         const int j = warp + ATT_GEN_WARPS * k;
         const acc *kj = sK + j * ld, *vj = sV + j * ld;
         acc p = 0, ds = 0;
-        if (lane < bq && att_visible(tq + lane, TQ, s0 + j, S, a.off, a.causal) &&
+        if (lane < bq && att_visible(tq + lane, TQ, s0 + j, S, a.off, a.causal, a.window) &&
             (!a.seg || sSegQ[lane] == sSegK[j])) {
           p = att_prob(att_dot(sQ + lane * ld, kj, D) * scale2, sLse[lane]);
           ds = att_dscore(p, att_dot(sdO + lane * ld, vj, D), sDelta[lane]);

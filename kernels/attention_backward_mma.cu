@@ -6,10 +6,11 @@
  *   and dout rows as A fragments in registers; key tiles of 32 keys (K row-major and transposed,
  *   V row-major in shared memory, 27 KB for D = 128): S = Q K^T, dP = dO V^T, P = exp2(S scale2 -
  *   lse2), dS = P (dP - delta), dQ += dS K with dS rounded to 16 bits. Tiles past the block's
- *   causal diagonal are skipped.
+ *   causal diagonal, and before its first row's sliding window, are skipped.
  * att_dkv_mma: one CTA of 4 warps per (b, kv head, tile of 64 keys), each warp 16 keys; K, V staged
  *   once; for each query head of the group in order, query tiles of 32 rows from the first that
- *   sees the key tile (q and dout row-major and transposed): S^T = K Q^T, dP^T = V dO^T, then
+ *   sees the key tile to the last whose sliding window still reaches it (q and dout row-major and
+ *   transposed): S^T = K Q^T, dP^T = V dO^T, then
  *   dV += P^T dO and dK += dS^T Q with P and dS rounded to 16 bits, accumulated in registers.
  *   Shared memory att_dkv_mma_smem(D): 38 KB for D = 64, 72 KB for D = 128 (opted in).
  */
@@ -54,10 +55,11 @@ __global__ void __launch_bounds__(ATT_MMA_WARPS * 32)
   for (int n = 0; n < ND; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.f;
   const float scale2 = (float)(a.scale * ATT_LOG2E);
   const int64_t t_last = (t0 + BR < TQ ? t0 + BR : TQ) - 1, kend = att_key_end(t_last, S, a.off, a.causal);
+  const int64_t kbegin = att_key_begin(t0, a.off, a.window, BC);
   int64_t qmin = 0, qmax = 0;
   if (a.seg && t0 < TQ) att_seg_span(a, b, t0, t_last + 1, &qmin, &qmax);
 
-  for (int64_t kv0 = 0; kv0 < kend; kv0 += BC) {
+  for (int64_t kv0 = kbegin; kv0 < kend; kv0 += BC) {
     __syncthreads();
     att_stage16<D>(sK, KLD, sKt, KTLD, a.k, b, g, kv0, BC, S);
     att_stage16<D>(sV, KLD, nullptr, 0, a.v, b, g, kv0, BC, S);
@@ -88,7 +90,7 @@ __global__ void __launch_bounds__(ATT_MMA_WARPS * 32)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         int r = e / 2, j = n * 8 + tig * 2 + (e & 1);
-        bool vis = att_visible(tr[r], TQ, kv0 + j, S, a.off, a.causal) && (!a.seg || segq[r] == sSeg[j]);
+        bool vis = att_visible(tr[r], TQ, kv0 + j, S, a.off, a.causal, a.window) && (!a.seg || segq[r] == sSeg[j]);
         float p = vis ? att_prob_f32(s[n][e] * scale2, lse2[r]) : 0.f;
         s[n][e] = vis ? att_dscore_f32(p, dp[n][e], dl[r]) : 0.f; /* dS */
       }
@@ -146,12 +148,13 @@ __global__ void __launch_bounds__(ATT_MMA_WARPS * 32)
 #pragma unroll
     for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.f;
   const float scale2 = (float)(a.scale * ATT_LOG2E);
-  const int64_t qbegin = att_query_begin(s0, a.off, a.causal);
+  const int64_t qbegin = att_query_begin(s0, a.off, a.causal),
+                qend = att_query_end((s0 + BKV < S ? s0 + BKV : S) - 1, TQ, a.off, a.window);
   int64_t kmin = 0, kmax = 0;
   if (a.seg) att_seg_span(a, b, s0, s0 + BKV < S ? s0 + BKV : S, &kmin, &kmax);
 
   for (int64_t h = g * a.group; h < (g + 1) * a.group; h++) {
-    for (int64_t tq = qbegin; tq < TQ; tq += BQ) {
+    for (int64_t tq = qbegin; tq < qend; tq += BQ) {
       __syncthreads(); /* the previous query tile is no longer read (and K, V are staged) */
       att_stage16<D>(sQ, LD, sQt, QTLD, a.q, b, h, tq, BQ, TQ);
       att_stage16<D>(sdO, LD, sdOt, QTLD, a.dout, b, h, tq, BQ, TQ);
@@ -192,7 +195,8 @@ __global__ void __launch_bounds__(ATT_MMA_WARPS * 32)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
           int r = e / 2, j = n * 8 + tig * 2 + (e & 1); /* key kl[r], query tq + j */
-          bool vis = att_visible(tq + j, TQ, s0 + kl[r], S, a.off, a.causal) && (!a.seg || sSegQ[j] == sSegK[kl[r]]);
+          bool vis =
+              att_visible(tq + j, TQ, s0 + kl[r], S, a.off, a.causal, a.window) && (!a.seg || sSegQ[j] == sSegK[kl[r]]);
           float p = vis ? att_prob_f32(st[n][e] * scale2, sLse[j]) : 0.f;
           dpt[n][e] = vis ? att_dscore_f32(p, dpt[n][e], sDelta[j]) : 0.f;
           st[n][e] = p;

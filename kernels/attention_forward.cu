@@ -6,7 +6,8 @@
  *   rows), each warp 16 rows. Q stays in registers as mma A fragments; key tiles of 64 keys of K
  *   and V (V transposed) are staged in shared memory; S = Q K^T and O += P V run on tensor cores
  *   (mma.sync m16n8k16, f32 accumulation); P is rounded to T for the P V product, the row sums l
- *   use the f32 P. Key tiles past the causal diagonal of the block's last row are skipped.
+ *   use the f32 P. Key tiles past the causal diagonal of the block's last row, and before the
+ *   sliding window of its first row, are skipped.
  *   Shared memory: K 64 x (D + 8) and V^T D x (64 + 8) 16-bit elements, + 64 segment ids:
  *   18.5 KB for D = 64, 35.5 KB for D = 128.
  * - att_fwd_gen<T, acc> (every dtype, any D <= 256): one CTA of 8 warps per (b, h, block of 8
@@ -54,10 +55,11 @@ __global__ void __launch_bounds__(ATT_MMA_WARPS * 32) att_fwd_mma(const lt_cuda_
   for (int n = 0; n < ND; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
   const float scale2 = (float)(a.scale * ATT_LOG2E);
   const int64_t t_last = (t0 + BR < TQ ? t0 + BR : TQ) - 1, kend = att_key_end(t_last, S, a.off, a.causal);
+  const int64_t kbegin = att_key_begin(t0, a.off, a.window, BC);
   int64_t qmin = 0, qmax = 0;
   if (a.seg && t0 < TQ) att_seg_span(a, b, t0, t_last + 1, &qmin, &qmax);
 
-  for (int64_t kv0 = 0; kv0 < kend; kv0 += BC) {
+  for (int64_t kv0 = kbegin; kv0 < kend; kv0 += BC) {
     __syncthreads(); /* the previous tile is no longer read */
     att_stage16<D>(sK, KLD, nullptr, 0, a.k, b, g, kv0, BC, S);
     att_stage16<D>(nullptr, 0, sVt, VLD, a.v, b, g, kv0, BC, S);
@@ -86,7 +88,7 @@ __global__ void __launch_bounds__(ATT_MMA_WARPS * 32) att_fwd_mma(const lt_cuda_
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         int r = e / 2, j = n * 8 + tig * 2 + (e & 1);
-        bool vis = att_visible(tr[r], TQ, kv0 + j, S, a.off, a.causal) && (!a.seg || segq[r] == sSeg[j]);
+        bool vis = att_visible(tr[r], TQ, kv0 + j, S, a.off, a.causal, a.window) && (!a.seg || segq[r] == sSeg[j]);
         float x = vis ? s[n][e] * scale2 : -INFINITY;
         s[n][e] = x;
         mx[r] = fmaxf(mx[r], x);
@@ -168,9 +170,9 @@ __global__ void __launch_bounds__(ATT_GEN_WARPS * 32) att_fwd_gen(const lt_cuda_
 #pragma unroll
   for (int i = 0; i < ATT_GEN_MAX_D / 32; i++) o[i] = 0;
   const int64_t t_last = (t0 + ATT_GEN_BR < TQ ? t0 + ATT_GEN_BR : TQ) - 1,
-                kend = att_key_end(t_last, S, a.off, a.causal);
+                kend = att_key_end(t_last, S, a.off, a.causal), kbegin = att_key_begin(t0, a.off, a.window, bc);
 
-  for (int64_t kv0 = 0; kv0 < kend; kv0 += bc) {
+  for (int64_t kv0 = kbegin; kv0 < kend; kv0 += bc) {
     __syncthreads();
     att_stage_rows<T, acc>(sK, ld, a.k, b, g, kv0, bc, S, D);
     att_stage_rows<T, acc>(sV, ld, a.v, b, g, kv0, bc, S, D);
@@ -178,7 +180,7 @@ __global__ void __launch_bounds__(ATT_GEN_WARPS * 32) att_fwd_gen(const lt_cuda_
       for (int i = threadIdx.x; i < bc; i += blockDim.x) sSeg[i] = kv0 + i < S ? att_seg(a, b, kv0 + i) : 0;
     __syncthreads();
     acc x = -INFINITY;
-    if (lane < bc && att_visible(t, TQ, kv0 + lane, S, a.off, a.causal) && (!a.seg || sSeg[lane] == segq))
+    if (lane < bc && att_visible(t, TQ, kv0 + lane, S, a.off, a.causal, a.window) && (!a.seg || sSeg[lane] == segq))
       x = att_dot(q, sK + lane * ld, D) * scale2;
     acc m_new = fmax(m, lt_warp_max(x)), alpha = att_rescale(m, m_new);
     acc p = att_prob(x, m_new);

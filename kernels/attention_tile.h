@@ -4,7 +4,8 @@
  * without a GPU. Plain C (LT_HOST_DEVICE makes it __host__ __device__ under nvcc).
  *
  * Semantics are host/ops/attention.c's: query t of T sees key s of S when s < S, and
- * (!causal || s <= t + off) with off = S - T, and with segment ids seg[t] == seg[s].
+ * (!causal || s <= t + off) with off = S - T, with a sliding window W > 0 t + off - s < W, and
+ * with segment ids seg[t] == seg[s].
  * Scores are kept in log2 units (x2 = scale * log2(e) * q.k) so that exp is one exp2; the
  * online softmax keeps per row a running max m (log2 units) and a running sum l of exp2(x2 - m),
  * rescaling both and the output accumulator by exp2(m_old - m_new) when the max grows. A row
@@ -51,6 +52,14 @@ LT_HOST_DEVICE static inline int64_t att_key_end(int64_t t_last, int64_t S, int6
   return e < 0 ? 0 : (e > S ? S : e);
 }
 
+/* The first key that any query row >= t_first may see under a window (0 without one), rounded
+ * down to a multiple of `tile`: key tiles before it are skipped. */
+LT_HOST_DEVICE static inline int64_t att_key_begin(int64_t t_first, int64_t off, int64_t window, int64_t tile) {
+  if (window <= 0) return 0;
+  int64_t s = t_first + off - window + 1;
+  return s <= 0 ? 0 : s / tile * tile;
+}
+
 /* The first query that may see key s0 (or any later key): query tiles before it are skipped. */
 LT_HOST_DEVICE static inline int64_t att_query_begin(int64_t s0, int64_t off, int causal) {
   if (!causal) return 0;
@@ -58,9 +67,18 @@ LT_HOST_DEVICE static inline int64_t att_query_begin(int64_t s0, int64_t off, in
   return t < 0 ? 0 : t;
 }
 
+/* Queries [.., end) that may see key s_last (or any earlier key) under a window (T without
+ * one): query tiles from end on are skipped. */
+LT_HOST_DEVICE static inline int64_t att_query_end(int64_t s_last, int64_t T, int64_t off, int64_t window) {
+  if (window <= 0) return T;
+  int64_t e = s_last - off + window;
+  return e < 0 ? 0 : (e > T ? T : e);
+}
+
 /* Query t sees key s (segments apart: the caller compares ids when there are any). */
-LT_HOST_DEVICE static inline bool att_visible(int64_t t, int64_t T, int64_t s, int64_t S, int64_t off, int causal) {
-  return t < T && s < S && (!causal || s <= t + off);
+LT_HOST_DEVICE static inline bool att_visible(int64_t t, int64_t T, int64_t s, int64_t S, int64_t off, int causal,
+                                              int64_t window) {
+  return t < T && s < S && (!causal || s <= t + off) && (window <= 0 || t + off - s < window);
 }
 
 /* Segment ids: a key tile whose ids span [kmin, kmax] is skipped by a query tile whose ids span

@@ -3,15 +3,17 @@
  * CPU rows (ops/attention_cpu.c) or the CUDA side (ops/attention_cuda.c).
  *
  * q (B, T, H, D), k and v (B, S, Hkv, D); query head h reads kv head h / (H / Hkv).
- * score(t, s) = scale * q_t . k_s is visible when (!causal || s <= t + S - T) and, with segment
- * ids (T == S), seg[t] == seg[s]. out_t = sum_s softmax(score(t, .))_s v_s over visible s, and
- * lse_t = log sum_s exp(score(t, s)) over visible s. A row that sees no key (S < T with causal,
- * or segments) gets out 0 and lse -inf (the log of an empty sum: merging it by lse weights it 0).
- * Backward recomputes P = exp(score - lse) and, with delta_t = dout_t . out_t:
- *   dV = P^T dO, dP = dO V^T, dS = P * (dP - delta), dQ = scale dS K, dK = scale dS^T Q,
- * dK and dV summed over the H / Hkv query heads of a kv head. The saved lse is f32, so in f64 the
- * backward recomputes it in double (the dQ pass sees whole rows anyway) to keep f64 gradients exact.
- * lse may be NULL in the forward (inference: nothing saved).
+ * score(t, s) = scale * q_t . k_s is visible when (!causal || s <= t + S - T), with a window W > 0
+ * (causal only) when (t + S - T) - s < W, and with segment ids (T == S) when seg[t] == seg[s].
+ * The window counts absolute positions: query t is at t + S - T (decoding T new tokens after a
+ * cache of S - T), key s at s; it is Hugging Face's sliding window (transformers' masking_utils:
+ * kv_idx > q_idx - sliding_window and kv_idx <= q_idx), W keys per query counting its own. out_t = sum_s
+ * softmax(score(t, .))_s v_s over visible s, and lse_t = log sum_s exp(score(t, s)) over visible s. A row that sees no
+ * key (S < T with causal, or segments) gets out 0 and lse -inf (the log of an empty sum: merging it by lse weights it
+ * 0). Backward recomputes P = exp(score - lse) and, with delta_t = dout_t . out_t: dV = P^T dO, dP = dO V^T, dS = P *
+ * (dP - delta), dQ = scale dS K, dK = scale dS^T Q, dK and dV summed over the H / Hkv query heads of a kv head. The
+ * saved lse is f32, so in f64 the backward recomputes it in double (the dQ pass sees whole rows anyway) to keep f64
+ * gradients exact. lse may be NULL in the forward (inference: nothing saved).
  *
  * Work split, the same results for any thread count (every output row is written by one task,
  * which sums in a fixed order):
@@ -88,7 +90,7 @@ static int operand_finish(operand *o, int rc) {
 /* ---- checks -------------------------------------------------------------------------- */
 
 static int check_qkv(const char *op, const lt_tensor *q, const lt_tensor *k, const lt_tensor *v, const lt_tensor *seg,
-                     double scale) {
+                     double scale, int causal, int64_t window) {
   char a[LT_DESC_STR], b[LT_DESC_STR], d[LT_DESC_STR];
   LT_TRY(lt_check_defined(op, "q", q));
   LT_TRY(lt_check_defined(op, "k", k));
@@ -109,6 +111,9 @@ static int check_qkv(const char *op, const lt_tensor *q, const lt_tensor *k, con
     return lt_errorf("%s: expected q (B, T, H, D), k = v (B, S, Hkv, D) with H %% Hkv == 0, got q %s, k %s, v %s", op,
                      lt_desc(a, q), lt_desc(b, k), lt_desc(d, v));
   if (!isfinite(scale)) return lt_errorf("%s: scale must be finite, got %g", op, scale);
+  if (window < 0) return lt_errorf("%s: window must be >= 0 (0: none), got %lld", op, (long long)window);
+  if (window > 0 && !causal)
+    return lt_errorf("%s: a sliding window (window %lld) needs causal attention", op, (long long)window);
   if (seg) {
     LT_TRY(lt_check_defined(op, "segment_ids", seg));
     if (seg->dtype != LT_I32 && seg->dtype != LT_I64)
@@ -139,7 +144,7 @@ static int check_no_alias(const char *op, const char *what, const lt_tensor *out
 
 /* ---- setup shared by forward and backward ------------------------------------------------ */
 
-static void ctx_init(att_ctx *c, const lt_tensor *q, const lt_tensor *k, double scale, int causal) {
+static void ctx_init(att_ctx *c, const lt_tensor *q, const lt_tensor *k, double scale, int causal, int64_t window) {
   memset(c, 0, sizeof *c);
   c->B = q->shape[0], c->T = q->shape[1], c->H = q->shape[2], c->D = q->shape[3];
   c->S = k->shape[1], c->Hkv = k->shape[2];
@@ -147,6 +152,7 @@ static void ctx_init(att_ctx *c, const lt_tensor *q, const lt_tensor *k, double 
   c->off = c->S - c->T;
   c->scale = scale;
   c->causal = causal != 0;
+  c->window = window;
 }
 
 /* Loads segment ids into (B, T) i64 with the runs of equal ids; one allocation, freed by the caller. */
@@ -173,11 +179,11 @@ static int64_t *load_segments(att_ctx *c, const lt_tensor *seg) {
 }
 
 int lt_attention_forward(lt_tensor *out, lt_tensor *lse, const lt_tensor *q, const lt_tensor *k, const lt_tensor *v,
-                         const lt_tensor *segment_ids, double scale, int causal) {
+                         const lt_tensor *segment_ids, double scale, int causal, int64_t window) {
   const char *op = "attention_forward";
-  LT_TRY(check_qkv(op, q, k, v, segment_ids, scale));
+  LT_TRY(check_qkv(op, q, k, v, segment_ids, scale, causal, window));
   att_ctx c;
-  ctx_init(&c, q, k, scale, causal);
+  ctx_init(&c, q, k, scale, causal, window);
   int64_t lse_shape[3] = {c.B, c.H, c.T};
   LT_TRY(lt_prepare_out_like(op, out, q, q->dtype));
   if (lse) LT_TRY(lt_prepare_out(op, lse, 3, lse_shape, LT_F32, q->device));
@@ -185,7 +191,8 @@ int lt_attention_forward(lt_tensor *out, lt_tensor *lse, const lt_tensor *q, con
   LT_TRY(check_no_alias(op, "out", out, ins, 4));
   if (lse) LT_TRY(check_no_alias(op, "lse", lse, ins, 4));
   if (q->device != LT_DEVICE_CPU)
-    return lt_attention_forward_cuda(lt_backend_for(op, q->device), out, lse, q, k, v, segment_ids, scale, causal);
+    return lt_attention_forward_cuda(lt_backend_for(op, q->device), out, lse, q, k, v, segment_ids, scale, causal,
+                                     window);
   if (lse) {
     c.lse = lt_data_ptr(lse);
     c.lse_sb = lse->stride[0], c.lse_sh = lse->stride[1], c.lse_st = lse->stride[2];
@@ -207,13 +214,13 @@ int lt_attention_forward(lt_tensor *out, lt_tensor *lse, const lt_tensor *q, con
 
 int lt_attention_backward(lt_tensor *dq, lt_tensor *dk, lt_tensor *dv, const lt_tensor *dout, const lt_tensor *q,
                           const lt_tensor *k, const lt_tensor *v, const lt_tensor *out, const lt_tensor *lse,
-                          const lt_tensor *segment_ids, double scale, int causal) {
+                          const lt_tensor *segment_ids, double scale, int causal, int64_t window) {
   const char *op = "attention_backward";
-  LT_TRY(check_qkv(op, q, k, v, segment_ids, scale));
+  LT_TRY(check_qkv(op, q, k, v, segment_ids, scale, causal, window));
   LT_TRY(check_like(op, "dout", dout, q));
   LT_TRY(check_like(op, "out", out, q));
   att_ctx c;
-  ctx_init(&c, q, k, scale, causal);
+  ctx_init(&c, q, k, scale, causal, window);
   char a[LT_DESC_STR], dev[16];
   LT_TRY(lt_check_defined(op, "lse", lse));
   if (lse->ndim != 3 || lse->shape[0] != c.B || lse->shape[1] != c.H || lse->shape[2] != c.T || lse->dtype != LT_F32 ||
@@ -229,7 +236,7 @@ int lt_attention_backward(lt_tensor *dq, lt_tensor *dk, lt_tensor *dv, const lt_
   LT_TRY(check_no_alias(op, "dv", dv, ins, 7));
   if (q->device != LT_DEVICE_CPU) /* check_qkv found the backend */
     return lt_attention_backward_cuda(lt_backend_for(op, q->device), dq, dk, dv, dout, q, k, v, out, lse, segment_ids,
-                                      scale, causal);
+                                      scale, causal, window);
   c.lse_in = lt_data_ptr(lse);
   c.lse_sb = lse->stride[0], c.lse_sh = lse->stride[1], c.lse_st = lse->stride[2];
   bool f64 = q->dtype == LT_F64;

@@ -10,8 +10,9 @@
  * into a scratch what they cannot write in place), allocates scratch, launches. */
 int lt_attention_forward_cuda(const lt_backend *be, lt_tensor *out, lt_tensor *lse, const lt_tensor *q,
                               const lt_tensor *k, const lt_tensor *v, const lt_tensor *segment_ids, double scale,
-                              int causal);
+                              int causal, int64_t window);
 int lt_attention_backward_cuda(const lt_backend *be, lt_tensor *dq, lt_tensor *dk, lt_tensor *dv, const lt_tensor *dout,
                                const lt_tensor *q, const lt_tensor *k, const lt_tensor *v, const lt_tensor *out,
-                               const lt_tensor *lse, const lt_tensor *segment_ids, double scale, int causal);
+                               const lt_tensor *lse, const lt_tensor *segment_ids, double scale, int causal,
+                               int64_t window);
 #endif

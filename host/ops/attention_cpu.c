@@ -14,6 +14,7 @@
 static inline void row_keys(const att_ctx *c, int64_t b, int64_t t, int64_t *lo, int64_t *hi) {
   int64_t a = 0, e = c->S;
   if (c->causal && t + c->off + 1 < e) e = t + c->off + 1;
+  if (c->window > 0 && t + c->off - c->window + 1 > a) a = t + c->off - c->window + 1;
   if (c->seg && c->sorted[b]) {
     int64_t i = b * c->T + t;
     if (c->run_start[i] > a) a = c->run_start[i];

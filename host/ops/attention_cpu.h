@@ -25,6 +25,7 @@ typedef struct att_ctx {
   int64_t B, T, S, H, Hkv, D, group, off; /* group = H / Hkv, off = S - T */
   double scale;
   bool causal;
+  int64_t window; /* 0: none; else query t sees keys s > t + off - window */
   operand q, k, v, out, dout, dq, dk, dv;
   const int64_t *seg;                 /* (B, T) segment ids or NULL */
   const bool *sorted;                 /* (B): batch b's ids never decrease, so runs bound the keys */

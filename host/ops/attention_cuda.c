@@ -74,9 +74,9 @@ static int operand_finish(const lt_backend *be, dev_operand *d, int rc) {
 }
 
 static void args_init(lt_cuda_att_args *a, const lt_tensor *q, const lt_tensor *k, const lt_tensor *seg, double scale,
-                      int causal) {
+                      int causal, int64_t window) {
   memset(a, 0, sizeof *a);
-  a->device = q->device, a->dtype = q->dtype, a->causal = causal != 0;
+  a->device = q->device, a->dtype = q->dtype, a->causal = causal != 0, a->window = window;
   a->B = q->shape[0], a->T = q->shape[1], a->H = q->shape[2], a->D = q->shape[3];
   a->S = k->shape[1], a->Hkv = k->shape[2];
   a->group = a->H / a->Hkv, a->off = a->S - a->T;
@@ -110,11 +110,11 @@ static lt_tensor *cpu_copy(const lt_tensor *x, bool *fail) {
 }
 
 static int forward_via_cpu(lt_tensor *out, lt_tensor *lse, const lt_tensor *q, const lt_tensor *k, const lt_tensor *v,
-                           const lt_tensor *seg, double scale, int causal) {
+                           const lt_tensor *seg, double scale, int causal, int64_t window) {
   bool fail = false;
   lt_tensor *cq = cpu_copy(q, &fail), *ck = cpu_copy(k, &fail), *cv = cpu_copy(v, &fail), *cs = cpu_copy(seg, &fail);
   lt_tensor *co = fail ? NULL : lt_tensor_new(), *cl = fail || !lse ? NULL : lt_tensor_new();
-  int rc = fail || !co || (lse && !cl) ? -1 : lt_attention_forward(co, cl, cq, ck, cv, cs, scale, causal);
+  int rc = fail || !co || (lse && !cl) ? -1 : lt_attention_forward(co, cl, cq, ck, cv, cs, scale, causal, window);
   if (rc == 0) rc = lt_copy(out, co);
   if (rc == 0 && lse) rc = lt_copy(lse, cl);
   lt_tensor *all[6] = {cq, ck, cv, cs, co, cl};
@@ -124,14 +124,14 @@ static int forward_via_cpu(lt_tensor *out, lt_tensor *lse, const lt_tensor *q, c
 
 static int backward_via_cpu(lt_tensor *dq, lt_tensor *dk, lt_tensor *dv, const lt_tensor *dout, const lt_tensor *q,
                             const lt_tensor *k, const lt_tensor *v, const lt_tensor *out, const lt_tensor *lse,
-                            const lt_tensor *seg, double scale, int causal) {
+                            const lt_tensor *seg, double scale, int causal, int64_t window) {
   bool fail = false;
   lt_tensor *in[7] = {cpu_copy(dout, &fail), cpu_copy(q, &fail),   cpu_copy(k, &fail),  cpu_copy(v, &fail),
                       cpu_copy(out, &fail),  cpu_copy(lse, &fail), cpu_copy(seg, &fail)};
   lt_tensor *g[3] = {lt_tensor_new(), lt_tensor_new(), lt_tensor_new()};
   int rc = fail || !g[0] || !g[1] || !g[2] ? -1
                                            : lt_attention_backward(g[0], g[1], g[2], in[0], in[1], in[2], in[3], in[4],
-                                                                   in[5], in[6], scale, causal);
+                                                                   in[5], in[6], scale, causal, window);
   if (rc == 0) rc = lt_copy(dq, g[0]);
   if (rc == 0) rc = lt_copy(dk, g[1]);
   if (rc == 0) rc = lt_copy(dv, g[2]);
@@ -144,10 +144,10 @@ static int backward_via_cpu(lt_tensor *dq, lt_tensor *dk, lt_tensor *dv, const l
 
 int lt_attention_forward_cuda(const lt_backend *be, lt_tensor *out, lt_tensor *lse, const lt_tensor *q,
                               const lt_tensor *k, const lt_tensor *v, const lt_tensor *segment_ids, double scale,
-                              int causal) {
-  if (q->shape[3] > ATT_GEN_MAX_D) return forward_via_cpu(out, lse, q, k, v, segment_ids, scale, causal);
+                              int causal, int64_t window) {
+  if (q->shape[3] > ATT_GEN_MAX_D) return forward_via_cpu(out, lse, q, k, v, segment_ids, scale, causal, window);
   lt_cuda_att_args a;
-  args_init(&a, q, k, segment_ids, scale, causal);
+  args_init(&a, q, k, segment_ids, scale, causal, window);
   if (a.B * a.H * a.T == 0) return 0; /* out and lse are empty */
   if (lse) args_lse(&a, lse);
   bool mma = be->attention_fwd_uses_mma(a.dtype, a.D) != 0;
@@ -163,11 +163,12 @@ int lt_attention_forward_cuda(const lt_backend *be, lt_tensor *out, lt_tensor *l
 
 int lt_attention_backward_cuda(const lt_backend *be, lt_tensor *dq, lt_tensor *dk, lt_tensor *dv, const lt_tensor *dout,
                                const lt_tensor *q, const lt_tensor *k, const lt_tensor *v, const lt_tensor *out,
-                               const lt_tensor *lse, const lt_tensor *segment_ids, double scale, int causal) {
+                               const lt_tensor *lse, const lt_tensor *segment_ids, double scale, int causal,
+                               int64_t window) {
   if (q->shape[3] > ATT_GEN_MAX_D)
-    return backward_via_cpu(dq, dk, dv, dout, q, k, v, out, lse, segment_ids, scale, causal);
+    return backward_via_cpu(dq, dk, dv, dout, q, k, v, out, lse, segment_ids, scale, causal, window);
   lt_cuda_att_args a;
-  args_init(&a, q, k, segment_ids, scale, causal);
+  args_init(&a, q, k, segment_ids, scale, causal, window);
   args_lse(&a, lse);
   bool f64 = a.dtype == LT_F64;
   int64_t rows = a.B * a.H * a.T;

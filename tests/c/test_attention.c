@@ -6,14 +6,20 @@
 
 typedef struct shape {
   int64_t B, T, S, H, Hkv, D;
+  int64_t W; /* sliding window (causal cases), 0: none */
 } shape;
 
 static int64_t at4(int64_t b, int64_t t, int64_t h, int64_t d, int64_t T, int64_t H, int64_t D) {
   return ((b * T + t) * H + h) * D + d;
 }
 
-static bool visible(const lt_tensor *seg, int64_t b, int64_t t, int64_t s, int64_t T, int64_t S, int causal) {
-  if (causal && s > t + (S - T)) return false;
+/* Query t sits at absolute position t + S - T (after S - T cached keys); with a window W it sees
+ * the W positions ending at its own (transformers: kv_idx > q_idx - sliding_window). */
+static bool visible(const lt_tensor *seg, int64_t b, int64_t t, int64_t s, int64_t T, int64_t S, int causal,
+                    int64_t W) {
+  int64_t pos = t + (S - T);
+  if (causal && s > pos) return false;
+  if (W > 0 && !(s > pos - W)) return false;
   if (seg && check_at(seg, b * T + t) != check_at(seg, b * T + s)) return false;
   return true;
 }
@@ -37,7 +43,7 @@ static void reference(shape z, const lt_tensor *q, const lt_tensor *k, const lt_
         double m = -INFINITY, sum = 0;
         for (int64_t s = 0; s < S; s++) {
           p[s] = -INFINITY;
-          if (!visible(seg, b, t, s, T, S, causal)) continue;
+          if (!visible(seg, b, t, s, T, S, causal, z.W)) continue;
           double dot = 0;
           for (int64_t d = 0; d < D; d++)
             dot += check_at(q, at4(b, t, h, d, T, H, D)) * check_at(k, at4(b, s, g, d, S, Hkv, D));
@@ -149,10 +155,10 @@ static void run_case(shape z, int dtype, int causal, int seg_kind, int layout, b
     lt_release(o), lt_release(l);
   }
   char what[160];
-  snprintf(what, sizeof what, "%s B%lld T%lld S%lld H%lld Hkv%lld D%lld causal %d seg %d layout %d",
+  snprintf(what, sizeof what, "%s B%lld T%lld S%lld H%lld Hkv%lld D%lld W%lld causal %d seg %d layout %d",
            lt_dtype_name(dtype), (long long)z.B, (long long)z.T, (long long)z.S, (long long)z.H, (long long)z.Hkv,
-           (long long)z.D, causal, seg_kind, layout);
-  CHECK_OK(lt_attention_forward(out, lse, q, k, v, seg, scale, causal));
+           (long long)z.D, (long long)z.W, causal, seg_kind, layout);
+  CHECK_OK(lt_attention_forward(out, lse, q, k, v, seg, scale, causal, z.W));
   double tol = tol_of(dtype);
   CHECK(count_bad("out", out, want, tol, tol) == 0, "forward out: %s", what);
   int bad_lse = 0;
@@ -172,7 +178,7 @@ static void run_case(shape z, int dtype, int causal, int seg_kind, int layout, b
       lt_narrow(dk, dfused, 2, z.H, z.Hkv);
       lt_narrow(dv, dfused, 2, z.H + z.Hkv, z.Hkv);
     }
-    CHECK_OK(lt_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, seg, scale, causal));
+    CHECK_OK(lt_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, seg, scale, causal, z.W));
     /* bf16/f16 gradients sum many rounded terms: compare against the largest magnitude */
     double gtol = dtype == LT_F32 ? 1e-4 : dtype == LT_F64 ? 1e-9 : tol * 4, scale_q = 0, scale_k = 0;
     for (int64_t i = 0; i < nq; i++) scale_q = fmax(scale_q, fabs(wdq[i]));
@@ -187,11 +193,13 @@ static void run_case(shape z, int dtype, int causal, int seg_kind, int layout, b
   lt_release(lse), lt_release(dout);
 }
 
+static bool bitwise_equal(const lt_tensor *a, const lt_tensor *b);
+
 static void test_forward_backward_cases(void) {
   /* B, T, S, H, Hkv, D */
-  shape gqa = {2, 37, 37, 4, 2, 16}, mqa = {1, 45, 45, 4, 1, 8}, mha = {2, 9, 9, 2, 2, 64};
-  shape longer_kv = {2, 7, 75, 4, 2, 16}, shorter_kv = {2, 13, 6, 2, 1, 8}, odd = {3, 1, 1, 2, 2, 8};
-  shape big = {1, 70, 70, 2, 1, 64};
+  shape gqa = {2, 37, 37, 4, 2, 16, 0}, mqa = {1, 45, 45, 4, 1, 8, 0}, mha = {2, 9, 9, 2, 2, 64, 0};
+  shape longer_kv = {2, 7, 75, 4, 2, 16, 0}, shorter_kv = {2, 13, 6, 2, 1, 8, 0}, odd = {3, 1, 1, 2, 2, 8, 0};
+  shape big = {1, 70, 70, 2, 1, 64, 0};
   for (int causal = 0; causal < 2; causal++) {
     run_case(gqa, LT_F32, causal, 0, 0, true);
     run_case(mqa, LT_F32, causal, 0, 0, true);
@@ -213,6 +221,55 @@ static void test_forward_backward_cases(void) {
   }
 }
 
+/* Sliding windows (causal): inside one row, with segments (sorted and not), with queries after a
+ * cache (S > T: the window counts absolute positions), T > S, window 1 (a token sees itself),
+ * windows wider than the row, across the block sizes of the CPU work split. */
+static void test_window_cases(void) {
+  /* B, T, S, H, Hkv, D, W */
+  shape w5 = {2, 37, 37, 4, 2, 16, 5}, w1 = {1, 9, 9, 2, 1, 8, 1}, w33 = {1, 70, 70, 2, 1, 64, 33};
+  shape decode = {2, 7, 75, 4, 2, 16, 10}, decode1 = {1, 1, 40, 2, 2, 8, 6}, wide = {1, 12, 12, 2, 2, 8, 50};
+  shape shorter = {2, 13, 6, 2, 1, 8, 3}, long_rows = {1, 150, 150, 2, 1, 16, 70};
+  run_case(w5, LT_F32, 1, 0, 0, true);
+  run_case(w5, LT_F64, 1, 0, 0, true);
+  run_case(w1, LT_F64, 1, 0, 0, true);
+  run_case(w33, LT_F32, 1, 0, 1, true);
+  run_case(decode, LT_F32, 1, 0, 0, true);
+  run_case(decode, LT_F64, 1, 0, 2, true);
+  run_case(decode1, LT_F64, 1, 0, 0, true);
+  run_case(wide, LT_F32, 1, 0, 0, true);
+  run_case(shorter, LT_F32, 1, 0, 0, true);
+  run_case(long_rows, LT_F32, 1, 0, 0, true);
+  for (int seg_kind = 1; seg_kind <= 2; seg_kind++) {
+    run_case(w5, LT_F32, 1, seg_kind, 0, true);
+    run_case(w5, LT_F64, 1, seg_kind, 1, true);
+    run_case(long_rows, LT_F32, 1, seg_kind, 2, true);
+  }
+  run_case(w5, LT_BF16, 1, 0, 0, true);
+  run_case(w33, LT_F16, 1, 1, 0, true);
+  run_case(decode, LT_BF16, 1, 0, 2, false);
+}
+
+/* A window at least as wide as the last query's position + 1 hides nothing: bitwise the same as
+ * no window, forward and backward. */
+static void test_wide_window_is_none(void) {
+  int64_t qs[4] = {2, 40, 4, 16}, ks[4] = {2, 52, 2, 16};
+  lt_tensor *q = check_random(4, qs, LT_F32, -1, 1), *k = check_random(4, ks, LT_F32, -1, 1);
+  lt_tensor *v = check_random(4, ks, LT_F32, -1, 1), *dout = check_random(4, qs, LT_F32, -1, 1);
+  lt_tensor *r[2][5];
+  int64_t windows[2] = {0, 52};
+  for (int run = 0; run < 2; run++) {
+    for (int i = 0; i < 5; i++) r[run][i] = lt_tensor_new();
+    CHECK_OK(lt_attention_forward(r[run][0], r[run][1], q, k, v, NULL, 0.25, 1, windows[run]));
+    CHECK_OK(lt_attention_backward(r[run][2], r[run][3], r[run][4], dout, q, k, v, r[run][0], r[run][1], NULL, 0.25, 1,
+                                   windows[run]));
+  }
+  const char *names[5] = {"out", "lse", "dq", "dk", "dv"};
+  for (int i = 0; i < 5; i++) CHECK(bitwise_equal(r[0][i], r[1][i]), "%s: window 52 differs from none", names[i]);
+  for (int run = 0; run < 2; run++)
+    for (int i = 0; i < 5; i++) lt_release(r[run][i]);
+  lt_release(q), lt_release(k), lt_release(v), lt_release(dout);
+}
+
 /* Central differences in f64 of L = sum(out * G) against the backward. */
 static void test_finite_differences(shape z, int causal, bool with_seg) {
   int64_t qs[4] = {z.B, z.T, z.H, z.D}, ks[4] = {z.B, z.S, z.Hkv, z.D};
@@ -222,8 +279,8 @@ static void test_finite_differences(shape z, int causal, bool with_seg) {
   lt_tensor *out = lt_tensor_new(), *lse = lt_tensor_new(), *dq = lt_tensor_new(), *dk = lt_tensor_new(),
             *dv = lt_tensor_new();
   double scale = 0.7;
-  CHECK_OK(lt_attention_forward(out, lse, q, k, v, seg, scale, causal));
-  CHECK_OK(lt_attention_backward(dq, dk, dv, G, q, k, v, out, lse, seg, scale, causal));
+  CHECK_OK(lt_attention_forward(out, lse, q, k, v, seg, scale, causal, z.W));
+  CHECK_OK(lt_attention_backward(dq, dk, dv, G, q, k, v, out, lse, seg, scale, causal, z.W));
   lt_tensor *inputs[3] = {q, k, v}, *grads[3] = {dq, dk, dv};
   const char *names[3] = {"dq", "dk", "dv"};
   double eps = 1e-5;
@@ -235,7 +292,7 @@ static void test_finite_differences(shape z, int causal, bool with_seg) {
       for (int sgn = 0; sgn < 2; sgn++) {
         x[i] = saved + (sgn ? -eps : eps);
         lt_tensor *o = lt_tensor_new();
-        lt_attention_forward(o, NULL, q, k, v, seg, scale, causal);
+        lt_attention_forward(o, NULL, q, k, v, seg, scale, causal, z.W);
         loss[sgn] = 0;
         for (int64_t j = 0; j < lt_numel(o); j++)
           loss[sgn] += ((double *)lt_data_ptr(o))[j] * ((double *)lt_data_ptr(G))[j];
@@ -246,8 +303,8 @@ static void test_finite_differences(shape z, int causal, bool with_seg) {
       if (!check_close(got, num, 1e-8, 1e-9) && bad++ < 3)
         fprintf(stderr, "  %s[%lld]: backward %.10g, finite difference %.10g\n", names[w], (long long)i, got, num);
     }
-    CHECK(bad == 0, "finite differences %s: causal %d seg %d T %lld S %lld", names[w], causal, with_seg, (long long)z.T,
-          (long long)z.S);
+    CHECK(bad == 0, "finite differences %s: causal %d seg %d T %lld S %lld W %lld", names[w], causal, with_seg,
+          (long long)z.T, (long long)z.S, (long long)z.W);
   }
   lt_release(q), lt_release(k), lt_release(v), lt_release(G), lt_release(seg), lt_release(out), lt_release(lse);
   lt_release(dq), lt_release(dk), lt_release(dv);
@@ -258,7 +315,7 @@ static void test_empty_rows(void) {
   int64_t qs[4] = {1, 6, 2, 8}, ks[4] = {1, 3, 1, 8};
   lt_tensor *q = check_random(4, qs, LT_F32, -1, 1), *k = check_random(4, ks, LT_F32, -1, 1);
   lt_tensor *v = check_random(4, ks, LT_F32, -1, 1), *out = lt_tensor_new(), *lse = lt_tensor_new();
-  CHECK_OK(lt_attention_forward(out, lse, q, k, v, NULL, 0.3, 1)); /* S - T = -3: rows 0..2 see nothing */
+  CHECK_OK(lt_attention_forward(out, lse, q, k, v, NULL, 0.3, 1, 0)); /* S - T = -3: rows 0..2 see nothing */
   int nonzero = 0, finite = 0;
   for (int64_t i = 0; i < 3 * 2 * 8; i++) nonzero += check_at(out, i) != 0;
   for (int64_t i = 3 * 2 * 8; i < 6 * 2 * 8; i++) finite += isfinite(check_at(out, i));
@@ -271,7 +328,7 @@ static void test_empty_rows(void) {
   CHECK(l == -INFINITY && isfinite(l3), "lse of an empty row is -inf: %g, %g", l, l3);
   lt_tensor *dout = check_random(4, qs, LT_F32, -1, 1), *dq = lt_tensor_new(), *dk = lt_tensor_new(),
             *dv = lt_tensor_new();
-  CHECK_OK(lt_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, NULL, 0.3, 1));
+  CHECK_OK(lt_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, NULL, 0.3, 1, 0));
   int bad = 0;
   for (int64_t i = 0; i < 6 * 2 * 8; i++) bad += !isfinite(check_at(dq, i)) || (i < 48 && check_at(dq, i) != 0);
   for (int64_t i = 0; i < 3 * 8; i++) bad += !isfinite(check_at(dk, i)) || !isfinite(check_at(dv, i));
@@ -281,7 +338,7 @@ static void test_empty_rows(void) {
   lt_tensor *k0 = lt_tensor_new(), *v0 = lt_tensor_new(), *o0 = lt_tensor_new();
   lt_empty(k0, 4, ks0, LT_F32, LT_DEVICE_CPU);
   lt_empty(v0, 4, ks0, LT_F32, LT_DEVICE_CPU);
-  CHECK_OK(lt_attention_forward(o0, NULL, q, k0, v0, NULL, 0.3, 0));
+  CHECK_OK(lt_attention_forward(o0, NULL, q, k0, v0, NULL, 0.3, 0, 0));
   nonzero = 0;
   for (int64_t i = 0; i < lt_numel(o0); i++) nonzero += check_at(o0, i) != 0;
   CHECK(nonzero == 0, "no keys at all: out is 0");
@@ -304,8 +361,9 @@ static void test_determinism(void) {
   for (int run = 0; run < 2; run++) {
     for (int i = 0; i < 5; i++) r[run][i] = lt_tensor_new();
     lt_set_num_threads(counts[run]);
-    CHECK_OK(lt_attention_forward(r[run][0], r[run][1], q, k, v, NULL, 0.2, 1));
-    CHECK_OK(lt_attention_backward(r[run][2], r[run][3], r[run][4], dout, q, k, v, r[run][0], r[run][1], NULL, 0.2, 1));
+    CHECK_OK(lt_attention_forward(r[run][0], r[run][1], q, k, v, NULL, 0.2, 1, 0));
+    CHECK_OK(
+        lt_attention_backward(r[run][2], r[run][3], r[run][4], dout, q, k, v, r[run][0], r[run][1], NULL, 0.2, 1, 0));
   }
   lt_set_num_threads(threads);
   const char *names[5] = {"out", "lse", "dq", "dk", "dv"};
@@ -328,36 +386,40 @@ static void test_bad_inputs(void) {
   lt_tensor *qi = check_random(4, qs, LT_I32, -1, 1), *lse_bad = check_random(3, ls_bad, LT_F32, 0, 1);
   const char *fw = "attention_forward";
   (void)fw;
-  CHECK_ERR(lt_attention_forward(out, lse, q, k3, k3, NULL, 0.3, 1), "H % Hkv == 0");
-  CHECK_ERR(lt_attention_forward(out, lse, q, kd, kd, NULL, 0.3, 1), "H % Hkv == 0");
-  CHECK_ERR(lt_attention_forward(out, lse, q, k, k3, NULL, 0.3, 1), "k = v");
-  CHECK_ERR(lt_attention_forward(out, lse, q, k64, k64, NULL, 0.3, 1), "one floating dtype");
-  CHECK_ERR(lt_attention_forward(out, lse, qi, qi, qi, NULL, 0.3, 1), "one floating dtype");
-  CHECK_ERR(lt_attention_forward(out, lse, q3, k, v, NULL, 0.3, 1), "4-d");
-  CHECK_ERR(lt_attention_forward(out, lse, q, k, v, segf, 0.3, 1), "i32 or i64");
-  CHECK_ERR(lt_attention_forward(out, lse, q, k, v, seg_bad, 0.3, 1), "(B, T) with T == S");
-  CHECK_ERR(lt_attention_forward(out, lse, q, k7, k7, seg, 0.3, 1), "T == S");
-  CHECK_ERR(lt_attention_forward(out, lse, q, k, v, NULL, NAN, 1), "scale must be finite");
-  CHECK_ERR(lt_attention_forward(out, lse, undef, k, v, NULL, 0.3, 1), "q is undefined");
-  CHECK_ERR(lt_attention_forward(out, lse, q, NULL, v, NULL, 0.3, 1), "k is NULL");
-  CHECK_ERR(lt_attention_forward(out, lse, q, k, v, undef, 0.3, 1), "segment_ids is undefined");
-  CHECK_ERR(lt_attention_forward(k, lse, q, k, v, NULL, 0.3, 1), "out is");
+  CHECK_ERR(lt_attention_forward(out, lse, q, k3, k3, NULL, 0.3, 1, 0), "H % Hkv == 0");
+  CHECK_ERR(lt_attention_forward(out, lse, q, kd, kd, NULL, 0.3, 1, 0), "H % Hkv == 0");
+  CHECK_ERR(lt_attention_forward(out, lse, q, k, k3, NULL, 0.3, 1, 0), "k = v");
+  CHECK_ERR(lt_attention_forward(out, lse, q, k64, k64, NULL, 0.3, 1, 0), "one floating dtype");
+  CHECK_ERR(lt_attention_forward(out, lse, qi, qi, qi, NULL, 0.3, 1, 0), "one floating dtype");
+  CHECK_ERR(lt_attention_forward(out, lse, q3, k, v, NULL, 0.3, 1, 0), "4-d");
+  CHECK_ERR(lt_attention_forward(out, lse, q, k, v, segf, 0.3, 1, 0), "i32 or i64");
+  CHECK_ERR(lt_attention_forward(out, lse, q, k, v, seg_bad, 0.3, 1, 0), "(B, T) with T == S");
+  CHECK_ERR(lt_attention_forward(out, lse, q, k7, k7, seg, 0.3, 1, 0), "T == S");
+  CHECK_ERR(lt_attention_forward(out, lse, q, k, v, NULL, NAN, 1, 0), "scale must be finite");
+  CHECK_ERR(lt_attention_forward(out, lse, q, k, v, NULL, 0.3, 1, -1), "window must be >= 0 (0: none), got -1");
+  CHECK_ERR(lt_attention_forward(out, lse, q, k, v, NULL, 0.3, 0, 4), "sliding window (window 4) needs causal");
+  CHECK_ERR(lt_attention_forward(out, lse, undef, k, v, NULL, 0.3, 1, 0), "q is undefined");
+  CHECK_ERR(lt_attention_forward(out, lse, q, NULL, v, NULL, 0.3, 1, 0), "k is NULL");
+  CHECK_ERR(lt_attention_forward(out, lse, q, k, v, undef, 0.3, 1, 0), "segment_ids is undefined");
+  CHECK_ERR(lt_attention_forward(k, lse, q, k, v, NULL, 0.3, 1, 0), "out is");
   lt_tensor *qq = lt_tensor_new();
   lt_set(qq, q);
-  CHECK_ERR(lt_attention_forward(qq, lse, q, k, v, NULL, 0.3, 1), "shares storage");
-  CHECK_OK(lt_attention_forward(out, lse, q, k, v, seg, 0.3, 1));
+  CHECK_ERR(lt_attention_forward(qq, lse, q, k, v, NULL, 0.3, 1, 0), "shares storage");
+  CHECK_OK(lt_attention_forward(out, lse, q, k, v, seg, 0.3, 1, 0));
   CHECK(lse->ndim == 3 && lse->shape[0] == 2 && lse->shape[1] == 4 && lse->shape[2] == 5 && lse->dtype == LT_F32,
         "lse is allocated (B, H, T) f32");
   lt_tensor *dq = lt_tensor_new(), *dk = lt_tensor_new(), *dv = lt_tensor_new();
   const char *bw = "attention_backward";
   (void)bw;
-  CHECK_ERR(lt_attention_backward(dq, dk, dv, k, q, k, v, out, lse, seg, 0.3, 1), "dout is");
-  CHECK_ERR(lt_attention_backward(dq, dk, dv, q, q, k, v, undef, lse, seg, 0.3, 1), "out is undefined");
-  CHECK_ERR(lt_attention_backward(dq, dk, dv, q, q, k, v, out, lse_bad, seg, 0.3, 1), "(B, H, T)");
-  CHECK_ERR(lt_attention_backward(dq, dk, dv, q, q, k, v, out, NULL, seg, 0.3, 1), "lse is NULL");
-  CHECK_ERR(lt_attention_backward(dq, dq, dv, q, q, k, v, out, lse, seg, 0.3, 1), "attention_backward dk: out is");
-  CHECK_ERR(lt_attention_backward(qq, dk, dv, q, q, k, v, out, lse, seg, 0.3, 1), "shares storage");
-  CHECK_OK(lt_attention_backward(dq, dk, dv, q, q, k, v, out, lse, seg, 0.3, 1));
+  CHECK_ERR(lt_attention_backward(dq, dk, dv, k, q, k, v, out, lse, seg, 0.3, 1, 0), "dout is");
+  CHECK_ERR(lt_attention_backward(dq, dk, dv, q, q, k, v, undef, lse, seg, 0.3, 1, 0), "out is undefined");
+  CHECK_ERR(lt_attention_backward(dq, dk, dv, q, q, k, v, out, lse_bad, seg, 0.3, 1, 0), "(B, H, T)");
+  CHECK_ERR(lt_attention_backward(dq, dk, dv, q, q, k, v, out, NULL, seg, 0.3, 1, 0), "lse is NULL");
+  CHECK_ERR(lt_attention_backward(dq, dq, dv, q, q, k, v, out, lse, seg, 0.3, 1, 0), "attention_backward dk: out is");
+  CHECK_ERR(lt_attention_backward(qq, dk, dv, q, q, k, v, out, lse, seg, 0.3, 1, 0), "shares storage");
+  CHECK_ERR(lt_attention_backward(dq, dk, dv, q, q, k, v, out, lse, seg, 0.3, 1, -3), "window must be >= 0");
+  CHECK_ERR(lt_attention_backward(dq, dk, dv, q, q, k, v, out, lse, seg, 0.3, 0, 2), "needs causal");
+  CHECK_OK(lt_attention_backward(dq, dk, dv, q, q, k, v, out, lse, seg, 0.3, 1, 0));
   (void)ls;
   lt_release(q), lt_release(k), lt_release(v), lt_release(k3), lt_release(kd), lt_release(k64), lt_release(seg);
   lt_release(segf), lt_release(seg_bad), lt_release(k7), lt_release(out), lt_release(lse), lt_release(undef);
@@ -366,12 +428,17 @@ static void test_bad_inputs(void) {
 
 int main(void) {
   /* the naive reference itself against central differences first */
-  test_finite_differences((shape){2, 5, 5, 4, 2, 8}, 1, false);
-  test_finite_differences((shape){1, 4, 7, 2, 1, 8}, 1, false);
-  test_finite_differences((shape){1, 6, 3, 2, 2, 4}, 1, false);
-  test_finite_differences((shape){2, 6, 6, 2, 1, 8}, 0, true);
-  test_finite_differences((shape){1, 7, 7, 3, 1, 16}, 1, true);
+  test_finite_differences((shape){2, 5, 5, 4, 2, 8, 0}, 1, false);
+  test_finite_differences((shape){1, 4, 7, 2, 1, 8, 0}, 1, false);
+  test_finite_differences((shape){1, 6, 3, 2, 2, 4, 0}, 1, false);
+  test_finite_differences((shape){2, 6, 6, 2, 1, 8, 0}, 0, true);
+  test_finite_differences((shape){1, 7, 7, 3, 1, 16, 0}, 1, true);
+  test_finite_differences((shape){2, 9, 9, 2, 1, 8, 3}, 1, false);
+  test_finite_differences((shape){1, 8, 8, 3, 1, 8, 4}, 1, true);
+  test_finite_differences((shape){1, 4, 11, 2, 2, 8, 5}, 1, false); /* queries after 7 cached keys */
   test_forward_backward_cases();
+  test_window_cases();
+  test_wide_window_is_none();
   test_empty_rows();
   test_determinism();
   test_bad_inputs();

@@ -6,16 +6,16 @@
  * the kernels include), in f32 arithmetic for f32/bf16/f16 (every operation rounded to float) and
  * in f64 for f64, with P (and dS) rounded to the 16-bit dtype before the products of the tensor-core
  * forward and backward. Random shapes: causal with S < T (rows that see no key), S > T, segments (sorted and not), GQA,
- * T and S not multiples of the tiles, head dims that make the CUDA-core tiles small (D = 200, 256 in f64). Also: every
- * skipped tile (keys past att_key_end, queries before att_query_begin) is checked to be fully masked, and the bounds
- * are checked to be tight.
+ * sliding windows, T and S not multiples of the tiles, head dims that make the CUDA-core tiles small (D = 200, 256 in
+ * f64). Also: every skipped tile (keys past att_key_end or before att_key_begin, queries before att_query_begin or
+ * from att_query_end) is checked to be fully masked, and the bounds are checked to be tight.
  */
-#include "kernels/attention_tile.h"
 #include "check.h"
+#include "kernels/attention_tile.h"
 #include <stdlib.h>
 
 typedef struct emu {
-  int64_t B, T, S, H, Hkv, D, group, off;
+  int64_t B, T, S, H, Hkv, D, group, off, window;
   int causal, dtype;
   bool f64;
   double scale;
@@ -53,7 +53,8 @@ static double dot(const emu *e, const double *x, const double *y) {
   return s;
 }
 static bool visible(const emu *e, int64_t b, int64_t t, int64_t s) {
-  return att_visible(t, e->T, s, e->S, e->off, e->causal) && (!e->seg || e->seg[b * e->T + t] == e->seg[b * e->T + s]);
+  return att_visible(t, e->T, s, e->S, e->off, e->causal, e->window) &&
+         (!e->seg || e->seg[b * e->T + t] == e->seg[b * e->T + s]);
 }
 /* A score in log2 units, -inf when masked. */
 static double score2(const emu *e, int64_t b, int64_t t, int64_t h, int64_t s) {
@@ -79,6 +80,14 @@ static bool seg_skip(const emu *e, int64_t b, int64_t r0, int64_t r1, int64_t k0
   return true;
 }
 
+/* Rows [t0, t_last] of a block see no key outside [kbegin, kend): *violations counts those they do. */
+static void skipped_keys(const emu *e, int64_t b, int64_t t0, int64_t t_last, int64_t kbegin, int64_t kend,
+                         int64_t *violations) {
+  for (int64_t t = t0; t <= t_last; t++)
+    for (int64_t s = 0; s < e->S; s++)
+      if (s < kbegin || s >= kend) *violations += visible(e, b, t, s);
+}
+
 /* ---- forward: att_fwd_mma (mma) or att_fwd_gen ------------------------------------------------- */
 
 static void emu_forward(const emu *e, bool mma, double *out, float *lse, int64_t *violations) {
@@ -90,12 +99,12 @@ static void emu_forward(const emu *e, bool mma, double *out, float *lse, int64_t
       for (int64_t task = 0; task < nblk; task++) {
         int64_t t0 = att_query_block(task, nblk) * BR, t_last = (t0 + BR < e->T ? t0 + BR : e->T) - 1;
         int64_t kend = att_key_end(t_last, e->S, e->off, e->causal), g = h / e->group;
-        for (int64_t t = t0; t <= t_last; t++)
-          for (int64_t s = kend; s < e->S; s++) *violations += visible(e, b, t, s);
+        int64_t kbegin = att_key_begin(t0, e->off, e->window, BC);
+        skipped_keys(e, b, t0, t_last, kbegin, kend, violations);
         for (int64_t t = t0; t <= t_last; t++) {
           double m = -INFINITY, l = 0;
           for (int64_t d = 0; d < D; d++) o[d] = 0;
-          for (int64_t kv0 = 0; kv0 < kend; kv0 += BC) {
+          for (int64_t kv0 = kbegin; kv0 < kend; kv0 += BC) {
             if (mma && seg_skip(e, b, t0, t_last + 1, kv0, kv0 + BC, violations)) continue;
             double mx = -INFINITY;
             for (int64_t j = 0; j < BC; j++) {
@@ -150,13 +159,13 @@ static void emu_backward(const emu *e, bool mma, const double *out, const float 
       for (int64_t task = 0; task < nblk; task++) {
         int64_t t0 = att_query_block(task, nblk) * BR, t_last = (t0 + BR < T ? t0 + BR : T) - 1;
         int64_t kend = att_key_end(t_last, e->S, e->off, e->causal), g = h / e->group;
-        for (int64_t t = t0; t <= t_last; t++)
-          for (int64_t s = kend; s < e->S; s++) *violations += visible(e, b, t, s);
+        int64_t kbegin = att_key_begin(t0, e->off, e->window, bc);
+        skipped_keys(e, b, t0, t_last, kbegin, kend, violations);
         for (int64_t t = t0; t <= t_last; t++) {
           int64_t row = (b * H + h) * T + t;
           if (e->f64) { /* the row's lse again, by the online softmax over the same tiles */
             double m = -INFINITY, l = 0;
-            for (int64_t kv0 = 0; kv0 < kend; kv0 += bc) {
+            for (int64_t kv0 = kbegin; kv0 < kend; kv0 += bc) {
               double mx = -INFINITY;
               for (int64_t j = 0; j < bc; j++) {
                 double x = score2(e, b, t, h, kv0 + j);
@@ -173,7 +182,7 @@ static void emu_backward(const emu *e, bool mma, const double *out, const float 
           }
           double *dqa = acc;
           for (int64_t d = 0; d < D; d++) dqa[d] = 0;
-          for (int64_t kv0 = 0; kv0 < kend; kv0 += bc) {
+          for (int64_t kv0 = kbegin; kv0 < kend; kv0 += bc) {
             if (mma && seg_skip(e, b, t0, t_last + 1, kv0, kv0 + bc, violations)) continue;
             for (int64_t j = 0; j < bc && kv0 + j < e->S; j++) {
               int64_t s = kv0 + j;
@@ -191,7 +200,8 @@ static void emu_backward(const emu *e, bool mma, const double *out, const float 
           for (int64_t d = 0; d < D; d++) o[d] = round_to(e->dtype, rnd(e, e->scale * dqa[d]));
         }
       }
-  /* dK, dV: tiles of 8 * kpw keys, the group's heads in order, query tiles of bq from att_query_begin */
+  /* dK, dV: tiles of 8 * kpw keys, the group's heads in order, query tiles of bq from att_query_begin
+   * up to att_query_end */
   int kpw, bq;
   att_dkv_tiles(D, (int)es, &kpw, &bq);
   int64_t bkv = (int64_t)ATT_GEN_WARPS * kpw;
@@ -200,13 +210,15 @@ static void emu_backward(const emu *e, bool mma, const double *out, const float 
     for (int64_t g = 0; g < e->Hkv; g++)
       for (int64_t s0 = 0; s0 < e->S; s0 += bkv) {
         int64_t qbegin = att_query_begin(s0, e->off, e->causal);
-        for (int64_t t = 0; t < qbegin && t < T; t++)
-          for (int64_t s = s0; s < s0 + bkv && s < e->S; s++) *violations += visible(e, b, t, s);
+        int64_t qend = att_query_end((s0 + bkv < e->S ? s0 + bkv : e->S) - 1, T, e->off, e->window);
+        for (int64_t t = 0; t < T; t++)
+          if (t < qbegin || t >= qend)
+            for (int64_t s = s0; s < s0 + bkv && s < e->S; s++) *violations += visible(e, b, t, s);
         for (int64_t s = s0; s < s0 + bkv && s < e->S; s++) {
           double *dka = acc, *dva = acc + D;
           for (int64_t d = 0; d < 2 * D; d++) acc[d] = 0;
           for (int64_t h = g * e->group; h < (g + 1) * e->group; h++)
-            for (int64_t tq = qbegin; tq < T; tq += bq) {
+            for (int64_t tq = qbegin; tq < qend; tq += bq) {
               if (mma && seg_skip(e, b, tq, tq + bq, s0, s0 + bkv, violations)) continue;
               for (int64_t t = tq; t < tq + bq && t < T; t++) {
                 int64_t row = (b * H + h) * T + t;
@@ -280,10 +292,11 @@ static double tolerance(int dtype) {
 }
 
 static void run_case(int dtype, int64_t B, int64_t T, int64_t S, int64_t H, int64_t Hkv, int64_t D, int causal,
-                     int seg_kind) {
+                     int seg_kind, int64_t window) {
   char desc[200];
-  snprintf(desc, sizeof desc, "%s B=%lld T=%lld S=%lld H=%lld Hkv=%lld D=%lld causal=%d seg=%d", lt_dtype_name(dtype),
-           (long long)B, (long long)T, (long long)S, (long long)H, (long long)Hkv, (long long)D, causal, seg_kind);
+  snprintf(desc, sizeof desc, "%s B=%lld T=%lld S=%lld H=%lld Hkv=%lld D=%lld causal=%d seg=%d window=%lld",
+           lt_dtype_name(dtype), (long long)B, (long long)T, (long long)S, (long long)H, (long long)Hkv, (long long)D,
+           causal, seg_kind, (long long)window);
   int64_t qs[4] = {B, T, H, D}, ks[4] = {B, S, Hkv, D}, ss[2] = {B, T};
   lt_tensor *q = check_random(4, qs, dtype, -1, 1), *k = check_random(4, ks, dtype, -1, 1),
             *v = check_random(4, ks, dtype, -1, 1), *dout = check_random(4, qs, dtype, -1, 1), *seg = NULL;
@@ -303,8 +316,8 @@ static void run_case(int dtype, int64_t B, int64_t T, int64_t S, int64_t H, int6
   double scale = (0.5 + 3 * check_uniform()) / sqrt((double)D);
   lt_tensor *out = lt_tensor_new(), *lse = lt_tensor_new(), *dq = lt_tensor_new(), *dk = lt_tensor_new(),
             *dv = lt_tensor_new();
-  CHECK_OK(lt_attention_forward(out, lse, q, k, v, seg, scale, causal));
-  CHECK_OK(lt_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, seg, scale, causal));
+  CHECK_OK(lt_attention_forward(out, lse, q, k, v, seg, scale, causal, window));
+  CHECK_OK(lt_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, seg, scale, causal, window));
 
   double *qv = values_of(q), *kv = values_of(k), *vv = values_of(v), *gv = values_of(dout), *ov = values_of(out);
   emu e = {.B = B,
@@ -315,6 +328,7 @@ static void run_case(int dtype, int64_t B, int64_t T, int64_t S, int64_t H, int6
            .D = D,
            .group = H / Hkv,
            .off = S - T,
+           .window = window,
            .causal = causal,
            .dtype = dtype,
            .f64 = dtype == LT_F64,
@@ -365,15 +379,36 @@ static void check_bounds(void) {
     int64_t kend = att_key_end(t_last, S, off, 1);
     CHECK(kend >= 0 && kend <= S, "kend %lld", (long long)kend);
     if (kend > 0)
-      CHECK(att_visible(t_last, T, kend - 1, S, off, 1), "T %lld S %lld t %lld", (long long)T, (long long)S,
+      CHECK(att_visible(t_last, T, kend - 1, S, off, 1, 0), "T %lld S %lld t %lld", (long long)T, (long long)S,
             (long long)t_last);
     if (kend < S)
-      CHECK(!att_visible(t_last, T, kend, S, off, 1), "T %lld S %lld t %lld", (long long)T, (long long)S,
+      CHECK(!att_visible(t_last, T, kend, S, off, 1, 0), "T %lld S %lld t %lld", (long long)T, (long long)S,
             (long long)t_last);
     int64_t s0 = check_randint(0, S), qb = att_query_begin(s0, off, 1);
-    if (qb < T) CHECK(att_visible(qb, T, s0, S, off, 1), "s0 %lld qb %lld", (long long)s0, (long long)qb);
-    if (qb > 0) CHECK(!att_visible(qb - 1, T, s0 + 0, S, off, 1), "s0 %lld qb %lld", (long long)s0, (long long)qb);
+    if (qb < T) CHECK(att_visible(qb, T, s0, S, off, 1, 0), "s0 %lld qb %lld", (long long)s0, (long long)qb);
+    if (qb > 0) CHECK(!att_visible(qb - 1, T, s0 + 0, S, off, 1, 0), "s0 %lld qb %lld", (long long)s0, (long long)qb);
     CHECK(att_key_end(t_last, S, off, 0) == S && att_query_begin(s0, off, 0) == 0, "non-causal bounds");
+    CHECK(att_key_begin(t_last, off, 0, 32) == 0 && att_query_end(s0, T, off, 0) == T, "no-window bounds");
+    /* windows: the first row of a block sees no key before att_key_begin, and the tile it starts is
+     * the one holding the first key that row sees; the last key of a tile is seen by no query from
+     * att_query_end on, and by query att_query_end - 1 when it is causal-visible */
+    int64_t W = check_randint(1, 40), tile = check_randint(1, 70), t0 = check_randint(0, T);
+    int64_t kb = att_key_begin(t0, off, W, tile), first = t0 + off - W + 1;
+    CHECK(kb % tile == 0 && kb >= 0 && (first <= 0 ? kb == 0 : kb <= first && first < kb + tile),
+          "key begin %lld for first key %lld, tile %lld", (long long)kb, (long long)first, (long long)tile);
+    for (int64_t s = 0; s < kb && s < S; s++)
+      CHECK(!att_visible(t0, T, s, S, off, 1, W), "t0 %lld sees key %lld before %lld", (long long)t0, (long long)s,
+            (long long)kb);
+    int64_t qe = att_query_end(s0, T, off, W);
+    CHECK(qe >= 0 && qe <= T, "query end %lld", (long long)qe);
+    if (s0 < S) {
+      for (int64_t t = qe; t < T; t++)
+        CHECK(!att_visible(t, T, s0, S, off, 1, W), "query %lld from end %lld sees key %lld", (long long)t,
+              (long long)qe, (long long)s0);
+      if (qe > 0 && qe - 1 + off >= s0)
+        CHECK(att_visible(qe - 1, T, s0, S, off, 1, W), "query end %lld not tight for key %lld", (long long)qe,
+              (long long)s0);
+    }
   }
   /* the CUDA-core kernels' tiles fit the shared memory they launch with (no opt-in above 48 KB) */
   for (int64_t D = 0; D <= ATT_GEN_MAX_D; D++)
@@ -412,23 +447,31 @@ int main(void) {
   check_bounds();
   const int dtypes[4] = {LT_F32, LT_BF16, LT_F16, LT_F64};
   /* fixed cases: the benchmark's shape in miniature, S < T and S > T under causal, segments, GQA */
-  run_case(LT_BF16, 1, 130, 130, 4, 2, 64, 1, 0);
-  run_case(LT_F16, 2, 70, 70, 2, 1, 128, 1, 1);
-  run_case(LT_BF16, 1, 90, 40, 3, 3, 64, 1, 0); /* S < T: the first 50 rows see no key */
-  run_case(LT_F16, 1, 40, 150, 2, 2, 64, 1, 0); /* S > T: a prefix every row sees */
-  run_case(LT_F32, 2, 45, 45, 6, 2, 17, 1, 2);  /* unsorted segments, GQA 3 */
-  run_case(LT_F64, 1, 21, 33, 2, 1, 200, 1, 0); /* small CUDA-core tiles (kpw 1) */
-  run_case(LT_F64, 1, 19, 19, 1, 1, 256, 0, 1);
-  run_case(LT_BF16, 1, 300, 300, 2, 1, 64, 0, 1); /* packed documents: tiles skipped by segment */
-  run_case(LT_F32, 1, 0, 9, 2, 1, 8, 1, 0);       /* T == 0: dk, dv zero */
-  run_case(LT_F32, 1, 9, 0, 2, 1, 8, 0, 0);       /* S == 0: out 0, lse -inf */
+  run_case(LT_BF16, 1, 130, 130, 4, 2, 64, 1, 0, 0);
+  run_case(LT_F16, 2, 70, 70, 2, 1, 128, 1, 1, 0);
+  run_case(LT_BF16, 1, 90, 40, 3, 3, 64, 1, 0, 0); /* S < T: the first 50 rows see no key */
+  run_case(LT_F16, 1, 40, 150, 2, 2, 64, 1, 0, 0); /* S > T: a prefix every row sees */
+  run_case(LT_F32, 2, 45, 45, 6, 2, 17, 1, 2, 0);  /* unsorted segments, GQA 3 */
+  run_case(LT_F64, 1, 21, 33, 2, 1, 200, 1, 0, 0); /* small CUDA-core tiles (kpw 1) */
+  run_case(LT_F64, 1, 19, 19, 1, 1, 256, 0, 1, 0);
+  run_case(LT_BF16, 1, 300, 300, 2, 1, 64, 0, 1, 0); /* packed documents: tiles skipped by segment */
+  run_case(LT_F32, 1, 0, 9, 2, 1, 8, 1, 0, 0);       /* T == 0: dk, dv zero */
+  run_case(LT_F32, 1, 9, 0, 2, 1, 8, 0, 0, 0);       /* S == 0: out 0, lse -inf */
+  /* sliding windows: within the tiles, across several, with segments, after a cache (S > T) */
+  run_case(LT_BF16, 1, 200, 200, 2, 1, 64, 1, 0, 70);
+  run_case(LT_F16, 1, 150, 150, 2, 2, 128, 1, 1, 40);
+  run_case(LT_BF16, 1, 40, 190, 2, 1, 64, 1, 0, 100);
+  run_case(LT_F32, 2, 45, 45, 4, 2, 17, 1, 2, 9);
+  run_case(LT_F64, 1, 30, 70, 2, 1, 200, 1, 0, 25);
+  run_case(LT_F32, 1, 60, 60, 2, 1, 8, 1, 0, 1);
   for (int trial = 0; trial < 14; trial++) {
     int dtype = dtypes[trial % 4];
     int64_t Ds[7] = {1, 3, 16, 33, 64, 128, 96};
     int64_t D = Ds[check_randint(0, 7)], Hkv = check_randint(1, 3), H = Hkv * check_randint(1, 4);
     int64_t T = check_randint(1, 100), S = check_uniform() < 0.5 ? T : check_randint(1, 100);
     int causal = check_uniform() < 0.7, seg_kind = S == T ? (int)check_randint(0, 3) : 0;
-    run_case(dtype, check_randint(1, 3), T, S, H, Hkv, D, causal, seg_kind);
+    int64_t window = causal && check_uniform() < 0.4 ? check_randint(1, 80) : 0;
+    run_case(dtype, check_randint(1, 3), T, S, H, Hkv, D, causal, seg_kind, window);
   }
   CHECK(seg_skipped > 0, "no tile was skipped by its segment ids: the rule went untested");
   printf("%lld tiles skipped by segment ids\n", (long long)seg_skipped);

@@ -2,7 +2,7 @@
 -- (batched, broadcast batch dims), gemm (every transpose, alpha, beta accumulating into out),
 -- F.linear, F.layer_norm, F.rms_norm, F.cross_entropy (mean/sum/none, ignore_index, (B, T, V)
 -- logits), F.embedding (repeated ids), F.rope (default and given positions), and
--- F.scaled_dot_product_attention (causal or not, GQA, segment ids); and a small MLP's
+-- F.scaled_dot_product_attention (causal or not, GQA, segment ids, sliding windows); and a small MLP's
 -- gradients in f32 against the same model run in f64.
 local lt = require "lutra"
 local T = require "lutra.testing"
@@ -91,6 +91,43 @@ test("F.scaled_dot_product_attention: causal or not, GQA, segment ids, scale", f
   -- only v requires grad
   check(function(v) return (F.scaled_dot_product_attention{lt.ones(1, 2, 1, 2, "f64"), lt.ones(1, 2, 1, 2, "f64"), v}) end,
     {leaf({1, 2, 1, 2})})
+end)
+
+test("F.scaled_dot_product_attention: sliding windows, with segments, after a cache; bad windows", function()
+  check(function(q, k, v) return (F.scaled_dot_product_attention{q, k, v, causal = true, window = 2}) end,
+    {leaf({2, 5, 2, 3}), leaf({2, 5, 1, 3}), leaf({2, 5, 1, 3})})
+  local seg = lt.tensor({{0, 0, 0, 0, 1, 1}}, "i32")
+  check(function(q, k, v) return (F.scaled_dot_product_attention{q, k, v, causal = true, window = 3,
+    segment_ids = seg}) end, {leaf({1, 6, 1, 4}), leaf({1, 6, 1, 4}), leaf({1, 6, 1, 4})})
+  -- 2 queries at positions 4, 5 after 4 cached keys: the window counts absolute positions
+  check(function(q, k, v) return (F.scaled_dot_product_attention{q, k, v, causal = true, window = 3}) end,
+    {leaf({1, 2, 2, 3}), leaf({1, 6, 2, 3}), leaf({1, 6, 2, 3})})
+  -- window 1: each query sees its own key alone, so out = v
+  local v = lt.randn(1, 4, 1, 3, "f64")
+  local out = F.scaled_dot_product_attention{lt.randn(1, 4, 1, 3, "f64"), lt.randn(1, 4, 1, 3, "f64"), v,
+    causal = true, window = 1}
+  close(out, v, {rtol = 1e-12, atol = 1e-12})
+  -- F.attention_backward with the window gives the recorded op's gradients (and not those without it)
+  local q, k, vv = leaf({1, 5, 1, 3}), leaf({1, 5, 1, 3}), leaf({1, 5, 1, 3})
+  local G = lt.randn(1, 5, 1, 3, "f64")
+  local o, lse = F.scaled_dot_product_attention{q, k, vv, causal = true, window = 2}
+  ;(o * G):sum():backward()
+  local dq, dk, dv = F.attention_backward{G, q, k, vv, o, lse, causal = true, window = 2}
+  close(dq, q.grad, {rtol = 1e-12, atol = 1e-12})
+  close(dk, k.grad, {rtol = 1e-12, atol = 1e-12})
+  close(dv, vv.grad, {rtol = 1e-12, atol = 1e-12})
+  local o0, lse0 = F.scaled_dot_product_attention{q, k, vv, causal = true}
+  local dq0 = F.attention_backward{G, q, k, vv, o0, lse0, causal = true}
+  assert((dq0 - dq):abs():max():item() > 1e-6, "the window changes the gradients")
+  fails("attention_forward: window must be >= 0 (0: none), got -1", function()
+    F.scaled_dot_product_attention{q, k, k, causal = true, window = -1}
+  end)
+  fails("attention_forward: a sliding window (window 2) needs causal attention", function()
+    F.scaled_dot_product_attention{q, k, k, window = 2}
+  end)
+  fails("scaled_dot_product_attention: window must be an integer (0 or nil: none), got 1.5", function()
+    F.scaled_dot_product_attention{q, k, k, causal = true, window = 1.5}
+  end)
 end)
 
 test("a small MLP: f32 gradients match f64 ones; .grad keeps the parameter's dtype", function()

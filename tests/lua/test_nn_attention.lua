@@ -34,7 +34,8 @@ local function rope_ref(x, theta, pos0)
   return lt.cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, 3)
 end
 
--- Causal softmax attention, head by head; head h reads kv head h // (H / Hkv).
+-- Causal softmax attention, head by head; head h reads kv head h // (H / Hkv). With a window W,
+-- query t also needs t - s < W (transformers' sliding window: kv_idx > q_idx - sliding_window).
 local function attention_ref(attn, x, pos0)
   pos0 = pos0 or 0
   local B, Tn = x:size(0), x:size(1)
@@ -47,12 +48,14 @@ local function attention_ref(attn, x, pos0)
     q, k = rope_ref(q, attn.rope_theta, pos0), rope_ref(k, attn.rope_theta, pos0)
   end
   local allowed = lt.arange(Tn):unsqueeze(1):ge(lt.arange(Tn)) -- (T, T): key s <= query t
+  local in_window = (lt.arange(Tn):unsqueeze(1) - lt.arange(Tn)):lt(attn.window > 0 and attn.window or Tn + 1)
   local heads = {}
   for h = 0, H - 1 do
     local g = math.floor(h / (H / Hkv))
     local qh, kh, vh = q:select(2, h), k:select(2, g), v:select(2, g) -- (B, T, D)
     local scores = qh:matmul(kh:transpose(1, 2)) / math.sqrt(D)
     scores = lt.where(allowed, scores, -math.huge)
+    scores = lt.where(in_window, scores, -math.huge)
     heads[#heads + 1] = scores:softmax(-1):matmul(vh)
   end
   local y = lt.stack(heads, 2):reshape(B, Tn, H * D)
@@ -65,13 +68,15 @@ local CASES = {
   {name = "MQA", n_head = 4, n_kv_head = 1},
   {name = "GQA + RoPE", n_head = 6, n_kv_head = 3, rope = true, bias = false},
   {name = "MQA + RoPE, theta 500", n_head = 2, n_kv_head = 1, rope = true, rope_theta = 500},
+  {name = "GQA + RoPE, sliding window 3", n_head = 4, n_kv_head = 2, rope = true, window = 3},
+  {name = "MHA, sliding window 1", n_head = 2, n_kv_head = 2, window = 1},
 }
 
 for _, c in ipairs(CASES) do
   test("CausalSelfAttention " .. c.name .. ": shapes and forward against the reference", function()
     local C = c.n_head * 4
     local attn = nn.CausalSelfAttention {d_model = C, n_head = c.n_head, n_kv_head = c.n_kv_head, rope = c.rope,
-                                         rope_theta = c.rope_theta, bias = c.bias, dtype = "f64"}
+                                         rope_theta = c.rope_theta, bias = c.bias, window = c.window, dtype = "f64"}
     equal(attn.qkv.weight.shape, {(c.n_head + 2 * c.n_kv_head) * 4, C})
     equal(attn.proj.weight.shape, {C, C})
     equal(attn.qkv.bias == nil, c.bias == false)
@@ -113,7 +118,37 @@ test("CausalSelfAttention: incremental decoding with the cache equals the full f
   end
 end)
 
+test("CausalSelfAttention: sliding window, incremental decoding with the cache equals the full forward", function()
+  local attn = nn.CausalSelfAttention {d_model = 12, n_head = 3, n_kv_head = 1, rope = true, window = 4,
+                                       dtype = "f64"}
+  local x = randn(2, 11, 12)
+  local full = attn(x)
+  close(full, attention_ref(attn, x), TOL)
+  local cache = attn:new_cache(2, 12)
+  local parts = lt.no_grad(function()
+    local out = {attn(x:narrow(1, 0, 3), cache, 0)}
+    for t = 3, 10 do out[#out + 1] = attn(x:narrow(1, t, 1), cache, t) end
+    return out
+  end)
+  close(lt.cat(parts, 1), full, TOL)
+  -- a key leaves the window: position 9 no longer sees positions 0 .. 5
+  local x2 = x:clone()
+  x2[{0, {0, 6}}] = randn(6, 12)
+  close(attn(x2):narrow(1, 9, 2), full:narrow(1, 9, 2), TOL)
+end)
+
+test("CausalSelfAttention: sliding window gradients (the fused qkv op) against finite differences", function()
+  local attn = nn.CausalSelfAttention {d_model = 8, n_head = 2, n_kv_head = 1, rope = true, window = 2, dtype = "f64"}
+  local x = T.random_leaf({1, 5, 8})
+  T.gradcheck(function(a) return attn(a) end, {x})
+  equal(attn:extra_repr(), "d_model=8, n_head=2, n_kv_head=1, rope_theta=10000, window=2")
+end)
+
 test("CausalSelfAttention: bad configs and inputs", function()
+  fails("CausalSelfAttention: window must be a positive integer, got -2",
+    function() nn.CausalSelfAttention {d_model = 8, n_head = 2, window = -2} end)
+  fails("CausalSelfAttention: window must be a positive integer, got 1.5",
+    function() nn.CausalSelfAttention {d_model = 8, n_head = 2, window = 1.5} end)
   fails("d_model 10 is not a multiple of n_head 4", function() nn.CausalSelfAttention {d_model = 10, n_head = 4} end)
   fails("n_head 4 is not a multiple of n_kv_head 3",
     function() nn.CausalSelfAttention {d_model = 12, n_head = 4, n_kv_head = 3} end)

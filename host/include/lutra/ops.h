@@ -146,12 +146,15 @@ int lt_rope(lt_tensor *out, const lt_tensor *x, const lt_tensor *positions, doub
 /* Scaled dot-product attention. q (B, T, H, D), k and v (B, S, Hkv, D), H % Hkv == 0
  * (GQA: head h reads kv head h / (H / Hkv)). out (B, T, H, D); lse (B, H, T) f32 saved.
  * causal: query t sees keys s <= t + (S - T). segment_ids (B, T) I32/I64 or NULL:
- * with T == S, a query only sees keys of its own segment (packed documents). */
+ * with T == S, a query only sees keys of its own segment (packed documents).
+ * window: 0 for none; W > 0 (causal only) is a sliding window: query t, at absolute position
+ * t + (S - T), sees key s only when (t + S - T) - s < W, so W keys counting its own (Hugging
+ * Face's sliding_window: kv_idx > q_idx - sliding_window, on top of the causal mask). */
 int lt_attention_forward(lt_tensor *out, lt_tensor *lse, const lt_tensor *q, const lt_tensor *k,
-                         const lt_tensor *v, const lt_tensor *segment_ids, double scale, int causal);
+                         const lt_tensor *v, const lt_tensor *segment_ids, double scale, int causal, int64_t window);
 int lt_attention_backward(lt_tensor *dq, lt_tensor *dk, lt_tensor *dv, const lt_tensor *dout, const lt_tensor *q,
                           const lt_tensor *k, const lt_tensor *v, const lt_tensor *out, const lt_tensor *lse,
-                          const lt_tensor *segment_ids, double scale, int causal);
+                          const lt_tensor *segment_ids, double scale, int causal, int64_t window);
 
 /* One AdamW step in one pass, decoupled weight decay, bias correction at `step` (>= 1):
  * param -= lr * (mhat / (sqrt(vhat) + eps) + weight_decay * param). m and v are f32. */

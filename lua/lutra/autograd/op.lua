@@ -66,7 +66,7 @@ end
 function M.declare(spec)
   local cls = class_of(spec)
   local record = spec.record
-  local function bound(a, b, c, d, e, f, g, h, i) return record(cls, a, b, c, d, e, f, g, h, i) end
+  local function bound(a, b, c, d, e, f, g, h, i, j, k, l) return record(cls, a, b, c, d, e, f, g, h, i, j, k, l) end
   local names = type(spec.op) == "table" and spec.op or {spec.op}
   for _, name in ipairs(names) do
     if rawget(M.records, name) then error("autograd.op: record " .. name .. " declared twice", 2) end

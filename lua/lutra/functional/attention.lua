@@ -2,9 +2,13 @@
 -- declaration (AttentionBackward). The C side: lt_attention_forward / lt_attention_backward
 -- (host/ops/attention.c).
 --
---   F.scaled_dot_product_attention{q, k, v, causal=, scale=, segment_ids=, out=}
+--   F.scaled_dot_product_attention{q, k, v, causal=, scale=, segment_ids=, window=, out=}
 --       -> out, lse; q (B, T, H, D), k, v (B, S, Hkv, D); scale 1/sqrt(D) by default
---   F.attention_backward{dout, q, k, v, out, lse, causal=, scale=, segment_ids=} -> dq, dk, dv
+--   F.attention_backward{dout, q, k, v, out, lse, causal=, scale=, segment_ids=, window=} -> dq, dk, dv
+--
+-- window (nil or 0: none) is a sliding window of causal attention: query t, at absolute position
+-- t + S - T, sees the keys at positions p with t + S - T - p < window (Hugging Face's
+-- sliding_window: window keys counting its own).
 --
 -- Under autocast (lutra.autocast) its f32 q, k, v are cast per call, through autograd.
 local lt = require "lutra.ffi"
@@ -28,7 +32,7 @@ local record_attention -- the declaration's, below
 
 local function attention_args(args)
   if type(args) ~= "table" or is_tensor(args) then
-    raise("scaled_dot_product_attention: expected a table {q, k, v, causal=, scale=, segment_ids=}")
+    raise("scaled_dot_product_attention: expected a table {q, k, v, causal=, scale=, segment_ids=, window=}")
   end
   local q, k, v = args[1] or args.q, args[2] or args.k, args[3] or args.v
   need("scaled_dot_product_attention", "q", q)
@@ -36,32 +40,38 @@ local function attention_args(args)
   need("scaled_dot_product_attention", "v", v)
   tensor_or_nil("scaled_dot_product_attention", "segment_ids", args.segment_ids)
   local scale = args.scale or 1 / math.sqrt(q:size(-1))
-  return q, k, v, scale, args.causal and 1 or 0, args.segment_ids
+  local window = args.window or 0
+  if type(window) ~= "number" or window ~= math.floor(window) then
+    raise("scaled_dot_product_attention: window must be an integer (0 or nil: none), got " .. tostring(window))
+  end
+  return q, k, v, scale, args.causal and 1 or 0, args.segment_ids, window
 end
 
 function M.scaled_dot_product_attention(args)
-  local q, k, v, scale, causal, seg = attention_args(args)
+  local q, k, v, scale, causal, seg, window = attention_args(args)
   if AC.dtype and args.out == nil then q, k, v = low(q), low(k), low(v) end
   writing("scaled_dot_product_attention", args.out, q, k, v)
   local out, lse = args.out or new(), new()
-  if C.lt_attention_forward(out, lse, q, k, v, seg, scale, causal) ~= 0 then fail() end
-  if tracked(q, k, v) then record_attention(out, lse, q, k, v, seg, scale, causal) end
+  if C.lt_attention_forward(out, lse, q, k, v, seg, scale, causal, window) ~= 0 then fail() end
+  if tracked(q, k, v) then record_attention(out, lse, q, k, v, seg, scale, causal, window) end
   return out, lse
 end
 
--- {dout, q, k, v, out, lse, causal=, scale=, segment_ids=} -> dq, dk, dv
+-- {dout, q, k, v, out, lse, causal=, scale=, segment_ids=, window=} -> dq, dk, dv
 function M.attention_backward(args)
-  local q, k, v, scale, causal, seg = attention_args {args[2], args[3], args[4], causal = args.causal,
-    scale = args.scale, segment_ids = args.segment_ids}
+  local q, k, v, scale, causal, seg, window = attention_args {args[2], args[3], args[4], causal = args.causal,
+    scale = args.scale, segment_ids = args.segment_ids, window = args.window}
   local dq, dk, dv = new(), new(), new()
-  if C.lt_attention_backward(dq, dk, dv, args[1], q, k, v, args[5], args[6], seg, scale, causal) ~= 0 then fail() end
+  if C.lt_attention_backward(dq, dk, dv, args[1], q, k, v, args[5], args[6], seg, scale, causal, window) ~= 0 then
+    fail()
+  end
   return dq, dk, dv
 end
 
 record_attention = op.declare {
   name = "AttentionBackward", op = "attention", save = {"q", "k", "v", "out", "lse", "segment_ids"},
-  record = function(cls, out, lse, q, k, v, segment_ids, scale, causal)
-    local node = {edge(q), edge(k), edge(v), cls = cls, scale = scale, causal = causal}
+  record = function(cls, out, lse, q, k, v, segment_ids, scale, causal, window)
+    local node = {edge(q), edge(k), edge(v), cls = cls, scale = scale, causal = causal, window = window}
     save(node, "q", q)
     save(node, "k", k)
     save(node, "v", v)
@@ -72,7 +82,8 @@ record_attention = op.declare {
   end,
   backward = function(n, g)
     local dq, dk, dv = new(), new(), new()
-    if C.lt_attention_backward(dq, dk, dv, g, n.q, n.k, n.v, n.out, n.lse, n.segment_ids, n.scale, n.causal) ~= 0 then
+    if C.lt_attention_backward(dq, dk, dv, g, n.q, n.k, n.v, n.out, n.lse, n.segment_ids, n.scale, n.causal,
+        n.window) ~= 0 then
       fail()
     end
     return n[1] and dq or nil, n[2] and dk or nil, n[3] and dv or nil

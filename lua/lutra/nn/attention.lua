@@ -1,16 +1,17 @@
 -- nn.CausalSelfAttention{d_model =, n_head =, n_kv_head = n_head, bias = true,
---   dropout = 0, rope = false, rope_theta = 10000, head_dim = d_model / n_head, qk_norm = false,
---   norm_eps = 1e-6, qkv_bias = bias, out_bias = bias, dtype =, device =}
+--   dropout = 0, rope = false, rope_theta = 10000, window = 0, head_dim = d_model / n_head,
+--   qk_norm = false, norm_eps = 1e-6, qkv_bias = bias, out_bias = bias, dtype =, device =}
 --
 -- Multi-head causal self-attention, x (B, T, C) -> (B, T, C), C = d_model. n_kv_head
 -- below n_head shares each key/value head among n_head / n_kv_head query heads: GQA,
 -- or MQA with n_kv_head = 1. One fused projection makes q, k and v:
 --   qkv.weight is (H*D + 2*Hkv*D, C): rows [q heads | k heads | v heads], D = head_dim;
 -- proj.weight (C, H*D) maps the heads back. qk_norm = true normalises each query and key head
--- (RMSNorm over D with q_norm.weight, k_norm.weight, eps norm_eps) before RoPE, as Qwen3 does. rope = true rotates q and k by their
--- positions (the "rotate half" convention of Hugging Face's Llama); otherwise the
--- model adds learned positions to its input. Dropout applies to the output (the fused
--- attention kernel has no dropout on the attention weights).
+-- (RMSNorm over D with q_norm.weight, k_norm.weight, eps norm_eps) before RoPE, as Qwen3 does.
+-- rope = true rotates q and k by their positions (the "rotate half" convention of Hugging Face's
+-- Llama); otherwise the model adds learned positions to its input. Dropout applies to the output (the fused
+-- attention kernel has no dropout on the attention weights). window W > 0 makes it sliding-window
+-- attention (Mistral, Qwen2): a query sees the W positions ending at its own.
 --
 -- forward(x, cache, pos): with a cache {k =, v =} (B, S_max, Hkv, D) tensors (made by
 -- the model's kv_cache), the new keys and values are written at positions
@@ -42,8 +43,8 @@ local release = grad.release
 
 local Attention = Module:extend("CausalSelfAttention")
 
-local KEYS = {"d_model", "n_head", "n_kv_head", "bias", "dropout", "rope", "rope_theta", "head_dim", "qk_norm",
-              "norm_eps", "qkv_bias", "out_bias", "dtype", "device"}
+local KEYS = {"d_model", "n_head", "n_kv_head", "bias", "dropout", "rope", "rope_theta", "window", "head_dim",
+              "qk_norm", "norm_eps", "qkv_bias", "out_bias", "dtype", "device"}
 
 function Attention:init(cfg)
   local name = "CausalSelfAttention"
@@ -62,6 +63,7 @@ function Attention:init(cfg)
     if D % 2 ~= 0 then raise(string.format("%s: rope needs an even head dim, got %d", name, D)) end
     self.rope_theta = O.positive(name, "rope_theta", cfg.rope_theta or 10000)
   end
+  self.window = cfg.window and cfg.window ~= 0 and O.positive_int(name, "window", cfg.window) or 0
   local bias = O.boolean(name, "bias", cfg.bias, true)
   self.qkv = Linear(C, (H + 2 * Hkv) * D, {bias = O.boolean(name, "qkv_bias", cfg.qkv_bias, bias), dtype = cfg.dtype,
                                           device = cfg.device})
@@ -100,9 +102,9 @@ end
 -- rather than keeping them, and rotates their gradients back into dqkv.
 local record_qkv_attention = op.declare {
   name = "QKVAttentionBackward", save = {"qkv", "out", "lse"},
-  record = function(cls, y, lse, qkv, H, Hkv, scale, theta, positions, segments)
+  record = function(cls, y, lse, qkv, H, Hkv, scale, theta, positions, segments, window)
     local node = {op.edge(qkv), cls = cls, H = H, Hkv = Hkv, scale = scale, theta = theta, positions = positions,
-                  segments = segments}
+                  segments = segments, window = window}
     op.save(node, "qkv", qkv)
     op.save_output(node, "out", y)
     op.save(node, "lse", lse)
@@ -118,7 +120,7 @@ local record_qkv_attention = op.declare {
     local dq, dk, dv = split(dqkv, n.H, n.Hkv)
     local dqr, dkr = dq, dk
     if n.theta then dqr, dkr = memory.new(), memory.new() end
-    if lt.C.lt_attention_backward(dqr, dkr, dv, g, q, k, v, n.out, n.lse, n.segments, n.scale, 1) ~= 0 then
+    if lt.C.lt_attention_backward(dqr, dkr, dv, g, q, k, v, n.out, n.lse, n.segments, n.scale, 1, n.window) ~= 0 then
       errors.fail()
     end
     if n.theta then
@@ -130,18 +132,21 @@ local record_qkv_attention = op.declare {
 }
 
 -- The views and kernels of qkv_attention: one recorded op (run untracked).
-local function attend(qkv, H, Hkv, scale, theta, positions, segments)
+local function attend(qkv, H, Hkv, scale, theta, positions, segments, window)
   local q, k, v = split_rotated(qkv, H, Hkv, theta, positions)
-  local y, lse = F.scaled_dot_product_attention {q, k, v, causal = true, scale = scale, segment_ids = segments}
+  local y, lse = F.scaled_dot_product_attention {q, k, v, causal = true, scale = scale, segment_ids = segments,
+    window = window}
   q:free()
   k:free()
   v:free()
   return y, lse
 end
 
-local function qkv_attention(qkv, H, Hkv, scale, theta, positions, segments)
-  local y, lse = op.untracked(attend, qkv, H, Hkv, scale, theta, positions, segments)
-  if S.enabled and is_tracked(qkv) then record_qkv_attention(y, lse, qkv, H, Hkv, scale, theta, positions, segments) end
+local function qkv_attention(qkv, H, Hkv, scale, theta, positions, segments, window)
+  local y, lse = op.untracked(attend, qkv, H, Hkv, scale, theta, positions, segments, window)
+  if S.enabled and is_tracked(qkv) then
+    record_qkv_attention(y, lse, qkv, H, Hkv, scale, theta, positions, segments, window)
+  end
   return y
 end
 
@@ -176,7 +181,8 @@ function Attention:forward(x, cache, pos, opts)
   release(lin, x)
   if self.q_norm ~= nil then return self:forward_qk_norm(qkv, cache, pos, positions, segments) end
   if cache == nil then
-    local y = qkv_attention(qkv, H, Hkv, 1 / math.sqrt(D), self.rope and self.rope_theta or nil, positions, segments)
+    local y = qkv_attention(qkv, H, Hkv, 1 / math.sqrt(D), self.rope and self.rope_theta or nil, positions, segments,
+      self.window)
     release(qkv, x)
     local yv = y:view(B, T, H * D)
     release(y, x)
@@ -202,7 +208,7 @@ function Attention:forward(x, cache, pos, opts)
     cache.v:narrow(1, pos, T):copy_(v)
     k, v = cache.k:narrow(1, 0, pos + T), cache.v:narrow(1, 0, pos + T)
   end
-  local y = F.scaled_dot_product_attention {q, k, v, causal = true}
+  local y = F.scaled_dot_product_attention {q, k, v, causal = true, window = self.window}
   return self.drop(self.proj(y:view(B, T, H * D)))
 end
 
@@ -229,7 +235,8 @@ function Attention:forward_qk_norm(qkv, cache, pos, positions, segments)
     cache.v:narrow(1, pos, T):copy_(v)
     k, v = cache.k:narrow(1, 0, pos + T), cache.v:narrow(1, 0, pos + T)
   end
-  local y = F.scaled_dot_product_attention {q, k, v, causal = true, scale = 1 / math.sqrt(D), segment_ids = segments}
+  local y = F.scaled_dot_product_attention {q, k, v, causal = true, scale = 1 / math.sqrt(D), segment_ids = segments,
+                                            window = self.window}
   return self.drop(self.proj(y:view(B, T, H * D)))
 end
 
@@ -246,6 +253,7 @@ function Attention:extra_repr()
   if self.head_dim * self.n_head ~= self.d_model then s = s .. ", head_dim=" .. self.head_dim end
   if self.q_norm ~= nil then s = s .. ", qk_norm" end
   if self.rope then s = s .. string.format(", rope_theta=%g", self.rope_theta) end
+  if self.window > 0 then s = s .. ", window=" .. self.window end
   return s
 end
 

@@ -3,7 +3,8 @@
 -- 128 (the tensor-core kernels for bf16/f16) and others (the CUDA-core kernels, up to 256; above,
 -- the CUDA path runs the CPU op on copies); causal
 -- or not, GQA and MQA, S < T (rows that see no key: out 0, lse -inf), S > T, segment ids (sorted
--- and not), T and S not multiples of any tile; q, k, v as views of one fused qkv (strided, used in
+-- and not), sliding windows (alone, with segments, after a cache: S > T), T and S not multiples
+-- of any tile; q, k, v as views of one fused qkv (strided, used in
 -- place), with a strided head dim (copied first), and a strided out. The backward is given the
 -- CPU's out and lse, so that it is checked alone, and is run twice to check that it is
 -- deterministic (no atomics: the same bits).
@@ -64,16 +65,22 @@ return function(st)
     {B = 1, T = 70, S = 45, H = 2, Hkv = 1, D = 128, causal = false, layout = "strided"},
     {B = 1, T = 1, S = 1, H = 1, Hkv = 1, D = 1, causal = true, layout = "plain"},
     {B = 1, T = 9, S = 12, H = 2, Hkv = 1, D = 300, causal = true, layout = "plain"}, -- D > 256: the CPU op's
+    -- sliding windows: across key tiles, with packed segments, queries after a cache (S > T)
+    {B = 2, T = 150, S = 150, H = 4, Hkv = 2, D = 64, causal = true, window = 40, layout = "fused"},
+    {B = 1, T = 130, S = 130, H = 2, Hkv = 1, D = 128, causal = true, window = 70, seg = "sorted", layout = "plain"},
+    {B = 1, T = 20, S = 170, H = 2, Hkv = 2, D = 64, causal = true, window = 64, layout = "plain"},
+    {B = 1, T = 77, S = 77, H = 3, Hkv = 1, D = 48, causal = true, window = 9, seg = "unsorted", layout = "strided"},
+    {B = 1, T = 1, S = 90, H = 2, Hkv = 1, D = 128, causal = true, window = 33, layout = "plain"},
   }
 
   for _, c in ipairs(CASES) do
     for _, dt in ipairs {"bf16", "f16", "f32", "f64"} do
       local qshape, kshape = {c.B, c.T, c.H, c.D}, {c.B, c.S, c.Hkv, c.D}
-      local tag = string.format("%s%s%s", c.causal and " causal" or "", c.seg and " seg " .. c.seg or "",
-                                c.layout ~= "plain" and " " .. c.layout or "")
+      local tag = string.format("%s%s%s%s", c.causal and " causal" or "", c.window and " window " .. c.window or "",
+                                c.seg and " seg " .. c.seg or "", c.layout ~= "plain" and " " .. c.layout or "")
       guarded("attention" .. tag, qshape, dt, function()
         local scale = (0.5 + 2 * st.uniform()) / math.sqrt(c.D)
-        local causal = c.causal and 1 or 0
+        local causal, window = c.causal and 1 or 0, c.window or 0
         -- inputs on the CPU, and the same values laid out on the device
         local q, k, v, qd, kd, vd
         if c.layout == "fused" then
@@ -92,15 +99,15 @@ return function(st)
 
         -- CPU reference
         local out, lse = empty(qshape, dt), empty({c.B, c.H, c.T}, "f32")
-        ok(C.lt_attention_forward(out, lse, q, k, v, seg, scale, causal))
+        ok(C.lt_attention_forward(out, lse, q, k, v, seg, scale, causal, window))
         local dq, dk, dv = empty(qshape, dt), empty(kshape, dt), empty(kshape, dt)
-        ok(C.lt_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, seg, scale, causal))
+        ok(C.lt_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, seg, scale, causal, window))
 
         -- device
         local outd = empty(qshape, dt, device)
         if c.layout == "out" then outd = st.noncontig(outd) end
         local lsed = empty({c.B, c.H, c.T}, "f32", device)
-        ok(C.lt_attention_forward(outd, lsed, qd, kd, vd, segd, scale, causal))
+        ok(C.lt_attention_forward(outd, lsed, qd, kd, vd, segd, scale, causal, window))
         st.check("attention_fwd out" .. tag, dt, outd, out, TOL[dt])
         st.check("attention_fwd lse" .. tag, dt, lsed, lse, LSE_TOL[dt])
 
@@ -108,7 +115,8 @@ return function(st)
         local grads = {}
         for run = 1, 2 do
           local g = {empty(qshape, dt, device), empty(kshape, dt, device), empty(kshape, dt, device)}
-          ok(C.lt_attention_backward(g[1], g[2], g[3], doutd, qd, kd, vd, outc, lsec, segd, scale, causal))
+          ok(C.lt_attention_backward(g[1], g[2], g[3], doutd, qd, kd, vd, outc, lsec, segd, scale, causal,
+            window))
           grads[run] = g
         end
         st.check("attention_bwd dq" .. tag, dt, grads[1][1], dq, GRAD_TOL[dt])
@@ -125,7 +133,7 @@ return function(st)
   guarded("attention errors", {1}, "f32", function()
     local q, k = st.to_device(st.rand({1, 4, 3, 8}, "f32")), st.to_device(st.rand({1, 4, 2, 8}, "f32"))
     local out, lse = empty({1, 4, 3, 8}, "f32", device), empty({1, 3, 4}, "f32", device)
-    local rc = C.lt_attention_forward(out, lse, q, k, k, nil, 1.0, 1)
+    local rc = C.lt_attention_forward(out, lse, q, k, k, nil, 1.0, 1, 0)
     local fine = rc ~= 0 and err():find("H % Hkv == 0", 1, true) ~= nil
     if not fine then print("  attention errors: got '" .. (rc ~= 0 and err() or "(no error)") .. "'") end
     st.report("attention bad GQA", {1, 4, 3, 8}, "f32", fine and 0 or math.huge, 0, fine)

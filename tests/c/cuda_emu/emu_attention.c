@@ -1,6 +1,6 @@
-/* emu_attention.c — kernels/attention_forward.cu, kernels/attention_backward.cu and kernels/attention_backward_mma.cu under
- * the emulator against the CPU op (suite "attention"): f32/f64/bf16/f16, causal or not, GQA
- * (Hkv < H), S != T, packed segments, q/k/v contiguous or permuted ((B, H, T, D) storage),
+/* emu_attention.c — kernels/attention_forward.cu, kernels/attention_backward.cu and kernels/attention_backward_mma.cu
+ * under the emulator against the CPU op (suite "attention"): f32/f64/bf16/f16, causal or not, GQA (Hkv < H), S != T,
+ * packed segments, sliding windows (with segments, after a cache), q/k/v contiguous or permuted ((B, H, T, D) storage),
  * forward (out, lse) and backward (dq, dk, dv from the CPU's out and lse). bf16/f16 with D 64
  * or 128 take the tensor-core (mma.sync) kernels, as on a GPU; the suite counts the cases that
  * ran mma.sync forward and backward (emu_mma_count). Tolerances: lua/lutra/selftest/attention.lua. */
@@ -20,8 +20,8 @@ static lt_tensor *dev_perm(const lt_tensor *x, int perm) {
   lt_release(t), lt_release(c), lt_release(cd);
   return v;
 }
-static void att_case(int64_t B, int64_t T, int64_t S, int64_t H, int64_t Hkv, int64_t Dm, int causal, int seg, int perm,
-                     int dts) {
+static void att_case_w(int64_t B, int64_t T, int64_t S, int64_t H, int64_t Hkv, int64_t Dm, int causal, int seg,
+                       int perm, int dts, int64_t window) {
   int64_t qs[4] = {B, T, H, Dm}, ks[4] = {B, S, Hkv, Dm}, ss[2] = {B, T};
   char name[128];
   for (int k = 0; k < 4; k++) {
@@ -43,13 +43,13 @@ static void att_case(int64_t B, int64_t T, int64_t S, int64_t H, int64_t Hkv, in
     }
     lt_tensor *qd = dev_perm(q, perm), *kd = dev_perm(kk, perm), *vd = dev_perm(v, 0), *doutd = dev_perm(dout, perm);
     double scale = 1 / sqrt((double)Dm);
-    snprintf(name, sizeof name, "attention %s B%lld T%lld S%lld H%lld/%lld D%lld%s%s%s", lt_dtype_name(dt),
-             (long long)B, (long long)T, (long long)S, (long long)H, (long long)Hkv, (long long)Dm,
+    snprintf(name, sizeof name, "attention %s B%lld T%lld S%lld H%lld/%lld D%lld W%lld%s%s%s", lt_dtype_name(dt),
+             (long long)B, (long long)T, (long long)S, (long long)H, (long long)Hkv, (long long)Dm, (long long)window,
              causal ? " causal" : "", seg ? " segments" : "", perm ? " permuted" : "");
     lt_tensor *out = lt_tensor_new(), *lse = lt_tensor_new(), *outd = lt_tensor_new(), *lsed = lt_tensor_new();
-    int rc = lt_attention_forward(out, lse, q, kk, v, sid, scale, causal);
+    int rc = lt_attention_forward(out, lse, q, kk, v, sid, scale, causal, window);
     long m0 = emu_mma_count();
-    int rd = lt_attention_forward(outd, lsed, qd, kd, vd, sidd, scale, causal);
+    int rd = lt_attention_forward(outd, lsed, qd, kd, vd, sidd, scale, causal, window);
     n_cases++, n_mma_fwd += emu_mma_count() > m0;
     if (rc || rd) {
       if ((rc != 0) != (rd != 0))
@@ -63,9 +63,9 @@ static void att_case(int64_t B, int64_t T, int64_t S, int64_t H, int64_t Hkv, in
       lt_tensor *g[3], *gd[3];
       for (int i = 0; i < 3; i++) g[i] = lt_tensor_new(), gd[i] = lt_tensor_new();
       lt_tensor *od = emu_dev(out, 0), *ld = emu_dev(lse, 0);
-      rc = lt_attention_backward(g[0], g[1], g[2], dout, q, kk, v, out, lse, sid, scale, causal);
+      rc = lt_attention_backward(g[0], g[1], g[2], dout, q, kk, v, out, lse, sid, scale, causal, window);
       long m1 = emu_mma_count();
-      rd = lt_attention_backward(gd[0], gd[1], gd[2], doutd, qd, kd, vd, od, ld, sidd, scale, causal);
+      rd = lt_attention_backward(gd[0], gd[1], gd[2], doutd, qd, kd, vd, od, ld, sidd, scale, causal, window);
       n_mma_bwd += emu_mma_count() > m1;
       if (rc || rd) {
         emu_fails++, printf("FAIL %s backward: cpu rc %d device rc %d: %s\n", name, rc, rd, lt_last_error());
@@ -81,6 +81,10 @@ static void att_case(int64_t B, int64_t T, int64_t S, int64_t H, int64_t Hkv, in
     lt_release(qd), lt_release(kd), lt_release(vd), lt_release(doutd);
   }
 }
+static void att_case(int64_t B, int64_t T, int64_t S, int64_t H, int64_t Hkv, int64_t Dm, int causal, int seg, int perm,
+                     int dts) {
+  att_case_w(B, T, S, H, Hkv, Dm, causal, seg, perm, dts, 0);
+}
 void emu_suite_attention(void) {
   n_cases = n_mma_fwd = n_mma_bwd = 0;
   /*        B  T  S  H  Hkv D  causal seg perm dtypes */
@@ -91,7 +95,17 @@ void emu_suite_attention(void) {
   att_case(1, 70, 70, 2, 1, 64, 1, 0, 0, HALF);
   att_case(1, 72, 72, 2, 2, 128, 0, 0, 1, BF16);
   att_case(1, 70, 70, 2, 1, 128, 1, 1, 0, BF16);
+  /* sliding windows: key tiles before the window skipped (forward, dQ), query tiles past it (dK/dV) */
+  /*          B  T   S    H  Hkv D   causal seg perm dtypes window */
+  att_case_w(1, 11, 11, 2, 1, 8, 1, 0, 0, ALL, 3);
+  att_case_w(1, 9, 20, 2, 2, 8, 1, 0, 1, ALL, 5); /* queries after 11 cached keys */
+  att_case_w(1, 140, 140, 2, 1, 64, 1, 0, 0, HALF, 40);
+  att_case_w(1, 100, 100, 2, 1, 128, 1, 1, 0, BF16, 70);
   if (!emu_quick) {
+    att_case_w(2, 40, 40, 3, 1, 32, 1, 1, 1, ALL, 7);
+    att_case_w(1, 1, 130, 2, 2, 64, 1, 0, 0, ALL, 33); /* one query decoding after 129 cached keys */
+    att_case_w(1, 30, 170, 2, 1, 64, 1, 0, 0, HALF, 64);
+    att_case_w(1, 200, 200, 2, 2, 64, 1, 1, 1, HALF, 1);
     att_case(1, 7, 4, 4, 2, 16, 1, 0, 0, ALL); /* T > S, causal: early queries see nothing */
     att_case(2, 33, 33, 3, 1, 32, 1, 0, 1, ALL);
     att_case(1, 70, 70, 2, 1, 64, 1, 1, 0, ALL);

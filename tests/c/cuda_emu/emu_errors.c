@@ -73,8 +73,8 @@ void emu_suite_errors(void) {
   both("rope odd D", SAVE(lt_rope(o, x, NULL, 10000, 0)), lt_rope(od, xd, NULL, 10000, 0));
   lt_tensor *qq = emu_rnd(4, q, LT_F32, -1, 1, 0), *kk = emu_rnd(4, k, LT_F32, -1, 1, 0);
   lt_tensor *qqd = emu_dev(qq, 0), *kkd = emu_dev(kk, 0);
-  both("attention GQA", SAVE(lt_attention_forward(o, o2, qq, kk, kk, NULL, 0.5, 0)),
-       lt_attention_forward(od, o2d, qqd, kkd, kkd, NULL, 0.5, 0));
+  both("attention GQA", SAVE(lt_attention_forward(o, o2, qq, kk, kk, NULL, 0.5, 0, 0)),
+       lt_attention_forward(od, o2d, qqd, kkd, kkd, NULL, 0.5, 0, 0));
   lt_tensor *w = emu_rnd(1, s4, LT_F32, -1, 1, 0), *wd = emu_dev(w, 0);
   both("layer_norm weight", SAVE(lt_layer_norm_forward(o, NULL, NULL, a, w, NULL, 1e-5)),
        lt_layer_norm_forward(od, NULL, NULL, ad, wd, NULL, 1e-5));
