@@ -3,7 +3,7 @@
 -- mistral with a sliding window shorter than the sequence, SmolLM2's llama), f32 and bf16 files,
 -- tied and untied, sharded, a config.json in transformers 4.x's form. Each loads and gives
 -- transformers' float64 logits to 1e-5 (relative to the largest); lutra saves it again and loads
--- that bitwise the same. RoPE's inverse frequencies and attention scaling equal the arrays
+-- that bitwise the same, as lutra convert does both ways (through a lutra checkpoint). RoPE's inverse frequencies and attention scaling equal the arrays
 -- transformers' own functions return (run in float64: to 1e-13; as transformers runs them, in
 -- float32: to float32's rounding). (The other direction, transformers loading what lutra wrote,
 -- needs transformers: gen_models.py --check-lutra.)
@@ -11,6 +11,7 @@ local lt = require "lutra"
 local hf = require "lutra.hf"
 local json = require "lutra.json"
 local rope = require "lutra.models.rope"
+local convert = require "lutra.ckpt.convert"
 local st = require "lutra.ckpt.safetensors"
 local T = require "lutra.testing"
 local equal = T.assert_equal
@@ -86,6 +87,12 @@ for _, name in ipairs(NAMES) do
     local again = hf.load_pretrained(out)
     local a, b = logits_of(model, exp.ids), logits_of(again, exp.ids)
     equal((a - b):abs():max():item(), 0)
+    -- lutra convert both ways: Hugging Face -> lutra checkpoint -> Hugging Face, the same family and logits
+    convert.convert(dir, out .. "-ckpt", {cast = true})
+    convert.convert(out .. "-ckpt", out .. "-back", {})
+    equal(json.read_file(out .. "-back/config.json").model_type, FAMILY[name] or "llama")
+    local back = hf.load_pretrained(out .. "-back")
+    equal((logits_of(back, exp.ids) - a):abs():max():item(), 0)
   end)
 end
 
