@@ -10,6 +10,7 @@
 local lt = require "lutra"
 local hf = require "lutra.hf"
 local json = require "lutra.json"
+local models = require "lutra.models"
 local rope = require "lutra.models.rope"
 local convert = require "lutra.ckpt.convert"
 local st = require "lutra.ckpt.safetensors"
@@ -138,6 +139,42 @@ test("a config.json in transformers 4.x's form reads as its 5.x form does", func
   equal(json.encode(a), json.encode(b))
   equal(a.rope_theta, 20000)
   equal(a.rope_scaling.factor, 3)
+end)
+
+test("q/k norm, head_dim apart, biases apart, sliding window: finite-difference gradients (f64), packed rows", function()
+  lt.manual_seed(5)
+  local m = models.build {arch = "llama", n_layer = 2, n_head = 2, n_kv_head = 1, d_model = 8, head_dim = 6,
+                          vocab_size = 11, block_size = 16, qk_norm = true, qkv_bias = true, out_bias = false,
+                          sliding_window = 3, layer_types = {"full_attention", "sliding_attention"}, dtype = "f64"}
+  lt.no_grad(function()
+    for _, p in ipairs(m:parameters()) do p:copy_(lt.randn(p.shape, {dtype = "f64"}) * 0.5 + (p.ndim == 1 and 1 or 0)) end
+  end)
+  local x = lt.tensor({{1, 2, 3, 4, 5, 6, 7, 8}}, "i64")
+  local y = lt.tensor({{2, 3, 4, 5, 6, 7, 8, 9}}, "i64")
+  local attn = m.blocks[2].attn
+  T.gradcheck(function()
+    local _, loss = m(x, y)
+    return loss
+  end, {attn.q_norm.weight, attn.k_norm.weight, attn.qkv.weight, attn.qkv.bias, m.blocks[1].attn.k_norm.weight})
+  -- packed: two documents in one row give each one's logits alone (positions restart, no attention across)
+  local a, b = lt.tensor({{1, 2, 3, 4, 5}}, "i64"), lt.tensor({{6, 7, 8}}, "i64")
+  local row = lt.tensor({{1, 2, 3, 4, 5, 6, 7, 8}}, "i64")
+  local pos = lt.tensor({{0, 1, 2, 3, 4, 0, 1, 2}}, "i64")
+  local seg = lt.tensor({{0, 0, 0, 0, 0, 1, 1, 1}}, "i64")
+  lt.no_grad(function()
+    local packed = m(row, nil, {positions = pos, segments = seg})
+    local la, lb = m(a), m(b)
+    local d = math.max((packed:narrow(1, 0, 5) - la):abs():max():item(), (packed:narrow(1, 5, 3) - lb):abs():max():item())
+    assert(d < 1e-12, "packed rows: " .. d)
+    -- a key/value cache gives the logits of the whole sequence, one token at a time
+    local cache = m:kv_cache(1, 8)
+    local whole = m(row)
+    for t = 0, 7 do
+      local step = m(row:narrow(1, t, 1), nil, {cache = cache})
+      local dt = (step - whole:narrow(1, t, 1)):abs():max():item()
+      assert(dt < 1e-12, "cached step " .. t .. ": " .. dt)
+    end
+  end)
 end)
 
 test("cleanup", function() os.execute("rm -rf " .. tmp) end)
