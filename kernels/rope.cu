@@ -1,9 +1,9 @@
 /* rope.cu — rotary position embedding ("rotate half") on CUDA, host/ops/rope.c's recipe.
  *
- * The frequencies come from the host (the CPU's pow, bit for bit); angle = p * freq is the
- * same double multiply; cos and sin are libdevice's in double (the CPU's libm may differ in
- * the last bit), rounded to f32 for f32/bf16/f16 rows. The rotation rounds every product and
- * sum (explicit _rn intrinsics, which nvcc does not fuse): a fixed recipe, while the CPU build
+ * The frequencies come from the host (the CPU's pow, or the caller's table, bit for bit); angle
+ * = p * freq is the same double multiply; cos and sin are libdevice's in double (the CPU's libm
+ * may differ in the last bit), times the plan's scale in double, rounded to f32 for f32/bf16/f16 rows. The rotation
+ * rounds every product and sum (explicit _rn intrinsics, which nvcc does not fuse): a fixed recipe, while the CPU build
  * (-mfma, GCC's default contraction) may fuse a product into an FMA. Results match the CPU's
  * to an ulp or two, not bitwise.
  *
@@ -20,7 +20,7 @@ struct rope_geom { /* by value to the kernel */
   int64_t B, T, H, half;
   int64_t xs[4], os[4], ps[2];
   int p64, has_pos, per_batch;
-  double sign;
+  double sign, scale;
 };
 
 template <typename T> __host__ __device__ inline float to_f32(T x) {
@@ -75,6 +75,7 @@ __host__ __device__ inline void rope_item(T *out, const T *x, const double *freq
   s = sin(angle), c = cos(angle);
 #endif
   s = g.sign * s;
+  c = ROPE_MUL_D(g.scale, c), s = ROPE_MUL_D(g.scale, s); /* exact when scale is 1 */
   int64_t xo = b * g.xs[0] + t * g.xs[1] + i * g.xs[3], oo = b * g.os[0] + t * g.os[1] + i * g.os[3];
   int64_t xh = g.half * g.xs[3], oh = g.half * g.os[3];
   if constexpr (std::is_same<T, double>::value) {
@@ -107,7 +108,7 @@ rope_geom make_geom(const lt_rope_plan *a) {
   for (int d = 0; d < 4; d++) g.xs[d] = a->xs[d], g.os[d] = a->os[d];
   g.ps[0] = a->ps[0], g.ps[1] = a->ps[1];
   g.p64 = a->pdtype == LT_I64, g.has_pos = a->pos != NULL, g.per_batch = a->per_batch;
-  g.sign = a->sign;
+  g.sign = a->sign, g.scale = a->scale;
   return g;
 }
 

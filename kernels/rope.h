@@ -22,6 +22,7 @@ typedef struct lt_rope_plan {
   int64_t ps[2];      /* element strides of pos: (T) uses ps[0]; (B, T) uses both */
   const double *freq; /* host array of D / 2 frequencies, as the CPU computes them */
   double sign;        /* 1, or -1 for the inverse rotation */
+  double scale;       /* multiplies cos and sin (1: a plain rotation) */
 } lt_rope_plan;
 int lt_cuda_rope(const lt_rope_plan *a);
 

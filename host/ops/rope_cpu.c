@@ -59,7 +59,7 @@ static inline void table_row(const rope_job *J, int64_t r) {
     p = (double)lt_load_i64(P->pos, P->pdtype, off);
   }
   for (int64_t i = 0; i < half; i++) {
-    double angle = p * P->freq[i], c = cos(angle), s = P->sign * sin(angle);
+    double angle = p * P->freq[i], c = P->scale * cos(angle), s = P->scale * (P->sign * sin(angle));
     if (J->f64) {
       ((double *)J->cos_tab)[r * half + i] = c;
       ((double *)J->sin_tab)[r * half + i] = s;

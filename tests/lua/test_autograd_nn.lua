@@ -80,6 +80,32 @@ test("F.rope: default positions, given positions, theta", function()
   check(function(x) return F.rope(x, pos, 500) end, {leaf({2, 3, 1, 6})})
 end)
 
+test("F.rope: the caller's frequencies and scale ({inv_freq =, scale =}); bad rope tables", function()
+  local pos = lt.tensor({{3, 1, 7}, {0, 5, 2}}, "i64")
+  local rf = {inv_freq = {0.9, 0.02, 0.0004}, scale = 1.3}
+  check(function(x) return F.rope(x, pos, rf) end, {leaf({2, 3, 2, 6})})
+  check(function(x) return F.rope(x, nil, {inv_freq = lt.tensor({1.5, 0.1}, "f64")}) end, {leaf({1, 4, 1, 4})})
+  -- theta's own table and scale 1 are theta, bit for bit; the scale multiplies the result
+  local x = lt.randn(2, 3, 2, 6, "f64")
+  local tab = {}
+  for i = 0, 2 do tab[i + 1] = 500 ^ (-2 * i / 6) end
+  close(F.rope(x, pos, {inv_freq = tab}), F.rope(x, pos, 500), {rtol = 0, atol = 0})
+  close(F.rope(x, pos, {inv_freq = tab, scale = 2}), F.rope(x, pos, 500) * 2, {rtol = 1e-15, atol = 0})
+  close(F.rope_backward(F.rope(x, pos, rf), pos, rf), x * (1.3 * 1.3), {rtol = 1e-13, atol = 1e-13})
+  fails("rope: rope must be theta (a number) or a table {inv_freq =, scale =}, got string",
+    function() F.rope(x, pos, "llama3") end)
+  fails("rope: rope.inv_freq must be a list of numbers or an f64 cpu tensor, got nil", function() F.rope(x, pos, {}) end)
+  fails("rope: rope.inv_freq[2] must be a finite number, got nan",
+    function() F.rope(x, pos, {inv_freq = {1, 0 / 0, 1}}) end)
+  fails("rope: rope.scale must be a positive number, got -1",
+    function() F.rope(x, pos, {inv_freq = tab, scale = -1}) end)
+  fails("rope: rope: unknown key 'rope_type' (inv_freq, scale)",
+    function() F.rope(x, pos, {inv_freq = tab, rope_type = "yarn"}) end)
+  fails("rope: inv_freq must be (D / 2) = (3) f64 on the cpu", function() F.rope(x, pos, {inv_freq = {1, 2}}) end)
+  fails("rope: rope.inv_freq must be an f64 cpu tensor of D / 2 numbers, got f32 cpu [3]",
+    function() F.rope(x, pos, {inv_freq = lt.tensor(tab, "f32")}) end)
+end)
+
 test("F.scaled_dot_product_attention: causal or not, GQA, segment ids, scale", function()
   check(function(q, k, v) return (F.scaled_dot_product_attention{q, k, v}) end,
     {leaf({1, 3, 2, 4}), leaf({1, 4, 2, 4}), leaf({1, 4, 2, 4})})

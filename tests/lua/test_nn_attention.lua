@@ -17,16 +17,19 @@ local function linear_ref(x, lin)
 end
 
 -- x (B, T, H, D) rotated by positions pos0 .. pos0 + T - 1: "rotate half",
--- x * cos + cat(-x2, x1) * sin with angle p * theta^(-2j/D).
-local function rope_ref(x, theta, pos0)
+-- x * cos + cat(-x2, x1) * sin with angle p * theta^(-2j/D), or with rope_freq {inv_freq, scale}
+-- angle p * inv_freq[j] and cos, sin times scale.
+local function rope_ref(x, theta, pos0, rope_freq)
   local Tn, D = x:size(1), x:size(3)
   local half = D / 2
   local cos, sin = {}, {}
+  local scale = rope_freq and rope_freq.scale or 1
   for t = 1, Tn do
     cos[t], sin[t] = {{}}, {{}}
     for j = 0, half - 1 do
-      local angle = (pos0 + t - 1) * theta ^ (-2 * j / D)
-      cos[t][1][j + 1], sin[t][1][j + 1] = math.cos(angle), math.sin(angle)
+      local freq = rope_freq and rope_freq.inv_freq[j + 1] or theta ^ (-2 * j / D)
+      local angle = (pos0 + t - 1) * freq
+      cos[t][1][j + 1], sin[t][1][j + 1] = scale * math.cos(angle), scale * math.sin(angle)
     end
   end
   cos, sin = lt.tensor(cos, "f64"), lt.tensor(sin, "f64") -- (T, 1, D/2)
@@ -36,7 +39,7 @@ end
 
 -- Causal softmax attention, head by head; head h reads kv head h // (H / Hkv). With a window W,
 -- query t also needs t - s < W (transformers' sliding window: kv_idx > q_idx - sliding_window).
-local function attention_ref(attn, x, pos0)
+local function attention_ref(attn, x, pos0, rope_freq)
   pos0 = pos0 or 0
   local B, Tn = x:size(0), x:size(1)
   local H, Hkv, D = attn.n_head, attn.n_kv_head, attn.head_dim
@@ -45,7 +48,7 @@ local function attention_ref(attn, x, pos0)
   local k = qkv:narrow(2, H * D, Hkv * D):reshape(B, Tn, Hkv, D)
   local v = qkv:narrow(2, (H + Hkv) * D, Hkv * D):reshape(B, Tn, Hkv, D)
   if attn.rope then
-    q, k = rope_ref(q, attn.rope_theta, pos0), rope_ref(k, attn.rope_theta, pos0)
+    q, k = rope_ref(q, attn.rope_theta, pos0, rope_freq), rope_ref(k, attn.rope_theta, pos0, rope_freq)
   end
   local allowed = lt.arange(Tn):unsqueeze(1):ge(lt.arange(Tn)) -- (T, T): key s <= query t
   local in_window = (lt.arange(Tn):unsqueeze(1) - lt.arange(Tn)):lt(attn.window > 0 and attn.window or Tn + 1)
@@ -144,7 +147,47 @@ test("CausalSelfAttention: sliding window gradients (the fused qkv op) against f
   equal(attn:extra_repr(), "d_model=8, n_head=2, n_kv_head=1, rope_theta=10000, window=2")
 end)
 
+-- a llama3-like table for head dim 6 (3 frequencies) and a yarn-like scale
+local RF = {inv_freq = {1.0, 0.05, 0.0007}, scale = 1.15}
+
+test("CausalSelfAttention: rope_freq (the caller's frequencies and scale), full, cached and gradients", function()
+  local attn = nn.CausalSelfAttention {d_model = 12, n_head = 2, n_kv_head = 1, rope = true, rope_freq = RF,
+                                       window = 3, dtype = "f64"}
+  equal(attn:extra_repr(), "d_model=12, n_head=2, n_kv_head=1, rope_freq, window=3")
+  local x = randn(2, 7, 12)
+  local full = attn(x)
+  close(full, attention_ref(attn, x, 0, RF), TOL)
+  local cache = attn:new_cache(2, 7)
+  local parts = lt.no_grad(function() return {attn(x:narrow(1, 0, 4), cache, 0), attn(x:narrow(1, 4, 3), cache, 4)} end)
+  close(lt.cat(parts, 1), full, TOL)
+  -- the same as an f64 tensor of frequencies
+  local attn2 = nn.CausalSelfAttention {d_model = 12, n_head = 2, n_kv_head = 1, rope = true, window = 3,
+    rope_freq = {inv_freq = lt.tensor(RF.inv_freq, "f64"), scale = RF.scale}, dtype = "f64"}
+  lt.no_grad(function()
+    attn2.qkv.weight:copy_(attn.qkv.weight)
+    attn2.qkv.bias:copy_(attn.qkv.bias)
+    attn2.proj.weight:copy_(attn.proj.weight)
+    attn2.proj.bias:copy_(attn.proj.bias)
+  end)
+  close(attn2(x), full, {rtol = 0, atol = 0})
+  local small = nn.CausalSelfAttention {d_model = 6, n_head = 1, rope = true, rope_freq = RF, dtype = "f64"}
+  T.gradcheck(function(a) return small(a) end, {T.random_leaf({1, 4, 6})})
+end)
+
 test("CausalSelfAttention: bad configs and inputs", function()
+  fails("CausalSelfAttention: give rope_theta or rope_freq, not both",
+    function() nn.CausalSelfAttention {d_model = 12, n_head = 2, rope = true, rope_theta = 5, rope_freq = RF} end)
+  fails("CausalSelfAttention: rope_freq needs rope = true",
+    function() nn.CausalSelfAttention {d_model = 12, n_head = 2, rope_freq = RF} end)
+  fails("CausalSelfAttention: rope_freq.inv_freq has 2 numbers, expected 3", function()
+    nn.CausalSelfAttention {d_model = 12, n_head = 2, rope = true, rope_freq = {inv_freq = {1, 2}}}
+  end)
+  fails("CausalSelfAttention: rope_freq.scale must be a positive number, got 0", function()
+    nn.CausalSelfAttention {d_model = 12, n_head = 2, rope = true, rope_freq = {inv_freq = RF.inv_freq, scale = 0}}
+  end)
+  fails("CausalSelfAttention: rope_freq: unknown key 'factor' (inv_freq, scale)", function()
+    nn.CausalSelfAttention {d_model = 12, n_head = 2, rope = true, rope_freq = {inv_freq = RF.inv_freq, factor = 8}}
+  end)
   fails("CausalSelfAttention: window must be a positive integer, got -2",
     function() nn.CausalSelfAttention {d_model = 8, n_head = 2, window = -2} end)
   fails("CausalSelfAttention: window must be a positive integer, got 1.5",

@@ -142,6 +142,12 @@ int lt_embedding_backward(lt_tensor *dweight, const lt_tensor *dout, const lt_te
  * positions (T) or (B, T) I32/I64, or NULL for 0..T-1. inverse != 0 rotates by -angle,
  * which is the backward. */
 int lt_rope(lt_tensor *out, const lt_tensor *x, const lt_tensor *positions, double theta, int inverse);
+/* Rotary embedding with the caller's frequencies: inv_freq (D / 2) f64 on the CPU (for x on any
+ * device), angle = position * inv_freq[i]; cos and sin are multiplied by scale (> 0; 1 for a plain
+ * rotation), Hugging Face's attention_scaling (yarn, longrope). lt_rope(theta) is the case
+ * inv_freq[i] = theta^(-2i/D), scale 1. inverse != 0 is the backward: scale times the inverse rotation. */
+int lt_rope_freq(lt_tensor *out, const lt_tensor *x, const lt_tensor *positions, const lt_tensor *inv_freq,
+                 double scale, int inverse);
 
 /* Scaled dot-product attention. q (B, T, H, D), k and v (B, S, Hkv, D), H % Hkv == 0
  * (GQA: head h reads kv head h / (H / Hkv)). out (B, T, H, D); lse (B, H, T) f32 saved.

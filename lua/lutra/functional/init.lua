@@ -16,8 +16,9 @@
 --       logits (..., V), targets (...) i32/i64 class indices (0-based); "mean"
 --       averages over the targets that are not ignore_index.
 --   F.embedding(ids, weight, out)               -> weight[ids]   (..., C)
---   F.rope(x, positions, theta, out)            -> x rotated ("rotate half"); x (B, T, H, D)
---   F.scaled_dot_product_attention{q, k, v, causal=, scale=, segment_ids=, out=}
+--   F.rope(x, positions, rope, out)             -> x rotated ("rotate half"); x (B, T, H, D);
+--       rope: theta (a number) or {inv_freq = D/2 frequencies, scale = cos/sin factor}
+--   F.scaled_dot_product_attention{q, k, v, causal=, scale=, segment_ids=, window=, out=}
 --                                               -> out, lse; q (B, T, H, D), k, v (B, S, Hkv, D)
 --   F.adamw_step(param, grad, m, v, {lr=, beta1=, beta2=, eps=, weight_decay=, step=})
 --                                               -> param, updated in place (m, v too)

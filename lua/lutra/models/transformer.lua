@@ -44,7 +44,7 @@ function Transformer:init(cfg)
     local sliding = cfg.sliding_window ~= nil and (cfg.layer_types == nil or cfg.layer_types[i] == "sliding_attention")
     blocks[i] = Block {d_model = C, n_head = cfg.n_head, n_kv_head = cfg.n_kv_head, norm = cfg.norm,
                        norm_eps = cfg.norm_eps, mlp = cfg.mlp, ffn_hidden = cfg.ffn_hidden, bias = cfg.bias,
-                       dropout = cfg.dropout, rope = cfg.pos == "rope", rope_theta = cfg.rope_theta,
+                       dropout = cfg.dropout, rope = cfg.pos == "rope", rope_theta = not rope_freq and cfg.rope_theta or nil,
                        head_dim = cfg.head_dim, qk_norm = cfg.qk_norm, qkv_bias = cfg.qkv_bias, out_bias = cfg.out_bias,
                        mlp_bias = cfg.mlp_bias, rope_freq = rope_freq, window = sliding and cfg.sliding_window or nil,
                        dtype = cfg.dtype, device = cfg.device}
@@ -202,7 +202,8 @@ function Transformer:set_rope_length(n)
   if c.rope_scaling.rope_type == "longrope" then key = n > orig and 1 or 0 end
   if rawget(self, "_rope_length") == key then return end
   rawset(self, "_rope_length", key)
-  local freq = rope.frequencies(c.rope_scaling, c.rope_theta, c.head_dim or c.d_model / c.n_head, n)
+  local D = c.head_dim or c.d_model / c.n_head
+  local freq = F.rope_table("Transformer: rope", rope.frequencies(c.rope_scaling, c.rope_theta, D, n), D / 2)
   for _, block in ipairs(self.blocks) do block.attn.rope_freq = freq end
 end
 

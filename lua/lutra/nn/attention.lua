@@ -1,5 +1,5 @@
 -- nn.CausalSelfAttention{d_model =, n_head =, n_kv_head = n_head, bias = true,
---   dropout = 0, rope = false, rope_theta = 10000, window = 0, head_dim = d_model / n_head,
+--   dropout = 0, rope = false, rope_theta = 10000, rope_freq =, window = 0, head_dim = d_model / n_head,
 --   qk_norm = false, norm_eps = 1e-6, qkv_bias = bias, out_bias = bias, dtype =, device =}
 --
 -- Multi-head causal self-attention, x (B, T, C) -> (B, T, C), C = d_model. n_kv_head
@@ -9,8 +9,11 @@
 -- proj.weight (C, H*D) maps the heads back. qk_norm = true normalises each query and key head
 -- (RMSNorm over D with q_norm.weight, k_norm.weight, eps norm_eps) before RoPE, as Qwen3 does.
 -- rope = true rotates q and k by their positions (the "rotate half" convention of Hugging Face's
--- Llama); otherwise the model adds learned positions to its input. Dropout applies to the output (the fused
--- attention kernel has no dropout on the attention weights). window W > 0 makes it sliding-window
+-- Llama); otherwise the model adds learned positions to its input. rope_freq = {inv_freq =,
+-- scale =} replaces rope_theta with the D/2 frequencies of a Hugging Face rope type (llama3, yarn,
+-- ...; a list or an f64 cpu tensor) and its attention_scaling (nil: 1), as F.rope takes them.
+-- Dropout applies to the output (the fused attention kernel has no dropout on the attention
+-- weights). window W > 0 makes it sliding-window
 -- attention (Mistral, Qwen2): a query sees the W positions ending at its own.
 --
 -- forward(x, cache, pos): with a cache {k =, v =} (B, S_max, Hkv, D) tensors (made by
@@ -43,8 +46,8 @@ local release = grad.release
 
 local Attention = Module:extend("CausalSelfAttention")
 
-local KEYS = {"d_model", "n_head", "n_kv_head", "bias", "dropout", "rope", "rope_theta", "window", "head_dim",
-              "qk_norm", "norm_eps", "qkv_bias", "out_bias", "dtype", "device"}
+local KEYS = {"d_model", "n_head", "n_kv_head", "bias", "dropout", "rope", "rope_theta", "rope_freq", "window",
+              "head_dim", "qk_norm", "norm_eps", "qkv_bias", "out_bias", "dtype", "device"}
 
 function Attention:init(cfg)
   local name = "CausalSelfAttention"
@@ -62,6 +65,10 @@ function Attention:init(cfg)
   if self.rope then
     if D % 2 ~= 0 then raise(string.format("%s: rope needs an even head dim, got %d", name, D)) end
     self.rope_theta = O.positive(name, "rope_theta", cfg.rope_theta or 10000)
+    if cfg.rope_freq ~= nil and cfg.rope_theta ~= nil then raise(name .. ": give rope_theta or rope_freq, not both") end
+    if cfg.rope_freq ~= nil then self.rope_freq = F.rope_table(name .. ": rope_freq", cfg.rope_freq, D / 2) end
+  elseif cfg.rope_freq ~= nil then
+    raise(name .. ": rope_freq needs rope = true")
   end
   self.window = cfg.window and cfg.window ~= 0 and O.positive_int(name, "window", cfg.window) or 0
   local bias = O.boolean(name, "bias", cfg.bias, true)
@@ -181,8 +188,8 @@ function Attention:forward(x, cache, pos, opts)
   release(lin, x)
   if self.q_norm ~= nil then return self:forward_qk_norm(qkv, cache, pos, positions, segments) end
   if cache == nil then
-    local y = qkv_attention(qkv, H, Hkv, 1 / math.sqrt(D), self.rope and self.rope_theta or nil, positions, segments,
-      self.window)
+    local y = qkv_attention(qkv, H, Hkv, 1 / math.sqrt(D), self.rope and (self.rope_freq or self.rope_theta) or nil,
+      positions, segments, self.window)
     release(qkv, x)
     local yv = y:view(B, T, H * D)
     release(y, x)
@@ -193,8 +200,8 @@ function Attention:forward(x, cache, pos, opts)
   local q, k, v = split(qkv, H, Hkv)
   if self.rope then
     local positions = pos > 0 and arange(pos, pos + T) or nil
-    q = F.rope(q, positions, self.rope_theta)
-    k = F.rope(k, positions, self.rope_theta)
+    q = F.rope(q, positions, self.rope_freq or self.rope_theta)
+    k = F.rope(k, positions, self.rope_freq or self.rope_theta)
   end
   if cache ~= nil then
     if grad.grad_enabled() and (k.requires_grad or v.requires_grad) then
@@ -221,7 +228,8 @@ function Attention:forward_qk_norm(qkv, cache, pos, positions, segments)
   q, k = self.q_norm(q:contiguous()), self.k_norm(k:contiguous())
   if self.rope then
     if positions == nil and pos > 0 then positions = arange(pos, pos + T) end
-    q, k = F.rope(q, positions, self.rope_theta), F.rope(k, positions, self.rope_theta)
+    local r = self.rope_freq or self.rope_theta
+    q, k = F.rope(q, positions, r), F.rope(k, positions, r)
   end
   if cache ~= nil then
     if grad.grad_enabled() and (k.requires_grad or v.requires_grad) then
@@ -252,7 +260,9 @@ function Attention:extra_repr()
   if self.n_kv_head ~= self.n_head then s = s .. ", n_kv_head=" .. self.n_kv_head end
   if self.head_dim * self.n_head ~= self.d_model then s = s .. ", head_dim=" .. self.head_dim end
   if self.q_norm ~= nil then s = s .. ", qk_norm" end
-  if self.rope then s = s .. string.format(", rope_theta=%g", self.rope_theta) end
+  if self.rope then
+    s = s .. (self.rope_freq and ", rope_freq" or string.format(", rope_theta=%g", self.rope_theta))
+  end
   if self.window > 0 then s = s .. ", window=" .. self.window end
   return s
 end

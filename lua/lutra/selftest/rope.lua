@@ -1,6 +1,7 @@
 -- lutra.selftest.rope — rotary position embedding on st.device against the CPU on the same inputs
 -- (kernels/rope.cu): positions none, (T) and (B, T), the inverse rotation (the backward), strided
--- input, and in place on a permuted layout, f32/f64/bf16/f16.
+-- input, and in place on a permuted layout, f32/f64/bf16/f16; lt_rope_freq (a caller's frequency
+-- table, llama3-like, and a scale, as yarn's attention_scaling) forward and inverse.
 --
 -- Tolerances (st.check passes when max abs err <= tol * max(1, max |want|)): frequencies and
 -- angles are the CPU's bits; cos/sin in double differ by ~1 ulp, which survives rounding to f32
@@ -41,6 +42,19 @@ return function(st)
         local xdv = st.to_device(xp):transpose(1, 2)
         ok(C.lt_rope(xdv, xdv, nil, 10000, 0))
         st.check("rope in place permuted", dt, xdv, o_c, ROPE_TOL[dt])
+        -- the caller's frequencies: theta 500000's, the lower ones divided by 8; scale 1.2
+        local half, freqs = shape[4] / 2, {}
+        for i = 0, half - 1 do
+          local f = 500000 ^ (-2 * i / shape[4])
+          freqs[i + 1] = 2 * math.pi / f > 64 and f / 8 or f
+        end
+        local inv = st.lt.tensor(freqs, "f64")
+        for inverse = 0, 1 do
+          local f_c, f_d = empty(shape, dt), empty(shape, dt, device)
+          ok(C.lt_rope_freq(f_c, x, pos_bt, inv, 1.2, inverse))
+          ok(C.lt_rope_freq(f_d, st.to_device(x), st.to_device(pos_bt), inv, 1.2, inverse))
+          st.check("rope_freq scale 1.2" .. (inverse == 1 and " inverse" or ""), dt, f_d, f_c, ROPE_TOL[dt])
+        end
       end)
     end
   end

@@ -293,9 +293,42 @@ static void rope_cases(int64_t B, int64_t T, int64_t H, int64_t Dm) {
     lt_release(x), emu_free(pos[1]), emu_free(pos[2]);
   }
 }
+/* lt_rope_freq: the caller's frequencies (a CPU f64 table, for a device x too) and a scale */
+static void rope_freq_cases(int64_t B, int64_t T, int64_t H, int64_t Dm) {
+  int64_t sh[4] = {B, T, H, Dm}, psh[2] = {B, T}, half = Dm / 2;
+  char name[96];
+  lt_tensor *inv = lt_tensor_new();
+  lt_empty(inv, 1, &half, LT_F64, -1);
+  for (int64_t i = 0; i < half; i++)
+    ((double *)lt_data_ptr(inv))[i] = pow(50000.0, -2.0 * (double)i / (double)Dm) / 3;
+  for (int k = 0; k < 4; k++) {
+    int dt = fdts[k];
+    double tol = emu_tol(dt, 1.0 / (1 << 21), 1e-14, 1.0 / 64, 1.0 / 512);
+    lt_tensor *x = emu_rnd(4, sh, dt, -2, 2, 0), *pos = emu_rnd(2, psh, LT_I64, 0, 5000, 1);
+    for (int mode = 0; mode < 2; mode++) {
+      lt_tensor *xd = D(x, mode), *pd = D(pos, 0);
+      for (int inv_dir = 0; inv_dir < 2; inv_dir++) {
+        pair p;
+        pair_init(&p);
+        static const char *wn[] = {"out"};
+        snprintf(name, sizeof name, "rope_freq scale 1.3 inv%d%s", inv_dir, emu_mode_name[mode]);
+        lt_tensor *od = emu_out(x, mode % 2);
+        int rc = lt_rope_freq(p.c[0], x, pos, inv, 1.3, inv_dir), rd = lt_rope_freq(od, xd, pd, inv, 1.3, inv_dir);
+        lt_release(p.d[0]), p.d[0] = od;
+        pair_check(name, dt, &p, rc, rd, 1, (double[]){tol}, wn);
+        pair_free(&p);
+      }
+      lt_release(xd), emu_free(pd);
+    }
+    lt_release(x), emu_free(pos);
+  }
+  lt_release(inv);
+}
 void emu_suite_rope(void) {
   rope_cases(2, 3, 2, 8);
+  rope_freq_cases(2, 3, 2, 8);
   if (emu_quick) return;
+  rope_freq_cases(3, 17, 3, 64);
   rope_cases(1, 1, 1, 2);
   rope_cases(3, 17, 3, 64);
   rope_cases(2, 5, 4, 130);
