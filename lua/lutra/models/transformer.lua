@@ -44,7 +44,8 @@ function Transformer:init(cfg)
     local sliding = cfg.sliding_window ~= nil and (cfg.layer_types == nil or cfg.layer_types[i] == "sliding_attention")
     blocks[i] = Block {d_model = C, n_head = cfg.n_head, n_kv_head = cfg.n_kv_head, norm = cfg.norm,
                        norm_eps = cfg.norm_eps, mlp = cfg.mlp, ffn_hidden = cfg.ffn_hidden, bias = cfg.bias,
-                       dropout = cfg.dropout, rope = cfg.pos == "rope", rope_theta = not rope_freq and cfg.rope_theta or nil,
+                       dropout = cfg.dropout, rope = cfg.pos == "rope",
+                       rope_theta = not rope_freq and cfg.rope_theta or nil,
                        head_dim = cfg.head_dim, qk_norm = cfg.qk_norm, qkv_bias = cfg.qkv_bias, out_bias = cfg.out_bias,
                        mlp_bias = cfg.mlp_bias, rope_freq = rope_freq, window = sliding and cfg.sliding_window or nil,
                        dtype = cfg.dtype, device = cfg.device}
