@@ -98,8 +98,8 @@ config_case("llama", {"rope_parameters": {"rope_type": "default", "partial_rotar
             r"rope_parameters\.partial_rotary_factor = 0\.5: lutra needs 1 \(lutra rotates the whole head\)" + NO_DROP)
 config_case("llama", {"rope_parameters": {"rope_type": "linear", "factor": 2.0}, "rope_scaling": {"type": "linear",
                                                                                                   "factor": 4.0}},
-            r"rope_scaling and rope_parameters are both set: transformers 5 reads rope_scaling, 4\.x only rope_scaling; "
-            r"give one of them", name="rope_scaling beside rope_parameters")
+            r"rope_scaling \(transformers 4\.x\) and rope_parameters \(5\.x\) are both set: give one of them" + NO_DROP,
+            name="rope_scaling beside rope_parameters")
 config_case("llama", {"rope_parameters": {"rope_theta": -1}}, r"rope_parameters\.rope_theta = -1: lutra needs a positive")
 config_case("llama", {"attention_dropout": 0.1}, r"attention_dropout = 0\.1: lutra needs 0")
 config_case("llama", {"attention_dropout": 0.1}, r"attention_dropout = 0\.1: lutra needs 0 .*" + NO_DROP,

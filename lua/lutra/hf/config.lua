@@ -134,8 +134,8 @@ function Reader:rope(block_size)
   local rp = hc.rope_parameters
   if not is_null(hc.rope_scaling) then
     if not is_null(rp) and type(rp) == "table" and next(rp) ~= nil then
-      raise(string.format("hf: %s: rope_scaling and rope_parameters are both set: transformers 5 reads "
-        .. "rope_scaling, 4.x only rope_scaling; give one of them", self.path))
+      raise(string.format("hf: %s: rope_scaling (transformers 4.x) and rope_parameters (5.x) are both set: give one "
+        .. "of them%s", self.path, NOT_DROPPABLE))
     end
     key, rp = "rope_scaling", hc.rope_scaling
   end
