@@ -20,6 +20,7 @@ local cfg = config {
   model = "runs/sft/model",           -- a model directory, or a trainer checkpoint (give --tokenizer)
   tokenizer = "",                     -- tokenizer.json, for a checkpoint
   cast = false,                        -- load bf16/f16 weights into the f32 model (lossless; refused without)
+  ignore_key = "",                     -- config.json keys lutra does not know, accepted as harmless (KEY,KEY)
   template = "auto",                  -- auto: the model directory's; "none": plain text; or chatml, llama3
   train_data = data .. "dpo_train.jsonl", val_data = data .. "dpo_val.jsonl", -- shipped next to this recipe
   val_limit = 0,                      -- 0: every held-out pair
@@ -41,7 +42,7 @@ lt.manual_seed(cfg.seed)
 
 -- ---- model, data -------------------------------------------------------------------------------
 local model, tok, info = modeldir.load(cfg.model, {tokenizer = cfg.tokenizer ~= "" and cfg.tokenizer or nil,
-                                                  allow_cast = cfg.cast,
+                                                  allow_cast = cfg.cast, ignore_keys = cfg.ignore_key,
                                                   template = cfg.template ~= "auto" and cfg.template or nil})
 local template = cfg.template
 if template == "auto" then template = info.format == "checkpoint" and "none" or info.template end

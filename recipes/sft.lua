@@ -22,6 +22,7 @@ local cfg = config {
   model = "runs/pretrain/model",       -- a model directory, or a trainer checkpoint (with --tokenizer)
   tokenizer = "",                      -- tokenizer.json for a checkpoint
   cast = false,                        -- load bf16/f16 weights into the f32 model (lossless; refused without)
+  ignore_key = "",                     -- config.json keys lutra does not know, accepted as harmless (KEY,KEY)
   template = config.one_of({"auto", "chatml", "llama3"}, "auto"), -- auto: the model directory's (else ChatML)
   train_data = data .. "sft_train.jsonl", val_data = data .. "sft_val.jsonl", -- shipped next to this recipe
   max_len = 0, seq_len = 0,            -- 0: the model's block_size
@@ -45,7 +46,7 @@ print(cfg:dump())
 -- ---- model and data -------------------------------------------------------------------------
 lt.manual_seed(cfg.seed)
 local model, tok, info = modeldir.load(cfg.model, {tokenizer = cfg.tokenizer ~= "" and cfg.tokenizer or nil,
-                                                  allow_cast = cfg.cast,
+                                                  allow_cast = cfg.cast, ignore_keys = cfg.ignore_key,
                                                   template = cfg.template ~= "auto" and cfg.template or nil})
 local block = model.cfg.block_size
 print(string.format("model: %s (%s format), %s, %.2fM parameters", cfg.model, info.format, model:extra_repr(),

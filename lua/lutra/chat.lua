@@ -17,19 +17,21 @@
 -- one user turn of the template (with --raw: continues the text as it is).
 -- Options: --temperature (default 0.7; 0 = greedy), --top_k (0 = all), --top_p (1 = all),
 -- --max_new_tokens (200), --seed, --template, --system, --verbose (context sizes on stderr), --cast
--- (weights stored in bf16/f16 load into the f32 model: lossless, refused without it).
+-- (weights stored in bf16/f16 load into the f32 model: lossless, refused without it), --ignore-key=KEY[,KEY]
+-- (config.json keys lutra does not know, accepted as harmless: lutra.hf.config).
 local M = {}
 
 local USAGE = {
   chat = "usage: lutra chat MODEL_DIR [--template=chatml|llama3] [--system=TEXT] [--temperature=0.7] [--top_k=0]\n"
     .. "         [--top_p=1] [--max_new_tokens=200] [--seed=N] [--tokenizer=tokenizer.json] [--verbose]\n"
-    .. "         [--cast]\n",
+    .. "         [--cast] [--ignore-key=KEY[,KEY...]]\n",
   generate = "usage: lutra generate MODEL_DIR --prompt TEXT [--raw] [--template=chatml|llama3] [--temperature=0.7]\n"
-    .. "         [--top_k=0] [--top_p=1] [--max_new_tokens=200] [--seed=N] [--tokenizer=tokenizer.json] [--cast]\n",
+    .. "         [--top_k=0] [--top_p=1] [--max_new_tokens=200] [--seed=N] [--tokenizer=tokenizer.json] [--cast]\n"
+    .. "         [--ignore-key=KEY[,KEY...]]\n",
 }
 
 local NUMBERS = {temperature = true, top_k = true, top_p = true, max_new_tokens = true, seed = true}
-local STRINGS = {template = true, system = true, prompt = true, tokenizer = true}
+local STRINGS = {template = true, system = true, prompt = true, tokenizer = true, ignore_key = true}
 local FLAGS = {raw = true, verbose = true, help = true, cast = true}
 
 -- words -> positional list, options; errors are strings.
@@ -77,7 +79,8 @@ local function setup(words, name)
   local lt = require "lutra"
   local modeldir = require "lutra.sft.modeldir"
   local templates = require "lutra.sft.templates"
-  local model, tok, info = modeldir.load(pos[1], {tokenizer = o.tokenizer, template = o.template, allow_cast = o.cast})
+  local model, tok, info = modeldir.load(pos[1], {tokenizer = o.tokenizer, template = o.template, allow_cast = o.cast,
+                                                  ignore_keys = o.ignore_key})
   local t = templates.get(info.template)
   if o.seed then lt.manual_seed(o.seed) end
   local s = {model = model, tok = tok, t = t, o = o, block = model.cfg and model.cfg.block_size or 1024,

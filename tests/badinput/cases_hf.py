@@ -3,6 +3,7 @@ architecture checked against model_type, a chat template lutra does not run neve
 chatml; and the recipe's --model.* sizes limited the same way. Each error names the file (or the
 option) and the key."""
 import json
+import shutil
 import subprocess
 
 from badinput import case, edit_json
@@ -16,11 +17,16 @@ def generate(fx, model, *extra):
     return fx.lutra_cmd("generate", model, "--prompt", "hi", "--max_new_tokens=1", *extra)
 
 
-def config_case(arch, changes, expect, name=None, drop=()):
+CONFIG = r"model/config\.json: "
+# weights that do not fit what config.json says (the error names the directory and every tensor)
+WEIGHTS = r"model does not hold a %s model of this config\.json:\n  "
+
+
+def config_case(arch, changes, expect, name=None, drop=(), extra=(), where=CONFIG):
     """A case that edits model/config.json of the gpt2 or llama fixture and runs `lutra generate`."""
     label = name or ", ".join("%s: %s" % (k, json.dumps(v)) for k, v in changes.items()) or "drop " + ", ".join(drop)
 
-    @case("config.json (%s) %s" % (arch, label), expect=r"model/config\.json: " + expect)
+    @case("config.json (%s) %s" % (arch, label), expect=where + expect)
     def _(fx, tmp):
         model = fx.model_dir(tmp) if arch == "gpt2" else fx.llama_model_dir(tmp)
 
@@ -29,13 +35,15 @@ def config_case(arch, changes, expect, name=None, drop=()):
             for k in drop:
                 c.pop(k, None)
         edit_json(model / "config.json", edit)
-        return generate(fx, model)
+        return generate(fx, model, *extra)
 
 
 # ---- types: a value of another type is an error, never converted ----------------------------
 config_case("llama", {"head_dim": "16"}, r'head_dim = "16": lutra needs a positive integer')
 config_case("llama", {"head_dim": "abc"}, r'head_dim = "abc": lutra needs a positive integer')
-config_case("llama", {"head_dim": 16}, r"head_dim = 16: lutra needs hidden_size / num_attention_heads = 8")
+# head_dim apart from hidden_size / num_attention_heads is read (Qwen3's layout): the weights then do not fit
+config_case("llama", {"head_dim": 16}, where=WEIGHTS % "llama", expect=r"model\.layers\.0\.self_attn\.q_proj\.weight is \[16, 16\] in the file, \[32, 16\] from config\.json")
+config_case("llama", {"head_dim": 7}, r"rope needs an even head dim; head_dim = 7")
 config_case("llama", {"head_dim": 8.5}, r"head_dim = 8.5: lutra needs a positive integer")
 config_case("llama", {"num_hidden_layers": 1.5}, r"num_hidden_layers = 1.5: lutra needs a positive integer")
 config_case("llama", {"num_attention_heads": 0}, r"num_attention_heads = 0: lutra needs a positive integer")
@@ -63,18 +71,105 @@ config_case("gpt2", {"pruned_heads": "x"}, r'pruned_heads = "x": lutra needs \{\
 config_case("gpt2", {"n_ctx": 7}, r"n_ctx = 7: lutra needs n_positions")
 
 # ---- math lutra does not implement ------------------------------------------------------------
-config_case("llama", {"rope_scaling": {"type": "yarn", "factor": 4.0}},
-            r'rope_scaling = .*lutra needs null \(lutra has no RoPE scaling, so rope_type "yarn" is not supported\)')
-config_case("llama", {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}},
-            r'rope_scaling = .*rope_type "dynamic" is not supported')
-config_case("llama", {"rope_scaling": "linear"}, r'rope_scaling = "linear": lutra needs null')
+# RoPE (rope_theta + rope_scaling of transformers 4.x, rope_parameters of 5.x): read, never dropped
+NO_DROP = r" \(it changes the model's computation, so --ignore-key cannot drop it\)"
+ROPE_TYPES = r'"default", "linear", "dynamic", "llama3", "yarn" or "longrope" \(the RoPE scalings lutra computes\)'
+config_case("llama", {"rope_parameters": {"rope_type": "proportional", "rope_theta": 10000.0}},
+            r'rope_parameters\.rope_type = "proportional": lutra needs ' + ROPE_TYPES + NO_DROP)
+config_case("llama", {"rope_scaling": {"type": "su", "factor": 2.0}}, r'rope_scaling\.type = "su": lutra needs ' + ROPE_TYPES)
+config_case("llama", {"rope_scaling": "linear"}, r'rope_scaling = "linear": lutra needs an object \{rope_type =, '
+            r'rope_theta =, \.\.\.\} or null' + NO_DROP)
+config_case("llama", {"rope_parameters": [1, 2]}, r"rope_parameters = \[1,2\]: lutra needs an object")
+config_case("llama", {"rope_parameters": {"rope_type": "linear", "factor": 2.0, "low_freq_factor": 1.0}},
+            r'rope_parameters\.low_freq_factor: rope_type "linear" has no field low_freq_factor \(transformers would '
+            r"not read it; lutra refuses what it cannot place\)" + NO_DROP)
+config_case("llama", {"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0}},
+            r"rope_scaling: rope_type llama3 needs high_freq_factor" + NO_DROP)
+config_case("llama", {"rope_parameters": {"rope_type": "linear", "factor": 0.5}},
+            r"rope_parameters: factor = 0\.5: must be >= 1" + NO_DROP)
+config_case("llama", {"rope_parameters": {"rope_type": "yarn", "factor": "4"}},
+            r'rope_parameters\.factor = "4": lutra needs a number' + NO_DROP)
+config_case("llama", {"rope_parameters": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0,
+                                          "high_freq_factor": 1.0}},
+            r"rope_parameters: high_freq_factor \(1\) must be above low_freq_factor \(4\)")
+config_case("llama", {"rope_parameters": {"rope_type": "longrope", "short_factor": [1.0, "x"], "long_factor": [1.0]}},
+            r"rope_parameters: short_factor\[2\] = x: must be a positive number")
+config_case("llama", {"rope_parameters": {"rope_type": "default", "partial_rotary_factor": 0.5}},
+            r"rope_parameters\.partial_rotary_factor = 0\.5: lutra needs 1 \(lutra rotates the whole head\)" + NO_DROP)
+config_case("llama", {"rope_parameters": {"rope_type": "linear", "factor": 2.0}, "rope_scaling": {"type": "linear",
+                                                                                                  "factor": 4.0}},
+            r"rope_scaling \(transformers 4\.x\) and rope_parameters \(5\.x\) are both set: give one of them" + NO_DROP,
+            name="rope_scaling beside rope_parameters")
+config_case("llama", {"rope_parameters": {"rope_theta": -1}}, r"rope_parameters\.rope_theta = -1: lutra needs a positive")
 config_case("llama", {"attention_dropout": 0.1}, r"attention_dropout = 0\.1: lutra needs 0")
-config_case("llama", {"mlp_bias": True}, r"mlp_bias = true: lutra needs the same as attention_bias \(false\)")
-config_case("llama", {"sliding_window": 4096}, r"unknown key 'sliding_window' for llama")
+config_case("llama", {"attention_dropout": 0.1}, r"attention_dropout = 0\.1: lutra needs 0 .*" + NO_DROP,
+            name="attention_dropout 0.1 (not dropped by --ignore-key=attention_dropout)",
+            extra=("--ignore-key=attention_dropout",))
+# mlp_bias apart from attention_bias is read: the file then lacks the biases
+config_case("llama", {"mlp_bias": True}, where=WEIGHTS % "llama", expect=r"missing model\.layers\.0\.mlp\.gate_proj\.bias \[")
+# (LlamaForCausalLM has no sliding window: transformers does not read the key)
+config_case("llama", {"sliding_window": 4096}, r"unknown key 'sliding_window' for llama \(lutra cannot tell whether it "
+            r"changes the model; if it does not, pass --ignore-key=sliding_window to load anyway; "
+            r"ignore_keys = \{\"sliding_window\"\} in Lua\)")
 config_case("gpt2", {"activation_function": "relu"}, r'activation_function = "relu": lutra needs "gelu_new"')
 config_case("gpt2", {"scale_attn_by_inverse_layer_idx": True}, r"scale_attn_by_inverse_layer_idx = true: lutra needs false")
 config_case("gpt2", {"add_cross_attention": True}, r"add_cross_attention = true: lutra needs false")
 config_case("gpt2", {"pruned_heads": {"0": [1]}}, r"pruned_heads = .*lutra needs \{\}")
+
+
+@case("generate --ignore-key=foo,bar: unknown keys accepted as harmless (documented)", exit=0, expect=r"\S")
+def _(fx, tmp):
+    model = fx.llama_model_dir(tmp)
+    edit_json(model / "config.json", lambda c: c.update(foo=1, bar="x"))
+    return generate(fx, model, "--ignore-key=foo,bar")
+
+
+# ---- transformers' own directories (tests/hf/fixtures/models), converted ----------------------
+def fixture_case(name, changes, expect, label=None, drop=(), extra=(), where=CONFIG):
+    """A case that edits config.json of a model transformers wrote and runs `lutra convert` on it."""
+    label = label or ", ".join("%s: %s" % (k, json.dumps(v)) for k, v in changes.items()) or "drop " + ", ".join(drop)
+
+    @case("config.json (transformers' %s) %s" % (name, label), expect=where + expect)
+    def _(fx, tmp):
+        model = tmp / "model"
+        shutil.copytree(fx.root / "tests/hf/fixtures/models" / name, model)
+
+        def edit(c):
+            c.update(changes)
+            for k in drop:
+                c.pop(k, None)
+        edit_json(model / "config.json", edit)
+        return fx.lutra_cmd("convert", *extra, model, tmp / "out")
+
+
+fixture_case("qwen2_sliding", {"layer_types": ["full_attention"]},
+             r'layer_types = \["full_attention"\]: lutra needs a list of 2 entries \(num_hidden_layers\)' + NO_DROP)
+fixture_case("qwen2_sliding", {"layer_types": ["full_attention", "chunked_attention"]},
+             r'layer_types\[2\] = "chunked_attention": lutra needs "full_attention" or "sliding_attention"' + NO_DROP)
+fixture_case("qwen2_sliding", {"use_sliding_window": False},
+             r'layer_types\[2\] = "sliding_attention" but use_sliding_window is false: lutra needs a window for it')
+fixture_case("qwen2_sliding", {"sliding_window": "4"}, r'sliding_window = "4": lutra needs a positive integer')
+fixture_case("qwen2_sliding", {"max_window_layers": 1.5}, r"max_window_layers = 1\.5: lutra needs an integer >= 0",
+             drop=("layer_types",))
+fixture_case("qwen2", {"use_sliding_window": "yes"}, r'use_sliding_window = "yes": lutra needs true or false')
+fixture_case("qwen3", {"head_dim": 8}, where=WEIGHTS % "qwen3", expect=r"model\.layers\.0\.self_attn\.q_proj\.weight is \[64, 32\] in the file, \[32, 32\] from config\.json")
+fixture_case("mistral_window", {"layer_types": ["full_attention", "sliding_attention"]},
+             r"unknown key 'layer_types' for mistral \(lutra cannot tell whether it changes the model; if it does not, "
+             r"pass --ignore-key=layer_types")
+fixture_case("mistral_window", {"sliding_window": 0}, r"sliding_window = 0: lutra needs a positive integer")
+fixture_case("llama_yarn", {"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "truncate": "no"}},
+             r"rope_parameters\.truncate = \"no\": lutra needs true or false" + NO_DROP)
+fixture_case("llama_v4_config", {"rope_scaling": {"type": "linear"}}, r"rope_scaling: rope_type linear needs factor" + NO_DROP)
+fixture_case("llama", {"rope_parameters": {"rope_type": "proportional", "rope_theta": 1e4}},
+             r'rope_parameters\.rope_type = "proportional": lutra needs .*' + NO_DROP,
+             label="rope_type proportional with --ignore-key=rope_parameters (still read, still refused)",
+             extra=("--ignore-key=rope_parameters",))
+fixture_case("qwen2", {"model_type": "qwen2_moe"}, r'model_type = "qwen2_moe": lutra needs "gpt2", "llama", "mistral", '
+             r'"qwen2" or "qwen3"')
+fixture_case("qwen3", {"architectures": ["Qwen2ForCausalLM"]},
+             r'architectures\[1\] = "Qwen2ForCausalLM" does not fit model_type = "qwen3" \(a qwen3 config names '
+             r'"Qwen3ForCausalLM" or "Qwen3Model"\)')
+
 
 # ---- limits, before anything is allocated ------------------------------------------------------
 config_case("gpt2", {"n_layer": 1000000000}, BYTES + r".*most are in the blocks \(n_layer = 1000000000")
@@ -101,9 +196,9 @@ config_case("gpt2", {"architectures": ["BertModel"]},
             r'\(a gpt2 config names "GPT2LMHeadModel" or "GPT2Model"\)')
 config_case("llama", {"architectures": ["MistralForCausalLM"]}, r'architectures\[1\] = "MistralForCausalLM" does not fit model_type = "llama"')
 config_case("gpt2", {"architectures": "GPT2LMHeadModel"}, r'architectures = "GPT2LMHeadModel": lutra needs a list')
-config_case("gpt2", {"model_type": "bert"}, r'model_type = "bert": lutra needs "gpt2" or "llama"')
-config_case("gpt2", {"model_type": 5}, r'model_type = 5: lutra needs "gpt2" or "llama"')
-config_case("gpt2", {}, r'model_type is missing \(lutra knows "gpt2" or "llama"\)', drop=("model_type",))
+config_case("gpt2", {"model_type": "bert"}, r'model_type = "bert": lutra needs "gpt2", "llama", "mistral", "qwen2" or "qwen3"')
+config_case("gpt2", {"model_type": 5}, r'model_type = 5: lutra needs "gpt2", "llama", "mistral", "qwen2" or "qwen3"')
+config_case("gpt2", {}, r'model_type is missing \(lutra knows "gpt2", "llama", "mistral", "qwen2" or "qwen3"\)', drop=("model_type",))
 
 
 @case("config.json: n_layer 1e400 (a number past the largest double)",

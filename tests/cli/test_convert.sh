@@ -140,10 +140,10 @@ for case in "same:$tmp/hf_gpt2:is the source" "symlink:$tmp/hf_link:is the sourc
 done
 expect_eq "source untouched" "$(cd "$tmp/hf_gpt2" && ls -lR --time-style=full-iso . | sha256sum)" "$before"
 if [ ! -e "$tmp/hf_gpt2/sub" ]; then ok; else bad "a refused convert created $tmp/hf_gpt2/sub"; fi
-sed -i 's/"rope_theta"/"rope_scaling": {"type": "linear", "factor": 2}, "rope_theta"/' "$tmp/hf_llama/config.json"
+sed -i 's/"rope_theta"/"rope_scaling": {"type": "proportional", "factor": 2}, "rope_theta"/' "$tmp/hf_llama/config.json"
 out=$("$LUTRA" convert "$tmp/hf_llama" "$tmp/ckpt_bad" 2>&1)
 expect_eq "unsupported key exit" "$?" "1"
-expect_contains "unsupported key message" "$out" "config.json: rope_scaling = {\"factor\":2,\"type\":\"linear\"}: lutra needs null"
+expect_contains "unsupported key message" "$out" "config.json: rope_scaling.type = \"proportional\": lutra needs \"default\", \"linear\""
 if [ "$(printf '%s\n' "$out" | wc -l)" -eq 1 ]; then ok; else bad "failure message is one line: [$out]"; fi
 
 echo "$pass passed, $fail failed"

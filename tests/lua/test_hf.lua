@@ -198,14 +198,18 @@ test("config.json: keys lutra cannot honour are errors naming them", function()
     assert(not ok, "expected an error with " .. fragment)
     assert(tostring(err):find(fragment, 1, true), "got: " .. tostring(err))
   end
-  expect("config.json: rope_scaling = {\"factor\":8,\"rope_type\":\"llama3\"}: lutra needs null",
-    {rope_scaling = {rope_type = "llama3", factor = 8}})
+  -- (RoPE scalings are read: one that lacks a field transformers needs is refused, and no
+  -- --ignore-key drops it)
+  expect("config.json: rope_scaling: rope_type llama3 needs high_freq_factor (it changes the model's computation, "
+    .. "so --ignore-key cannot drop it)", {rope_scaling = {rope_type = "llama3", factor = 8}})
   expect("config.json: hidden_act = \"gelu\": lutra needs \"silu\"", {hidden_act = "gelu"})
   expect("config.json: attention_dropout = 0.1", {attention_dropout = 0.1})
-  expect("config.json: mlp_bias = true: lutra needs the same as attention_bias (false)", {mlp_bias = true})
-  expect("config.json: head_dim = 16", {head_dim = 16})
+  -- mlp_bias and head_dim apart from hidden_size / num_attention_heads are read: the file then lacks those weights
+  expect("missing model.layers.0.mlp.gate_proj.bias [", {mlp_bias = true})
+  expect("model.layers.0.self_attn.q_proj.weight is [32, 32] in the file, [64, 32] from config.json", {head_dim = 16})
   expect("config.json: unknown key 'sliding_window' for llama", {sliding_window = 4096})
-  expect("config.json: model_type = \"bert\": lutra needs \"gpt2\" or \"llama\"", {model_type = "bert"})
+  expect("config.json: model_type = \"bert\": lutra needs \"gpt2\", \"llama\", \"mistral\", \"qwen2\" or \"qwen3\"",
+    {model_type = "bert"})
   expect("config.json: num_hidden_layers = 1.5: lutra needs a positive integer", {num_hidden_layers = 1.5})
   expect("missing model.layers.2.input_layernorm.weight [32]", {num_hidden_layers = 3}) -- fewer layers in the file
   expect("model.embed_tokens.weight is [41, 32] in the file, [50, 32] from config.json", {vocab_size = 50})
@@ -219,12 +223,12 @@ test("config.json: keys lutra cannot honour are errors naming them", function()
   expect("config.json: the parameters would need", {num_hidden_layers = 1e9})
   expect("most are in the blocks (num_hidden_layers = 1000000000, hidden_size = 32, intermediate_size = ",
     {num_hidden_layers = 1e9})
-  expect("config.json: rope_scaling = {\"factor\":4,\"type\":\"yarn\"}: lutra needs null (lutra has no RoPE "
-    .. "scaling, so rope_type \"yarn\" is not supported)", {rope_scaling = {type = "yarn", factor = 4}})
+  expect("config.json: rope_scaling.type = \"proportional\": lutra needs \"default\", \"linear\", \"dynamic\", "
+    .. "\"llama3\", \"yarn\" or \"longrope\" (the RoPE scalings lutra computes)", {rope_scaling = {type = "proportional"}})
   expect("config.json: architectures[1] = \"BertModel\" does not fit model_type = \"llama\" (a llama config names "
     .. "\"LlamaForCausalLM\" or \"LlamaModel\")", {architectures = json.array {"BertModel"}})
   fails("hf: config.json must hold a JSON object, got an array", hf.config_from_hf, json.decode("[1]"))
-  fails("hf: x.json: model_type is missing (lutra knows \"gpt2\" or \"llama\")", hf.config_from_hf, {},
+  fails("hf: x.json: model_type is missing (lutra knows \"gpt2\", \"llama\", \"mistral\", \"qwen2\" or \"qwen3\")", hf.config_from_hf, {},
     {path = "x.json"})
   -- tie_word_embeddings over a file that holds lm_head.weight: tied, the file's head dropped (as HF does)
   local ok, tied = with({tie_word_embeddings = true})

@@ -134,7 +134,7 @@ function M.model_config(saved, sd, source)
   if fc then cfg.ffn_hidden = fc:size(0) end
   local qkv = sd["blocks.0.attn.qkv.weight"]
   if qkv and cfg.n_head then
-    local D = cfg.d_model / cfg.n_head
+    local D = cfg.head_dim or cfg.d_model / cfg.n_head
     cfg.n_kv_head = (qkv:size(0) / D - cfg.n_head) / 2
   end
   cfg.dtype = wte.dtype
@@ -187,7 +187,8 @@ local function to_lutra(src, dst, opts)
   for k, v in pairs(cfg) do plain[k] = v end
   ckpt.save_weights(dst, model:state_dict(), {model = plain, source = {format = "huggingface", path = src}})
   if tok then tok:save(dst .. "/tokenizer.json") end
-  return string.format("%s (Hugging Face %s, %d layers) -> %s (lutra checkpoint, model weights only%s)", src, cfg.arch,
+  return string.format("%s (Hugging Face %s, %d layers) -> %s (lutra checkpoint, model weights only%s)", src,
+    hf.family_of(cfg),
     cfg.n_layer, dst, tok and ", with tokenizer.json" or "")
 end
 

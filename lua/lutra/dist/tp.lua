@@ -255,6 +255,10 @@ function M.parallelize(model, group, opts)
   local sp = opts.sequence_parallel and true or false
   local cfg = model.cfg
   local n, r = group.size, group.rank
+  if cfg.qk_norm then
+    -- each rank's heads give q_norm / k_norm a part of their gradient: it would need a sum over the group
+    raise("tp.parallelize: qk_norm (Qwen3's q/k RMSNorm) is not tensor-parallel: train it with dp, pp or zero")
+  end
   divides("n_head", cfg.n_head, n)
   divides("n_kv_head", cfg.n_kv_head, n)
   at_least("vocab_size", cfg.vocab_size, n)

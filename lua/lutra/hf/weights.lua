@@ -1,4 +1,5 @@
--- lutra.hf.weights — Hugging Face weight names and layouts for gpt2 and llama, both ways.
+-- lutra.hf.weights — Hugging Face weight names and layouts for gpt2 and the llama-like families
+-- (llama, qwen2, qwen3, mistral: one naming), both ways.
 --
 -- One table of entries per family says where every HF tensor comes from in lutra's state
 -- dict (lutra.models.Transformer's names):
@@ -11,7 +12,9 @@
 --         self_attn.{q,k,v}_proj = the [q heads | k heads | v heads] row blocks of
 --         attn.qkv (HF's q/k rows are already in the rotate-half order lutra's RoPE uses),
 --         self_attn.o_proj = attn.proj, post_attention_layernorm (ln_2),
---         mlp.gate_proj/up_proj/down_proj = mlp.gate/up/proj, model.norm (ln_f), lm_head.
+--         mlp.gate_proj/up_proj/down_proj = mlp.gate/up/proj, model.norm (ln_f), lm_head;
+--         biases where the config has them (q/k/v: qkv_bias, o: out_bias, MLP: mlp_bias);
+--         self_attn.q_norm/k_norm.weight (D) = attn.q_norm/k_norm.weight (qk_norm: qwen3).
 --
 --   W.to_hf(cfg, sd, family)    -> {hf_name = tensor} (views; transposes not yet contiguous)
 --   W.plan(cfg, shapes, family, src) -> {{entry =, key = name in the file}, ...}; every problem
@@ -30,7 +33,9 @@ local M = {}
 function M.entries(cfg, family)
   local C, V, F, L = cfg.d_model, cfg.vocab_size, cfg.ffn_hidden, cfg.n_layer
   local H, Hkv = cfg.n_head, cfg.n_kv_head or cfg.n_head
-  local D = C / H
+  local D = cfg.head_dim or C / H
+  local function pick(v) if v == nil then return cfg.bias end return v end
+  local qkv_bias, out_bias, mlp_bias = pick(cfg.qkv_bias), pick(cfg.out_bias), pick(cfg.mlp_bias)
   local list = {}
   local function add(hf, lt, shape, extra)
     local e = {hf = hf, lt = lt, shape = shape}
@@ -65,18 +70,22 @@ function M.entries(cfg, family)
       add(h .. "self_attn.q_proj.weight", p .. "attn.qkv.weight", {H * D, C}, {rows = {0, H * D}})
       add(h .. "self_attn.k_proj.weight", p .. "attn.qkv.weight", {Hkv * D, C}, {rows = {H * D, Hkv * D}})
       add(h .. "self_attn.v_proj.weight", p .. "attn.qkv.weight", {Hkv * D, C}, {rows = {(H + Hkv) * D, Hkv * D}})
-      if cfg.bias then
+      if qkv_bias then
         add(h .. "self_attn.q_proj.bias", p .. "attn.qkv.bias", {H * D}, {rows = {0, H * D}})
         add(h .. "self_attn.k_proj.bias", p .. "attn.qkv.bias", {Hkv * D}, {rows = {H * D, Hkv * D}})
         add(h .. "self_attn.v_proj.bias", p .. "attn.qkv.bias", {Hkv * D}, {rows = {(H + Hkv) * D, Hkv * D}})
       end
       add(h .. "self_attn.o_proj.weight", p .. "attn.proj.weight", {C, H * D})
-      if cfg.bias then add(h .. "self_attn.o_proj.bias", p .. "attn.proj.bias", {C}) end
+      if out_bias then add(h .. "self_attn.o_proj.bias", p .. "attn.proj.bias", {C}) end
+      if cfg.qk_norm then
+        add(h .. "self_attn.q_norm.weight", p .. "attn.q_norm.weight", {D})
+        add(h .. "self_attn.k_norm.weight", p .. "attn.k_norm.weight", {D})
+      end
       add(h .. "post_attention_layernorm.weight", p .. "ln_2.weight", {C})
       add(h .. "mlp.gate_proj.weight", p .. "mlp.gate.weight", {F, C})
       add(h .. "mlp.up_proj.weight", p .. "mlp.up.weight", {F, C})
       add(h .. "mlp.down_proj.weight", p .. "mlp.proj.weight", {C, F})
-      if cfg.bias then
+      if mlp_bias then
         add(h .. "mlp.gate_proj.bias", p .. "mlp.gate.bias", {F})
         add(h .. "mlp.up_proj.bias", p .. "mlp.up.bias", {F})
         add(h .. "mlp.down_proj.bias", p .. "mlp.proj.bias", {C})
@@ -109,7 +118,7 @@ local function ignorable(name, family, cfg)
   if family == "gpt2" and (name:match("^transformer%.h%.%d+%.attn%.bias$") or name:match("%.attn%.masked_bias$")) then
     return true
   end
-  if family == "llama" and name:match("%.rotary_emb%.inv_freq$") then return true end
+  if family ~= "gpt2" and name:match("%.rotary_emb%.inv_freq$") then return true end
   return cfg.tie_embeddings and name == "lm_head.weight"
 end
 

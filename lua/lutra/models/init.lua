@@ -14,6 +14,15 @@
 --   bias          biases in linear layers and LayerNorms
 --   norm_eps      the norms' epsilon
 --   rope_theta    RoPE's base (used when pos = "rope")
+--   rope_scaling  nil, or RoPE's frequency scaling as Hugging Face names it: {rope_type = "linear" |
+--                 "dynamic" | "llama3" | "yarn" | "longrope", factor =, ...} (lutra/models/rope.lua)
+--   head_dim      the width of one attention head (default d_model / n_head)
+--   qk_norm       an RMSNorm over each query and key head before RoPE (Qwen3)
+--   qkv_bias, out_bias, mlp_bias   biases of the q/k/v projection, the attention output and
+--                 the MLP's Linear layers (each, when nil, is bias: M.biases)
+--   sliding_window   a query sees only the sliding_window latest keys (itself included), in the
+--                 layers that layer_types names "sliding_attention" (every layer without layer_types)
+--   layer_types   one of "full_attention" | "sliding_attention" per layer
 --   pos           "learned" | "rope";  norm "layernorm" | "rmsnorm";  mlp "gelu" | "swiglu"
 --   tie_embeddings   lm_head uses wte.weight
 --   init_std      the std of the initial weights (0.02)
@@ -34,6 +43,8 @@ local SwiGLU = require "lutra.nn.swiglu"
 local raise = errors.raise
 
 local M = {}
+
+local rope = require "lutra.models.rope"
 
 M.archs = {gpt2 = require "lutra.models.gpt2", llama = require "lutra.models.llama"}
 M.Transformer = Transformer
@@ -57,6 +68,19 @@ local CHECKS = {
   tie_embeddings = {function(v) return type(v) == "boolean" end, "true or false"},
   norm_eps = {posnum, "a positive number"}, rope_theta = {posnum, "a positive number"},
   init_std = {function(v) return type(v) == "number" and v >= 0 and v < math.huge end, "a number >= 0"},
+  head_dim = {posint, "a positive integer"}, sliding_window = {posint, "a positive integer"},
+  qk_norm = {function(v) return type(v) == "boolean" end, "true or false"},
+  qkv_bias = {function(v) return type(v) == "boolean" end, "true or false"},
+  out_bias = {function(v) return type(v) == "boolean" end, "true or false"},
+  mlp_bias = {function(v) return type(v) == "boolean" end, "true or false"},
+  rope_scaling = {function(v) return type(v) == "table" end, "a table {rope_type =, factor =, ...}"},
+  layer_types = {function(v)
+    if type(v) ~= "table" then return false end
+    for i, t in ipairs(v) do
+      if t ~= "full_attention" and t ~= "sliding_attention" then return false end
+    end
+    return next(v) == nil or #v > 0
+  end, "a list of \"full_attention\" or \"sliding_attention\", one per layer"},
   pos = {choice("learned", "rope")}, norm = {choice("layernorm", "rmsnorm")}, mlp = {choice("gelu", "swiglu")},
   dtype = {function(v) return v == "f32" or v == "f64" or v == "bf16" or v == "f16" end,
            "a floating-point dtype (\"f32\", \"f64\", \"bf16\", \"f16\")"},
@@ -133,7 +157,23 @@ function M.config(cfg, how)
   if out.ffn_hidden == nil then
     out.ffn_hidden = out.mlp == "swiglu" and SwiGLU.default_hidden(out.d_model) or 4 * out.d_model
   end
-  if out.d_model % out.n_head ~= 0 then
+  if out.layer_types ~= nil and #out.layer_types ~= out.n_layer then
+    raise(string.format("%s: %s lists %d layers, %s is %d", where, key("layer_types"), #out.layer_types,
+      key("n_layer"), out.n_layer))
+  end
+  if out.layer_types ~= nil and out.sliding_window == nil then
+    for _, t in ipairs(out.layer_types) do
+      if t == "sliding_attention" then
+        raise(string.format("%s: %s names sliding_attention layers without a %s", where, key("layer_types"),
+          key("sliding_window")))
+      end
+    end
+  end
+  if out.head_dim ~= nil then
+    if out.pos == "rope" and out.head_dim % 2 ~= 0 then
+      raise(string.format("%s: rope needs an even head dim; %s = %d", where, key("head_dim"), out.head_dim))
+    end
+  elseif out.d_model % out.n_head ~= 0 then
     raise(string.format("%s: %s %d is not a multiple of %s %d", where, key("d_model"), out.d_model, key("n_head"),
       out.n_head))
   end
@@ -141,12 +181,21 @@ function M.config(cfg, how)
     raise(string.format("%s: %s %d is not a multiple of %s %d", where, key("n_head"), out.n_head, key("n_kv_head"),
       out.n_kv_head))
   end
-  if out.pos == "rope" and (out.d_model / out.n_head) % 2 ~= 0 then
+  if out.head_dim == nil and out.pos == "rope" and (out.d_model / out.n_head) % 2 ~= 0 then
     raise(string.format("%s: rope needs an even head dim; %s / %s = %d", where, key("d_model"), key("n_head"),
       out.d_model / out.n_head))
   end
+  if out.rope_scaling ~= nil then
+    out.rope_scaling = rope.check(out.rope_scaling, where .. ": " .. key("rope_scaling"))
+  end
   check_memory(out, where, key)
   return out
+end
+
+-- The biases of a complete config: qkv, attention output, MLP (each key, when nil, is cfg.bias).
+function M.biases(cfg)
+  local function pick(v) if v == nil then return cfg.bias end return v end
+  return pick(cfg.qkv_bias), pick(cfg.out_bias), pick(cfg.mlp_bias)
 end
 
 -- A new model, initialised from lutra's generator (lutra.manual_seed first for a

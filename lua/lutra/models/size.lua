@@ -23,16 +23,18 @@ local M = {}
 -- the config keys the part grows with, count =}, and their sum.
 function M.parameters(cfg)
   local C, V, L, F = cfg.d_model, cfg.vocab_size, cfg.n_layer, cfg.ffn_hidden
-  local D = C / cfg.n_head
+  local D = cfg.head_dim or C / cfg.n_head
   local b = cfg.bias and 1 or 0
+  local function bit(v) if v == nil then return b end return v and 1 or 0 end
+  local bq, bo, bm = bit(cfg.qkv_bias), bit(cfg.out_bias), bit(cfg.mlp_bias)
   local norm = C + ((cfg.norm ~= "rmsnorm" and b == 1) and C or 0) -- RMSNorm has no bias
   local qkv = (cfg.n_head + 2 * cfg.n_kv_head) * D
-  local attn = C * qkv + b * qkv + C * C + b * C
+  local attn = C * qkv + bq * qkv + C * cfg.n_head * D + bo * C + (cfg.qk_norm and 2 * D or 0)
   local mlp
   if cfg.mlp == "swiglu" then
-    mlp = 3 * C * F + b * (2 * F + C)
+    mlp = 3 * C * F + bm * (2 * F + C)
   else
-    mlp = 2 * C * F + b * (F + C)
+    mlp = 2 * C * F + bm * (F + C)
   end
   local parts = {
     {keys = {"vocab_size", "d_model"}, what = "the token embeddings", count = V * C},

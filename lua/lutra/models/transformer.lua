@@ -24,6 +24,7 @@ local F = require "lutra.functional"
 local fields = require "lutra.tensor.fields"
 local errors = require "lutra.errors"
 local grad = require "lutra.nn.grad"
+local rope = require "lutra.models.rope"
 
 local raise, is_tensor = errors.raise, ops.is_tensor
 
@@ -37,10 +38,16 @@ function Transformer:init(cfg)
   if cfg.pos == "learned" then self.wpe = Embedding(cfg.block_size, C, fo) end
   self.drop = Dropout(cfg.dropout)
   local blocks = {}
+  local rope_freq = cfg.pos == "rope" and cfg.rope_scaling ~= nil
+    and rope.frequencies(cfg.rope_scaling, cfg.rope_theta, cfg.head_dim or C / cfg.n_head) or nil
   for i = 1, cfg.n_layer do
+    local sliding = cfg.sliding_window ~= nil and (cfg.layer_types == nil or cfg.layer_types[i] == "sliding_attention")
     blocks[i] = Block {d_model = C, n_head = cfg.n_head, n_kv_head = cfg.n_kv_head, norm = cfg.norm,
                        norm_eps = cfg.norm_eps, mlp = cfg.mlp, ffn_hidden = cfg.ffn_hidden, bias = cfg.bias,
-                       dropout = cfg.dropout, rope = cfg.pos == "rope", rope_theta = cfg.rope_theta,
+                       dropout = cfg.dropout, rope = cfg.pos == "rope",
+                       rope_theta = not rope_freq and cfg.rope_theta or nil,
+                       head_dim = cfg.head_dim, qk_norm = cfg.qk_norm, qkv_bias = cfg.qkv_bias, out_bias = cfg.out_bias,
+                       mlp_bias = cfg.mlp_bias, rope_freq = rope_freq, window = sliding and cfg.sliding_window or nil,
                        dtype = cfg.dtype, device = cfg.device}
   end
   self.blocks = Module.ModuleList(blocks)
@@ -154,6 +161,7 @@ function Transformer:forward(idx, targets, opts)
   if segments ~= nil then check_ids("segments", segments, B, T) end
   local packed = (positions ~= nil or segments ~= nil) and {positions = positions, segments = segments} or nil
   if packed and cache then raise("Transformer: positions/segments (packed rows) do not go with a cache") end
+  if rope.dynamic(self.cfg.rope_scaling) then self:set_rope_length(pos + T) end
   local x = embed(self, idx, positions, pos, T)
   -- Each block's last residual add is left pending and done by the next norm's fused kernel
   -- (Block:forward_split); blocks that cannot take part get the sum first.
@@ -182,6 +190,22 @@ function Transformer:forward(idx, targets, opts)
   if cache then cache.pos = pos + T end
   if targets == nil then return logits end
   return logits, self:loss(logits, targets)
+end
+
+-- RoPE frequencies that depend on the sequence length (rope_type dynamic, longrope) for a
+-- forward whose positions reach n - 1: transformers recomputes them on each forward from
+-- its largest position (dynamic_rope_update); for positions that only grow (a prompt, then
+-- decoding with a cache) that is the frequencies of n.
+function Transformer:set_rope_length(n)
+  local c = self.cfg
+  local orig = c.rope_scaling.original_max_position_embeddings
+  local key = n > orig and n or 0
+  if c.rope_scaling.rope_type == "longrope" then key = n > orig and 1 or 0 end
+  if rawget(self, "_rope_length") == key then return end
+  rawset(self, "_rope_length", key)
+  local D = c.head_dim or c.d_model / c.n_head
+  local freq = F.rope_table("Transformer: rope", rope.frequencies(c.rope_scaling, c.rope_theta, D, n), D / 2)
+  for _, block in ipairs(self.blocks) do block.attn.rope_freq = freq end
 end
 
 -- The mean next-token loss of logits (B, T, V) against targets (B, T), -100 ignored.

@@ -1,16 +1,19 @@
 -- nn.CausalSelfAttention{d_model =, n_head =, n_kv_head = n_head, bias = true,
---   dropout = 0, rope = false, rope_theta = 10000, rope_freq =, window = 0, dtype =, device =}
+--   dropout = 0, rope = false, rope_theta = 10000, rope_freq =, window = 0, head_dim = d_model / n_head,
+--   qk_norm = false, norm_eps = 1e-6, qkv_bias = bias, out_bias = bias, dtype =, device =}
 --
 -- Multi-head causal self-attention, x (B, T, C) -> (B, T, C), C = d_model. n_kv_head
 -- below n_head shares each key/value head among n_head / n_kv_head query heads: GQA,
 -- or MQA with n_kv_head = 1. One fused projection makes q, k and v:
---   qkv.weight is (H*D + 2*Hkv*D, C): rows [q heads | k heads | v heads], D = C / H;
--- proj.weight (C, H*D) maps the heads back. rope = true rotates q and k by their
--- positions (the "rotate half" convention of Hugging Face's Llama); otherwise the
--- model adds learned positions to its input. rope_freq = {inv_freq =, scale =} replaces
--- rope_theta with the D/2 frequencies of a Hugging Face rope type (llama3, yarn, ...; a list or an
--- f64 cpu tensor) and its attention_scaling (nil: 1), as F.rope takes them. Dropout applies to
--- the output (the fused attention kernel has no dropout on the attention weights). window W > 0 makes it sliding-window
+--   qkv.weight is (H*D + 2*Hkv*D, C): rows [q heads | k heads | v heads], D = head_dim;
+-- proj.weight (C, H*D) maps the heads back. qk_norm = true normalises each query and key head
+-- (RMSNorm over D with q_norm.weight, k_norm.weight, eps norm_eps) before RoPE, as Qwen3 does.
+-- rope = true rotates q and k by their positions (the "rotate half" convention of Hugging Face's
+-- Llama); otherwise the model adds learned positions to its input. rope_freq = {inv_freq =,
+-- scale =} replaces rope_theta with the D/2 frequencies of a Hugging Face rope type (llama3, yarn,
+-- ...; a list or an f64 cpu tensor) and its attention_scaling (nil: 1), as F.rope takes them.
+-- Dropout applies to the output (the fused attention kernel has no dropout on the attention
+-- weights). window W > 0 makes it sliding-window
 -- attention (Mistral, Qwen2): a query sees the W positions ending at its own.
 --
 -- forward(x, cache, pos): with a cache {k =, v =} (B, S_max, Hkv, D) tensors (made by
@@ -28,6 +31,7 @@ local F = require "lutra.functional"
 local errors = require "lutra.errors"
 local O = require "lutra.nn.options"
 local Linear = require "lutra.nn.linear"
+local RMSNorm = require "lutra.nn.rms_norm"
 local Dropout = require "lutra.nn.dropout"
 local grad = require "lutra.nn.grad"
 local op = require "lutra.autograd.op"
@@ -42,8 +46,8 @@ local release = grad.release
 
 local Attention = Module:extend("CausalSelfAttention")
 
-local KEYS = {"d_model", "n_head", "n_kv_head", "bias", "dropout", "rope", "rope_theta", "rope_freq", "window", "dtype",
-              "device"}
+local KEYS = {"d_model", "n_head", "n_kv_head", "bias", "dropout", "rope", "rope_theta", "rope_freq", "window",
+              "head_dim", "qk_norm", "norm_eps", "qkv_bias", "out_bias", "dtype", "device"}
 
 function Attention:init(cfg)
   local name = "CausalSelfAttention"
@@ -51,9 +55,11 @@ function Attention:init(cfg)
   local C = O.positive_int(name, "d_model", cfg.d_model)
   local H = O.positive_int(name, "n_head", cfg.n_head)
   local Hkv = O.positive_int(name, "n_kv_head", cfg.n_kv_head or H)
-  if C % H ~= 0 then raise(string.format("%s: d_model %d is not a multiple of n_head %d", name, C, H)) end
+  if cfg.head_dim == nil and C % H ~= 0 then
+    raise(string.format("%s: d_model %d is not a multiple of n_head %d", name, C, H))
+  end
   if H % Hkv ~= 0 then raise(string.format("%s: n_head %d is not a multiple of n_kv_head %d", name, H, Hkv)) end
-  local D = C / H
+  local D = cfg.head_dim and O.positive_int(name, "head_dim", cfg.head_dim) or C / H
   self.d_model, self.n_head, self.n_kv_head, self.head_dim = C, H, Hkv, D
   self.rope = O.boolean(name, "rope", cfg.rope, false)
   if self.rope then
@@ -65,9 +71,15 @@ function Attention:init(cfg)
     raise(name .. ": rope_freq needs rope = true")
   end
   self.window = cfg.window and cfg.window ~= 0 and O.positive_int(name, "window", cfg.window) or 0
-  local lin = {bias = O.boolean(name, "bias", cfg.bias, true), dtype = cfg.dtype, device = cfg.device}
-  self.qkv = Linear(C, (H + 2 * Hkv) * D, lin)
-  self.proj = Linear(H * D, C, lin)
+  local bias = O.boolean(name, "bias", cfg.bias, true)
+  self.qkv = Linear(C, (H + 2 * Hkv) * D, {bias = O.boolean(name, "qkv_bias", cfg.qkv_bias, bias), dtype = cfg.dtype,
+                                          device = cfg.device})
+  self.proj = Linear(H * D, C, {bias = O.boolean(name, "out_bias", cfg.out_bias, bias), dtype = cfg.dtype,
+                                device = cfg.device})
+  if O.boolean(name, "qk_norm", cfg.qk_norm, false) then
+    local norm = {eps = cfg.norm_eps, dtype = cfg.dtype, device = cfg.device}
+    self.q_norm, self.k_norm = RMSNorm(D, norm), RMSNorm(D, norm)
+  end
   self.drop = Dropout(cfg.dropout or 0)
 end
 
@@ -174,6 +186,7 @@ function Attention:forward(x, cache, pos, opts)
   local lin = self.qkv(x)
   local qkv = lin:view(B, T, H + 2 * Hkv, D)
   release(lin, x)
+  if self.q_norm ~= nil then return self:forward_qk_norm(qkv, cache, pos, positions, segments) end
   if cache == nil then
     local y = qkv_attention(qkv, H, Hkv, 1 / math.sqrt(D), self.rope and (self.rope_freq or self.rope_theta) or nil,
       positions, segments, self.window)
@@ -206,6 +219,35 @@ function Attention:forward(x, cache, pos, opts)
   return self.drop(self.proj(y:view(B, T, H * D)))
 end
 
+-- The attention of qkv (B, T, H + 2 Hkv, D) with q and k normalised per head before RoPE: plain
+-- autograd ops (the fused qkv op rotates the projection as it is).
+function Attention:forward_qk_norm(qkv, cache, pos, positions, segments)
+  local B, T = qkv:size(0), qkv:size(1)
+  local H, Hkv, D = self.n_head, self.n_kv_head, self.head_dim
+  local q, k, v = split(qkv, H, Hkv)
+  q, k = self.q_norm(q:contiguous()), self.k_norm(k:contiguous())
+  if self.rope then
+    if positions == nil and pos > 0 then positions = arange(pos, pos + T) end
+    local r = self.rope_freq or self.rope_theta
+    q, k = F.rope(q, positions, r), F.rope(k, positions, r)
+  end
+  if cache ~= nil then
+    if grad.grad_enabled() and (k.requires_grad or v.requires_grad) then
+      raise("CausalSelfAttention: the key/value cache is for inference: run under lutra.no_grad")
+    end
+    local S_max = cache.k:size(1)
+    if pos + T > S_max then
+      raise(string.format("CausalSelfAttention: the cache holds %d positions; %d + %d do not fit", S_max, pos, T))
+    end
+    cache.k:narrow(1, pos, T):copy_(k)
+    cache.v:narrow(1, pos, T):copy_(v)
+    k, v = cache.k:narrow(1, 0, pos + T), cache.v:narrow(1, 0, pos + T)
+  end
+  local y = F.scaled_dot_product_attention {q, k, v, causal = true, scale = 1 / math.sqrt(D), segment_ids = segments,
+                                            window = self.window}
+  return self.drop(self.proj(y:view(B, T, H * D)))
+end
+
 -- Empty key/value buffers for `batch` sequences of up to `len` positions.
 function Attention:new_cache(batch, len)
   local opts = {dtype = self.qkv.weight.dtype, device = self.qkv.weight.device}
@@ -216,6 +258,8 @@ end
 function Attention:extra_repr()
   local s = string.format("d_model=%d, n_head=%d", self.d_model, self.n_head)
   if self.n_kv_head ~= self.n_head then s = s .. ", n_kv_head=" .. self.n_kv_head end
+  if self.head_dim * self.n_head ~= self.d_model then s = s .. ", head_dim=" .. self.head_dim end
+  if self.q_norm ~= nil then s = s .. ", qk_norm" end
   if self.rope then
     s = s .. (self.rope_freq and ", rope_freq" or string.format(", rope_theta=%g", self.rope_theta))
   end

@@ -1,6 +1,8 @@
 -- nn.Block{d_model =, n_head =, n_kv_head =, norm = "layernorm" | "rmsnorm", norm_eps =,
 --   mlp = "gelu" | "swiglu", ffn_hidden =, bias = true, dropout = 0, rope = false,
---   rope_theta =, dtype =, device =}
+--   rope_theta =, head_dim =, qk_norm =, qkv_bias =, out_bias =, mlp_bias =, dtype =, device =}
+-- (head_dim, qk_norm, qkv_bias, out_bias, rope_freq, window: nn.CausalSelfAttention's; mlp_bias:
+-- the MLP's Linear layers, default bias)
 -- The pre-norm transformer block: x + attn(ln_1(x)), then + mlp(ln_2(x)).
 -- The first residual add and ln_2 run as one fused kernel (F.add_layer_norm / F.add_rms_norm)
 -- when ln_2 is a plain LayerNorm/RMSNorm and the two addends share a dtype; the result is the
@@ -27,7 +29,8 @@ local Block = Module:extend("Block")
 Block.fuse_residual_norm = true
 
 local KEYS = {"d_model", "n_head", "n_kv_head", "norm", "norm_eps", "mlp", "ffn_hidden", "bias", "dropout", "rope",
-              "rope_theta", "dtype", "device"}
+              "rope_theta", "head_dim", "qk_norm", "qkv_bias", "out_bias", "mlp_bias", "rope_freq", "window", "dtype",
+              "device"}
 
 function Block:init(cfg)
   cfg = O.check("Block", cfg, KEYS)
@@ -44,10 +47,12 @@ function Block:init(cfg)
   end
   self.ln_1 = norm()
   self.attn = Attention {d_model = cfg.d_model, n_head = cfg.n_head, n_kv_head = cfg.n_kv_head, bias = bias,
-                         dropout = cfg.dropout, rope = cfg.rope, rope_theta = cfg.rope_theta, dtype = cfg.dtype,
+                         dropout = cfg.dropout, rope = cfg.rope, rope_theta = cfg.rope_theta, head_dim = cfg.head_dim,
+                         qk_norm = cfg.qk_norm, norm_eps = cfg.qk_norm and cfg.norm_eps or nil, qkv_bias = cfg.qkv_bias,
+                         out_bias = cfg.out_bias, rope_freq = cfg.rope_freq, window = cfg.window, dtype = cfg.dtype,
                          device = cfg.device}
   self.ln_2 = norm()
-  local ffn = {d_model = cfg.d_model, hidden = cfg.ffn_hidden, bias = bias, dropout = cfg.dropout, dtype = cfg.dtype,
+  local ffn = {d_model = cfg.d_model, hidden = cfg.ffn_hidden, bias = O.boolean("Block", "mlp_bias", cfg.mlp_bias, bias), dropout = cfg.dropout, dtype = cfg.dtype,
                device = cfg.device}
   if cfg.mlp == nil or cfg.mlp == "gelu" then
     self.mlp = MLP(ffn)

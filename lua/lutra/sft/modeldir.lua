@@ -165,7 +165,8 @@ local function checkpoint_model(dir, opts)
   return model
 end
 
--- load(dir, {tokenizer = path, template = name, allow_cast =, allow_nonfinite =})
+-- load(dir, {tokenizer = path, template = name, allow_cast =, allow_nonfinite =, ignore_keys =})
+--   (ignore_keys: config.json keys to accept, a list or "KEY,KEY" as --ignore-key gives them)
 --   -> model, tok, {template =, format =} (the weights' dtype and values as lutra.ckpt.weight_checks says)
 function M.load(dir, opts)
   opts = opts or {}
@@ -176,7 +177,8 @@ function M.load(dir, opts)
   if exists(dir .. "/config.json") then
     local hf = hf_module()
     if not hf then raise("modeldir.load: " .. dir .. " is a Hugging Face directory but lutra.hf is not available") end
-    model, tok = hf.load_pretrained(dir, {allow_cast = opts.allow_cast, allow_nonfinite = opts.allow_nonfinite})
+    model, tok = hf.load_pretrained(dir, {allow_cast = opts.allow_cast, allow_nonfinite = opts.allow_nonfinite,
+                                          ignore_keys = opts.ignore_keys})
     format = "hf"
   elseif exists(dir .. "/lutra_model/manifest.json") or exists(dir .. "/lutra_model/manifest.lua") then
     model, format = checkpoint_model(dir .. "/lutra_model", opts), "lutra"
