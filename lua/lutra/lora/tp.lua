@@ -70,11 +70,15 @@ local function whole(t) return grad.no_grad(function() return t:detach():clone()
 -- The settings and flags of the full LoRALinear, the dropout module, the flags of the
 -- parameters (registration turns requires_grad on: back to the full layer's).
 local function settings(self, full)
+  if rawget(full, "lora_magnitude") ~= nil then
+    errors.raise("tp: DoRA layers (lora.apply dora = true, peft's use_dora) are not tensor parallel in lutra")
+  end
   self.r, self.alpha, self.rslora, self.scaling = full.r, full.alpha, full.rslora, full.scaling
   self.dropout_p = full.dropout_p
   rawset(self, "merged", full.merged)
   rawset(self, "disabled", full.disabled)
   rawset(self, "blocks", rawget(full, "blocks"))
+  rawset(self, "_cols", rawget(full, "_cols"))
   rawset(self, "training", full.training)
 end
 
