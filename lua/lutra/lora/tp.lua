@@ -24,6 +24,7 @@
 -- writes the files of one process); lora.load puts each rank's pieces in (both in
 -- lutra.lora.tp_peft). lora.count is this rank's entries. Not done: lora.apply after tp.parallelize (apply first).
 local Linear = require "lutra.nn.linear"
+local errors = require "lutra.errors"
 local Dropout = require "lutra.nn.dropout"
 local F = require "lutra.functional"
 local create = require "lutra.create"
