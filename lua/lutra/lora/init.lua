@@ -148,7 +148,10 @@ function M.disable(model, fn, ...)
     before[i] = l[2].disabled
     rawset(l[2], "disabled", true)
   end
-  local res = {pcall(fn, ...)}
+  local args = {n = select("#", ...), ...}
+  -- modules_to_save copies (lutra.lora.base_params): the originals run, as in peft
+  local res = {pcall(require("lutra.lora.base_params").with_originals, model,
+    function() return fn(unpack(args, 1, args.n)) end)}
   for i, l in ipairs(ls) do rawset(l[2], "disabled", before[i]) end
   if not res[1] then error(res[2], 0) end
   return unpack(res, 2, table.maxn(res))
