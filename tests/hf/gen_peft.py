@@ -13,7 +13,8 @@ OUTDIR/<name>.ref.safetensors  logits (f64); merged.<HF weight> (f32, layer 0); 
 OUTDIR/adapters.json           name -> {base, options}
 
 --check-lutra: for each option, lutra (tests/hf/fixtures/peft's base) applies the adapters with that
-option, fills them with random values, writes its logits and saves the adapter; peft loads that
+option, gives B and the DoRA magnitudes random values, trains 3 AdamW steps (biases and saved modules
+move too), writes its logits and saves the adapter; peft loads that
 directory on the same base in float64 and the logits are compared (max relative difference printed).
 """
 import json
@@ -234,22 +235,31 @@ LUA = r'''
 local lt = require "lutra"
 local hf, lora, st = require "lutra.hf", require "lutra.lora", require "lutra.ckpt.safetensors"
 local fx, out, ids_json = ...
-local ids = lt.tensor(require("lutra.json").read_file(ids_json).ids, {dtype = "i64"})
+local fixed = require("lutra.json").read_file(ids_json)
+local ids = lt.tensor(fixed.ids, {dtype = "i64"})
+local targets = lt.tensor(fixed.targets, {dtype = "i64"})
 local cases = {CASES}
 for _, c in ipairs(cases) do
   local name, arch, opts = c[1], c[2], c[3]
   local model = hf.load_pretrained(fx .. "/" .. arch)
   lora.apply(model, opts)
   lt.manual_seed(7)
+  -- random B and magnitudes, then a few AdamW steps: biases and saved modules move as training moves them
   lt.no_grad(function()
     for _, p in ipairs(lora.trainable(model)) do
       local n, t = p[1], p[2]
       local noise = lt.randn(t.shape, {dtype = t.dtype})
       if n:find("lora_B") then t:copy_(noise * 0.3)
-      elseif n:find("magnitude") then t:copy_(t * (noise * 0.3 + 1))
-      else t:copy_(t + noise * 0.1) end
+      elseif n:find("magnitude") then t:copy_(t * (noise * 0.3 + 1)) end
     end
   end)
+  local opt = lt.optim.AdamW(lora.param_groups(model, {weight_decay = 0}), {lr = 0.05})
+  for _ = 1, 3 do
+    local _, loss = model(ids, targets)
+    loss:backward()
+    opt:step()
+    opt:zero_grad()
+  end
   model:eval()
   local logits = lt.no_grad(function() return model(ids) end)
   lora.save(out .. "/" .. name, model)

@@ -1,7 +1,8 @@
 -- lutra.lora.base_params — the base model's own tensors that a peft adapter carries besides the
 -- LoRA weights, as peft 0.21 trains and saves them:
 --   bias = "all"        every bias of the model trains and is saved (norm biases too);
---   bias = "lora_only"  the biases of the adapted layers train and are saved;
+--   bias = "lora_only"  the biases of the adapted layers train and are saved (of a fused layer
+--                       adapted on some row blocks, those rows alone);
 --   modules_to_save     whole modules (lm_head, embed_tokens/wte, ...) train as copies of the base's
 --                       (peft's ModulesToSaveWrapper: lora.disable runs the originals) and are saved.
 -- peft writes them under their Hugging Face parameter names ("<module>.base_layer.bias" for an
@@ -9,6 +10,7 @@
 -- copy is a new tensor; the other keeps the base's): cfg.tie_embeddings becomes false.
 local errors = require "lutra.errors"
 local grad = require "lutra.nn.grad"
+local create = require "lutra.create"
 local hf_names = require "lutra.lora.hf_names"
 
 local raise = errors.raise
@@ -109,16 +111,18 @@ function M.setup(model, bias, mts, who)
     for _, l in ipairs(linear.layers(model)) do
       local m = l[2]
       if m.bias ~= nil then
-        local blocks = rawget(m, "blocks")
-        if blocks then
-          local rows = 0
-          for _, b in ipairs(blocks) do rows = rows + b[2] end
-          if rows < m.out_features then
-            raise(string.format("%s: bias = \"lora_only\" on '%s', whose rows are only partly adapted (%d of %d): "
-              .. "lutra trains its bias as one tensor", who, l[1], rows, m.out_features))
-          end
-        end
         grad.set_requires_grad(m.bias, true)
+        -- a fused layer adapted on some row blocks (peft: some of q_proj, k_proj, v_proj): only
+        -- those rows' biases train (their gradient elsewhere is zero), as only theirs are saved
+        m.bias:register_hook(function(g)
+          local blocks = rawget(m, "blocks")
+          if blocks == nil then return nil end
+          return grad.no_grad(function()
+            local rows = create.zeros(g:size(0), {dtype = g.dtype, device = g.device})
+            for _, b in ipairs(blocks) do rows:narrow(0, b[1], b[2]):fill_(1) end
+            return g * rows
+          end)
+        end)
       end
     end
   end
