@@ -205,19 +205,26 @@ function M.load(dir, model, opts)
     weight_checks.finite(t, where, opts)
   end
   local function rank_alpha(hf)
-    return peft_config.pattern_value(conf.rank_pattern, hf, conf.r, "rank_pattern", conf.path),
-      peft_config.pattern_value(conf.alpha_pattern, hf, conf.alpha, "alpha_pattern", conf.path)
+    local where = "lora.load: " .. conf.path
+    return peft_config.pattern_value(conf.rank_pattern, hf, conf.r, "rank_pattern", where),
+      peft_config.pattern_value(conf.alpha_pattern, hf, conf.alpha, "alpha_pattern", where)
   end
   if #linear.layers(model) == 0 then
     local targets = {}
     for name, m in model:named_modules() do
       if getmetatable(m) == Linear then
         local any = false
-        for _, h in ipairs(hf_names.hf_names(model, name)) do any = any or tensors[h[1] .. ".lora_A.weight"] ~= nil end
+        for _, h in ipairs(hf_names.hf_names(model, name)) do
+          if tensors[h[1] .. ".lora_A.weight"] ~= nil then
+            any = true
+            rank_alpha(h[1]) -- (the config's patterns checked here, where errors name its file)
+          end
+        end
         if any then targets[#targets + 1] = pattern_of(name) end
       end
     end
     if #targets == 0 then raise("lora.load: " .. dir .. " has no adapter for any Linear of this model") end
+    if conf.modules_to_save then base_params.resolve(model, conf.modules_to_save, "lora.load: " .. conf.path) end
     apply(model, {targets = targets, r = conf.r, alpha = conf.alpha, dropout = conf.dropout, rslora = conf.rslora,
                   rank_pattern = conf.rank_pattern, alpha_pattern = conf.alpha_pattern, dora = conf.dora,
                   bias = conf.bias, modules_to_save = conf.modules_to_save})

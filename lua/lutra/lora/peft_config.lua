@@ -244,16 +244,17 @@ local function matches(lua, key)
 end
 M.matches = matches
 
--- The value of patterns (read's rank_pattern / alpha_pattern list) for module `key`, or default.
+-- The value of patterns (read's rank_pattern / alpha_pattern list) for module `key`, or default
+-- (where: the start of an error's message).
 -- peft takes the first key in the file's order that matches; JSON objects have no order in lutra,
 -- so two matching keys with different values are an error.
-function M.pattern_value(patterns, key, default, what, path)
+function M.pattern_value(patterns, key, default, what, where)
   local hit
   for _, p in ipairs(patterns) do
     if matches(p.lua, key) then
       if hit and hit.value ~= p.value then
-        raise(string.format("lora.load: %s: %s: the keys '%s' and '%s' both match %s with different values "
-          .. "(peft takes the first in the file; lutra does not keep JSON key order)", path, what, hit.key, p.key, key))
+        raise(string.format("%s: %s: the keys '%s' and '%s' both match %s with different values "
+          .. "(peft takes the first in the file; lutra does not keep JSON key order)", where, what, hit.key, p.key, key))
       end
       hit = p
     end
