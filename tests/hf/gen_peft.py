@@ -219,6 +219,9 @@ LUTRA_CASES = {
     "gpt2_layers": ("gpt2", '{targets = {"c_attn", "c_proj"}, r = 4, alpha = 8, layers = {1}}'),
     "llama_fused": ("llama", '{targets = "all-linear", r = 4, alpha = 8}'),
     "llama_qv": ("llama", '{targets = {"q_proj", "v_proj"}, r = 4, alpha = 8}'),
+    # modules no list of short names selects: target_modules is written as a regex
+    "llama_regex": ("llama", '{targets = {"blocks%.0%.attn%.qkv", "blocks%.1%.mlp%.proj"}, r = 4, alpha = 8, dora = true}'),
+    "gpt2_dropout_dora": ("gpt2", '{targets = "all-linear", r = 8, alpha = 4, rslora = true, dropout = 0.1, dora = true}'),
     "llama_patterns": ("llama", '{targets = "all-linear", split_fused = true, r = 4, alpha = 8, '
                                 'rank_pattern = {q_proj = 2, ["model.layers.1.mlp.down_proj"] = 6}, '
                                 'alpha_pattern = {v_proj = 3, o_proj = 32}}'),

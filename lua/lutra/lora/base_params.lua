@@ -12,6 +12,7 @@ local errors = require "lutra.errors"
 local grad = require "lutra.nn.grad"
 local create = require "lutra.create"
 local hf_names = require "lutra.lora.hf_names"
+local linear = require "lutra.lora.linear"
 
 local raise = errors.raise
 
@@ -89,7 +90,7 @@ function M.resolve(model, names, who)
   end
   table.sort(found)
   for _, n in ipairs(found) do
-    if require("lutra.lora.linear").is_lora(mods[n]) then
+    if linear.is_lora(mods[n]) then
       raise(string.format("%s: '%s' has a LoRA adapter and is in modules_to_save (peft refuses both too)", who, n))
     end
   end
@@ -102,7 +103,6 @@ end
 function M.setup(model, bias, mts, who)
   local cfg = rawget(model, "_lora")
   cfg.bias, cfg.modules_to_save, cfg.saved = bias, mts, cfg.saved or {}
-  local linear = require "lutra.lora.linear"
   if bias == "all" then
     for name, p in model:named_parameters() do
       if name:match("%.bias$") then grad.set_requires_grad(p, true) end
@@ -166,7 +166,6 @@ function M.for_save(model)
   local cfg = rawget(model, "_lora") or {}
   local bias, out, mts = cfg.bias or "none", {}, nil
   local map = M.param_map(model)
-  local linear = require "lutra.lora.linear"
   local wrapped = {}
   for _, l in ipairs(linear.layers(model)) do wrapped[l[1]] = l[2] end
   local sd = model:state_dict()
@@ -232,7 +231,6 @@ end
 -- for each key taken. A tensor the config does not explain is an error naming it.
 function M.load(model, tensors, conf, used, check, where)
   local map = M.param_map(model)
-  local linear = require "lutra.lora.linear"
   local wrapped = {}
   for _, l in ipairs(linear.layers(model)) do wrapped[l[1]] = true end
   local saved = {}

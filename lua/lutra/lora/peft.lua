@@ -152,8 +152,17 @@ function M.save(dir, model, opts)
   end
   local extra, bias, mts = base_params.for_save(model)
   for k, t in pairs(extra) do tensors[PREFIX .. k] = t end
-  -- r and lora_alpha: the first module's; rank_pattern / alpha_pattern name each module that differs
-  local r0, a0 = modules[1].r, modules[1].alpha
+  -- r and lora_alpha: the most common (the first of equals); rank_pattern / alpha_pattern name each
+  -- module that differs
+  local function mode(field)
+    local n, best = {}, nil
+    for _, mod in ipairs(modules) do
+      n[mod[field]] = (n[mod[field]] or 0) + 1
+      if best == nil or n[mod[field]] > n[best] then best = mod[field] end
+    end
+    return best
+  end
+  local r0, a0 = mode("r"), mode("alpha")
   local rank_pattern, alpha_pattern, adapted = {}, {}, {}
   for _, mod in ipairs(modules) do
     adapted[#adapted + 1] = mod.hf
