@@ -2,6 +2,8 @@
 --
 --   local lora = require "lutra.lora"
 --   lora.apply(model, {targets = "all-linear", r = 8, alpha = 16, dropout = 0.05, rslora = false})
+--   -- peft's options too: dora = true, bias = "all" | "lora_only", modules_to_save = {"lm_head"},
+--   -- rank_pattern / alpha_pattern = {[peft key regex] = n}, layers = {0, 1} (layers_to_transform)
 --   print(lora.summary(model))   -- "trainable params: 73,728 || all params: ... || trainable%: 3.41"
 --   local opt = lt.optim.AdamW(lora.param_groups(model), {lr = 1e-3})   -- the adapters only
 --   ... train ...
