@@ -69,7 +69,11 @@ function M.resolve(model, names, who)
   for _, want in ipairs(names) do
     if type(want) ~= "string" then raise(who .. ": modules_to_save must be a list of module names") end
     local hit = false
-    for lt, entries in pairs(map.by_lt) do
+    local lts = {}
+    for lt in pairs(map.by_lt) do lts[#lts + 1] = lt end
+    table.sort(lts) -- (errors name the first, the same each run)
+    for _, lt in ipairs(lts) do
+      local entries = map.by_lt[lt]
       local mod_lt = split(lt)
       for _, e in ipairs(entries) do
         local mod_hf = split(e.hf)
@@ -236,7 +240,11 @@ function M.load(model, tensors, conf, used, check, where)
   local saved = {}
   for _, s in ipairs((rawget(model, "_lora") or {}).saved or {}) do saved[s.module] = true end
   local mods = modules_by_name(model)
-  for key, t in pairs(tensors) do
+  local keys = {}
+  for key in pairs(tensors) do keys[#keys + 1] = key end
+  table.sort(keys)
+  for _, key in ipairs(keys) do
+    local t = tensors[key]
     if not used[key] then
       local hf = key:gsub("%.base_layer%.", ".")
       local e = map.by_hf[hf]

@@ -341,7 +341,10 @@ function M.load(dir, model, opts)
       raise("lora.load: " .. conf.path .. ": use_dora is false, and " .. name .. " has DoRA (lora.apply dora = true)")
     end
   end
-  for k in pairs(tensors) do
+  local keys = {}
+  for k in pairs(tensors) do keys[#keys + 1] = k end
+  table.sort(keys)
+  for _, k in ipairs(keys) do
     if not used[k] and (k:find("%.lora_[AB]%.") or k:find("%.lora_magnitude_vector$")) then
       raise("lora.load: " .. dir .. ": " .. PREFIX .. k .. " matches no LoRA layer of this model")
     end
