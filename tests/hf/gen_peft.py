@@ -198,6 +198,14 @@ def generate(outdir):
         readme = os.path.join(outdir, name, "README.md")
         if os.path.exists(readme):
             os.remove(readme)
+        # peft writes target_modules from a set (its order follows the hash seed): sorted, the same every run
+        conf_path = os.path.join(outdir, name, "adapter_config.json")
+        with open(conf_path) as f:
+            conf = json.load(f)
+        if isinstance(conf.get("target_modules"), list):
+            conf["target_modules"] = sorted(conf["target_modules"])
+        with open(conf_path, "w") as f:
+            json.dump(conf, f, indent=2, sort_keys=True)
         references(outdir, name, arch, ids, targets)
         listing[name] = {"base": arch, "options": opts}
         print("peft: %s (%s)" % (name, ", ".join(sorted(opts))))
