@@ -284,3 +284,33 @@ test("lutra's adapter_config.json: per-module r and alpha as rank_pattern / alph
   equal(conf.layers_pattern, "layers")
   os.execute("rm -rf '" .. dir .. "'")
 end)
+
+test("DoRA with dropout in training: x W^T + b + (g - 1) (xd W^T) + g s B A xd, xd the dropped input", function()
+  local lin = require("lutra.nn.linear")(12, 10, {dtype = "f64"})
+  local m = lora.LoRALinear(lin, {r = 3, alpha = 6, dropout = 0.3, rslora = false})
+  lt.manual_seed(5)
+  lt.no_grad(function()
+    m.bias:normal_(0, 0.5)
+    m.lora_B.weight:normal_(0, 0.5)
+  end)
+  m:enable_dora()
+  lt.no_grad(function() m.lora_magnitude:mul_(lt.randn({10}, {dtype = "f64"}) * 0.3 + 1) end)
+  m:train()
+  local x = lt.randn({4, 12}, {dtype = "f64"})
+  lt.manual_seed(9)
+  local got = lt.no_grad(function() return m(x) end)
+  lt.manual_seed(9)
+  local want = lt.no_grad(function()
+    local xd = m.lora_dropout(x) -- the same mask: the same draw from the same seed
+    local W, A, B = m.weight, m.lora_A.weight, m.lora_B.weight
+    local s = m.scaling
+    local norm = (W + B:matmul(A) * s):norm(1)
+    local g = m.lora_magnitude / norm
+    local base = x:matmul(W:t()) + m.bias
+    local xdw = xd:matmul(W:t())
+    return base + xdw * (g - 1) + xd:matmul(A:t()):matmul(B:t()) * s * g
+  end)
+  assert(rel(got, want) < 1e-14, string.format("%.3g", rel(got, want)))
+  local plain = lt.no_grad(function() m:eval(); return m(x) end)
+  assert(rel(got, plain) > 1e-3, "dropout had no effect: the test would prove nothing")
+end)
