@@ -2,6 +2,8 @@
 --
 --   local lora = require "lutra.lora"
 --   lora.apply(model, {targets = "all-linear", r = 8, alpha = 16, dropout = 0.05, rslora = false})
+--   -- peft's options too: dora = true, bias = "all" | "lora_only", modules_to_save = {"lm_head"},
+--   -- rank_pattern / alpha_pattern = {[peft key regex] = n}, layers = {0, 1} (layers_to_transform)
 --   print(lora.summary(model))   -- "trainable params: 73,728 || all params: ... || trainable%: 3.41"
 --   local opt = lt.optim.AdamW(lora.param_groups(model), {lr = 1e-3})   -- the adapters only
 --   ... train ...
@@ -31,7 +33,6 @@
 -- independent adapters on those row blocks (LoRALinear:set_blocks), as PEFT has them.
 local Module = require "lutra.nn.module"
 local Linear = require "lutra.nn.linear"
-local ops = require "lutra.ops"
 local errors = require "lutra.errors"
 local grad = require "lutra.nn.grad"
 local linear = require "lutra.lora.linear"
@@ -90,7 +91,12 @@ function M.count(model)
     analytic = analytic + m:adapter_size()
     local mask = rawget(m, "_mask")
     if mask and m.lora_B.weight.requires_grad then -- B's entries held at zero do not train
-      trainable = trainable - (mask:numel() - grad.no_grad(function() return mask:sum():item() end))
+      local held = mask:numel()
+      for i, b in ipairs(m.blocks) do
+        local _, r = m:block(i)
+        held = held - b[2] * r
+      end
+      trainable = trainable - held
     end
   end
   return trainable, total, analytic
@@ -109,14 +115,12 @@ function M.summary(model)
     commas(total), 100 * trainable / total)
 end
 
--- W += s B A in every wrapped layer (forward then skips the adapter path). Returns model.
+-- W += s B A in every wrapped layer (with DoRA: W = m (W + s B A) / ||W + s B A|| by rows) (forward then skips the adapter path). Returns model.
 function M.merge(model)
   for _, l in ipairs(need_layers(model, "lora.merge")) do
     local m = l[2]
     if not m.merged then
-      local d = m:delta()
-      grad.no_grad(function() ops.add_(m.weight, d) end)
-      d:free()
+      m:merge_weight()
       rawset(m, "merged", true)
     end
   end
@@ -128,9 +132,7 @@ function M.unmerge(model)
   for _, l in ipairs(need_layers(model, "lora.unmerge")) do
     local m = l[2]
     if m.merged then
-      local d = m:delta()
-      grad.no_grad(function() ops.sub_(m.weight, d) end)
-      d:free()
+      m:unmerge_weight()
       rawset(m, "merged", false)
     end
   end
@@ -148,7 +150,10 @@ function M.disable(model, fn, ...)
     before[i] = l[2].disabled
     rawset(l[2], "disabled", true)
   end
-  local res = {pcall(fn, ...)}
+  local args = {n = select("#", ...), ...}
+  -- modules_to_save copies (lutra.lora.base_params): the originals run, as in peft
+  local res = {pcall(require("lutra.lora.base_params").with_originals, model,
+    function() return fn(unpack(args, 1, args.n)) end)}
   for i, l in ipairs(ls) do rawset(l[2], "disabled", before[i]) end
   if not res[1] then error(res[2], 0) end
   return unpack(res, 2, table.maxn(res))

@@ -3,8 +3,10 @@
 -- unchanged) and two bias-free Linears, lora_A (r, in) drawn kaiming-uniform(a = sqrt(5)) as
 -- PEFT does, and lora_B (out, r) zeros, so that the wrapped model starts equal to the base.
 -- forward(x) = base(x) + s * B(A(dropout(x))), s = alpha / r, or alpha / sqrt(r) with rsLoRA.
--- Row blocks (set_blocks) give independent adapters on parts of a fused layer. Also here:
--- is_lora(m) (this class or a subclass: lutra.lora.tp's parallel layers) and layers(model).
+-- Row blocks (set_blocks) give independent adapters on parts of a fused layer, each with its own
+-- r and alpha (peft's rank_pattern / alpha_pattern on q_proj, k_proj, v_proj). DoRA (enable_dora,
+-- Liu et al. 2024, peft's use_dora) adds a magnitude per output row. Also here: is_lora(m) (this
+-- class or a subclass: lutra.lora.tp's parallel layers) and layers(model).
 local Module = require "lutra.nn.module"
 local Linear = require "lutra.nn.linear"
 local Dropout = require "lutra.nn.dropout"
@@ -52,6 +54,7 @@ end
 
 -- x (..., in) -> (..., out)
 function LoRALinear:forward(x)
+  if rawget(self, "lora_magnitude") ~= nil and not (self.merged or self.disabled) then return self:dora_forward(x) end
   local y = F.linear(x, self.weight, self.bias)
   if self.merged or self.disabled then return y end
   local xin = self.lora_dropout and self.lora_dropout(x) or x
@@ -60,10 +63,10 @@ function LoRALinear:forward(x)
   return self:add_update(y, h, self.lora_B.weight)
 end
 
--- y + s * h B^T, h (..., r) the adapter's A x; with row blocks B is masked (its entries
--- outside the blocks stay zero, their gradient masked too). Frees h and y. The tensor-
--- parallel layers (lora_tp.lua) pass their own B (a shard, or B through a tp collective).
-function LoRALinear:add_update(y, h, b)
+-- s * h B^T, h (..., r) the adapter's A x; with row blocks B is masked (its entries outside
+-- the blocks stay zero, their gradient masked too; the mask holds each block's scaling over
+-- self.scaling). Frees h.
+function LoRALinear:update(h, b)
   local mask = rawget(self, "_mask")
   local bm = mask and b * mask or b
   local ds = F.linear(h, bm) -- (..., out)
@@ -74,10 +77,127 @@ function LoRALinear:add_update(y, h, b)
     ds = d * self.scaling
     release(d)
   end
+  return ds
+end
+
+-- y + s * h B^T (update). Frees h and y. The tensor-parallel layers (lora_tp.lua) pass their
+-- own B (a shard, or B through a tp collective).
+function LoRALinear:add_update(y, h, b)
+  local ds = self:update(h, b)
   local out = y + ds
   release(ds)
   release(y)
   return out
+end
+
+-- ---- DoRA ------------------------------------------------------------------------------------------
+-- peft's DoRA: W' = m * (W + s B A) / ||W + s B A|| row by row (the norm of each output row,
+-- taken as a constant in backward, as peft detaches it: section 4.3 of the paper), so
+--   forward(x) = base(x) + (g - 1) * (xd W^T) + g * s * B A xd,   g = m / ||W + s B A||,
+-- xd = dropout(x) (x without dropout, where the sum is g * (x W^T + s B A x) + bias).
+-- Rows in no block of a fused layer have no DoRA: g = 1 there.
+
+-- ||W + s B A|| per output row (out), without autograd.
+function LoRALinear:weight_norm()
+  return grad.no_grad(function()
+    local d = self:delta()
+    local w = self.weight + d
+    local n = ops.norm(w, 1)
+    d:free()
+    w:free()
+    return n
+  end)
+end
+
+-- 1 on the rows with an adapter, 0 elsewhere (nil: every row has one).
+local function dora_rows(self)
+  local mask = rawget(self, "_mask")
+  if mask == nil then return nil end
+  return grad.no_grad(function()
+    local rows = create.zeros(self.out_features, {dtype = self.weight.dtype, device = self.weight.device})
+    for _, b in ipairs(self.blocks) do rows:narrow(0, b[1], b[2]):fill_(1) end
+    return rows
+  end)
+end
+
+-- Turns DoRA on: lora_magnitude (out), trainable, starts at ||W + s B A|| (peft's init: the
+-- layer's output is unchanged).
+function LoRALinear:enable_dora()
+  local n = self:weight_norm()
+  self:param("lora_magnitude", n)
+  rawset(self, "_dora_rows", dora_rows(self))
+  return self
+end
+
+-- g = m / ||W + s B A|| (out), through autograd in m; 1 on rows with no adapter.
+function LoRALinear:dora_scale()
+  local n = self:weight_norm()
+  local g = self.lora_magnitude / n -- (n stays: the division's backward holds it)
+  local rows = rawget(self, "_dora_rows")
+  if rows then
+    local off = grad.no_grad(function() return rows * -1 + 1 end)
+    local gr = g * rows
+    release(g)
+    g = gr + off
+    release(gr)
+  end
+  return g
+end
+
+function LoRALinear:dora_forward(x)
+  local g = self:dora_scale()
+  local xin = self.lora_dropout and self.lora_dropout(x) or x
+  local yb = F.linear(xin, self.weight) -- (..., out), no bias
+  local ds = self:update(self.lora_A(xin), self.lora_B.weight)
+  local sum = yb + ds
+  release(ds)
+  local scaled = sum * g
+  release(sum)
+  release(g)
+  local out
+  if xin == x then
+    release(yb)
+    if self.bias == nil then return scaled end
+    out = scaled + self.bias
+  else
+    local y = F.linear(x, self.weight, self.bias)
+    local t = y - yb
+    release(y)
+    release(yb)
+    out = t + scaled
+    release(t)
+    release(xin)
+  end
+  release(scaled)
+  return out
+end
+
+-- The merged weight in place: W + s B A, row-scaled by g with DoRA. unmerge_weight undoes it.
+function LoRALinear:merge_weight()
+  local d = self:delta()
+  if rawget(self, "lora_magnitude") ~= nil then
+    local g = grad.no_grad(function() return self:dora_scale() end)
+    grad.no_grad(function()
+      ops.add_(self.weight, d)
+      self.weight:copy_(self.weight * g:unsqueeze(1))
+    end)
+    rawset(self, "_merge_scale", g)
+  else
+    grad.no_grad(function() ops.add_(self.weight, d) end)
+  end
+  d:free()
+end
+
+function LoRALinear:unmerge_weight()
+  local g = rawget(self, "_merge_scale")
+  if g ~= nil then
+    grad.no_grad(function() self.weight:copy_(self.weight / g:unsqueeze(1)) end)
+    rawset(self, "_merge_scale", nil)
+    g:free()
+  end
+  local d = self:delta()
+  grad.no_grad(function() ops.sub_(self.weight, d) end)
+  d:free()
 end
 
 -- The update s * B A (out, in), in the weight's dtype, without autograd.
@@ -90,47 +210,69 @@ function LoRALinear:delta()
 end
 
 -- Independent adapters on row blocks of this layer, as PEFT has on separate q_proj, k_proj,
--- v_proj where lutra fuses them: blocks = {{first row, rows}, ...}, each of rank r. lora_A
--- becomes (k r, in) (block i's A is rows [i r, (i + 1) r)), lora_B (out, k r) whose entries
--- outside (block i's rows) x (block i's columns) are held at zero by a fixed mask. Rows
--- in no block get no update. New A, B: kaiming-uniform and zeros, as apply's.
+-- v_proj where lutra fuses them: blocks = {{first row, rows, r =, alpha =}, ...} (r, alpha:
+-- the layer's when absent). lora_A becomes (sum r_i, in) (block i's A: rows [c_i, c_i + r_i),
+-- c_i = r_1 + ... + r_(i-1)), lora_B (out, sum r_i) whose entries outside (block i's rows) x
+-- (block i's columns) are held at zero by a fixed mask; the mask holds s_i / s on block i (1
+-- where every block has the layer's r and alpha). Rows in no block get no update. New A, B:
+-- kaiming-uniform and zeros, as apply's. block(i) gives block i's first column, r and alpha.
 function LoRALinear:set_blocks(blocks)
-  local r, k = self.r, #blocks
   local w = self.weight
+  local total, cols = 0, {}
+  for i, b in ipairs(blocks) do
+    cols[i] = {col = total, r = b.r or self.r, alpha = b.alpha or self.alpha}
+    total = total + cols[i].r
+    if b[1] < 0 or b[2] < 1 or b[1] + b[2] > self.out_features then
+      raise(string.format("LoRALinear:set_blocks: block %d rows [%d, %d) outside [0, %d)", i, b[1], b[1] + b[2],
+        self.out_features))
+    end
+  end
   local fo = {bias = false, dtype = w.dtype, device = w.device}
-  self.lora_A = Linear(self.in_features, k * r, fo)
-  self.lora_B = Linear(k * r, self.out_features, fo)
-  local mask = create.zeros(self.out_features, k * r, {dtype = w.dtype, device = w.device})
+  self.lora_A = Linear(self.in_features, total, fo)
+  self.lora_B = Linear(total, self.out_features, fo)
+  local mask = create.zeros(self.out_features, total, {dtype = w.dtype, device = w.device})
   local bound = 1 / math.sqrt(self.in_features)
   grad.no_grad(function()
     create.uniform_(self.lora_A.weight, -bound, bound)
     create.fill_(self.lora_B.weight, 0)
     for i, b in ipairs(blocks) do
-      if b[1] < 0 or b[2] < 1 or b[1] + b[2] > self.out_features then
-        raise(string.format("LoRALinear:set_blocks: block %d rows [%d, %d) outside [0, %d)", i, b[1], b[1] + b[2],
-          self.out_features))
-      end
-      mask:narrow(0, b[1], b[2]):narrow(1, (i - 1) * r, r):fill_(1)
+      local c = cols[i]
+      local s = self.rslora and c.alpha / math.sqrt(c.r) or c.alpha / c.r
+      mask:narrow(0, b[1], b[2]):narrow(1, c.col, c.r):fill_(s / self.scaling)
     end
   end)
   rawset(self, "_mask", mask)
   rawset(self, "blocks", blocks)
+  rawset(self, "_cols", cols)
+  if rawget(self, "lora_magnitude") ~= nil then rawset(self, "_dora_rows", dora_rows(self)) end
   return self
 end
 
--- Trainable adapter entries of this layer: r (in + out), or with blocks, r (in + rows) each.
+-- Block i's first column of lora_B (row of lora_A), rank and alpha.
+function LoRALinear:block(i)
+  local cols = rawget(self, "_cols")
+  if cols then return cols[i].col, cols[i].r, cols[i].alpha end
+  return (i - 1) * self.r, self.r, self.alpha
+end
+
+-- Trainable adapter entries of this layer: r (in + out), or with blocks, r_i (in + rows) each;
+-- and out more with DoRA (the magnitudes).
 function LoRALinear:adapter_size()
   local blocks = rawget(self, "blocks")
-  if not blocks then return self.r * (self.in_features + self.out_features) end
+  local dora = rawget(self, "lora_magnitude") ~= nil and self.out_features or 0
+  if not blocks then return self.r * (self.in_features + self.out_features) + dora end
   local n = 0
-  for _, b in ipairs(blocks) do n = n + self.r * (self.in_features + b[2]) end
-  return n
+  for i, b in ipairs(blocks) do
+    local _, r = self:block(i)
+    n = n + r * (self.in_features + b[2])
+  end
+  return n + dora
 end
 
 function LoRALinear:extra_repr()
-  return string.format("%d, %d, r=%d, alpha=%g, scaling=%g%s%s", self.in_features, self.out_features, self.r,
+  return string.format("%d, %d, r=%d, alpha=%g, scaling=%g%s%s%s", self.in_features, self.out_features, self.r,
     self.alpha, self.scaling, self.dropout_p > 0 and string.format(", dropout=%g", self.dropout_p) or "",
-    self.merged and ", merged" or "")
+    rawget(self, "lora_magnitude") ~= nil and ", dora" or "", self.merged and ", merged" or "")
 end
 
 -- LoRALinear or a subclass (lutra.lora.tp's tensor-parallel layers)

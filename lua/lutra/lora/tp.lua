@@ -24,6 +24,7 @@
 -- writes the files of one process); lora.load puts each rank's pieces in (both in
 -- lutra.lora.tp_peft). lora.count is this rank's entries. Not done: lora.apply after tp.parallelize (apply first).
 local Linear = require "lutra.nn.linear"
+local errors = require "lutra.errors"
 local Dropout = require "lutra.nn.dropout"
 local F = require "lutra.functional"
 local create = require "lutra.create"
@@ -70,11 +71,15 @@ local function whole(t) return grad.no_grad(function() return t:detach():clone()
 -- The settings and flags of the full LoRALinear, the dropout module, the flags of the
 -- parameters (registration turns requires_grad on: back to the full layer's).
 local function settings(self, full)
+  if rawget(full, "lora_magnitude") ~= nil then
+    errors.raise("tp: DoRA layers (lora.apply dora = true, peft's use_dora) are not tensor parallel in lutra")
+  end
   self.r, self.alpha, self.rslora, self.scaling = full.r, full.alpha, full.rslora, full.scaling
   self.dropout_p = full.dropout_p
   rawset(self, "merged", full.merged)
   rawset(self, "disabled", full.disabled)
   rawset(self, "blocks", rawget(full, "blocks"))
+  rawset(self, "_cols", rawget(full, "_cols"))
   rawset(self, "training", full.training)
 end
 

@@ -9,6 +9,7 @@ local tp = require "lutra.dist.tp"
 local linear = require "lutra.lora.linear"
 local lora_tp = require "lutra.lora.tp"
 local peft = require "lutra.lora.peft"
+local peft_config = require "lutra.lora.peft_config"
 
 local layers, linear_of, is_parallel = linear.layers, lora_tp.linear_of, lora_tp.is_parallel
 local Column = lora_tp.ColumnParallelLoRALinear
@@ -27,6 +28,11 @@ end
 -- data parallelism one replica's tp ranks call it (mesh.dp_rank == 0): each tp rank 0 writes.
 -- The Hugging Face names come from the model's config (global shapes and rows).
 function M.save(dir, model, opts)
+  local cfg = rawget(model, "_lora") or {}
+  if (cfg.bias or "none") ~= "none" or cfg.modules_to_save then
+    errors.raise("lora.save: a tensor-parallel model's biases and modules_to_save (bias = \"" .. tostring(cfg.bias)
+      .. "\") are not gathered by lutra: save before tp.parallelize")
+  end
   local group = tp.group(model)
   local swapped = {}
   for _, l in ipairs(layers(model)) do
@@ -54,6 +60,14 @@ end
 -- copied into its own tensors (no collective: every rank reads the files). The file's row
 -- blocks must be the layer's (else: load before tp.parallelize).
 function M.load(dir, model, opts)
+  local conf = peft_config.read(dir .. "/adapter_config.json")
+  local function refuse(field, value)
+    errors.raise(string.format("lora.load: %s: %s = %s: lutra loads it into the full model only (before "
+      .. "tp.parallelize)", conf.path, field, value))
+  end
+  if conf.bias ~= "none" then refuse("bias", '"' .. conf.bias .. '"') end
+  if conf.modules_to_save then refuse("modules_to_save", "[" .. table.concat(conf.modules_to_save, ", ") .. "]") end
+  if conf.dora then refuse("use_dora", "true") end
   local saved = {}
   for _, l in ipairs(layers(model)) do
     local m = l[2]
