@@ -1,0 +1,231 @@
+"""gen_chat.py OUTDIR [--check-lutra DIR]: real chat templates rendered by transformers' apply_chat_template.
+
+For each template of chat_templates.py (Llama 3.1, Qwen2.5, Qwen3, Mistral, SmolLM2, ChatML, Gemma, and ChatML and
+SmolLM2 with {% generation %} blocks) writes OUTDIR/<name>/:
+  tokenizer.json, tokenizer_config.json, chat_template.jinja  a small byte-level BPE tokenizer (tokenizers, trained
+                         on the conversations' text, the template's special tokens added as special tokens), saved by
+                         transformers' save_pretrained with the template
+  cases.json             the conversations (messages, tools, template kwargs, add_generation_prompt) and for each what
+                         apply_chat_template gives: the text (tokenize=False), the ids (tokenize=True) and, for
+                         templates with {% generation %}, return_assistant_tokens_mask; or the error the template
+                         raises (raise_exception)
+Deterministic: fixed conversations, a tokenizer trained on them. tests/lua/test_hf_chat.lua checks lutra against it.
+
+--check-lutra DIR: loads DIR (a model directory lutra saved) with AutoTokenizer and prints its chat_template, so that
+a test can compare it with the template lutra wrote.
+"""
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import chat_templates  # noqa: E402
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
+from transformers import PreTrainedTokenizerFast  # noqa: E402
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Get the current weather in a city",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "description": "The city, e.g. Zürich"},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}, "required": ["city"]}}}
+SEARCH = {"type": "function", "function": {
+    "name": "search", "description": "Search the web",
+    "parameters": {"type": "object", "properties": {"query": {"type": "string"}, "limit": {"type": "integer"}},
+                   "required": ["query"]}}}
+
+
+def sys_(t):
+    return {"role": "system", "content": t}
+
+
+def user(t):
+    return {"role": "user", "content": t}
+
+
+def asst(t):
+    return {"role": "assistant", "content": t}
+
+
+PLAIN = [
+    [user("Hello!"), asst("Hi there. How can I help?")],
+    [sys_("You are a terse assistant."), user("2+2?"), asst("4")],
+    [user("Bonjour, ça va ?"), asst("Très bien, merci ! Et vous ?"), user("Très bien."), asst("Parfait.")],
+    [user("日本語で話せますか？"), asst("はい、話せます。😊")],
+    [user("Emoji test: 🦦🚀✨"), asst("🦦 is an otter.")],
+    [sys_("Be kind."), user("  padded  "), asst("  padded reply\n\n")],
+    [user("Tabs\tand\nnewlines\n\nhere"), asst("Seen:\n\t- tabs\n\t- newlines")],
+    [user("Count: 1 22 333 4444 55555"), asst("12345")],
+    [user("a"), asst("b"), user("c"), asst("d"), user("e"), asst("f")],
+    [user("Write code"), asst("```python\nprint('hi')\n```")],
+    [user("Quote \"this\" and 'that'"), asst("\"this\" and 'that'")],
+    [user("Empty reply next"), asst("")],
+    [sys_("System only, then a user."), user("Go.")],
+    [user("Only a user turn")],
+    [user("Backslash \\n is not a newline"), asst("Right: \\n")],
+    [user("Curly {{ braces }} and {% tags %}"), asst("{{ not rendered }}")],
+    [user("Ünïcödé àccents"), asst("Ça marche — très bien…")],
+    [user("Mixed 中文 and English"), asst("好的 OK")],
+    [sys_("Multi\nline\nsystem"), user("Hi"), asst("Hello"), user("Bye")],
+    [user("Long " + "word " * 40), asst("Short.")],
+    [user("Arabic مرحبا and Hebrew שלום"), asst("Greetings.")],
+    [user("Trailing spaces   "), asst("Leading spaces")],
+]
+
+TOOL_CALL = {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}}
+TOOL_CALL2 = {"type": "function", "function": {"name": "search", "arguments": {"query": "otters", "limit": 3}}}
+
+
+def qwen_cases():
+    out = [{"messages": m} for m in PLAIN]
+    out += [
+        {"messages": [user("Weather in Paris?")], "tools": [WEATHER]},
+        {"messages": [sys_("You are a weather bot."), user("Weather in Paris?")], "tools": [WEATHER, SEARCH]},
+        {"messages": [user("Weather in Paris?"), {"role": "assistant", "content": "", "tool_calls": [TOOL_CALL]},
+                      {"role": "tool", "content": "{\"temp\": 21}"}, asst("It is 21°C in Paris.")],
+         "tools": [WEATHER]},
+        {"messages": [user("Weather and otters?"),
+                      {"role": "assistant", "content": "Let me check.", "tool_calls": [TOOL_CALL, TOOL_CALL2]},
+                      {"role": "tool", "content": "21"}, {"role": "tool", "content": "3 results"},
+                      asst("21°C; 3 otter pages.")], "tools": [WEATHER, SEARCH]},
+        {"messages": [user("No tools here"), {"role": "assistant", "content": None, "tool_calls": [TOOL_CALL]},
+                      {"role": "tool", "content": "sunny"}]},
+    ]
+    return out
+
+
+def qwen3_cases():
+    out = qwen_cases()
+    out += [
+        {"messages": [user("Think first"), {"role": "assistant", "content": "Answer.", "reasoning_content": "Hmm."}]},
+        {"messages": [user("q1"), asst("<think>\nold thought\n</think>\n\nold answer"), user("q2"),
+                      asst("<think>\nnew thought\n</think>\n\nnew answer")]},
+        {"messages": [user("Quick")], "kwargs": {"enable_thinking": False}},
+        {"messages": [user("Slow")], "kwargs": {"enable_thinking": True}},
+        {"messages": [user("<tool_response>\nx\n</tool_response>"), asst("ok")]},
+        {"messages": [user("Weather?"), {"role": "assistant", "content": "",
+                                         "tool_calls": [{"type": "function", "function": {
+                                             "name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}}]},
+                      {"role": "tool", "content": "cold"}, asst("Cold in Oslo.")], "tools": [WEATHER]},
+    ]
+    return out
+
+
+def llama_cases():
+    out = [{"messages": m} for m in PLAIN]
+    out += [
+        {"messages": [user("Weather in Paris?")], "tools": [WEATHER]},
+        {"messages": [sys_("Tool bot."), user("Weather in Paris?")], "tools": [WEATHER],
+         "kwargs": {"tools_in_user_message": False}},
+        {"messages": [user("Weather in Paris?"), {"role": "assistant", "content": "", "tool_calls": [TOOL_CALL]},
+                      {"role": "ipython", "content": "{\"temp\": 21}"}, asst("21°C.")], "tools": [WEATHER]},
+        {"messages": [user("Hi")], "kwargs": {"date_string": "01 Jan 2025"}},
+        {"messages": [user("Search otters"),
+                      {"role": "assistant", "content": "", "tool_calls": [
+                          {"type": "function", "function": {"name": "brave_search", "arguments": {"query": "otters"}}}]},
+                      {"role": "tool", "content": "results"}],
+         "kwargs": {"builtin_tools": ["brave_search", "wolfram_alpha"]}},
+        {"messages": [user("Two calls"), {"role": "assistant", "content": "", "tool_calls": [TOOL_CALL, TOOL_CALL2]}],
+         "tools": [WEATHER]},
+        {"messages": [], "tools": [WEATHER]},
+    ]
+    return out
+
+
+def mistral_cases():
+    out = [{"messages": m} for m in PLAIN if [x["role"] for x in m if x["role"] != "system"][::2] ==
+           ["user"] * len([x for x in m if x["role"] != "system"][::2])]
+    out += [
+        {"messages": [user("Weather in Paris?")], "tools": [WEATHER]},
+        {"messages": [sys_("Weather bot."), user("Hi"), asst("Hello"), user("Weather in Paris?")],
+         "tools": [WEATHER, SEARCH]},
+        {"messages": [user("Weather in Paris?"),
+                      {"role": "assistant", "tool_calls": [dict(TOOL_CALL, id="abc123xyz")]},
+                      {"role": "tool", "content": "21", "tool_call_id": "abc123xyz"}, asst("21°C.")],
+         "tools": [WEATHER]},
+        {"messages": [user("Bad id"), {"role": "assistant", "tool_calls": [dict(TOOL_CALL, id="short")]}]},
+        {"messages": [user("a"), user("b")]},
+        {"messages": [user("a"), {"role": "robot", "content": "b"}]},
+    ]
+    return out
+
+
+def gemma_cases():
+    out = [{"messages": [m for m in c if m["role"] != "system"]} for c in PLAIN]
+    out += [{"messages": [sys_("no"), user("hi")]}, {"messages": [user("a"), user("b")]},
+            {"messages": [asst("first")]}]
+    return out
+
+
+CASES = {"llama": llama_cases, "qwen": qwen_cases, "qwen3": qwen3_cases, "mistral": mistral_cases,
+         "plain": lambda: [{"messages": m} for m in PLAIN], "gemma": gemma_cases}
+
+
+def train_tokenizer(corpus, specials, bos, eos):
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=500, special_tokens=specials, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(corpus, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=bos, eos_token=eos)
+
+
+def main(outdir):
+    os.makedirs(outdir, exist_ok=True)
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "chat_sources.md")) as f:
+        sources = f.read()
+    with open(os.path.join(outdir, "SOURCES.md"), "w") as f:
+        f.write(sources)
+    summary = {}
+    for name, (template, specials, bos, eos, kind) in chat_templates.TEMPLATES.items():
+        cases = CASES[kind]()
+        for c in cases:
+            c.setdefault("tools", None)
+            c.setdefault("kwargs", {})
+        variants = []
+        for c in cases:
+            for gen in (False, True):
+                variants.append(dict(c, add_generation_prompt=gen))
+        corpus = [json.dumps(c, ensure_ascii=False) for c in cases] * 3
+        tok = train_tokenizer(corpus, specials, bos, eos)
+        tok.chat_template = template
+        d = os.path.join(outdir, name)
+        os.makedirs(d, exist_ok=True)
+        tok.save_pretrained(d)
+        with_generation = "generation" in name
+        records = []
+        for v in variants:
+            rec = {"messages": v["messages"], "tools": v["tools"], "kwargs": v["kwargs"],
+                   "add_generation_prompt": v["add_generation_prompt"]}
+            try:
+                rec["text"] = tok.apply_chat_template(v["messages"], tools=v["tools"], tokenize=False,
+                                                      add_generation_prompt=v["add_generation_prompt"], **v["kwargs"])
+                out = tok.apply_chat_template(v["messages"], tools=v["tools"], tokenize=True, return_dict=True,
+                                              add_generation_prompt=v["add_generation_prompt"],
+                                              return_assistant_tokens_mask=with_generation, **v["kwargs"])
+                rec["ids"] = list(out["input_ids"])
+                if with_generation:
+                    rec["mask"] = list(out["assistant_masks"])
+            except Exception as e:  # the template's raise_exception
+                rec["error"] = str(e)
+            records.append(rec)
+        with open(os.path.join(d, "cases.json"), "w", encoding="utf-8") as f:
+            f.write("[\n" + ",\n".join(json.dumps(r, ensure_ascii=False) for r in records) + "\n]\n")
+        summary[name] = {"cases": len(records), "errors": sum("error" in r for r in records)}
+    with open(os.path.join(outdir, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1, sort_keys=True)
+    print(json.dumps(summary))
+
+
+def check_lutra(d):
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(d)
+    print(json.dumps({"chat_template": tok.chat_template}))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--check-lutra":
+        check_lutra(sys.argv[2])
+    else:
+        main(sys.argv[1])

@@ -1,0 +1,173 @@
+-- Real chat templates (Llama 3.1, Qwen2.5, Qwen3, Mistral, SmolLM2, ChatML, Gemma, and ChatML and
+-- SmolLM2 with {% generation %}) against what transformers' apply_chat_template made of them
+-- (tests/hf/fixtures/chat, written by tests/hf/gen_chat.py): for every conversation the same text,
+-- the same ids (the text tokenized as one, by the fixture's tokenizer.json), the same assistant
+-- mask (templates with {% generation %}), the same raise_exception message; and lutra.jinja's
+-- semantics, one construct at a time.
+local lt = require "lutra"
+local json = require "lutra.json"
+local jinja = require "lutra.jinja"
+local hf_template = require "lutra.sft.hf_template"
+local T = require "lutra.testing"
+local equal, fails = T.assert_equal, T.assert_error
+
+local root = debug.getinfo(1, "S").source:match("^@(.*)/tests/lua/[^/]+$") or "."
+local FIX = root .. "/tests/hf/fixtures/chat"
+
+local NAMES = {"llama31", "qwen25", "qwen3", "mistral", "smollm2", "chatml", "gemma", "chatml_generation",
+               "smollm2_generation"}
+
+local function read(path)
+  local f = assert(io.open(path, "rb"))
+  local s = f:read("*a")
+  f:close()
+  return s
+end
+
+local function load_fixture(name)
+  local dir = FIX .. "/" .. name
+  local cfg = json.read_file(dir .. "/tokenizer_config.json")
+  local t = hf_template.new(read(dir .. "/chat_template.jinja"),
+    {file = name .. "/chat_template.jinja", special_tokens = hf_template.special_tokens(cfg)})
+  local tok = lt.tokenizer.load(dir .. "/tokenizer.json")
+  local cases = json.read_file(dir .. "/cases.json", {ordered = true})
+  return t, tok, cases
+end
+
+local function opts_of(c)
+  return {add_generation_prompt = c.add_generation_prompt, tools = c.tools ~= json.null and c.tools or nil,
+          kwargs = c.kwargs}
+end
+
+local function first_diff(a, b)
+  for i = 1, math.max(#a, #b) do
+    if a[i] ~= b[i] then return i end
+  end
+end
+
+for _, name in ipairs(NAMES) do
+  test(name .. ": text, ids and masks equal apply_chat_template's for every conversation", function()
+    local t, tok, cases = load_fixture(name)
+    local texts, ids_ok, masks, errs, n_mask = 0, 0, 0, 0, 0
+    for i, c in ipairs(cases) do
+      local o = opts_of(c)
+      if c.error then
+        local ok, err = pcall(t.text, t, c.messages, o)
+        assert(not ok, string.format("%s case %d: expected the error %q, rendered instead", name, i, c.error))
+        -- the template's own message exactly; transformers' checks before the template by their first sentence
+        local want = c.error:find("empty conversation", 1, true) and c.error:lower():match("^[^.:!]*") or c.error
+        assert(tostring(err):lower():find(want:lower(), 1, true),
+          string.format("%s case %d: expected an error with %q, got %s", name, i, c.error, tostring(err)))
+        errs = errs + 1
+      else
+        local text = t:text(c.messages, o)
+        equal(text, c.text, string.format("%s case %d: text", name, i))
+        texts = texts + 1
+        local ids, mask = t:encode(tok, c.messages, o)
+        local at = first_diff(ids, c.ids)
+        assert(at == nil, string.format("%s case %d: ids differ at %s (%s vs %s)", name, i, tostring(at),
+          tostring(ids[at or 1]), tostring(c.ids[at or 1])))
+        ids_ok = ids_ok + 1
+        if c.mask then
+          local m = first_diff(mask, c.mask)
+          assert(m == nil, string.format("%s case %d: mask differs at token %s", name, i, tostring(m)))
+          masks = masks + 1
+          for _, v in ipairs(c.mask) do n_mask = n_mask + v end
+        end
+      end
+    end
+    assert(texts >= 40, name .. ": at least 20 conversations x 2 rendered")
+    if name:find("generation") then assert(masks == texts and n_mask > 0, name .. ": every case has a mask") end
+    print(string.format("  %s: text %d/%d, ids %d/%d, masks %d/%d, errors %d/%d", name, texts, texts, ids_ok, texts,
+      masks, name:find("generation") and texts or 0, errs, errs))
+  end)
+end
+
+test("without {% generation %}: the mask covers the assistant contents and their end of turn", function()
+  local t, tok, cases = load_fixture("chatml")
+  local g = load_fixture("chatml_generation")
+  equal(t.stop, "<|im_end|>")
+  local n = 0
+  for _, c in ipairs(cases) do
+    if not c.error then
+      local _, mask = t:encode(tok, c.messages, opts_of(c))
+      local _, gmask = g:encode(tok, c.messages, opts_of(c))
+      -- the generation variant marks the same content + <|im_end|>: same ids as chatml's text when
+      -- both templates render alike (they do: only the markers differ)
+      if g:text(c.messages, opts_of(c)) == c.text then
+        equal(mask, gmask)
+        n = n + 1
+      end
+    end
+  end
+  assert(n >= 40, "compared " .. n)
+end)
+
+-- ---- lutra.jinja, construct by construct (expected texts: Jinja2 3.1 under transformers' settings) --------
+
+local function render(src, vars) return (jinja.compile(src, {name = "t"}):render(vars or {})) end
+
+test("jinja: whitespace control, trim_blocks and lstrip_blocks", function()
+  equal(render("a\n  {% if true %}\n    b\n  {% endif %}\nc"), "a\n    b\nc")
+  equal(render("a  {%- if true -%}  b  {%- endif -%}  c"), "abc")
+  equal(render("{{ 'x' }}\n{# note #}\ny\n"), "x\ny")
+  equal(render("  {{ 'v' }}\n"), "  v")
+  equal(render("{% for i in [1,2] %}\n{{ i }}\n{% endfor %}"), "1\n2\n")
+end)
+
+test("jinja: expressions, operators and literals", function()
+  equal(render("{{ 1 + 2 * 3 }} {{ 7 // 2 }} {{ -7 % 3 }} {{ 2 ** 3 }} {{ 'a' ~ 1 ~ none }}"), "7 3 2 8 a1None")
+  equal(render("{{ [1, 'a', true, none] }} {{ {'k': [1]} }}"), "[1, 'a', True, None] {'k': [1]}")
+  equal(render("{{ 'x' if false else 'y' }}{{ 'z' if false }}"), "y")
+  equal(render("{{ 1 in [1, 2] }} {{ 'b' in 'abc' }} {{ 'k' not in {'k': 1} }}"), "True True False")
+  equal(render("{{ s[1:] }} {{ s[:-1] }} {{ s[::-1] }} {{ s[-2:] }} {{ l[1:][0] }}", {s = "héllo", l = {1, 2, 3}}),
+    "éllo héll olléh lo 2")
+  equal(render("{{ 0 or 'fb' }} {{ 'a' and 'b' }} {{ not [] }}"), "fb b True")
+end)
+
+test("jinja: for loops, loop variables, filters on loops, break/continue, else", function()
+  equal(render("{% for x in xs if x > 1 %}{{ loop.index }}/{{ loop.length }}{{ ',' if not loop.last }}{% endfor %}",
+    {xs = {1, 2, 3}}), "1/2,2/2")
+  equal(render("{% for x in [] %}a{% else %}empty{% endfor %}"), "empty")
+  equal(render("{% for x in [1,2,3,4] %}{% if x == 2 %}{% continue %}{% endif %}{% if x == 4 %}{% break %}{% endif %}"
+    .. "{{ x }}{{ loop.revindex0 }}{% endfor %}"), "1331")
+  equal(render("{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}", {d = jinja.values.ordered({b = 1, a = 2},
+    {"b", "a"})}), "b=1;a=2;")
+  equal(render("{% set x = 1 %}{% for i in [1] %}{% set x = 2 %}{% endfor %}{{ x }}"), "1")
+  equal(render("{% set ns = namespace(x=1) %}{% for i in [1] %}{% set ns.x = 2 %}{% endfor %}{{ ns.x }}"), "2")
+end)
+
+test("jinja: tests, filters, methods", function()
+  equal(render("{{ x is defined }} {{ none is none }} {{ 's' is string }} {{ {} is mapping }} {{ 3 is number }} "
+    .. "{{ [] is iterable }} {{ false is false }} {{ 4 is divisibleby 2 }}"), "False True True True True True True True")
+  equal(render("{{ ' a '|trim }}|{{ [1,2]|length }}|{{ 'AbC'|lower }}|{{ x|default('d') }}|{{ [3,4]|first }}"
+    .. "|{{ ['a','b']|join(', ') }}|{{ 'a-b'|replace('-', '+') }}|{{ '3'|int + 1 }}|{{ 'hi'|capitalize }}"),
+    "a|2|abc|d|3|a, b|a+b|4|Hi")
+  equal(render("{{ ms|selectattr('role', 'equalto', 'user')|map(attribute='c')|list }}",
+    {ms = {{role = "user", c = 1}, {role = "x", c = 2}, {role = "user", c = 3}}}), "[1, 3]")
+  equal(render("{{ x|tojson }} {{ x|tojson(indent=2) }}", {x = jinja.values.ordered({b = {1, "é\n"}, a = json.null},
+    {"b", "a"})}), '{"b": [1, "é\\n"], "a": null} {\n  "b": [\n    1,\n    "é\\n"\n  ],\n  "a": null\n}')
+  equal(render("{{ s.startswith('ab') }} {{ s.split('b') }} {{ s.upper() }} {{ ' x '.strip() }} {{ '{}-{}'.format(1, 2) }}"
+    .. " {{ d.get('k', 0) }} {{ d.keys()|list }}", {s = "abc", d = {k = 5}}), "True ['a', 'c'] ABC x 1-2 5 ['k']")
+end)
+
+test("jinja: undefined values print as nothing; using one otherwise is an error naming the line", function()
+  equal(render("[{{ nothing }}][{{ d.missing }}]", {d = {a = 1}}), "[][]")
+  fails("t line 2: 'nothing' is undefined", function() render("line1\n{{ nothing.attr }}") end)
+  fails("'dict object' has no attribute 'missing'", function() render("{{ d.missing + 'x' }}", {d = {a = 1}}) end)
+end)
+
+test("jinja: macros and call blocks", function()
+  equal(render("{% macro m(a, b='B') %}<{{ a }}{{ b }}>{% endmacro %}{{ m(1) }}{{ m(2, b=3) }}"), "<1B><23>")
+  equal(render("{% macro w() %}[{{ caller() }}]{% endmacro %}{% call w() %}in{% endcall %}"), "[in]")
+end)
+
+test("jinja: refused constructs and raise_exception name the template and line", function()
+  fails("chat template (f) line 2: {% include %} is not supported",
+    function() jinja.compile("a\n{% include 'x.jinja' %}", {name = "chat template (f)"}) end)
+  fails("T line 1: 'if' is not closed", function() jinja.compile("{% if x %}", {name = "T"}) end)
+  fails("no filter named 'wordwrap'", function() render("{{ x|wordwrap }}", {x = "a"}) end)
+  fails("t line 3: raise_exception: nope", function() render("\n\n{{ raise_exception('nope') }}") end)
+  fails("unsafe", function() render("{{ [].append(1) }}") end)
+  fails("T: the template must be a string", function() jinja.compile(42, {name = "T"}) end)
+end)
