@@ -88,6 +88,10 @@ local function encode_one(tok, template, prompt, response)
   local full = {}
   for i, m in ipairs(prompt) do full[i] = m end
   full[#full + 1] = {role = "assistant", content = response}
+  if template.kind == "jinja" then -- a model's own template: the response's span alone carries loss
+    local ids, mask = template:encode(tok, full, {last_only = true})
+    return ids, mask
+  end
   local n_prompt = #template:render(prompt, {})
   local segs = template:render(full, {})
   for i = 1, n_prompt do

@@ -142,8 +142,8 @@ function M.decode(s, opts)
 end
 
 -- Like decode but returns nil, message on bad input.
-function M.try_decode(s)
-  local ok, v = protected(decode, s)
+function M.try_decode(s, opts)
+  local ok, v = protected(decode, s, opts and opts.ordered)
   if ok then return v end
   return nil, "json: " .. v
 end

@@ -198,7 +198,7 @@ end
 
 -- Each token's byte range: tok:encode_offsets where the tokenizer has it, else the bytes of the
 -- tokens in turn (they concatenate to the text for a byte-level tokenizer with no normalizer).
-local function offsets(tok, text)
+function M.token_offsets(tok, text)
   if type(tok.encode_offsets) == "function" then return tok:encode_offsets(text) end
   local ids = tok:encode(text)
   local starts, ends, pos = {}, {}, 0
@@ -214,18 +214,25 @@ local function offsets(tok, text)
   return ids, starts, ends
 end
 
--- The ids of the conversation (the rendered text tokenized as one) and the loss mask: 1 for each
--- token that overlaps an assistant span, as transformers' return_assistant_tokens_mask.
-function Template:encode(tok, messages, opts)
-  local text, spans = self:render(messages, opts)
-  spans = self:assistant_spans(messages, text, spans, opts)
-  local ids, starts, ends = offsets(tok, text)
+-- The loss mask of tokens (byte ranges starts[i], ends[i]) for spans ({start, stop}, in order):
+-- 1 where a token overlaps a span, as transformers' return_assistant_tokens_mask.
+function M.mask_of(spans, starts, ends)
   local mask, k = {}, 1
-  for i = 1, #ids do
+  for i = 1, #starts do
     while k <= #spans and starts[i] >= spans[k][2] do k = k + 1 end
     mask[i] = (k <= #spans and ends[i] > spans[k][1]) and 1 or 0
   end
-  return ids, mask, text
+  return mask
+end
+
+-- The ids of the conversation (the rendered text tokenized as one) and the loss mask: 1 for each
+-- token that overlaps an assistant span (opts.last_only: the last one's alone, for DPO's response).
+function Template:encode(tok, messages, opts)
+  local text, spans = self:render(messages, opts)
+  spans = self:assistant_spans(messages, text, spans, opts)
+  if opts and opts.last_only then spans = {spans[#spans]} end
+  local ids, starts, ends = M.token_offsets(tok, text)
+  return ids, M.mask_of(spans, starts, ends), text
 end
 
 -- The chat template a tokenizer_config.json declares: its text (a string, or the "default" of a
