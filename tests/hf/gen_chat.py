@@ -219,9 +219,17 @@ def main(outdir):
 
 
 def check_lutra(d):
+    """What transformers makes of a directory lutra saved: its chat_template (equal to the chat_template.jinja
+    lutra wrote?) and the ids of a few conversations, to set beside lutra's (docs: tests/hf/README.md)."""
     from transformers import AutoTokenizer
     tok = AutoTokenizer.from_pretrained(d)
-    print(json.dumps({"chat_template": tok.chat_template}))
+    written = None
+    if os.path.exists(os.path.join(d, "chat_template.jinja")):
+        with open(os.path.join(d, "chat_template.jinja"), encoding="utf-8") as f:
+            written = f.read()
+    ids = [tok.apply_chat_template(m, tokenize=True, return_dict=True)["input_ids"] for m in PLAIN[:4]]
+    print(json.dumps({"chat_template": tok.chat_template, "equal_to_chat_template_jinja": tok.chat_template == written,
+                      "ids": ids}))
 
 
 if __name__ == "__main__":

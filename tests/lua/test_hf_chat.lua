@@ -171,3 +171,68 @@ test("jinja: refused constructs and raise_exception name the template and line",
   fails("unsafe", function() render("{{ [].append(1) }}") end)
   fails("T: the template must be a string", function() jinja.compile(42, {name = "T"}) end)
 end)
+
+-- ---- the SFT data path: a JSONL file of chats (with tools) through the model's own template ----------
+
+test("sft.load_jsonl through a model's own template: ids (and generation masks) equal apply_chat_template's", function()
+  local sft = require "lutra.sft.data"
+  for _, name in ipairs {"qwen25", "llama31", "chatml_generation"} do
+    local t, tok = load_fixture(name)
+    -- cases.json holds one case per line: the chats without template kwargs, as JSONL rows (keys in order)
+    local rows, want = {}, {}
+    for line in read(FIX .. "/" .. name .. "/cases.json"):gmatch("[^\n]+") do
+      local body = line:match("^(%{.*%}),?$")
+      if body then
+        local c = json.decode(body)
+        if not c.error and not c.add_generation_prompt and next(c.kwargs) == nil then
+          rows[#rows + 1] = body
+          want[#want + 1] = c
+        end
+      end
+    end
+    local path = os.tmpname()
+    local f = assert(io.open(path, "wb"))
+    f:write(table.concat(rows, "\n"), "\n")
+    f:close()
+    local examples, report = sft.load_jsonl(path, {tokenizer = tok, template = t, keep_empty = true})
+    os.remove(path)
+    equal(report.count, #want)
+    for i, ex in ipairs(examples) do
+      equal(ex.ids, want[i].ids, name .. " row " .. i .. ": ids")
+      if want[i].mask then equal(ex.mask, want[i].mask, name .. " row " .. i .. ": mask") end
+    end
+    assert(#want >= 20, name .. ": " .. #want .. " rows")
+  end
+end)
+
+test("without {% generation %}: the tokens that carry loss spell each assistant content and its end of turn", function()
+  for _, name in ipairs {"qwen25", "llama31", "gemma", "mistral"} do
+    local t, tok, cases = load_fixture(name)
+    local n = 0
+    for _, c in ipairs(cases) do
+      if not c.error and c.tools == json.null then
+        local ids, mask = t:encode(tok, c.messages, opts_of(c))
+        local pieces, run = {}, {}
+        for i = 1, #ids + 1 do
+          if mask[i] == 1 then
+            run[#run + 1] = ids[i]
+          elseif #run > 0 then
+            pieces[#pieces + 1] = tok:decode(run)
+            run = {}
+          end
+        end
+        local want = {}
+        for _, m in ipairs(c.messages) do
+          -- (gemma and llama trim it; a tool-call turn shows no content: it carries no loss without {% generation %})
+          if m.role == "assistant" and type(m.content) == "string" and m.tool_calls == nil then
+            local trims = name == "gemma" or name == "llama31"
+            want[#want + 1] = (trims and m.content:match("^%s*(.-)%s*$") or m.content) .. t.stop
+          end
+        end
+        equal(pieces, want, name)
+        n = n + 1
+      end
+    end
+    assert(n >= 20, name .. ": " .. n)
+  end
+end)

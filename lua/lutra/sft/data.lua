@@ -30,6 +30,7 @@ local errors = require "lutra.errors"
 local create = require "lutra.create"
 local templates = require "lutra.sft.templates"
 local jsonl = require "lutra.sft.jsonl"
+local json = require "lutra.json"
 
 local raise = errors.raise
 
@@ -119,10 +120,11 @@ local function encode_jinja(tok, t, row, at, base)
     check_row(row, at, base)
     msgs = {{role = "user", content = row.prompt}, {role = "assistant", content = row.completion}}
   end
-  if row.tools ~= nil and not jsonl.is_list(row.tools) then
+  local tools = row.tools ~= json.null and row.tools or nil
+  if tools ~= nil and not jsonl.is_list(tools) then
     raise(string.format("%stools: expected a list of tool schemas, got %s", at, jsonl.kind(row.tools)))
   end
-  local ok, ids, mask = pcall(t.encode, t, tok, msgs, {tools = row.tools})
+  local ok, ids, mask = pcall(t.encode, t, tok, msgs, {tools = tools})
   if ok then return ids, mask end
   local err = message_of(ids)
   if err:find("^chat template") then raise(at .. err) end
