@@ -15,6 +15,11 @@ local methods = require "lutra.jinja.methods"
 
 local M = {}
 
+-- Bounds that keep a hostile template from hanging or exhausting memory (real ones stay far below).
+M.MAX_ITERATIONS = 1000000 -- loop iterations in one render
+M.MAX_DEPTH = 100           -- macro calls inside macro calls
+M.MAX_TEXT = 256 * 1024 * 1024 -- bytes of one string made by *
+
 local fail, NONE = V.fail, V.NONE
 local LIST, DICT, NAMESPACE, CALLABLE, UNDEF = V.LIST, V.DICT, V.NAMESPACE, V.CALLABLE, V.UNDEF
 
@@ -148,9 +153,12 @@ local function binary(op, a, b)
   if op == "+" then return add(a, b) end
   if op == "~" then return V.str(a) .. V.str(b) end
   if op == "==" or op == "!=" or op == "<" or op == ">" or op == "<=" or op == ">=" then return compare(op, a, b) end
-  if op == "*" then
-    if type(a) == "string" and V.is_int(b) then return string.rep(a, math.max(0, b)) end
-    if type(b) == "string" and V.is_int(a) then return string.rep(b, math.max(0, a)) end
+  if op == "*" and (type(a) == "string" or type(b) == "string") then
+    local str, n = a, b
+    if type(b) == "string" then str, n = b, a end
+    if not V.is_int(n) then fail("can't multiply sequence by non-int of type '%s'", V.type_name(n)) end
+    if #str * math.max(0, n) > M.MAX_TEXT then fail("a string of more than %d bytes", M.MAX_TEXT) end
+    return string.rep(str, math.max(0, n))
   end
   local x, y = num(a, op, b), num(b, op, a)
   if op == "-" then return x - y end
@@ -375,6 +383,10 @@ function R:exec_for(s)
   local ok, err = pcall(function()
     for i, x in ipairs(items) do
       index = i
+      self.iterations = self.iterations + 1
+      if self.iterations > M.MAX_ITERATIONS then
+        fail("the template ran more than %d loop iterations", M.MAX_ITERATIONS)
+      end
       self:assign(s.target, x)
       frames[#frames].loop = self:loop_object(items, i, cycle)
       if self:exec_body(s.body) == "break" then break end
@@ -399,8 +411,11 @@ function R:macro(s)
     for i = #s.params + 1, #args do extra[#extra + 1] = args[i] end
     frame.varargs = extra
     frame.caller = kwargs.caller or V.undefined("'caller' is undefined")
+    if r.depth >= M.MAX_DEPTH then fail("macro calls nested deeper than %d", M.MAX_DEPTH) end
     r.frames[#r.frames + 1] = frame
+    r.depth = r.depth + 1
     local ok, text = pcall(r.capture, r, s.body)
+    r.depth = r.depth - 1
     r.frames[#r.frames] = nil
     if not ok then error(text, 0) end
     return text
@@ -449,7 +464,8 @@ end
 -- Renders tree with vars (a table of template values) and globals; returns text, spans.
 -- An error is thrown as {jinja = message, line = N}.
 function M.run(tree, vars, globals)
-  local self = setmetatable({frames = {vars}, globals = globals, out = {len = 0}, spans = {}, line = 1}, R)
+  local self = setmetatable({frames = {vars}, globals = globals, out = {len = 0}, spans = {}, line = 1, iterations = 0,
+                             depth = 0}, R)
   local ok, err = pcall(self.exec_body, self, tree.body)
   if not ok then
     if type(err) == "table" and err.jinja and not err.line then err.line = self.line end
