@@ -144,3 +144,16 @@ def _(fx, tmp):
                           "{{ m.content }}<|endoftext|>{% endgeneration %}{% else %}{{ m.content }}{% endif %}"
                           "{% endfor %}")
     return sft(fx, tmp, model, SFT_ROWS)
+
+
+@case("dpo with the model's own template: the response's span carries the loss (documented)", exit=0,
+      expect=r"template: \S*chat_template\.jinja")
+def _(fx, tmp):
+    model = with_template(fx, tmp, "{% for m in messages %}{{ m.content }}{% if m.role == 'assistant' %}<|endoftext|>"
+                          "{% endif %}{% endfor %}")
+    data = Path(tmp) / "pairs.jsonl"
+    data.write_text('{"prompt": "8+1?", "chosen": "9", "rejected": "7"}\n'
+                    '{"prompt": "upper: rain", "chosen": "RAIN", "rejected": "rain"}\n' * 2)
+    return fx.lutra_cmd(fx.root / "recipes/dpo.lua", "--model=%s" % model, "--train_data=%s" % data,
+                        "--val_data=%s" % data, "--steps=1", "--batch=2", "--warmup=0", "--eval_every=0",
+                        "--threads=1", "--out=%s" % (Path(tmp) / "d"))

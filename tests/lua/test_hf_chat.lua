@@ -236,3 +236,44 @@ test("without {% generation %}: the tokens that carry loss spell each assistant 
     assert(n >= 20, name .. ": " .. n)
   end
 end)
+
+test("dpo: last_only masks the final assistant turn alone", function()
+  local t, tok, cases = load_fixture("qwen25")
+  local msgs = cases[17].messages -- a b c d e f: three assistant turns
+  equal(#msgs, 6)
+  local _, all = t:encode(tok, msgs, {})
+  local ids, last = t:encode(tok, msgs, {last_only = true})
+  local run = {}
+  for i, m in ipairs(last) do
+    if m == 1 then run[#run + 1] = ids[i] end
+    assert(m <= all[i], "last_only marks a subset")
+  end
+  equal(tok:decode(run), "f<|im_end|>")
+end)
+
+test("modeldir: a model's own template is saved where transformers reads it and loaded back", function()
+  local modeldir = require "lutra.sft.modeldir"
+  local templates = require "lutra.sft.templates"
+  local t, tok, cases = load_fixture("llama31")
+  local model = lt.models.build(lt.models.config {arch = "llama", n_layer = 1, d_model = 16, n_head = 2,
+                                                  block_size = 32, vocab_size = tok.vocab_size})
+  local dir = os.tmpname()
+  os.remove(dir)
+  modeldir.save(dir, model, tok, {template = t})
+  equal(read(dir .. "/chat_template.jinja"), t.source)
+  local cfg = json.read_file(dir .. "/tokenizer_config.json")
+  equal(cfg.chat_template, t.source)
+  equal(cfg.bos_token, "<|begin_of_text|>")
+  local _, tok2, info = modeldir.load(dir)
+  equal(info.template.kind, "jinja")
+  equal(info.template.source, t.source)
+  -- transformers 4's layout: the template in tokenizer_config.json alone, with its special tokens
+  os.remove(dir .. "/chat_template.jinja")
+  local _, _, info2 = modeldir.load(dir)
+  equal(info2.template.name, dir .. "/tokenizer_config.json")
+  local c = cases[1]
+  equal(templates.encode(tok2, info2.template, c.messages, opts_of(c)), c.ids)
+  -- --template picks lutra's own instead
+  equal(select(3, modeldir.load(dir, {template = "chatml"})).template, "chatml")
+  os.execute("rm -rf '" .. dir .. "'")
+end)
