@@ -160,7 +160,7 @@ function M.encode_segments(tok, segs)
   local ids, mask = {}, {}
   for _, s in ipairs(segs) do
     local m = s.train and 1 or 0
-    for _, id in ipairs(tok:encode(s.text)) do
+    for _, id in ipairs(tok:encode(s.text, {add_special_tokens = false})) do -- no BOS per segment
       ids[#ids + 1] = id
       mask[#mask + 1] = m
     end
@@ -179,7 +179,7 @@ end
 function M.stop_id(tok, t)
   t = M.get(t)
   if t.stop == nil or type(tok.token_id) ~= "function" then return nil end
-  local ids = tok:encode(t.stop)
+  local ids = tok:encode(t.stop, {add_special_tokens = false})
   if #ids == 1 then return ids[1] end
   return nil
 end
