@@ -81,7 +81,9 @@ local function encode_one(tok, template, prompt, response)
   if template == nil then
     local ids, mask = {}, {}
     for _, id in ipairs(tok:encode(prompt)) do ids[#ids + 1], mask[#mask + 1] = id, 0 end
-    for _, id in ipairs(tok:encode(response)) do ids[#ids + 1], mask[#mask + 1] = id, 1 end
+    for _, id in ipairs(tok:encode(response, {add_special_tokens = false})) do -- no BOS inside the sequence
+      ids[#ids + 1], mask[#mask + 1] = id, 1
+    end
     return ids, mask
   end
   local templates = require "lutra.sft.templates"

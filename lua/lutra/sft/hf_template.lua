@@ -199,8 +199,10 @@ end
 -- Each token's byte range: tok:encode_offsets where the tokenizer has it, else the bytes of the
 -- tokens in turn (they concatenate to the text for a byte-level tokenizer with no normalizer).
 function M.token_offsets(tok, text)
-  if type(tok.encode_offsets) == "function" then return tok:encode_offsets(text) end
-  local ids = tok:encode(text)
+  -- the rendered text holds the template's own BOS: the tokenizer adds none (as apply_chat_template)
+  local no_specials = {add_special_tokens = false}
+  if type(tok.encode_offsets) == "function" then return tok:encode_offsets(text, no_specials) end
+  local ids = tok:encode(text, no_specials)
   local starts, ends, pos = {}, {}, 0
   for i, id in ipairs(ids) do
     starts[i] = pos

@@ -196,7 +196,7 @@ end
 function M.stop_id(tok, t)
   t = M.get(t)
   if t.stop == nil or type(tok.token_id) ~= "function" then return nil end
-  local ids = tok:encode(t.stop)
+  local ids = tok:encode(t.stop, {add_special_tokens = false})
   if #ids == 1 then return ids[1] end
   return nil
 end
