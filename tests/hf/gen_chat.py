@@ -161,6 +161,63 @@ CASES = {"llama": llama_cases, "qwen": qwen_cases, "qwen3": qwen3_cases, "mistra
          "plain": lambda: [{"messages": m} for m in PLAIN], "gemma": gemma_cases}
 
 
+# Single constructs, rendered by transformers' own Jinja environment (the reference for lutra.jinja's semantics)
+SNIPPET_VARS = {"s": "héllo wörld", "xs": [3, 1, 2], "d": {"b": 1, "a": [1, "x", None]}, "n": 7, "z": 0, "t": True,
+                "none": None, "ms": [{"role": "user", "content": " hi "}, {"role": "assistant", "content": "yo"},
+                                     {"role": "user", "content": "bye"}], "sp": "  a  b\tc \n", "e": ""}
+SNIPPETS = [
+    "{{ s }}|{{ s|length }}|{{ s|upper }}|{{ s|title }}|{{ s|capitalize }}|{{ s[1:4] }}|{{ s[-3:] }}|{{ s[::2] }}",
+    "{{ s.split(' ') }}|{{ s.split() }}|{{ sp.split() }}|{{ sp.strip() }}|{{ sp.lstrip() }}|{{ sp.rstrip() }}|{{ s.split('l', 1) }}",
+    "{{ s.startswith('hé') }}{{ s.endswith(('x', 'ld')) }}{{ s.replace('l', 'L') }}{{ s.replace('l', 'L', 1) }}{{ s.find('w') }}",
+    "{{ s.strip('hd') }}|{{ '  x '|trim }}|{{ 'xxaxx'|trim('x') }}|{{ s.count('l') }}|{{ '{}+{}={x}'.format(1, 2, x=3) }}",
+    "{{ xs|sort }}|{{ xs|sort(reverse=true) }}|{{ xs|first }}|{{ xs|last }}|{{ xs|length }}|{{ xs|sum }}|{{ xs|reverse|list }}",
+    "{{ xs|join(',') }}|{{ xs|map('string')|join }}|{{ ms|map(attribute='role')|list }}|{{ ms|selectattr('role', 'equalto', 'user')|list|length }}",
+    "{{ ms|rejectattr('role', 'equalto', 'user')|map(attribute='content')|first }}|{{ [1, 0, 2]|select|list }}|{{ [1, 0, 2]|reject|list }}",
+    "{{ d|tojson }}|{{ d|tojson(indent=2) }}|{{ d.items()|list }}|{{ d|items|list }}|{{ d.keys()|list }}|{{ d.values()|list }}",
+    "{{ d.get('a') }}|{{ d.get('q') }}|{{ d.get('q', 5) }}|{{ d['b'] }}|{{ d.b }}|{{ 'a' in d }}|{{ d|length }}|{{ d|list }}",
+    "{{ 1 + 2 * 3 - 4 / 2 }}|{{ 7 // 2 }}|{{ -7 // 2 }}|{{ 7 % 3 }}|{{ -7 % 3 }}|{{ 2 ** 10 }}|{{ n * 'ab' }}|{{ 'x' ~ n ~ none ~ t }}",
+    "{{ n > 3 and n < 10 }}|{{ z or 'fb' }}|{{ e or 'empty' }}|{{ not xs }}|{{ n == 7.0 }}|{{ 'a' < 'b' }}|{{ [1, 2] == [1, 2] }}|{{ xs != xs }}",
+    "{{ n is number }}{{ s is string }}{{ d is mapping }}{{ xs is iterable }}{{ s is iterable }}{{ none is none }}{{ t is true }}{{ z is false }}",
+    "{{ q is defined }}{{ q is undefined }}{{ n is odd }}{{ n is even }}{{ 6 is divisibleby 3 }}{{ s is lower }}{{ xs is sequence }}{{ n is integer }}",
+    "{{ 'x' if t else 'y' }}|{{ 'x' if z else 'y' }}|{{ 'x' if z }}|{{ q }}|{{ q|default('dflt') }}|{{ e|default('dflt', true) }}|{{ none|string }}",
+    "{% for x in xs %}{{ loop.index }}{{ loop.index0 }}{{ loop.revindex }}{{ loop.revindex0 }}{{ loop.first }}{{ loop.last }}{{ loop.length }};{% endfor %}",
+    "{% for x in xs if x > 1 %}{{ x }}{{ loop.cycle('a', 'b') }}{% else %}none{% endfor %}|{% for x in [] %}x{% else %}else{% endfor %}",
+    "{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}|{% for c in 'héy' %}[{{ c }}]{% endfor %}|{% for k in d %}{{ k }}{% endfor %}",
+    "{% for x in xs %}{% if x == 1 %}{% continue %}{% endif %}{% if x == 2 %}{% break %}{% endif %}{{ x }}{% endfor %}",
+    "{% set a = 1 %}{% for x in xs %}{% set a = a + x %}{% endfor %}{{ a }}|{% set ns = namespace(a=1) %}{% for x in xs %}{% set ns.a = ns.a + x %}{% endfor %}{{ ns.a }}",
+    "{% set a, b = 1, 2 %}{{ a }}{{ b }}|{% set blk %}in{{ n }}{% endset %}{{ blk }}|{% set l = [1, 2] + [3] %}{{ l }}|{{ (1, 2) }}",
+    "{% macro m(a, b='B') %}<{{ a }}{{ b }}>{% endmacro %}{{ m(1) }}{{ m(2, 'c') }}{{ m(3, b='d') }}|{% macro w() %}[{{ caller() }}]{% endmacro %}{% call w() %}in{% endcall %}",
+    "a\n  {% if t %}\n    b\n  {% endif %}\nc\n{# comment #}\nd  {%- if t -%}  e  {%- endif -%}  f\n  {{ 'g' }}\n",
+    "{{ ms[0].content|trim }}|{{ ms[-1]['content'] }}|{{ ms[5] }}|{{ ms[0].nope }}|{{ d.b.c }}|{{ range(3)|list }}|{{ range(1, 7, 2)|list }}",
+    "{{ '%d items'|replace('%d', '3') }}|{{ 'ab'|list }}|{{ [3, 1, 3]|unique|list }}|{{ -n|abs }}|{{ '42'|int + 1 }}|{{ 'x'|int }}|{{ 3.7|int }}|{{ 'a b  c'|wordcount }}",
+    "{{ {'k': 'v', 'n': [1, {'m': none}]} }}|{{ [\"it's\", 'q', 'a\\\\b'] }}|{{ dict(a=1, b=2) }}|{{ [true, false, none] }}",
+    "{{ 1.5 + 1 }}|{{ 3 / 2 }}|{{ 4 / 2 }}|{{ 2 ** -1 }}|{{ 1.0 }}|{{ 10 / 4 * 2 }}|{{ 7.5 // 2 }}|{{ 2.5|int }}|{{ [1.0, 2]|tojson }}",
+    "{{ 'ÀÉÎõü ßÿ ĀāŁł ΑΒΓαβγ АБВабв'|lower }}|{{ 'àéîõü ĀāŁł αβγ абв'|upper }}|{{ 'élan vital ΑΒΓ'|title }}|{{ 'éLAN'|capitalize }}",
+    "{{ 'a,b,c,d'.rsplit(',', 1) }}|{{ 'a,b,c'.rsplit(',') }}|{{ 'a b  c'.rsplit() }}|{{ 1e20 }}|{{ 1e15 / 1 }}|{{ 0.0001 / 1 }}|{{ 1 / 3 }}",
+    "{{ 'line1\nline2'.splitlines() }}|{{ 'a-b-c'.rsplit is defined }}|{{ s.upper().lower() }}|{{ '  x'.isspace() }}|{{ '123'.isdigit() }}",
+    "{%- for m in ms -%}\n  {%- if m.role == 'user' -%}\n    U:{{ m.content }}\n  {%- else -%}\n    A:{{ m.content }}\n  {%- endif %}\n{% endfor -%}\nend",
+    "{% if xs|length > 2 %}many{% elif xs %}some{% else %}none{% endif %}|{% if none %}x{% elif e %}y{% endif %}|{{ xs[0] if xs else 0 }}",
+    "{{ 'tool_calls' in ms[0] }}|{{ ms[0] == {'role': 'user', 'content': ' hi '} }}|{{ ms[0] == ms[2] }}|{{ 1 in xs }}|{{ 'é' in s }}",
+    "{{ raise_exception('boom at ' ~ n) }}",
+    "{{ q.attr }}",
+    "{{ s + 1 }}",
+    "{{ xs.append(4) }}",
+]
+
+
+def snippets():
+    from transformers.utils.chat_template_utils import _compile_jinja_template
+    out = []
+    for src in SNIPPETS:
+        rec = {"template": src}
+        try:
+            rec["text"] = _compile_jinja_template(src).render(**SNIPPET_VARS)
+        except Exception as e:  # noqa: BLE001 - the reference's message, whatever its kind
+            rec["error"] = str(e)
+        out.append(rec)
+    return {"vars": SNIPPET_VARS, "snippets": out}
+
+
 def train_tokenizer(corpus, specials, bos, eos):
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -213,6 +270,8 @@ def main(outdir):
         with open(os.path.join(d, "cases.json"), "w", encoding="utf-8") as f:
             f.write("[\n" + ",\n".join(json.dumps(r, ensure_ascii=False) for r in records) + "\n]\n")
         summary[name] = {"cases": len(records), "errors": sum("error" in r for r in records)}
+    with open(os.path.join(outdir, "snippets.json"), "w", encoding="utf-8") as f:
+        json.dump(snippets(), f, ensure_ascii=False, indent=1)
     with open(os.path.join(outdir, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1, sort_keys=True)
     print(json.dumps(summary))

@@ -277,3 +277,19 @@ test("modeldir: a model's own template is saved where transformers reads it and 
   equal(select(3, modeldir.load(dir, {template = "chatml"})).template, "chatml")
   os.execute("rm -rf '" .. dir .. "'")
 end)
+
+test("jinja: single constructs render as transformers' Jinja renders them (snippets.json)", function()
+  local fx = json.read_file(FIX .. "/snippets.json", {ordered = true})
+  local bad = {}
+  for i, sn in ipairs(fx.snippets) do
+    local ok, out = pcall(function() return (jinja.compile(sn.template, {name = "snippet"}):render(fx.vars)) end)
+    if sn.error then
+      if ok or not tostring(out):find(sn.error:gsub("%.$", ""), 1, true) then
+        bad[#bad + 1] = string.format("%d: want error %q, got %s", i, sn.error, tostring(out))
+      end
+    elseif not ok or out ~= sn.text then
+      bad[#bad + 1] = string.format("%d: want %q\n   got %q", i, sn.text, tostring(out))
+    end
+  end
+  assert(#bad == 0, #bad .. " of " .. #fx.snippets .. " snippets differ:\n" .. table.concat(bad, "\n"))
+end)

@@ -40,7 +40,9 @@ local function attr_of(r, v, path)
 end
 
 local function sort_key_compare(a, b)
-  if type(a) == type(b) and (type(a) == "string" or type(a) == "number") then return a < b end
+  if type(a) == "string" and type(b) == "string" then return a < b end
+  local x, y = V.tonum(a), V.tonum(b)
+  if x and y then return x < y end
   fail("'<' not supported between instances of '%s' and '%s'", V.type_name(a), V.type_name(b))
 end
 
@@ -80,8 +82,8 @@ FILTERS = {
     end
     return table.concat(parts, V.str(sep))
   end,
-  upper = function(_, v) return V.str(v):upper() end,
-  lower = function(_, v) return V.str(v):lower() end,
+  upper = function(_, v) return methods.upper(V.str(v)) end,
+  lower = function(_, v) return methods.lower(V.str(v)) end,
   capitalize = function(_, v) return methods.capitalize(V.str(v)) end,
   title = function(_, v) return methods.title(V.str(v)) end,
   default = function(_, v, a, kw)
@@ -102,7 +104,7 @@ FILTERS = {
     if getmetatable(v) == UNDEF then return V.list() end
     if getmetatable(v) ~= DICT then fail("Can only get item pairs from a mapping.") end
     local out = V.list()
-    for i, k in ipairs(v.keys) do out[i] = V.list {k, v.map[k]} end
+    for i, k in ipairs(v.keys) do out[i] = V.tuple {k, v.map[k]} end
     return out
   end,
   list = function(_, v)
@@ -112,18 +114,22 @@ FILTERS = {
   end,
   replace = function(_, v, a) return methods.replace(V.str(v), a[1], a[2], a[3]) end,
   int = function(_, v, a)
-    if type(v) == "number" then return v >= 0 and math.floor(v) or math.ceil(v) end
-    if type(v) == "boolean" then return v and 1 or 0 end
+    local n = V.tonum(v)
+    if n then return n >= 0 and math.floor(n) or math.ceil(n) end
     local n = type(v) == "string" and tonumber((v:gsub("_", ""))) or nil
     if n == nil then return a[1] or 0 end
     return n >= 0 and math.floor(n) or math.ceil(n)
   end,
   float = function(_, v, a)
-    if type(v) == "number" then return v end
-    local n = type(v) == "string" and tonumber(v) or nil
-    return n or a[1] or 0
+    local n = V.tonum(v) or (type(v) == "string" and tonumber(v)) or nil
+    if n then return V.float(n) end
+    return a[1] or V.float(0)
   end,
-  abs = function(_, v) return math.abs(v) end,
+  abs = function(_, v)
+    local n = V.tonum(v)
+    if not n then fail("bad operand type for abs(): '%s'", V.type_name(v)) end
+    return V.is_float(v) and V.float(math.abs(n)) or math.abs(n)
+  end,
   safe = function(_, v) return v end,
   escape = function(_, v)
     return (V.str(v):gsub("[&<>\"']", {["&"] = "&amp;", ["<"] = "&lt;", [">"] = "&gt;", ['"'] = "&#34;",
@@ -168,7 +174,7 @@ FILTERS = {
     local total = kw.start or 0
     for _, x in ipairs(M.iterate(v)) do
       if kw.attribute or a[1] then x = attr_of(r, x, kw.attribute or a[1]) end
-      total = total + x
+      total = total + (V.tonum(x) or fail("unsupported operand type(s) for +: 'int' and '%s'", V.type_name(x)))
     end
     return total
   end,
@@ -248,7 +254,7 @@ end
 
 -- ---- tests ----------------------------------------------------------------------------------------
 
-local function is_number(v) return type(v) == "number" end
+local function is_number(v) return type(v) == "number" or getmetatable(v) == V.FLOAT end
 
 local TESTS
 TESTS = {
@@ -267,22 +273,22 @@ TESTS = {
   end,
   number = is_number,
   integer = function(v) return V.is_int(v) end,
-  float = function(v) return type(v) == "number" and not V.is_int(v) end,
+  float = function(v) return V.is_float(v) end,
   boolean = function(v) return type(v) == "boolean" end,
   ["true"] = function(v) return v == true end,
   ["false"] = function(v) return v == false end,
   callable = function(v) return getmetatable(v) == V.CALLABLE end,
   equalto = function(v, a) return V.equal(v, a[1]) end,
   ne = function(v, a) return not V.equal(v, a[1]) end,
-  lt = function(v, a) return v < a[1] end,
-  le = function(v, a) return v <= a[1] end,
-  gt = function(v, a) return v > a[1] end,
-  ge = function(v, a) return v >= a[1] end,
-  odd = function(v) return V.check_defined(v) % 2 == 1 end,
-  even = function(v) return V.check_defined(v) % 2 == 0 end,
-  divisibleby = function(v, a) return V.check_defined(v) % a[1] == 0 end,
-  lower = function(v) return V.str(v) == V.str(v):lower() end,
-  upper = function(v) return V.str(v) == V.str(v):upper() end,
+  lt = function(v, a) return (V.tonum(v) or v) < (V.tonum(a[1]) or a[1]) end,
+  le = function(v, a) return (V.tonum(v) or v) <= (V.tonum(a[1]) or a[1]) end,
+  gt = function(v, a) return (V.tonum(v) or v) > (V.tonum(a[1]) or a[1]) end,
+  ge = function(v, a) return (V.tonum(v) or v) >= (V.tonum(a[1]) or a[1]) end,
+  odd = function(v) return (V.tonum(V.check_defined(v)) or fail("odd: not a number")) % 2 == 1 end,
+  even = function(v) return (V.tonum(V.check_defined(v)) or fail("even: not a number")) % 2 == 0 end,
+  divisibleby = function(v, a) return (V.tonum(V.check_defined(v)) or 0) % (V.tonum(a[1]) or 0) == 0 end,
+  lower = function(v) return V.str(v) == methods.lower(V.str(v)) end,
+  upper = function(v) return V.str(v) == methods.upper(V.str(v)) end,
   sameas = function(v, a) return rawequal(v, a[1]) end,
 }
 TESTS.eq, TESTS["=="], TESTS["!="] = TESTS.equalto, TESTS.equalto, TESTS.ne

@@ -45,10 +45,7 @@ local function kwarg_dict(args, kwargs)
       V.fail("expected a mapping, got %s", V.type_name(a))
     end
   end
-  local names = {}
-  for k in pairs(kwargs) do names[#names + 1] = k end
-  table.sort(names) -- Lua keeps no order of keyword arguments: sorted, for a fixed result
-  for _, k in ipairs(names) do V.dict_set(d, k, kwargs[k]) end
+  for _, k in ipairs(render.kwarg_order(kwargs) or {}) do V.dict_set(d, k, kwargs[k]) end
   return d
 end
 

@@ -101,9 +101,56 @@ local function replace(s, old, new, count)
 end
 M.replace = replace
 
-function M.capitalize(s) return s:sub(1, 1):upper() .. s:sub(2):lower() end
+-- ---- letter case: ASCII, Latin-1, Latin Extended-A, Greek and Cyrillic (what chat templates meet) ----
+
+local UPPER, LOWER = {}, {}
+local function utf8_char(cp)
+  if cp < 0x80 then return string.char(cp) end
+  return string.char(0xC0 + math.floor(cp / 64), 0x80 + cp % 64) -- (all the pairs below are < U+0800)
+end
+local function pair(up, low)
+  UPPER[utf8_char(low)], LOWER[utf8_char(up)] = utf8_char(up), utf8_char(low)
+end
+for cp = 0xC0, 0xDE do
+  if cp ~= 0xD7 then pair(cp, cp + 0x20) end
+end
+for cp = 0x100, 0x17F, 2 do
+  if cp ~= 0x130 and cp ~= 0x138 and not (cp >= 0x139 and cp <= 0x148) and not (cp >= 0x179 and cp <= 0x17E) then
+    pair(cp, cp + 1)
+  end
+end
+for cp = 0x139, 0x147, 2 do pair(cp, cp + 1) end
+for cp = 0x179, 0x17D, 2 do pair(cp, cp + 1) end
+for cp = 0x391, 0x3A9 do
+  if cp ~= 0x3A2 then pair(cp, cp + 0x20) end
+end
+for cp = 0x410, 0x42F do pair(cp, cp + 0x20) end
+for cp = 0x400, 0x40F do pair(cp, cp + 0x50) end
+
+local function map_case(s, tbl, ascii)
+  if M.is_ascii_only(s) then return ascii(s) end
+  return (s:gsub("[%z\1-\127\192-\255][\128-\191]*", function(c)
+    if #c == 1 then return ascii(c) end
+    return tbl[c] or c
+  end))
+end
+function M.is_ascii_only(s) return not s:find("[\128-\255]") end
+function M.upper(s) return map_case(s, UPPER, string.upper) end
+function M.lower(s) return map_case(s, LOWER, string.lower) end
+local function cased(c) return c:match("^%a$") ~= nil or UPPER[c] ~= nil or LOWER[c] ~= nil end
+
+function M.capitalize(s)
+  local cs = V.chars(s)
+  if #cs == 0 then return s end
+  return M.upper(cs[1]) .. M.lower(table.concat(cs, "", 2))
+end
 function M.title(s)
-  return (s:gsub("(%a)(%a*)", function(a, b) return a:upper() .. b:lower() end))
+  local out, prev_cased = {}, false
+  for i, c in ipairs(V.chars(s)) do
+    out[i] = prev_cased and M.lower(c) or M.upper(c)
+    prev_cased = cased(c)
+  end
+  return table.concat(out)
 end
 
 -- str.format with {} / {0} / {name} fields (no format specs).
@@ -143,8 +190,23 @@ local STR = {
   lstrip = function(s, a) return M.strip(s, a[1], true, false) end,
   rstrip = function(s, a) return M.strip(s, a[1], false, true) end,
   split = function(s, a, kw) return split(s, a[1] or kw.sep, a[2] or kw.maxsplit) end,
-  upper = function(s) return s:upper() end,
-  lower = function(s) return s:lower() end,
+  upper = function(s) return M.upper(s) end,
+  lower = function(s) return M.lower(s) end,
+  rsplit = function(s, a, kw)
+    local sep, maxsplit = a[1] or kw.sep, a[2] or kw.maxsplit
+    if maxsplit == nil or maxsplit == NONE or maxsplit < 0 or sep == nil or sep == NONE then
+      if sep ~= nil and sep ~= NONE or maxsplit == nil or maxsplit == NONE or maxsplit < 0 then
+        return split(s, sep, nil)
+      end
+    end
+    -- from the right: split the reversed pieces
+    local parts = split(s, sep, nil)
+    local keep = #parts - maxsplit
+    if keep <= 1 then return parts end
+    local out = V.list {table.concat(parts, sep, 1, keep)}
+    for i = keep + 1, #parts do out[#out + 1] = parts[i] end
+    return out
+  end,
   title = function(s) return M.title(s) end,
   capitalize = function(s) return M.capitalize(s) end,
   replace = function(s, a) return replace(s, a[1], a[2], a[3]) end,
@@ -191,7 +253,7 @@ local STR = {
 local DICT = {
   items = function(d)
     local out = V.list()
-    for i, k in ipairs(d.keys) do out[i] = V.list {k, d.map[k]} end
+    for i, k in ipairs(d.keys) do out[i] = V.tuple {k, d.map[k]} end
     return out
   end,
   keys = function(d)

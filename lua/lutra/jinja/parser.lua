@@ -150,7 +150,7 @@ function P:primary()
     while self:is("string") do s = s .. self:next().value end -- adjacent literals join
     return self:node {type = "const", value = s}
   elseif t.type == "number" then
-    return self:node {type = "const", value = t.value}
+    return self:node {type = "const", value = t.float and V.float(t.value) or t.value}
   elseif t.type == "name" then
     local v = t.value
     if v == "true" or v == "True" then return self:node {type = "const", value = true} end
@@ -187,7 +187,7 @@ end
 
 -- (a) is a, (a, b) a tuple (a list here: templates only iterate or index them).
 function P:tuple_or_expr(closer)
-  if closer and self:is("op", closer) then return self:node {type = "list", items = {}} end
+  if closer and self:is("op", closer) then return self:node {type = "list", items = {}, tuple = true} end
   local first = self:expr()
   if not self:is("op", ",") then return first end
   local items = {first}
@@ -195,7 +195,7 @@ function P:tuple_or_expr(closer)
     if closer and self:is("op", closer) then break end
     items[#items + 1] = self:expr()
   end
-  return self:node {type = "list", items = items}
+  return self:node {type = "list", items = items, tuple = true}
 end
 
 function P:args()

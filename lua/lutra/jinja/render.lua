@@ -110,8 +110,8 @@ end
 -- ---- expressions -------------------------------------------------------------------------------
 
 local function num(v, op, other)
-  if type(v) == "number" then return v end
-  if type(v) == "boolean" then return v and 1 or 0 end
+  local n = V.tonum(v)
+  if n then return n end
   if getmetatable(v) == UNDEF then fail("%s", v.hint) end
   fail("unsupported operand type(s) for %s: '%s' and '%s'", op, V.type_name(v), V.type_name(other))
 end
@@ -130,14 +130,16 @@ local function add(a, b)
     if type(a) == "string" then fail('can only concatenate str (not "%s") to str', V.type_name(b)) end
     fail("unsupported operand type(s) for +: '%s' and 'str'", V.type_name(a))
   end
-  return num(a, "+", b) + num(b, "+", a)
+  local r = num(a, "+", b) + num(b, "+", a)
+  if V.is_float(a) or V.is_float(b) then return V.float(r) end
+  return r
 end
 
 local function compare(op, a, b)
   if op == "==" then return V.equal(a, b) end
   if op == "!=" then return not V.equal(a, b) end
   local ta, tb = type(a), type(b)
-  if not ((ta == "string" and tb == "string") or ((ta == "number" or ta == "boolean") and (tb == "number" or tb == "boolean"))) then
+  if not ((ta == "string" and tb == "string") or (V.tonum(a) and V.tonum(b))) then
     if getmetatable(a) == UNDEF then fail("%s", a.hint) end
     if getmetatable(b) == UNDEF then fail("%s", b.hint) end
     fail("'%s' not supported between instances of '%s' and '%s'", op, V.type_name(a), V.type_name(b))
@@ -161,13 +163,25 @@ local function binary(op, a, b)
     return string.rep(str, math.max(0, n))
   end
   local x, y = num(a, op, b), num(b, op, a)
-  if op == "-" then return x - y end
-  if op == "*" then return x * y end
-  if op == "**" then return x ^ y end
-  if y == 0 then fail("division by zero") end
-  if op == "/" then return x / y end
-  if op == "//" then return math.floor(x / y) end
-  return x - math.floor(x / y) * y -- %: the sign of the divisor, as Python's
+  local r
+  if op == "-" then
+    r = x - y
+  elseif op == "*" then
+    r = x * y
+  elseif op == "**" then
+    r = x ^ y
+  else
+    if y == 0 then fail("division by zero") end
+    if op == "/" then
+      r = x / y
+    elseif op == "//" then
+      r = math.floor(x / y)
+    else
+      r = x - math.floor(x / y) * y -- %: the sign of the divisor, as Python's
+    end
+  end
+  if op == "/" or V.is_float(a) or V.is_float(b) or (op == "**" and y < 0) then return V.float(r) end
+  return r
 end
 
 function R:contains(container, item)
@@ -195,10 +209,19 @@ function R:call(fn, args, kwargs)
   return fn.fn(args, kwargs, self)
 end
 
+-- The arguments of a call: positional ones, and keyword ones (their order in KWARG_ORDER, as
+-- Python keeps it: namespace(b=1, a=2) and dict(...) list their keys in that order).
+local KWARG_ORDER = setmetatable({}, {__mode = "k"})
+M.kwarg_order = function(kwargs) return KWARG_ORDER[kwargs] end
+
 function R:eval_args(e)
-  local args, kwargs = {}, {}
+  local args, kwargs, order = {}, {}, {}
   for i, a in ipairs(e.args) do args[i] = self:eval(a) end
-  for _, kw in ipairs(e.kwargs) do kwargs[kw.name] = self:eval(kw.value) end
+  for i, kw in ipairs(e.kwargs) do
+    kwargs[kw.name] = self:eval(kw.value)
+    order[i] = kw.name
+  end
+  KWARG_ORDER[kwargs] = order
   return args, kwargs
 end
 
@@ -232,6 +255,7 @@ function R:eval(e)
   if t == "not" then return not V.truthy(self:eval(e.a)) end
   if t == "neg" then
     local a = self:eval(e.a)
+    if getmetatable(a) == V.FLOAT then return V.float(-a.v) end
     return -num(a, "unary -", a)
   end
   if t == "in" then
@@ -244,7 +268,7 @@ function R:eval(e)
     return V.undefined("the conditional expression had no else branch")
   end
   if t == "list" then
-    local out = V.list()
+    local out = e.tuple and V.tuple() or V.list()
     for i, x in ipairs(e.items) do out[i] = self:eval(x) end
     return out
   end

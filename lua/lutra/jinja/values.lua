@@ -1,5 +1,7 @@
 -- lutra.jinja.values — the values a template computes with, as Python (Jinja's host) has them:
--- None (json.null), booleans, numbers (an integral number is a Python int, else a float),
+-- None (json.null), booleans, numbers (a Lua number is a Python int when integral, else a float;
+-- a float the template makes, 3 / 1 or a literal 1.0, is boxed by M.float so it prints "3.0"),
+-- tuples (lists printed with parentheses),
 -- strings (UTF-8: length, indexing and slicing count characters), lists, dicts (keys in
 -- insertion order, as Python's), namespaces, callables, and Undefined (a name or attribute that
 -- does not exist: prints as "", is false, iterates as empty; any other use is an error, as with
@@ -22,7 +24,8 @@ local DICT = {__name = "dict"}
 local NAMESPACE = {__name = "namespace"}
 local CALLABLE = {__name = "callable"}
 local UNDEF = {__name = "undefined"}
-M.LIST, M.DICT, M.NAMESPACE, M.CALLABLE, M.UNDEF = LIST, DICT, NAMESPACE, CALLABLE, UNDEF
+local FLOAT = {__name = "float"}
+M.LIST, M.DICT, M.NAMESPACE, M.CALLABLE, M.UNDEF, M.FLOAT = LIST, DICT, NAMESPACE, CALLABLE, UNDEF, FLOAT
 
 function M.fail(msg, ...)
   error({jinja = select("#", ...) > 0 and string.format(msg, ...) or msg}, 0)
@@ -30,6 +33,22 @@ end
 local fail = M.fail
 
 function M.list(t) return setmetatable(t or {}, LIST) end
+local TUPLES = setmetatable({}, {__mode = "k"})
+function M.tuple(t)
+  t = M.list(t)
+  TUPLES[t] = true
+  return t
+end
+function M.float(x) return setmetatable({v = x}, FLOAT) end
+function M.is_float(v) return getmetatable(v) == FLOAT or (type(v) == "number" and v ~= math.floor(v)) end
+-- The number v holds (a Lua number, a boxed float, a boolean as 0/1), or nil.
+function M.tonum(v)
+  local tv = type(v)
+  if tv == "number" then return v end
+  if tv == "boolean" then return v and 1 or 0 end
+  if getmetatable(v) == FLOAT then return v.v end
+  return nil
+end
 -- A dict: keys (their order) and map.
 function M.dict() return setmetatable({keys = {}, map = {}}, DICT) end
 function M.dict_set(d, k, v)
@@ -79,7 +98,7 @@ function M.from_lua(x)
   if tx == "string" or tx == "number" or tx == "boolean" then return x end
   if x == nil or x == NONE then return NONE end
   local mt = getmetatable(x)
-  if mt == LIST or mt == DICT or mt == NAMESPACE or mt == CALLABLE or mt == UNDEF then return x end
+  if mt == LIST or mt == DICT or mt == NAMESPACE or mt == CALLABLE or mt == UNDEF or mt == FLOAT then return x end
   if tx == "function" then
     return M.callable("function", function(args) return M.from_lua(x(unpack(args))) end)
   end
@@ -116,6 +135,7 @@ function M.truthy(v)
   if v == nil or v == false or v == NONE or v == 0 or v == "" then return false end
   local mt = getmetatable(v)
   if mt == UNDEF then return false end
+  if mt == FLOAT then return v.v ~= 0 end
   if mt == LIST then return #v > 0 end
   if mt == DICT then return #v.keys > 0 end
   return true
@@ -125,14 +145,20 @@ local function float_text(x)
   if x ~= x then return "nan" end
   if x == math.huge then return "inf" end
   if x == -math.huge then return "-inf" end
+  local s
   for p = 1, 17 do
-    local s = string.format("%." .. p .. "g", x)
-    if tonumber(s) == x then
-      if not s:find("[e.n]") then s = s .. ".0" end
-      return s
+    s = string.format("%." .. p .. "g", x)
+    if tonumber(s) == x then break end
+  end
+  local exp = tonumber(s:match("e([-+]%d+)$"))
+  if exp and exp >= -4 and exp < 16 then -- Python writes these without an exponent
+    for q = 0, 20 do
+      s = string.format("%." .. q .. "f", x)
+      if tonumber(s) == x then break end
     end
   end
-  return string.format("%.17g", x)
+  if not s:find("[e.n]") then s = s .. ".0" end
+  return s
 end
 
 function M.number_text(x)
@@ -159,6 +185,7 @@ function M.repr(v)
   if getmetatable(v) == LIST then
     local parts = {}
     for i, x in ipairs(v) do parts[i] = M.repr(x) end
+    if TUPLES[v] then return "(" .. table.concat(parts, ", ") .. (#v == 1 and ",)" or ")") end
     return "[" .. table.concat(parts, ", ") .. "]"
   end
   if getmetatable(v) == DICT then
@@ -178,6 +205,7 @@ function M.str(v)
   if v == NONE then return "None" end
   local mt = getmetatable(v)
   if mt == UNDEF then return "" end
+  if mt == FLOAT then return float_text(v.v) end
   if mt == LIST or mt == DICT then return M.repr(v) end
   if mt == NAMESPACE then return "<Namespace>" end
   if mt == CALLABLE then return "<function " .. v.name .. ">" end
@@ -186,9 +214,9 @@ end
 
 function M.equal(a, b)
   if a == b then return true end
+  local na, nb = M.tonum(a), M.tonum(b)
+  if na and nb then return na == nb end
   local ta, tb = type(a), type(b)
-  if ta == "boolean" and tb == "number" then return (a and 1 or 0) == b end
-  if tb == "boolean" and ta == "number" then return (b and 1 or 0) == a end
   if ta ~= "table" or tb ~= "table" then return false end
   local ma, mb = getmetatable(a), getmetatable(b)
   if ma ~= mb then return false end
@@ -214,6 +242,7 @@ function M.type_name(v)
   local tv = type(v)
   if tv == "string" then return "str" end
   if tv == "number" then return M.is_int(v) and "int" or "float" end
+  if getmetatable(v) == FLOAT then return "float" end
   if tv == "boolean" then return "bool" end
   if v == NONE then return "NoneType" end
   local mt = getmetatable(v)
@@ -248,6 +277,8 @@ local function dumps(v, indent, level, out, sep_item, sep_key)
     end
   elseif tv == "boolean" then
     out[#out + 1] = v and "true" or "false"
+  elseif getmetatable(v) == FLOAT then
+    out[#out + 1] = float_text(v.v)
   elseif v == NONE then
     out[#out + 1] = "null"
   else
