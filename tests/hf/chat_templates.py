@@ -49,6 +49,10 @@ SMOLLM2_GENERATION = """{%- for message in messages %}
 TEMPLATES = {
     "llama31": (LLAMA31, ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
                           "<|eot_id|>", "<|eom_id|>", "<|python_tag|>"], "<|begin_of_text|>", "<|eot_id|>", "llama"),
+    # the same template with a Llama 3-style tokenizer (TemplateProcessing adds <|begin_of_text|>)
+    "llama31_bos": (LLAMA31, ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
+                              "<|eot_id|>", "<|eom_id|>", "<|python_tag|>"], "<|begin_of_text|>", "<|eot_id|>",
+                    "llama"),
     "qwen25": (QWEN25, ["<|endoftext|>", "<|im_start|>", "<|im_end|>"], None, "<|im_end|>", "qwen"),
     "qwen3": (QWEN3, ["<|endoftext|>", "<|im_start|>", "<|im_end|>"], None, "<|im_end|>", "qwen3"),
     "mistral": (MISTRAL, ["<s>", "</s>", "[INST]", "[/INST]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]",

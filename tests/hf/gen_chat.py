@@ -21,7 +21,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import chat_templates  # noqa: E402
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers  # noqa: E402
 from transformers import PreTrainedTokenizerFast  # noqa: E402
 
 WEATHER = {"type": "function", "function": {
@@ -218,13 +218,16 @@ def snippets():
     return {"vars": SNIPPET_VARS, "snippets": out}
 
 
-def train_tokenizer(corpus, specials, bos, eos):
+def train_tokenizer(corpus, specials, bos, eos, add_bos=False):
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=500, special_tokens=specials, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(corpus, trainer)
+    if add_bos:  # Llama 3's: the post-processor adds BOS, which apply_chat_template leaves out
+        tok.post_processor = processors.TemplateProcessing(single=bos + " $A", pair=bos + " $A " + bos + " $B",
+                                                           special_tokens=[(bos, tok.token_to_id(bos))])
     return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=bos, eos_token=eos)
 
 
@@ -245,7 +248,7 @@ def main(outdir):
             for gen in (False, True):
                 variants.append(dict(c, add_generation_prompt=gen))
         corpus = [json.dumps(c, ensure_ascii=False) for c in cases] * 3
-        tok = train_tokenizer(corpus, specials, bos, eos)
+        tok = train_tokenizer(corpus, specials, bos, eos, add_bos=name.endswith("_bos"))
         tok.chat_template = template
         d = os.path.join(outdir, name)
         os.makedirs(d, exist_ok=True)

@@ -14,8 +14,10 @@
 -- dict and list methods), values (Python's values in Lua). Errors name the template and line:
 --   chat template (tokenizer_config.json) line 3: no filter named 'wordwrap'
 --   chat template (tokenizer_config.json) line 12: raise_exception: Conversation roles must alternate ...
--- Limits: an integral number prints as a Python int (2.0 prints "2"); a construct outside the
--- subset (extends, include, import, filter blocks, recursive loops, ...) is refused by name.
+-- Limits: a number from the data (JSON decoded by lutra.json) is a Python int when integral, so a
+-- 1.0 in a conversation prints "1" where Python prints "1.0" (the template's own floats, 3 / 2 or
+-- 1.0, print as Python's); a construct outside the subset (extends, include, import, filter
+-- blocks, recursive loops, ...) is refused by name.
 local V = require "lutra.jinja.values"
 local parser = require "lutra.jinja.parser"
 local render = require "lutra.jinja.render"
