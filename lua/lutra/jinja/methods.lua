@@ -194,14 +194,11 @@ local STR = {
   lower = function(s) return M.lower(s) end,
   rsplit = function(s, a, kw)
     local sep, maxsplit = a[1] or kw.sep, a[2] or kw.maxsplit
-    if maxsplit == nil or maxsplit == NONE or maxsplit < 0 or sep == nil or sep == NONE then
-      if sep ~= nil and sep ~= NONE or maxsplit == nil or maxsplit == NONE or maxsplit < 0 then
-        return split(s, sep, nil)
-      end
-    end
-    -- from the right: split the reversed pieces
+    if sep == NONE then sep = nil end
+    if maxsplit == nil or maxsplit == NONE or maxsplit < 0 then return split(s, sep, nil) end
+    if sep == nil then fail("str.rsplit with maxsplit and no separator is not supported") end
     local parts = split(s, sep, nil)
-    local keep = #parts - maxsplit
+    local keep = #parts - maxsplit -- the leftmost pieces stay joined
     if keep <= 1 then return parts end
     local out = V.list {table.concat(parts, sep, 1, keep)}
     for i = keep + 1, #parts do out[#out + 1] = parts[i] end

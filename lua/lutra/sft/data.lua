@@ -18,6 +18,10 @@
 -- contents strings, a conversation not empty, not both forms in one row, every character one
 -- the tokenizer can encode. A conversation without an assistant turn carries no loss: it is
 -- dropped and counted (report.no_loss), as is one whose loss tokens truncation removed.
+-- With a model's own Jinja template (lutra.sft.hf_template) the messages are the template's to
+-- judge (any role, tool_calls, reasoning_content, null contents; a row's "tools" list is passed
+-- as tools): what it refuses (raise_exception) is an error naming the row, then the template's
+-- file and line.
 --
 -- An example is {ids =, mask =}: mask[i] = 1 when ids[i] is a token the model must learn to
 -- predict. Its targets: position i predicts ids[i + 1] when mask[i + 1] = 1, else -100; the
