@@ -45,6 +45,9 @@ SMOLLM2_GENERATION = """{%- for message in messages %}
 {%- endif %}
 """
 
+# lutra's own llama3 template as it writes it into model directories (lua/lutra/sft/templates.lua)
+LUTRA_LLAMA3 = "{{ '<|begin_of_text|>' }}{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}"
+
 # name -> (template, special tokens, bos, eos, what the conversations exercise)
 TEMPLATES = {
     "llama31": (LLAMA31, ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
@@ -53,6 +56,8 @@ TEMPLATES = {
     "llama31_bos": (LLAMA31, ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
                               "<|eot_id|>", "<|eom_id|>", "<|python_tag|>"], "<|begin_of_text|>", "<|eot_id|>",
                     "llama"),
+    "lutra_llama3": (LUTRA_LLAMA3, ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
+                                    "<|end_header_id|>", "<|eot_id|>"], "<|begin_of_text|>", "<|eot_id|>", "plain"),
     "qwen25": (QWEN25, ["<|endoftext|>", "<|im_start|>", "<|im_end|>"], None, "<|im_end|>", "qwen"),
     "qwen3": (QWEN3, ["<|endoftext|>", "<|im_start|>", "<|im_end|>"], None, "<|im_end|>", "qwen3"),
     "mistral": (MISTRAL, ["<s>", "</s>", "[INST]", "[/INST]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]",

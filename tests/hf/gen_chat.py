@@ -23,6 +23,7 @@ import chat_templates  # noqa: E402
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers  # noqa: E402
 from transformers import PreTrainedTokenizerFast  # noqa: E402
+from transformers.utils.chat_template_utils import render_jinja_template  # noqa: E402
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Get the current weather in a city",
@@ -247,7 +248,16 @@ def main(outdir):
         for c in cases:
             for gen in (False, True):
                 variants.append(dict(c, add_generation_prompt=gen))
-        corpus = [json.dumps(c, ensure_ascii=False) for c in cases] * 3
+        # the tokenizer learns from the conversations as the template renders them (newlines, headers and all), so
+        # that merges cross the template's seams as they do in a real model's tokenizer
+        corpus = [json.dumps(c, ensure_ascii=False) for c in cases]
+        for c in cases:
+            try:
+                rendered, _ = render_jinja_template([c["messages"]], tools=c["tools"], chat_template=template,
+                                                    bos_token=bos or "", eos_token=eos, **c["kwargs"])
+                corpus += rendered * 3
+            except Exception:  # noqa: BLE001 - a conversation the template refuses: its error is a fixture too
+                pass
         tok = train_tokenizer(corpus, specials, bos, eos, add_bos=name.endswith("_bos"))
         tok.chat_template = template
         d = os.path.join(outdir, name)

@@ -14,7 +14,7 @@ local equal, fails = T.assert_equal, T.assert_error
 local root = debug.getinfo(1, "S").source:match("^@(.*)/tests/lua/[^/]+$") or "."
 local FIX = root .. "/tests/hf/fixtures/chat"
 
-local NAMES = {"llama31", "llama31_bos", "qwen25", "qwen3", "mistral", "smollm2", "chatml", "gemma", "chatml_generation",
+local NAMES = {"llama31", "llama31_bos", "lutra_llama3", "qwen25", "qwen3", "mistral", "smollm2", "chatml", "gemma", "chatml_generation",
                "smollm2_generation"}
 
 local function read(path)
@@ -206,7 +206,7 @@ test("sft.load_jsonl through a model's own template: ids (and generation masks) 
 end)
 
 test("without {% generation %}: the tokens that carry loss spell each assistant content and its end of turn", function()
-  for _, name in ipairs {"qwen25", "llama31", "gemma", "mistral"} do
+  for _, name in ipairs {"qwen25", "qwen3", "llama31", "gemma", "mistral"} do
     local t, tok, cases = load_fixture(name)
     local n = 0
     for _, c in ipairs(cases) do
@@ -226,7 +226,9 @@ test("without {% generation %}: the tokens that carry loss spell each assistant 
           -- (gemma and llama trim it; a tool-call turn shows no content: it carries no loss without {% generation %})
           if m.role == "assistant" and type(m.content) == "string" and m.tool_calls == nil then
             local trims = name == "gemma" or name == "llama31"
-            want[#want + 1] = (trims and m.content:match("^%s*(.-)%s*$") or m.content) .. t.stop
+            local content = trims and m.content:match("^%s*(.-)%s*$") or m.content
+            if name == "qwen3" then content = content:match(".*</think>\n*(.*)$") or content end -- (the answer)
+            want[#want + 1] = content .. t.stop
           end
         end
         equal(pieces, want, name)
@@ -292,4 +294,21 @@ test("jinja: single constructs render as transformers' Jinja renders them (snipp
     end
   end
   assert(#bad == 0, #bad .. " of " .. #fx.snippets .. " snippets differ:\n" .. table.concat(bad, "\n"))
+end)
+
+test("lutra's own templates tokenize the conversation as one text: apply_chat_template's ids", function()
+  local templates = require "lutra.sft.templates"
+  for name, builtin in pairs {chatml = "chatml", lutra_llama3 = "llama3"} do
+    local t, tok, cases = load_fixture(name)
+    if name == "lutra_llama3" then equal(templates.recognise(t.source), builtin) end -- lutra's own text
+    local n = 0
+    for _, c in ipairs(cases) do
+      local ids, mask = templates.encode(tok, builtin, c.messages, opts_of(c))
+      equal(ids, c.ids, name)
+      local _, jmask = t:encode(tok, c.messages, opts_of(c)) -- the same loss as the Jinja path's
+      equal(mask, jmask, name)
+      n = n + 1
+    end
+    assert(n >= 40)
+  end
 end)
