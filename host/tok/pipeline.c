@@ -259,8 +259,8 @@ static int apply_template(const lt_tokenizer *tok, lt_tok_out *out, lt_tok_spans
     free(ids), free(o);
     return lt_errorf("encode: out of memory");
   }
-  memcpy(ids, out->ids + from, (size_t)n * sizeof *ids);
-  if (offs) memcpy(o, offs->v + 2 * from, 2 * (size_t)n * sizeof *o);
+  if (n) memcpy(ids, out->ids + from, (size_t)n * sizeof *ids);
+  if (n && offs) memcpy(o, offs->v + 2 * from, 2 * (size_t)n * sizeof *o);
   out->n = from;
   if (offs) offs->n = from;
   int rc = 0;
