@@ -220,9 +220,10 @@ int lt_tok_encode_into(lt_tokenizer *tok, const uint8_t *text, int64_t len, int 
 /* Appends the ids of word w[0..n) (n >= 1, pre-tokenized) to out; with spans, also each
  * id's byte range [spans[2k], spans[2k+1]) inside the word (spans grows with out). */
 int lt_tok_encode_word(lt_tokenizer *tok, const uint8_t *w, int64_t n, lt_tok_out *out, lt_tok_spans *spans);
-/* tok/pipeline.c: the whole pipeline; starts/ends (may be NULL) get each id's byte range of text. */
-int lt_tok_encode_full(lt_tokenizer *tok, const uint8_t *text, int64_t len, int flags, lt_tok_out *out,
-                       lt_tok_spans *offsets);
+/* tok/pipeline.c: the whole pipeline over text (and pair, when not NULL: a pair of sequences);
+ * offsets (may be NULL) get each id's byte range of its own text. */
+int lt_tok_encode_full(lt_tokenizer *tok, const uint8_t *text, int64_t len, const uint8_t *pair, int64_t pair_len,
+                       int flags, lt_tok_out *out, lt_tok_spans *offsets);
 /* tok/normalize.c: applies tok's normalizers to s in place (its alignments follow). */
 int lt_tok_normalize(const lt_tokenizer *tok, lt_tok_nstr *s);
 /* tok/decode.c: the decoders over the tokens of ids, into a malloc'ed buffer. */
