@@ -231,7 +231,8 @@ int lt_tok_match_added(const lt_tokenizer *tok, const uint8_t *text, int64_t pos
 
 // The text of added token k in a set (see tokenizer.h), or NULL when it is not in the set.
 static const uint8_t *set_text(const lt_tokenizer *tok, int set, int32_t k, int64_t *len) {
-  if (set == 0) return tok->added[k].normalized ? NULL : lt_tok_bytes(tok, tok->added[k].id, len);
+  if (set == 0) // without set 1 (a char tokenizer, lutra's own) every added token is matched in the raw text
+    return tok->added[k].normalized && tok->norm_order ? NULL : lt_tok_bytes(tok, tok->added[k].id, len);
   *len = tok->norm_added_off[k + 1] - tok->norm_added_off[k];
   return *len ? tok->norm_added_data + tok->norm_added_off[k] : NULL;
 }

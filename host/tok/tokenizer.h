@@ -211,7 +211,7 @@ static inline const uint8_t *lt_tok_bytes(const lt_tokenizer *tok, int32_t id, i
 int lt_tok_match_added(const lt_tokenizer *tok, const uint8_t *text, int64_t pos, int64_t n, int allow_special,
                        int64_t *start, int64_t *end, int32_t *id);
 /* The same over one of the two sets of the pipeline: set 0 the added tokens matched in the raw
- * text (normalized = false, or all when there is no normalizer), set 1 the others by their
+ * text (normalized = false; all for a tokenizer without set 1), set 1 the others by their
  * normalized text. As Hugging Face's (leftmost-longest), a match refused (a special token when
  * !allow_special, single_word inside a word) is skipped whole. */
 int lt_tok_match_added_set(const lt_tokenizer *tok, int set, const uint8_t *text, int64_t pos, int64_t n,
