@@ -231,7 +231,8 @@ int lt_tok_match_added(const lt_tokenizer *tok, const uint8_t *text, int64_t pos
 
 // The text of added token k in a set (see tokenizer.h), or NULL when it is not in the set.
 static const uint8_t *set_text(const lt_tokenizer *tok, int set, int32_t k, int64_t *len) {
-  if (set == 0) return tok->added[k].normalized ? NULL : lt_tok_bytes(tok, tok->added[k].id, len);
+  if (set == 0) // without set 1 (a char tokenizer, lutra's own) every added token is matched in the raw text
+    return tok->added[k].normalized && tok->norm_order ? NULL : lt_tok_bytes(tok, tok->added[k].id, len);
   *len = tok->norm_added_off[k + 1] - tok->norm_added_off[k];
   return *len ? tok->norm_added_data + tok->norm_added_off[k] : NULL;
 }
@@ -366,6 +367,31 @@ int lt_tokenizer_fingerprint(const lt_tokenizer *tok, uint64_t *out) {
     const lt_tok_added *a = &tok->added[k];
     uint8_t spec[5] = {a->special, a->lstrip, a->rstrip, a->normalized, a->single_word};
     h = fnv(fnv(h, &a->id, sizeof a->id), spec, sizeof spec);
+  }
+  // the steps of a tokenizer.json's pipeline that decide ids (lutra's own have none: their
+  // fingerprints stay what they were)
+  const lt_tok_step *lists[3] = {tok->norm, tok->pre, tok->post};
+  int counts[3] = {tok->n_norm, tok->n_pre, tok->n_post};
+  for (int l = 0; l < 3; l++) {
+    for (int k = 0; k < counts[l]; k++) {
+      const lt_tok_step *st = &lists[l][k];
+      int32_t head[4] = {l, st->kind, st->a, st->b};
+      h = fnv(h, head, sizeof head);
+      if (st->s1) h = fnv(h, st->s1, strlen(st->s1) + 1);
+      if (st->s2) h = fnv(h, st->s2, strlen(st->s2) + 1);
+    }
+  }
+  const lt_tok_template *tp[2] = {&tok->single, &tok->pair};
+  for (int t = 0; t < 2; t++) {
+    for (int32_t k = 0; k < tp[t]->n; k++) {
+      int32_t item[3] = {tp[t]->seq[k], tp[t]->first[k], tp[t]->count[k]};
+      h = fnv(h, item, sizeof item);
+    }
+  }
+  if (tok->n_template_ids) h = fnv(h, tok->template_ids, (size_t)tok->n_template_ids * sizeof *tok->template_ids);
+  if (!tok->byte_level || tok->byte_fallback || tok->fuse_unk) {
+    int32_t model[3] = {tok->byte_level, tok->byte_fallback, tok->fuse_unk};
+    h = fnv(h, model, sizeof model);
   }
   *out = h;
   return 0;

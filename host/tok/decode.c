@@ -85,7 +85,7 @@ static int step(const lt_tok_step *st, const texts *in, texts *out) {
     return lt_errorf("decode: out of memory");
   int rc = 0;
   for (int64_t k = 0; k < in->count && !rc; k++) {
-    const uint8_t *p = in->b + in->off[k];
+    const uint8_t *p = in->b ? in->b + in->off[k] : (const uint8_t *)""; // all texts empty so far: no buffer
     int64_t len = in->off[k + 1] - in->off[k];
     switch (st->kind) {
     case LT_DEC_BYTEFALLBACK: {
@@ -157,7 +157,8 @@ int lt_tok_decode_chain(const lt_tokenizer *tok, const int32_t *ids, int64_t n, 
   int spaced = !tok->has_decoder && !tok->byte_level;
   for (int64_t k = 0; k < t[cur].count && !rc; k++) {
     if (spaced && k) rc = put(&joined, " ", 1);
-    if (!rc) rc = put(&joined, t[cur].b + t[cur].off[k], t[cur].off[k + 1] - t[cur].off[k]);
+    int64_t l = t[cur].off[k + 1] - t[cur].off[k];
+    if (!rc && l) rc = put(&joined, t[cur].b + t[cur].off[k], l);
   }
   free(t[0].b), free(t[0].off), free(t[1].b), free(t[1].off), free(joined.off);
   if (rc) {

@@ -26,6 +26,7 @@ int lt_tok_nstr_reserve(lt_tok_nstr *s, int64_t cap) {
 }
 
 int lt_tok_nstr_put(lt_tok_nstr *s, const uint8_t *p, int64_t len, int64_t a0, int64_t a1) {
+  if (len <= 0) return 0;
   LT_TRY(lt_tok_nstr_reserve(s, s->n + len));
   memcpy(s->b + s->n, p, (size_t)len);
   for (int64_t i = 0; i < len; i++) s->a0[s->n + i] = a0, s->a1[s->n + i] = a1;
@@ -35,6 +36,7 @@ int lt_tok_nstr_put(lt_tok_nstr *s, const uint8_t *p, int64_t len, int64_t a0, i
 
 // Appends in[i..j) with its own alignments.
 static int copy_range(lt_tok_nstr *out, const lt_tok_nstr *in, int64_t i, int64_t j) {
+  if (j <= i) return 0;
   LT_TRY(lt_tok_nstr_reserve(out, out->n + (j - i)));
   memcpy(out->b + out->n, in->b + i, (size_t)(j - i));
   memcpy(out->a0 + out->n, in->a0 + i, (size_t)(j - i) * sizeof *in->a0);

@@ -216,9 +216,10 @@ static int encode_segment(ctx *c, const uint8_t *text, int64_t lo, int64_t hi) {
 // ByteLevel(trim_offsets): a token's offsets lose its leading and trailing spaces. Hugging Face
 // trims character offsets by the number of space characters of the token: the offsets move by
 // that many characters of the text (a prefix space the pre-tokenizer added is no character there).
+// Tokens [from, to) of out come from text[0..n).
 static void trim_offsets(const lt_tokenizer *tok, const uint8_t *text, int64_t n, const lt_tok_out *out,
-                         lt_tok_spans *offs, int64_t from, int add_prefix_space) {
-  for (int64_t i = from; i < out->n; i++) {
+                         lt_tok_spans *offs, int64_t from, int64_t to, int add_prefix_space) {
+  for (int64_t i = from; i < to; i++) {
     int64_t len, lead = 0, trail = 0;
     const uint8_t *b = lt_tok_bytes(tok, out->ids[i], &len);
     int added = (tok->tok_flags[out->ids[i]] & LT_TOKF_ADDED) != 0;
@@ -247,20 +248,20 @@ static void trim_offsets(const lt_tokenizer *tok, const uint8_t *text, int64_t n
   }
 }
 
-// TemplateProcessing (single): the special ids around the sequence, with empty offsets (0, 0).
-static int apply_template(const lt_tokenizer *tok, lt_tok_out *out, lt_tok_spans *offs, int64_t from) {
-  const lt_tok_template *t = &tok->single;
-  int64_t n = out->n - from, extra = 0;
-  for (int32_t k = 0; k < t->n; k++) extra += t->seq[k] == 0 ? t->count[k] : 0;
-  if (!extra) return 0;
+// TemplateProcessing: the sequences A (ids [from, mid) of out) and B ([mid, end), a pair) with
+// the special ids around them, which get empty offsets (0, 0).
+static int apply_template(const lt_tokenizer *tok, int pair, lt_tok_out *out, lt_tok_spans *offs, int64_t from,
+                          int64_t mid) {
+  const lt_tok_template *t = pair ? &tok->pair : &tok->single;
+  int64_t n = out->n - from;
   int32_t *ids = malloc((size_t)(n ? n : 1) * sizeof *ids);
   int64_t *o = malloc(2 * (size_t)(n ? n : 1) * sizeof *o);
   if (!ids || !o) {
     free(ids), free(o);
     return lt_errorf("encode: out of memory");
   }
-  memcpy(ids, out->ids + from, (size_t)n * sizeof *ids);
-  if (offs) memcpy(o, offs->v + 2 * from, 2 * (size_t)n * sizeof *o);
+  if (n) memcpy(ids, out->ids + from, (size_t)n * sizeof *ids);
+  if (n && offs) memcpy(o, offs->v + 2 * from, 2 * (size_t)n * sizeof *o);
   out->n = from;
   if (offs) offs->n = from;
   int rc = 0;
@@ -272,7 +273,8 @@ static int apply_template(const lt_tokenizer *tok, lt_tok_out *out, lt_tok_spans
       }
       continue;
     }
-    for (int64_t j = 0; j < n && !rc; j++) {
+    int64_t lo = t->seq[k] == -1 ? 0 : mid - from, hi = t->seq[k] == -1 ? mid - from : n;
+    for (int64_t j = lo; j < hi && !rc; j++) {
       rc = lt_tok_push(out, ids[j]);
       if (!rc && offs) rc = lt_tok_spans_push(offs, o[2 * j], o[2 * j + 1]);
     }
@@ -281,23 +283,33 @@ static int apply_template(const lt_tokenizer *tok, lt_tok_out *out, lt_tok_spans
   return rc;
 }
 
-int lt_tok_encode_full(lt_tokenizer *tok, const uint8_t *text, int64_t len, int flags, lt_tok_out *out,
-                       lt_tok_spans *offsets) {
-  ctx c = {.tok = tok, .allow_special = flags & 1, .want_offsets = offsets != NULL, .out = out, .offs = offsets};
-  c.word_ids.owned = 1;
-  int64_t from = out->n, pos = 0, start, end;
+// Appends the ids of one sequence (no post-processing).
+static int encode_sequence(ctx *c, const uint8_t *text, int64_t len) {
+  int64_t pos = 0, start, end;
   int32_t id;
-  int rc = 0;
-  while (!rc && pos < len && lt_tok_match_added_set(tok, 0, text, pos, len, c.allow_special, &start, &end, &id)) {
-    rc = encode_segment(&c, text, pos, start);
-    if (!rc) rc = emit(&c, id, start, end);
+  while (pos < len && lt_tok_match_added_set(c->tok, 0, text, pos, len, c->allow_special, &start, &end, &id)) {
+    LT_TRY(encode_segment(c, text, pos, start));
+    LT_TRY(emit(c, id, start, end));
     pos = end;
   }
-  if (!rc) rc = encode_segment(&c, text, pos, len);
+  return encode_segment(c, text, pos, len);
+}
+
+int lt_tok_encode_full(lt_tokenizer *tok, const uint8_t *text, int64_t len, const uint8_t *pair, int64_t pair_len,
+                       int flags, lt_tok_out *out, lt_tok_spans *offsets) {
+  ctx c = {.tok = tok, .allow_special = flags & 1, .want_offsets = offsets != NULL, .out = out, .offs = offsets};
+  c.word_ids.owned = 1;
+  int64_t from = out->n, mid;
+  int rc = encode_sequence(&c, text, len);
+  mid = out->n;
+  if (!rc && pair) rc = encode_sequence(&c, pair, pair_len);
   for (int k = 0; k < tok->n_post && !rc; k++) {
     const lt_tok_step *st = &tok->post[k];
-    if (st->kind == LT_POST_BYTELEVEL && st->a && offsets) trim_offsets(tok, text, len, out, offsets, from, st->b);
-    if (st->kind == LT_POST_TEMPLATE && !(flags & 2)) rc = apply_template(tok, out, offsets, from);
+    if (st->kind == LT_POST_BYTELEVEL && st->a && offsets) {
+      trim_offsets(tok, text, len, out, offsets, from, mid, st->b);
+      if (pair) trim_offsets(tok, pair, pair_len, out, offsets, mid, out->n, st->b);
+    }
+    if (st->kind == LT_POST_TEMPLATE && !(flags & 2)) rc = apply_template(tok, pair != NULL, out, offsets, from, mid);
   }
   lt_tok_nstr_free(&c.str), lt_tok_nstr_free(&c.buf[0]), lt_tok_nstr_free(&c.buf[1]);
   free(c.pieces[0]), free(c.pieces[1]);

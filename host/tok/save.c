@@ -184,8 +184,7 @@ static cJSON *to_json(const lt_tokenizer *tok, char *buf) {
          add(root, "normalizer", kept_or(tok->json_normalizer, cJSON_CreateNull())) ||
          add(root, "pre_tokenizer", kept_or(tok->json_pre_tokenizer, tok->byte_level ? pre_tokenizer(tok) : cJSON_CreateNull())) ||
          add(root, "post_processor", kept_or(tok->json_post_processor, cJSON_CreateNull())) ||
-         add(root, "decoder", kept_or(tok->json_decoder, tok->has_decoder || !tok->json_pre_tokenizer ? byte_level(1, 1)
-                                                                                                      : cJSON_CreateNull())) ||
+         add(root, "decoder", kept_or(tok->json_decoder, tok->byte_level ? byte_level(1, 1) : cJSON_CreateNull())) ||
          add(root, "model", bpe_model(tok, buf));
   }
   if (rc) {

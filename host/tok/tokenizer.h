@@ -211,7 +211,7 @@ static inline const uint8_t *lt_tok_bytes(const lt_tokenizer *tok, int32_t id, i
 int lt_tok_match_added(const lt_tokenizer *tok, const uint8_t *text, int64_t pos, int64_t n, int allow_special,
                        int64_t *start, int64_t *end, int32_t *id);
 /* The same over one of the two sets of the pipeline: set 0 the added tokens matched in the raw
- * text (normalized = false, or all when there is no normalizer), set 1 the others by their
+ * text (normalized = false; all for a tokenizer without set 1), set 1 the others by their
  * normalized text. As Hugging Face's (leftmost-longest), a match refused (a special token when
  * !allow_special, single_word inside a word) is skipped whole. */
 int lt_tok_match_added_set(const lt_tokenizer *tok, int set, const uint8_t *text, int64_t pos, int64_t n,
@@ -220,9 +220,10 @@ int lt_tok_encode_into(lt_tokenizer *tok, const uint8_t *text, int64_t len, int 
 /* Appends the ids of word w[0..n) (n >= 1, pre-tokenized) to out; with spans, also each
  * id's byte range [spans[2k], spans[2k+1]) inside the word (spans grows with out). */
 int lt_tok_encode_word(lt_tokenizer *tok, const uint8_t *w, int64_t n, lt_tok_out *out, lt_tok_spans *spans);
-/* tok/pipeline.c: the whole pipeline; starts/ends (may be NULL) get each id's byte range of text. */
-int lt_tok_encode_full(lt_tokenizer *tok, const uint8_t *text, int64_t len, int flags, lt_tok_out *out,
-                       lt_tok_spans *offsets);
+/* tok/pipeline.c: the whole pipeline over text (and pair, when not NULL: a pair of sequences);
+ * offsets (may be NULL) get each id's byte range of its own text. */
+int lt_tok_encode_full(lt_tokenizer *tok, const uint8_t *text, int64_t len, const uint8_t *pair, int64_t pair_len,
+                       int flags, lt_tok_out *out, lt_tok_spans *offsets);
 /* tok/normalize.c: applies tok's normalizers to s in place (its alignments follow). */
 int lt_tok_normalize(const lt_tokenizer *tok, lt_tok_nstr *s);
 /* tok/decode.c: the decoders over the tokens of ids, into a malloc'ed buffer. */

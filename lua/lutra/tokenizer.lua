@@ -15,6 +15,7 @@
 -- A tokenizer.json's post-processor (TemplateProcessing: Llama 3's BOS) adds its special tokens
 -- as Hugging Face's encode(text) does, unless opts say add_special_tokens = false.
 --   local ids, starts, ends = tok:encode_offsets("Hello world")  -- and each id's byte range
+--   tok:encode("question", {pair = "answer"})   -- a pair, with the pair template's specials
 local lt = require "lutra.ffi"
 local errors = require "lutra.errors"
 local ffi, C = lt.ffi, lt.C
@@ -183,12 +184,16 @@ end
 local ids_buf, ids_cap = nil, 0
 local count = ffi.new("int64_t[1]")
 
--- The flags of lt_tokenizer_encode from opts: allow_special, add_special_tokens (both default true).
-local function allow_of(op, opts)
+-- The flags of lt_tokenizer_encode from opts: allow_special, add_special_tokens (both default
+-- true); and opts.pair (a second sequence, as Hugging Face's encode(text, pair)) where allowed.
+local function allow_of(op, opts, pair_ok)
   if opts == nil then return C.LT_TOK_ALLOW_SPECIAL end
-  opts = check_opts(op, opts, {allow_special = true, add_special_tokens = true})
+  opts = check_opts(op, opts, {allow_special = true, add_special_tokens = true, pair = pair_ok})
+  if opts.pair ~= nil and type(opts.pair) ~= "string" then
+    raise(op .. ": opts.pair must be a string, got " .. type(opts.pair))
+  end
   return (opts.allow_special == false and 0 or C.LT_TOK_ALLOW_SPECIAL)
-    + (opts.add_special_tokens == false and C.LT_TOK_NO_ADD_SPECIAL or 0)
+    + (opts.add_special_tokens == false and C.LT_TOK_NO_ADD_SPECIAL or 0), opts.pair
 end
 
 local function check_self(op, tok)
@@ -201,12 +206,16 @@ end
 local function encode_into(op, tok, s, opts, buf, cap)
   local h = check_self(op, tok)
   if type(s) ~= "string" then raise(op .. ": expected a string, got " .. type(s)) end
-  local allow = allow_of(op, opts)
-  if C.lt_tokenizer_encode(h, s, #s, allow, buf, cap, count) ~= 0 then
+  local allow, pair = allow_of(op, opts, true)
+  local function call()
+    if pair then return C.lt_tokenizer_encode_pair(h, s, #s, pair, #pair, allow, buf, nil, nil, cap, count) end
+    return C.lt_tokenizer_encode(h, s, #s, allow, buf, cap, count)
+  end
+  if call() ~= 0 then
     local need = tonumber(count[0])
     if need <= cap then fail() end
     buf, cap = ffi.new("int32_t[?]", need), need
-    if C.lt_tokenizer_encode(h, s, #s, allow, buf, cap, count) ~= 0 then fail() end
+    if call() ~= 0 then fail() end
   end
   return buf, tonumber(count[0])
 end
@@ -235,7 +244,7 @@ function Tokenizer.encode_tensor(tok, s, opts)
   if type(s) ~= "string" then raise("encode_tensor: expected a string, got " .. type(s)) end
   require "lutra.tensor" -- the tensor metatype
   local t = require("lutra.memory").new()
-  if C.lt_tokenizer_encode_tensor(t, h, s, #s, allow_of("encode_tensor", opts)) ~= 0 then fail() end
+  if C.lt_tokenizer_encode_tensor(t, h, s, #s, (allow_of("encode_tensor", opts))) ~= 0 then fail() end
   return t
 end
 
@@ -244,15 +253,17 @@ end
 -- encoding offsets in bytes). A token that covers part of a UTF-8 character (a byte-level piece
 -- of an emoji, a <0xXX> byte fallback) gets the whole character; an added token in the text gets
 -- its match (with the spaces its lstrip/rstrip took); a special token the post-processor adds
--- (BOS) gets 0, 0. opts as encode's.
+-- (BOS) gets 0, 0. opts as encode's; with opts.pair, the pair's ids index the pair's text.
 function Tokenizer.encode_offsets(tok, s, opts)
   local h = check_self("encode_offsets", tok)
   if type(s) ~= "string" then raise("encode_offsets: expected a string, got " .. type(s)) end
-  local flags = allow_of("encode_offsets", opts)
-  local cap = #s + 8
+  local flags, pair = allow_of("encode_offsets", opts, true)
+  local cap = #s + (pair and #pair or 0) + 8
   for _ = 1, 2 do -- the first call says how many ids there are when cap is short
     local ids, st, en = ffi.new("int32_t[?]", cap), ffi.new("int64_t[?]", cap), ffi.new("int64_t[?]", cap)
-    if C.lt_tokenizer_encode_offsets(h, s, #s, flags, ids, st, en, cap, count) == 0 then
+    local rc = pair and C.lt_tokenizer_encode_pair(h, s, #s, pair, #pair, flags, ids, st, en, cap, count)
+      or C.lt_tokenizer_encode_offsets(h, s, #s, flags, ids, st, en, cap, count)
+    if rc == 0 then
       local n, out_ids, out_st, out_en = tonumber(count[0]), {}, {}, {}
       for i = 1, n do out_ids[i], out_st[i], out_en[i] = ids[i - 1], tonumber(st[i - 1]), tonumber(en[i - 1]) end
       return out_ids, out_st, out_en

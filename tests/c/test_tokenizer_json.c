@@ -269,6 +269,17 @@ static void test_minimal_and_unsupported(void) {
     CHECK_ERR(load_str(&tok, bad[i][0]), bad[i][1]);
     CHECK(tok == NULL, "case %zu: out not NULL after an error", i);
   }
+  CHECK_OK(load_str(&tok, "{\"model\":{" VOCAB ",\"merges\":[\"a b\"]}," PT "}"));
+  int64_t starts[8], ends[8], count = 0;
+  CHECK_OK(lt_tokenizer_encode_offsets(tok, "ab", 2, LT_TOK_ALLOW_SPECIAL, ids, starts, ends, 8, &count));
+  CHECK(count == 1 && ids[0] == 2 && starts[0] == 0 && ends[0] == 2, "encode_offsets of 'ab'");
+  CHECK_ERR(lt_tokenizer_encode_offsets(tok, "ab", 2, 1, ids, NULL, ends, 8, &count), "starts or ends is NULL");
+  CHECK_ERR(lt_tokenizer_encode_offsets(tok, "abab", 4, 1, ids, starts, ends, 1, &count), "room for 1 ids");
+  CHECK(count == 2, "encode_offsets says how many ids it needs");
+  CHECK_ERR(lt_tokenizer_encode_pair(tok, "a", 1, "b", -1, 1, ids, NULL, NULL, 8, &count), "pair_len -1 is negative");
+  CHECK_OK(lt_tokenizer_encode_pair(tok, "ab", 2, "ba", 2, 1, ids, starts, ends, 8, &count));
+  CHECK(count == 3 && ids[0] == 2 && starts[1] == 0 && ends[2] == 2, "encode_pair: offsets index each text");
+  lt_tokenizer_free(tok);
   CHECK_ERR(lt_tokenizer_load(&tok, "/nonexistent/tokenizer.json"), "cannot open");
   CHECK_ERR(lt_tokenizer_save(NULL, "/tmp/x.json"), "NULL");
 }

@@ -13,6 +13,8 @@ Per kind, OUTDIR/<kind>.json is the tokenizer and OUTDIR/<kind>.cases.jsonl hold
   o  the offsets of a, flat [start0, end0, start1, end1, ...] in bytes of t's UTF-8 (the library
      gives them in characters of the Python str; converted here)
   d  decode(ids without specials, skip_special_tokens=False), absent when equal to t
+For the kinds of PAIR_KINDS, OUTDIR/<kind>.pairs.jsonl: encode(t, u) of pairs of strings, a and o as
+above (each id's offsets index its own string, t's or u's).
 Kinds (kinds.json lists them): gpt2 (byte-level), llama3 (Split regex + ByteLevel + TemplateProcessing BOS, ignore_merges),
 qwen2 (NFC + Split + ByteLevel), llama2 (Prepend + Replace normalizer, BPE byte_fallback, ByteFallback
 + Fuse + Strip decoders, BOS), mistral (Metaspace prepend_scheme first), smollm2 (Digits + ByteLevel),
@@ -32,6 +34,8 @@ LLAMA3_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N
                   r"""\s*[\r\n]+|\s+(?!\S)|\s+""")
 QWEN2_PATTERN = LLAMA3_PATTERN.replace(r"\p{N}{1,3}", r"\p{N}")
 N_CASES = 1000
+N_PAIRS = 100
+PAIR_KINDS = ["gpt2", "llama3", "llama2", "nfd_strip"]
 
 WORDS = ("the of and to in is was he for it with as his on be at by I had not are but from or have an they which "
          "one you were her all she there would their we him been has when who will more no if out so said what up its "
@@ -85,7 +89,7 @@ def strings(seed, specials, n=N_CASES):
     pools = [WORDS] * 6 + [ACCENTED, CJK, EMOJI, COMPAT, SPACES, SPACES, DIGITS, PUNCT, PUNCT]
     while len(out) < n:
         parts = []
-        for _ in range(rng.randint(1, 7)):
+        for _ in range(rng.randint(1, 6)):
             if specials and rng.random() < 0.06:
                 parts.append(rng.choice(specials))
             else:
@@ -123,14 +127,37 @@ def write(outdir, kind, tok, specials, seed):
             if dec != text:
                 case["d"] = dec
             f.write(json.dumps(case, ensure_ascii=False, separators=(",", ":")) + "\n")
+    if kind in PAIR_KINDS:
+        texts = strings(seed + 1000, specials, N_PAIRS * 2)[-2 * N_PAIRS:]
+        with open(os.path.join(outdir, kind + ".pairs.jsonl"), "w", encoding="utf-8") as f:
+            for t, u in zip(texts[0::2], texts[1::2]):
+                enc = tok.encode(t, u)
+                n_a = sum(1 for s in enc.sequence_ids if s == 0)
+                offs = byte_offsets(t, [o for o, q in zip(enc.offsets, enc.sequence_ids) if q != 1])
+                offs_u = byte_offsets(u, [o for o, q in zip(enc.offsets, enc.sequence_ids) if q == 1])
+                o, iu, ia = [], 0, 0  # back in the order of the ids
+                for q in enc.sequence_ids:
+                    if q == 1:
+                        o += offs_u[2 * iu:2 * iu + 2]
+                        iu += 1
+                    else:
+                        o += offs[2 * ia:2 * ia + 2]
+                        ia += 1
+                assert n_a + iu <= len(enc.ids)
+                case = {"t": t, "u": u, "a": enc.ids, "o": o}
+                f.write(json.dumps(case, ensure_ascii=False, separators=(",", ":")) + "\n")
     return lead
 
 
-def train(tok, vocab, specials, seed, limit_alphabet=None, initial_alphabet=()):
-    kw = {"limit_alphabet": limit_alphabet} if limit_alphabet else {}
+def train(tok, vocab, specials, seed, latin_only=False, initial_alphabet=()):
+    """latin_only: the corpus without characters past U+02FF, so that the others fall back to bytes.
+    (The trainer's limit_alphabet breaks ties between characters in no fixed order.)"""
     trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=specials, show_progress=False,
-                                  initial_alphabet=list(initial_alphabet), **kw)
-    tok.train_from_iterator(corpus(seed, 3000), trainer=trainer)
+                                  initial_alphabet=list(initial_alphabet))
+    lines = corpus(seed, 3000)
+    if latin_only:
+        lines = ["".join(ch for ch in line if ord(ch) <= 0x2FF) for line in lines]
+    tok.train_from_iterator(lines, trainer=trainer)
     return tok
 
 
@@ -151,7 +178,7 @@ def sentencepiece_bpe(specials, seed, vocab=420):
     </s>, the 256 <0xXX> byte tokens first (as Llama 2's) and byte_fallback, unk and fuse_unk."""
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Metaspace()
-    train(tok, vocab, [], seed, limit_alphabet=150)
+    train(tok, vocab, [], seed, latin_only=True)
     model = json.loads(tok.to_str())["model"]
     vocab_items = sorted(model["vocab"].items(), key=lambda kv: kv[1])
     new_vocab = {s: i for i, s in enumerate(specials)}

@@ -113,3 +113,43 @@ test("encode_offsets on lutra's own tokenizers: each token's bytes are its range
   equal(starts, {0, 1, 3})
   equal(ends, {1, 3, 4})
 end)
+
+test("pairs (encode(text, pair)): ids and offsets of each pair as the pair template gives them", function()
+  local kinds = 0
+  for _, kind in ipairs(names) do
+    local path = dir .. "/" .. kind .. ".pairs.jsonl"
+    local f = io.open(path, "rb")
+    if f then
+      f:close()
+      kinds = kinds + 1
+      local tok = tokenizer.load(dir .. "/" .. kind .. ".json")
+      local n = 0
+      for _, case in json.lines(path) do
+        n = n + 1
+        local ids, starts, ends = tok:encode_offsets(case.t, {pair = case.u})
+        local flat = {}
+        for i = 1, #starts do flat[2 * i - 1], flat[2 * i] = starts[i], ends[i] end
+        equal(ids, case.a, kind .. " pair ids of " .. show(case.t) .. ", " .. show(case.u))
+        equal(flat, case.o, kind .. " pair offsets of " .. show(case.t) .. ", " .. show(case.u))
+        equal(tok:encode(case.t, {pair = case.u}), case.a)
+      end
+      print(string.format("  %-11s %4d pairs: ids and offsets equal", kind, n))
+    end
+  end
+  assert(kinds >= 4, "fewer pair fixtures than gen_tokenizers.py writes")
+end)
+
+test("encode options: add_special_tokens, pair, and errors that name them", function()
+  local tok = tokenizer.load(dir .. "/llama3.json")
+  local bos = tok:token_id("<|begin_of_text|>")
+  local ids = tok:encode("Hello")
+  equal(ids[1], bos)
+  equal(tok:encode("Hello", {add_special_tokens = false}), tail(ids, 1))
+  local t = tok:encode_tensor("Hello", {add_special_tokens = false})
+  equal(t:numel(), #ids - 1)
+  local n_ids, n = tok:encode_ids("Hello")
+  equal({n, n_ids[0]}, {#ids, bos})
+  T.assert_error("opts.pair must be a string, got number", function() tok:encode("a", {pair = 5}) end)
+  T.assert_error("unknown option 'pair'", function() tok:encode_tensor("a", {pair = "b"}) end)
+  T.assert_error("unknown option 'special'", function() tok:encode_offsets("a", {special = false}) end)
+end)

@@ -55,6 +55,11 @@ int lt_tokenizer_encode(lt_tokenizer *tok, const char *text, int64_t len, int fl
  * trim_offsets leaves a token's leading and trailing spaces out. */
 int lt_tokenizer_encode_offsets(lt_tokenizer *tok, const char *text, int64_t len, int flags, int32_t *ids,
                                 int64_t *starts, int64_t *ends, int64_t capacity, int64_t *count);
+/* A pair of sequences (Hugging Face's encode(text, pair)): text's ids, then pair's, with the
+ * post-processor's special tokens around them (TemplateProcessing's pair template). starts and
+ * ends may both be NULL; each id's offsets index its own text (text's or pair's). */
+int lt_tokenizer_encode_pair(lt_tokenizer *tok, const char *text, int64_t len, const char *pair, int64_t pair_len,
+                             int flags, int32_t *ids, int64_t *starts, int64_t *ends, int64_t capacity, int64_t *count);
 /* The same into out: a 1-d i32 tensor of the ids (the `out` convention applies). */
 int lt_tokenizer_encode_tensor(lt_tensor *out, lt_tokenizer *tok, const char *text, int64_t len, int flags);
 /* Writes the text of ids into buf[0 .. capacity) and their number to *len. buf may be
