@@ -199,6 +199,8 @@ SNIPPETS = [
     "{%- for m in ms -%}\n  {%- if m.role == 'user' -%}\n    U:{{ m.content }}\n  {%- else -%}\n    A:{{ m.content }}\n  {%- endif %}\n{% endfor -%}\nend",
     "{% if xs|length > 2 %}many{% elif xs %}some{% else %}none{% endif %}|{% if none %}x{% elif e %}y{% endif %}|{{ xs[0] if xs else 0 }}",
     "{{ 'tool_calls' in ms[0] }}|{{ ms[0] == {'role': 'user', 'content': ' hi '} }}|{{ ms[0] == ms[2] }}|{{ 1 in xs }}|{{ 'é' in s }}",
+    "{% for k, v in {'b': 1, 'A': 2, 'c': 0}|dictsort %}{{ k }}{{ v }}{% endfor %}|{{ d|dictsort(by='key', reverse=true) }}"
+    "|{{ 2.567|round(2) }}|{{ 2.5|round }}|{{ 7|round }}|{{ '%s is %d (%r)'|format('x', 3, 'q') }}|{{ xs|min }}|{{ xs|max }}",
     "{{ raise_exception('boom at ' ~ n) }}",
     "{{ q.attr }}",
     "{{ s + 1 }}",

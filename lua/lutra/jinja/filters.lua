@@ -193,6 +193,68 @@ FILTERS = {
     return n
   end,
 }
+FILTERS.dictsort = function(_, v, a, kw)
+  if getmetatable(v) ~= DICT then fail("dictsort: expected a mapping, got %s", V.type_name(v)) end
+  local case_sensitive = V.truthy(a[1] or kw.case_sensitive or false)
+  local by_value = (a[2] or kw.by or "key") == "value"
+  local reverse = V.truthy(a[3] or kw.reverse or false)
+  local items = {}
+  for i, k in ipairs(v.keys) do items[i] = V.tuple {k, v.map[k]} end
+  local function key(item)
+    local x = item[by_value and 2 or 1]
+    if type(x) == "string" and not case_sensitive then return methods.lower(x) end
+    return x
+  end
+  table.sort(items, function(p, q)
+    if reverse then return sort_key_compare(key(q), key(p)) end
+    return sort_key_compare(key(p), key(q))
+  end)
+  return V.list(items)
+end
+FILTERS.round = function(_, v, a, kw)
+  local precision = a[1] or kw.precision or 0
+  local method = a[2] or kw.method or "common"
+  local x, m = V.tonum(v) or fail("round: expected a number"), 10 ^ precision
+  local r
+  if method == "ceil" then
+    r = math.ceil(x * m) / m
+  elseif method == "floor" then
+    r = math.floor(x * m) / m
+  else -- Python's round: halves to even
+    local y = x * m
+    local f = math.floor(y)
+    local d = y - f
+    if d > 0.5 or (d == 0.5 and f % 2 == 1) then f = f + 1 end
+    r = f / m
+  end
+  if V.is_int(v) and method == "common" then return r end -- round(int) stays an int
+  return V.float(r)
+end
+FILTERS.format = function(_, v, a)
+  local i = 0
+  return (V.str(v):gsub("%%([%%sdr])", function(c)
+    if c == "%" then return "%" end
+    i = i + 1
+    local x = a[i]
+    if x == nil then fail("format: not enough arguments for format string") end
+    if c == "d" then return string.format("%d", V.tonum(x) or fail("format: %%d needs a number")) end
+    if c == "r" then return V.repr(x) end
+    return V.str(x)
+  end))
+end
+local function extreme(pick)
+  return function(_, v, _, kw)
+    local best
+    for _, x in ipairs(M.iterate(v)) do
+      local k = x
+      if type(k) == "string" and not V.truthy(kw.case_sensitive or false) then k = methods.lower(k) end
+      if best == nil or pick(sort_key_compare(k, best.k)) then best = {k = k, v = x} end
+    end
+    return best and best.v or V.undefined("No aggregated item, sequence was empty.")
+  end
+end
+FILTERS.min = extreme(function(less) return less end)
+FILTERS.max = extreme(function(less) return not less end)
 FILTERS.count = FILTERS.length
 FILTERS.d = FILTERS.default
 FILTERS.e = FILTERS.escape
