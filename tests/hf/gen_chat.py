@@ -159,7 +159,10 @@ def gemma_cases():
 
 
 CASES = {"llama": llama_cases, "qwen": qwen_cases, "qwen3": qwen3_cases, "mistral": mistral_cases,
-         "plain": lambda: [{"messages": m} for m in PLAIN], "gemma": gemma_cases}
+         "plain": lambda: [{"messages": m} for m in PLAIN], "gemma": gemma_cases,
+         # the tool-use template lists tools always: the conversations with tools, and one without (its error)
+         "hermes": lambda: [dict(c, tools=c.get("tools") or [WEATHER, SEARCH]) for c in qwen_cases()]
+         + [{"messages": PLAIN[0]}]}
 
 
 # Single constructs, rendered by transformers' own Jinja environment (the reference for lutra.jinja's semantics)

@@ -14,7 +14,7 @@ local equal, fails = T.assert_equal, T.assert_error
 local root = debug.getinfo(1, "S").source:match("^@(.*)/tests/lua/[^/]+$") or "."
 local FIX = root .. "/tests/hf/fixtures/chat"
 
-local NAMES = {"llama31", "llama31_bos", "lutra_llama3", "qwen25", "qwen3", "mistral", "smollm2", "chatml", "gemma", "chatml_generation",
+local NAMES = {"llama31", "llama31_bos", "lutra_llama3", "qwen25", "qwen3", "mistral", "smollm2", "chatml", "gemma", "hermes3_tools", "chatml_generation",
                "smollm2_generation"}
 
 local function read(path)

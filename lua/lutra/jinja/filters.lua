@@ -301,16 +301,15 @@ FILTERS.map = function(r, v, a, kw)
   return out
 end
 
+-- Filters that need a defined value; the others read an undefined one as Jinja does (the string
+-- filters as "", length as 0, iteration as empty).
+local NEEDS_DEFINED = {abs = true, round = true, sum = true, dictsort = true, sort = true, unique = true, min = true,
+                       max = true, tojson = true, reverse = true}
+
 function M.filter(r, name, value, args, kwargs)
   local f = FILTERS[name]
   if not f then fail("no filter named '%s'", name) end
-  if name ~= "default" and name ~= "d" and name ~= "length" and name ~= "count" and name ~= "string"
-    and name ~= "list" and name ~= "items" and name ~= "first" and name ~= "last" and name ~= "join"
-    and name ~= "select" and name ~= "reject" and name ~= "selectattr" and name ~= "rejectattr" and name ~= "map"
-    and name ~= "tojson" and name ~= "safe" then
-    V.check_defined(value)
-  end
-  if name == "tojson" then V.check_defined(value) end
+  if NEEDS_DEFINED[name] then V.check_defined(value) end
   return f(r, value, args, kwargs)
 end
 

@@ -159,6 +159,7 @@ function Template:content_start(messages, i, opts)
   if not a or not b then return nil end
   local p = 1
   while p <= #a and a:byte(p) == b:byte(p) do p = p + 1 end
+  if p > #a then return nil end -- the template does not show this content at all
   return p
 end
 
@@ -172,25 +173,29 @@ function Template:assistant_spans(messages, text, spans, opts)
       local stop = self.stop
       if stop and text:sub(start, start + #stop - 1) == stop then out[#out + 1] = {start - 1, start - 1 + #stop} end
     elseif m.role == "assistant" and type(m.content) == "string" and m.content ~= "" then
-      cursor = math.max(cursor, start or cursor)
+      local from = math.max(cursor, start or cursor)
       local candidates = {m.content, (m.content:gsub("^%s+", ""):gsub("%s+$", ""))}
       local after_think = m.content:match(".*</think>(.*)$")
       if after_think then candidates[#candidates + 1] = (after_think:gsub("^\n+", "")) end
       local a, b
       for _, c in ipairs(candidates) do
         if c ~= "" then
-          a, b = text:find(c, cursor, true)
+          a, b = text:find(c, from, true)
           if a then break end
         end
       end
-      if not a then
+      if not a and m.tool_calls ~= nil then
+        a = false -- a tool-call turn whose template shows the calls instead: it carries no loss (as documented)
+      elseif not a then
         raise(string.format("chat template (%s): messages[%d] (assistant): its content is not in the rendered text "
           .. "(the template changes it); mark the assistant's part with {%% generation %%} blocks", self.name, i))
       end
-      local stop = self.stop
-      if stop and text:sub(b + 1, b + #stop) == stop then b = b + #stop end
-      out[#out + 1] = {a - 1, b}
-      cursor = b + 1
+      if a then
+        local stop = self.stop
+        if stop and text:sub(b + 1, b + #stop) == stop then b = b + #stop end
+        out[#out + 1] = {a - 1, b}
+        cursor = b + 1
+      end
     end
   end
   return out
