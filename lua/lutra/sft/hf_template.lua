@@ -19,7 +19,7 @@
 -- The assistant spans: the {% generation %} blocks where the template has them (as
 -- return_assistant_tokens_mask takes them); else each assistant message's content as the text
 -- shows it, found in order (the content, else the content trimmed, else what follows its last
--- "</think>"), with the end-of-turn string that follows it (t.stop). A token carries loss when
+-- "</think>", with its leading newlines or without), with the end-of-turn string that follows it (t.stop). A token carries loss when
 -- its bytes overlap a span (tok:encode_offsets, or the bytes of each token in turn).
 local errors = require "lutra.errors"
 local json = require "lutra.json"
@@ -176,7 +176,10 @@ function Template:assistant_spans(messages, text, spans, opts)
       local from = math.max(cursor, start or cursor)
       local candidates = {m.content, (m.content:gsub("^%s+", ""):gsub("%s+$", ""))}
       local after_think = m.content:match(".*</think>(.*)$")
-      if after_think then candidates[#candidates + 1] = (after_think:gsub("^\n+", "")) end
+      if after_think then
+        candidates[#candidates + 1] = after_think
+        candidates[#candidates + 1] = (after_think:gsub("^\n+", ""))
+      end
       local a, b
       for _, c in ipairs(candidates) do
         if c ~= "" then
