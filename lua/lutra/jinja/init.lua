@@ -60,6 +60,7 @@ local function globals(opts)
   g.strftime_now = V.callable("strftime_now", function(args)
     local fmt = args[1]
     if type(fmt) ~= "string" then V.fail("strftime_now expects a format string") end
+    if fmt:find("^!?%*") then V.fail("strftime_now: %s is not a strftime format", V.repr(fmt)) end
     return os.date(fmt, opts.now)
   end)
   g.namespace = V.callable("namespace", function(args, kwargs)
