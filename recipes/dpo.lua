@@ -51,7 +51,8 @@ local train, tstat = dpo.load(cfg.train_data, tok, {template = template, max_len
                                                     on_bad_pair = cfg.on_bad_pair})
 local val, vstat = dpo.load(cfg.val_data, tok, {template = template, max_len = max_len, on_bad_pair = cfg.on_bad_pair,
                                                 limit = cfg.val_limit > 0 and cfg.val_limit or nil})
-print(string.format("model: %s (%s), %s; template: %s", cfg.model, info.format, model:extra_repr(), template))
+print(string.format("model: %s (%s), %s; template: %s", cfg.model, info.format, model:extra_repr(),
+                    type(template) == "table" and template.name or tostring(template)))
 print(string.format("data: %d train pairs (%d truncated), %d held-out (%d truncated)", tstat.n, tstat.truncated,
                     vstat.n, vstat.truncated))
 if tstat.skipped + vstat.skipped > 0 then

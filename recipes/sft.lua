@@ -7,8 +7,8 @@
 --
 -- Data: JSONL chats ({"messages": [...]} or {"prompt", "completion"}; by default the
 -- synthetic ones of recipes/data/make_sft_data.lua), rendered by a chat template (the model
--- directory's, else ChatML; --template to pick one, required when the directory's is one lutra
--- does not run), truncated to max_len tokens (counted), packed several per row of seq_len
+-- directory's own Jinja chat_template, run by lutra.jinja, else ChatML; --template to pick one of
+-- lutra's instead), truncated to max_len tokens (counted), packed several per row of seq_len
 -- tokens (positions restart and attention stays inside each chat). Only assistant tokens carry
 -- loss. A bad line is an error naming the file, line and field (lutra/sft/jsonl.lua: CRLF
 -- line ends and blank lines are accepted, a BOM is not). The held-out loss per assistant
@@ -103,7 +103,7 @@ print(string.format("sft_val_before=%.4f sft_val_after=%.4f tokens_per_s=%.1f", 
 -- ---- save, and a few answers ------------------------------------------------------------------
 if lora then lora.merge_and_unload(model) end
 local out = cfg.out ~= "" and cfg.out or (cfg.run_dir ~= "" and cfg.run_dir .. "/model" or "")
-if out ~= "" then print("model: saved to " .. modeldir.save(out, model, tok, {template = template.name})) end
+if out ~= "" then print("model: saved to " .. modeldir.save(out, model, tok, {template = template})) end
 for _, q in ipairs {"3+4?", "upper: moon", "reverse: star", "capital of peru", "hello"} do
   print(string.format("  user: %-16s assistant: %s", q, ev.reply(model, tok, template, {{role = "user", content = q}})))
 end

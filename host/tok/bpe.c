@@ -21,7 +21,23 @@ lt_tokenizer *lt_tok_alloc(int kind) {
   for (int c = 0; c < 128; c++) tok->ascii_id[c] = -1;
   tok->unk_id = -1;
   tok->pretok = LT_PRETOK_GPT2;
+  tok->classic = tok->byte_level = 1;
+  for (int b = 0; b < 256; b++) tok->fallback_id[b] = -1;
   return tok;
+}
+
+static void free_pipeline(lt_tokenizer *tok) {
+  lt_tok_step *lists[4] = {tok->norm, tok->pre, tok->dec, tok->post};
+  int counts[4] = {tok->n_norm, tok->n_pre, tok->n_dec, tok->n_post};
+  for (int l = 0; l < 4; l++) {
+    for (int k = 0; k < counts[l]; k++) free(lists[l][k].s1), free(lists[l][k].s2);
+    free(lists[l]);
+  }
+  lt_tok_template *t[2] = {&tok->single, &tok->pair};
+  for (int k = 0; k < 2; k++) free(t[k]->seq), free(t[k]->first), free(t[k]->count);
+  free(tok->template_ids);
+  free(tok->norm_added_data), free(tok->norm_added_off), free(tok->norm_order), free(tok->added_of_id);
+  free(tok->json_normalizer), free(tok->json_pre_tokenizer), free(tok->json_post_processor), free(tok->json_decoder);
 }
 
 int lt_tokenizer_free(lt_tokenizer *tok) {
@@ -37,6 +53,7 @@ int lt_tokenizer_free(lt_tokenizer *tok) {
   free(tok->added);
   free(tok->added_order);
   free(tok->chars);
+  free_pipeline(tok);
   lt_tok_strmap_free(&tok->cache);
   free(tok->cache_ids);
   free(tok);
@@ -147,7 +164,7 @@ int lt_tok_register_added(lt_tokenizer *tok, int32_t id, const lt_tok_added *spe
   return 0;
 }
 
-static int is_space_cp(uint32_t cp) {
+int lt_tok_is_space_cp(uint32_t cp) {
   if (cp < 0x80) return cp == ' ' || (cp >= '\t' && cp <= '\r');
   return cp < LT_TOK_RAW_BYTE && lt_tok_unicode_class(cp) == LT_CLASS_SPACE;
 }
@@ -157,7 +174,7 @@ static int64_t space_before(const uint8_t *t, int64_t lo, int64_t i) {
   int64_t s = i - 1;
   while (s > lo && i - s < 4 && (t[s] & 0xC0) == 0x80) s--;
   uint32_t cp;
-  if (s < lo || lt_tok_utf8_decode(t + s, i - s, &cp) != i - s || !is_space_cp(cp)) return -1;
+  if (s < lo || lt_tok_utf8_decode(t + s, i - s, &cp) != i - s || !lt_tok_is_space_cp(cp)) return -1;
   return s;
 }
 
@@ -165,7 +182,7 @@ static int64_t space_before(const uint8_t *t, int64_t lo, int64_t i) {
 static int64_t space_at(const uint8_t *t, int64_t i, int64_t n) {
   uint32_t cp;
   int len = lt_tok_utf8_decode(t + i, n - i, &cp);
-  return is_space_cp(cp) ? i + len : -1;
+  return lt_tok_is_space_cp(cp) ? i + len : -1;
 }
 
 // A "word" character for single_word added tokens: a letter, a number or '_'.
@@ -204,6 +221,40 @@ int lt_tok_match_added(const lt_tokenizer *tok, const uint8_t *text, int64_t pos
         continue;
       int64_t s = i, e = i + len;
       for (int64_t b; a->lstrip && s > pos && (b = space_before(text, pos, s)) >= 0;) s = b; // Unicode whitespace
+      for (int64_t b; a->rstrip && e < n && (b = space_at(text, e, n)) >= 0;) e = b;
+      *start = s, *end = e, *id = a->id;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+// The text of added token k in a set (see tokenizer.h), or NULL when it is not in the set.
+static const uint8_t *set_text(const lt_tokenizer *tok, int set, int32_t k, int64_t *len) {
+  if (set == 0) // without set 1 (a char tokenizer, lutra's own) every added token is matched in the raw text
+    return tok->added[k].normalized && tok->norm_order ? NULL : lt_tok_bytes(tok, tok->added[k].id, len);
+  *len = tok->norm_added_off[k + 1] - tok->norm_added_off[k];
+  return *len ? tok->norm_added_data + tok->norm_added_off[k] : NULL;
+}
+
+int lt_tok_match_added_set(const lt_tokenizer *tok, int set, const uint8_t *text, int64_t pos, int64_t n,
+                           int allow_special, int64_t *start, int64_t *end, int32_t *id) {
+  const int32_t *order = set ? tok->norm_order : tok->added_order, *first = set ? tok->norm_first : tok->added_first;
+  if (tok->n_added == 0 || !order) return 0;
+  for (int64_t i = pos; i < n; i++) {
+    for (int k = first[text[i]], hi = first[text[i] + 1]; k < hi; k++) {
+      const lt_tok_added *a = &tok->added[order[k]];
+      int64_t len = 0;
+      const uint8_t *bytes = set_text(tok, set, order[k], &len);
+      if (!bytes || len > n - i || memcmp(text + i, bytes, (size_t)len) != 0) continue;
+      // the leftmost-longest match: refused whole, or taken
+      if ((a->special && !allow_special) ||
+          (a->single_word && ((i > 0 && word_char_before(text, i)) || (i + len < n && word_char_at(text, i + len, n))))) {
+        i += len - 1;
+        break;
+      }
+      int64_t s = i, e = i + len;
+      for (int64_t b; a->lstrip && s > pos && (b = space_before(text, pos, s)) >= 0;) s = b;
       for (int64_t b; a->rstrip && e < n && (b = space_at(text, e, n)) >= 0;) e = b;
       *start = s, *end = e, *id = a->id;
       return 1;
@@ -316,6 +367,31 @@ int lt_tokenizer_fingerprint(const lt_tokenizer *tok, uint64_t *out) {
     const lt_tok_added *a = &tok->added[k];
     uint8_t spec[5] = {a->special, a->lstrip, a->rstrip, a->normalized, a->single_word};
     h = fnv(fnv(h, &a->id, sizeof a->id), spec, sizeof spec);
+  }
+  // the steps of a tokenizer.json's pipeline that decide ids (lutra's own have none: their
+  // fingerprints stay what they were)
+  const lt_tok_step *lists[3] = {tok->norm, tok->pre, tok->post};
+  int counts[3] = {tok->n_norm, tok->n_pre, tok->n_post};
+  for (int l = 0; l < 3; l++) {
+    for (int k = 0; k < counts[l]; k++) {
+      const lt_tok_step *st = &lists[l][k];
+      int32_t head[4] = {l, st->kind, st->a, st->b};
+      h = fnv(h, head, sizeof head);
+      if (st->s1) h = fnv(h, st->s1, strlen(st->s1) + 1);
+      if (st->s2) h = fnv(h, st->s2, strlen(st->s2) + 1);
+    }
+  }
+  const lt_tok_template *tp[2] = {&tok->single, &tok->pair};
+  for (int t = 0; t < 2; t++) {
+    for (int32_t k = 0; k < tp[t]->n; k++) {
+      int32_t item[3] = {tp[t]->seq[k], tp[t]->first[k], tp[t]->count[k]};
+      h = fnv(h, item, sizeof item);
+    }
+  }
+  if (tok->n_template_ids) h = fnv(h, tok->template_ids, (size_t)tok->n_template_ids * sizeof *tok->template_ids);
+  if (!tok->byte_level || tok->byte_fallback || tok->fuse_unk) {
+    int32_t model[3] = {tok->byte_level, tok->byte_fallback, tok->fuse_unk};
+    h = fnv(h, model, sizeof model);
   }
   *out = h;
   return 0;

@@ -1,9 +1,10 @@
-/* encode.c — encode (bytes -> ids) and decode (ids -> bytes).
+/* encode.c — lutra's own fast path of encoding (bytes -> ids) and BPE on one word.
  *
- * Encoding splits the text at added tokens (leftmost-longest), pre-tokenizes each
+ * The fast path splits the text at added tokens (leftmost-longest), pre-tokenizes each
  * segment into words and runs BPE on each word: repeatedly merge the adjacent pair of
  * lowest merge rank, the leftmost one on ties (as Hugging Face's tokenizers and GPT-2).
- * Words repeat a lot in text, so their ids are cached. */
+ * Words repeat a lot in text, so their ids are cached. A tokenizer.json with more in its
+ * pipeline goes through tok/pipeline.c, which uses the same BPE on words. */
 #include "tok/tokenizer.h"
 #include <stdlib.h>
 
@@ -31,7 +32,7 @@ static inline int32_t rank_of(const lt_tokenizer *tok, int32_t a, int32_t b) {
 }
 
 // BPE on sym[0..n) in place for short words: ranks of adjacent pairs kept in an array. Returns the new n.
-static int64_t merge_short(const lt_tokenizer *tok, int32_t *sym, int64_t n) {
+static int64_t merge_short(const lt_tokenizer *tok, int32_t *sym, int32_t *first, int64_t n) {
   int32_t rank[LT_TOK_CACHE_MAX_WORD];
   for (int64_t i = 0; i + 1 < n; i++) rank[i] = rank_of(tok, sym[i], sym[i + 1]);
   while (n > 1) {
@@ -41,6 +42,7 @@ static int64_t merge_short(const lt_tokenizer *tok, int32_t *sym, int64_t n) {
     if (rank[best] == INT32_MAX) break;
     sym[best] = tok->merge_out[rank[best]];
     memmove(sym + best + 1, sym + best + 2, (size_t)(n - best - 2) * sizeof *sym);
+    memmove(first + best + 1, first + best + 2, (size_t)(n - best - 2) * sizeof *first);
     memmove(rank + best, rank + best + 1, (size_t)(n - best - 2) * sizeof *rank);
     n--;
     if (best > 0) rank[best - 1] = rank_of(tok, sym[best - 1], sym[best]);
@@ -72,7 +74,7 @@ static uint64_t heap_pop(uint64_t *h, int64_t *n) {
 
 // BPE on sym[0..n) for long words: a linked list of symbols and a heap of candidate pairs,
 // O(n log n). Entries go stale when a neighbour merges; they are checked when popped.
-static int64_t merge_long(const lt_tokenizer *tok, int32_t *sym, int64_t n) {
+static int64_t merge_long(const lt_tokenizer *tok, int32_t *sym, int32_t *first, int64_t n) {
   int64_t *next = malloc((size_t)n * sizeof *next), *prev = malloc((size_t)n * sizeof *prev), nh = 0;
   uint64_t *heap = malloc((size_t)(3 * n + 1) * sizeof *heap);
   if (!next || !prev || !heap) {
@@ -99,7 +101,7 @@ static int64_t merge_long(const lt_tokenizer *tok, int32_t *sym, int64_t n) {
       heap_push(heap, &nh, (uint64_t)r << 32 | (uint64_t)i);
   }
   int64_t m = 0;
-  for (int64_t i = 0; i >= 0 && i < n; i = next[i]) sym[m++] = sym[i];
+  for (int64_t i = 0; i >= 0 && i < n; i = next[i]) first[m] = first[i], sym[m++] = sym[i];
   free(next), free(prev), free(heap);
   return m;
 }
@@ -121,42 +123,84 @@ static int cache_put(lt_tokenizer *tok, const uint8_t *w, int64_t n, uint64_t h,
   return 0;
 }
 
-// Appends the BPE ids of word w[0..n), n >= 1.
-static int encode_word(lt_tokenizer *tok, const uint8_t *w, int64_t n, lt_tok_out *out) {
+// The initial symbols of word w[0..n): its bytes (byte-level), else its characters, a
+// character without a token as its bytes' <0xXX> tokens (byte_fallback) or the unk token (fused
+// with an unk before it when fuse_unk). sym and st (each symbol's start in w) have room for n.
+static int64_t initial_symbols(const lt_tokenizer *tok, const uint8_t *w, int64_t n, int32_t *sym, int32_t *st,
+                               int *has_unk) {
+  int64_t m = 0, unk_at = -1; // unk_at: the open unk symbol's index
+  for (int64_t i = 0; i < n;) {
+    if (tok->byte_level) {
+      if (byte_token(tok, w[i], &sym[m])) return -1;
+      *has_unk |= tok->byte_id[w[i]] < 0;
+      st[m++] = (int32_t)i++;
+      continue;
+    }
+    uint32_t cp;
+    int len = lt_tok_utf8_decode(w + i, n - i, &cp);
+    int32_t id = lt_tok_find(tok, w + i, len);
+    if (id >= 0) {
+      sym[m] = id, st[m++] = (int32_t)i, unk_at = -1;
+    } else {
+      int k = 0;
+      while (tok->byte_fallback && k < len && tok->fallback_id[w[i + k]] >= 0) k++;
+      if (tok->byte_fallback && k == len) {
+        for (k = 0; k < len; k++) sym[m] = tok->fallback_id[w[i + k]], st[m++] = (int32_t)(i + k);
+        unk_at = -1;
+      } else if (tok->unk_id >= 0) {
+        *has_unk = 1;
+        if (!(tok->fuse_unk && unk_at >= 0)) unk_at = m, sym[m] = tok->unk_id, st[m++] = (int32_t)i;
+      } else if (cp >= LT_TOK_RAW_BYTE) {
+        return lt_errorf("encode: byte 0x%02x (not valid UTF-8) has no token (and there is no unk token)", w[i]);
+      } else {
+        return lt_errorf("encode: character U+%04X has no token (and no byte fallback or unk token)", cp);
+      }
+    }
+    i += len;
+  }
+  return m;
+}
+
+int lt_tok_encode_word(lt_tokenizer *tok, const uint8_t *w, int64_t n, lt_tok_out *out, lt_tok_spans *spans) {
   int32_t id;
-  if (n == 1) {
+  if (n == 1 && tok->byte_level) {
     LT_TRY(byte_token(tok, w[0], &id));
+    if (spans) LT_TRY(lt_tok_spans_push(spans, 0, 1));
     return lt_tok_push(out, id);
   }
   uint64_t h = 0;
   if (n <= LT_TOK_CACHE_MAX_WORD) {
     h = lt_tok_hash(w, n);
-    int64_t e = lt_tok_strmap_find(&tok->cache, w, n, h);
+    int64_t e = spans ? -1 : lt_tok_strmap_find(&tok->cache, w, n, h); // the cache keeps ids, not spans
     if (e >= 0) {
       int64_t v = tok->cache.value[e], off = v / 256, m = v % 256;
       for (int64_t k = 0; k < m; k++) LT_TRY(lt_tok_push(out, tok->cache_ids[off + k]));
       return 0;
     }
   }
-  int32_t small[LT_TOK_CACHE_MAX_WORD], *sym = small;
-  if (n > LT_TOK_CACHE_MAX_WORD && !(sym = malloc((size_t)n * sizeof *sym))) return lt_errorf("encode: out of memory");
+  int32_t small[2 * LT_TOK_CACHE_MAX_WORD], *sym = small, *st;
+  if (n > LT_TOK_CACHE_MAX_WORD && !(sym = malloc(2 * (size_t)n * sizeof *sym))) return lt_errorf("encode: out of memory");
+  st = sym + n;
   int64_t m = 0;
+  int has_unk = 0;
   if (tok->ignore_merges && (id = lt_tok_find(tok, w, n)) >= 0) { // a whole word in the vocab wins
-    sym[m++] = id;
+    sym[0] = id, st[0] = 0, m = 1;
   } else {
-    for (int64_t i = 0; i < n; i++) {
-      if (byte_token(tok, w[i], &sym[i])) {
-        if (sym != small) free(sym);
-        return -1;
-      }
-    }
-    m = n <= LT_TOK_CACHE_MAX_WORD ? merge_short(tok, sym, n) : merge_long(tok, sym, n);
+    m = initial_symbols(tok, w, n, sym, st, &has_unk);
+    if (m > 0) m = n <= LT_TOK_CACHE_MAX_WORD ? merge_short(tok, sym, st, m) : merge_long(tok, sym, st, m);
   }
   int rc = m < 0 ? -1 : 0;
-  for (int64_t k = 0; k < m && !rc; k++) rc = lt_tok_push(out, sym[k]);
-  if (!rc && n <= LT_TOK_CACHE_MAX_WORD) cache_put(tok, w, n, h, sym, m);
+  for (int64_t k = 0; k < m && !rc; k++) {
+    rc = lt_tok_push(out, sym[k]);
+    if (!rc && spans) rc = lt_tok_spans_push(spans, st[k], k + 1 < m ? st[k + 1] : n);
+  }
+  if (!rc && n <= LT_TOK_CACHE_MAX_WORD && !has_unk) cache_put(tok, w, n, h, sym, m);
   if (sym != small) free(sym);
   return rc;
+}
+
+static int encode_word(lt_tokenizer *tok, const uint8_t *w, int64_t n, lt_tok_out *out) {
+  return lt_tok_encode_word(tok, w, n, out, NULL);
 }
 
 // A ByteLevel(add_prefix_space=True) after a Split puts a space before every word that lacks one.
@@ -205,64 +249,3 @@ int lt_tok_encode_into(lt_tokenizer *tok, const uint8_t *text, int64_t len, int 
   return encode_segment(tok, text + pos, len - pos, pos, out);
 }
 
-static int check_text(const char *op, const lt_tokenizer *tok, const char *text, int64_t len) {
-  if (!tok) return lt_errorf("%s: tokenizer is NULL", op);
-  if (len < 0) return lt_errorf("%s: len %lld is negative", op, (long long)len);
-  if (!text && len) return lt_errorf("%s: text is NULL", op);
-  return 0;
-}
-
-int lt_tokenizer_encode(lt_tokenizer *tok, const char *text, int64_t len, int allow_special, int32_t *ids,
-                        int64_t capacity, int64_t *count) {
-  LT_TRY(check_text("encode", tok, text, len));
-  if (!count) return lt_errorf("encode: count is NULL");
-  if (capacity < 0 || (!ids && capacity)) return lt_errorf("encode: ids is NULL or capacity < 0");
-  lt_tok_out out = {ids, 0, capacity, 0};
-  int rc = lt_tok_encode_into(tok, (const uint8_t *)text, len, allow_special, &out);
-  *count = out.n;
-  if (rc) return rc;
-  if (out.n > capacity)
-    return lt_errorf("encode: ids has room for %lld ids, the text needs %lld", (long long)capacity, (long long)out.n);
-  return 0;
-}
-
-int lt_tokenizer_encode_tensor(lt_tensor *out, lt_tokenizer *tok, const char *text, int64_t len, int allow_special) {
-  LT_TRY(check_text("encode_tensor", tok, text, len));
-  if (!out) return lt_errorf("encode_tensor: out is NULL");
-  lt_tok_out ids = {NULL, 0, 0, 1};
-  int rc = lt_tok_encode_into(tok, (const uint8_t *)text, len, allow_special, &ids);
-  int64_t shape[1] = {ids.n};
-  if (!rc) rc = lt_prepare_out("encode_tensor", out, 1, shape, LT_I32, LT_DEVICE_CPU);
-  if (!rc && ids.n) rc = lt_copy_from_buffer(out, ids.ids, LT_I32, ids.n);
-  free(ids.ids);
-  return rc;
-}
-
-int lt_tokenizer_decode(const lt_tokenizer *tok, const int32_t *ids, int64_t n, char *buf, int64_t capacity,
-                        int64_t *len) {
-  if (!tok) return lt_errorf("decode: tokenizer is NULL");
-  if (!len) return lt_errorf("decode: len is NULL");
-  if (n < 0 || (!ids && n)) return lt_errorf("decode: ids is NULL or n < 0");
-  if (capacity < 0 || (!buf && capacity)) return lt_errorf("decode: buf is NULL or capacity < 0");
-  int64_t total = 0;
-  for (int64_t i = 0; i < n; i++) {
-    int32_t id = ids[i];
-    if (id < 0 || id >= tok->vocab_size)
-      return lt_errorf("decode: id %d at position %lld is out of range [0, %d)", id, (long long)i, tok->vocab_size);
-    if (tok->tok_flags[id] & LT_TOKF_UNUSED)
-      return lt_errorf("decode: id %d at position %lld is not a token (a gap in the vocab)", id, (long long)i);
-    total += tok->tok_off[id + 1] - tok->tok_off[id];
-  }
-  *len = total;
-  if (!buf) return 0;
-  if (total > capacity)
-    return lt_errorf("decode: buf has room for %lld bytes, the ids need %lld", (long long)capacity, (long long)total);
-  char *p = buf;
-  for (int64_t i = 0; i < n; i++) {
-    int64_t l;
-    const uint8_t *b = lt_tok_bytes(tok, ids[i], &l);
-    memcpy(p, b, (size_t)l);
-    p += l;
-  }
-  return 0;
-}

@@ -1,10 +1,13 @@
-/* hf_json.c — tokenizers as JSON: Hugging Face's tokenizer.json for byte-level BPE
- * (as GPT-2's), and lutra's own small format for char tokenizers.
+/* hf_json.c — tokenizers as JSON: Hugging Face's tokenizer.json for BPE models, and lutra's
+ * own small format for char tokenizers.
  *
- * In tokenizer.json a token is its bytes written through GPT-2's byte -> unicode map
- * (a space is "Ġ"), except added tokens, which are their text. Merges are "a b" strings
- * or, in newer files, [a, b] arrays; we read both and write strings (every reader takes
- * them). Ids need not be in any order; a gap in the ids is a token that decodes to an error. */
+ * In a byte-level tokenizer.json (a ByteLevel pre-tokenizer, as GPT-2's) a token is its bytes
+ * written through GPT-2's byte -> unicode map (a space is "Ġ"); otherwise (sentencepiece-style,
+ * "▁hello", "<0x0A>") a token is its text. Added tokens are their text. Merges are "a b"
+ * strings or, in newer files, [a, b] arrays; we read both and write strings for byte-level
+ * files (every reader takes them), arrays otherwise. Ids need not be in any order; a gap in
+ * the ids is a token that decodes to an error. The pipeline around the model is read by
+ * tok/hf_pipeline.c. */
 #include "tok/tokenizer.h"
 #include <math.h>
 #include <stdio.h>
@@ -79,65 +82,8 @@ static int64_t from_byte_level(const char *s, uint8_t *buf) {
   return m;
 }
 
-static int split_mode(const char *pattern) {
-  for (int mode = 0; mode < LT_TOK_NUM_PATTERNS; mode++)
-    if (lt_tok_patterns[mode] && strcmp(pattern, lt_tok_patterns[mode]) == 0) return mode;
-  return -1;
-}
-
-// path: where pt is in the file ("pre_tokenizer", or an item of its Sequence).
-static int parse_pre_tokenizer(lt_tokenizer *tok, const cJSON *pt, const char *path) {
-  if (absent(pt)) return E("%s is null; only ByteLevel (as GPT-2's) is supported", path);
-  const char *type = type_of(pt);
-  int use_regex = 1, prefix = 1, invert = 0;
-  if (strcmp(type, "ByteLevel") == 0) {
-    LT_TRY(strict_flag(pt, "use_regex", 1, path, &use_regex));
-    LT_TRY(strict_flag(pt, "add_prefix_space", 1, path, &prefix));
-    tok->pretok = use_regex ? LT_PRETOK_GPT2 : LT_PRETOK_NONE;
-    tok->add_prefix_space = prefix;
-    return 0;
-  }
-  if (strcmp(type, "Sequence") != 0 || strcmp(path, "pre_tokenizer") != 0)
-    return E("%s.type '%s' is not supported (only ByteLevel, or a Sequence of a Split and ByteLevel)", path, type);
-  const cJSON *list = get(pt, "pretokenizers");
-  int n = cJSON_GetArraySize(list);
-  if (!cJSON_IsArray(list) || n < 1 || n > 2)
-    return E("pre_tokenizer.pretokenizers: expected [ByteLevel] or [Split, ByteLevel]");
-  if (n == 1) return parse_pre_tokenizer(tok, cJSON_GetArrayItem(list, 0), "pre_tokenizer.pretokenizers[0]");
-  const cJSON *split = cJSON_GetArrayItem(list, 0), *bl = cJSON_GetArrayItem(list, 1);
-  if (strcmp(type_of(split), "Split") != 0 || strcmp(type_of(bl), "ByteLevel") != 0)
-    return E("pre_tokenizer.pretokenizers: expected [Split, ByteLevel], got [%s, %s]", type_of(split), type_of(bl));
-  const cJSON *pattern = get(get(split, "pattern"), "Regex"), *behavior = get(split, "behavior");
-  int mode = cJSON_IsString(pattern) ? split_mode(pattern->valuestring) : -1;
-  if (mode < 0)
-    return E("pre_tokenizer.pretokenizers[0].pattern: only the regexes of GPT-2, Llama 3 (cl100k) and Qwen2 are "
-             "supported");
-  LT_TRY(strict_flag(split, "invert", 0, "pre_tokenizer.pretokenizers[0]", &invert));
-  if (!cJSON_IsString(behavior) || strcmp(behavior->valuestring, "Isolated") != 0 || invert)
-    return E("pre_tokenizer.pretokenizers[0]: only behavior 'Isolated' without invert is supported");
-  LT_TRY(strict_flag(bl, "use_regex", 1, "pre_tokenizer.pretokenizers[1]", &use_regex));
-  LT_TRY(strict_flag(bl, "add_prefix_space", 1, "pre_tokenizer.pretokenizers[1]", &prefix));
-  if (use_regex) return E("pre_tokenizer.pretokenizers[1].use_regex: must be false after a Split");
-  tok->pretok = mode;
-  tok->add_prefix_space = prefix ? 2 : 0; // after a Split: before every word
-  return 0;
-}
-
-// Checks the parts of the pipeline we do not run: they must not change the ids.
-static int check_pipeline(const cJSON *root, const cJSON *model) {
-  const cJSON *norm = get(root, "normalizer");
-  if (!absent(norm) && !(strcmp(type_of(norm), "Sequence") == 0 && cJSON_GetArraySize(get(norm, "normalizers")) == 0))
-    return E("normalizer '%s' is not supported (it changes the text); only null is", type_of(norm));
-  const cJSON *dec = get(root, "decoder");
-  if (!absent(dec) && strcmp(type_of(dec), "ByteLevel") != 0)
-    return E("decoder '%s' is not supported (only ByteLevel)", type_of(dec));
-  const cJSON *post = get(root, "post_processor");
-  static const char *const ignored_posts[] = {"ByteLevel", "TemplateProcessing", "RobertaProcessing", "BertProcessing",
-                                              "Sequence"};
-  int ok = absent(post);
-  for (size_t i = 0; i < sizeof ignored_posts / sizeof *ignored_posts && !ok; i++)
-    ok = strcmp(type_of(post), ignored_posts[i]) == 0;
-  if (!ok) return E("post_processor '%s' is not supported", type_of(post));
+// Checks the model's options lutra does not run: they must not change the ids.
+static int check_model(lt_tokenizer *tok, const cJSON *model) {
   const cJSON *dropout = get(model, "dropout");
   if (!absent(dropout) && !(cJSON_IsNumber(dropout) && dropout->valuedouble == 0))
     return E("model.dropout is not supported (must be null)");
@@ -147,10 +93,8 @@ static int check_pipeline(const cJSON *root, const cJSON *model) {
     if (!absent(x) && !(cJSON_IsString(x) && x->valuestring[0] == 0))
       return E("model.%s is not supported (must be null or empty)", empty_strings[i]);
   }
-  int byte_fallback = 0;
-  LT_TRY(strict_flag(model, "byte_fallback", 0, "model", &byte_fallback));
-  if (byte_fallback) return E("model.byte_fallback is not supported (byte-level BPE needs none)");
-  return 0;
+  LT_TRY(strict_flag(model, "byte_fallback", 0, "model", &tok->byte_fallback));
+  return strict_flag(model, "fuse_unk", 0, "model", &tok->fuse_unk);
 }
 
 // added_tokens: validates and returns their count; entries stay in the JSON.
@@ -192,9 +136,17 @@ static int register_added(lt_tokenizer *tok, const cJSON *added) {
   return 0;
 }
 
-// Token id of a merge part (a byte-level string), or -1.
+// A vocab key's bytes into buf: a byte-level string's bytes, else the key itself; -1 when not byte-level.
+static int64_t key_bytes(const lt_tokenizer *tok, const char *s, uint8_t *buf) {
+  if (tok->byte_level) return from_byte_level(s, buf);
+  int64_t n = (int64_t)strlen(s);
+  memcpy(buf, s, (size_t)n);
+  return n;
+}
+
+// Token id of a merge part, or -1.
 static int32_t part_id(const lt_tokenizer *tok, const char *s, uint8_t *buf) {
-  int64_t n = from_byte_level(s, buf);
+  int64_t n = key_bytes(tok, s, buf);
   return n < 0 ? -1 : lt_tok_find(tok, buf, n);
 }
 
@@ -259,8 +211,8 @@ static int load_bpe(lt_tokenizer *tok, const cJSON *root) {
   if (cJSON_IsString(type) && strcmp(type->valuestring, "BPE") != 0)
     return E("model.type '%s' is not supported (only BPE)", type->valuestring);
   if (!cJSON_IsObject(vocab)) return E("model.vocab is missing or not an object");
-  LT_TRY(check_pipeline(root, model));
-  LT_TRY(parse_pre_tokenizer(tok, get(root, "pre_tokenizer"), "pre_tokenizer"));
+  LT_TRY(check_model(tok, model));
+  LT_TRY(lt_tok_parse_pipeline(tok, root));
   LT_TRY(strict_flag(model, "ignore_merges", 0, "model", &tok->ignore_merges));
   int64_t max_id = -1, id = 0;
   int n_added = check_added(added, &max_id);
@@ -301,7 +253,7 @@ static int load_bpe(lt_tokenizer *tok, const cJSON *root) {
         E("out of memory");
         goto done;
       }
-      int64_t m = from_byte_level(v->string, buf);
+      int64_t m = key_bytes(tok, v->string, buf);
       if (strcmp(v->string, content) != 0 && (m != (int64_t)strlen(content) || memcmp(buf, content, (size_t)m) != 0)) {
         E("added_tokens[%d].id: id %lld is %s there but model.vocab[%s] has the same id (an added token takes an id "
           "of its own, or the vocab's token of that id)",
@@ -329,7 +281,7 @@ static int load_bpe(lt_tokenizer *tok, const cJSON *root) {
     }
     if (added_at[i]) {
       memcpy(buf, s, (size_t)n);
-    } else if ((n = from_byte_level(s, buf)) < 0) {
+    } else if ((n = key_bytes(tok, s, buf)) < 0) {
       E("model.vocab[%s] (id %lld) has a character outside the byte-level alphabet (not a byte-level BPE?)",
         shown(s, qa), (long long)i);
       goto done;
@@ -345,12 +297,29 @@ static int load_bpe(lt_tokenizer *tok, const cJSON *root) {
     }
     if (lt_tok_append(tok, buf, n, added_at[i] ? LT_TOKF_ADDED : 0)) goto done;
   }
+  for (const cJSON *v = vocab->child; v; v = v->next) { // an added token the vocab holds too takes part in merges
+    int_of(v, 0, MAX_ID - 1, &id);
+    if (!added_at[id]) continue;
+    if (!(buf = realloc(buf, strlen(v->string) + 1))) {
+      E("out of memory");
+      goto done;
+    }
+    int64_t m = key_bytes(tok, v->string, buf);
+    uint64_t h = m > 0 ? lt_tok_hash(buf, m) : 0;
+    if (m > 0 && lt_tok_strmap_find(&tok->tok_index, buf, m, h) < 0) {
+      if (lt_tok_strmap_add(&tok->tok_index, buf, m, h, id) < 0) {
+        E("out of memory");
+        goto done;
+      }
+      if (m == 1 && tok->byte_id[buf[0]] < 0) tok->byte_id[buf[0]] = (int32_t)id;
+    }
+  }
   if (register_added(tok, added) || load_merges(tok, get(model, "merges"))) goto done;
   const cJSON *unk = get(model, "unk_token");
   if (cJSON_IsString(unk) &&
       lt_tokenizer_token_id(tok, unk->valuestring, (int64_t)strlen(unk->valuestring), &tok->unk_id))
     goto done;
-  rc = 0;
+  rc = lt_tok_finish_pipeline(tok, root);
 done:
   free(slot);
   free(added_at);

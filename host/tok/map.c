@@ -1,5 +1,6 @@
-/* map.c — open-addressing hash maps for the tokenizers: byte strings -> int64
- * (words, token bytes, the encode cache) and id pairs -> int32 (merge ranks, pair counts). */
+/* map.c — containers of the tokenizers: open-addressing hash maps of byte strings -> int64
+ * (words, token bytes, the encode cache) and id pairs -> int32 (merge ranks, pair counts), and
+ * growable lists of byte ranges (offsets). */
 #include "tok/tokenizer.h"
 #include <stdlib.h>
 
@@ -106,6 +107,20 @@ void lt_tok_strmap_free(lt_tok_strmap *m) {
   free(m->key_len);
   free(m->arena);
   memset(m, 0, sizeof *m);
+}
+
+// ---- pairs of int64 (byte ranges) ------------------------------------------------------
+
+int lt_tok_spans_push(lt_tok_spans *s, int64_t a, int64_t b) {
+  if (s->n == s->cap) {
+    int64_t cap = s->cap ? 2 * s->cap : 1024;
+    int64_t *v = realloc(s->v, 2 * (size_t)cap * sizeof *v);
+    if (!v) return lt_errorf("encode: out of memory");
+    s->v = v, s->cap = cap;
+  }
+  s->v[2 * s->n] = a, s->v[2 * s->n + 1] = b;
+  s->n++;
+  return 0;
 }
 
 // ---- id pairs -> int32 -----------------------------------------------------------------

@@ -92,14 +92,28 @@ static cJSON *pre_tokenizer(const lt_tokenizer *tok) {
   return seq;
 }
 
+// A vocab key: the byte-level string of a byte-level tokenizer's token, else its text.
+static void key_of(const lt_tokenizer *tok, const uint8_t *bytes, int64_t len, char *buf) {
+  if (tok->byte_level) return to_byte_level(bytes, len, buf);
+  memcpy(buf, bytes, (size_t)len);
+  buf[len] = 0;
+}
+
+// A part of the pipeline as the tokenizer.json it came from had it, or made.
+static cJSON *kept_or(const char *kept, cJSON *made) {
+  if (!kept) return made;
+  cJSON_Delete(made);
+  return cJSON_Parse(kept);
+}
+
 static cJSON *bpe_model(const lt_tokenizer *tok, char *buf) {
   cJSON *model = cJSON_CreateObject(), *vocab = cJSON_CreateObject(), *merges = cJSON_CreateArray();
   if (!model || add(model, "type", cJSON_CreateString("BPE")) || add(model, "dropout", cJSON_CreateNull()) ||
       add(model, "unk_token",
           tok->unk_id >= 0 ? cJSON_CreateString(text_of(tok, tok->unk_id, buf)) : cJSON_CreateNull()) ||
       add(model, "continuing_subword_prefix", cJSON_CreateNull()) ||
-      add(model, "end_of_word_suffix", cJSON_CreateNull()) || add(model, "fuse_unk", cJSON_CreateFalse()) ||
-      add(model, "byte_fallback", cJSON_CreateFalse()) ||
+      add(model, "end_of_word_suffix", cJSON_CreateNull()) || add(model, "fuse_unk", cJSON_CreateBool(tok->fuse_unk)) ||
+      add(model, "byte_fallback", cJSON_CreateBool(tok->byte_fallback)) ||
       add(model, "ignore_merges", cJSON_CreateBool(tok->ignore_merges)))
     goto oom;
   for (int32_t id = 0; id < tok->vocab_size; id++) {
@@ -111,18 +125,27 @@ static cJSON *bpe_model(const lt_tokenizer *tok, char *buf) {
       text_of(tok, id, buf);
       if (cJSON_GetObjectItemCaseSensitive(vocab, buf)) continue;
     } else {
-      to_byte_level(bytes, len, buf);
+      key_of(tok, bytes, len, buf);
     }
     if (!cJSON_AddNumberToObject(vocab, buf, id)) goto oom;
   }
   for (int32_t r = 0; r < tok->n_merges; r++) {
     int64_t la, lb;
     const uint8_t *a = lt_tok_bytes(tok, tok->merge_a[r], &la), *b = lt_tok_bytes(tok, tok->merge_b[r], &lb);
-    to_byte_level(a, la, buf);
+    key_of(tok, a, la, buf);
     size_t n = strlen(buf);
-    buf[n] = ' ';
-    to_byte_level(b, lb, buf + n + 1);
-    cJSON *m = cJSON_CreateString(buf);
+    key_of(tok, b, lb, buf + n + 1);
+    cJSON *m;
+    if (tok->byte_level) { // "a b": a byte-level string has no space
+      buf[n] = ' ';
+      m = cJSON_CreateString(buf);
+    } else { // ["a", "b"]: a token's text may hold a space
+      cJSON *ma = cJSON_CreateString(buf), *mb = cJSON_CreateString(buf + n + 1);
+      m = cJSON_CreateArray();
+      if (m && ma) cJSON_AddItemToArray(m, ma), ma = NULL;
+      if (m && mb) cJSON_AddItemToArray(m, mb), mb = NULL;
+      if (ma || mb) cJSON_Delete(m), cJSON_Delete(ma), cJSON_Delete(mb), m = NULL;
+    }
     if (!m) goto oom;
     cJSON_AddItemToArray(merges, m);
   }
@@ -158,8 +181,10 @@ static cJSON *to_json(const lt_tokenizer *tok, char *buf) {
   } else {
     rc = add(root, "version", cJSON_CreateString("1.0")) || add(root, "truncation", cJSON_CreateNull()) ||
          add(root, "padding", cJSON_CreateNull()) || add(root, "added_tokens", added_tokens(tok, buf)) ||
-         add(root, "normalizer", cJSON_CreateNull()) || add(root, "pre_tokenizer", pre_tokenizer(tok)) ||
-         add(root, "post_processor", cJSON_CreateNull()) || add(root, "decoder", byte_level(1, 1)) ||
+         add(root, "normalizer", kept_or(tok->json_normalizer, cJSON_CreateNull())) ||
+         add(root, "pre_tokenizer", kept_or(tok->json_pre_tokenizer, tok->byte_level ? pre_tokenizer(tok) : cJSON_CreateNull())) ||
+         add(root, "post_processor", kept_or(tok->json_post_processor, cJSON_CreateNull())) ||
+         add(root, "decoder", kept_or(tok->json_decoder, tok->byte_level ? byte_level(1, 1) : cJSON_CreateNull())) ||
          add(root, "model", bpe_model(tok, buf));
   }
   if (rc) {

@@ -83,6 +83,33 @@ typedef struct lt_tok_added {
   uint8_t special, lstrip, rstrip, normalized, single_word;
 } lt_tok_added;
 
+/* ---- the pipeline of a tokenizer.json (tok/pipeline.c, tok/normalize.c, tok/decode.c) --------
+ * Text passes: added tokens (those not normalized, in the raw text) -> normalizers -> added
+ * tokens (normalized ones, in the normalized text) -> pre-tokenizers -> the BPE model -> the
+ * post-processors. Each stage keeps, for every byte of its text, the byte range of the original
+ * text it came from (Hugging Face's alignments), which gives each token its offsets. */
+enum { LT_NORM_NFC, LT_NORM_NFD, LT_NORM_NFKC, LT_NORM_NFKD, LT_NORM_LOWERCASE, LT_NORM_PREPEND, LT_NORM_REPLACE,
+       LT_NORM_STRIP };
+enum { LT_PRE_SPLIT, LT_PRE_BYTELEVEL, LT_PRE_METASPACE, LT_PRE_DIGITS };
+enum { LT_DEC_BYTELEVEL, LT_DEC_REPLACE, LT_DEC_BYTEFALLBACK, LT_DEC_FUSE, LT_DEC_STRIP, LT_DEC_METASPACE };
+enum { LT_POST_BYTELEVEL, LT_POST_TEMPLATE };
+enum { LT_PREPEND_ALWAYS, LT_PREPEND_FIRST, LT_PREPEND_NEVER };
+/* One step of a stage. Strings are owned (malloc'ed, NUL-terminated UTF-8).
+ *   NORM: PREPEND s1; REPLACE s1 -> s2; STRIP a = left, b = right.
+ *   PRE: SPLIT a = LT_PRETOK_* mode; BYTELEVEL a = add_prefix_space, b = use_regex; DIGITS a = individual;
+ *        METASPACE s1 = replacement, a = prepend scheme, b = split.
+ *   DEC: REPLACE s1 -> s2; STRIP s1 = content, a = start, b = stop; METASPACE s1, a = scheme.
+ *   POST: BYTELEVEL a = trim_offsets, b = add_prefix_space; TEMPLATE: tok->single/pair. */
+typedef struct lt_tok_step {
+  int kind, a, b;
+  char *s1, *s2;
+} lt_tok_step;
+/* A template: items in order; an item is the sequence A (-1), B (-2) or a run of special ids
+ * ids[first .. first + count). */
+typedef struct lt_tok_template {
+  int32_t n, *seq, *first, *count;
+} lt_tok_template;
+
 struct lt_tokenizer {
   int kind; /* LT_TOK_BPE or LT_TOK_CHAR */
   /* tokens 0..vocab_size-1: bytes tok_data[tok_off[i] .. tok_off[i+1]) */
@@ -109,6 +136,22 @@ struct lt_tokenizer {
   int32_t n_chars;
   uint32_t *chars;
   int32_t ascii_id[128];
+  /* the pipeline: a classic tokenizer (byte-level, no normalizer, pretok/add_prefix_space
+   * above, nothing added by post-processing) has no steps and takes the fast path */
+  int classic, byte_level;  /* byte_level: vocab keys are GPT-2 byte-level strings, symbols are bytes */
+  int byte_fallback, fuse_unk;
+  int32_t fallback_id[256]; /* id of the token <0xXX> of each byte, -1 if none */
+  int n_norm, n_pre, n_dec, n_post, has_decoder;
+  lt_tok_step *norm, *pre, *dec, *post;
+  lt_tok_template single, pair;
+  int32_t *template_ids, n_template_ids;
+  /* added tokens matched in the normalized text (normalized = true), by their normalized text */
+  uint8_t *norm_added_data;
+  int64_t *norm_added_off; /* n_added + 1 offsets into norm_added_data (empty: not in set 1) */
+  int32_t *norm_order, norm_first[257]; /* as added_order/added_first, over the normalized texts */
+  int32_t *added_of_id; /* id -> its index in added, -1 if none (set with norm_order: decode takes the normalized text) */
+  /* the parts of the tokenizer.json this came from, written back by save (NULL: lutra's own) */
+  char *json_normalizer, *json_pre_tokenizer, *json_post_processor, *json_decoder;
   /* encode cache: word bytes -> (offset into cache_ids) * 256 + count */
   lt_tok_strmap cache;
   int32_t *cache_ids;
@@ -129,6 +172,25 @@ static inline int lt_tok_push(lt_tok_out *o, int32_t id) {
   return 0;
 }
 
+/* Growable pairs of int64 (byte ranges). */
+typedef struct lt_tok_spans {
+  int64_t *v; /* 2 per entry */
+  int64_t n, cap;
+} lt_tok_spans;
+int lt_tok_spans_push(lt_tok_spans *s, int64_t a, int64_t b);
+
+/* A string being normalized: bytes b[0..n) and, per byte, the original byte range [a0, a1). */
+typedef struct lt_tok_nstr {
+  uint8_t *b;
+  int64_t *a0, *a1;
+  int64_t n, cap;
+} lt_tok_nstr;
+int lt_tok_nstr_reserve(lt_tok_nstr *s, int64_t cap);
+/* Appends bytes p[0..len) all aligned to [a0, a1). */
+int lt_tok_nstr_put(lt_tok_nstr *s, const uint8_t *p, int64_t len, int64_t a0, int64_t a1);
+void lt_tok_nstr_free(lt_tok_nstr *s);
+int lt_tok_is_space_cp(uint32_t cp); /* White_Space */
+
 /* tok/bpe.c */
 lt_tokenizer *lt_tok_alloc(int kind); /* empty, NULL with error on OOM */
 /* Appends a token (id = vocab_size); indexes it by bytes unless flags has LT_TOKF_ADDED. */
@@ -148,7 +210,30 @@ static inline const uint8_t *lt_tok_bytes(const lt_tokenizer *tok, int32_t id, i
  * and its id, or 0. */
 int lt_tok_match_added(const lt_tokenizer *tok, const uint8_t *text, int64_t pos, int64_t n, int allow_special,
                        int64_t *start, int64_t *end, int32_t *id);
+/* The same over one of the two sets of the pipeline: set 0 the added tokens matched in the raw
+ * text (normalized = false; all for a tokenizer without set 1), set 1 the others by their
+ * normalized text. As Hugging Face's (leftmost-longest), a match refused (a special token when
+ * !allow_special, single_word inside a word) is skipped whole. */
+int lt_tok_match_added_set(const lt_tokenizer *tok, int set, const uint8_t *text, int64_t pos, int64_t n,
+                           int allow_special, int64_t *start, int64_t *end, int32_t *id);
 int lt_tok_encode_into(lt_tokenizer *tok, const uint8_t *text, int64_t len, int allow_special, lt_tok_out *out);
+/* Appends the ids of word w[0..n) (n >= 1, pre-tokenized) to out; with spans, also each
+ * id's byte range [spans[2k], spans[2k+1]) inside the word (spans grows with out). */
+int lt_tok_encode_word(lt_tokenizer *tok, const uint8_t *w, int64_t n, lt_tok_out *out, lt_tok_spans *spans);
+/* tok/pipeline.c: the whole pipeline over text (and pair, when not NULL: a pair of sequences);
+ * offsets (may be NULL) get each id's byte range of its own text. */
+int lt_tok_encode_full(lt_tokenizer *tok, const uint8_t *text, int64_t len, const uint8_t *pair, int64_t pair_len,
+                       int flags, lt_tok_out *out, lt_tok_spans *offsets);
+/* tok/normalize.c: applies tok's normalizers to s in place (its alignments follow). */
+int lt_tok_normalize(const lt_tokenizer *tok, lt_tok_nstr *s);
+/* tok/decode.c: the decoders over the tokens of ids, into a malloc'ed buffer. */
+int lt_tok_decode_chain(const lt_tokenizer *tok, const int32_t *ids, int64_t n, int skip_special, uint8_t **out,
+                        int64_t *len);
+/* tok/hf_pipeline.c: the normalizer, pre_tokenizer and decoder of a tokenizer.json (before
+ * its vocab: they say how to read it), then its post_processor and what needs the vocab. */
+struct cJSON;
+int lt_tok_parse_pipeline(lt_tokenizer *tok, const struct cJSON *root);
+int lt_tok_finish_pipeline(lt_tokenizer *tok, const struct cJSON *root);
 /* tok/train.c: reads a whole file into *data (malloc'ed, NUL-terminated) */
 int lt_tok_read_file(const char *op, const char *path, char **data, int64_t *len);
 /* tok/char.c */

@@ -5,8 +5,8 @@
 --
 -- The model directory is what recipes/pretrain.lua and recipes/sft.lua save (lutra.sft.modeldir:
 -- Hugging Face's layout through lutra.hf, or lutra's own; --tokenizer=tokenizer.json with a
--- trainer checkpoint). The chat template is --template, else the directory's when lutra runs it
--- (a Jinja template of another kind is an error until --template picks one; lutra.sft.modeldir).
+-- trainer checkpoint). The chat template is --template (one of lutra's), else the directory's own
+-- Jinja chat_template, run by lutra.jinja (lutra.sft.modeldir, lutra.sft.hf_template).
 -- Tokens are printed as they are generated, with a KV cache (lutra.generate); a reply ends at
 -- the template's end-of-turn token (or its text, when the tokenizer spells it in pieces), or
 -- after --max_new_tokens.

@@ -225,10 +225,11 @@ local function piece_encoder(job)
   local tok, writer = job.tok, job.writer
   local ids32, cap = nil, 0
   local encode_ids = type(tok.encode_ids) == "function" and tok.encode_ids -- (int32_t[n], n): no Lua list
+  local plain = {add_special_tokens = false} -- a corpus piece is no sequence of its own: no BOS per piece
   return function(piece)
     local arr, n = nil, nil
     if encode_ids then
-      arr, n = encode_ids(tok, piece)
+      arr, n = encode_ids(tok, piece, plain)
     else
       local ids = tok:encode(piece)
       n = #ids

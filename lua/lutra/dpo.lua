@@ -81,13 +81,19 @@ local function encode_one(tok, template, prompt, response)
   if template == nil then
     local ids, mask = {}, {}
     for _, id in ipairs(tok:encode(prompt)) do ids[#ids + 1], mask[#mask + 1] = id, 0 end
-    for _, id in ipairs(tok:encode(response)) do ids[#ids + 1], mask[#mask + 1] = id, 1 end
+    for _, id in ipairs(tok:encode(response, {add_special_tokens = false})) do -- no BOS inside the sequence
+      ids[#ids + 1], mask[#mask + 1] = id, 1
+    end
     return ids, mask
   end
   local templates = require "lutra.sft.templates"
   local full = {}
   for i, m in ipairs(prompt) do full[i] = m end
   full[#full + 1] = {role = "assistant", content = response}
+  if template.kind == "jinja" then -- a model's own template: the response's span alone carries loss
+    local ids, mask = template:encode(tok, full, {last_only = true})
+    return ids, mask
+  end
   local n_prompt = #template:render(prompt, {})
   local segs = template:render(full, {})
   for i = 1, n_prompt do

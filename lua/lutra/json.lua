@@ -70,6 +70,11 @@ local function c_api()
   return api
 end
 
+-- The order of an object's keys as the text gave them, for objects decoded with {ordered = true}
+-- (json.key_order(t) -> list of keys, or nil): weak, so it costs nothing once t is gone.
+local KEY_ORDER = setmetatable({}, {__mode = "k"})
+function M.key_order(t) return KEY_ORDER[t] end
+
 local T_NULL, T_FALSE, T_TRUE, T_NUMBER, T_STRING, T_ARRAY = 0, 1, 2, 3, 4, 5
 
 -- The Lua value of v, a value of doc.
@@ -94,17 +99,19 @@ local function to_lua(a, doc, v)
     end
     return list
   end
-  local obj = {}
+  local obj, keys = {}, a.ordered and {} or nil
   while item ~= nil do
     local key = a.ffi.string(C.lt_json_key(doc, item, a.len), a.len[0])
+    if keys and obj[key] == nil then keys[#keys + 1] = key end
     obj[key] = to_lua(a, doc, item) -- a repeated key: the last wins
     item = C.lt_json_next(item)
   end
+  if keys then KEY_ORDER[obj] = keys end
   return obj
 end
 
 -- Decodes one JSON text (surrounding whitespace allowed, nothing else after it).
-local function decode(s)
+local function decode(s, ordered)
   if type(s) ~= "string" then error({json_error = "decode expects a string, got " .. type(s)}, 0) end
   local a = c_api()
   local out = a.ffi.new("lt_json_doc*[1]")
@@ -112,7 +119,9 @@ local function decode(s)
     error({json_error = a.ffi.string(a.C.lt_last_error())}, 0)
   end
   local doc = out[0]
+  a.ordered = ordered
   local ok, v = pcall(to_lua, a, doc, a.C.lt_json_root(doc))
+  a.ordered = nil
   a.C.lt_json_free(doc)
   if not ok then error(v, 0) end
   return v
@@ -125,15 +134,16 @@ local function protected(fn, ...)
   error(v, 0) -- not ours (out of memory, ...): pass it on
 end
 
-function M.decode(s)
-  local ok, v = protected(decode, s)
+-- opts.ordered: remember each object's key order (json.key_order).
+function M.decode(s, opts)
+  local ok, v = protected(decode, s, opts and opts.ordered)
   if not ok then raise("json: " .. v) end
   return v
 end
 
 -- Like decode but returns nil, message on bad input.
-function M.try_decode(s)
-  local ok, v = protected(decode, s)
+function M.try_decode(s, opts)
+  local ok, v = protected(decode, s, opts and opts.ordered)
   if ok then return v end
   return nil, "json: " .. v
 end
@@ -146,8 +156,8 @@ local function slurp(path)
   return s
 end
 
-function M.read_file(path)
-  local ok, v = protected(decode, slurp(path))
+function M.read_file(path, opts)
+  local ok, v = protected(decode, slurp(path), opts and opts.ordered)
   if not ok then raise("json: " .. path .. ": " .. v) end
   return v
 end

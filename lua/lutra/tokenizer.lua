@@ -8,9 +8,14 @@
 --   local chars = tokenizer.char(text)          -- vocab: the sorted characters of text
 --   local tok = tokenizer.load_or_train("corpus.txt", {vocab = 8192})  -- trains once, then loads
 --
--- Ids are 0-based (they index embedding rows). Decoding gives back the encoded bytes
--- exactly, whatever they are (NUL, invalid UTF-8). Special tokens in the text are matched
--- unless encode's opts say allow_special = false; they decode to their text.
+-- Ids are 0-based (they index embedding rows). Decoding a byte-level tokenizer's ids gives back
+-- the encoded bytes exactly, whatever they are (NUL, invalid UTF-8); one with decoders (a
+-- sentencepiece-style tokenizer.json) decodes as Hugging Face's decode(ids). Special tokens in
+-- the text are matched unless encode's opts say allow_special = false; they decode to their text.
+-- A tokenizer.json's post-processor (TemplateProcessing: Llama 3's BOS) adds its special tokens
+-- as Hugging Face's encode(text) does, unless opts say add_special_tokens = false.
+--   local ids, starts, ends = tok:encode_offsets("Hello world")  -- and each id's byte range
+--   tok:encode("question", {pair = "answer"})   -- a pair, with the pair template's specials
 local lt = require "lutra.ffi"
 local errors = require "lutra.errors"
 local ffi, C = lt.ffi, lt.C
@@ -98,8 +103,8 @@ function M.char(text, opts)
   return wrap(rc)
 end
 
--- A tokenizer.json (Hugging Face's, BPE with a byte-level pre-tokenizer as GPT-2's) or a
--- file saved by tok:save.
+-- A tokenizer.json (Hugging Face's: a BPE model with the normalizers, pre-tokenizers,
+-- decoders and post-processors lutra.h lists) or a file saved by tok:save.
 function M.load(path)
   if type(path) ~= "string" then raise("tokenizer.load: path must be a string, got " .. type(path)) end
   return wrap(C.lt_tokenizer_load(handle_out, path))
@@ -179,10 +184,16 @@ end
 local ids_buf, ids_cap = nil, 0
 local count = ffi.new("int64_t[1]")
 
-local function allow_of(op, opts)
-  if opts == nil then return 1 end
-  opts = check_opts(op, opts, {allow_special = true})
-  return opts.allow_special == false and 0 or 1
+-- The flags of lt_tokenizer_encode from opts: allow_special, add_special_tokens (both default
+-- true); and opts.pair (a second sequence, as Hugging Face's encode(text, pair)) where allowed.
+local function allow_of(op, opts, pair_ok)
+  if opts == nil then return C.LT_TOK_ALLOW_SPECIAL end
+  opts = check_opts(op, opts, {allow_special = true, add_special_tokens = true, pair = pair_ok})
+  if opts.pair ~= nil and type(opts.pair) ~= "string" then
+    raise(op .. ": opts.pair must be a string, got " .. type(opts.pair))
+  end
+  return (opts.allow_special == false and 0 or C.LT_TOK_ALLOW_SPECIAL)
+    + (opts.add_special_tokens == false and C.LT_TOK_NO_ADD_SPECIAL or 0), opts.pair
 end
 
 local function check_self(op, tok)
@@ -195,12 +206,16 @@ end
 local function encode_into(op, tok, s, opts, buf, cap)
   local h = check_self(op, tok)
   if type(s) ~= "string" then raise(op .. ": expected a string, got " .. type(s)) end
-  local allow = allow_of(op, opts)
-  if C.lt_tokenizer_encode(h, s, #s, allow, buf, cap, count) ~= 0 then
+  local allow, pair = allow_of(op, opts, true)
+  local function call()
+    if pair then return C.lt_tokenizer_encode_pair(h, s, #s, pair, #pair, allow, buf, nil, nil, cap, count) end
+    return C.lt_tokenizer_encode(h, s, #s, allow, buf, cap, count)
+  end
+  if call() ~= 0 then
     local need = tonumber(count[0])
     if need <= cap then fail() end
     buf, cap = ffi.new("int32_t[?]", need), need
-    if C.lt_tokenizer_encode(h, s, #s, allow, buf, cap, count) ~= 0 then fail() end
+    if call() ~= 0 then fail() end
   end
   return buf, tonumber(count[0])
 end
@@ -229,8 +244,34 @@ function Tokenizer.encode_tensor(tok, s, opts)
   if type(s) ~= "string" then raise("encode_tensor: expected a string, got " .. type(s)) end
   require "lutra.tensor" -- the tensor metatype
   local t = require("lutra.memory").new()
-  if C.lt_tokenizer_encode_tensor(t, h, s, #s, allow_of("encode_tensor", opts)) ~= 0 then fail() end
+  if C.lt_tokenizer_encode_tensor(t, h, s, #s, (allow_of("encode_tensor", opts))) ~= 0 then fail() end
   return t
+end
+
+-- The ids of s with their offsets: three Lua lists (1-based) of 0-based values, ids[i] coming
+-- from the bytes [starts[i], ends[i]) of s (half-open, 0-based byte offsets, as Hugging Face's
+-- encoding offsets in bytes). A token that covers part of a UTF-8 character (a byte-level piece
+-- of an emoji, a <0xXX> byte fallback) gets the whole character; an added token in the text gets
+-- its match (with the spaces its lstrip/rstrip took); a special token the post-processor adds
+-- (BOS) gets 0, 0. opts as encode's; with opts.pair, the pair's ids index the pair's text.
+function Tokenizer.encode_offsets(tok, s, opts)
+  local h = check_self("encode_offsets", tok)
+  if type(s) ~= "string" then raise("encode_offsets: expected a string, got " .. type(s)) end
+  local flags, pair = allow_of("encode_offsets", opts, true)
+  local cap = #s + (pair and #pair or 0) + 8
+  for _ = 1, 2 do -- the first call says how many ids there are when cap is short
+    local ids, st, en = ffi.new("int32_t[?]", cap), ffi.new("int64_t[?]", cap), ffi.new("int64_t[?]", cap)
+    local rc = pair and C.lt_tokenizer_encode_pair(h, s, #s, pair, #pair, flags, ids, st, en, cap, count)
+      or C.lt_tokenizer_encode_offsets(h, s, #s, flags, ids, st, en, cap, count)
+    if rc == 0 then
+      local n, out_ids, out_st, out_en = tonumber(count[0]), {}, {}, {}
+      for i = 1, n do out_ids[i], out_st[i], out_en[i] = ids[i - 1], tonumber(st[i - 1]), tonumber(en[i - 1]) end
+      return out_ids, out_st, out_en
+    end
+    if tonumber(count[0]) <= cap then fail() end
+    cap = tonumber(count[0])
+  end
+  fail()
 end
 
 local decode_len = ffi.new("int64_t[1]")

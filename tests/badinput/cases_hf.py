@@ -1,6 +1,6 @@
 """Hugging Face model directories: config.json typed and limited before any allocation, the
-architecture checked against model_type, a chat template lutra does not run never swapped for
-chatml; and the recipe's --model.* sizes limited the same way. Each error names the file (or the
+architecture checked against model_type, a chat template lutra.jinja cannot run refused naming its
+file and line (never swapped for chatml); and the recipe's --model.* sizes limited the same way. Each error names the file (or the
 option) and the key."""
 import json
 import shutil
@@ -252,21 +252,23 @@ option_case("--model.n_layer=2147483648", r"models\.build: n_layer must be at mo
 option_case("--model.d_model=1048576", r"models\.build: " + BYTES + r".*d_model = 1048576")
 
 
-# ---- chat templates: used when lutra runs them, else an error until --template picks one -------
+# ---- chat templates: the model's own is run by lutra.jinja; one it cannot run is an error -------
+# naming its file and line, until --template picks one of lutra's
 ZEPHYR = ("{% for message in messages %}{{ '<|' + message['role'] + '|>\\n' + message['content'] + eos_token }}"
-          "{% endfor %}")
+          "{% endfor %}\n{% include 'system.jinja' %}")
 CHATML = json.loads('"' + "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\\\n' + "
                     "message['content'] + '<|im_end|>' + '\\\\n' }}{% endfor %}{% if add_generation_prompt %}"
                     "{{ '<|im_start|>assistant\\\\n' }}{% endif %}" + '"')
-UNSUPPORTED = r"is a chat template lutra does not run \(it runs only its own: chatml, llama3\); pick one explicitly with --template"
+UNSUPPORTED = r"\) line 2: \{% include %\} is not supported in chat templates"
 
 
 def drop_lutra_template(model):
-    (model / "chat_template.json").unlink()
+    for name in ("chat_template.json", "chat_template.jinja", "tokenizer_config.json"):
+        (model / name).unlink(missing_ok=True)
 
 
 @case("tokenizer_config.json with a custom chat_template",
-      expect=r"model/tokenizer_config\.json: chat_template " + UNSUPPORTED)
+      expect=r"chat template \(\S*model/tokenizer_config\.json" + UNSUPPORTED)
 def _(fx, tmp):
     model = fx.model_dir(tmp)
     drop_lutra_template(model)
@@ -275,14 +277,15 @@ def _(fx, tmp):
 
 
 @case("chat_template.json of transformers (no lutra_template) with a custom template",
-      expect=r"model/chat_template\.json: chat_template " + UNSUPPORTED)
+      expect=r"chat template \(\S*model/chat_template\.json" + UNSUPPORTED)
 def _(fx, tmp):
     model = fx.model_dir(tmp)
+    drop_lutra_template(model)
     (model / "chat_template.json").write_text(json.dumps({"chat_template": ZEPHYR}))
     return generate(fx, model)
 
 
-@case("chat_template.jinja with a custom template", expect=r"model/chat_template\.jinja: the template " + UNSUPPORTED)
+@case("chat_template.jinja with a custom template", expect=r"chat template \(\S*model/chat_template\.jinja" + UNSUPPORTED)
 def _(fx, tmp):
     model = fx.model_dir(tmp)
     drop_lutra_template(model)
@@ -291,14 +294,15 @@ def _(fx, tmp):
 
 
 @case("lutra's chat_template.json beside a custom chat_template.jinja",
-      expect=r"model/chat_template\.jinja: the template " + UNSUPPORTED)
+      expect=r"model/chat_template\.jinja declares the template as a Jinja template of its own but \S*model/"
+             r"tokenizer_config\.json declares chatml; pick one with --template=NAME")
 def _(fx, tmp):
     model = fx.model_dir(tmp)
     (model / "chat_template.jinja").write_text(ZEPHYR)
     return generate(fx, model)
 
 
-@case("sft: a model directory with a custom template", expect=r"model/tokenizer_config\.json: chat_template " + UNSUPPORTED)
+@case("sft: a model directory with a custom template", expect=r"chat template \(\S*model/tokenizer_config\.json" + UNSUPPORTED)
 def _(fx, tmp):
     model = fx.model_dir(tmp)
     drop_lutra_template(model)
@@ -306,9 +310,10 @@ def _(fx, tmp):
     return fx.lutra_cmd(fx.root / "recipes/sft.lua", "--model=%s" % model, "--steps=1", "--run_dir=%s" % (tmp / "s"))
 
 
-@case("dpo: a model directory with a custom template", expect=r"model/chat_template\.jinja: the template " + UNSUPPORTED)
+@case("dpo: a model directory with a custom template", expect=r"chat template \(\S*model/chat_template\.jinja" + UNSUPPORTED)
 def _(fx, tmp):
     model = fx.model_dir(tmp)
+    drop_lutra_template(model)
     (model / "chat_template.jinja").write_text(ZEPHYR)
     return fx.lutra_cmd(fx.root / "recipes/dpo.lua", "--model=%s" % model, "--steps=1", "--out=%s" % (tmp / "d"))
 
@@ -360,8 +365,8 @@ def _(fx, tmp):
     return generate(fx, model)
 
 
-@case("chat_template.json says chatml, tokenizer_config.json says llama3",
-      expect=r"model/chat_template\.json declares lutra_template as chatml but .*model/tokenizer_config\.json declares llama3")
+@case("chat_template.jinja says chatml, tokenizer_config.json says llama3",
+      expect=r"model/chat_template\.jinja declares the template as chatml but .*model/tokenizer_config\.json declares llama3")
 def _(fx, tmp):
     model = fx.model_dir(tmp)
     # lutra's own llama3 Jinja, as modeldir writes it

@@ -114,8 +114,8 @@ tok_case("a merge pair with a number", model(lambda m: m["merges"].insert(0, ["h
 # ---- the pipeline: parts lutra does not run must not change the ids ---------------------------
 tok_case("model.type Unigram", model(lambda m: m.update(type="Unigram")), r"model\.type 'Unigram' is not supported")
 tok_case("model.type WordPiece", model(lambda m: m.update(type="WordPiece")), r"model\.type 'WordPiece' is not supported")
-tok_case("normalizer Lowercase", lambda t: t.update(normalizer={"type": "Lowercase"}), r"normalizer 'Lowercase' is not")
-tok_case("pre_tokenizer null", lambda t: t.update(pre_tokenizer=None), r"pre_tokenizer is null")
+tok_case("pre_tokenizer null behind a ByteLevel decoder", lambda t: t.update(pre_tokenizer=None),
+         r"decoder: a ByteLevel decoder needs a ByteLevel pre_tokenizer")
 tok_case("pre_tokenizer Whitespace", lambda t: t.update(pre_tokenizer={"type": "Whitespace"}),
          r"pre_tokenizer\.type 'Whitespace' is not supported")
 tok_case("pre_tokenizer.add_prefix_space \"yes\"", lambda t: t["pre_tokenizer"].update(add_prefix_space="yes"),
@@ -127,16 +127,76 @@ tok_case("a Split with an unknown regex",
              {"type": "Split", "pattern": {"Regex": "\\w+"}, "behavior": "Isolated"},
              {"type": "ByteLevel", "use_regex": False}]}),
          r"pre_tokenizer\.pretokenizers\[0\]\.pattern: only the regexes of GPT-2, Llama 3 \(cl100k\) and Qwen2")
-tok_case("decoder WordPiece", lambda t: t.update(decoder={"type": "WordPiece"}), r"decoder 'WordPiece' is not supported")
-tok_case("post_processor Mystery", lambda t: t.update(post_processor={"type": "Mystery"}), r"post_processor 'Mystery'")
+tok_case("decoder WordPiece", lambda t: t.update(decoder={"type": "WordPiece"}), r"decoder\.type 'WordPiece' is not supported")
+tok_case("post_processor Mystery", lambda t: t.update(post_processor={"type": "Mystery"}), r"post_processor\.type 'Mystery'")
 tok_case("model.dropout 0.1", model(lambda m: m.update(dropout=0.1)), r"model\.dropout is not supported")
-tok_case("model.byte_fallback true", model(lambda m: m.update(byte_fallback=True)), r"model\.byte_fallback is not supported")
 tok_case("model.byte_fallback \"no\"", model(lambda m: m.update(byte_fallback="no")),
          r"model\.byte_fallback is not true or false")
 tok_case("model.ignore_merges \"yes\"", model(lambda m: m.update(ignore_merges="yes")),
          r"model\.ignore_merges is not true or false")
 tok_case("model.continuing_subword_prefix ##", model(lambda m: m.update(continuing_subword_prefix="##")),
          r"model\.continuing_subword_prefix is not supported")
+
+# ---- components of the pipeline lutra does not run: refused by their JSON path ------------------
+def seq(key, items):
+    return {"type": "Sequence", key: items}
+
+
+BL = {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True}
+for name, path, edit, expect in [
+    ("normalizer Precompiled in a Sequence", "normalizer",
+     seq("normalizers", [{"type": "NFC"}, {"type": "Precompiled", "precompiled_charsmap": "AAAA"}]),
+     r"normalizer\.normalizers\[1\]\.type 'Precompiled' is not supported \(lutra supports NFC, NFD, NFKC, NFKD, "
+     r"Lowercase, Prepend, Replace, Strip and Sequence\)"),
+    ("normalizer BertNormalizer", "normalizer", {"type": "BertNormalizer"}, r"normalizer\.type 'BertNormalizer' is not"),
+    ("normalizer StripAccents", "normalizer", {"type": "StripAccents"}, r"normalizer\.type 'StripAccents' is not"),
+    ("normalizer Replace with a regex", "normalizer", {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "},
+     r"normalizer\.pattern\.Regex ' \{2,\}' is not supported \(only a String pattern\)"),
+    ("normalizer Prepend without its string", "normalizer", {"type": "Prepend"}, r"normalizer\.prepend is not a non-empty string"),
+    ("normalizer Strip with strip_left 1", "normalizer", {"type": "Strip", "strip_left": 1},
+     r"normalizer\.strip_left is not true or false"),
+    ("pre_tokenizer Whitespace in a Sequence", "pre_tokenizer", seq("pretokenizers", [{"type": "Whitespace"}, BL]),
+     r"pre_tokenizer\.pretokenizers\[0\]\.type 'Whitespace' is not supported \(lutra supports ByteLevel, Split, "
+     r"Metaspace, Digits and Sequence\)"),
+    ("pre_tokenizer Punctuation", "pre_tokenizer", seq("pretokenizers", [BL, {"type": "Punctuation"}]),
+     r"pre_tokenizer\.pretokenizers\[1\]\.type 'Punctuation' is not supported"),
+    ("pre_tokenizer UnicodeScripts", "pre_tokenizer", {"type": "UnicodeScripts"}, r"pre_tokenizer\.type 'UnicodeScripts'"),
+    ("a Split with behavior Removed", "pre_tokenizer",
+     seq("pretokenizers", [{"type": "Split", "pattern": {"Regex": "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"},
+                            "behavior": "Removed"}, dict(BL, use_regex=False)]),
+     r"pre_tokenizer\.pretokenizers\[0\]: only behavior 'Isolated' without invert is supported"),
+    ("Metaspace prepend_scheme sometimes", "pre_tokenizer",
+     seq("pretokenizers", [{"type": "Metaspace", "replacement": "_", "prepend_scheme": "sometimes"}, BL]),
+     r"pre_tokenizer\.pretokenizers\[0\]\.prepend_scheme is not \"always\", \"first\" or \"never\""),
+    ("Metaspace without its replacement", "pre_tokenizer", seq("pretokenizers", [{"type": "Metaspace"}, BL]),
+     r"pre_tokenizer\.pretokenizers\[0\]\.replacement is not a non-empty string"),
+    ("decoder CTC in a Sequence", "decoder", seq("decoders", [{"type": "ByteLevel"}, {"type": "CTC"}]),
+     r"decoder\.decoders\[1\]\.type 'CTC' is not supported \(lutra supports ByteLevel, ByteFallback, Fuse, Replace, "
+     r"Strip, Metaspace and Sequence\)"),
+    ("decoder BPEDecoder", "decoder", {"type": "BPEDecoder"}, r"decoder\.type 'BPEDecoder' is not supported"),
+    ("decoder Strip with start -1", "decoder", {"type": "Strip", "content": " ", "start": -1, "stop": 0},
+     r"decoder: start and stop are not counts"),
+    ("post_processor RobertaProcessing", "post_processor", {"type": "RobertaProcessing"},
+     r"post_processor\.type 'RobertaProcessing' is not supported \(lutra supports ByteLevel, TemplateProcessing and "
+     r"Sequence\)"),
+    ("post_processor BertProcessing in a Sequence", "post_processor",
+     seq("processors", [{"type": "ByteLevel"}, {"type": "BertProcessing"}]),
+     r"post_processor\.processors\[1\]\.type 'BertProcessing' is not supported"),
+    ("TemplateProcessing naming a special token it does not list", "post_processor",
+     {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                                              {"Sequence": {"id": "A", "type_id": 0}}],
+      "pair": [], "special_tokens": {}},
+     r"post_processor\.single\[0\] is not a Sequence A/B or a SpecialToken of special_tokens"),
+    ("TemplateProcessing with an id past the vocab", "post_processor",
+     {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}], "pair": [],
+      "special_tokens": {"<s>": {"id": "<s>", "ids": [300], "tokens": ["<s>"]}}},
+     r"post_processor\.special_tokens\['<s>'\]\.ids\[0\] is not an id of the vocab"),
+    ("two TemplateProcessing", "post_processor",
+     seq("processors", [{"type": "TemplateProcessing", "single": [], "pair": [], "special_tokens": {}}] * 2),
+     r"post_processor\.processors\[1\]: a second TemplateProcessing is not supported"),
+]:
+    tok_case(name, (lambda p, e: lambda t: t.update({p: e}))(path, edit), expect)
+tok_case("model.fuse_unk \"yes\"", model(lambda m: m.update(fuse_unk="yes")), r"model\.fuse_unk is not true or false")
 
 # ---- the document --------------------------------------------------------------------------------
 tok_case("the top level is a list", lambda t: [t], r"the top level is not an object")

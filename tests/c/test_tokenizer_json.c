@@ -213,15 +213,17 @@ static void test_minimal_and_unsupported(void) {
   lt_tokenizer_free(tok);
   static const char *const bad[][2] = {
       {"{\"model\":{\"type\":\"WordPiece\"," VOCAB "}," PT "}", "model.type 'WordPiece'"},
-      {"{\"model\":{" VOCAB "},\"normalizer\":{\"type\":\"Lowercase\"}," PT "}", "normalizer 'Lowercase'"},
+      {"{\"model\":{" VOCAB "},\"normalizer\":{\"type\":\"BertNormalizer\"}," PT "}",
+       "normalizer.type 'BertNormalizer' is not supported"},
       {"{\"model\":{" VOCAB "},\"pre_tokenizer\":{\"type\":\"Whitespace\"}}", "pre_tokenizer.type 'Whitespace'"},
-      {"{\"model\":{" VOCAB "},\"pre_tokenizer\":null}", "pre_tokenizer is null"},
-      {"{\"model\":{" VOCAB "}}", "pre_tokenizer is null"},
-      {"{\"model\":{" VOCAB "},\"decoder\":{\"type\":\"WordPiece\"}," PT "}", "decoder 'WordPiece'"},
-      {"{\"model\":{" VOCAB "},\"post_processor\":{\"type\":\"Mystery\"}," PT "}", "post_processor 'Mystery'"},
+      {"{\"model\":{" VOCAB "},\"pre_tokenizer\":{\"type\":\"Metaspace\",\"replacement\":\"_\",\"prepend_scheme\":\"x\"}}",
+       "pre_tokenizer.prepend_scheme is not"},
+      {"{\"model\":{" VOCAB "},\"decoder\":{\"type\":\"ByteLevel\"}}", "decoder: a ByteLevel decoder needs a ByteLevel pre_tokenizer"},
+      {"{\"model\":{" VOCAB "},\"decoder\":{\"type\":\"WordPiece\"}," PT "}", "decoder.type 'WordPiece'"},
+      {"{\"model\":{" VOCAB "},\"post_processor\":{\"type\":\"Mystery\"}," PT "}", "post_processor.type 'Mystery'"},
       {"{\"model\":{" VOCAB ",\"dropout\":0.1}," PT "}", "model.dropout"},
       {"{\"model\":{" VOCAB ",\"continuing_subword_prefix\":\"##\"}," PT "}", "model.continuing_subword_prefix"},
-      {"{\"model\":{" VOCAB ",\"byte_fallback\":true}," PT "}", "model.byte_fallback"},
+      {"{\"model\":{" VOCAB ",\"byte_fallback\":1}," PT "}", "model.byte_fallback is not true or false"},
       {"{\"model\":{" VOCAB ",\"merges\":[\"a c\"]}," PT "}", "model.merges[0]: 'c' is not in the vocab"},
       {"{\"model\":{" VOCAB ",\"merges\":[\"a b\",\"b a\"]}," PT "}", "model.merges[1]: 'b' + 'a'"},
       {"{\"model\":{" VOCAB ",\"merges\":[\"a b c\"]}," PT "}", "model.merges[0] is not"},
@@ -267,6 +269,17 @@ static void test_minimal_and_unsupported(void) {
     CHECK_ERR(load_str(&tok, bad[i][0]), bad[i][1]);
     CHECK(tok == NULL, "case %zu: out not NULL after an error", i);
   }
+  CHECK_OK(load_str(&tok, "{\"model\":{" VOCAB ",\"merges\":[\"a b\"]}," PT "}"));
+  int64_t starts[8], ends[8], count = 0;
+  CHECK_OK(lt_tokenizer_encode_offsets(tok, "ab", 2, LT_TOK_ALLOW_SPECIAL, ids, starts, ends, 8, &count));
+  CHECK(count == 1 && ids[0] == 2 && starts[0] == 0 && ends[0] == 2, "encode_offsets of 'ab'");
+  CHECK_ERR(lt_tokenizer_encode_offsets(tok, "ab", 2, 1, ids, NULL, ends, 8, &count), "starts or ends is NULL");
+  CHECK_ERR(lt_tokenizer_encode_offsets(tok, "abab", 4, 1, ids, starts, ends, 1, &count), "room for 1 ids");
+  CHECK(count == 2, "encode_offsets says how many ids it needs");
+  CHECK_ERR(lt_tokenizer_encode_pair(tok, "a", 1, "b", -1, 1, ids, NULL, NULL, 8, &count), "pair_len -1 is negative");
+  CHECK_OK(lt_tokenizer_encode_pair(tok, "ab", 2, "ba", 2, 1, ids, starts, ends, 8, &count));
+  CHECK(count == 3 && ids[0] == 2 && starts[1] == 0 && ends[2] == 2, "encode_pair: offsets index each text");
+  lt_tokenizer_free(tok);
   CHECK_ERR(lt_tokenizer_load(&tok, "/nonexistent/tokenizer.json"), "cannot open");
   CHECK_ERR(lt_tokenizer_save(NULL, "/tmp/x.json"), "NULL");
 }

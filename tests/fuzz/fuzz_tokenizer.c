@@ -1,11 +1,13 @@
-/* fuzz_tokenizer.c — libFuzzer harness for tokenizer.json (host/tok/hf_json.c with the tokenizer
- * core it builds on: tok/bpe.c, map.c, unicode.c, pretok.c, char.c, encode.c, save.c; cJSON),
+/* fuzz_tokenizer.c — libFuzzer harness for tokenizer.json (host/tok/hf_json.c, hf_pipeline.c with
+ * the tokenizer core they build on: tok/bpe.c, map.c, unicode.c, pretok.c, char.c, encode.c,
+ * pipeline.c, normalize.c, decode.c, api.c, save.c; cJSON, utf8proc),
  * compiled with -fsanitize=fuzzer,address,undefined. Each input is a tokenizer.json text (not
  * NUL-terminated: the length is honoured). Loading gives either an error that starts with
  * "tokenizer.json: " and no tokenizer, or a tokenizer that
  * - encodes a few texts to ids inside its vocabulary and decodes them back to the same bytes
  *   where the file makes encoding lossless (no prefix space, no unk token, no added token that
- *   strips whitespace);
+ *   strips whitespace, no normalizer, decoder or post-processor that changes the text), and
+ *   gives offsets inside the text;
  * - saves to a file that loads again with the same fingerprint (the same ids for every text).
  * Never a crash, a leak or a read out of bounds. */
 #include "tok/tokenizer.h"
@@ -60,7 +62,7 @@ static const int64_t text_len[] = {18, 27, 4, 10, 0};
 
 static int lossless(const lt_tokenizer *tok) {
   if (tok->kind != LT_TOK_BPE) return 0; /* a char tokenizer has no id for a character it never saw */
-  if (tok->add_prefix_space || tok->unk_id >= 0) return 0;
+  if (tok->add_prefix_space || tok->unk_id >= 0 || !tok->classic || tok->n_dec) return 0;
   for (int32_t k = 0; k < tok->n_added; k++)
     if (tok->added[k].lstrip || tok->added[k].rstrip) return 0;
   return 1;
@@ -77,6 +79,12 @@ static void exercise(lt_tokenizer *tok) {
       if (ids[i] < 0 || ids[i] >= tok->vocab_size) abort();
     if (lt_tokenizer_decode(tok, ids, n, back, sizeof back, &len) != 0) abort(); /* ids from encode decode */
     if (lossless(tok) && (len != text_len[t] || memcmp(back, texts[t], (size_t)len) != 0)) abort();
+    int64_t starts[256], ends[256], m = 0;
+    int32_t ids2[256];
+    if (lt_tokenizer_encode_offsets(tok, texts[t], text_len[t], 1, ids2, starts, ends, 256, &m) != 0) continue;
+    if (m != n || memcmp(ids, ids2, (size_t)n * sizeof *ids) != 0) abort(); /* the same ids with offsets */
+    for (int64_t i = 0; i < m; i++)
+      if (starts[i] < 0 || starts[i] > ends[i] || ends[i] > text_len[t]) abort();
   }
 }
 

@@ -24,10 +24,12 @@ int lt_tokenizer_train_bpe_file(lt_tokenizer **out, const char *path, int32_t vo
  * sorted(set(text))), then one per byte that is not valid UTF-8, then the special tokens. */
 int lt_tokenizer_new_char(lt_tokenizer **out, const char *text, int64_t len, const char *const *special_tokens,
                           int32_t num_special);
-/* Hugging Face tokenizer.json (a BPE model with a ByteLevel pre-tokenizer and decoder,
- * as GPT-2's), or lutra's own JSON for char tokenizers. Post-processors (BOS/EOS
- * templates), truncation and padding are ignored; anything else unsupported is an error
- * naming the key. */
+/* Hugging Face tokenizer.json (a BPE model and the pipeline around it: normalizers NFC, NFD,
+ * NFKC, NFKD, Lowercase, Prepend, Replace, Strip; pre-tokenizers ByteLevel, Split with the
+ * regexes of GPT-2, Llama 3 and Qwen2, Metaspace; byte_fallback and unk tokens; decoders
+ * ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace; post-processors ByteLevel and
+ * TemplateProcessing; each in a Sequence), or lutra's own JSON for char tokenizers. Truncation
+ * and padding are ignored; anything else is an error naming its JSON path. */
 int lt_tokenizer_load(lt_tokenizer **out, const char *path);
 int lt_tokenizer_load_json(lt_tokenizer **out, const char *json, int64_t len);
 int lt_tokenizer_save(const lt_tokenizer *tok, const char *path);
@@ -35,16 +37,35 @@ int lt_tokenizer_free(lt_tokenizer *tok); /* NULL is ok */
 
 int lt_tokenizer_vocab_size(const lt_tokenizer *tok);
 const char *lt_tokenizer_kind_name(const lt_tokenizer *tok); /* "bpe" or "char" */
+/* Flags of encoding: LT_TOK_ALLOW_SPECIAL matches special tokens in the text (else they are
+ * plain text); LT_TOK_NO_ADD_SPECIAL leaves out the special tokens a post-processor adds
+ * (TemplateProcessing's BOS), which Hugging Face's encode(text) adds by default. */
+enum { LT_TOK_ALLOW_SPECIAL = 1, LT_TOK_NO_ADD_SPECIAL = 2 };
 /* Writes the ids of text into ids[0 .. capacity) and their number to *count. Fails when
- * capacity is too small (*count still gets the number needed); capacity >= 2 * len + 1
- * always suffices (len + 1 unless the tokenizer adds prefix spaces). Errors on a character
- * (char) or byte (bpe, no unk token) not in the vocab. */
-int lt_tokenizer_encode(lt_tokenizer *tok, const char *text, int64_t len, int allow_special, int32_t *ids,
+ * capacity is too small (*count still gets the number needed: call again with that much).
+ * Errors on a character (char) or byte (bpe, no unk token or byte fallback) not in the vocab. */
+int lt_tokenizer_encode(lt_tokenizer *tok, const char *text, int64_t len, int flags, int32_t *ids,
                         int64_t capacity, int64_t *count);
+/* The same, with each id's offsets: the half-open byte range [starts[i], ends[i]) of text it
+ * came from (0-based), as Hugging Face's encoding offsets in bytes. A token that covers part of
+ * a UTF-8 character (a byte-level token, a <0xXX> byte fallback) gets the whole character; a
+ * token whose text a normalizer made (NFC's "é" from "e" + U+0301) gets the range of the first
+ * original character it replaced; an added token in the text gets its match with the spaces
+ * lstrip/rstrip took; a special token added by a post-processor gets [0, 0). ByteLevel's
+ * trim_offsets leaves a token's leading and trailing spaces out. */
+int lt_tokenizer_encode_offsets(lt_tokenizer *tok, const char *text, int64_t len, int flags, int32_t *ids,
+                                int64_t *starts, int64_t *ends, int64_t capacity, int64_t *count);
+/* A pair of sequences (Hugging Face's encode(text, pair)): text's ids, then pair's, with the
+ * post-processor's special tokens around them (TemplateProcessing's pair template). starts and
+ * ends may both be NULL; each id's offsets index its own text (text's or pair's). */
+int lt_tokenizer_encode_pair(lt_tokenizer *tok, const char *text, int64_t len, const char *pair, int64_t pair_len,
+                             int flags, int32_t *ids, int64_t *starts, int64_t *ends, int64_t capacity, int64_t *count);
 /* The same into out: a 1-d i32 tensor of the ids (the `out` convention applies). */
-int lt_tokenizer_encode_tensor(lt_tensor *out, lt_tokenizer *tok, const char *text, int64_t len, int allow_special);
-/* Writes the bytes of ids into buf[0 .. capacity) and their number to *len. buf may be
- * NULL with capacity 0 to get the length only; otherwise a short buf is an error. */
+int lt_tokenizer_encode_tensor(lt_tensor *out, lt_tokenizer *tok, const char *text, int64_t len, int flags);
+/* Writes the text of ids into buf[0 .. capacity) and their number to *len. buf may be
+ * NULL with capacity 0 to get the length only; otherwise a short buf is an error. A
+ * byte-level tokenizer gives the tokens' bytes (whatever they are); one with decoders runs
+ * them as Hugging Face's decode(ids, skip_special_tokens=False). */
 int lt_tokenizer_decode(const lt_tokenizer *tok, const int32_t *ids, int64_t n, char *buf, int64_t capacity,
                         int64_t *len);
 /* The bytes of one token (valid while tok lives and no token is added). */

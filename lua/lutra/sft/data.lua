@@ -18,6 +18,10 @@
 -- contents strings, a conversation not empty, not both forms in one row, every character one
 -- the tokenizer can encode. A conversation without an assistant turn carries no loss: it is
 -- dropped and counted (report.no_loss), as is one whose loss tokens truncation removed.
+-- With a model's own Jinja template (lutra.sft.hf_template) the messages are the template's to
+-- judge (any role, tool_calls, reasoning_content, null contents; a row's "tools" list is passed
+-- as tools): what it refuses (raise_exception) is an error naming the row, then the template's
+-- file and line.
 --
 -- An example is {ids =, mask =}: mask[i] = 1 when ids[i] is a token the model must learn to
 -- predict. Its targets: position i predicts ids[i + 1] when mask[i + 1] = 1, else -100; the
@@ -30,6 +34,7 @@ local errors = require "lutra.errors"
 local create = require "lutra.create"
 local templates = require "lutra.sft.templates"
 local jsonl = require "lutra.sft.jsonl"
+local json = require "lutra.json"
 
 local raise = errors.raise
 
@@ -95,11 +100,55 @@ local function encode_checked(tok, segs, row, at, base)
   jsonl.raise_unencodable(at, tok, fields, ids)
 end
 
+-- A row through a model's own Jinja template (lutra.sft.hf_template): the messages as the template
+-- reads them (other roles, tool_calls, reasoning_content, ... are the template's to accept or
+-- refuse, by raise_exception) and the row's "tools"; the rendered text tokenized as one.
+local function encode_jinja(tok, t, row, at, base)
+  if not jsonl.is_object(row) then raise(at .. "expected a JSON object, got " .. jsonl.kind(row)) end
+  local msgs = row.messages
+  if msgs ~= nil then
+    if row.prompt ~= nil or row.completion ~= nil then
+      raise(at .. 'has both "messages" and "prompt"/"completion": give one form or the other')
+    end
+    if not jsonl.is_list(msgs) or #msgs == 0 then
+      raise(string.format('%smessages: expected a non-empty list of messages, got %s', at, jsonl.kind(msgs)))
+    end
+    for i, m in ipairs(msgs) do
+      local name = string.format("messages[%d]", i - 1 + base)
+      if not jsonl.is_object(m) then raise(string.format("%s%s: expected an object, got %s", at, name, jsonl.kind(m))) end
+      if type(m.role) ~= "string" then
+        raise(string.format("%s%s.role: expected a string, got %s", at, name, jsonl.kind(m.role)))
+      end
+    end
+  else
+    check_row(row, at, base)
+    msgs = {{role = "user", content = row.prompt}, {role = "assistant", content = row.completion}}
+  end
+  local tools = row.tools ~= json.null and row.tools or nil
+  if tools ~= nil and not jsonl.is_list(tools) then
+    raise(string.format("%stools: expected a list of tool schemas, got %s", at, jsonl.kind(row.tools)))
+  end
+  local ok, ids, mask = pcall(t.encode, t, tok, msgs, {tools = tools})
+  if ok then return ids, mask end
+  local err = message_of(ids)
+  if err:find("^chat template") then raise(at .. err) end
+  local fields = {}
+  for i, m in ipairs(msgs) do
+    fields[i] = {name = string.format("messages[%d].content", i - 1 + base), text = m.content}
+  end
+  jsonl.raise_unencodable(at, tok, fields, err)
+end
+
+local function encode_any(tok, t, row, opts, at, base)
+  if t.kind == "jinja" and not (opts.raw and row.messages == nil) then return encode_jinja(tok, t, row, at, base) end
+  return encode_checked(tok, segments_of(row, t, opts, at, base), row, at, base)
+end
+
 -- One row -> ids, mask (no truncation). opts.where names the row in errors.
 function M.encode_row(tok, template, row, opts)
   opts = opts or {}
   local at = "sft: " .. (opts.where or "row") .. ": "
-  return encode_checked(tok, segments_of(row, templates.get(template), opts, at, 1), row, at, 1)
+  return encode_any(tok, templates.get(template), row, opts, at, 1)
 end
 
 local function count_ones(mask, from, to)
@@ -127,7 +176,7 @@ function M.encode_rows(rows, opts)
   for i, row in ipairs(rows) do
     local at = opts.path and string.format("sft: %s:%d: ", opts.path, type(row) == "table" and row.__line or i)
       or string.format("sft: row %d: ", i)
-    local ids, mask = encode_checked(tok, segments_of(row, t, opts, at, base), row, at, base)
+    local ids, mask = encode_any(tok, t, row, opts, at, base)
     if max_len and #ids > max_len then
       report.truncated = report.truncated + 1
       report.tokens_dropped = report.tokens_dropped + (#ids - max_len)

@@ -96,7 +96,7 @@ function M.each(path, who, fn)
     end
     if line:sub(-1) == "\r" then line = line:sub(1, -2) end -- CRLF line ends
     if line:find("[^ \t]") then
-      local v, jerr = json.try_decode(line)
+      local v, jerr = json.try_decode(line, {ordered = true}) -- key order: a Jinja template's tojson shows it
       if v == nil then
         fail_at(at .. "invalid JSON: " .. tostring(jerr):gsub("^json: ", ""):gsub(" at line 1 column", " at column"))
       end

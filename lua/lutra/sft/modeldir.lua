@@ -8,21 +8,24 @@
 -- With lutra.hf (Hugging Face's layout: config.json, model.safetensors, tokenizer.json) the
 -- directory is written by hf.save_pretrained and read by hf.load_pretrained; without it, in
 -- lutra's own format: lutra_model/ (a checkpoint, lutra.ckpt.save_weights, with config =
--- {model = the model's config}) and tokenizer.json. Both get chat_template.json:
--- {"lutra_template": name, "chat_template": Jinja text for other tools}. load also reads
--- either format whatever is installed, and a trainer checkpoint (manifest.json with the
--- recipe's config.model; the tokenizer then comes from opts.tokenizer, a tokenizer.json path).
+-- {model = the model's config}) and tokenizer.json. Both get the chat template where transformers
+-- reads it: chat_template.jinja and tokenizer_config.json's chat_template (AutoTokenizer's
+-- chat_template is then the same text). load also reads either format whatever is installed, and
+-- a trainer checkpoint (manifest.json with the recipe's config.model; the tokenizer then comes
+-- from opts.tokenizer, a tokenizer.json path).
 --
--- The chat template (info.template) is opts.template when given; else the directory's, from
--- chat_template.json, chat_template.jinja or tokenizer_config.json's chat_template, when it is
--- one lutra runs (its own Jinja text, templates.recognise); else, with no template declared,
--- llama3 for a tokenizer with <|eot_id|> and chatml otherwise. A declared template lutra does not
--- run is an error that names the file: lutra never swaps it silently for chatml.
+-- The chat template (info.template) is opts.template when given (a name of lutra's, or a
+-- template); else the directory's (chat_template.jinja, else tokenizer_config.json's
+-- chat_template, else chat_template.json): lutra's own template when the text is one of lutra's,
+-- else the model's own Jinja template, run by lutra.jinja (lutra.sft.hf_template); else, with no
+-- template declared, llama3 for a tokenizer with <|eot_id|> and chatml otherwise. A template
+-- lutra.jinja cannot run is an error naming the file and line, before the weights load.
 local errors = require "lutra.errors"
 local models = require "lutra.models"
 local ckpt = require "lutra.ckpt"
 local tokenizer = require "lutra.tokenizer"
 local templates = require "lutra.sft.templates"
+local hf_template = require "lutra.sft.hf_template"
 
 local raise = errors.raise
 
@@ -40,16 +43,32 @@ local function hf_module()
   return nil
 end
 
-local function write_template(dir, name)
+-- Writes the template where transformers reads it: chat_template.jinja, and the chat_template
+-- field of tokenizer_config.json (the file's other fields kept; a Jinja template's special tokens
+-- added where the file has none).
+local function write_template(dir, t)
   local json = require "lutra.json"
-  json.write_file(dir .. "/chat_template.json", {lutra_template = name, chat_template = templates.builtin[name].jinja},
-    {indent = 2})
+  local text = t.kind == "jinja" and t.source or templates.builtin[t.name].jinja
+  local f = assert(io.open(dir .. "/chat_template.jinja", "wb"))
+  f:write(text)
+  f:close()
+  local path = dir .. "/tokenizer_config.json"
+  local cfg = exists(path) and json.read_file(path) or {}
+  if type(cfg) ~= "table" or json.is_array(cfg) then cfg = {} end
+  cfg.chat_template = text
+  for k, v in pairs(t.special_tokens_map or {}) do
+    if cfg[k] == nil then cfg[k] = v end
+  end
+  json.write_file(path, cfg, {indent = 2})
+  if t.kind ~= "jinja" then -- lutra's record of its own template (transformers' tokenizers do not read it)
+    json.write_file(dir .. "/chat_template.json", {lutra_template = t.name, chat_template = text}, {indent = 2})
+  end
 end
 
 -- save(dir, model, tok, {template =, format = "hf" | "lutra"}) -> dir
 function M.save(dir, model, tok, opts)
   opts = opts or {}
-  local name = templates.get(opts.template).name
+  local template = templates.get(opts.template)
   os.execute("mkdir -p '" .. dir .. "'")
   local hf = opts.format ~= "lutra" and hf_module()
   local saved = false
@@ -68,14 +87,15 @@ function M.save(dir, model, tok, opts)
     ckpt.save_weights(dir .. "/lutra_model", model:state_dict(), {model = model.cfg})
     tok:save(dir .. "/tokenizer.json")
   end
-  write_template(dir, name)
+  write_template(dir, template)
   return dir
 end
 
--- The chat templates a directory declares: {file =, name = a builtin's name or nil, what =}
--- for each Jinja text (chat_template.jinja, chat_template.json's chat_template,
--- tokenizer_config.json's chat_template: a text, or the "default" one of a list of
--- {name =, template =}) and for chat_template.json's lutra_template.
+-- The chat templates a directory declares, in the order transformers prefers them:
+-- chat_template.jinja, tokenizer_config.json's chat_template (a text, or the "default" of a list
+-- of {name =, template =}), then chat_template.json (lutra's record: lutra_template, the name of
+-- one of lutra's templates, and chat_template, its Jinja text). Each: {file =, what =, text =,
+-- name = lutra's template when the text is one of lutra's own}.
 local function declared_templates(dir)
   local json = require "lutra.json"
   local found = {}
@@ -83,13 +103,22 @@ local function declared_templates(dir)
     if type(text) ~= "string" then
       raise(string.format("modeldir.load: %s: %s is not a text (a Jinja template)", file, what))
     end
-    found[#found + 1] = {file = file, name = templates.recognise(text), what = what}
+    found[#found + 1] = {file = file, text = text, name = templates.recognise(text), what = what}
   end
   local path = dir .. "/chat_template.jinja"
   if exists(path) then
     local f = assert(io.open(path, "rb"))
     jinja(path, f:read("*a"), "the template")
     f:close()
+  end
+  local cfg
+  path = dir .. "/tokenizer_config.json"
+  if exists(path) then
+    cfg = json.read_file(path)
+    if type(cfg) ~= "table" or json.is_array(cfg) then raise("modeldir.load: " .. path .. " must hold a JSON object") end
+    local ok, text = pcall(hf_template.config_template, path, cfg)
+    if not ok then raise("modeldir.load: " .. tostring(text):gsub("^[^\n]-:%d+: ", "")) end
+    if text then jinja(path, text, "chat_template") end
   end
   path = dir .. "/chat_template.json"
   if exists(path) then
@@ -101,49 +130,30 @@ local function declared_templates(dir)
           json.encode(t.lutra_template), templates.names()))
       end
       found[#found + 1] = {file = path, name = t.lutra_template, what = "lutra_template"}
-    end
-    if t.chat_template ~= nil then jinja(path, t.chat_template, "chat_template") end
-  end
-  path = dir .. "/tokenizer_config.json"
-  if exists(path) then
-    local t = json.read_file(path)
-    local ct = type(t) == "table" and not json.is_array(t) and t.chat_template
-    if json.is_array(ct) then -- [{name =, template =}, ...]: transformers uses "default" unless told
-      local default
-      for _, e in ipairs(ct) do
-        if type(e) == "table" and e.name == "default" then default = e.template end
-      end
-      if default == nil then
-        raise("modeldir.load: " .. path .. ": chat_template is a list without a \"default\" template")
-      end
-      jinja(path, default, "chat_template (\"default\")")
-    elseif ct and ct ~= json.null then
-      jinja(path, ct, "chat_template")
+    elseif t.chat_template ~= nil and t.chat_template ~= json.null then
+      jinja(path, t.chat_template, "chat_template")
     end
   end
-  return found
+  return found, cfg
 end
 
--- The chat template the directory's files declare, when lutra recognises it (each file that
--- declares one must agree), or nil when none declares one. A template lutra does not run (any
--- other Jinja text) is an error: lutra would otherwise format the chats differently from what
--- the model was trained on, so the caller picks one of lutra's explicitly (opts.template,
--- `--template=chatml`).
+-- The chat template the directory declares (each file that declares one must declare the same),
+-- or nil: the name of lutra's template when the text is one of lutra's own (templates.recognise),
+-- else the model's own Jinja template (lutra.sft.hf_template, compiled: a template lutra.jinja
+-- cannot run stops here, naming its file and line).
 local function declared_template(dir)
-  local chosen
-  for _, d in ipairs(declared_templates(dir)) do
-    if d.name == nil then
-      raise(string.format("modeldir.load: %s: %s is a chat template lutra does not run (it runs only its own: %s); "
-        .. "pick one explicitly with --template=NAME (opts.template) to use it instead", d.file, d.what,
-        templates.names()))
-    end
-    if chosen and d.name ~= chosen.name then
+  local found, cfg = declared_templates(dir)
+  local chosen = found[1]
+  for _, d in ipairs(found) do
+    if (d.name or d.text) ~= (chosen.name or chosen.text) then
       raise(string.format("modeldir.load: %s declares %s as %s but %s declares %s; pick one with --template=NAME",
-        chosen.file, chosen.what, chosen.name, d.file, d.name))
+        chosen.file, chosen.what, chosen.name or "a Jinja template of its own", d.file,
+        d.name or "another Jinja template"))
     end
-    chosen = chosen or d
   end
-  return chosen and chosen.name
+  if chosen == nil then return nil end
+  if chosen.name then return chosen.name end
+  return hf_template.new(chosen.text, {file = chosen.file, special_tokens = cfg and hf_template.special_tokens(cfg) or {}})
 end
 
 -- The model of a checkpoint: its config.model (the model's config, or a recipe's model part)

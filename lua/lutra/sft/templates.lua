@@ -12,10 +12,15 @@
 --   -- ids: 0-based token ids (a Lua list); mask[i] = 1 where ids[i] carries loss
 --
 -- render opts: add_generation_prompt = true appends the header of an assistant turn (for
--- generation). Each segment is tokenized on its own, so a loss span never starts or ends
--- in the middle of a token; special-token strings (<|im_start|>, ...) become one id each
--- when the tokenizer has them as special tokens, and plain characters otherwise.
+-- generation). The segments are joined and tokenized as one text, as transformers'
+-- apply_chat_template tokenizes the rendered conversation, so the ids are the ones the model's
+-- own tokenizer gives; a token carries loss when its bytes overlap a segment that does (a token
+-- astride a boundary counts, as in return_assistant_tokens_mask). Special-token strings
+-- (<|im_start|>, ...) become one id each when the tokenizer has them as special tokens.
+-- A model's own Jinja template (lutra.sft.hf_template, kind "jinja") goes wherever a template
+-- does: templates.get returns it as it is and templates.encode tokenizes its rendered text.
 local errors = require "lutra.errors"
+local hf_template = require "lutra.sft.hf_template"
 
 local raise = errors.raise
 
@@ -118,7 +123,7 @@ end
 -- string (for generation).
 function M.get(spec, opts)
   opts = opts or {}
-  if getmetatable(spec) == Template then return spec end
+  if getmetatable(spec) == Template or getmetatable(spec) == hf_template.Template then return spec end
   if spec == nil then spec = M.default end
   if type(spec) == "string" then
     local b = M.builtin[spec]
@@ -155,31 +160,43 @@ function Template:text(messages, opts)
   return table.concat(parts)
 end
 
--- The tokenized segments: ids (0-based, a Lua list) and mask (1 = carries loss).
+-- The tokenized segments: ids (0-based, a Lua list) of the joined text, and mask (1 = the
+-- token overlaps a segment that carries loss).
 function M.encode_segments(tok, segs)
-  local ids, mask = {}, {}
-  for _, s in ipairs(segs) do
-    local m = s.train and 1 or 0
-    for _, id in ipairs(tok:encode(s.text)) do
-      ids[#ids + 1] = id
-      mask[#mask + 1] = m
+  local parts, spans, pos = {}, {}, 0
+  for i, s in ipairs(segs) do
+    parts[i] = s.text
+    if s.train then
+      local last = spans[#spans]
+      if last and last[2] == pos then
+        last[2] = pos + #s.text
+      else
+        spans[#spans + 1] = {pos, pos + #s.text}
+      end
     end
+    pos = pos + #s.text
   end
-  return ids, mask
+  local ids, starts, ends = hf_template.token_offsets(tok, table.concat(parts))
+  return ids, hf_template.mask_of(spans, starts, ends)
 end
 
 function M.encode(tok, t, messages, opts)
   if type(tok) ~= "table" or type(tok.encode) ~= "function" then
     raise("templates.encode: expected a tokenizer first, got " .. type(tok))
   end
-  return M.encode_segments(tok, M.get(t):render(messages, opts))
+  t = M.get(t)
+  if t.kind == "jinja" then
+    local ids, mask = t:encode(tok, messages, opts)
+    return ids, mask
+  end
+  return M.encode_segments(tok, t:render(messages, opts))
 end
 
 -- The id of the template's end-of-turn token when the tokenizer has it as one token, or nil.
 function M.stop_id(tok, t)
   t = M.get(t)
   if t.stop == nil or type(tok.token_id) ~= "function" then return nil end
-  local ids = tok:encode(t.stop)
+  local ids = tok:encode(t.stop, {add_special_tokens = false})
   if #ids == 1 then return ids[1] end
   return nil
 end
