@@ -18,7 +18,7 @@ above (each id's offsets index its own string, t's or u's).
 Kinds (kinds.json lists them): gpt2 (byte-level), llama3 (Split regex + ByteLevel + TemplateProcessing BOS, ignore_merges),
 qwen2 (NFC + Split + ByteLevel), llama2 (Prepend + Replace normalizer, BPE byte_fallback, ByteFallback
 + Fuse + Strip decoders, BOS), mistral (Metaspace prepend_scheme first), smollm2 (Digits + ByteLevel),
-nfkc_lower (NFKC + Lowercase, Metaspace split, Metaspace decoder), nfd_strip (NFD + Strip + ByteLevel),
+nfkc_lower (NFKC + Lowercase, Metaspace split, Metaspace decoder), nfd_strip (NFD + Strip, Digits runs + ByteLevel with a prefix space),
 added (added tokens with lstrip, rstrip, single_word and normalized behind a Lowercase normalizer).
 Deterministic: fixed seeds, the versions of requirements.txt.
 """
@@ -251,7 +251,9 @@ def build(kind):
         return tok, specials
     if kind == "nfd_strip":
         specials = ["<|endoftext|>"]
-        tok = byte_level_bpe(pre_tokenizers.ByteLevel(add_prefix_space=True), specials, 8)
+        pre = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=False),
+                                       pre_tokenizers.ByteLevel(add_prefix_space=True)])
+        tok = byte_level_bpe(pre, specials, 8)
         tok.normalizer = normalizers.Sequence([normalizers.NFD(), normalizers.Strip()])
         tok.post_processor = processors.ByteLevel(trim_offsets=True, add_prefix_space=True)
         return tok, specials
