@@ -249,7 +249,8 @@ static int parse_template(lt_tokenizer *tok, const cJSON *x, const char *path) {
       int k = 0;
       for (const cJSON *v = ids->child; v; v = v->next, k++) {
         if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble >= tok->vocab_size ||
-            v->valuedouble != (double)(int32_t)v->valuedouble)
+            v->valuedouble != (double)(int32_t)v->valuedouble ||
+            (tok->tok_flags[(int32_t)v->valuedouble] & LT_TOKF_UNUSED))
           return E("%s.special_tokens['%s'].ids[%d] is not an id of the vocab", path, id->valuestring, k);
         int32_t *l = realloc(tok->template_ids, (size_t)(tok->n_template_ids + 1) * sizeof *l);
         if (!l) return E("out of memory");

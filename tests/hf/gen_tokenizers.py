@@ -13,6 +13,7 @@ Per kind, OUTDIR/<kind>.json is the tokenizer and OUTDIR/<kind>.cases.jsonl hold
   o  the offsets of a, flat [start0, end0, start1, end1, ...] in bytes of t's UTF-8 (the library
      gives them in characters of the Python str; converted here)
   d  decode(ids without specials, skip_special_tokens=False), absent when equal to t
+  s  decode(the same ids, skip_special_tokens=True), absent when equal to d (or t)
 For the kinds of PAIR_KINDS, OUTDIR/<kind>.pairs.jsonl: encode(t, u) of pairs of strings, a and o as
 above (each id's offsets index its own string, t's or u's).
 Kinds (kinds.json lists them): gpt2 (byte-level), llama3 (Split regex + ByteLevel + TemplateProcessing BOS, ignore_merges),
@@ -126,6 +127,9 @@ def write(outdir, kind, tok, specials, seed):
             dec = tok.decode(plain, skip_special_tokens=False)
             if dec != text:
                 case["d"] = dec
+            skipped = tok.decode(plain, skip_special_tokens=True)
+            if skipped != dec:
+                case["s"] = skipped
             f.write(json.dumps(case, ensure_ascii=False, separators=(",", ":")) + "\n")
     if kind in PAIR_KINDS:
         texts = strings(seed + 1000, specials, N_PAIRS * 2)[-2 * N_PAIRS:]
