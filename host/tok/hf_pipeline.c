@@ -345,6 +345,7 @@ static int normalize_added(lt_tokenizer *tok) {
     tok->norm_order[pos] = k;
   }
   if (!(tok->added_of_id = malloc((size_t)tok->vocab_size * sizeof *tok->added_of_id))) return E("out of memory");
+  tok->n_added_of_id = tok->vocab_size; // tokens added later (add_special) are not normalized ones
   for (int32_t i = 0; i < tok->vocab_size; i++) tok->added_of_id[i] = -1;
   for (int32_t k = 0; k < n; k++) tok->added_of_id[tok->added[k].id] = k;
   for (int32_t j = 0; j < cnt; j++) tok->norm_first[tok->norm_added_data[tok->norm_added_off[tok->norm_order[j]]] + 1]++;

@@ -149,7 +149,8 @@ struct lt_tokenizer {
   uint8_t *norm_added_data;
   int64_t *norm_added_off; /* n_added + 1 offsets into norm_added_data (empty: not in set 1) */
   int32_t *norm_order, norm_first[257]; /* as added_order/added_first, over the normalized texts */
-  int32_t *added_of_id; /* id -> its index in added, -1 if none (set with norm_order: decode takes the normalized text) */
+  int32_t *added_of_id, n_added_of_id; /* id -> its index in added, -1 if none, for ids below n_added_of_id (set
+                                          with norm_order: decode takes the normalized text) */
   /* the parts of the tokenizer.json this came from, written back by save (NULL: lutra's own) */
   char *json_normalizer, *json_pre_tokenizer, *json_post_processor, *json_decoder;
   /* encode cache: word bytes -> (offset into cache_ids) * 256 + count */

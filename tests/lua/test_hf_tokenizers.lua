@@ -160,3 +160,17 @@ test("encode options: add_special_tokens, pair, and errors that name them", func
   T.assert_error("unknown option 'pair'", function() tok:encode_tensor("a", {pair = "b"}) end)
   T.assert_error("unknown option 'special'", function() tok:encode_offsets("a", {special = false}) end)
 end)
+
+test("a special token added to a loaded tokenizer.json encodes and decodes", function()
+  for _, kind in ipairs({"added", "llama2", "qwen2"}) do
+    local tok = tokenizer.load(dir .. "/" .. kind .. ".json")
+    local id = tok:add_special("<|tool|>")
+    equal(id, tok.vocab_size - 1)
+    local ids = tok:encode("x<|tool|>y", {add_special_tokens = false})
+    local found = false
+    for _, v in ipairs(ids) do found = found or v == id end
+    assert(found, kind .. ": the new special token was not matched")
+    assert(tok:decode(ids):find("<|tool|>", 1, true), kind .. ": decode lost the new special token")
+    equal(tok:decode(ids, {skip_special_tokens = true}):find("<|tool|>", 1, true), nil)
+  end
+end)
