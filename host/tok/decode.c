@@ -2,7 +2,8 @@
  * Metaspace, in sequence, over the list of the tokens' texts, as Hugging Face's decode_chain;
  * the result is the texts joined (with spaces when the file has no decoder and is not
  * byte-level, as Hugging Face joins them). Byte-level tokens hold their bytes already, so a
- * ByteLevel decoder joins them. */
+ * ByteLevel decoder joins them. A normalized added token decodes to its normalized text, as
+ * Hugging Face's does ("Hello" behind Lowercase decodes to "hello"). */
 #include "tok/tokenizer.h"
 #include <stdlib.h>
 

@@ -2,8 +2,10 @@
  *
  * A token is a byte string. Byte-level BPE (as GPT-2's) starts from the 256 one-byte
  * tokens; merge r joins tokens (merge_a[r], merge_b[r]) into merge_out[r], and a lower
- * rank merges first. Added tokens (special or not) are matched in the raw text before
- * pre-tokenization and are never produced by merges. The char-level tokenizer has one
+ * rank merges first. Added tokens (special or not) are matched in the text before
+ * pre-tokenization (tokenizer.json: see the pipeline below) and are never produced by merges,
+ * unless the vocab holds them too. A sentencepiece-style tokenizer.json (not byte-level) starts
+ * from characters instead of bytes, with <0xXX> byte tokens for the others (byte_fallback). The char-level tokenizer has one
  * token per code point of its corpus (sorted), and one per byte that is not valid UTF-8. */
 #ifndef LUTRA_TOKENIZER_H
 #define LUTRA_TOKENIZER_H
