@@ -81,6 +81,12 @@ int lt_tokenizer_encode_tensor(lt_tensor *out, lt_tokenizer *tok, const char *te
 
 int lt_tokenizer_decode(const lt_tokenizer *tok, const int32_t *ids, int64_t n, char *buf, int64_t capacity,
                         int64_t *len) {
+  return lt_tokenizer_decode_flags(tok, ids, n, 0, buf, capacity, len);
+}
+
+int lt_tokenizer_decode_flags(const lt_tokenizer *tok, const int32_t *ids, int64_t n, int flags, char *buf,
+                              int64_t capacity, int64_t *len) {
+  int skip_special = (flags & LT_TOK_SKIP_SPECIAL) != 0;
   if (!tok) return lt_errorf("decode: tokenizer is NULL");
   if (!len) return lt_errorf("decode: len is NULL");
   if (n < 0 || (!ids && n)) return lt_errorf("decode: ids is NULL or n < 0");
@@ -94,10 +100,10 @@ int lt_tokenizer_decode(const lt_tokenizer *tok, const int32_t *ids, int64_t n, 
       return lt_errorf("decode: id %d at position %lld is not a token (a gap in the vocab)", id, (long long)i);
     total += tok->tok_off[id + 1] - tok->tok_off[id];
   }
-  if (tok->n_dec || (!tok->has_decoder && !tok->byte_level) || tok->added_of_id) {
+  if (tok->n_dec || (!tok->has_decoder && !tok->byte_level) || tok->added_of_id || skip_special) {
     uint8_t *text;
     int64_t n_text;
-    LT_TRY(lt_tok_decode_chain(tok, ids, n, 0, &text, &n_text));
+    LT_TRY(lt_tok_decode_chain(tok, ids, n, skip_special, &text, &n_text));
     *len = n_text;
     int rc = buf && n_text > capacity ? lt_errorf("decode: buf has room for %lld bytes, the ids need %lld",
                                                   (long long)capacity, (long long)n_text)

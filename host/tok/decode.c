@@ -2,7 +2,8 @@
  * Metaspace, in sequence, over the list of the tokens' texts, as Hugging Face's decode_chain;
  * the result is the texts joined (with spaces when the file has no decoder and is not
  * byte-level, as Hugging Face joins them). Byte-level tokens hold their bytes already, so a
- * ByteLevel decoder joins them. */
+ * ByteLevel decoder joins them. A normalized added token decodes to its normalized text, as
+ * Hugging Face's does ("Hello" behind Lowercase decodes to "hello"). */
 #include "tok/tokenizer.h"
 #include <stdlib.h>
 
@@ -146,7 +147,7 @@ int lt_tok_decode_chain(const lt_tokenizer *tok, const int32_t *ids, int64_t n, 
     if (skip_special && (tok->tok_flags[ids[i]] & LT_TOKF_SPECIAL)) continue;
     int64_t l;
     const uint8_t *b = lt_tok_bytes(tok, ids[i], &l);
-    int32_t k = tok->added_of_id ? tok->added_of_id[ids[i]] : -1;
+    int32_t k = ids[i] < tok->n_added_of_id ? tok->added_of_id[ids[i]] : -1;
     if (k >= 0 && tok->norm_added_off[k + 1] > tok->norm_added_off[k]) // a normalized added token: its normalized text
       b = tok->norm_added_data + tok->norm_added_off[k], l = tok->norm_added_off[k + 1] - tok->norm_added_off[k];
     rc = put(&t[0], b, l);

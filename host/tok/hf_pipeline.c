@@ -249,7 +249,8 @@ static int parse_template(lt_tokenizer *tok, const cJSON *x, const char *path) {
       int k = 0;
       for (const cJSON *v = ids->child; v; v = v->next, k++) {
         if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble >= tok->vocab_size ||
-            v->valuedouble != (double)(int32_t)v->valuedouble)
+            v->valuedouble != (double)(int32_t)v->valuedouble ||
+            (tok->tok_flags[(int32_t)v->valuedouble] & LT_TOKF_UNUSED))
           return E("%s.special_tokens['%s'].ids[%d] is not an id of the vocab", path, id->valuestring, k);
         int32_t *l = realloc(tok->template_ids, (size_t)(tok->n_template_ids + 1) * sizeof *l);
         if (!l) return E("out of memory");
@@ -344,6 +345,7 @@ static int normalize_added(lt_tokenizer *tok) {
     tok->norm_order[pos] = k;
   }
   if (!(tok->added_of_id = malloc((size_t)tok->vocab_size * sizeof *tok->added_of_id))) return E("out of memory");
+  tok->n_added_of_id = tok->vocab_size; // tokens added later (add_special) are not normalized ones
   for (int32_t i = 0; i < tok->vocab_size; i++) tok->added_of_id[i] = -1;
   for (int32_t k = 0; k < n; k++) tok->added_of_id[tok->added[k].id] = k;
   for (int32_t j = 0; j < cnt; j++) tok->norm_first[tok->norm_added_data[tok->norm_added_off[tok->norm_order[j]]] + 1]++;

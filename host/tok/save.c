@@ -121,10 +121,10 @@ static cJSON *bpe_model(const lt_tokenizer *tok, char *buf) {
     if (f & LT_TOKF_UNUSED) continue;
     int64_t len;
     const uint8_t *bytes = lt_tok_bytes(tok, id, &len);
-    if (f & LT_TOKF_ADDED) { // its text, as Hugging Face's trainer writes it, unless a token already has that key
-      text_of(tok, id, buf);
+    if ((f & LT_TOKF_ADDED) && lt_tok_find(tok, bytes, len) != id) { // its text, as Hugging Face's trainer writes
+      text_of(tok, id, buf);                                          // it, unless a token already has that key
       if (cJSON_GetObjectItemCaseSensitive(vocab, buf)) continue;
-    } else {
+    } else { // a vocab token (an added token the vocab holds too takes part in merges: its vocab key)
       key_of(tok, bytes, len, buf);
     }
     if (!cJSON_AddNumberToObject(vocab, buf, id)) goto oom;

@@ -2,8 +2,10 @@
  *
  * A token is a byte string. Byte-level BPE (as GPT-2's) starts from the 256 one-byte
  * tokens; merge r joins tokens (merge_a[r], merge_b[r]) into merge_out[r], and a lower
- * rank merges first. Added tokens (special or not) are matched in the raw text before
- * pre-tokenization and are never produced by merges. The char-level tokenizer has one
+ * rank merges first. Added tokens (special or not) are matched in the text before
+ * pre-tokenization (tokenizer.json: see the pipeline below) and are never produced by merges,
+ * unless the vocab holds them too. A sentencepiece-style tokenizer.json (not byte-level) starts
+ * from characters instead of bytes, with <0xXX> byte tokens for the others (byte_fallback). The char-level tokenizer has one
  * token per code point of its corpus (sorted), and one per byte that is not valid UTF-8. */
 #ifndef LUTRA_TOKENIZER_H
 #define LUTRA_TOKENIZER_H
@@ -149,7 +151,8 @@ struct lt_tokenizer {
   uint8_t *norm_added_data;
   int64_t *norm_added_off; /* n_added + 1 offsets into norm_added_data (empty: not in set 1) */
   int32_t *norm_order, norm_first[257]; /* as added_order/added_first, over the normalized texts */
-  int32_t *added_of_id; /* id -> its index in added, -1 if none (set with norm_order: decode takes the normalized text) */
+  int32_t *added_of_id, n_added_of_id; /* id -> its index in added, -1 if none, for ids below n_added_of_id (set
+                                          with norm_order: decode takes the normalized text) */
   /* the parts of the tokenizer.json this came from, written back by save (NULL: lutra's own) */
   char *json_normalizer, *json_pre_tokenizer, *json_post_processor, *json_decoder;
   /* encode cache: word bytes -> (offset into cache_ids) * 256 + count */

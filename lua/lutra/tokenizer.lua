@@ -277,9 +277,14 @@ end
 local decode_len = ffi.new("int64_t[1]")
 local Tensor = ffi.typeof("lt_tensor")
 
--- ids: a Lua list of ids, a tensor of integers, or an int32_t cdata array with n.
-function Tokenizer.decode(tok, ids, n)
+-- ids: a Lua list of ids, a tensor of integers, or an int32_t cdata array with n. opts (last):
+-- skip_special_tokens = true leaves the special tokens out (Hugging Face's default; lutra's is
+-- to keep them).
+function Tokenizer.decode(tok, ids, n, opts)
   local h = check_self("decode", tok)
+  if type(n) == "table" then n, opts = nil, n end
+  opts = check_opts("decode", opts, {skip_special_tokens = true})
+  local flags = opts.skip_special_tokens and C.LT_TOK_SKIP_SPECIAL or 0
   local arr
   if type(ids) == "table" then
     n = #ids
@@ -301,10 +306,10 @@ function Tokenizer.decode(tok, ids, n)
   else
     raise("decode: expected a list of ids or a tensor, got " .. type(ids))
   end
-  if C.lt_tokenizer_decode(h, arr, n, nil, 0, decode_len) ~= 0 then fail() end
+  if C.lt_tokenizer_decode_flags(h, arr, n, flags, nil, 0, decode_len) ~= 0 then fail() end
   local len = tonumber(decode_len[0])
   local buf = ffi.new("char[?]", len > 0 and len or 1)
-  if C.lt_tokenizer_decode(h, arr, n, buf, len, decode_len) ~= 0 then fail() end
+  if C.lt_tokenizer_decode_flags(h, arr, n, flags, buf, len, decode_len) ~= 0 then fail() end
   return ffi.string(buf, len)
 end
 

@@ -10,16 +10,19 @@ Per kind, OUTDIR/<kind>.json is the tokenizer and OUTDIR/<kind>.cases.jsonl hold
   a  the ids of encode(t) (add_special_tokens=True, the library's default)
   b  the ids of encode(t, add_special_tokens=False), absent when equal to a without its first `lead`
      ids (kinds.json: how many special ids the post-processor puts before the text)
-  o  the offsets of a, flat [start0, end0, start1, end1, ...] in bytes of t's UTF-8 (the library
-     gives them in characters of the Python str; converted here)
+  o  the offsets of a in bytes of t's UTF-8 (the library gives them in characters of the Python
+     str; converted here), as differences to keep the files small: start0, end0 - start0,
+     start1 - end0, end1 - start1, ... (each value minus the one before it)
   d  decode(ids without specials, skip_special_tokens=False), absent when equal to t
+  s  decode(the same ids, skip_special_tokens=True), absent when equal to d (or t)
 For the kinds of PAIR_KINDS, OUTDIR/<kind>.pairs.jsonl: encode(t, u) of pairs of strings, a and o as
 above (each id's offsets index its own string, t's or u's).
 Kinds (kinds.json lists them): gpt2 (byte-level), llama3 (Split regex + ByteLevel + TemplateProcessing BOS, ignore_merges),
 qwen2 (NFC + Split + ByteLevel), llama2 (Prepend + Replace normalizer, BPE byte_fallback, ByteFallback
 + Fuse + Strip decoders, BOS), mistral (Metaspace prepend_scheme first), smollm2 (Digits + ByteLevel),
-nfkc_lower (NFKC + Lowercase, Metaspace split, Metaspace decoder), nfd_strip (NFD + Strip + ByteLevel),
-added (added tokens with lstrip, rstrip, single_word and normalized behind a Lowercase normalizer).
+nfkc_lower (NFKC + Lowercase, Metaspace split, Metaspace decoder), nfd_strip (NFD + Strip, Digits runs + ByteLevel with a prefix space),
+added (added tokens with lstrip, rstrip, single_word and normalized behind a Lowercase normalizer),
+unk_fused (no byte fallback: a run of characters outside the vocab is one <unk>, Metaspace split).
 Deterministic: fixed seeds, the versions of requirements.txt.
 """
 import json
@@ -89,7 +92,7 @@ def strings(seed, specials, n=N_CASES):
     pools = [WORDS] * 6 + [ACCENTED, CJK, EMOJI, COMPAT, SPACES, SPACES, DIGITS, PUNCT, PUNCT]
     while len(out) < n:
         parts = []
-        for _ in range(rng.randint(1, 6)):
+        for _ in range(rng.randint(1, 5)):
             if specials and rng.random() < 0.06:
                 parts.append(rng.choice(specials))
             else:
@@ -111,6 +114,11 @@ def byte_offsets(text, offsets):
     return [v for s, e in offsets for v in (pos[s], pos[e])]
 
 
+def deltas(flat):
+    """[v0, v1, v2, ...] -> [v0, v1 - v0, v2 - v1, ...]"""
+    return [v - (flat[i - 1] if i else 0) for i, v in enumerate(flat)]
+
+
 def write(outdir, kind, tok, specials, seed):
     """Writes the tokenizer and its cases; returns lead (see the head of this file)."""
     tok.save(os.path.join(outdir, kind + ".json"))
@@ -120,12 +128,15 @@ def write(outdir, kind, tok, specials, seed):
         for text in strings(seed, specials):
             enc = tok.encode(text)
             plain = tok.encode(text, add_special_tokens=False).ids
-            case = {"t": text, "a": enc.ids, "o": byte_offsets(text, enc.offsets)}
+            case = {"t": text, "a": enc.ids, "o": deltas(byte_offsets(text, enc.offsets))}
             if plain != enc.ids[lead:]:
                 case["b"] = plain
             dec = tok.decode(plain, skip_special_tokens=False)
             if dec != text:
                 case["d"] = dec
+            skipped = tok.decode(plain, skip_special_tokens=True)
+            if skipped != dec:
+                case["s"] = skipped
             f.write(json.dumps(case, ensure_ascii=False, separators=(",", ":")) + "\n")
     if kind in PAIR_KINDS:
         texts = strings(seed + 1000, specials, N_PAIRS * 2)[-2 * N_PAIRS:]
@@ -144,7 +155,7 @@ def write(outdir, kind, tok, specials, seed):
                         o += offs[2 * ia:2 * ia + 2]
                         ia += 1
                 assert n_a + iu <= len(enc.ids)
-                case = {"t": t, "u": u, "a": enc.ids, "o": o}
+                case = {"t": t, "u": u, "a": enc.ids, "o": deltas(o)}
                 f.write(json.dumps(case, ensure_ascii=False, separators=(",", ":")) + "\n")
     return lead
 
@@ -173,22 +184,23 @@ def split_byte_level(pattern):
                                     pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
 
 
-def sentencepiece_bpe(specials, seed, vocab=420):
+def sentencepiece_bpe(specials, seed, vocab=420, byte_fallback=True):
     """A sentencepiece-style BPE: trained behind a Metaspace pre-tokenizer, then rebuilt with <unk>, <s>,
-    </s>, the 256 <0xXX> byte tokens first (as Llama 2's) and byte_fallback, unk and fuse_unk."""
+    </s>, the 256 <0xXX> byte tokens first (as Llama 2's; not without byte_fallback: characters
+    outside the vocab are then <unk>, one for a run of them) and byte_fallback, unk and fuse_unk."""
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Metaspace()
     train(tok, vocab, [], seed, latin_only=True)
     model = json.loads(tok.to_str())["model"]
     vocab_items = sorted(model["vocab"].items(), key=lambda kv: kv[1])
     new_vocab = {s: i for i, s in enumerate(specials)}
-    for b in range(256):
+    for b in range(256 if byte_fallback else 0):
         new_vocab["<0x%02X>" % b] = len(new_vocab)
     for s, _ in vocab_items:
         if s not in new_vocab:
             new_vocab[s] = len(new_vocab)
     merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
-    out = Tokenizer(models.BPE(new_vocab, merges, unk_token=specials[0], fuse_unk=True, byte_fallback=True))
+    out = Tokenizer(models.BPE(new_vocab, merges, unk_token=specials[0], fuse_unk=True, byte_fallback=byte_fallback))
     out.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in specials])
     return out
 
@@ -241,6 +253,12 @@ def build(kind):
         tok.decoder = sp_decoder()
         tok.post_processor = bos_template("<s>", 1)
         return tok, specials
+    if kind == "unk_fused":
+        specials = ["<unk>", "<s>", "</s>"]
+        tok = sentencepiece_bpe(specials, 10, byte_fallback=False)
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=True)
+        tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+        return tok, specials
     if kind == "nfkc_lower":
         specials = ["<unk>", "<s>", "</s>"]
         tok = sentencepiece_bpe(specials, 7)
@@ -251,7 +269,9 @@ def build(kind):
         return tok, specials
     if kind == "nfd_strip":
         specials = ["<|endoftext|>"]
-        tok = byte_level_bpe(pre_tokenizers.ByteLevel(add_prefix_space=True), specials, 8)
+        pre = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=False),
+                                       pre_tokenizers.ByteLevel(add_prefix_space=True)])
+        tok = byte_level_bpe(pre, specials, 8)
         tok.normalizer = normalizers.Sequence([normalizers.NFD(), normalizers.Strip()])
         tok.post_processor = processors.ByteLevel(trim_offsets=True, add_prefix_space=True)
         return tok, specials
@@ -268,7 +288,7 @@ def build(kind):
     raise ValueError(kind)
 
 
-KINDS = ["gpt2", "llama3", "qwen2", "smollm2", "llama2", "mistral", "nfkc_lower", "nfd_strip", "added"]
+KINDS = ["gpt2", "llama3", "qwen2", "smollm2", "llama2", "mistral", "nfkc_lower", "nfd_strip", "added", "unk_fused"]
 
 
 def main():

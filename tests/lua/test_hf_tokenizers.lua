@@ -1,7 +1,7 @@
 -- tokenizer.json files of each kind the model families ship, written by Hugging Face's
 -- `tokenizers` (tests/hf/gen_tokenizers.py), against what that library gives for >= 1000 strings
 -- each: the ids of encode(text) with and without add_special_tokens, their offsets (in bytes)
--- and decode of the ids without the added specials (special tokens in the text stay). Every string must match on all four.
+-- and decode of the ids without the added specials (with special tokens in the text, and without). Every string must match on all four.
 local tokenizer = require "lutra.tokenizer"
 local json = require "lutra.json"
 local T = require "lutra.testing"
@@ -13,7 +13,7 @@ local KINDS = json.read_file(dir .. "/kinds.json") -- kind -> {lead = the specia
 local names = {}
 for kind in pairs(KINDS) do names[#names + 1] = kind end
 table.sort(names)
-assert(#names >= 9, "kinds.json lists fewer kinds than gen_tokenizers.py writes")
+assert(#names >= 10, "kinds.json lists fewer kinds than gen_tokenizers.py writes")
 
 local function show(s) return (string.format("%q", s):gsub("\\\n", "\\n")) end
 
@@ -21,6 +21,15 @@ local function same(a, b)
   if #a ~= #b then return false end
   for i = 1, #a do if a[i] ~= b[i] then return false end end
   return true
+end
+
+local function sums(deltas) -- the fixture's offsets are differences: back to the values
+  local out, v = {}, 0
+  for i = 1, #deltas do
+    v = v + deltas[i]
+    out[i] = v
+  end
+  return out
 end
 
 local function tail(list, from) -- list without its first `from` items
@@ -46,12 +55,20 @@ local function check_kind(kind)
     if same(ids, case.a) then ok.ids = ok.ids + 1 else bad("ids", case, ids, case.a) end
     local flat = {}
     for i = 1, #starts do flat[2 * i - 1], flat[2 * i] = starts[i], ends[i] end
-    if same(flat, case.o) then ok.offsets = ok.offsets + 1 else bad("offsets", case, flat, case.o) end
+    local want_offsets = sums(case.o)
+    if same(flat, want_offsets) then ok.offsets = ok.offsets + 1 else bad("offsets", case, flat, want_offsets) end
     local plain = tok:encode(case.t, {add_special_tokens = false})
     local want = case.b or tail(case.a, lead)
     if same(plain, want) then ok.plain = ok.plain + 1 else bad("plain", case, plain, want) end
-    local text = tok:decode(plain)
-    if text == (case.d or case.t) then ok.decode = ok.decode + 1 else bad("decode", case, text, case.d or case.t) end
+    local text, skipped = tok:decode(plain), tok:decode(plain, {skip_special_tokens = true})
+    local want_text = case.d or case.t
+    if text == want_text and skipped == (case.s or want_text) then
+      ok.decode = ok.decode + 1
+    elseif text ~= want_text then
+      bad("decode", case, text, want_text)
+    else
+      bad("decode without specials", case, skipped, case.s or want_text)
+    end
     if same(ids, case.a) then -- encode agrees with encode_offsets
       equal(tok:encode(case.t), ids)
     end
@@ -66,7 +83,7 @@ for _, kind in ipairs(names) do
     local n, ok, first_bad = check_kind(kind)
     assert(n >= 1000, kind .. ": fewer than 1000 strings in the fixture")
     local msgs = {}
-    for _, what in ipairs({"ids", "plain", "offsets", "decode"}) do
+    for _, what in ipairs({"ids", "plain", "offsets", "decode", "decode without specials"}) do
       if first_bad[what] then msgs[#msgs + 1] = first_bad[what] end
     end
     assert(#msgs == 0, table.concat(msgs, "\n"))
@@ -130,7 +147,7 @@ test("pairs (encode(text, pair)): ids and offsets of each pair as the pair templ
         local flat = {}
         for i = 1, #starts do flat[2 * i - 1], flat[2 * i] = starts[i], ends[i] end
         equal(ids, case.a, kind .. " pair ids of " .. show(case.t) .. ", " .. show(case.u))
-        equal(flat, case.o, kind .. " pair offsets of " .. show(case.t) .. ", " .. show(case.u))
+        equal(flat, sums(case.o), kind .. " pair offsets of " .. show(case.t) .. ", " .. show(case.u))
         equal(tok:encode(case.t, {pair = case.u}), case.a)
       end
       print(string.format("  %-11s %4d pairs: ids and offsets equal", kind, n))
@@ -152,4 +169,18 @@ test("encode options: add_special_tokens, pair, and errors that name them", func
   T.assert_error("opts.pair must be a string, got number", function() tok:encode("a", {pair = 5}) end)
   T.assert_error("unknown option 'pair'", function() tok:encode_tensor("a", {pair = "b"}) end)
   T.assert_error("unknown option 'special'", function() tok:encode_offsets("a", {special = false}) end)
+end)
+
+test("a special token added to a loaded tokenizer.json encodes and decodes", function()
+  for _, kind in ipairs({"added", "llama2", "qwen2"}) do
+    local tok = tokenizer.load(dir .. "/" .. kind .. ".json")
+    local id = tok:add_special("<|tool|>")
+    equal(id, tok.vocab_size - 1)
+    local ids = tok:encode("x<|tool|>y", {add_special_tokens = false})
+    local found = false
+    for _, v in ipairs(ids) do found = found or v == id end
+    assert(found, kind .. ": the new special token was not matched")
+    assert(tok:decode(ids):find("<|tool|>", 1, true), kind .. ": decode lost the new special token")
+    equal(tok:decode(ids, {skip_special_tokens = true}):find("<|tool|>", 1, true), nil)
+  end
 end)

@@ -39,8 +39,9 @@ int lt_tokenizer_vocab_size(const lt_tokenizer *tok);
 const char *lt_tokenizer_kind_name(const lt_tokenizer *tok); /* "bpe" or "char" */
 /* Flags of encoding: LT_TOK_ALLOW_SPECIAL matches special tokens in the text (else they are
  * plain text); LT_TOK_NO_ADD_SPECIAL leaves out the special tokens a post-processor adds
- * (TemplateProcessing's BOS), which Hugging Face's encode(text) adds by default. */
-enum { LT_TOK_ALLOW_SPECIAL = 1, LT_TOK_NO_ADD_SPECIAL = 2 };
+ * (TemplateProcessing's BOS), which Hugging Face's encode(text) adds by default.
+ * LT_TOK_SKIP_SPECIAL (decode_flags) leaves special tokens out of the text. */
+enum { LT_TOK_ALLOW_SPECIAL = 1, LT_TOK_NO_ADD_SPECIAL = 2, LT_TOK_SKIP_SPECIAL = 4 };
 /* Writes the ids of text into ids[0 .. capacity) and their number to *count. Fails when
  * capacity is too small (*count still gets the number needed: call again with that much).
  * Errors on a character (char) or byte (bpe, no unk token or byte fallback) not in the vocab. */
@@ -68,6 +69,9 @@ int lt_tokenizer_encode_tensor(lt_tensor *out, lt_tokenizer *tok, const char *te
  * them as Hugging Face's decode(ids, skip_special_tokens=False). */
 int lt_tokenizer_decode(const lt_tokenizer *tok, const int32_t *ids, int64_t n, char *buf, int64_t capacity,
                         int64_t *len);
+/* The same with flags: LT_TOK_SKIP_SPECIAL as Hugging Face's decode(ids, skip_special_tokens=True). */
+int lt_tokenizer_decode_flags(const lt_tokenizer *tok, const int32_t *ids, int64_t n, int flags, char *buf,
+                              int64_t capacity, int64_t *len);
 /* The bytes of one token (valid while tok lives and no token is added). */
 int lt_tokenizer_token(const lt_tokenizer *tok, int32_t id, const char **bytes, int64_t *len);
 /* The id of the token with exactly these bytes (special tokens included), -1 if none. */
