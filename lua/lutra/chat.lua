@@ -131,7 +131,7 @@ local function stream(s, prompt, out)
   end
   require("lutra.generate").generate(s.model, prompt, opts)
   flush(true)
-  if s.o.ids then
+  if s.o and s.o.ids then
     io.stderr:write("prompt ids: ", table.concat(prompt, " "), "\nreply ids: ", table.concat(reply_ids, " "), "\n")
   end
   return text
