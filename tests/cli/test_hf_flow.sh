@@ -11,7 +11,8 @@
 #   recipes/dpo.lua 2 steps: the held-out DPO loss falls below log 2;
 #   lutra generate --prompt with the template, greedy: the ids transformers' greedy generate
 #     chose for the same prompt (rendered by apply_chat_template), from the fixture and from the
-#     converted directory.
+#     converted directory; lutra chat with two turns from a pipe: both turns' prompt ids (the
+#     second holding the first reply) and greedy ids are transformers'.
 # What transformers makes of the SFT output is checked by `gen_flow.py --check-lutra` (torch).
 set -u
 LUTRA=$(realpath "${1:?usage: test_hf_flow.sh path/to/lutra path/to/liblutra.so}")
@@ -88,9 +89,17 @@ for fam in gpt2 llama qwen2 qwen3 mistral smollm2; do
       "$(printf '%s\n' "$out" | sed -n 's/^reply ids: //p')" "$greedy"
   done
 
-  # SFT, 3 steps, on the chats it is then measured on
+  # lutra chat from a pipe, two turns: the second prompt holds the first reply as text
+  out=$(printf '%s\n%s\n' "$prompt" "$(field "$D/expected.json" prompt2)" |
+    "$LUTRA" chat "$D" --temperature=0 --max_new_tokens="$n" --ids 2>&1 >/dev/null)
+  expect_eq "$fam: chat: prompt ids of both turns are apply_chat_template's" \
+    "$(printf '%s\n' "$out" | sed -n 's/^prompt ids: //p')" "$(printf '%s\n%s' "$prompt_ids" "$(field "$D/expected.json" prompt2_ids)")"
+  expect_eq "$fam: chat: greedy ids of both turns are transformers'" \
+    "$(printf '%s\n' "$out" | sed -n 's/^reply ids: //p')" "$(printf '%s\n%s' "$greedy" "$(field "$D/expected.json" greedy2_ids)")"
+
+  # SFT, 3 steps, on the chats it is then measured on (its sample replies may hold any byte)
   out=$("$LUTRA" recipes/sft.lua --model="$D" --train_data=$F/data/sft.jsonl --val_data=$F/data/sft.jsonl --steps=3 \
-    --batch=2 --warmup=1 --lr=1e-2 --eval_answers=0 --threads=1 --run_dir="$T/$fam-sft" 2>&1)
+    --batch=2 --warmup=1 --lr=1e-2 --eval_answers=0 --threads=1 --run_dir="$T/$fam-sft" 2>&1 | tr -d '\000')
   expect_grep "$fam: sft uses the model's template" "$out" "sft.jsonl: 4 examples \($D/chat_template.jinja template\)"
   before=$(printf '%s\n' "$out" | sed -n 's/^sft_val_before=\([^ ]*\) .*/\1/p')
   after=$(printf '%s\n' "$out" | sed -n 's/^sft_val_before=[^ ]* sft_val_after=\([^ ]*\) .*/\1/p')
@@ -106,7 +115,7 @@ for fam in gpt2 llama qwen2 qwen3 mistral smollm2; do
 
   # DPO, 2 steps
   out=$("$LUTRA" recipes/dpo.lua --model="$D" --train_data=$F/data/dpo.jsonl --val_data=$F/data/dpo.jsonl --steps=2 \
-    --batch=2 --warmup=1 --eval_every=0 --log_every=1 --threads=1 --out="$T/$fam-dpo" 2>&1)
+    --batch=2 --warmup=1 --eval_every=0 --log_every=1 --threads=1 --out="$T/$fam-dpo" 2>&1 | tr -d '\000')
   dloss=$(printf '%s\n' "$out" | sed -n 's/^held-out after: .* loss=\([^ ]*\) .*/\1/p')
   expect_num "$fam: dpo held-out loss after 2 steps below log 2" "$dloss" "<" 0.6931
   expect_contains "$fam: dpo saves the model" "$out" "saved the model to $T/$fam-dpo/model"

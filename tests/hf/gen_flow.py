@@ -4,13 +4,16 @@ the family's own chat template, and what transformers computes from it.
     python gen_flow.py OUTDIR                      write the fixtures (fixed seeds)
     python gen_flow.py --check-lutra LUTRA OUTDIR  the other direction: recipes/sft.lua (the binary LUTRA) trains
         each fixture model 3 steps and saves it; transformers loads the saved directory (model and tokenizer)
-        and its logits are compared with lutra's of the same directory. Prints one line per family and exits 1
-        when a difference passes 1e-5 (relative to the largest logit) or the chat template changed.
+        and its logits are compared with lutra's of the same directory (transformers in float64 and float32);
+        its chat_template must be the fixture's text, giving the fixture's prompt ids. Prints one line per
+        family and exits 1 when a difference passes 1e-5 (relative to the largest logit) or the template or
+        its ids differ.
 
 OUTDIR/<family>/ holds what save_pretrained wrote (config.json, model.safetensors in f32; tokenizer.json,
 tokenizer_config.json, chat_template.jinja) and expected.json: the prompt, its ids rendered by
 apply_chat_template (add_generation_prompt) and the ids transformers' greedy generate adds to them (model in
-float64; the smallest top-1 / top-2 logit gap on the way, so that an f32 run cannot flip a choice), and the
+float64; the smallest top-1 / top-2 logit gap on the way, so that an f32 run cannot flip a choice); the same for
+a second user turn after the decoded first reply (prompt2, prompt2_ids, greedy2_ids: what `lutra chat` sees); the
 number of assistant tokens of data/sft.jsonl (return_assistant_tokens_mask) where the template marks them with
 {% generation %}. The tokenizers and the templates are tests/hf/fixtures/chat's (a byte-level BPE of 500 ids
 trained by gen_chat.py with the template's special tokens; the template texts of the real models), read from
@@ -32,8 +35,8 @@ from safetensors.torch import load_file
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHAT = os.path.join(HERE, "fixtures", "chat")
 ROOT = os.path.dirname(os.path.dirname(HERE))
-PROMPT = "What is the capital of France?"
-NEW_TOKENS = 8
+PROMPTS = ["What is the capital of France?", "And of Spain?"]
+NEW_TOKENS = 6
 
 SMALL = dict(hidden_size=32, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
              max_position_embeddings=128, rms_norm_eps=1e-5)
@@ -73,8 +76,8 @@ DPO = [
 ]
 
 
-def randomise(model, seed):
-    """Weights away from their init (norms off 1, biases off 0), large enough for clear greedy choices."""
+def randomise(model, seed, scale):
+    """Weights away from their init (norms off 1, biases off 0), so that a mix-up shows in the logits."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -82,7 +85,7 @@ def randomise(model, seed):
             if p.ndim == 1:
                 p.copy_((1 + 0.2 * r) if ("norm" in name or "ln_" in name) else 0.2 * r)
             else:
-                p.copy_(2 * r / math.sqrt(p.shape[-1]))
+                p.copy_(scale * r / math.sqrt(p.shape[-1]))
 
 
 def ids_of(tok, messages, **kw):
@@ -91,18 +94,28 @@ def ids_of(tok, messages, **kw):
 
 
 def greedy(d):
-    """What transformers makes of the saved directory: the prompt's ids, greedy ids, smallest top-2 gap."""
+    """What transformers makes of the saved directory: two user turns (the second after the model's greedy
+    reply to the first, as its decoded text), each turn's prompt ids and greedy reply ids, the smallest top-2
+    logit gap on the way, and whether the first reply decodes to clean UTF-8 text."""
     tok = tf.AutoTokenizer.from_pretrained(d)
     model = tf.AutoModelForCausalLM.from_pretrained(d, dtype=torch.float64, attn_implementation="sdpa").eval()
-    prompt = ids_of(tok, [{"role": "user", "content": PROMPT}], add_generation_prompt=True)["input_ids"]
-    ids = torch.tensor([prompt])
     eos = model.config.eos_token_id
-    with torch.no_grad():
-        gen = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=NEW_TOKENS,
-                             eos_token_id=eos, pad_token_id=eos, output_logits=True, return_dict_in_generate=True)
-    new = gen.sequences[0, len(prompt):].tolist()
-    gap = min((lg[0].topk(2).values[0] - lg[0].topk(2).values[1]).item() for lg in gen.logits)
-    return prompt, new, gap
+    messages, turns, gap, clean = [], [], math.inf, True
+    for text in PROMPTS:
+        messages.append({"role": "user", "content": text})
+        prompt = ids_of(tok, messages, add_generation_prompt=True)["input_ids"]
+        ids = torch.tensor([prompt])
+        with torch.no_grad():
+            gen = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                 max_new_tokens=NEW_TOKENS, eos_token_id=eos, pad_token_id=eos, output_logits=True,
+                                 return_dict_in_generate=True)
+        new = gen.sequences[0, len(prompt):].tolist()
+        gap = min([gap] + [(lg[0].topk(2).values[0] - lg[0].topk(2).values[1]).item() for lg in gen.logits])
+        turns.append({"prompt": text, "prompt_ids": prompt, "greedy_ids": new})
+        reply = tok.decode([i for i in new if i != eos])
+        clean = clean and "\ufffd" not in reply
+        messages.append({"role": "assistant", "content": reply})
+    return turns, gap, clean
 
 
 def write_family(out, family, seed):
@@ -116,19 +129,24 @@ def write_family(out, family, seed):
     config = config_cls(vocab_size=len(tok), bos_token_id=bos, eos_token_id=eos, **kwargs)
     # the first seed whose greedy reply is no single repeated token and whose choices are clear (a gap
     # of 0.005 between the two best logits, far above f32 rounding)
-    for seed in range(seed, seed + 50):
+    for seed in range(seed, seed + 300):
         torch.manual_seed(seed)
         model = cls(config)
-        randomise(model, seed)
+        # gpt2's random replies rarely leave a repeated token at the usual scale
+        randomise(model, seed, 2.0 if family == "gpt2" else 1.0)
         shutil.rmtree(d, ignore_errors=True)
         model.eval().save_pretrained(d)
         tok.save_pretrained(d)
-        prompt, new, gap = greedy(d)
-        if gap > 0.005 and len(set(new)) >= 4:
+        turns, gap, clean = greedy(d)
+        if gap > 0.005 and clean and all(len(set(t["greedy_ids"])) >= 3 for t in turns):
             break
+    else:
+        raise RuntimeError(family + ": no seed gave clear greedy replies")
     tok = tf.AutoTokenizer.from_pretrained(d)
-    expected = {"prompt": PROMPT, "prompt_ids": prompt, "greedy_ids": new, "eos_id": eos, "min_top2_gap": gap,
-                "template": chat, "seed": seed}
+    expected = {"prompt": turns[0]["prompt"], "prompt_ids": turns[0]["prompt_ids"],
+                "greedy_ids": turns[0]["greedy_ids"], "prompt2": turns[1]["prompt"],
+                "prompt2_ids": turns[1]["prompt_ids"], "greedy2_ids": turns[1]["greedy_ids"], "eos_id": eos,
+                "min_top2_gap": gap, "template": chat, "seed": seed}
     if "{% generation %}" in tok.chat_template:
         n = 0
         for messages in SFT:
@@ -137,8 +155,8 @@ def write_family(out, family, seed):
         expected["assistant_tokens"] = n
     with open(os.path.join(d, "expected.json"), "w") as f:
         json.dump(expected, f, indent=1)
-    print("%-8s template %-18s seed %d, prompt %d ids, greedy %s (gap %.3g)" % (family, chat, seed, len(prompt), new,
-                                                                                gap))
+    print("%-8s template %-18s seed %d, greedy %s, then %s (gap %.3g)" % (family, chat, seed, turns[0]["greedy_ids"],
+                                                                          turns[1]["greedy_ids"], gap))
 
 
 def generate(out):
@@ -181,7 +199,7 @@ def check_lutra(lutra, fixtures):
         f.write(LOGITS_LUA)
     data = os.path.join(fixtures, "data", "sft.jsonl")
     worst, failed = 0.0, []
-    print("%-8s %-16s %-16s %s" % ("family", "rel diff f64", "rel diff f32", "template"))
+    print("%-8s %-16s %-16s %s" % ("family", "rel diff f64", "rel diff f32", "template and prompt ids"))
     for family in FAMILIES:
         try:
             out = os.path.join(tmp, family)
@@ -193,7 +211,9 @@ def check_lutra(lutra, fixtures):
             with open(os.path.join(fixtures, family, "chat_template.jinja")) as f:
                 same = tok.chat_template == f.read()
             exp = json.load(open(os.path.join(fixtures, family, "expected.json")))
-            ids = torch.tensor([exp["prompt_ids"] + exp["greedy_ids"]])
+            messages = [{"role": "user", "content": exp["prompt"]}]
+            same = same and ids_of(tok, messages, add_generation_prompt=True)["input_ids"] == exp["prompt_ids"]
+            ids = torch.tensor([exp["prompt2_ids"] + exp["greedy2_ids"]])
             save_file({"ids": ids}, os.path.join(tmp, "ids.safetensors"))
             run([lutra, script, out, os.path.join(tmp, "ids.safetensors"), os.path.join(tmp, "got.safetensors")])
             got = load_file(os.path.join(tmp, "got.safetensors"))["logits"].double()
@@ -205,7 +225,7 @@ def check_lutra(lutra, fixtures):
                 figures.append(((got - ref).abs().max() / ref.abs().max()).item())
             worst = max(worst, figures[0])
             if not same:
-                failed.append(family + " (chat_template differs)")
+                failed.append(family + " (chat_template or its ids differ)")
             print("%-8s %-16.3g %-16.3g %s" % (family, figures[0], figures[1], "same" if same else "DIFFERS"))
         except RuntimeError as e:
             print("%-8s failed: %s" % (family, str(e).strip().splitlines()[-1]))
