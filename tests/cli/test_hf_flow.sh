@@ -5,10 +5,12 @@
 # (tests/hf/fixtures/flow, tests/hf/gen_flow.py), each taken through
 #   lutra convert HF -> lutra checkpoint -> HF: weights and logits bitwise equal, the tokenizer's
 #     files and the chat template carried;
-#   recipes/sft.lua 3 steps with the model's own template: the held-out loss falls, and the
-#     tokens carrying loss are transformers' assistant mask (return_assistant_tokens_mask) where
-#     the template marks them with {% generation %};
-#   recipes/dpo.lua 2 steps: the held-out DPO loss falls below log 2;
+#   recipes/sft.lua 3 steps with the model's own template: the held-out loss falls; the tokens
+#     carrying loss are those the documented rule picks on transformers' rendering and offsets
+#     (gen_flow.py span_mask), and transformers' assistant mask (return_assistant_tokens_mask)
+#     where the template marks them with {% generation %};
+#   recipes/dpo.lua 2 steps: the chosen and rejected responses' log-probabilities before
+#     training are transformers' (f64, printed to 3 decimals), the held-out loss falls below log 2;
 #   lutra generate --prompt with the template, greedy: the ids transformers' greedy generate
 #     chose for the same prompt (rendered by apply_chat_template), from the fixture and from the
 #     converted directory; lutra chat with two turns from a pipe: both turns' prompt ids (the
@@ -106,6 +108,9 @@ for fam in gpt2 llama qwen2 qwen3 mistral smollm2; do
   expect_num "$fam: sft loss before is finite" "$before" ">" 0
   expect_num "$fam: sft loss falls in 3 steps ($before -> $after)" \
     "$(awk -v a="$before" -v b="$after" 'BEGIN { print (b > 0) ? a - b : -1 }')" ">" 0.1
+  span=$(field "$D/expected.json" span_tokens)
+  expect_grep "$fam: tokens carrying loss = the documented spans on transformers' offsets ($span)" "$out" \
+    "sft.jsonl: 4 examples \([^)]*\), [0-9]+ tokens, $span carry loss"
   mask=$(field "$D/expected.json" assistant_tokens)
   if [ -n "$mask" ]; then
     expect_grep "$fam: tokens carrying loss = transformers' assistant mask ($mask)" "$out" \
@@ -116,6 +121,12 @@ for fam in gpt2 llama qwen2 qwen3 mistral smollm2; do
   # DPO, 2 steps
   out=$("$LUTRA" recipes/dpo.lua --model="$D" --train_data=$F/data/dpo.jsonl --val_data=$F/data/dpo.jsonl --steps=2 \
     --batch=2 --warmup=1 --eval_every=0 --log_every=1 --threads=1 --out="$T/$fam-dpo" 2>&1 | tr -d '\000')
+  for side in chosen rejected; do
+    got=$(printf '%s\n' "$out" | sed -n "s/^held-out before: .* ${side}_logp=\([^ ]*\) .*/\1/p")
+    want=$(field "$D/expected.json" "dpo_${side}_logp")
+    expect_num "$fam: dpo $side log-prob before ($got) is transformers' ($want, f64)" \
+      "$(awk -v a="$got" -v b="$want" 'BEGIN { d = a - b; if (a == "") print "x"; else printf "%.6f\n", (d < 0 ? -d : d) }')" "<" 0.0015
+  done
   dloss=$(printf '%s\n' "$out" | sed -n 's/^held-out after: .* loss=\([^ ]*\) .*/\1/p')
   expect_num "$fam: dpo held-out loss after 2 steps below log 2" "$dloss" "<" 0.6931
   expect_contains "$fam: dpo saves the model" "$out" "saved the model to $T/$fam-dpo/model"

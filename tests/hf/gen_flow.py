@@ -14,8 +14,10 @@ tokenizer_config.json, chat_template.jinja) and expected.json: the prompt, its i
 apply_chat_template (add_generation_prompt) and the ids transformers' greedy generate adds to them (model in
 float64; the smallest top-1 / top-2 logit gap on the way, so that an f32 run cannot flip a choice); the same for
 a second user turn after the decoded first reply (prompt2, prompt2_ids, greedy2_ids: what `lutra chat` sees); the
-number of assistant tokens of data/sft.jsonl (return_assistant_tokens_mask) where the template marks them with
-{% generation %}. The tokenizers and the templates are tests/hf/fixtures/chat's (a byte-level BPE of 500 ids
+number of tokens of data/sft.jsonl that carry loss: span_tokens by the rule lutra documents (span_mask, on
+transformers' rendering and offsets), assistant_tokens by return_assistant_tokens_mask where the template marks
+them with {% generation %}; the mean summed log-probability of data/dpo.jsonl's chosen and rejected responses
+(dpo_chosen_logp, dpo_rejected_logp; the final assistant turn's span, float64). The tokenizers and the templates are tests/hf/fixtures/chat's (a byte-level BPE of 500 ids
 trained by gen_chat.py with the template's special tokens; the template texts of the real models), read from
 there. OUTDIR/data/ holds the chats (sft.jsonl) and preference pairs (dpo.jsonl) the workflow trains on.
 """
@@ -93,6 +95,44 @@ def ids_of(tok, messages, **kw):
     return out
 
 
+def span_mask(tok, messages, last_only=False):
+    """ids of the rendered conversation and which carry loss by the rule lutra documents (README, SFT data):
+    the tokens that overlap an assistant message's content where the rendered text shows it, with the
+    end-of-turn string (the tokenizer's eos) right after it. Found here on transformers' own rendering and
+    offsets: each message's content searched in order through apply_chat_template's text."""
+    text = tok.apply_chat_template(messages, tokenize=False)
+    spans, pos = [], 0
+    for i, m in enumerate(messages):
+        start = text.index(m["content"], pos)
+        pos = start + len(m["content"])
+        if m["role"] == "assistant":
+            if text.startswith(tok.eos_token, pos):
+                pos += len(tok.eos_token)
+            if not last_only or i == len(messages) - 1:
+                spans.append((start, pos))
+    enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
+    ids = ids_of(tok, messages)["input_ids"]
+    assert enc["input_ids"] == ids, "the rendered text tokenizes to apply_chat_template's ids"
+    mask = [int(any(a < e and s < b for s, e in spans)) for a, b in enc["offset_mapping"]]
+    return ids, mask
+
+
+def dpo_logps(tok, model):
+    """The mean over data/dpo.jsonl of the summed log-probabilities of the chosen and of the rejected response
+    (the final assistant turn's span), model in float64."""
+    out = []
+    for key in ("chosen", "rejected"):
+        total = 0.0
+        for p in DPO:
+            ids, mask = span_mask(tok, [{"role": "user", "content": p["prompt"]},
+                                        {"role": "assistant", "content": p[key]}], last_only=True)
+            with torch.no_grad():
+                lp = torch.log_softmax(model(torch.tensor([ids])).logits[0], -1)
+            total += sum(lp[t - 1, ids[t]].item() for t in range(1, len(ids)) if mask[t])
+        out.append(total / len(DPO))
+    return out
+
+
 def greedy(d):
     """What transformers makes of the saved directory: two user turns (the second after the model's greedy
     reply to the first, as its decoded text), each turn's prompt ids and greedy reply ids, the smallest top-2
@@ -147,6 +187,9 @@ def write_family(out, family, seed):
                 "greedy_ids": turns[0]["greedy_ids"], "prompt2": turns[1]["prompt"],
                 "prompt2_ids": turns[1]["prompt_ids"], "greedy2_ids": turns[1]["greedy_ids"], "eos_id": eos,
                 "min_top2_gap": gap, "template": chat, "seed": seed}
+    expected["span_tokens"] = sum(sum(span_mask(tok, m)[1]) for m in SFT)
+    model = tf.AutoModelForCausalLM.from_pretrained(d, dtype=torch.float64, attn_implementation="sdpa").eval()
+    expected["dpo_chosen_logp"], expected["dpo_rejected_logp"] = dpo_logps(tok, model)
     if "{% generation %}" in tok.chat_template:
         n = 0
         for messages in SFT:
