@@ -117,6 +117,7 @@ for fam in gpt2 llama qwen2 qwen3 mistral smollm2; do
       "sft.jsonl: 4 examples \([^)]*\), [0-9]+ tokens, $mask carry loss"
   fi
   expect_contains "$fam: sft saves the model" "$out" "model: saved to $T/$fam-sft/model"
+  cmp -s "$D/chat_template.jinja" "$T/$fam-sft/model/chat_template.jinja" && ok || bad "$fam: sft saves the template"
 
   # DPO, 2 steps
   out=$("$LUTRA" recipes/dpo.lua --model="$D" --train_data=$F/data/dpo.jsonl --val_data=$F/data/dpo.jsonl --steps=2 \

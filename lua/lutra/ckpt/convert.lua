@@ -66,13 +66,13 @@ local function dirname(p) return p:match("^(.*)/[^/]+/*$") or "." end
 local TOKENIZER_FILES = {"tokenizer_config.json", "chat_template.jinja", "chat_template.json",
                          "special_tokens_map.json", "generation_config.json"}
 
--- Copies TOKENIZER_FILES found in directory `from` to `to` (each byte as it is), but none that `to`
--- already holds; returns how many.
+-- Copies TOKENIZER_FILES found in directory `from` to `to`, each byte as it is (a file of that name
+-- already in `to`, with --force, is replaced); returns how many.
 local function copy_tokenizer_files(from, to)
   local n = 0
   for _, name in ipairs(TOKENIZER_FILES) do
     local src, dst = from .. "/" .. name, to .. "/" .. name
-    if exists(src) and not exists(dst) then
+    if exists(src) then
       local f = assert(io.open(src, "rb"))
       local bytes = f:read("*a")
       f:close()
