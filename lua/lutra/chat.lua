@@ -16,7 +16,8 @@
 -- block size. /reset forgets it, /exit (or end of input) ends. generate wraps --prompt in
 -- one user turn of the template (with --raw: continues the text as it is).
 -- Options: --temperature (default 0.7; 0 = greedy), --top_k (0 = all), --top_p (1 = all),
--- --max_new_tokens (200), --seed, --template, --system, --verbose (context sizes on stderr), --cast
+-- --max_new_tokens (200), --seed, --template, --system, --verbose (context sizes on stderr), --cast,
+-- --ids (each turn's prompt ids and reply ids, the end-of-turn token included, on stderr)
 -- (weights stored in bf16/f16 load into the f32 model: lossless, refused without it), --ignore-key=KEY[,KEY]
 -- (config.json keys lutra does not know, accepted as harmless: lutra.hf.config).
 local M = {}
@@ -24,15 +25,15 @@ local M = {}
 local USAGE = {
   chat = "usage: lutra chat MODEL_DIR [--template=chatml|llama3] [--system=TEXT] [--temperature=0.7] [--top_k=0]\n"
     .. "         [--top_p=1] [--max_new_tokens=200] [--seed=N] [--tokenizer=tokenizer.json] [--verbose]\n"
-    .. "         [--cast] [--ignore-key=KEY[,KEY...]]\n",
+    .. "         [--ids] [--cast] [--ignore-key=KEY[,KEY...]]\n",
   generate = "usage: lutra generate MODEL_DIR --prompt TEXT [--raw] [--template=chatml|llama3] [--temperature=0.7]\n"
     .. "         [--top_k=0] [--top_p=1] [--max_new_tokens=200] [--seed=N] [--tokenizer=tokenizer.json] [--cast]\n"
-    .. "         [--ignore-key=KEY[,KEY...]]\n",
+    .. "         [--ids] [--ignore-key=KEY[,KEY...]]\n",
 }
 
 local NUMBERS = {temperature = true, top_k = true, top_p = true, max_new_tokens = true, seed = true}
 local STRINGS = {template = true, system = true, prompt = true, tokenizer = true, ignore_key = true}
-local FLAGS = {raw = true, verbose = true, help = true, cast = true}
+local FLAGS = {raw = true, verbose = true, help = true, cast = true, ids = true}
 
 -- words -> positional list, options; errors are strings.
 local function parse(words)
@@ -114,7 +115,9 @@ local function stream(s, prompt, out)
   local opts = {}
   for k, v in pairs(s.gen) do opts[k] = v end
   opts.stop_token = s.stop_id
+  local reply_ids = {}
   opts.on_token = function(id)
+    reply_ids[#reply_ids + 1] = id
     if id == s.stop_id then return true end
     text = text .. tok:decode({id})
     if stop and not s.stop_id then
@@ -128,6 +131,9 @@ local function stream(s, prompt, out)
   end
   require("lutra.generate").generate(s.model, prompt, opts)
   flush(true)
+  if s.o and s.o.ids then
+    io.stderr:write("prompt ids: ", table.concat(prompt, " "), "\nreply ids: ", table.concat(reply_ids, " "), "\n")
+  end
   return text
 end
 

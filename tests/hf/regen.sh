@@ -1,7 +1,7 @@
 #!/bin/bash
 # tests/hf/regen.sh — writes tests/hf/fixtures again with the real Hugging Face libraries.
 #
-#   bash tests/hf/regen.sh [AREA...]      AREA: models tokenizers chat peft attn (default: all)
+#   bash tests/hf/regen.sh [AREA...]      AREA: models tokenizers chat peft attn flow (default: all)
 #
 # Makes (or reuses) the venv $LUTRA_HF_VENV (default tests/hf/.venv, git-ignored) holding
 # tests/hf/requirements.txt from PyPI, then runs tests/hf/gen_<area>.py for each area; each
@@ -11,7 +11,7 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 venv="${LUTRA_HF_VENV:-$here/.venv}"
 areas=("$@")
-[[ ${#areas[@]} -gt 0 ]] || areas=(models tokenizers chat peft attn)
+[[ ${#areas[@]} -gt 0 ]] || areas=(models tokenizers chat peft attn flow)
 if ! "$venv/bin/python" -c "import torch, transformers, tokenizers, peft" 2>/dev/null; then
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q -r "$here/requirements.txt"

@@ -26,6 +26,8 @@ Converts between lutra checkpoints and Hugging Face model directories (gpt2, lla
       model.safetensors (or shards + model.safetensors.index.json), tokenizer.json
   SRC a Hugging Face dir (config.json)     ->  DST a lutra checkpoint (weights and config,
       no optimizer state; tokenizer.json copied next to manifest.json)
+  The tokenizer's companions (tokenizer_config.json, chat_template.jinja, chat_template.json,
+  special_tokens_map.json, generation_config.json) travel with tokenizer.json both ways.
 Options:
   --tokenizer=PATH        tokenizer.json for a checkpoint without one (default: found in the
                           checkpoint, the run dir's model/, or config.tokenizer)
@@ -58,6 +60,31 @@ local function non_empty_dir(path)
 end
 
 local function dirname(p) return p:match("^(.*)/[^/]+/*$") or "." end
+
+-- The files beside tokenizer.json that a model directory's tokenizer and chat template live in
+-- (transformers reads the special tokens and the template from them): carried both ways as they are.
+local TOKENIZER_FILES = {"tokenizer_config.json", "chat_template.jinja", "chat_template.json",
+                         "special_tokens_map.json", "generation_config.json"}
+
+-- Copies TOKENIZER_FILES found in directory `from` to `to`, each byte as it is (a file of that name
+-- already in `to`, with --force, is replaced); returns how many.
+local function copy_tokenizer_files(from, to)
+  local n = 0
+  for _, name in ipairs(TOKENIZER_FILES) do
+    local src, dst = from .. "/" .. name, to .. "/" .. name
+    if exists(src) then
+      local f = assert(io.open(src, "rb"))
+      local bytes = f:read("*a")
+      f:close()
+      local g = io.open(dst, "wb")
+      if not g then raise("convert: cannot write " .. dst) end
+      g:write(bytes)
+      g:close()
+      n = n + 1
+    end
+  end
+  return n
+end
 
 local function parse_size(s)
   local n, unit = tostring(s):match("^(%d+%.?%d*)([KMGkmg]?)[Bb]?$")
@@ -176,6 +203,7 @@ local function to_hf(ckpt_dir, dst, opts)
   local tok_path = find_tokenizer(opts, ckpt_dir, st.config)
   local tok = tok_path and require("lutra.tokenizer").load(tok_path)
   hf.save_pretrained(dst, model, tok, {dtype = opts.dtype, max_shard_size = opts.max_shard_size})
+  if tok_path then copy_tokenizer_files(dirname(tok_path), dst) end
   return string.format("%s (step %s, %s, %d layers) -> %s (Hugging Face %s%s)", ckpt_dir, tostring(st.step or "?"),
     cfg.arch, cfg.n_layer, dst, hf.family_of(cfg), tok and ", with tokenizer.json" or ", no tokenizer")
 end
@@ -186,7 +214,10 @@ local function to_lutra(src, dst, opts)
   local plain = {}
   for k, v in pairs(cfg) do plain[k] = v end
   ckpt.save_weights(dst, model:state_dict(), {model = plain, source = {format = "huggingface", path = src}})
-  if tok then tok:save(dst .. "/tokenizer.json") end
+  if tok then
+    tok:save(dst .. "/tokenizer.json")
+    copy_tokenizer_files(src, dst)
+  end
   return string.format("%s (Hugging Face %s, %d layers) -> %s (lutra checkpoint, model weights only%s)", src,
     hf.family_of(cfg),
     cfg.n_layer, dst, tok and ", with tokenizer.json" or "")
