@@ -53,6 +53,17 @@ M.null = setmetatable({}, {
   __metatable = "json.null",
 })
 
+-- Whether a decoded value is absent: missing (nil) or JSON null.
+function M.is_null(v) return v == nil or v == M.null end
+
+-- A value as an error message shows it: its JSON, cut to `limit` characters (default 120).
+function M.show(v, limit)
+  limit = limit or 120
+  local ok, s = pcall(M.encode, v)
+  s = ok and s or tostring(v)
+  return #s > limit and s:sub(1, limit - 3) .. "..." or s
+end
+
 local ARRAY = {__jsontype = "array"}
 
 -- Marks t (default a new table) as a JSON array, so that an empty one encodes as [].

@@ -24,13 +24,8 @@ local null = json.null
 
 local M = {}
 
-local function is_null(v) return v == nil or v == null end
--- A value as errors show it: its JSON, cut to 120 characters.
-local function show(v)
-  local ok, s = pcall(json.encode, v)
-  s = ok and s or tostring(v)
-  return #s > 120 and s:sub(1, 117) .. "..." or s
-end
+local is_null = json.is_null
+local function show(v) return json.show(v) end
 M.show = show
 
 local MAX_SIZE = 2 ^ 31 - 1

@@ -20,11 +20,8 @@ local null = json.null
 
 local M = {}
 
-local function is_null(v) return v == nil or v == null end
-local function show(v)
-  local ok, s = pcall(json.encode, v)
-  return ok and s or tostring(v)
-end
+local is_null = json.is_null
+local function show(v) return json.show(v, math.huge) end
 
 function M.quoted_list(list)
   local out = {}

@@ -15,12 +15,8 @@ local null = json.null
 
 local M = {}
 
-local function is_null(v) return v == nil or v == null end
-local function show(v)
-  local ok, s = pcall(json.encode, v)
-  s = ok and s or tostring(v)
-  return #s > 80 and s:sub(1, 77) .. "..." or s
-end
+local is_null = json.is_null
+local function show(v) return json.show(v, 80) end
 
 -- Fields that change only how peft initialises new adapters (a saved adapter is loaded as it is).
 local INIT_ONLY = {init_lora_weights = true, loftq_config = true, eva_config = true, corda_config = true,

@@ -171,6 +171,21 @@ local function packed_args(opts, B, T)
   return check("positions", opts.positions), check("segments", opts.segments)
 end
 
+-- Writes the new keys and values k, v (B, T, Hkv, D) at [pos, pos + T) of the cache; returns the
+-- cache's keys and values up to there.
+local function cached_keys(cache, k, v, pos, T)
+  if grad.grad_enabled() and (k.requires_grad or v.requires_grad) then
+    raise("CausalSelfAttention: the key/value cache is for inference: run under lutra.no_grad")
+  end
+  local S_max = cache.k:size(1)
+  if pos + T > S_max then
+    raise(string.format("CausalSelfAttention: the cache holds %d positions; %d + %d do not fit", S_max, pos, T))
+  end
+  cache.k:narrow(1, pos, T):copy_(k)
+  cache.v:narrow(1, pos, T):copy_(v)
+  return cache.k:narrow(1, 0, pos + T), cache.v:narrow(1, 0, pos + T)
+end
+
 function Attention:forward(x, cache, pos, opts)
   if x.ndim ~= 3 or x:size(2) ~= self.d_model then
     raise(string.format("CausalSelfAttention: expected x (B, T, %d), got [%s]", self.d_model,
@@ -203,18 +218,7 @@ function Attention:forward(x, cache, pos, opts)
     q = F.rope(q, positions, self.rope_freq or self.rope_theta)
     k = F.rope(k, positions, self.rope_freq or self.rope_theta)
   end
-  if cache ~= nil then
-    if grad.grad_enabled() and (k.requires_grad or v.requires_grad) then
-      raise("CausalSelfAttention: the key/value cache is for inference: run under lutra.no_grad")
-    end
-    local S_max = cache.k:size(1)
-    if pos + T > S_max then
-      raise(string.format("CausalSelfAttention: the cache holds %d positions; %d + %d do not fit", S_max, pos, T))
-    end
-    cache.k:narrow(1, pos, T):copy_(k)
-    cache.v:narrow(1, pos, T):copy_(v)
-    k, v = cache.k:narrow(1, 0, pos + T), cache.v:narrow(1, 0, pos + T)
-  end
+  if cache ~= nil then k, v = cached_keys(cache, k, v, pos, T) end
   local y = F.scaled_dot_product_attention {q, k, v, causal = true, window = self.window}
   return self.drop(self.proj(y:view(B, T, H * D)))
 end
@@ -231,18 +235,7 @@ function Attention:forward_qk_norm(qkv, cache, pos, positions, segments)
     local r = self.rope_freq or self.rope_theta
     q, k = F.rope(q, positions, r), F.rope(k, positions, r)
   end
-  if cache ~= nil then
-    if grad.grad_enabled() and (k.requires_grad or v.requires_grad) then
-      raise("CausalSelfAttention: the key/value cache is for inference: run under lutra.no_grad")
-    end
-    local S_max = cache.k:size(1)
-    if pos + T > S_max then
-      raise(string.format("CausalSelfAttention: the cache holds %d positions; %d + %d do not fit", S_max, pos, T))
-    end
-    cache.k:narrow(1, pos, T):copy_(k)
-    cache.v:narrow(1, pos, T):copy_(v)
-    k, v = cache.k:narrow(1, 0, pos + T), cache.v:narrow(1, 0, pos + T)
-  end
+  if cache ~= nil then k, v = cached_keys(cache, k, v, pos, T) end
   local y = F.scaled_dot_product_attention {q, k, v, causal = true, scale = 1 / math.sqrt(D), segment_ids = segments,
                                             window = self.window}
   return self.drop(self.proj(y:view(B, T, H * D)))
