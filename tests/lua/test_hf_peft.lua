@@ -1,4 +1,5 @@
--- peft adapters written by peft 0.21 itself (tests/hf/gen_peft.py: tiny gpt2 and llama bases, one
+-- peft adapters written by peft 0.21 itself (tests/hf/gen_peft.py: tiny gpt2, llama, qwen2 (q/k/v
+-- biases, tied), qwen3 (q_norm/k_norm, head_dim apart) and mistral (sliding window) bases, one
 -- adapter directory per LoraConfig option and some combined) load into lutra with the logits peft
 -- computed in float64 (max relative difference <= 1e-5 in f32); merge_and_unload's weights match
 -- lutra's merge; DoRA's gradients match peft's autograd in f64, and finite differences for the
@@ -143,7 +144,7 @@ local function loss_of(model)
 end
 
 test("DoRA training: lutra's gradients are peft's (f64), the magnitudes' are finite differences", function()
-  for _, name in ipairs {"gpt2_dora", "llama_dora"} do
+  for _, name in ipairs {"gpt2_dora", "llama_dora", "qwen3_dora", "mistral_dora"} do
     local r = ref(name)
     local model = dora_model(name)
     local loss = loss_of(model)
@@ -188,7 +189,7 @@ test("DoRA training: lutra's gradients are peft's (f64), the magnitudes' are fin
 end)
 
 test("modules_to_save: lora.disable runs the base's own modules (peft's originals)", function()
-  for _, name in ipairs {"llama_mts", "gpt2_mts_lm_head", "gpt2_mts_wte"} do
+  for _, name in ipairs {"llama_mts", "gpt2_mts_lm_head", "gpt2_mts_wte", "qwen2_mts_lm_head"} do
     local model = base(ADAPTERS[name].base)
     local plain = logits_of(model)
     lora.load(FX .. "/" .. name, model)
