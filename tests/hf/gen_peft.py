@@ -230,6 +230,13 @@ def generate(outdir):
     for arch in ARCHS:
         write_base(outdir, arch)
     ids, targets = ids_and_targets()
+    # mistral's window (4 < T) must shape the logits, or its adapters would not test it
+    windowed = load_base(outdir, "mistral", torch.float64)
+    full = AutoModelForCausalLM.from_pretrained(os.path.join(outdir, "mistral"), dtype=torch.float64,
+                                                sliding_window=None).eval()
+    with torch.no_grad():
+        a, b = windowed(ids).logits, full(ids).logits
+    assert ((a - b).abs().max() / a.abs().max()).item() > 0.1, "mistral's sliding window changes nothing"
     with open(os.path.join(outdir, "ids.json"), "w") as f:
         json.dump({"ids": ids.tolist(), "targets": targets.tolist()}, f)
     listing = {}
