@@ -1,5 +1,5 @@
-"""Writes tests/hf/fixtures/peft: tiny gpt2 and llama base models and one peft adapter directory per
-LoraConfig option (and some combined), each saved by peft's save_pretrained, with what peft computes
+"""Writes tests/hf/fixtures/peft: tiny gpt2, llama, qwen2, qwen3 and mistral base models and one peft
+adapter directory per LoraConfig option (and some combined, and the options on each family), each saved by peft's save_pretrained, with what peft computes
 from them in float64: the adapted model's logits, merge_and_unload's weights of layer 0, and (DoRA)
 the gradients of a loss with respect to layer 0's adapter weights.
 
@@ -7,6 +7,9 @@ the gradients of a loss with respect to layer 0's adapter weights.
     python gen_peft.py --check-lutra LUTRA_BIN DIR  # lutra saves adapters of each option, peft loads them
 
 OUTDIR/gpt2, OUTDIR/llama      base models: config.json (the keys lutra reads), model.safetensors (f32)
+OUTDIR/qwen2, qwen3, mistral   base models as transformers' save_pretrained writes them (config.json of
+                               Qwen2Config (q/k/v biases, tied), Qwen3Config (q_norm/k_norm, head_dim
+                               16 with hidden 32 and 4 heads), MistralConfig (sliding_window 4 < T = 8))
 OUTDIR/ids.json                the token ids (2 rows of 8) and the loss targets
 OUTDIR/<name>/                 peft's adapter_model.safetensors + adapter_config.json
 OUTDIR/<name>.ref.safetensors  logits (f64); merged.<HF weight> (f32, layer 0); grad.<key> (f64, DoRA)
@@ -26,7 +29,9 @@ import tempfile
 
 import torch
 from safetensors.torch import load_file, save_file
-from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+from transformers import (AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM,
+                          MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
+                          Qwen3ForCausalLM)
 from peft import LoraConfig, PeftModel, get_peft_model
 
 V, T = 64, 8
@@ -40,6 +45,15 @@ LLAMA_CFG = dict(model_type="llama", architectures=["LlamaForCausalLM"], num_hid
                  vocab_size=V, max_position_embeddings=32, rms_norm_eps=1e-6, rope_theta=10000.0,
                  hidden_act="silu", attention_bias=True, mlp_bias=True, tie_word_embeddings=False,
                  initializer_range=0.02)
+# the families saved by transformers' own save_pretrained: (config class, model class, config kwargs, seed)
+SMALL = dict(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, hidden_size=32, intermediate_size=48,
+             vocab_size=V, max_position_embeddings=32, rms_norm_eps=1e-6, bos_token_id=0, eos_token_id=0)
+SAVED = {
+    "qwen2": (Qwen2Config, Qwen2ForCausalLM, dict(SMALL, tie_word_embeddings=True), 4),
+    "qwen3": (Qwen3Config, Qwen3ForCausalLM, dict(SMALL, head_dim=16, tie_word_embeddings=False), 5),
+    "mistral": (MistralConfig, MistralForCausalLM, dict(SMALL, sliding_window=4, tie_word_embeddings=False), 6),
+}
+ARCHS = ("gpt2", "llama") + tuple(SAVED)
 
 # name -> (base, LoraConfig options); each a peft adapter directory
 ADAPTERS = {
@@ -74,14 +88,35 @@ ADAPTERS = {
                                      use_dora=True, use_rslora=True, bias="lora_only", modules_to_save=["lm_head"],
                                      rank_pattern={"k_proj": 2}, alpha_pattern={"down_proj": 12},
                                      layers_to_transform=[0, 1], layers_pattern="layers")),
+    "qwen2_all_linear": ("qwen2", dict(r=4, lora_alpha=8, target_modules="all-linear")),
+    "qwen2_bias_all": ("qwen2", dict(r=4, lora_alpha=8, target_modules=["q_proj", "k_proj", "v_proj"], bias="all")),
+    "qwen2_bias_lora_only": ("qwen2", dict(r=4, lora_alpha=8, target_modules=["k_proj", "o_proj", "up_proj"],
+                                           bias="lora_only")),
+    "qwen2_mts_lm_head": ("qwen2", dict(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                                        modules_to_save=["lm_head"])),
+    "qwen3_all_linear": ("qwen3", dict(r=4, lora_alpha=8, target_modules="all-linear")),
+    "qwen3_dora": ("qwen3", dict(r=4, lora_alpha=8, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "down_proj"],
+                                 use_dora=True)),
+    "qwen3_patterns": ("qwen3", dict(r=4, lora_alpha=8, target_modules="all-linear",
+                                     rank_pattern={"q_proj": 2, "model.layers.1.mlp.gate_proj": 6},
+                                     alpha_pattern={"k_proj": 3, "o_proj": 32})),
+    "mistral_all_linear": ("mistral", dict(r=4, lora_alpha=16, target_modules="all-linear")),
+    "mistral_dora": ("mistral", dict(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "o_proj", "up_proj"],
+                                     use_dora=True)),
 }
 # merge_and_unload's layer-0 weights are kept for these
-MERGED = {"gpt2_plain", "gpt2_dora", "llama_patterns", "llama_dora", "llama_combined", "gpt2_bias_lora_only"}
+MERGED = {"gpt2_plain", "gpt2_dora", "llama_patterns", "llama_dora", "llama_combined", "gpt2_bias_lora_only",
+          "qwen2_bias_lora_only", "qwen3_dora", "mistral_dora"}
 # the gradients of the loss with respect to layer 0's adapter weights (DoRA) are kept for these
-GRADS = {"gpt2_dora", "llama_dora"}
+GRADS = {"gpt2_dora", "llama_dora", "qwen3_dora", "mistral_dora"}
 
 
 def base_model(arch, dtype=torch.float32):
+    if arch in SAVED:
+        config_class, model_class, fields, seed = SAVED[arch]
+        torch.manual_seed(seed)
+        model = model_class(config_class(**fields))
+        return randomized_base(model).to(dtype).eval()
     torch.manual_seed(1 if arch == "gpt2" else 2)
     fields = dict(GPT2_CFG if arch == "gpt2" else LLAMA_CFG)
     for k in ("model_type", "architectures"):
@@ -92,16 +127,22 @@ def base_model(arch, dtype=torch.float32):
     else:
         fields["rope_parameters"] = {"rope_type": "default", "rope_theta": fields.pop("rope_theta")}
         model = LlamaForCausalLM(LlamaConfig(**fields))
+    return randomized_base(model).to(dtype).eval()
+
+
+def randomized_base(model):
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "ln" in name or "norm" in name:
                 p.copy_(1 + 0.1 * torch.randn_like(p) if name.endswith("weight") else 0.1 * torch.randn_like(p))
             else:
                 p.copy_(0.15 * torch.randn_like(p))
-    return model.to(dtype).eval()
+    return model
 
 
 def load_base(outdir, arch, dtype):
+    if arch in SAVED:
+        return AutoModelForCausalLM.from_pretrained(os.path.join(outdir, arch), dtype=dtype).eval()
     model = base_model(arch, torch.float32)
     sd = load_file(os.path.join(outdir, arch, "model.safetensors"))
     model.load_state_dict(sd, strict=False)
@@ -113,6 +154,9 @@ def load_base(outdir, arch, dtype):
 def write_base(outdir, arch):
     model = base_model(arch)
     d = os.path.join(outdir, arch)
+    if arch in SAVED:
+        model.save_pretrained(d)
+        return
     os.makedirs(d, exist_ok=True)
     sd = {k: v.contiguous() for k, v in model.state_dict().items()}
     if arch == "gpt2":
@@ -183,9 +227,16 @@ def generate(outdir):
     if os.path.isdir(outdir):
         shutil.rmtree(outdir)
     os.makedirs(outdir)
-    for arch in ("gpt2", "llama"):
+    for arch in ARCHS:
         write_base(outdir, arch)
     ids, targets = ids_and_targets()
+    # mistral's window (4 < T) must shape the logits, or its adapters would not test it
+    windowed = load_base(outdir, "mistral", torch.float64)
+    full = AutoModelForCausalLM.from_pretrained(os.path.join(outdir, "mistral"), dtype=torch.float64,
+                                                sliding_window=None).eval()
+    with torch.no_grad():
+        a, b = windowed(ids).logits, full(ids).logits
+    assert ((a - b).abs().max() / a.abs().max()).item() > 0.1, "mistral's sliding window changes nothing"
     with open(os.path.join(outdir, "ids.json"), "w") as f:
         json.dump({"ids": ids.tolist(), "targets": targets.tolist()}, f)
     listing = {}
@@ -240,6 +291,18 @@ LUTRA_CASES = {
     "llama_combined": ("llama", '{targets = {"q_proj", "k_proj", "v_proj", "o_proj", "down_proj"}, r = 4, alpha = 8, '
                                 'dora = true, rslora = true, bias = "lora_only", modules_to_save = {"lm_head"}, '
                                 'rank_pattern = {k_proj = 2}, alpha_pattern = {down_proj = 12}, layers = {0, 1}}'),
+    "qwen2_all_linear": ("qwen2", '{targets = "all-linear", split_fused = true, r = 4, alpha = 8}'),
+    "qwen2_bias_all": ("qwen2", '{targets = {"q_proj", "k_proj", "v_proj"}, r = 4, alpha = 8, bias = "all"}'),
+    "qwen2_bias_lora_only": ("qwen2", '{targets = {"k_proj", "o_proj", "up_proj"}, r = 4, alpha = 8, bias = "lora_only"}'),
+    "qwen2_mts_lm_head": ("qwen2", '{targets = {"q_proj", "v_proj"}, r = 4, alpha = 8, modules_to_save = {"lm_head"}}'),
+    "qwen3_all_linear": ("qwen3", '{targets = "all-linear", r = 4, alpha = 8}'),
+    "qwen3_dora": ("qwen3", '{targets = {"q_proj", "k_proj", "v_proj", "o_proj", "down_proj"}, r = 4, alpha = 8, '
+                            'dora = true}'),
+    "qwen3_patterns": ("qwen3", '{targets = "all-linear", split_fused = true, r = 4, alpha = 8, '
+                                'rank_pattern = {q_proj = 2, ["model.layers.1.mlp.gate_proj"] = 6}, '
+                                'alpha_pattern = {k_proj = 3, o_proj = 32}}'),
+    "mistral_all_linear": ("mistral", '{targets = "all-linear", r = 4, alpha = 16}'),
+    "mistral_dora": ("mistral", '{targets = {"q_proj", "v_proj", "o_proj", "up_proj"}, r = 4, alpha = 8, dora = true}'),
 }
 
 LUA = r'''

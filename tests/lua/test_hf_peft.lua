@@ -1,4 +1,5 @@
--- peft adapters written by peft 0.21 itself (tests/hf/gen_peft.py: tiny gpt2 and llama bases, one
+-- peft adapters written by peft 0.21 itself (tests/hf/gen_peft.py: tiny gpt2, llama, qwen2 (q/k/v
+-- biases, tied), qwen3 (q_norm/k_norm, head_dim apart) and mistral (sliding window) bases, one
 -- adapter directory per LoraConfig option and some combined) load into lutra with the logits peft
 -- computed in float64 (max relative difference <= 1e-5 in f32); merge_and_unload's weights match
 -- lutra's merge; DoRA's gradients match peft's autograd in f64, and finite differences for the
@@ -143,7 +144,7 @@ local function loss_of(model)
 end
 
 test("DoRA training: lutra's gradients are peft's (f64), the magnitudes' are finite differences", function()
-  for _, name in ipairs {"gpt2_dora", "llama_dora"} do
+  for _, name in ipairs {"gpt2_dora", "llama_dora", "qwen3_dora", "mistral_dora"} do
     local r = ref(name)
     local model = dora_model(name)
     local loss = loss_of(model)
@@ -188,7 +189,7 @@ test("DoRA training: lutra's gradients are peft's (f64), the magnitudes' are fin
 end)
 
 test("modules_to_save: lora.disable runs the base's own modules (peft's originals)", function()
-  for _, name in ipairs {"llama_mts", "gpt2_mts_lm_head", "gpt2_mts_wte"} do
+  for _, name in ipairs {"llama_mts", "gpt2_mts_lm_head", "gpt2_mts_wte", "qwen2_mts_lm_head"} do
     local model = base(ADAPTERS[name].base)
     local plain = logits_of(model)
     lora.load(FX .. "/" .. name, model)
@@ -313,4 +314,35 @@ test("DoRA with dropout in training: x W^T + b + (g - 1) (xd W^T) + g s B A xd, 
   assert(rel(got, want) < 1e-14, string.format("%.3g", rel(got, want)))
   local plain = lt.no_grad(function() m:eval(); return m(x) end)
   assert(rel(got, plain) > 1e-3, "dropout had no effect: the test would prove nothing")
+end)
+
+test("qwen2: bias = all trains the q/k/v biases (o_proj has none); a saved lm_head unties from embed_tokens", function()
+  local model = base("qwen2")
+  equal(model.cfg.tie_embeddings, true)
+  lora.load(FX .. "/qwen2_bias_all", model)
+  local attn = model.blocks[1].attn
+  equal(attn.proj.bias, nil)
+  model:train()
+  local before = attn.qkv.bias:clone()
+  local opt = lt.optim.AdamW(lora.param_groups(model, {weight_decay = 0}), {lr = 0.05})
+  local _, loss = model(ids, targets)
+  loss:backward()
+  opt:step()
+  for _, rows in ipairs {{0, 32}, {32, 16}, {48, 16}} do -- q (4 heads of 8), k, v (2 heads each)
+    assert(rel(attn.qkv.bias:narrow(0, rows[1], rows[2]), before:narrow(0, rows[1], rows[2])) > 1e-3,
+      "the q/k/v biases did not train")
+  end
+
+  local q = base("qwen2")
+  local wte = q.wte.weight:clone()
+  lora.load(FX .. "/qwen2_mts_lm_head", q)
+  assert(not rawequal(q.lm_head.weight, q.wte.weight), "lm_head is still tied to embed_tokens")
+  q:train()
+  local head = q.lm_head.weight:clone()
+  local qopt = lt.optim.AdamW(lora.param_groups(q, {weight_decay = 0}), {lr = 0.05})
+  local _, ql = q(ids, targets)
+  ql:backward()
+  qopt:step()
+  equal(rel(q.wte.weight, wte), 0)
+  assert(rel(q.lm_head.weight, head) > 1e-3, "the saved lm_head did not train")
 end)

@@ -1,7 +1,7 @@
 -- lutra.lora.hf_names — the Hugging Face module names of a lutra model's modules, as PEFT's
 -- adapter files (lutra.lora.peft) and lora.apply's targets ("q_proj", "c_attn") name them.
 -- Module names follow Hugging Face's checkpoints of each architecture:
---   lutra                  gpt2 (GPT2LMHeadModel)            llama (LlamaForCausalLM)
+--   lutra                  gpt2 (GPT2LMHeadModel)            llama, qwen2, qwen3, mistral (one naming)
 --   blocks.i.attn.qkv      transformer.h.i.attn.c_attn       model.layers.i.self_attn.{q,k,v}_proj
 --   blocks.i.attn.proj     transformer.h.i.attn.c_proj       model.layers.i.self_attn.o_proj
 --   blocks.i.mlp.fc        transformer.h.i.mlp.c_fc          -
