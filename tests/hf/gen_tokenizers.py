@@ -3,7 +3,13 @@
 ship, trained with Hugging Face's `tokenizers` on a generated corpus, and what the library gives
 for >= 1000 varied strings each.
 
-    python gen_tokenizers.py OUTDIR       (tests/hf/regen.sh tokenizers)
+    python gen_tokenizers.py OUTDIR                        (tests/hf/regen.sh tokenizers)
+    python gen_tokenizers.py --check-lutra LUTRA_BIN DIR   lutra saves each kind, tokenizers reads it
+
+--check-lutra: lutra loads each DIR/<kind>.json and saves it again (tok:save); the tokenizers library
+loads lutra's file and encodes every case text of DIR/<kind>.cases.jsonl, with and without special
+tokens; the ids must equal the fixture's (what the library gave for its own file). Prints the
+strings matched per kind; exits 1 on any difference.
 
 Per kind, OUTDIR/<kind>.json is the tokenizer and OUTDIR/<kind>.cases.jsonl holds one case a line:
   t  the text
@@ -291,7 +297,37 @@ def build(kind):
 KINDS = ["gpt2", "llama3", "qwen2", "smollm2", "llama2", "mistral", "nfkc_lower", "nfd_strip", "added", "unk_fused"]
 
 
+def undiff(b, lead, a):
+    return b if b is not None else a[lead:]
+
+
+def check_lutra(lutra, fixdir):
+    import subprocess
+    import tempfile
+    kinds = json.load(open(os.path.join(fixdir, "kinds.json")))
+    bad = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for kind, info in kinds.items():
+            saved = os.path.join(tmp, kind + ".json")
+            script = ('local tok = require("lutra.tokenizer").load(%s); tok:save(%s)'
+                      % (json.dumps(os.path.join(fixdir, kind + ".json")), json.dumps(saved)))
+            subprocess.run([lutra, "-e", script], check=True)
+            tok = Tokenizer.from_file(saved)
+            cases = [json.loads(line) for line in open(os.path.join(fixdir, kind + ".cases.jsonl"), encoding="utf-8")]
+            same = 0
+            for c in cases:
+                with_sp = tok.encode(c["t"]).ids
+                without = tok.encode(c["t"], add_special_tokens=False).ids
+                same += with_sp == c["a"] and without == undiff(c.get("b"), info["lead"], c["a"])
+            bad += len(cases) - same
+            print("%-11s lutra's save read by tokenizers: ids %d/%d" % (kind, same, len(cases)))
+    sys.exit(1 if bad else 0)
+
+
 def main():
+    if sys.argv[1] == "--check-lutra":
+        check_lutra(sys.argv[2], sys.argv[3])
+        return
     outdir = sys.argv[1]
     os.makedirs(outdir, exist_ok=True)
     kinds = {}
