@@ -18,6 +18,8 @@
 8. Nothing that came with a model, checkpoint, run directory or data set is executed: Lua code is
    compiled (loadstring, load, loadfile, dofile; luaL_load*, luaL_do*, lua_load) only in CODE_LOADERS,
    each of which runs what the user typed or named as code.
+9. The Lua library writes files through lutra.atomic_file (a temporary renamed over the path, links never
+   followed), never io.open(path, "w"/"a"), except the launcher's own signal files (RAW_WRITERS).
 """
 import os, re, shutil, sys, tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -41,6 +43,15 @@ CODE_LOADERS = {
     "lua/lutra/repl.lua": "what the user types at the prompt",
     "lua/lutra/config.lua": "--config=FILE.lua, the user's own settings code",
 }
+# Files that write with io.open, and why that is safe: each writes a signal file in a directory the
+# launcher made for this job, never a user's data.
+RAW_WRITERS = {
+    "lua/lutra/dist/console.lua": "the console's host and tty markers in the launch directory",
+    "lua/lutra/train/fault.lua": "fault-injection markers in LUTRA_LAUNCH_DIR (tests)",
+    "lua/lutra/repl.lua": "the launcher's hold file (LUTRA_HOLD_FILE)",
+    "lua/lutra/atomic_file.lua": "the writer itself",
+}
+RAW_WRITE = re.compile(r"""io\.open\s*\([^)]*,\s*["'][wa]""")
 LUA_LOADER = re.compile(r"(?<![\w.:])(loadstring|loadfile|dofile|load)\s*\(")
 C_LOADER = re.compile(r"\b(luaL_load\w*|luaL_do\w*|lua_load)\s*\(")
 
@@ -133,10 +144,17 @@ def check_code_loaders(paths):
     return breaches
 
 
+def check_raw_writes(paths):
+    return [f"{p}:{n}: writes a file with io.open; write through lutra.atomic_file (a crash or a planted link "
+            "never leaves a half-written or redirected file)"
+            for p in paths if p.startswith("lua/lutra/") and p.endswith(".lua") and p not in RAW_WRITERS
+            for n, line in enumerate(house.lines(p), 1) if RAW_WRITE.search(line.split("--")[0])]
+
+
 def run(paths):
     return (check_floors(paths) + check_cuda_seam(paths) + check_lua_layout(paths)
             + check_raw_fields(paths) + check_sizes(paths) + check_require_circles(paths)
-            + check_lua_slot(paths) + check_code_loaders(paths))
+            + check_lua_slot(paths) + check_code_loaders(paths) + check_raw_writes(paths))
 
 
 def self_check():
@@ -155,6 +173,7 @@ def self_check():
         "lua_slot": ("host/core/bad.c", "int slot(const lt_tensor *t) { return t->lua_slot; }\n"),
         "loader_lua": ("lua/lutra/manifest_reader.lua", "local m = loadstring(text)()\n"),
         "loader_lua_load": ("lua/lutra/bad.lua", "local f = load(text, '=manifest')\n"),
+        "raw_write": ("lua/lutra/sft/saver.lua", 'local f = io.open(dir .. "/chat_template.jinja", "wb")\n'),
         "loader_c": ("host/io/bad.c", "int f(lua_State *L) { return luaL_loadbuffer(L, b, n, \"x\"); }\n"),
     }
     failures = []

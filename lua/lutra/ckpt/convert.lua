@@ -8,6 +8,7 @@
 -- The direction comes from SRC: a directory with config.json is Hugging Face's, one with
 -- manifest.json (or ckpt/latest, or lutra_model/) is lutra's. The model's shape comes from the
 -- checkpoint's config (config.model, as recipes save it) checked against its weights.
+local atomic_file = require "lutra.atomic_file"
 local errors = require "lutra.errors"
 local json = require "lutra.json"
 local models = require "lutra.models"
@@ -76,10 +77,8 @@ local function copy_tokenizer_files(from, to)
       local f = assert(io.open(src, "rb"))
       local bytes = f:read("*a")
       f:close()
-      local g = io.open(dst, "wb")
-      if not g then raise("convert: cannot write " .. dst) end
-      g:write(bytes)
-      g:close()
+      local ok, err = atomic_file.write(dst, bytes)
+      if not ok then raise("convert: " .. err) end
       n = n + 1
     end
   end

@@ -20,6 +20,7 @@
 -- else the model's own Jinja template, run by lutra.jinja (lutra.sft.hf_template); else, with no
 -- template declared, llama3 for a tokenizer with <|eot_id|> and chatml otherwise. A template
 -- lutra.jinja cannot run is an error naming the file and line, before the weights load.
+local atomic_file = require "lutra.atomic_file"
 local errors = require "lutra.errors"
 local models = require "lutra.models"
 local ckpt = require "lutra.ckpt"
@@ -49,9 +50,8 @@ end
 local function write_template(dir, t)
   local json = require "lutra.json"
   local text = t.kind == "jinja" and t.source or templates.builtin[t.name].jinja
-  local f = assert(io.open(dir .. "/chat_template.jinja", "wb"))
-  f:write(text)
-  f:close()
+  local ok, err = atomic_file.write(dir .. "/chat_template.jinja", text)
+  if not ok then errors.raise("save: " .. err) end
   local path = dir .. "/tokenizer_config.json"
   local cfg = exists(path) and json.read_file(path) or {}
   if type(cfg) ~= "table" or json.is_array(cfg) then cfg = {} end
