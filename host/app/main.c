@@ -20,8 +20,33 @@
 #endif
 
 static const char *progname = "lutra";
-static int repl_on_error;  /* --repl-on-error */
-static int error_reported; /* the message handler already printed the error */
+static int repl_on_error; /* --repl-on-error (copied into lutra.host once it exists) */
+
+/* lutra.host's fields repl_on_error (the post-mortem REPL is armed) and error_reported (the
+ * error was printed by a handler): shared with lutra.errors.pcall, whose handler may open
+ * the post-mortem before the error reaches the host. */
+static int host_flag(lua_State *L, const char *name) {
+  lua_getfield(L, LUA_REGISTRYINDEX, "_LOADED");
+  lua_getfield(L, -1, "lutra.host");
+  int on = 0;
+  if (lua_istable(L, -1)) {
+    lua_getfield(L, -1, name);
+    on = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 2);
+  return on;
+}
+
+static void set_host_flag(lua_State *L, const char *name, int on) {
+  lua_getfield(L, LUA_REGISTRYINDEX, "_LOADED");
+  lua_getfield(L, -1, "lutra.host");
+  if (lua_istable(L, -1)) {
+    lua_pushboolean(L, on);
+    lua_setfield(L, -2, name);
+  }
+  lua_pop(L, 2);
+}
 
 static void print_usage(FILE *f) {
   fprintf(f,
@@ -49,7 +74,7 @@ static void print_usage(FILE *f) {
 }
 
 static void report(lua_State *L, int status) {
-  if (status && !error_reported && !lua_isnil(L, -1)) {
+  if (status && !host_flag(L, "error_reported") && !lua_isnil(L, -1)) {
     const char *msg = lua_tostring(L, -1);
     fprintf(stderr, "%s\n", msg ? msg : "(error object is not a string)");
     fflush(stderr);
@@ -68,11 +93,11 @@ static int message_handler(lua_State *L) {
     lua_replace(L, 1);
   }
   luaL_traceback(L, L, lua_tostring(L, 1), 1);
-  if (!repl_on_error) return 1;
+  if (!host_flag(L, "repl_on_error")) return 1;
   fprintf(stderr, "%s\n", lua_tostring(L, -1));
   fflush(stderr);
-  error_reported = 1;
-  repl_on_error = 0; /* an error inside the post-mortem REPL must not nest another one */
+  set_host_flag(L, "error_reported", 1);
+  set_host_flag(L, "repl_on_error", 0); /* an error inside the post-mortem REPL must not nest another one */
   lua_getglobal(L, "require");
   lua_pushliteral(L, "lutra.repl");
   if (lua_pcall(L, 1, 1, 0) == 0) {
@@ -331,6 +356,7 @@ static int run_main(lua_State *L, int argc, char **argv) {
   if (env_repl_on_error && *env_repl_on_error && strcmp(env_repl_on_error, "0") != 0) repl_on_error = 1;
   int flags = 0;
   int script = collect_args(argc, argv, &flags);
+  set_host_flag(L, "repl_on_error", repl_on_error);
   if (script < 0) {
     print_usage(stderr);
     return 1;

@@ -70,12 +70,62 @@ function M.int_arg(op, v, what, optional)
   return v
 end
 
+-- ---- pcall that leaves the raising frame to the post-mortem ----------------------------------
+-- Under --repl-on-error the host sets lutra.host.repl_on_error. The library's own pcalls that
+-- clean up and raise again (tidy, grad mode, the trainer's loop, autograd's backward) go
+-- through M.pcall: its handler runs before the stack unwinds, so the post-mortem REPL opens at
+-- the frame that raised, with its locals, not at the library's re-raise. It opens only when
+-- nothing but such pcalls stands between the error and the host: a plain pcall or xpcall on
+-- the stack (a recipe's, or the REPL's own) catches the error, and the REPL stays shut.
+
+local guarded_pcall
+
+-- Whether a pcall or xpcall other than M.pcall's stands above the handler (level 3 up).
+local function caught_above()
+  local level = 3
+  while true do
+    local info = getinfo(level, "f")
+    if not info then return false end
+    local f = info.func
+    if f == pcall then return true end
+    if f == xpcall then
+      local caller = getinfo(level + 1, "f")
+      if not caller or caller.func ~= guarded_pcall then return true end
+    end
+    level = level + 1
+  end
+end
+
+local function on_error(e)
+  local host = package.loaded["lutra.host"]
+  if type(host) ~= "table" or not host.repl_on_error or caught_above() then return e end
+  host.repl_on_error = false -- one post-mortem; an error inside it must not open another
+  host.error_reported = true -- the host does not print the message again
+  io.stderr:write(debug.traceback(type(e) == "string" and e or tostring(e), 2), "\n")
+  io.stderr:flush()
+  local ok, repl = pcall(require, "lutra.repl")
+  if ok then
+    ok, repl = pcall(repl.post_mortem, e, on_error)
+  end
+  if not ok then io.stderr:write("lutra: post-mortem REPL failed: ", tostring(repl), "\n") end
+  return e
+end
+
+local function pass(...) return ... end
+
+-- As pcall(fn, ...); under --repl-on-error an error that nothing else catches opens the
+-- post-mortem REPL at the frame that raised it before this returns false, err.
+function M.pcall(fn, ...)
+  return pass(xpcall(fn, on_error, ...)) -- not a tail call of xpcall: caught_above sees this frame
+end
+guarded_pcall = M.pcall
+
 -- Runs fn(...) with tbl[key] = value and puts the old value back whether fn returns or raises;
 -- returns what fn returns (a mode switch: grad mode, autocast, a wrapper's no_sync).
 function M.with_field(tbl, key, value, fn, ...)
   local before = tbl[key]
   tbl[key] = value
-  local res = {pcall(fn, ...)}
+  local res = {M.pcall(fn, ...)}
   tbl[key] = before
   if not res[1] then error(res[2], 0) end
   return unpack(res, 2, table.maxn(res))

@@ -229,7 +229,7 @@ function M.tidy(fn, ...)
   local parent, parent_n = scope, scope_n
   local mine = {}
   scope, scope_n = mine, 0
-  local res = {pcall(fn, ...)}
+  local res = {errors.pcall(fn, ...)}
   local n_mine = scope_n
   scope, scope_n = parent, parent_n
   local marks = {}

@@ -420,9 +420,23 @@ end
 -- Called by the host's error handler (before the stack unwinds): opens the REPL in the
 -- innermost Lua frame of the error, or in the innermost one outside the lutra library
 -- when the library raised it (.down then reaches the library's frames).
-function M.post_mortem(msg)
-  local _ = msg -- the host has printed it already
+-- handler: the Lua error handler that called post_mortem (lutra.errors.pcall's): the REPL opens
+-- in a frame above it.
+function M.post_mortem(msg, handler)
+  local _ = msg -- the handler has printed it already
+  -- LuaJIT marks the state as handling an error while a handler runs: the first handler called
+  -- meanwhile (the REPL's own xpcall) would fail with "error in error handling". An error
+  -- caught by a plain pcall clears the mark.
+  pcall(error, "")
   local h, level = depth(), 2
+  if handler then
+    while true do
+      local info = debug.getinfo(level, "f")
+      if not info then return end
+      level = level + 1
+      if info.func == handler then break end
+    end
+  end
   local innermost, user
   while true do
     local info = debug.getinfo(level, "S")

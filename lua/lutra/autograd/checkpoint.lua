@@ -64,7 +64,7 @@ local function recompute(node, inputs)
   local cast_now = autocast.dtype
   autocast.dtype = node.autocast
   S.enabled = true
-  local res = {pcall(node.fn, unpack(inputs, 1, node.nargs))}
+  local res = {errors.pcall(node.fn, unpack(inputs, 1, node.nargs))}
   S.enabled = false
   autocast.dtype = cast_now
   create.set_rng_state(now)

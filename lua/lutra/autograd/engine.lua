@@ -84,7 +84,7 @@ local function call_hooks(rec, g, escaped)
     if fn then
       escaped[g] = true
       local owner = memory.set_owner(nil)
-      local ok, r = pcall(fn, g)
+      local ok, r = errors.pcall(fn, g)
       memory.set_owner(owner)
       if not ok then error(r, 0) end
       if r ~= nil then
@@ -335,7 +335,7 @@ local function run_guarded(pass)
   local owner = memory.set_owner(nil)
   S.enabled = false
   S.retain_graph = pass.retain and true or false -- formulas may reuse saved buffers unless set
-  local ok, err = pcall(drain, pass)
+  local ok, err = errors.pcall(drain, pass)
   S.enabled, S.retain_graph = enabled, retaining
   memory.set_owner(owner)
   if not ok then

@@ -106,7 +106,7 @@ function M.hold(fn, ...)
     if not ok then error((...), 0) end
     return ...
   end
-  return finish(pcall(fn, ...))
+  return finish(errors.pcall(fn, ...))
 end
 
 -- Lets MPI advance posted (async) calls; call it between pieces of compute to overlap.

@@ -351,7 +351,7 @@ function Pipeline:eval(batch)
   if type(batch) ~= "table" or batch.x == nil then raise("pp.eval: expected a batch {x =, y =}") end
   local training = self.model.training
   self.model:eval()
-  local ok, res = pcall(grad.no_grad, exec.forward_only, self, batch)
+  local ok, res = errors.pcall(grad.no_grad, exec.forward_only, self, batch)
   self.model:train(training)
   if not ok then error(res, 0) end
   return res

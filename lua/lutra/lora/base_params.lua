@@ -158,7 +158,7 @@ function M.with_originals(model, fn)
     copies[i] = rawget(s.module, s.key)
     rawset(s.module, s.key, s.original)
   end
-  local res = {pcall(fn)}
+  local res = {errors.pcall(fn)}
   for i, s in ipairs(saved) do rawset(s.module, s.key, copies[i]) end
   if not res[1] then error(res[2], 0) end
   return unpack(res, 2, table.maxn(res))

@@ -301,7 +301,7 @@ end
 function Trainer:run()
   self:start_clock()
   local armed = not self.args.no_interrupt and interrupt.arm()
-  local ok, err = pcall(self.loop, self)
+  local ok, err = errors.pcall(self.loop, self) -- a post-mortem opens where the error was raised
   if armed then interrupt.disarm() end
   self.bar:finish()
   if self.log then self.log:close() end

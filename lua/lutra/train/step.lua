@@ -170,7 +170,7 @@ end
 local function mean_in_eval_mode(model, n, f)
   if type(model.eval) == "function" then model:eval() end
   local sum = 0
-  local ok, err = pcall(function()
+  local ok, err = errors.pcall(function()
     for _ = 1, n do sum = sum + f() end
   end)
   if type(model.train) == "function" then model:train() end
