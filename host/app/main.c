@@ -21,6 +21,7 @@
 
 static const char *progname = "lutra";
 static int repl_on_error; /* --repl-on-error (copied into lutra.host once it exists) */
+static int keep_locals_on_error; /* -i: a failing script's locals are kept for the REPL */
 
 /* lutra.host's fields repl_on_error (the post-mortem REPL is armed) and error_reported (the
  * error was printed by a handler): shared with lutra.errors.pcall, whose handler may open
@@ -73,6 +74,20 @@ static void print_usage(FILE *f) {
           progname, progname, progname, progname);
 }
 
+/* lutra.host.post_mortem(msg, handler): require("lutra.repl").post_mortem(msg, handler), for
+ * lutra.errors.pcall's handler (lutra.errors sits below lutra.repl and cannot require it). */
+static int host_post_mortem(lua_State *L) {
+  lua_settop(L, 2);
+  lua_getglobal(L, "require");
+  lua_pushliteral(L, "lutra.repl");
+  lua_call(L, 1, 1);
+  lua_getfield(L, -1, "post_mortem");
+  lua_pushvalue(L, 1);
+  lua_pushvalue(L, 2);
+  lua_call(L, 2, 0);
+  return 0;
+}
+
 static void report(lua_State *L, int status) {
   if (status && !host_flag(L, "error_reported") && !lua_isnil(L, -1)) {
     const char *msg = lua_tostring(L, -1);
@@ -93,6 +108,16 @@ static int message_handler(lua_State *L) {
     lua_replace(L, 1);
   }
   luaL_traceback(L, L, lua_tostring(L, 1), 1);
+  if (keep_locals_on_error) { /* the stack is still there: lutra.repl.keep_locals reads the script's */
+    keep_locals_on_error = 0;
+    lua_getglobal(L, "require");
+    lua_pushliteral(L, "lutra.repl");
+    if (lua_pcall(L, 1, 1, 0) == 0) {
+      lua_getfield(L, -1, "keep_locals");
+      if (lua_pcall(L, 0, 0, 0) != 0) lua_pop(L, 1);
+    }
+    lua_pop(L, 1); /* the module, or require's error */
+  }
   if (!host_flag(L, "repl_on_error")) return 1;
   fprintf(stderr, "%s\n", lua_tostring(L, -1));
   fflush(stderr);
@@ -261,15 +286,55 @@ static void create_arg_table(lua_State *L, int argc, char **argv, int script) {
   lua_setglobal(L, "arg");
 }
 
-static int run_script(lua_State *L, int argc, char **argv, int script) {
+/* -i: the script's text with a call appended that keeps its main-chunk locals for the REPL
+ * (lutra.repl.keep_locals), a first "#!" line blanked as luaL_loadfile skips it. A script that
+ * does not compile so (one ending in `return`), bytecode and stdin load as they are. */
+static const char keep_locals_call[] = "\n;require('lutra.repl').keep_locals()\n";
+
+static int load_script(lua_State *L, const char *fname, int keep_locals) {
+  FILE *f = keep_locals && fname ? fopen(fname, "rb") : NULL;
+  if (!f) return luaL_loadfile(L, fname);
+  size_t cap = 1 << 16, n = 0, got;
+  char *buf = malloc(cap);
+  while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
+    n += got;
+    if (n == cap) {
+      char *more = realloc(buf, cap * 2);
+      if (!more) {
+        free(buf);
+        buf = NULL;
+        break;
+      }
+      buf = more;
+      cap *= 2;
+    }
+  }
+  int readable = !ferror(f);
+  fclose(f);
+  int status = -1;
+  if (buf && readable && !(n > 0 && buf[0] == '\033') && n + sizeof keep_locals_call <= cap) {
+    for (size_t i = 0; n > 0 && buf[0] == '#' && i < n && buf[i] != '\n'; i++) buf[i] = ' ';
+    memcpy(buf + n, keep_locals_call, sizeof keep_locals_call - 1);
+    lua_pushfstring(L, "@%s", fname);
+    status = luaL_loadbuffer(L, buf, n + sizeof keep_locals_call - 1, lua_tostring(L, -1));
+    lua_remove(L, -2);
+    if (status) lua_pop(L, 1);
+  }
+  free(buf);
+  return status == 0 ? 0 : luaL_loadfile(L, fname);
+}
+
+static int run_script(lua_State *L, int argc, char **argv, int script, int interactive) {
   const char *fname = argv[script];
   if (strcmp(fname, "-") == 0 && strcmp(argv[script - 1], "--") != 0) fname = NULL; /* stdin */
-  int status = luaL_loadfile(L, fname);
+  int status = load_script(L, fname, interactive);
   if (status == 0) {
     int narg = argc - script - 1;
     luaL_checkstack(L, narg + 3, "too many arguments to script");
     for (int i = script + 1; i < argc; i++) lua_pushstring(L, argv[i]);
+    keep_locals_on_error = interactive;
     status = docall(L, narg, 0);
+    keep_locals_on_error = 0;
   } else if (lua_tostring(L, -1) && strncmp(lua_tostring(L, -1), "cannot open", 11) == 0) {
     fprintf(stderr, "%s: ", progname);
   }
@@ -378,7 +443,7 @@ static int run_main(lua_State *L, int argc, char **argv) {
   if (flags & FLAG_VERSION) print_version(L);
   if (run_options(L, argv, script)) return 1;
   /* As python -i: after a failed script, -i still opens the REPL (the exit status stays 1). */
-  int failed = script < argc && run_script(L, argc, argv, script);
+  int failed = script < argc && run_script(L, argc, argv, script, (flags & FLAG_INTERACTIVE) != 0);
   if (failed && !(flags & FLAG_INTERACTIVE)) return 1;
   if ((flags & FLAG_INTERACTIVE) || (script == argc && !(flags & (FLAG_EXEC | FLAG_VERSION))))
     failed |= run_repl(L, script == argc);
@@ -414,6 +479,8 @@ int main(int argc, char **argv) {
   lua_getglobal(L, "package");
   lua_getfield(L, -1, "loaded");
   luaopen_lutra_host(L);
+  lua_pushcfunction(L, host_post_mortem);
+  lua_setfield(L, -2, "post_mortem");
   lua_setfield(L, -2, "lutra.host");
   lua_pop(L, 2);
   int status = run_main(L, argc, argv);

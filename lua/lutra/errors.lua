@@ -98,16 +98,14 @@ end
 
 local function on_error(e)
   local host = package.loaded["lutra.host"]
-  if type(host) ~= "table" or not host.repl_on_error or caught_above() then return e end
+  if type(host) ~= "table" or not host.repl_on_error or not host.post_mortem or caught_above() then return e end
   host.repl_on_error = false -- one post-mortem; an error inside it must not open another
   host.error_reported = true -- the host does not print the message again
   io.stderr:write(debug.traceback(type(e) == "string" and e or tostring(e), 2), "\n")
   io.stderr:flush()
-  local ok, repl = pcall(require, "lutra.repl")
-  if ok then
-    ok, repl = pcall(repl.post_mortem, e, on_error)
-  end
-  if not ok then io.stderr:write("lutra: post-mortem REPL failed: ", tostring(repl), "\n") end
+  -- the host's entry to lutra.repl.post_mortem (the REPL sits above this module)
+  local ok, err = pcall(host.post_mortem, e, on_error)
+  if not ok then io.stderr:write("lutra: post-mortem REPL failed: ", tostring(err), "\n") end
   return e
 end
 

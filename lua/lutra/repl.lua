@@ -244,7 +244,7 @@ local DEBUG_HELP = [[
   .locals        show the frame's locals and upvalues
   .bt            show the stack (-> marks the frame)
   .up [n]        go to the caller;  .down [n]  back toward the stop
-  .help          this text
+  .help          this text (help() lists the REPL's other commands)
   Ctrl-D         leave the REPL (continue the script, or exit after an error)]]
 
 local function debug_command(frame, line)
@@ -328,6 +328,47 @@ end
 M.loop = loop
 M.host = has_host and host or nil
 
+-- ---- help() ----------------------------------------------------------------------------------
+
+local REPL_HELP = [[
+The lutra REPL: Lua, with the library loaded as `lutra`.
+  expression         prints its values (`=expr` too)
+  statements         run; a chunk left open continues on the next line (>> prompt)
+  TAB                completes names, fields and tensor methods
+  Ctrl-C             drops the line being typed, or interrupts running code
+  Ctrl-D             leaves the REPL (after `lutra -i script.lua` or an error: exits)
+  help(x)            x's documentation, where the reference has it
+In lutra.debug() and the post-mortem REPL (--repl-on-error), code runs in the stopped frame:
+  its locals and upvalues read and assign by name, and
+  .locals  .bt  .up [n]  .down [n]  .help   show the frame, the stack, and move along it
+`lutra -i script.lua` keeps the script's main-chunk locals; history: ~/.lutra_history
+(LUTRA_HISTORY).]]
+
+-- Functions x -> documentation text or nil, asked in turn by help(x) (an API reference adds
+-- its lookup here).
+M.doc_finders = {}
+
+-- help(): the REPL's commands; help(x): x's documentation from the first finder that has it.
+function M.help(x)
+  if x == nil then
+    io.stdout:write(REPL_HELP, "\n")
+    return
+  end
+  for _, find in ipairs(M.doc_finders) do
+    local ok, text = pcall(find, x)
+    if ok and text then
+      io.stdout:write(text, "\n")
+      return
+    end
+  end
+  io.stdout:write("help: no documentation for ", repr(x), " (help() shows the REPL's commands)\n")
+end
+
+-- help as a global while a REPL is open, unless the program has its own.
+function M.install_help()
+  if rawget(_G, "help") == nil then rawset(_G, "help", M.help) end
+end
+
 -- ---- ranks: the prompt says which one; lutra.debug{rank = r} stops one, the others wait ------
 
 -- This process's place in the world: lutra.dist.comm's when it is up, else the launcher's
@@ -350,6 +391,7 @@ end
 -- Under `lutra launch` the terminal is the launcher's: the REPL borrows it for its time
 -- (lutra.dist.console; ranks take turns).
 local function frame_repl(height, top, banner, prompt)
+  M.install_help()
   local frame = {height = height, top = top, active = true}
   io.stderr:write(banner, describe(frame), "\n  (.help for commands)\n")
   io.stderr:flush()
@@ -408,6 +450,30 @@ function M.debug(opts)
   else
     comm.hold(function() world:barrier() end)
   end
+end
+
+-- ---- `lutra -i script.lua`: the script's main-chunk locals, kept for the REPL after it -------
+
+-- Keeps (in M.kept_locals) the locals in scope in the outermost main chunk on the stack, the
+-- script's: the host calls it at the script's end (a call it appends to the script's text)
+-- and, when the script fails, from its error handler before the stack unwinds.
+function M.keep_locals()
+  local level, main = 2, nil
+  while true do
+    local info = debug.getinfo(level, "S")
+    if not info then break end
+    if info.what == "main" then main = level end
+    level = level + 1
+  end
+  if not main then return end
+  local kept, i = {}, 1
+  while true do
+    local name, value = debug.getlocal(main, i)
+    if not name then break end
+    if name:sub(1, 1) ~= "(" then kept[name] = value end -- a later local shadows an earlier one
+    i = i + 1
+  end
+  M.kept_locals = kept
 end
 
 -- Files of the lutra library: an error raised inside it opens at the caller's frame.

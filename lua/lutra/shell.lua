@@ -2,6 +2,7 @@
 -- It sits above the library (it requires lutra); lutra.repl below it is the loop and the debugger
 -- that lutra.debug and --repl-on-error open inside a running program.
 local repl = require "lutra.repl"
+local cli = require "lutra.cli"
 
 local M = {}
 
@@ -22,7 +23,19 @@ function M.main(opts)
     io.stdout:write("lutra ", repl.host.version, " (", jit and jit.version or _VERSION, ")",
                     ok and " -- `lutra` is loaded" or "", "; Ctrl-D exits\n")
   end
-  repl.loop {prompt = repl.prompt("> ")}
+  repl.install_help()
+  local env, root_names = nil, nil
+  local kept = repl.kept_locals -- after `lutra -i script.lua`: the script's locals come first
+  if kept then
+    env = setmetatable(kept, {__index = _G, __newindex = _G})
+    root_names = function()
+      local names = cli.global_names(_G)
+      for k in pairs(kept) do names[k] = true end
+      for _, k in ipairs(cli.KEYWORDS) do names[k] = true end
+      return names
+    end
+  end
+  repl.loop {prompt = repl.prompt("> "), env = env, root_names = root_names}
 end
 
 return M

@@ -100,7 +100,7 @@ def help_text():
     s = Session([lutra], env=env, cwd=tmp)
     try:
         s.expect(P)
-        check_reply(s, "help() lists the REPL's commands", "help()", r"(?s)\.bt.*Ctrl-D", P)
+        check_reply(s, "help() lists the REPL's commands", "help()", r"(?s)Ctrl-D.*\.bt", P)
         check_reply(s, "help(x) without a doc says so", "help(print)", r"no documentation", P)
         s.eof()
         s.wait()
