@@ -97,6 +97,25 @@ static void report(lua_State *L, int status) {
   if (status) lua_pop(L, 1);
 }
 
+/* Whether the message at idx is in lutra.errors.usage_errors (raised by lutra.errors.usage). */
+static int is_usage_error(lua_State *L, int idx) {
+  int usage = 0;
+  lua_getfield(L, LUA_REGISTRYINDEX, "_LOADED");
+  lua_getfield(L, -1, "lutra.errors");
+  if (lua_istable(L, -1)) {
+    lua_getfield(L, -1, "usage_errors");
+    if (lua_istable(L, -1)) {
+      lua_pushvalue(L, idx);
+      lua_rawget(L, -2);
+      usage = lua_toboolean(L, -1);
+      lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 2);
+  return usage;
+}
+
 /* Message handler: error text plus a Lua traceback, built before the stack unwinds; with
  * --repl-on-error it also opens the REPL at the failing frame (repl.post_mortem). */
 static int message_handler(lua_State *L) {
@@ -107,6 +126,7 @@ static int message_handler(lua_State *L) {
     }
     lua_replace(L, 1);
   }
+  if (is_usage_error(L, 1)) return 1; /* a mistyped option: its one line is enough */
   luaL_traceback(L, L, lua_tostring(L, 1), 1);
   if (keep_locals_on_error) { /* the stack is still there: lutra.repl.keep_locals reads the script's */
     keep_locals_on_error = 0;
@@ -197,7 +217,9 @@ static void setup_package_path(lua_State *L) {
 
 enum { FLAG_INTERACTIVE = 1, FLAG_VERSION = 2, FLAG_EXEC = 4, FLAG_NOENV = 8, FLAG_HELP = 16 };
 
-/* Returns the index of the script in argv (argc if none), or -1 on a bad option. */
+static int bad_option; /* argv's index of the option collect_args refused */
+
+/* Returns the index of the script in argv (argc if none), or -1 on a bad option (bad_option). */
 static int collect_args(int argc, char **argv, int *flags) {
   int i;
   for (i = 1; i < argc; i++) {
@@ -223,8 +245,12 @@ static int collect_args(int argc, char **argv, int *flags) {
       continue;
     else if (a[1] == 'e' || a[1] == 'l' || a[1] == 'j') {
       if (a[1] == 'e') *flags |= FLAG_EXEC;
-      if (a[2] == '\0' && ++i >= argc) return -1;
+      if (a[2] == '\0' && ++i >= argc) {
+        bad_option = i - 1;
+        return -1;
+      }
     } else {
+      bad_option = i;
       return -1;
     }
   }
@@ -337,6 +363,12 @@ static int run_script(lua_State *L, int argc, char **argv, int script, int inter
     keep_locals_on_error = 0;
   } else if (lua_tostring(L, -1) && strncmp(lua_tostring(L, -1), "cannot open", 11) == 0) {
     fprintf(stderr, "%s: ", progname);
+    if (fname && !strchr(fname, '/') && !strchr(fname, '.')) /* a mistyped command, more likely than a file */
+      lua_pushfstring(L, "%s (nor is it a command: doctor, selftest, launch, ckpt, convert, chat, generate)",
+                      lua_tostring(L, -1));
+    else
+      lua_pushvalue(L, -1);
+    lua_replace(L, -2);
   }
   report(L, status);
   return status;
@@ -423,7 +455,12 @@ static int run_main(lua_State *L, int argc, char **argv) {
   int script = collect_args(argc, argv, &flags);
   set_host_flag(L, "repl_on_error", repl_on_error);
   if (script < 0) {
-    print_usage(stderr);
+    const char *a = argv[bad_option];
+    if (a[1] == 'e' || a[1] == 'l' || a[1] == 'j')
+      fprintf(stderr, "%s: option '%s' needs an argument (`%s --help` lists the options)\n", progname, a, progname);
+    else
+      fprintf(stderr, "%s: unknown option '%s' (`%s --help` lists the options)\n", progname, a, progname);
+    fprintf(stderr, "usage: %s [options] [script [args]]\n", progname);
     return 1;
   }
   if (flags & FLAG_HELP) {

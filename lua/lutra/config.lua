@@ -526,19 +526,8 @@ function M.help(defaults)
   return table.concat(lines, "\n") .. "\n"
 end
 
--- config(defaults, [argv]): argv defaults to the script's arguments (the global `arg`).
-function M.new(defaults, argv)
-  if type(defaults) ~= "table" then raise("config: expected a table of defaults, got " .. type(defaults)) end
-  if argv == nil then
-    argv = {}
-    local a = rawget(_G, "arg")
-    if type(a) == "table" then for i = 1, #a do argv[i] = a[i] end end
-  end
-  if type(argv) ~= "table" then raise("config: argv must be a list of strings, got " .. type(argv)) end
-  local root = build_schema(defaults, "")
-  if root.kind ~= "table" then raise("config: the defaults must be a table of keys") end
-  local cfg = initial(root)
-
+-- Applies the command line argv (config files, then --key=value overrides) to cfg.
+local function apply_args(root, cfg, argv)
   -- first pass: split the arguments into config files and overrides {key, value, text}
   local files, sets = {}, {}
   local i = 1
@@ -590,6 +579,24 @@ function M.new(defaults, argv)
       parent[k] = parse_value(key, node, value, text)
     end
   end
+end
+
+-- config(defaults, [argv]): argv defaults to the script's arguments (the global `arg`).
+function M.new(defaults, argv)
+  if type(defaults) ~= "table" then raise("config: expected a table of defaults, got " .. type(defaults)) end
+  if argv == nil then
+    argv = {}
+    local a = rawget(_G, "arg")
+    if type(a) == "table" then for i = 1, #a do argv[i] = a[i] end end
+  end
+  if type(argv) ~= "table" then raise("config: argv must be a list of strings, got " .. type(argv)) end
+  local root = build_schema(defaults, "")
+  if root.kind ~= "table" then raise("config: the defaults must be a table of keys") end
+  local cfg = initial(root)
+
+  -- a mistyped option is the user's command line, not the recipe: the host shows it in one line
+  local ok, err = pcall(apply_args, root, cfg, argv)
+  if not ok then errors.usage(err) end
   schemas[cfg] = root
   return setmetatable(cfg, Config)
 end

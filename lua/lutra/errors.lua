@@ -70,6 +70,16 @@ function M.int_arg(op, v, what, optional)
   return v
 end
 
+-- Messages of errors in what the user typed (a recipe's command-line options): the host prints
+-- such a message alone, without a traceback or the post-mortem REPL.
+M.usage_errors = {}
+
+-- Raises msg (already positioned) as a usage error.
+function M.usage(msg)
+  M.usage_errors[msg] = true
+  error(msg, 0)
+end
+
 -- ---- pcall that leaves the raising frame to the post-mortem ----------------------------------
 -- Under --repl-on-error the host sets lutra.host.repl_on_error. The library's own pcalls that
 -- clean up and raise again (tidy, grad mode, the trainer's loop, autograd's backward) go

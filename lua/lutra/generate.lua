@@ -189,7 +189,7 @@ function M.generate(model, prompt, opts)
   return ids, used
 end
 
--- generate.text(model, tok, prompt_text, opts) -> the prompt and its continuation, decoded.
+-- generate.text(model, tok, prompt_text, opts) -> the prompt and its continuation, decoded (one string).
 function M.text(model, tok, prompt, opts)
   local ids
   if prompt == nil or prompt == "" then
@@ -197,8 +197,8 @@ function M.text(model, tok, prompt, opts)
   else
     ids = tok:encode(prompt)
   end
-  local out, used = M.generate(model, ids, opts)
-  return tok:decode(out), used
+  local out = M.generate(model, ids, opts)
+  return (tok:decode(out))
 end
 
 return setmetatable(M, {__call = function(_, ...) return M.generate(...) end})

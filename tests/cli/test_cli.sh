@@ -67,6 +67,8 @@ expect_grep "--help lists --repl-on-error" "$h" '--repl-on-error'
 "$LUTRA" --bogus >"$T/out" 2>&1
 expect_eq "unknown option exit status" "$?" "1"
 expect_grep "unknown option prints usage" "$(cat "$T/out")" '^usage: lutra'
+expect_grep "unknown option named" "$(cat "$T/out")" "^lutra: unknown option '--bogus'"
+expect_no_grep "unknown option: no traceback" "$(cat "$T/out")" 'stack traceback'
 
 # ---- exit statuses and error messages --------------------------------------------------------
 echo 'print("fine")' >"$T/ok.lua"
@@ -109,6 +111,14 @@ expect_grep "syntax error names FILE:LINE" "$(head -1 "$T/errout")" "^$T/syntax.
 "$LUTRA" "$T/missing.lua" 2>"$T/errout"
 expect_eq "missing script exit status" "$?" "1"
 expect_grep "missing script message" "$(cat "$T/errout")" 'cannot open .*missing.lua'
+"$LUTRA" lanch x 2>"$T/errout"
+expect_eq "mistyped command exit status" "$?" "1"
+expect_grep "mistyped command: one line naming the commands" "$(cat "$T/errout")" '^lutra: cannot open lanch: .*nor is it a command: doctor, selftest, launch'
+printf 'local cfg = require("lutra").config {steps = 10}\nprint(cfg.steps)\n' >"$T/cfg.lua"
+"$LUTRA" "$T/cfg.lua" --stpes=3 2>"$T/errout"
+expect_eq "mistyped recipe option exit status" "$?" "1"
+expect_eq "mistyped recipe option: one line, no traceback" "$(cat "$T/errout")" \
+  "$T/cfg.lua:1: config: unknown config key 'stpes'; did you mean 'steps'? (--stpes=3)"
 printf 'error("only the message", 0)\n' >"$T/lvl0.lua"
 "$LUTRA" "$T/lvl0.lua" 2>"$T/errout"
 expect_grep "error level 0 message" "$(head -1 "$T/errout")" '^only the message$'

@@ -2,8 +2,8 @@
 # test_launch.sh — `lutra launch` running jobs of 2 ranks: every rank sees its place in the
 # world and the recipe's arguments; a failing rank's exit status is the job's; an error
 # after comm.init ends the job; --repl-on-error opens the REPL on the failing rank at the
-# failing frame (reads its local, the terminal lent by the launcher) while the other rank is
-# held past its collective timeout, and leaving it ends the job non-zero; lutra.debug{rank = 1}
+# failing frame (reads its local, the terminal lent by the launcher; inside lutra.train too)
+# while the other rank is held past its collective timeout, and leaving it ends the job non-zero; lutra.debug{rank = 1}
 # stops rank 1 in a REPL (reads and assigns locals, reads a shard's global shape) while rank 0
 # waits past the timeout, then both go on; the same on a terminal (pty), with the rank in the prompt;
 # SIGTERM to the launcher stops the job.
@@ -73,6 +73,15 @@ expect_grep "repl-on-error: .bt" "^->.*launch_fail.lua:9: in function 'step'" er
 expect_grep "repl-on-error: rank 0 held past its timeout" "rank 0: held: barrier on group world" err
 expect_nogrep "repl-on-error: no watchdog abort" "has not completed after" err
 expect_nogrep "repl-on-error: rank 0 never passed the barrier" "passed the barrier" out
+
+# the same when the error is raised inside lutra.train: the REPL opens in the model's forward
+PAUSE=6 LUTRA_COMM_TIMEOUT=1 launch $'print(rank_var)\n.bt\n' -n 2 --repl-on-error $S/launch_train_fail.lua
+if [ "$st" -ne 0 ] && [ "$st" -ne 124 ]; then ok; else bad "repl-on-error in train: status $st"; fi
+expect_grep "repl-on-error in train: the failing rank says so" "^lutra: rank 1 of 2 failed \(the error above\)" err
+expect_grep "repl-on-error in train: stopped in forward" "Stopped at .*launch_train_fail.lua:12: in function 'forward'" err
+expect_grep "repl-on-error in train: reads forward's local" "^rank_var in forward of rank 1$" out
+expect_grep "repl-on-error in train: .bt reaches the recipe" "^  .*launch_train_fail.lua:19: in main chunk" err
+expect_nogrep "repl-on-error in train: no watchdog abort" "has not completed after" err
 
 # ---- lutra.debug{rank = 1}: rank 1's REPL, rank 0 waits (watchdog off), both go on -----------
 PAUSE=0 LUTRA_COMM_TIMEOUT=1 launch $'secret\nsecret = 99\nrequire("lutra.dist.inspect").shard_info(shard)\nos.execute("sleep 3")\n' \

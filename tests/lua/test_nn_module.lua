@@ -244,6 +244,8 @@ test("registration errors and explicit declarations", function()
   fails("ModuleList: element 1 must be a module", function() nn.ModuleList{3} end)
   local list = nn.ModuleList()
   list:append(nn.Linear(1, 1))
+  fails("ModuleList:add: the name must be a string (add(name, module) names a child; to add to a ModuleList, "
+    .. "use list:append(module))", function() list:add(nn.Linear(1, 1)) end)
   fails("no holes", function() list[3] = nn.Linear(1, 1) end)
   equal(#list, 1)
   fails("unknown option 'biass'", function() nn.Linear(2, 2, {biass = false}) end)

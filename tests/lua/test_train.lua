@@ -388,4 +388,26 @@ test("bad arguments", function()
                                     config = {steps = 1, eval_every = 0}, quiet = true})
 end)
 
+test("generate.text returns the one string; a warmup as long as the run is said on stderr", function()
+  local model = tiny_model("gpt2", 11)
+  local tok = lt.tokenizer.char("abcdefghijk")
+  local n = select("#", generate.text(model, tok, "abc", {max_new_tokens = 3, temperature = 0}))
+  equal(n, 1)
+  local text = generate.text(model, tok, "abc", {max_new_tokens = 3, temperature = 0})
+  equal(#text, 6)
+  local said, stderr = {}, io.stderr
+  io.stderr = {write = function(_, ...) for _, s in ipairs {...} do said[#said + 1] = s end end}
+  local function run(c) train{model = tiny_model("gpt2", 11), data = fixed_loader(1, 1, 4), quiet = true, config = c} end
+  local ok, err = pcall(function()
+    run(sgd_cfg{steps = 2, warmup = 2, schedule = "cosine"})
+    run(sgd_cfg{steps = 2, warmup = 5})
+    run(sgd_cfg{steps = 3, warmup = 2, schedule = "cosine"})
+  end)
+  io.stderr = stderr
+  assert(ok, err)
+  equal(said, {"lutra: warning: warmup (2 steps) is not shorter than the run (2 steps): the cosine schedule runs "
+    .. "without warmup; set warmup below steps\n", "lutra: warning: warmup (5 steps) is not shorter than the run "
+    .. "(2 steps): the lr never reaches lr; set warmup below steps\n"})
+end)
+
 test("cleanup", function() os.execute("rm -rf " .. dir) end)

@@ -126,7 +126,10 @@ function Module:param(name, t)
 end
 
 function Module:add(name, m)
-  if type(name) ~= "string" then raise(self.__name .. ":add: the name must be a string") end
+  if type(name) ~= "string" then
+    raise(self.__name .. ":add: the name must be a string (add(name, module) names a child"
+      .. (is_module(name) and "; to add to a ModuleList, use list:append(module)" or "") .. ")")
+  end
   if not is_module(m) then raise(self.__name .. ":add: '" .. name .. "' must be a module, got " .. type(m)) end
   declare(self, name, name, "module")
   rawset(self, name, m)

@@ -95,7 +95,7 @@ function Trainer.new(args)
   self.device = batch_mod.device_of(self.params) -- batches follow the model (recipes put it on the GPU: lt.device())
   self.val = setup.val_loader(self, args.val_data)
   -- the lr of each step: schedule =, else the given optimizer's own schedule, else the config's
-  self.sched = args.schedule or (args.optimizer and args.optimizer.schedule) or setup.schedule(get)
+  self.sched = args.schedule or (args.optimizer and args.optimizer.schedule) or setup.schedule(get, cfg)
   self.cfg_plain = type(cfg.plain) == "function" and cfg:plain() or setup.plain_copy(cfg)
   self.total = get "steps"
   local run_dir = get "run_dir"

@@ -53,12 +53,21 @@ function M.params_of(model)
   return ps
 end
 
-function M.schedule(get)
+-- The lr schedule of the config. A warmup as long as the run is left out of a decaying
+-- schedule (it would leave no steps to decay over); when the config gave it (cfg.warmup), a
+-- warning on stderr says so, as it does for a constant schedule that never reaches lr.
+function M.schedule(get, cfg)
   local kind = get "schedule"
   if type(kind) ~= "string" then return kind end -- a function or schedule object
   local opts = {kind = kind, lr = get "lr", warmup = get "warmup"}
+  local steps, given = get "steps", cfg ~= nil and cfg.warmup ~= nil
+  if given and steps > 0 and opts.warmup >= steps then
+    io.stderr:write(string.format("lutra: warning: warmup (%d steps) is not shorter than the run (%d steps): %s; "
+      .. "set warmup below steps\n", opts.warmup, steps, kind == "constant" and "the lr never reaches lr"
+      or "the " .. kind .. " schedule runs without warmup"))
+  end
   if kind ~= "constant" then
-    opts.min_lr, opts.total = get "min_lr", get "steps"
+    opts.min_lr, opts.total = get "min_lr", steps
     if opts.total <= opts.warmup then opts.warmup = 0 end
   end
   if kind == "wsd" then opts.decay_frac = get "decay_frac" end
