@@ -59,7 +59,7 @@ static void print_usage(FILE *f) {
           "Options:\n"
           "  -e chunk          execute the string chunk (repeatable)\n"
           "  -l name           require library name\n"
-          "  -i                open the REPL after running the script\n"
+          "  -i                open the REPL after running the script (its locals kept)\n"
           "  -j cmd            LuaJIT control command (as luajit -j)\n"
           "  -O[opt]           LuaJIT optimization flags\n"
           "  -E                ignore LUA_INIT, LUA_PATH and LUA_CPATH\n"

@@ -20,6 +20,21 @@ cat >"$T/locals_fail.lua" <<'LUA'
 local width = 5
 error("script fails")
 LUA
+cat >"$T/plain_fail.lua" <<'LUA'
+local function f(n)
+  local twice = n * 2
+  error("plain fails")
+end
+f(21)
+LUA
+cat >"$T/caught.lua" <<'LUA'
+local lt = require "lutra"
+local model = lt.nn.Linear(2, 2)
+model.forward = function() error("inside forward") end
+local ok, err = pcall(lt.train, {model = model, data = {next = function() return 1, 1 end}, quiet = true,
+                                 config = {steps = 1, warmup = 0, eval_every = 0}})
+print("caught: " .. tostring(not ok) .. " " .. tostring(err))
+LUA
 exec /usr/bin/python3 - "$LUTRA" "$T" "$HERE" <<'PYEOF'
 import os, sys
 lutra, tmp, here = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -96,6 +111,29 @@ def interactive_locals():
         s.close()
 
 
+def outside_trainer():
+    # the host's own handler (no library pcall between): the first error typed is printed too
+    s = Session([lutra, "--repl-on-error", os.path.join(tmp, "plain_fail.lua")], env=env, cwd=tmp)
+    try:
+        s.expect(r"Stopped at \S*plain_fail\.lua:3: in function 'f'")
+        s.expect(D)
+        check_reply(s, "host handler: first error printed", "error('typed')", r"stdin:1: typed", D)
+        check_reply(s, "host handler: the local after it", "twice", r"^42\s*$", D)
+        s.eof()
+        check("host handler: exit 1", s.wait() == 1)
+        check("host handler: no error in error handling", "error in error handling" not in s.text)
+    finally:
+        s.close()
+    # an error the script's own pcall catches opens no REPL, inside lutra.train as well
+    s = Session([lutra, "--repl-on-error", os.path.join(tmp, "caught.lua")], env=env, cwd=tmp)
+    try:
+        check("caught by the script: it goes on", s.expect(r"caught: true \S*caught\.lua:3: inside forward") is not None)
+        check("caught by the script: exit 0", s.wait() == 0)
+        check("caught by the script: no REPL", "post-mortem" not in s.text, s.text)
+    finally:
+        s.close()
+
+
 def help_text():
     s = Session([lutra], env=env, cwd=tmp)
     try:
@@ -110,6 +148,7 @@ def help_text():
 
 for place in PLACES:
     scenario("post-mortem in " + place, place_scenario(place))
+scenario("outside the trainer, and caught", outside_trainer)
 scenario("-i keeps the locals", interactive_locals)
 scenario("help()", help_text)
 sys.exit(summary())
