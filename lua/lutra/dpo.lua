@@ -298,7 +298,7 @@ local function inference(model, fn)
   local mods = model:modules()
   for i, m in ipairs(mods) do was[i] = m.training end
   model:eval()
-  local ok, a, b = pcall(lt.no_grad, fn)
+  local ok, a, b = errors.pcall(lt.no_grad, fn)
   for i, m in ipairs(mods) do rawset(m, "training", was[i]) end
   if not ok then error(a, 0) end
   return a, b

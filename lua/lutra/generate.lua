@@ -183,7 +183,7 @@ function M.generate(model, prompt, opts)
   end
   local was_training = rawget(model, "training")
   if type(model.eval) == "function" then model:eval() end
-  local ok, ids, used = pcall(grad.no_grad, memory.tidy, run, model, prompt, opts)
+  local ok, ids, used = errors.pcall(grad.no_grad, memory.tidy, run, model, prompt, opts)
   if type(model.train) == "function" then model:train(was_training ~= false) end -- the mode it had
   if not ok then error(ids, 0) end
   return ids, used

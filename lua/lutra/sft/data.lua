@@ -432,7 +432,7 @@ function M.evaluate(model, rows, opts)
   local was_training = rawget(model, "training")
   if type(model.eval) == "function" then model:eval() end
   local sum, count = 0, 0
-  local ok, err = pcall(function()
+  local ok, err = errors.pcall(function()
     for i = 1, #rows, bs do
       local part = {}
       for j = i, math.min(i + bs - 1, #rows) do part[#part + 1] = rows[j] end
