@@ -43,21 +43,30 @@ template <typename T> __host__ __device__ inline T add(T a, T b) {
     return (T)(a + b);
 }
 
-template <typename T> __host__ __device__ inline void read_item(T *self, T *other, const void *index, const gather_geom &g,
-                                                                int64_t pos) {
+template <typename T>
+__host__ __device__ inline void read_item(T *self, T *other, const void *index, const gather_geom &g, int64_t pos) {
   int64_t so, oo, io;
   offsets(g, pos, false, &so, &oo, &io);
   other[oo] = self[so + load_index(index, g.is64, io) * g.ss[g.dim]];
 }
 
-template <typename T> __host__ __device__ inline void write_line(T *self, const T *other, const void *index,
-                                                                 const gather_geom &g, int64_t line) {
+template <typename T>
+__host__ __device__ inline void write_line(T *self, const T *other, const void *index, const gather_geom &g,
+                                           int64_t line) {
   int64_t so, oo, io, n = g.shape[g.dim];
   offsets(g, line, true, &so, &oo, &io);
   for (int64_t j = 0; j < n; j++) {
     T *s = self + so + load_index(index, g.is64, io + j * g.is[g.dim]) * g.ss[g.dim];
     const T o = other[oo + j * g.os[g.dim]];
-    *s = g.mode == LT_GATHER_ADD ? add(*s, o) : o;
+    if (g.mode == LT_GATHER_WRITE) {
+      *s = o;
+    } else if (g.mode == LT_GATHER_ADD) {
+      *s = add(*s, o);
+    } else { /* amax / amin, as the CPU row: compared as doubles, a NaN kept */
+      double a = lt_dev_dtype<T>::load(*s), b = lt_dev_dtype<T>::load(o);
+      bool keep = a != a || (g.mode == LT_GATHER_AMAX ? a >= b : a <= b);
+      if (!keep) *s = o;
+    }
   }
 }
 
@@ -66,8 +75,8 @@ template <typename T> __global__ void read_kernel(T *self, T *other, const void 
     read_item(self, other, index, g, i);
 }
 
-template <typename T> __global__ void write_kernel(T *self, const T *other, const void *index, gather_geom g,
-                                                   int64_t lines) {
+template <typename T>
+__global__ void write_kernel(T *self, const T *other, const void *index, gather_geom g, int64_t lines) {
   for (int64_t l = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; l < lines; l += (int64_t)gridDim.x * blockDim.x)
     write_line(self, other, index, g, l);
 }

@@ -7,6 +7,7 @@
  *   LT_GATHER_READ         other[p] = self[q]      (gather: self the source, other the output)
  *   LT_GATHER_WRITE        self[q]  = other[p]     (scatter: self the output, other the source)
  *   LT_GATHER_ADD          self[q] += other[p]
+ *   LT_GATHER_AMAX / AMIN  self[q] = max / min(self[q], other[p]), a NaN on either side kept
  * Writes to one self element come from positions that differ only along dim: both backends visit
  * those in increasing order, one thread per line along dim, so results are deterministic and the
  * same on the CPU and CUDA (16-bit sums round after each addition, as PyTorch's CPU does). Strides
@@ -18,15 +19,15 @@
 extern "C" {
 #endif
 
-enum { LT_GATHER_READ = 0, LT_GATHER_WRITE = 1, LT_GATHER_ADD = 2 };
+enum { LT_GATHER_READ = 0, LT_GATHER_WRITE = 1, LT_GATHER_ADD = 2, LT_GATHER_AMAX = 3, LT_GATHER_AMIN = 4 };
 
 typedef struct lt_gather_plan {
   int device, dtype, idtype, mode;
   int ndim, dim;
-  int64_t shape[8];        /* the positions visited (LT_MAX_DIMS) */
-  void *self;              /* gather's source, scatter's output */
+  int64_t shape[8]; /* the positions visited (LT_MAX_DIMS) */
+  void *self;       /* gather's source, scatter's output */
   int64_t self_stride[8];
-  void *other;             /* gather's output, scatter's source */
+  void *other; /* gather's output, scatter's source */
   int64_t other_stride[8];
   const void *index;
   int64_t index_stride[8];

@@ -3,6 +3,7 @@
  *   gather(x, dim, index)            out[p] = x[p with coordinate dim := index[p]], out shaped as index
  *   scatter(x, dim, index, src)      out = x, then out[p with dim := index[p]] = src[p] for p over index
  *   scatter_add(x, dim, index, src)  the same, adding (duplicates sum in index order along dim)
+ *   scatter_reduce(..., reduce)      the same, reducing with "sum", "amax" or "amin" (NaN kept)
  *
  * x, index (and src) have the same number of dims; index is no larger than x in the dims other
  * than dim (and no larger than src in any); index is i32 or i64 with values in [0, x.shape[dim])
@@ -53,7 +54,8 @@ lt_tensor *lt_gather_checked_index(const char *op, const lt_tensor *index, const
   const char *base = lt_data_ptr(index);
   for (int64_t pos = 0; pos < n; pos++) {
     int64_t off = 0, rest = pos;
-    for (int k = index->ndim - 1; k >= 0; k--) off += (rest % index->shape[k]) * index->stride[k], rest /= index->shape[k];
+    for (int k = index->ndim - 1; k >= 0; k--)
+      off += (rest % index->shape[k]) * index->stride[k], rest /= index->shape[k];
     int64_t v = index->dtype == LT_I64 ? ((const int64_t *)base)[off] : ((const int32_t *)base)[off];
     if (v < 0 || v >= size) {
       bad_index(op, index, pos, v, size, dim);
@@ -161,4 +163,16 @@ int lt_scatter(lt_tensor *out, const lt_tensor *x, int dim, const lt_tensor *ind
 
 int lt_scatter_add(lt_tensor *out, const lt_tensor *x, int dim, const lt_tensor *index, const lt_tensor *src) {
   return scatter("scatter_add", LT_GATHER_ADD, out, x, dim, index, src);
+}
+
+int lt_scatter_reduce(lt_tensor *out, const lt_tensor *x, int dim, const lt_tensor *index, const lt_tensor *src,
+                      const char *reduce) {
+  const char *op = "scatter_reduce";
+  int mode = !reduce                   ? -1
+             : !strcmp(reduce, "sum")  ? LT_GATHER_ADD
+             : !strcmp(reduce, "amax") ? LT_GATHER_AMAX
+             : !strcmp(reduce, "amin") ? LT_GATHER_AMIN
+                                       : -1;
+  if (mode < 0) return lt_errorf("%s: reduce is '%s', expected sum, amax or amin", op, reduce ? reduce : "(null)");
+  return scatter(op, mode, out, x, dim, index, src);
 }

@@ -21,33 +21,40 @@ static inline int64_t index_at(const lt_gather_plan *p, int64_t off) {
   return p->idtype == LT_I64 ? ((const int64_t *)p->index)[off] : ((const int32_t *)p->index)[off];
 }
 
-/* One line: n positions, j-th at index offset io + j * istep, other offset oo + j * ostep. */
-#define DEFINE_GATHER_LINE(T, S, ADD)                                                                      \
-  static void line_##S(const lt_gather_plan *p, int64_t so, int64_t oo, int64_t io) {                      \
-    T *self = (T *)p->self, *other = (T *)p->other;                                                        \
-    int64_t n = p->shape[p->dim], sstep = p->self_stride[p->dim], ostep = p->other_stride[p->dim];         \
-    int64_t istep = p->index_stride[p->dim];                                                               \
-    for (int64_t j = 0; j < n; j++) {                                                                      \
-      T *s = self + so + index_at(p, io + j * istep) * sstep, *o = other + oo + j * ostep;                 \
-      if (p->mode == LT_GATHER_READ)                                                                       \
-        *o = *s;                                                                                           \
-      else if (p->mode == LT_GATHER_WRITE)                                                                 \
-        *s = *o;                                                                                           \
-      else                                                                                                 \
-        *s = ADD(*s, *o);                                                                                  \
-    }                                                                                                      \
+/* One line: n positions, j-th at index offset io + j * istep, other offset oo + j * ostep. amax and
+ * amin compare loaded values (LOAD: 16-bit bits to f32) and keep a NaN, as PyTorch's. */
+#define DEFINE_GATHER_LINE(T, S, ADD, LOAD)                                                                            \
+  static void line_##S(const lt_gather_plan *p, int64_t so, int64_t oo, int64_t io) {                                  \
+    T *self = (T *)p->self, *other = (T *)p->other;                                                                    \
+    int64_t n = p->shape[p->dim], sstep = p->self_stride[p->dim], ostep = p->other_stride[p->dim];                     \
+    int64_t istep = p->index_stride[p->dim];                                                                           \
+    for (int64_t j = 0; j < n; j++) {                                                                                  \
+      T *s = self + so + index_at(p, io + j * istep) * sstep, *o = other + oo + j * ostep;                             \
+      if (p->mode == LT_GATHER_READ) {                                                                                 \
+        *o = *s;                                                                                                       \
+      } else if (p->mode == LT_GATHER_WRITE) {                                                                         \
+        *s = *o;                                                                                                       \
+      } else if (p->mode == LT_GATHER_ADD) {                                                                           \
+        *s = ADD(*s, *o);                                                                                              \
+      } else {                                                                                                         \
+        double a = (double)LOAD(*s), b = (double)LOAD(*o);                                                             \
+        bool keep = a != a || (p->mode == LT_GATHER_AMAX ? a >= b : a <= b);                                           \
+        if (!keep) *s = *o;                                                                                            \
+      }                                                                                                                \
+    }                                                                                                                  \
   }
 #define PLAIN_ADD(a, b) ((a) + (b))
 #define BF16_ADD(a, b) lt_f32_to_bf16(lt_bf16_to_f32(a) + lt_bf16_to_f32(b))
 #define F16_ADD(a, b) lt_f32_to_f16(lt_f16_to_f32(a) + lt_f16_to_f32(b))
 #define U8_ADD(a, b) ((uint8_t)((a) + (b)))
-DEFINE_GATHER_LINE(float, f32, PLAIN_ADD)
-DEFINE_GATHER_LINE(double, f64, PLAIN_ADD)
-DEFINE_GATHER_LINE(uint16_t, bf16, BF16_ADD)
-DEFINE_GATHER_LINE(uint16_t, f16, F16_ADD)
-DEFINE_GATHER_LINE(int32_t, i32, PLAIN_ADD)
-DEFINE_GATHER_LINE(int64_t, i64, PLAIN_ADD)
-DEFINE_GATHER_LINE(uint8_t, u8, U8_ADD)
+#define PLAIN_LOAD(a) (a)
+DEFINE_GATHER_LINE(float, f32, PLAIN_ADD, PLAIN_LOAD)
+DEFINE_GATHER_LINE(double, f64, PLAIN_ADD, PLAIN_LOAD)
+DEFINE_GATHER_LINE(uint16_t, bf16, BF16_ADD, lt_bf16_to_f32)
+DEFINE_GATHER_LINE(uint16_t, f16, F16_ADD, lt_f16_to_f32)
+DEFINE_GATHER_LINE(int32_t, i32, PLAIN_ADD, PLAIN_LOAD)
+DEFINE_GATHER_LINE(int64_t, i64, PLAIN_ADD, PLAIN_LOAD)
+DEFINE_GATHER_LINE(uint8_t, u8, U8_ADD, PLAIN_LOAD)
 
 typedef void (*gather_line_fn)(const lt_gather_plan *p, int64_t so, int64_t oo, int64_t io);
 

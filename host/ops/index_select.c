@@ -22,8 +22,14 @@ static int check_x_index(const char *op, const lt_tensor *x, int dim, const lt_t
 /* The plan over shape (x's with n at dim) reading the 1-d index ic along dim. */
 static void index_plan(lt_gather_plan *p, int mode, int dim, const lt_tensor *shape_of, const lt_tensor *self,
                        const lt_tensor *other, const lt_tensor *ic) {
-  *p = (lt_gather_plan){.device = self->device, .dtype = self->dtype, .idtype = ic->dtype, .mode = mode,
-                        .ndim = shape_of->ndim, .dim = dim, .self = lt_data_ptr(self), .other = lt_data_ptr(other),
+  *p = (lt_gather_plan){.device = self->device,
+                        .dtype = self->dtype,
+                        .idtype = ic->dtype,
+                        .mode = mode,
+                        .ndim = shape_of->ndim,
+                        .dim = dim,
+                        .self = lt_data_ptr(self),
+                        .other = lt_data_ptr(other),
                         .index = lt_data_ptr(ic)};
   for (int d = 0; d < p->ndim; d++) {
     p->shape[d] = shape_of->shape[d];

@@ -46,7 +46,8 @@ M.matmul = ops.matmul -- checks both operands itself
 -- random fills as methods: t:uniform_(lo, hi), t:normal_(mean, std), t:random_(lo, hi), t:bernoulli_(p)
 for _, name in ipairs {"uniform_", "normal_", "random_", "bernoulli_"} do tensor.methods[name] = create[name] end
 -- indexing ops as methods and functions, as torch's: x:gather(dim, index), lutra.one_hot(index, C)
-for _, name in ipairs {"gather", "scatter", "scatter_add", "index_select", "index_add", "index_copy", "masked_fill"} do
+for _, name in ipairs {"gather", "scatter", "scatter_add", "scatter_reduce", "index_select", "index_add", "index_copy",
+                       "masked_fill"} do
   tensor.methods[name], M[name] = F[name], F[name]
 end
 M.one_hot = F.one_hot

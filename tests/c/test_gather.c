@@ -73,6 +73,24 @@ static void test_gather_scatter(void) {
     CHECK(count_bad(g, want, 0, "gather") == 0, "gather trial %d", trial);
     CHECK_OK(lt_scatter_add(sa, x, dim, index, src));
     CHECK(count_bad(sa, sum, tol * 4, "scatter_add") == 0, "scatter_add trial %d", trial);
+    if (dt != LT_I32) { /* amax / amin: the naive max / min of x's value and the src values written there */
+      double *mx = malloc((size_t)nx * sizeof(double)), *mn = malloc((size_t)nx * sizeof(double));
+      for (int64_t i = 0; i < nx; i++) mx[i] = mn[i] = check_at(x, i);
+      for (int64_t i = 0; i < ni; i++) {
+        coords_of(i, 3, is, c);
+        c[dim] = (int64_t)check_at(index, i);
+        int64_t f = flat_of(3, xs, c);
+        mx[f] = fmax(mx[f], check_at(src, i)), mn[f] = fmin(mn[f], check_at(src, i));
+      }
+      lt_tensor *r = lt_tensor_new();
+      CHECK_OK(lt_scatter_reduce(r, x, dim, index, src, "amax"));
+      CHECK(count_bad(r, mx, 0, "amax") == 0, "scatter_reduce amax trial %d", trial);
+      lt_release(r), r = lt_tensor_new();
+      CHECK_OK(lt_scatter_reduce(r, x, dim, index, src, "amin"));
+      CHECK(count_bad(r, mn, 0, "amin") == 0, "scatter_reduce amin trial %d", trial);
+      lt_release(r);
+      free(mx), free(mn);
+    }
     CHECK_OK(lt_scatter(sc, x, dim, index, src));
     CHECK(count_bad(sc, put, 0, "scatter") == 0, "scatter trial %d", trial);
     lt_release(x), lt_release(index), lt_release(src), lt_release(g), lt_release(sa), lt_release(sc);
@@ -150,7 +168,8 @@ static void test_bad_inputs(void) {
   lt_tensor *src = check_random(2, is, LT_F32, 0, 1), *out = lt_tensor_new();
   int64_t *ip = lt_data_ptr(index);
   ip[3] = INT64_MAX;
-  CHECK_ERR(lt_gather(out, x, 1, index), "gather: index 9223372036854775807 out of range [0, 3) of dim 1, at index[1,1]");
+  CHECK_ERR(lt_gather(out, x, 1, index),
+            "gather: index 9223372036854775807 out of range [0, 3) of dim 1, at index[1,1]");
   ip[3] = -1;
   CHECK_ERR(lt_scatter_add(out, x, 1, index, src), "scatter_add: index -1 out of range [0, 3) of dim 1, at index[1,1]");
   CHECK_ERR(lt_scatter(out, x, -1, index, src), "scatter: index -1 out of range");
@@ -167,6 +186,15 @@ static void test_bad_inputs(void) {
   int64_t big[2] = {3, 2};
   lt_tensor *ib = check_random(2, big, LT_I64, 0, 1);
   CHECK_ERR(lt_gather(out, x, 1, ib), "gather: index [3,2] i64 cpu is larger than x [2,3] f32 cpu in dim 0");
+  CHECK_ERR(lt_scatter_reduce(out, x, 1, index, src, "prod"),
+            "scatter_reduce: reduce is 'prod', expected sum, amax or amin");
+  /* a NaN on either side is kept by amax and amin */
+  ((float *)lt_data_ptr(x))[0] = NAN;
+  ((float *)lt_data_ptr(src))[3] = NAN;
+  int64_t *iz = lt_data_ptr(index);
+  iz[0] = 0, iz[1] = 1, iz[2] = 2, iz[3] = 2;
+  CHECK_OK(lt_scatter_reduce(out, x, 1, index, src, "amax"));
+  CHECK(isnan(check_at(out, 0)) && isnan(check_at(out, 5)) && !isnan(check_at(out, 1)), "amax keeps NaN");
   lt_release(x), lt_release(index), lt_release(src), lt_release(out), lt_release(i1), lt_release(xb), lt_release(ib);
 }
 

@@ -78,6 +78,12 @@ test("gradients against finite differences (f64, contiguous and permuted)", func
       {msg = "index_add"})
     T.gradcheck(function(a, s) return a:index_copy(-1, ids({4, 1}), s) end, {x, T.random_leaf({3, 4, 2}, nc)},
       {msg = "index_copy"})
+    for _, reduce in ipairs {"sum", "mean", "amax", "amin"} do
+      for _, inc in ipairs {true, false} do
+        T.gradcheck(function(a, s) return a:scatter_reduce(1, index, s, reduce, {include_self = inc}) end, {x, src},
+          {msg = "scatter_reduce " .. reduce})
+      end
+    end
     local mask = lt.tensor(T.random_list({4, 5}, function() return T.uniform() < 0.5 end), {dtype = "bool"})
     T.gradcheck(function(a) return a:masked_fill(mask, 0.25) end, {x}, {msg = "masked_fill"})
   end
@@ -102,10 +108,14 @@ test("bad indices and shapes are refused with the op, the value and its position
   T.assert_error("gather: index is [2] i64 cpu, expected as many dims as x",
     function() return x:gather(0, ids({0, 1})) end)
   T.assert_error("is larger than x", function() return x:gather(0, ids({{0, 1, 0, 1}})) end)
-  T.assert_error("index_select: index is [1,1] i64 cpu, expected 1-d", function() return x:index_select(0, ids({{0}})) end)
+  T.assert_error("index_select: index is [1,1] i64 cpu, expected 1-d",
+    function() return x:index_select(0, ids({{0}})) end)
   T.assert_error("masked_fill: mask must be a bool tensor", function() return x:masked_fill(lt.zeros({3}), 1) end)
   T.assert_error("masked_fill: mask of shape [4] does not broadcast", function()
     return x:masked_fill(lt.tensor({true, false, true, true}), 1)
+  end)
+  T.assert_error("scatter_reduce: reduce is prod, expected", function()
+    return x:scatter_reduce(0, ids({{0}}), lt.ones({1, 1}), "prod")
   end)
   T.assert_error("one_hot: index value 4 out of range [0, 3)", function() return F.one_hot(ids({4}), 3) end)
   T.assert_error("one_hot: index value -1 is negative", function() return F.one_hot(ids({-1}), 3) end)

@@ -1,5 +1,6 @@
 -- The indexing ops against PyTorch: tests/py/ref_index.py runs gather, scatter, scatter_add,
--- index_select, index_add, index_copy and masked_fill on odd shapes, x contiguous and transposed,
+-- index_select, index_add, index_copy, scatter_reduce (sum, mean, amax, amin; with and without
+-- x's own values) and masked_fill on odd shapes, x contiguous and transposed,
 -- in f32, f64, bf16 and f16, with the gradients of sum(y * gout); the same here must match.
 -- Copies (gather, index_select, scatter, index_copy, masked_fill) and their gradients are exact;
 -- sums (scatter_add, index_add and the backward of gather / index_select) add in index order with
@@ -58,8 +59,10 @@ local function rel_diff(a, b)
 end
 
 test("indexing ops match PyTorch: values and gradients, every float dtype", function()
-  local cases = parse(reference())
-  assert(#cases >= 80, "ref_index.py wrote " .. #cases .. " cases")
+  local path = reference()
+  local cases = parse(path)
+  os.remove(path)
+  assert(#cases >= 144, "ref_index.py wrote " .. #cases .. " cases")
   local worst = {}
   for _, c in ipairs(cases) do
     local dt = c.dtype
@@ -68,7 +71,10 @@ test("indexing ops match PyTorch: values and gradients, every float dtype", func
     local index = c.t.index and make(c.t.index)
     local src = c.t.src and make(c.t.src, dt):requires_grad_()
     local y
-    if c.op == "masked_fill" then
+    local reduce, include = c.op:match("^scatter_reduce:(%a+):(%d)$")
+    if reduce then
+      y = x:scatter_reduce(c.dim, index, src, reduce, {include_self = include == "1"})
+    elseif c.op == "masked_fill" then
       y = x:masked_fill(make(c.t.mask), -2.5)
     elseif src then
       y = x[c.op](x, c.dim, index, src)
@@ -87,5 +93,7 @@ test("indexing ops match PyTorch: values and gradients, every float dtype", func
       end
     end
   end
-  for _, dt in ipairs {"f32", "f64", "bf16", "f16"} do print(string.format("  %s: max relative difference %.3g", dt, worst[dt])) end
+  for _, dt in ipairs {"f32", "f64", "bf16", "f16"} do
+    print(string.format("  %s: max relative difference %.3g", dt, worst[dt]))
+  end
 end)

@@ -5,7 +5,7 @@
 
 For each case (op, dtype, dim, odd shapes, x non-contiguous when T = 1: x is base.transpose(-1, -2)),
 writes the inputs and torch's results as text lines (values exact, %.17g):
-  case NAME OP DTYPE DIM T
+  case NAME OP DTYPE DIM T                   (OP scatter_reduce:REDUCE:INCLUDE_SELF for scatter_reduce)
   tensor KEY DTYPE NDIM SHAPE... VALUES...   (KEY: base, index, src, mask, gout, y, dx, dsrc)
   end
 y is op(x, ...), dx and dsrc the gradients of sum(y * gout). A case torch 1.13 does not run for a
@@ -102,6 +102,14 @@ def main():
                  lambda x, d: (x.index_copy(1, idx := torch.tensor([5, 1, 3]),
                                             s := torch.randn(3, 3, 4, dtype=torch.float64).to(d).requires_grad_()),
                                idx, s, None))
+            for red in ("sum", "mean", "amax", "amin"):
+                for inc in (True, False):
+                    case(out, "scatter_reduce_%s_%d" % (red, inc), "scatter_reduce:%s:%d" % (red, inc), dt, 1, tr,
+                         (3, 5, 4),
+                         lambda x, d, red=red, inc=inc: (
+                             x.scatter_reduce(1, idx := torch.randint(0, 5, (3, 4, 4)),
+                                              s := torch.randn(3, 4, 4, dtype=torch.float64).to(d).requires_grad_(),
+                                              red, include_self=inc), idx, s, None))
             case(out, "masked_fill", "masked_fill", dt, 0, tr, (4, 3, 5),
                  lambda x, d: (x.masked_fill(m := torch.rand(3, 5) < 0.4, -2.5), None, None, m))
     out.close()

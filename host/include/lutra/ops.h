@@ -145,6 +145,9 @@ int lt_embedding_backward(lt_tensor *dweight, const lt_tensor *dout, const lt_te
 int lt_gather(lt_tensor *out, const lt_tensor *x, int dim, const lt_tensor *index);
 int lt_scatter(lt_tensor *out, const lt_tensor *x, int dim, const lt_tensor *index, const lt_tensor *src);
 int lt_scatter_add(lt_tensor *out, const lt_tensor *x, int dim, const lt_tensor *index, const lt_tensor *src);
+/* scatter with reduce "sum" (scatter_add), "amax" or "amin" (a NaN on either side is kept) */
+int lt_scatter_reduce(lt_tensor *out, const lt_tensor *x, int dim, const lt_tensor *index, const lt_tensor *src,
+                      const char *reduce);
 /* index 1-d (n) i32/i64 in [0, x.shape[dim]). index_select: out = x's slices index[j] along dim
  * (n at dim). index_add / index_copy: out (x's shape) = x with src (x's shape, n at dim) added /
  * written at slices index[j] (sums in index order). */

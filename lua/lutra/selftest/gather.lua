@@ -1,11 +1,12 @@
--- lutra.selftest.gather — gather, scatter, scatter_add, index_select, index_add and index_copy on
--- st.device against the CPU on the same inputs (kernels/gather.cu): odd shapes, every dim, index
--- i32 and i64 with repeats, contiguous and strided device inputs, f32/f64/bf16/f16/i32, and an
--- out-of-range index refused with the CPU's message.
+-- lutra.selftest.gather — gather, scatter, scatter_add, scatter_reduce (amax, amin), index_select,
+-- index_add and index_copy on st.device against the CPU on the same inputs (kernels/gather.cu):
+-- odd shapes, every dim, index i32 and i64 with repeats, contiguous and strided device inputs,
+-- f32/f64/bf16/f16/i32, and an out-of-range index refused with the CPU's message.
 --
 -- Exact (0): gather and index_select copy; scatter_add and index_add sum each output element's
 -- contributions one thread per line in index order, rounding as the CPU row does (no atomics):
--- the same bits. scatter / index_copy with repeated indices keep the last write on both.
+-- the same bits; amax and amin pick. scatter / index_copy with repeated indices keep the last
+-- write on both.
 return function(st)
   local C, device = st.C, st.device
   local ok, empty, ints, randint, guarded, same_error = st.ok, st.empty, st.ints, st.randint, st.guarded,
@@ -40,6 +41,11 @@ return function(st)
                function(o) return C.lt_scatter_add(o, xd, dim, id, sd) end)
           both("scatter", xs, function(o) return C.lt_scatter(o, x, dim, index, src) end,
                function(o) return C.lt_scatter(o, xd, dim, id, sd) end)
+          for _, reduce in ipairs {"amax", "amin"} do
+            both("scatter_reduce " .. reduce, xs,
+                 function(o) return C.lt_scatter_reduce(o, x, dim, index, src, reduce) end,
+                 function(o) return C.lt_scatter_reduce(o, xd, dim, id, sd, reduce) end)
+          end
           both("index_select", is, function(o) return C.lt_index_select(o, x, dim, sel) end,
                function(o) return C.lt_index_select(o, xd, dim, seld) end)
           both("index_add", xs, function(o) return C.lt_index_add(o, x, dim, sel, src) end,

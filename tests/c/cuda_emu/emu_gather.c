@@ -1,8 +1,9 @@
 /* emu_gather.c — kernels/gather.cu under the emulator against the CPU ops (suite "gather"): gather,
- * scatter, scatter_add, index_select, index_add and index_copy on the same inputs on both sides
- * (device copies contiguous, strided or transposed; i32 and i64 index with repeats), every output
- * bit-identical (the kernel sums each line in index order as the CPU row does: tolerance 0, as
- * lua/lutra/selftest/gather.lua's), and an out-of-range index refused by both with one message. */
+ * scatter, scatter_add, scatter_reduce amax/amin, index_select, index_add and index_copy on the
+ * same inputs on both sides (device copies contiguous, strided or transposed; i32 and i64 index
+ * with repeats), every output bit-identical (the kernel sums each line in index order as the CPU
+ * row does: tolerance 0, as lua/lutra/selftest/gather.lua's), and an out-of-range index refused by
+ * both with one message. */
 #include "emu_check.h"
 #include <string.h>
 
@@ -10,7 +11,8 @@ static const int dts[] = {LT_F32, LT_F64, LT_BF16, LT_F16, LT_I32};
 
 static void check_pair(const char *name, int dt, int rc_c, int rc_d, lt_tensor *c, lt_tensor *d) {
   if (rc_c || rc_d) {
-    emu_fails++, printf("FAIL %s %s: cpu rc %d, device rc %d: %s\n", name, lt_dtype_name(dt), rc_c, rc_d, lt_last_error());
+    emu_fails++,
+        printf("FAIL %s %s: cpu rc %d, device rc %d: %s\n", name, lt_dtype_name(dt), rc_c, rc_d, lt_last_error());
     return;
   }
   emu_check(name, dt, d, c, 0);
@@ -35,11 +37,15 @@ static void gather_cases(int64_t A, int64_t B, int64_t Cn, int dim, int64_t n) {
     snprintf(name, sizeof name, "%s %s dim %d%s", label, lt_dtype_name(idt), dim, emu_mode_name[mode]);                \
     int rc_c = (call_c), rc_d = (call_d);                                                                              \
     check_pair(name, dt, rc_c, rc_d, c, d);                                                                            \
-    lt_release(c), lt_release(d), c = lt_tensor_new(), d = lt_tensor_new();                                           \
+    lt_release(c), lt_release(d), c = lt_tensor_new(), d = lt_tensor_new();                                            \
   } while (0)
         BOTH("gather", lt_gather(c, x, dim, index), lt_gather(d, xd, dim, id));
         BOTH("scatter_add", lt_scatter_add(c, x, dim, index, src), lt_scatter_add(d, xd, dim, id, sd));
         BOTH("scatter", lt_scatter(c, x, dim, index, src), lt_scatter(d, xd, dim, id, sd));
+        BOTH("scatter_reduce amax", lt_scatter_reduce(c, x, dim, index, src, "amax"),
+             lt_scatter_reduce(d, xd, dim, id, sd, "amax"));
+        BOTH("scatter_reduce amin", lt_scatter_reduce(c, x, dim, index, src, "amin"),
+             lt_scatter_reduce(d, xd, dim, id, sd, "amin"));
         BOTH("index_select", lt_index_select(c, x, dim, sel), lt_index_select(d, xd, dim, seld));
         BOTH("index_add", lt_index_add(c, x, dim, sel, src), lt_index_add(d, xd, dim, seld, sd));
         BOTH("index_copy", lt_index_copy(c, x, dim, sel, src), lt_index_copy(d, xd, dim, seld, sd));
@@ -63,7 +69,8 @@ static void bad_index_case(void) {
   snprintf(cpu_msg, sizeof cpu_msg, "%s", lt_last_error());
   int rc_d = lt_gather(d, xd, 1, id);
   if (rc_c == 0 || rc_d == 0 || strcmp(cpu_msg, lt_last_error()) != 0)
-    emu_fails++, printf("FAIL gather bad index: cpu rc %d '%s', device rc %d '%s'\n", rc_c, cpu_msg, rc_d, lt_last_error());
+    emu_fails++,
+        printf("FAIL gather bad index: cpu rc %d '%s', device rc %d '%s'\n", rc_c, cpu_msg, rc_d, lt_last_error());
   else
     emu_passes++;
   lt_release(x), lt_release(index), lt_release(xd), lt_release(id), lt_release(c), lt_release(d);
