@@ -118,20 +118,3 @@ extern "C" int lt_cuda_gather(const lt_gather_plan *p) {
   if (!known) return lt_errorf("%s: dtype %s is not supported on cuda", op, lt_dtype_name(p->dtype));
   return lt_cuda_check_launch(op, p->device);
 }
-
-/* The kernels' work items run on the CPU over host memory, for tests/c/test_nn_kernels_host.c's
- * routing of the fronts' CUDA calls: the index math against the CPU row. */
-extern "C" int lt_cuda_gather_on_host(const lt_gather_plan *p) {
-  int64_t total, lines;
-  counts(p, &total, &lines);
-  gather_geom g = make_geom(p);
-  bool read = p->mode == LT_GATHER_READ;
-  bool known = lt_with_dtype(p->dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if (read)
-      for (int64_t i = 0; i < total; i++) read_item((T *)p->self, (T *)p->other, p->index, g, i);
-    else
-      for (int64_t l = 0; l < lines; l++) write_line((T *)p->self, (const T *)p->other, p->index, g, l);
-  });
-  return known ? 0 : lt_errorf("gather: dtype %s is not supported on cuda", lt_dtype_name(p->dtype));
-}
