@@ -162,6 +162,29 @@ static void test_deterministic(void) {
   lt_release(x), lt_release(index), lt_release(src), lt_release(a), lt_release(b);
 }
 
+/* index_add along dim 0 of wide rows (several tiles per row on the CPU): the serial sums */
+static void test_wide_rows(void) {
+  int64_t xs[2] = {50, 600}, n = 3000, ss[2] = {3000, 600};
+  lt_tensor *x = check_random(2, xs, LT_F32, -1, 1), *index = check_random(1, &n, LT_I32, 0, 50);
+  lt_tensor *src = check_random(2, ss, LT_F32, -1, 1), *a = lt_tensor_new(), *sel = lt_tensor_new();
+  CHECK_OK(lt_index_add(a, x, 0, index, src));
+  CHECK_OK(lt_index_select(sel, x, 0, index));
+  float *want = malloc(50 * 600 * sizeof(float));
+  memcpy(want, lt_data_ptr(x), 50 * 600 * sizeof(float));
+  const int32_t *ip = lt_data_ptr(index);
+  const float *sp = lt_data_ptr(src), *xp = lt_data_ptr(x), *selp = lt_data_ptr(sel);
+  int bad = 0;
+  for (int64_t j = 0; j < n; j++)
+    for (int64_t c = 0; c < 600; c++) {
+      want[ip[j] * 600 + c] += sp[j * 600 + c];
+      bad += selp[j * 600 + c] != xp[ip[j] * 600 + c];
+    }
+  CHECK(memcmp(lt_data_ptr(a), want, 50 * 600 * sizeof(float)) == 0, "index_add wide rows: not the serial sums");
+  CHECK(bad == 0, "index_select wide rows: %d elements differ", bad);
+  free(want);
+  lt_release(x), lt_release(index), lt_release(src), lt_release(a), lt_release(sel);
+}
+
 static void test_bad_inputs(void) {
   int64_t xs[2] = {2, 3}, is[2] = {2, 2}, one = 3;
   lt_tensor *x = check_random(2, xs, LT_F32, 0, 1), *index = check_random(2, is, LT_I64, 0, 3);
@@ -202,6 +225,7 @@ int main(void) {
   test_gather_scatter();
   test_index_ops();
   test_deterministic();
+  test_wide_rows();
   test_bad_inputs();
   return check_summary();
 }
