@@ -1,122 +1,128 @@
--- The indexing ops (lutra.functional.gather, index_select, masked_fill, one_hot): values against
--- naive loops, f64 gradients against finite differences (contiguous and permuted inputs), and the
--- refusals of bad indices and shapes, each naming the op, the value and its position.
+-- Indexing and slicing, 0-based with negative indices from the end, checked against
+-- the same selection done on the tolist() values in Lua; assignment through views.
 local lt = require "lutra"
 local T = require "lutra.testing"
-local F = lt.F
+local close, equal, fails = T.assert_close, T.assert_equal, T.assert_error
 
-local function ids(list, dt) return lt.tensor(list, {dtype = dt or "i64"}) end
+-- Python-style range of a dim of size n: {a, b, step} with defaults and clamping.
+local function range_of(r, n)
+  local a, b, s = r[1] or 0, r[2] or n, r[3] or 1
+  if a < 0 then a = a + n end
+  if b < 0 then b = b + n end
+  a, b = math.max(0, math.min(a, n)), math.max(0, math.min(b, n))
+  local idx = {}
+  for i = a, b - 1, s do idx[#idx + 1] = i end
+  return idx
+end
 
-test("gather and scatter_add against naive loops, i32 and i64 index, negative dim", function()
-  local x = T.random_leaf({3, 4, 5}, true):detach()
-  for _, dt in ipairs {"i32", "i64"} do
-    local index = lt.tensor(T.random_list({2, 4, 3}, function() return T.randint(0, 5) end), {dtype = dt})
-    local y = x:gather(-1, index)
-    T.assert_equal(y.shape, {2, 4, 3})
-    for i = 0, 1 do
-      for j = 0, 3 do
-        for k = 0, 2 do
-          T.assert_equal(y[{i, j, k}]:item(), x[{i, j, index[{i, j, k}]:item()}]:item())
-        end
-      end
+-- The reference of t[key] on nested lists `list` of shape `shape`.
+local function ref_index(list, shape, key)
+  if type(key) == "number" then key = {key} end
+  local function rec(l, d, k)
+    local e = key[k]
+    if e == nil then return l end -- remaining dims whole
+    if type(e) == "number" then
+      local i = e < 0 and e + shape[d] or e
+      return rec(l[i + 1], d + 1, k + 1)
     end
-    local src = T.random_leaf({2, 4, 3}):detach()
-    local s = lt.zeros({3, 4, 5}, {dtype = "f64"}):scatter_add(2, index, src)
-    local want = {}
-    for i = 0, 1 do
-      for j = 0, 3 do
-        for k = 0, 2 do
-          local key = i .. "," .. j .. "," .. index[{i, j, k}]:item()
-          want[key] = (want[key] or 0) + src[{i, j, k}]:item()
-        end
-      end
-    end
-    for i = 0, 2 do
-      for j = 0, 3 do
-        for v = 0, 4 do T.assert_close(s[{i, j, v}]:item(), want[i .. "," .. j .. "," .. v] or 0) end
-      end
+    local out = {}
+    for _, i in ipairs(range_of(e, shape[d])) do out[#out + 1] = rec(l[i + 1], d + 1, k + 1) end
+    return out
+  end
+  return rec(list, 1, 1)
+end
+
+local function ref_shape(shape, key)
+  if type(key) == "number" then key = {key} end
+  local s = {}
+  for d = 1, #shape do
+    local e = key[d]
+    if e == nil then s[#s + 1] = shape[d]
+    elseif type(e) == "table" then s[#s + 1] = #range_of(e, shape[d]) end
+  end
+  return s
+end
+
+local KEYS = {
+  0, 2, -1, -3,
+  {1}, {-1}, {0, 1}, {-2, -1, 0},
+  {{}}, {{1}}, {{1, 3}}, {{0, 4, 2}}, {{-3}}, {{-3, -1}}, {{1, 100}}, {{5, 2}},
+  {{}, 2}, {{}, -1, {1, 5, 3}}, {1, {0, 3, 2}}, {{1, 4, 2}, {}, {2, 6, 2}}, {{}, {}, {}}, {-1, -1, {-2}},
+  {{0, 0}},
+}
+
+test("t[key] against references, contiguous and not", function()
+  local shape = {4, 3, 6}
+  local list = T.random_list(shape)
+  local bases = {
+    {lt.tensor(list), list},
+    -- the same values held in a transposed layout
+    {lt.tensor(list):permute(2, 0, 1):contiguous():permute(1, 2, 0), list},
+  }
+  for b, base in ipairs(bases) do
+    local x, l = base[1], base[2]
+    if b == 2 then equal(x:is_contiguous(), false) end
+    for _, key in ipairs(KEYS) do
+      local got = x[key]
+      local what = "key " .. T.show(key) .. " on base " .. b
+      equal(got.shape, ref_shape(shape, key), what)
+      close(got, T.map(T.f32, ref_index(l, shape, key)), {rtol = 0, atol = 0, msg = what})
     end
   end
 end)
 
-test("index_select, index_add, index_copy against naive loops; masked_fill; one_hot", function()
-  local x = T.random_leaf({4, 3}, true):detach()
-  local index = ids({3, 0, 3}, "i32")
-  local y = x:index_select(0, index)
-  for r = 0, 2 do
-    for c = 0, 2 do T.assert_equal(y[{r, c}]:item(), x[{index[r]:item(), c}]:item()) end
-  end
-  local src = lt.tensor({{1, 2, 3}, {4, 5, 6}, {7, 8, 9}}, {dtype = "f64"})
-  local a = x:index_add(0, index, src)
-  local c = x:index_copy(0, ids({2, 0, 1}), src)
-  for col = 0, 2 do
-    T.assert_close(a[{3, col}]:item(), x[{3, col}]:item() + src[{0, col}]:item() + src[{2, col}]:item())
-    T.assert_close(a[{0, col}]:item(), x[{0, col}]:item() + src[{1, col}]:item())
-    T.assert_equal(a[{1, col}]:item(), x[{1, col}]:item())
-    T.assert_equal(c[{2, col}]:item(), src[{0, col}]:item())
-    T.assert_equal(c[{3, col}]:item(), x[{3, col}]:item())
-  end
-  local m = x:masked_fill(lt.tensor({true, false, true}), 7)
-  T.assert_equal(m[{1, 0}]:item(), 7)
-  T.assert_equal(m[{1, 1}]:item(), x[{1, 1}]:item())
-  T.assert_equal(F.one_hot(ids({2, 0}), 4):tolist(), {{0, 0, 1, 0}, {1, 0, 0, 0}})
+test("indexing returns views", function()
+  local x = lt.zeros(3, 4)
+  local row = x[1]
+  row[2] = 5
+  equal(x[{1, 2}]:item(), 5)
+  local cols = x[{{}, {1, 4, 2}}]
+  equal(cols:is_contiguous(), false)
+  cols:fill_(7)
+  equal(x:tolist(), {{0, 7, 0, 7}, {0, 7, 5, 7}, {0, 7, 0, 7}})
+  equal(x[-1][-1]:item(), 7)
+  equal(x[0][0].shape, {})
 end)
 
-test("gradients against finite differences (f64, contiguous and permuted)", function()
-  for _, nc in ipairs {false, true} do
-    local x = T.random_leaf({3, 4, 5}, nc)
-    local index = lt.tensor(T.random_list({3, 2, 5}, function() return T.randint(0, 4) end), {dtype = "i64"})
-    local src = T.random_leaf({3, 2, 5}, nc)
-    T.gradcheck(function(a) return a:gather(1, index) end, {x}, {msg = "gather"})
-    T.gradcheck(function(a, s) return a:scatter_add(1, index, s) end, {x, src}, {msg = "scatter_add"})
-    local perm = ids({0, 3, 1}):reshape({3, 1, 1}):expand({3, 2, 5}):contiguous()
-    T.gradcheck(function(a, s) return a:scatter(0, perm:narrow(0, 0, 3), s) end,
-      {T.random_leaf({4, 2, 5}, nc), T.random_leaf({3, 2, 5}, nc)}, {msg = "scatter"})
-    local sel = ids({2, 0, 2, 3})
-    T.gradcheck(function(a) return a:index_select(1, sel) end, {x}, {msg = "index_select"})
-    T.gradcheck(function(a, s) return a:index_add(1, sel, s) end, {x, T.random_leaf({3, 4, 5}, nc)},
-      {msg = "index_add"})
-    T.gradcheck(function(a, s) return a:index_copy(-1, ids({4, 1}), s) end, {x, T.random_leaf({3, 4, 2}, nc)},
-      {msg = "index_copy"})
-    for _, reduce in ipairs {"sum", "mean", "amax", "amin"} do
-      for _, inc in ipairs {true, false} do
-        T.gradcheck(function(a, s) return a:scatter_reduce(1, index, s, reduce, {include_self = inc}) end, {x, src},
-          {msg = "scatter_reduce " .. reduce})
-      end
-    end
-    local mask = lt.tensor(T.random_list({4, 5}, function() return T.uniform() < 0.5 end), {dtype = "bool"})
-    T.gradcheck(function(a) return a:masked_fill(mask, 0.25) end, {x}, {msg = "masked_fill"})
-  end
+test("assignment: numbers, tensors (broadcast, converted), lists", function()
+  local x = lt.zeros(3, 4)
+  x[0] = 1
+  x[{-1, {1, 3}}] = 2
+  x[{{}, 3}] = lt.tensor({10, 20, 30}, {dtype = "i64"})
+  equal(x:tolist(), {{1, 1, 1, 10}, {0, 0, 0, 20}, {0, 2, 2, 30}})
+  x[{{0, 2}, {0, 2}}] = lt.tensor({{-1, -2}, {-3, -4}})
+  equal(x:tolist(), {{-1, -2, 1, 10}, {-3, -4, 0, 20}, {0, 2, 2, 30}})
+  x[{{}, {0, 4, 2}}] = lt.tensor({8, 9}) -- (2) broadcasts over rows
+  equal(x:tolist(), {{8, -2, 9, 10}, {8, -4, 9, 20}, {8, 2, 9, 30}})
+  x[1] = {5, 6, 7, 8}
+  equal(x[1]:tolist(), {5, 6, 7, 8})
+  x[{2, {1, 3}}] = true
+  equal(x[2]:tolist(), {8, 1, 1, 30})
+  -- element assignment on a vector, including negative indices and a strided vector
+  local v = lt.zeros(5, "i32")
+  v[0], v[-1], v[2] = 3, 4, 5.9
+  equal(v:tolist(), {3, 0, 5, 0, 4})
+  local sv = lt.zeros(2, 4)[{1, {0, 4, 2}}]
+  sv[1] = 6
+  equal(sv:tolist(), {0, 6})
+  -- through a transposed base
+  local y = lt.zeros(2, 3)
+  local yt = y:t()
+  yt[{2, 0}] = 9
+  equal(y:tolist(), {{0, 0, 9}, {0, 0, 0}})
 end)
 
-test("bad indices and shapes are refused with the op, the value and its position", function()
-  local x = lt.zeros({2, 3})
-  T.assert_error("gather: index 3 out of range [0, 3) of dim 1, at index[1,0]",
-    function() return x:gather(1, ids({{0, 1}, {3, 0}})) end)
-  T.assert_error("gather: index -1 out of range [0, 3) of dim 1, at index[0,1]",
-    function() return x:gather(-1, ids({{0, -1}}, "i32")) end)
-  T.assert_error("scatter_add: index 2 out of range [0, 2) of dim 0, at index[0,0]",
-    function() return x:scatter_add(0, ids({{2}}), lt.ones({1, 1})) end)
-  T.assert_error("index_select: index 5 out of range [0, 3) of dim 1, at index[2]",
-    function() return x:index_select(1, ids({0, 1, 5})) end)
-  T.assert_error("index_add: index -2 out of range [0, 2) of dim 0, at index[0]",
-    function() return x:index_add(0, ids({-2}), lt.ones({1, 3})) end)
-  T.assert_error("index_copy: src is [2,2] f32 cpu, expected [2,3]",
-    function() return x:index_copy(0, ids({0, 1}), lt.ones({2, 2})) end)
-  T.assert_error("gather: index is [1,2] f32 cpu, expected i32 or i64",
-    function() return x:gather(0, lt.zeros({1, 2})) end)
-  T.assert_error("gather: index is [2] i64 cpu, expected as many dims as x",
-    function() return x:gather(0, ids({0, 1})) end)
-  T.assert_error("is larger than x", function() return x:gather(0, ids({{0, 1, 0, 1}})) end)
-  T.assert_error("index_select: index is [1,1] i64 cpu, expected 1-d",
-    function() return x:index_select(0, ids({{0}})) end)
-  T.assert_error("masked_fill: mask must be a bool tensor", function() return x:masked_fill(lt.zeros({3}), 1) end)
-  T.assert_error("masked_fill: mask of shape [4] does not broadcast", function()
-    return x:masked_fill(lt.tensor({true, false, true, true}), 1)
-  end)
-  T.assert_error("scatter_reduce: reduce is prod, expected", function()
-    return x:scatter_reduce(0, ids({{0}}), lt.ones({1, 1}), "prod")
-  end)
-  T.assert_error("one_hot: index value 4 out of range [0, 3)", function() return F.one_hot(ids({4}), 3) end)
-  T.assert_error("one_hot: index value -1 is negative", function() return F.one_hot(ids({-1}), 3) end)
+test("assignment errors", function()
+  local x = lt.zeros(2, 3)
+  fails("does not broadcast", function() x[0] = lt.ones(2) end)
+  fails("cannot assign a string", function() x[0] = "a" end)
+  fails("too many indices", function() x[{0, 0, 0}] = 1 end)
+  equal(x:tolist(), {{0, 0, 0}, {0, 0, 0}})
+end)
+
+test("0-d tensors and len", function()
+  local s = lt.tensor(5)
+  fails("cannot index a 0-d tensor", function() return s[0] end)
+  equal(#lt.zeros(7, 2), 7)
+  equal(s[{}]:item(), 5)
 end)
