@@ -23,6 +23,7 @@
 #include "kernels/cross_entropy.h"
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
+#include "kernels/gather.h"
 #include "kernels/layer_norm.h"
 #include "kernels/lion.h"
 #include "kernels/matmul.h"
@@ -68,6 +69,7 @@ typedef struct lt_backend {
                            int idtype, int64_t n, int64_t C);
   int (*embedding_backward)(int device, int dtype, void *dweight, int64_t V, int64_t C, const void *dout,
                             const void *ids, int idtype, int64_t n);
+  int (*gather)(const lt_gather_plan *p);
   int (*rope)(const lt_rope_plan *a);
   int (*rng_fill)(const lt_cuda_rng_args *a);
   int (*attention_fwd_uses_mma)(int dtype, int64_t D);

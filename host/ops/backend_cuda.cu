@@ -29,6 +29,7 @@ extern "C" const lt_backend lt_backend_cuda = {
     lt_cuda_cross_entropy_backward,
     lt_cuda_embedding_forward,
     lt_cuda_embedding_backward,
+    lt_cuda_gather,
     lt_cuda_rope,
     lt_cuda_rng_fill,
     lt_cuda_attention_fwd_uses_mma,

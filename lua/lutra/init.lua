@@ -45,6 +45,12 @@ end
 M.matmul = ops.matmul -- checks both operands itself
 -- random fills as methods: t:uniform_(lo, hi), t:normal_(mean, std), t:random_(lo, hi), t:bernoulli_(p)
 for _, name in ipairs {"uniform_", "normal_", "random_", "bernoulli_"} do tensor.methods[name] = create[name] end
+-- indexing ops as methods and functions, as torch's: x:gather(dim, index), lutra.one_hot(index, C)
+for _, name in ipairs {"gather", "scatter", "scatter_add", "scatter_reduce", "index_select", "index_add", "index_copy",
+                       "masked_fill"} do
+  tensor.methods[name], M[name] = F[name], F[name]
+end
+M.one_hot = F.one_hot
 for name, fn in pairs(create) do
   if name ~= "options" and name ~= "fill_" then M[name] = fn end
 end

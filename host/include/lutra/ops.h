@@ -138,6 +138,23 @@ int lt_cross_entropy_backward(lt_tensor *dlogits, const lt_tensor *dlosses, cons
 int lt_embedding_forward(lt_tensor *out, const lt_tensor *weight, const lt_tensor *ids);
 int lt_embedding_backward(lt_tensor *dweight, const lt_tensor *dout, const lt_tensor *ids);
 
+/* Gather and scatter along dim (negative counts from the end), as PyTorch: index i32/i64 with
+ * x's ndim, no larger than x off dim (and than src everywhere), values in [0, x.shape[dim]).
+ * gather: out (index's shape) = x at index along dim. scatter / scatter_add: out (x's shape) =
+ * x with src written / added at index along dim (duplicates: the last write; sums in index order). */
+int lt_gather(lt_tensor *out, const lt_tensor *x, int dim, const lt_tensor *index);
+int lt_scatter(lt_tensor *out, const lt_tensor *x, int dim, const lt_tensor *index, const lt_tensor *src);
+int lt_scatter_add(lt_tensor *out, const lt_tensor *x, int dim, const lt_tensor *index, const lt_tensor *src);
+/* scatter with reduce "sum" (scatter_add), "amax" or "amin" (a NaN on either side is kept) */
+int lt_scatter_reduce(lt_tensor *out, const lt_tensor *x, int dim, const lt_tensor *index, const lt_tensor *src,
+                      const char *reduce);
+/* index 1-d (n) i32/i64 in [0, x.shape[dim]). index_select: out = x's slices index[j] along dim
+ * (n at dim). index_add / index_copy: out (x's shape) = x with src (x's shape, n at dim) added /
+ * written at slices index[j] (sums in index order). */
+int lt_index_select(lt_tensor *out, const lt_tensor *x, int dim, const lt_tensor *index);
+int lt_index_add(lt_tensor *out, const lt_tensor *x, int dim, const lt_tensor *index, const lt_tensor *src);
+int lt_index_copy(lt_tensor *out, const lt_tensor *x, int dim, const lt_tensor *index, const lt_tensor *src);
+
 /* Rotary embedding, "rotate half" convention (as Hugging Face Llama): x (B, T, H, D), D even.
  * positions (T) or (B, T) I32/I64, or NULL for 0..T-1. inverse != 0 rotates by -angle,
  * which is the backward. */

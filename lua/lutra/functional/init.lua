@@ -20,6 +20,9 @@
 --       rope: theta (a number) or {inv_freq = D/2 frequencies, scale = cos/sin factor}
 --   F.scaled_dot_product_attention{q, k, v, causal=, scale=, segment_ids=, window=, out=}
 --                                               -> out, lse; q (B, T, H, D), k, v (B, S, Hkv, D)
+--   F.gather / scatter / scatter_add(x, dim, index[, src]), F.index_select / index_add /
+--       index_copy(x, dim, index[, src]), F.masked_fill(x, mask, value), F.one_hot(index, C):
+--       PyTorch's indexing ops (also methods: x:gather(dim, index), ...)
 --   F.adamw_step(param, grad, m, v, {lr=, beta1=, beta2=, eps=, weight_decay=, step=})
 --                                               -> param, updated in place (m, v too)
 -- Backward kernels, for autograd: layer_norm_backward, rms_norm_backward (both take an
@@ -49,7 +52,9 @@ local F = {}
 local OPS = {"lutra.functional.layer_norm", "lutra.functional.rms_norm", "lutra.functional.add_norm",
              "lutra.functional.linear", "lutra.functional.cross_entropy", "lutra.functional.embedding",
              "lutra.functional.rope", "lutra.functional.attention", "lutra.functional.adamw",
-             "lutra.functional.softmax"}
+             "lutra.functional.softmax",
+             "lutra.functional.gather", "lutra.functional.index_select", "lutra.functional.masked_fill",
+             "lutra.functional.one_hot"}
 for _, part in ipairs(OPS) do
   for name, fn in pairs(require(part)) do F[name] = fn end
 end

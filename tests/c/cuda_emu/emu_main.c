@@ -8,6 +8,7 @@ void emu_suite_elementwise(void);
 void emu_suite_layer_norm(void);
 void emu_suite_loss(void);
 void emu_suite_embedding(void);
+void emu_suite_gather(void);
 void emu_suite_rope(void);
 void emu_suite_rng(void);
 void emu_suite_optim(void);
@@ -23,6 +24,7 @@ static const struct {
               {"layer_norm", emu_suite_layer_norm},
               {"loss", emu_suite_loss},
               {"embedding", emu_suite_embedding},
+              {"gather", emu_suite_gather},
               {"rope", emu_suite_rope},
               {"rng", emu_suite_rng},
               {"optim", emu_suite_optim},
