@@ -49,7 +49,8 @@ local F = {}
 local OPS = {"lutra.functional.layer_norm", "lutra.functional.rms_norm", "lutra.functional.add_norm",
              "lutra.functional.linear", "lutra.functional.cross_entropy", "lutra.functional.embedding",
              "lutra.functional.rope", "lutra.functional.attention", "lutra.functional.adamw",
-             "lutra.functional.softmax"}
+             "lutra.functional.softmax",
+             "lutra.functional.sort", "lutra.functional.topk", "lutra.functional.cumsum", "lutra.functional.tril", "lutra.functional.logsumexp", "lutra.functional.nan_to_num"}
 for _, part in ipairs(OPS) do
   for name, fn in pairs(require(part)) do F[name] = fn end
 end
