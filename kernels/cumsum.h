@@ -2,8 +2,7 @@
  * host/ops/cumsum.c calls them, and cumprod's backward.
  *
  * Rows as in kernels/sort.h (every dim but the scanned one numbers the rows). Sums and products
- * run in double on the CPU for every dtype, on CUDA in double for f64 and float otherwise (as
- * torch's CUDA scans); each element is rounded once.
+ * run in double for every dtype on both devices; each element is rounded once.
  * The host checks every argument first; the launchers return 0 or -1 with the error set. */
 #ifndef LUTRA_KERNELS_CUMSUM_H
 #define LUTRA_KERNELS_CUMSUM_H

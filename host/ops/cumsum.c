@@ -1,5 +1,5 @@
 /* cumsum.c — cumsum and cumprod along one dim, and their backwards: cumsum's is a cumsum from
- * the end of the row (lt_cumsum with reverse), cumprod's is lt_cumprod_backward, exact where
+ * the end of the row (lt_cumsum with reverse), cumprod's is lt_cumprod_backward, right where
  * the row has zeros (below).
  *
  * The CPU runs one row per thread, in double for every dtype. CUDA tensors take the same checks
@@ -8,28 +8,18 @@
 #include "ops/backend.h"
 #include <stdlib.h>
 
-/* cumprod's gradient on one row (x and g loaded into doubles), y = cumprod(x), z the first
- * zero of x (n if none):
- *   i < z:  dx_i = sum_{j=i}^{z-1} g_j y_j / x_i     (y_j = 0 for j >= z)
- *   i == z: dx_z = y_{z-1} * sum_{j>=z} g_j prod_{k=z+1}^{j} x_k
- *   i > z:  dx_i = 0                                  (every product through x_i holds x_z = 0)
- * dx is written into g; y is scratch for y_0 .. y_{z-1}. */
+/* cumprod's gradient on one row (x and g loaded into doubles), y = cumprod(x):
+ *   dx_i = sum_{j>=i} g_j prod_{k<=j, k!=i} x_k = y_{i-1} S_i,  S_i = g_i + x_{i+1} S_{i+1}
+ * (y_{-1} = 1, S_{n-1} = g_{n-1}): no division, so zeros in x need no special case and the
+ * result is exact up to rounding. dx is written into g; y is scratch. */
 static void cumprod_backward_row(int64_t n, const double *x, double *g, double *y) {
-  int64_t z = 0;
-  double y_before_z = 1;
-  while (z < n && x[z] != 0) y_before_z *= x[z], y[z++] = y_before_z;
-  double at_z = 0, p = 1;
-  for (int64_t j = z; j < n; j++) {
-    if (j > z) p *= x[j];
-    at_z += g[j] * p;
+  double p = 1;
+  for (int64_t i = 0; i < n; i++) y[i] = p, p *= x[i]; /* y[i] holds y_{i-1} */
+  double S = 0;
+  for (int64_t i = n - 1; i >= 0; i--) {
+    S = g[i] + (i + 1 < n ? x[i + 1] * S : 0);
+    g[i] = y[i] * S;
   }
-  double s = 0;
-  for (int64_t i = z - 1; i >= 0; i--) {
-    s += g[i] * y[i];
-    g[i] = s / x[i];
-  }
-  if (z < n) g[z] = y_before_z * at_z;
-  for (int64_t i = z + 1; i < n; i++) g[i] = 0;
 }
 
 static void cumsum_row(const lt_cumsum_plan *p, int64_t r, double *buf) {

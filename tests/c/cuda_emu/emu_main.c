@@ -13,6 +13,7 @@ void emu_suite_rng(void);
 void emu_suite_optim(void);
 void emu_suite_attention(void);
 void emu_suite_errors(void);
+void emu_suite_sort(void);
 long emu_error_count(void);
 static void reduce(void) { emu_suite_reduce_softmax("reduce"); }
 static void softmax(void) { emu_suite_reduce_softmax("softmax"); }
@@ -29,7 +30,8 @@ static const struct {
               {"attention", emu_suite_attention},
               {"reduce", reduce},
               {"softmax", softmax},
-              {"errors", emu_suite_errors}};
+              {"errors", emu_suite_errors},
+              {"sort", emu_suite_sort}};
 int main(int argc, char **argv) {
   emu_quick = getenv("EMU_QUICK") && atoi(getenv("EMU_QUICK"));
   int ran = 0;
