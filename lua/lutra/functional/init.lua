@@ -22,6 +22,9 @@
 --                                               -> out, lse; q (B, T, H, D), k, v (B, S, Hkv, D)
 --   F.adamw_step(param, grad, m, v, {lr=, beta1=, beta2=, eps=, weight_decay=, step=})
 --                                               -> param, updated in place (m, v too)
+--   F.topk(x, k, dim, largest, sorted), F.sort(x, dim, descending, stable) -> values, indices;
+--   F.argsort, F.cumsum(x, dim), F.cumprod, F.tril(x, diagonal), F.triu, F.logsumexp(x, dims, keepdim),
+--   F.isnan, F.isinf, F.isfinite, F.nan_to_num(x, nan, posinf, neginf): also tensor methods (x:topk(k)).
 -- Backward kernels, for autograd: layer_norm_backward, rms_norm_backward (both take an
 -- optional dres, added to dx: the fused ops' backward; and which parameter gradients to
 -- make, by default those of the weight and bias given),
