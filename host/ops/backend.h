@@ -22,6 +22,7 @@
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/elementwise.h"
+#include "kernels/cumsum.h"
 #include "kernels/embedding.h"
 #include "kernels/gather.h"
 #include "kernels/layer_norm.h"
@@ -31,6 +32,8 @@
 #include "kernels/random.h"
 #include "kernels/reduce.h"
 #include "kernels/rope.h"
+#include "kernels/sort.h"
+#include "kernels/tril.h"
 
 typedef struct lt_backend {
   const char *name;
@@ -87,6 +90,11 @@ typedef struct lt_backend {
   int (*scale_multi)(int device, const lt_optim_entry *entries, int64_t n, int64_t chunks, const void *scale,
                      int scale_dtype);
   int (*clip_coef)(int device, void *coef, int coef_dtype, const void *sumsq, int sumsq_dtype, double max_norm);
+  /* ---- along a dim (kernels/sort.cu, cumsum.cu, tril.cu) ---- */
+  int (*sort)(const char *op, const lt_sort_plan *p);
+  int (*sort_backward)(const char *op, const lt_sort_backward_plan *p);
+  int (*cumsum)(const char *op, const lt_cumsum_plan *p);
+  int (*tril)(const char *op, const lt_tril_plan *p);
 } lt_backend;
 
 extern const lt_backend lt_backend_cpu;

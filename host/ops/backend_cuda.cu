@@ -44,4 +44,8 @@ extern "C" const lt_backend lt_backend_cuda = {
     lt_cuda_sumsq_multi,
     lt_cuda_scale_multi,
     lt_cuda_clip_coef,
+    lt_cuda_sort,
+    lt_cuda_sort_backward,
+    lt_cuda_cumsum,
+    lt_cuda_tril,
 };

@@ -216,16 +216,17 @@ static void backward_kernel(const void *ctx, char *const *p, const int64_t *s, i
   const unary_ctx *c = ctx;
   if (c->dtype == LT_F32) return backward_f32(c->op, p, s, n);
   if (c->dtype == LT_F64) return backward_f64(c->op, p, s, n);
-  float g[EW_BLOCK], x[EW_BLOCK]; /* bf16, f16: through f32 blocks */
+  float g[EW_BLOCK], x[EW_BLOCK], o[EW_BLOCK]; /* bf16, f16: through f32 blocks; o apart from g, which may
+                                                 * be one broadcast element read for every i */
   int64_t e = lt_dtype_size(c->dtype);
   for (int64_t i0 = 0; i0 < n; i0 += EW_BLOCK) {
     int64_t m = n - i0 < EW_BLOCK ? n - i0 : EW_BLOCK;
     int64_t sg = ew_load_f32(g, p[1] + i0 * s[1] * e, c->dtype, s[1], m);
     int64_t sx = ew_load_f32(x, p[2] + i0 * s[2] * e, c->dtype, s[2], m);
-    char *fp[3] = {(char *)g, (char *)g, (char *)x};
+    char *fp[3] = {(char *)o, (char *)g, (char *)x};
     int64_t fs[3] = {1, sg, sx};
     backward_f32(c->op, fp, fs, m);
-    ew_store_f32(p[0] + i0 * s[0] * e, c->dtype, s[0], g, m);
+    ew_store_f32(p[0] + i0 * s[0] * e, c->dtype, s[0], o, m);
   }
 }
 

@@ -56,6 +56,7 @@ for name, fn in pairs(create) do
 end
 M.where, M.gemm, M.is_tensor = ops.where, ops.gemm, ops.is_tensor
 M.F = F
+for _, name in ipairs {"topk", "sort", "argsort", "cumsum", "cumprod", "tril", "triu", "logsumexp", "isnan", "isinf", "isfinite", "nan_to_num"} do tensor.methods[name], M[name] = F[name], F[name] end -- F's ops along a dim, as methods
 
 -- ---- autograd -------------------------------------------------------------------------------
 M.autograd = autograd

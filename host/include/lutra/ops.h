@@ -71,6 +71,26 @@ int lt_var(lt_tensor *out, const lt_tensor *a, int ndims, const int64_t *dims, i
 int lt_argmax(lt_tensor *out, const lt_tensor *a, int dim, int keepdim, int all_dims);
 int lt_argmin(lt_tensor *out, const lt_tensor *a, int dim, int keepdim, int all_dims);
 
+/* ---- sort, topk, scans, triangles along a dim (host/ops/sort.c, topk.c, cumsum.c, tril.c) --- */
+
+/* values (x's shape) and indices (I64) of x sorted along dim, ascending unless descending; NaN
+ * counts as larger than every number, equal values keep their order (stable). Float and integer dtypes. */
+int lt_sort(lt_tensor *values, lt_tensor *indices, const lt_tensor *x, int dim, int descending);
+/* The k largest (smallest) along dim, sorted, and their indices (I64); a tie keeps the lower index. */
+int lt_topk(lt_tensor *values, lt_tensor *indices, const lt_tensor *x, int64_t k, int dim, int largest);
+/* grad_in (grad_out's shape with n along dim) = 0, grad_out scattered to indices along dim (I64). */
+int lt_sort_backward(lt_tensor *grad_in, const lt_tensor *grad_out, const lt_tensor *indices, int dim, int64_t n);
+/* out = the running sum along dim (from the end when reverse != 0); float dtypes. */
+int lt_cumsum(lt_tensor *out, const lt_tensor *x, int dim, int reverse);
+/* out = the running product along dim; float dtypes. */
+int lt_cumprod(lt_tensor *out, const lt_tensor *x, int dim);
+/* grad_in of cumprod(x, dim) for the result's gradient grad_out; exact where x has zeros. */
+int lt_cumprod_backward(lt_tensor *grad_in, const lt_tensor *grad_out, const lt_tensor *x, int dim);
+/* out = x on and below (tril) or above (triu) the diagonal of the last two dims, else 0;
+ * diagonal 0 is the main one, > 0 above it. out may be x. */
+int lt_tril(lt_tensor *out, const lt_tensor *x, int64_t diagonal);
+int lt_triu(lt_tensor *out, const lt_tensor *x, int64_t diagonal);
+
 /* ---- matmul (OpenBLAS on the CPU) --------------------------------------------- */
 
 /* out = alpha * op(a) @ op(b) + beta * out, op = transpose of the last two dims when

@@ -25,6 +25,9 @@
 --       PyTorch's indexing ops (also methods: x:gather(dim, index), ...)
 --   F.adamw_step(param, grad, m, v, {lr=, beta1=, beta2=, eps=, weight_decay=, step=})
 --                                               -> param, updated in place (m, v too)
+--   F.topk(x, k, dim, largest, sorted), F.sort(x, dim, descending, stable) -> values, indices;
+--   F.argsort, F.cumsum(x, dim), F.cumprod, F.tril(x, diagonal), F.triu, F.logsumexp(x, dims, keepdim),
+--   F.isnan, F.isinf, F.isfinite, F.nan_to_num(x, nan, posinf, neginf): also tensor methods (x:topk(k)).
 -- Backward kernels, for autograd: layer_norm_backward, rms_norm_backward (both take an
 -- optional dres, added to dx: the fused ops' backward; and which parameter gradients to
 -- make, by default those of the weight and bias given),
@@ -54,7 +57,9 @@ local OPS = {"lutra.functional.layer_norm", "lutra.functional.rms_norm", "lutra.
              "lutra.functional.rope", "lutra.functional.attention", "lutra.functional.adamw",
              "lutra.functional.softmax",
              "lutra.functional.gather", "lutra.functional.index_select", "lutra.functional.masked_fill",
-             "lutra.functional.one_hot"}
+             "lutra.functional.one_hot",
+             "lutra.functional.sort", "lutra.functional.topk", "lutra.functional.cumsum", "lutra.functional.tril",
+             "lutra.functional.logsumexp", "lutra.functional.nan_to_num"}
 for _, part in ipairs(OPS) do
   for name, fn in pairs(require(part)) do F[name] = fn end
 end

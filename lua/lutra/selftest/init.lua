@@ -144,7 +144,7 @@ end
 
 -- Each module returns function(st); they run in this order after the core cases above.
 local CASE_MODULES = {"matmul", "streams", "elementwise", "reduce", "layer_norm", "rms_norm", "cross_entropy",
-                      "embedding", "gather", "rope", "random", "attention", "optim", "train"}
+                      "embedding", "gather", "rope", "random", "attention", "optim", "train", "sort"}
 
 -- What a case module gets (documented for their authors in the module list above):
 -- st.lt, st.C, st.device, st.uniform(), st.randint(lo, hi), st.rand(shape, dtype, lo, hi),

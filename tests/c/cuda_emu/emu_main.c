@@ -14,6 +14,7 @@ void emu_suite_rng(void);
 void emu_suite_optim(void);
 void emu_suite_attention(void);
 void emu_suite_errors(void);
+void emu_suite_sort(void);
 long emu_error_count(void);
 static void reduce(void) { emu_suite_reduce_softmax("reduce"); }
 static void softmax(void) { emu_suite_reduce_softmax("softmax"); }
@@ -31,7 +32,8 @@ static const struct {
               {"attention", emu_suite_attention},
               {"reduce", reduce},
               {"softmax", softmax},
-              {"errors", emu_suite_errors}};
+              {"sort", emu_suite_sort},
+              {"errors", emu_suite_errors}}; /* last: it leaves the emulated device's sticky error behind */
 int main(int argc, char **argv) {
   emu_quick = getenv("EMU_QUICK") && atoi(getenv("EMU_QUICK"));
   int ran = 0;

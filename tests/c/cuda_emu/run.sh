@@ -33,10 +33,11 @@ mkdir -p src/kernels src/core src/ops cub/device
 # accesses, mma.sync) into src/, so that a kernel edited meanwhile is re-copied; and emu_probe.cu,
 # the errors suite's kernels that break the rules on purpose and its mma check
 kernels="elementwise unary binary copy layer_norm cross_entropy embedding rope random adamw lion multi_tensor gather
-  attention_forward attention_backward attention_backward_mma reduce softmax"
+  attention_forward attention_backward attention_backward_mma reduce softmax sort cumsum tril"
 hostfiles="core/memory core/tensor core/copy ops/elementwise ops/unary ops/binary ops/layer_norm ops/rms_norm
   ops/cross_entropy ops/embedding ops/rope ops/random ops/adamw ops/lion ops/multi_tensor ops/attention
-  ops/attention_cuda ops/reduce ops/argmax ops/softmax ops/backend core/device ops/gather ops/index_select"
+  ops/attention_cuda ops/reduce ops/argmax ops/softmax ops/backend core/device ops/gather ops/index_select ops/sort ops/topk
+  ops/cumsum ops/tril"
 for h in emu.h emu_cub.h; do cp "$here/$h" src/$h.new; done
 perl "$here/emu_rewrite.pl" <"$root/kernels/common.cuh" | sed 's|#include <cuda_runtime.h>|#include "emu.h"|' \
   >src/kernels/common.cuh.new
@@ -82,7 +83,7 @@ for f in $kernels emu_probe emu cuda_device backend_cuda; do
 done
 # two compiles at a time (CI and this machine have 2 cores)
 [ -s cmds ] && { xargs -P 2 -I{} sh -c '{} || exit 255' <cmds || { echo "run.sh: a compile failed" >&2; exit 1; }; }
-drivers="emu_main emu_check emu_elementwise emu_nn emu_optim emu_attention emu_errors reduce_softmax emu_gather"
+drivers="emu_main emu_check emu_elementwise emu_nn emu_optim emu_attention emu_errors reduce_softmax emu_gather emu_sort"
 for d in $drivers; do
   objs="$objs $d.o"
   if newer $d.o "$here/$d.c" "$here/emu_check.h"; then

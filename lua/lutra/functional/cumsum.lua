@@ -1,0 +1,61 @@
+-- lutra.functional.cumsum — running sums and products along one dim (lt_cumsum, lt_cumprod:
+-- host/ops/cumsum.c), float dtypes, with their backwards.
+--
+--   F.cumsum(x, dim) -> out        backward: the gradient's cumsum from the end of the row
+--   F.cumprod(x, dim) -> out       backward: lt_cumprod_backward, exact where x has zeros
+local lt = require "lutra.ffi"
+local errors = require "lutra.errors"
+local memory = require "lutra.memory"
+local op = require "lutra.autograd.op"
+local U = require "lutra.functional.util"
+local C = lt.C
+
+local M = {}
+
+local new, fail, int_arg = memory.new, errors.fail, errors.int_arg
+local need, tracked = U.need, U.tracked
+local edge, attach, save = op.edge, op.attach, op.save
+
+local function cumsum_into(out, x, dim, reverse)
+  if C.lt_cumsum(out, x, dim, reverse) ~= 0 then fail() end
+  return out
+end
+
+local record_cumsum = op.declare {
+  name = "CumsumBackward", op = "cumsum",
+  record = function(cls, out, x, dim) attach(out, {edge(x), cls = cls, dim = dim}) end,
+  backward = function(n, g) return cumsum_into(new(), g, n.dim, 1) end,
+}
+
+local record_cumprod = op.declare {
+  name = "CumprodBackward", op = "cumprod", save = {"x"},
+  record = function(cls, out, x, dim)
+    local node = {edge(x), cls = cls, dim = dim}
+    save(node, "x", x)
+    attach(out, node)
+  end,
+  backward = function(n, g)
+    local dx = new()
+    if C.lt_cumprod_backward(dx, g, n.x, n.dim) ~= 0 then fail() end
+    return dx
+  end,
+}
+
+function M.cumsum(x, dim)
+  need("cumsum", "x", x)
+  int_arg("cumsum", dim, "dim")
+  local out = cumsum_into(new(), x, dim, 0)
+  if tracked(x) then record_cumsum(out, x, dim) end
+  return out
+end
+
+function M.cumprod(x, dim)
+  need("cumprod", "x", x)
+  int_arg("cumprod", dim, "dim")
+  local out = new()
+  if C.lt_cumprod(out, x, dim) ~= 0 then fail() end
+  if tracked(x) then record_cumprod(out, x, dim) end
+  return out
+end
+
+return M
