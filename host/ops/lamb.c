@@ -1,0 +1,86 @@
+/* lamb.c — one LAMB step on the CPU (You et al. 2020, "Large Batch Optimization for Deep
+ * Learning", Algorithm 2, with phi the identity), the order of tests/py/ref_optim_extra.py:
+ *   m = m * beta1 + (1 - beta1) * grad;  v = v * beta2 + (1 - beta2) * grad * grad
+ *   r = (m / bc1) / (sqrt(v / bc2) + eps) + weight_decay * param,  bc_k = 1 - beta_k^step
+ *   trust = ||param|| / ||r||, or 1 when either norm is 0 (as apex's FusedLAMB, timm's Lamb
+ *   and torch-optimizer's Lamb)
+ *   param = param - (lr * trust) * r
+ * The norms accumulate in double in index order and are rounded once to the compute dtype, so
+ * the result does not depend on the thread count. Dtypes: param, grad, m and v all f32 or all
+ * f64 (a bf16/f16 param is stepped through an f32 copy by the caller). CPU tensors only. */
+#include "ops/backend.h"
+#include "ops/multi_tensor.h"
+#include <math.h>
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("fp-contract=off")
+#elif defined(__clang__)
+#pragma clang fp contract(off)
+#endif
+
+typedef struct lamb_args {
+  int64_t n;
+  double lr, beta1, beta2, eps, weight_decay, bc1, bc2;
+} lamb_args;
+
+/* Pass 1 updates m and v and sums ||param||^2 and ||r||^2; pass 2 recomputes r (bitwise the
+ * same) and steps. */
+#define DEFINE_LAMB(T, S, SQRT)                                                                                        \
+  static void lamb_##S(T *p, const T *g, T *m, T *v, const lamb_args *a) {                                             \
+    const T b1 = (T)a->beta1, c1 = (T)(1.0 - a->beta1), b2 = (T)a->beta2, c2 = (T)(1.0 - a->beta2);                    \
+    const T bc1 = (T)a->bc1, bc2 = (T)a->bc2, eps = (T)a->eps, wd = (T)a->weight_decay;                                \
+    double wsum = 0, rsum = 0;                                                                                         \
+    for (int64_t i = 0; i < a->n; i++) {                                                                               \
+      T gi = g[i];                                                                                                     \
+      T mi = m[i] * b1 + c1 * gi, vi = v[i] * b2 + c2 * gi * gi;                                                       \
+      m[i] = mi, v[i] = vi;                                                                                            \
+      T r = mi / bc1 / (SQRT(vi / bc2) + eps) + wd * p[i];                                                             \
+      wsum += (double)p[i] * (double)p[i];                                                                             \
+      rsum += (double)r * (double)r;                                                                                   \
+    }                                                                                                                  \
+    T wn = (T)sqrt(wsum), rn = (T)sqrt(rsum);                                                                          \
+    T trust = wn > 0 && rn > 0 ? wn / rn : (T)1;                                                                       \
+    T step = (T)a->lr * trust;                                                                                         \
+    for (int64_t i = 0; i < a->n; i++) {                                                                               \
+      T r = m[i] / bc1 / (SQRT(v[i] / bc2) + eps) + wd * p[i];                                                         \
+      p[i] = p[i] - step * r;                                                                                          \
+    }                                                                                                                  \
+  }
+DEFINE_LAMB(float, f32, sqrtf)
+DEFINE_LAMB(double, f64, sqrt)
+
+int lt_lamb_step(lt_tensor *param, const lt_tensor *grad, lt_tensor *m, lt_tensor *v, double lr, double beta1,
+                 double beta2, double eps, double weight_decay, int64_t step) {
+  LT_TRY(lt_check_defined("lamb", "param", param));
+  if (param->device != LT_DEVICE_CPU) return lt_errorf("lamb: param must be a CPU tensor (no CUDA step yet)");
+  if (param->dtype != LT_F32 && param->dtype != LT_F64)
+    return lt_errorf("lamb: param is %s, expected f32 or f64", lt_dtype_name(param->dtype));
+  if (!(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1))
+    return lt_errorf("lamb: betas must be in [0, 1), got (%g, %g)", beta1, beta2);
+  if (!(lr >= 0) || !(eps >= 0) || !(weight_decay >= 0))
+    return lt_errorf("lamb: lr, eps and weight_decay must be >= 0, got %g, %g, %g", lr, eps, weight_decay);
+  if (step < 1) return lt_errorf("lamb: step must be >= 1, got %lld", (long long)step);
+  int64_t n = lt_numel(param);
+  LT_TRY(lt_optim_check_operand("lamb", "grad", grad, n, param->dtype, param->dtype, param));
+  LT_TRY(lt_optim_check_operand("lamb", "m", m, n, param->dtype, param->dtype, param));
+  LT_TRY(lt_optim_check_operand("lamb", "v", v, n, param->dtype, param->dtype, param));
+  if (lt_data_ptr(m) == lt_data_ptr(v) || lt_data_ptr(m) == lt_data_ptr(param) || lt_data_ptr(v) == lt_data_ptr(param))
+    return lt_errorf("lamb: m, v and param must not share memory");
+  if (n == 0) return 0;
+  lamb_args a = {.n = n, .lr = lr, .beta1 = beta1, .beta2 = beta2, .eps = eps, .weight_decay = weight_decay,
+                 .bc1 = 1.0 - pow(beta1, (double)step), .bc2 = 1.0 - pow(beta2, (double)step)};
+  int rc = -1;
+  lt_tensor *pc = lt_begin_inplace(param), *mc = lt_begin_inplace(m), *vc = lt_begin_inplace(v), *gc = lt_tensor_new();
+  if (!pc || !mc || !vc || !gc || lt_contiguous(gc, grad)) goto done;
+  if (param->dtype == LT_F32)
+    lamb_f32(lt_data_ptr(pc), lt_data_ptr(gc), lt_data_ptr(mc), lt_data_ptr(vc), &a);
+  else
+    lamb_f64(lt_data_ptr(pc), lt_data_ptr(gc), lt_data_ptr(mc), lt_data_ptr(vc), &a);
+  rc = 0;
+done:
+  rc = lt_finish_inplace(param, pc, rc);
+  rc = lt_finish_inplace(m, mc, rc);
+  rc = lt_finish_inplace(v, vc, rc);
+  lt_release(gc);
+  return rc;
+}

@@ -1,0 +1,102 @@
+-- Adafactor and LAMB (lutra.optim.adafactor, lamb): a resumed run continues bitwise as an
+-- uninterrupted one, state shapes (factored for 2+ dims), bf16 parameters through f32 and master
+-- weights, and bad settings refused by name. Their arithmetic against the references:
+-- test_optim_extra_torch.lua.
+local lt = require "lutra"
+local optim = require "lutra.optim"
+local T = require "lutra.testing"
+local close, equal, fails = T.assert_close, T.assert_equal, T.assert_error
+
+local SHAPES = {{7}, {5, 6}, {3, 4, 5}}
+
+local function run(name, opts, params, grads, from, to, opt)
+  opt = opt or optim.create(name, params, opts)
+  for k = from, to do
+    local g = {}
+    for i in ipairs(params) do g[i] = grads[k][i] end
+    if k == 3 then g[2] = nil end -- one missing gradient on the way
+    opt:step{grads = g}
+  end
+  return opt
+end
+
+local function resume(name, opts, dt)
+  local init, grads = {}, {}
+  for i, s in ipairs(SHAPES) do init[i] = lt.randn(s, {dtype = dt}) end
+  for k = 1, 8 do
+    grads[k] = {}
+    for i, s in ipairs(SHAPES) do grads[k][i] = lt.randn(s, {dtype = dt}) end
+  end
+  local function copies() local l = {} for i, p in ipairs(init) do l[i] = p:clone() end return l end
+  local straight, first = copies(), copies()
+  run(name, opts, straight, grads, 1, 8)
+  local b = run(name, opts, first, grads, 1, 4)
+  local second = {}
+  for i, p in ipairs(first) do second[i] = p:clone() end
+  local c = optim.create(name, second, opts)
+  c:load_state_dict(b:state_dict())
+  run(name, opts, second, grads, 5, 8, c)
+  for i = 1, #init do close(second[i], straight[i], {rtol = 0, atol = 0, msg = name .. " resumed param " .. i}) end
+  return c
+end
+
+test("Adafactor and LAMB: a resumed run continues bitwise (f32, f64; with and without beta1)", function()
+  for _, dt in ipairs{"f32", "f64"} do
+    resume("adafactor", {}, dt)
+    resume("adafactor", {lr = 1e-2, relative_step = false, beta1 = 0.9, weight_decay = 0.1}, dt)
+    resume("lamb", {weight_decay = 0.01}, dt)
+  end
+end)
+
+test("Adafactor: factored state for 2+ dims, transformers' names and shapes", function()
+  local opt = resume("adafactor", {beta1 = 0.5}, "f32")
+  local st = opt.state
+  equal(st[1].exp_avg_sq.shape, {7})
+  equal(st[1].exp_avg_sq_row, nil)
+  equal(st[2].exp_avg_sq_row.shape, {5})
+  equal(st[2].exp_avg_sq_col.shape, {6})
+  equal(st[3].exp_avg_sq_row.shape, {3, 4})
+  equal(st[3].exp_avg_sq_col.shape, {3, 5})
+  equal(st[3].exp_avg.shape, {3, 4, 5})
+  equal(st[1].step, 8)
+  equal(st[2].step, 7) -- no gradient at step 3
+end)
+
+test("bf16 parameters step through f32 (as transformers), master weights step the f32 copy", function()
+  for _, name in ipairs{"adafactor", "lamb"} do
+    local p32 = lt.randn(4, 6)
+    local p16 = p32:to("bf16")
+    local g = lt.randn(4, 6):to("bf16"):to("f32") -- exact in bf16
+    local ref = p16:to("f32")
+    optim.create(name, {ref}, {}):step{grads = {g}}
+    optim.create(name, {p16}, {}):step{grads = {g:to("bf16")}}
+    close(p16:to("f32"), ref:to("bf16"):to("f32"), {rtol = 0, atol = 0, msg = name .. " bf16"})
+    local pm = p32:to("bf16")
+    local m = optim.create(name, {pm}, {master_weights = true})
+    m:step{grads = {g}}
+    equal(m.state[1].master.dtype, "f32")
+    close(pm:to("f32"), m.state[1].master:to("bf16"):to("f32"), {rtol = 0, atol = 0, msg = name .. " master"})
+  end
+end)
+
+test("bad settings are refused, naming the setting", function()
+  local p = lt.randn(3, 2)
+  fails("lr cannot be combined with relative_step = true", optim.Adafactor, {p}, {lr = 1e-3})
+  fails("lr is required with relative_step = false", optim.Adafactor, {p}, {relative_step = false})
+  fails("warmup_init = true requires relative_step = true", optim.Adafactor, {p},
+    {lr = 1, relative_step = false, warmup_init = true})
+  fails("eps must be a list of two numbers", optim.Adafactor, {p}, {eps = 1e-3})
+  fails("clip_threshold must be > 0", optim.Adafactor, {p}, {clip_threshold = 0})
+  fails("decay_rate must be <= 0", optim.Adafactor, {p}, {decay_rate = 0.5})
+  fails("beta1 must be < 1", optim.Adafactor, {p}, {beta1 = 1})
+  fails("scale_parameter must be a boolean", optim.Adafactor, {p}, {scale_parameter = 1})
+  fails("unknown option 'betas'", optim.Adafactor, {p}, {betas = {0.9, 0.99}})
+  local opt = optim.Adafactor({p}, {})
+  fails("cannot be combined with relative_step = true", opt.step, opt, {grads = {lt.randn(3, 2)}, lr = 0.1})
+  fails("betas[2] must be in [0, 1)", optim.LAMB, {p}, {betas = {0.9, 1}})
+  fails("weight_decay must be >= 0", optim.LAMB, {p}, {weight_decay = -1})
+  fails("unknown option 'beta1'", optim.LAMB, {p}, {beta1 = 0.9})
+  fails("unknown optimizer lamb2", optim.create, "lamb2", {p}, {})
+  local sd = optim.LAMB({p}, {}):state_dict()
+  fails("the state is for optimizer 'lamb', this one is 'adafactor'", function() opt:load_state_dict(sd) end)
+end)
