@@ -68,15 +68,24 @@ local function zeros(shape, p)
   return Optimizer.keep(create.zeros(shape, {dtype = kind.state_dtype(p), device = p.device}))
 end
 
+-- The shape of state field f for a parameter of `shape` (for checkpoints): the row moment drops
+-- the last dim, the column moment the one before it.
+function kind.state_shape(shape, f)
+  local out = {}
+  for d = 1, #shape do
+    if not ((f == "exp_avg_sq_row" and d == #shape) or (f == "exp_avg_sq_col" and d == #shape - 1)) then
+      out[#out + 1] = shape[d]
+    end
+  end
+  return out
+end
+
 function kind.init(p, group)
   local st, shape = {step = 0}, p.shape
   if group and group.beta1 ~= nil then st.exp_avg = zeros(shape, p) end
   if #shape >= 2 then
-    local row, col = {}, {}
-    for d = 1, #shape - 1 do row[d] = shape[d] end
-    for d = 1, #shape - 2 do col[d] = shape[d] end
-    col[#col + 1] = shape[#shape]
-    st.exp_avg_sq_row, st.exp_avg_sq_col = zeros(row, p), zeros(col, p)
+    st.exp_avg_sq_row = zeros(kind.state_shape(shape, "exp_avg_sq_row"), p)
+    st.exp_avg_sq_col = zeros(kind.state_shape(shape, "exp_avg_sq_col"), p)
   else
     st.exp_avg_sq = zeros(shape, p)
   end
