@@ -100,3 +100,45 @@ test("bad settings are refused, naming the setting", function()
   local sd = optim.LAMB({p}, {}):state_dict()
   fails("the state is for optimizer 'lamb', this one is 'adafactor'", function() opt:load_state_dict(sd) end)
 end)
+
+-- Through the trainer's checkpoint (lutra.ckpt.train_state, sharded files on disk): 3 steps,
+-- save, 3 more; a fresh optimizer and parameters restored from the files and stepped 3 times
+-- land bitwise on the same parameters and state.
+test("Adafactor and LAMB resume bitwise through a checkpoint on disk (factored moments included)", function()
+  local ckpt = require "lutra.ckpt"
+  local ts = require "lutra.ckpt.train_state"
+  local root = os.tmpname()
+  os.remove(root)
+  for _, case in ipairs{{"adafactor", {beta1 = 0.9, weight_decay = 0.01}}, {"lamb", {weight_decay = 0.01}}} do
+    local name, opts = case[1], case[2]
+    local grads = {}
+    for k = 1, 6 do grads[k] = {w = lt.randn(5, 6), b = lt.randn(6), t = lt.randn(2, 3, 4)} end
+    local function fresh()
+      return {w = lt.randn(5, 6), b = lt.randn(6), t = lt.randn(2, 3, 4)}
+    end
+    local function model_of(ps)
+      return {named_parameters = function() return {{"w", ps.w}, {"b", ps.b}, {"t", ps.t}} end}
+    end
+    local function named(ps) return {{name = "b", tensor = ps.b}, {name = "t", tensor = ps.t}, {name = "w", tensor = ps.w}} end
+    local ps = fresh()
+    local opt = optim.create(name, model_of(ps), opts)
+    for k = 1, 3 do opt:step{grads = grads[k]} end
+    local tensors, extra = ts.collect(named(ps), opt)
+    local dir = root .. "/" .. name .. "/step_000003"
+    ckpt.save(dir, {step = 3, tensors = tensors, extra = {optim = extra}})
+    for k = 4, 6 do opt:step{grads = grads[k]} end
+    local ps2 = fresh()
+    local opt2 = optim.create(name, model_of(ps2), opts)
+    ts.restore(ckpt.load(dir), named(ps2), opt2)
+    equal(opt2.steps, 3)
+    for k = 4, 6 do opt2:step{grads = grads[k]} end
+    for key, p in pairs(ps) do
+      close(ps2[key], p, {rtol = 0, atol = 0, msg = name .. " param " .. key})
+      for f, v in pairs(opt.state[key]) do
+        if type(v) == "number" then equal(opt2.state[key][f], v) else
+          close(opt2.state[key][f], v, {rtol = 0, atol = 0, msg = name .. " state " .. key .. "." .. f})
+        end
+      end
+    end
+  end
+end)
