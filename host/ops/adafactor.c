@@ -1,4 +1,4 @@
-/* adafactor.c — one Adafactor step on the CPU (Shazeer & Stern 2018), as transformers'
+/* adafactor.c — one Adafactor step on the CPU, CUDA tensors to kernels/adafactor.cu (Shazeer & Stern 2018), as
  * transformers.optimization.Adafactor computes it, operation by operation:
  *   rms_p = ||param|| / sqrt(n);  lr = (scale_parameter ? max(eps2, rms_p) : 1) * rel_lr
  *   u = grad^2 + eps1
@@ -10,10 +10,11 @@
  *   with beta1 (exp_avg given): m = m * beta1 + (1 - beta1) * u;  u = m
  *   param = param + (-weight_decay * lr) * param  (when weight_decay != 0);  param = param - u
  * rel_lr (the group lr or the relative step) and beta2t = 1 - step^decay_rate are formed by the
- * caller (lua/lutra/optim/adafactor.lua). Sums (norms, means) accumulate in double in index order
- * and are rounded once to the compute dtype, so the result does not depend on the thread count.
- * Dtypes: param, grad and state all f32 or all f64 (a bf16/f16 param is stepped through an f32
- * copy by the caller, as transformers does). CPU tensors only: a CUDA param is refused. */
+ * caller (lua/lutra/optim/adafactor.lua). Sums (norms, means) accumulate in double in the order of
+ * kernels/adafactor.h and are rounded once to the compute dtype; every other operation is rounded
+ * in the compute dtype, as kernels/adafactor.cu does it with explicitly rounded intrinsics: CUDA
+ * and CPU agree bitwise. Dtypes: param, grad and state all f32 or all f64 (a bf16/f16 param is
+ * stepped through an f32 copy by the caller, as transformers does). */
 #include "ops/backend.h"
 #include "ops/multi_tensor.h"
 #include <math.h>
@@ -25,85 +26,79 @@
 #pragma clang fp contract(off)
 #endif
 
-typedef struct adafactor_args {
-  int64_t n, batches, rows, cols; /* factored: n = batches * rows * cols */
-  bool factored, first_moment;
-  double rel_lr, eps1, eps2, clip, beta2t, beta1, weight_decay;
-  bool scale_parameter;
-} adafactor_args;
+typedef lt_adafactor_args adafactor_args;
 
-/* p, g, m (NULL without beta1), row, col (factored) or v, acc: cols doubles (factored). */
+/* Each pass is one kernel of kernels/adafactor.cu, in the same order of operations. */
 #define DEFINE_ADAFACTOR(T, S, SQRT)                                                                                   \
-  static void adafactor_##S(T *p, const T *g, T *m, T *row, T *col, T *v, double *acc, const adafactor_args *a) {      \
-    double sum = 0;                                                                                                    \
-    for (int64_t i = 0; i < a->n; i++) sum += (double)p[i] * (double)p[i];                                             \
-    T rms_p = (T)sqrt(sum) / (T)sqrt((double)a->n);                                                                    \
+  /* the sum of squares of x[0..n) (or of the update, `update`), in runs */                                          \
+  static double sumsq_##S(const adafactor_args *a, const T *x, const T *rmean, bool update) {                          \
+    const T *g = a->grad, *row = a->row, *col = a->col, *v = a->v;                                                     \
+    int64_t R = a->rows, C = a->cols, len = a->n / a->batches;                                                         \
+    double total = 0;                                                                                                  \
+    for (int64_t r0 = 0; r0 < a->n; r0 += LT_ADAFACTOR_RUN) {                                                          \
+      double run = 0;                                                                                                  \
+      int64_t end = a->n - r0 < LT_ADAFACTOR_RUN ? a->n : r0 + LT_ADAFACTOR_RUN;                                       \
+      for (int64_t i = r0; i < end; i++) {                                                                             \
+        T u = update ? unscaled_##S(g, row, col, v, rmean, a->factored, R, C, len, i) : x[i];                          \
+        run += (double)u * (double)u;                                                                                  \
+      }                                                                                                                \
+      total += run;                                                                                                    \
+    }                                                                                                                  \
+    return total;                                                                                                      \
+  }                                                                                                                    \
+  static void adafactor_##S(const adafactor_args *a, T *rmean) {                                                       \
+    T *p = a->param, *m = a->m, *row = a->row, *col = a->col, *v = a->v;                                               \
+    const T *g = a->grad;                                                                                              \
+    T rms_p = (T)sqrt(sumsq_##S(a, p, rmean, false)) / (T)sqrt((double)a->n);                                          \
     T lr = a->scale_parameter ? (rms_p > (T)a->eps2 ? rms_p : (T)a->eps2) * (T)a->rel_lr : (T)a->rel_lr;               \
     const T eps1 = (T)a->eps1, b2 = (T)a->beta2t, c2 = (T)(1.0 - a->beta2t);                                           \
-    int64_t R = a->rows, C = a->cols;                                                                                  \
+    int64_t R = a->rows, C = a->cols, len = a->n / a->batches;                                                         \
     if (a->factored) {                                                                                                 \
+      for (int64_t br = 0; br < a->batches * R; br++) { /* a row's mean of grad^2 + eps1 */                            \
+        const T *gr = g + br * C;                                                                                      \
+        double rs = 0;                                                                                                 \
+        for (int64_t c = 0; c < C; c++) rs += gr[c] * gr[c] + eps1;                                                    \
+        row[br] = row[br] * b2 + c2 * (T)(rs / (double)C);                                                             \
+      }                                                                                                                \
+      for (int64_t bc = 0; bc < a->batches * C; bc++) { /* a column's, down its rows */                               \
+        const T *gc = g + (bc / C) * R * C + bc % C;                                                                   \
+        double cs = 0;                                                                                                 \
+        for (int64_t r = 0; r < R; r++) cs += gc[r * C] * gc[r * C] + eps1;                                            \
+        col[bc] = col[bc] * b2 + c2 * (T)(cs / (double)R);                                                             \
+      }                                                                                                                \
       for (int64_t b = 0; b < a->batches; b++) {                                                                       \
-        const T *gb = g + b * R * C;                                                                                   \
-        for (int64_t c = 0; c < C; c++) acc[c] = 0;                                                                    \
-        for (int64_t r = 0; r < R; r++) {                                                                              \
-          double rs = 0;                                                                                               \
-          for (int64_t c = 0; c < C; c++) {                                                                            \
-            T u = gb[r * C + c] * gb[r * C + c] + eps1;                                                                \
-            rs += u;                                                                                                   \
-            acc[c] += u;                                                                                               \
-          }                                                                                                            \
-          T *ro = row + b * R + r;                                                                                     \
-          *ro = *ro * b2 + c2 * (T)(rs / (double)C);                                                                   \
-        }                                                                                                              \
-        for (int64_t c = 0; c < C; c++) {                                                                              \
-          T *co = col + b * C + c;                                                                                     \
-          *co = *co * b2 + c2 * (T)(acc[c] / (double)R);                                                               \
-        }                                                                                                              \
+        double rs = 0;                                                                                                 \
+        for (int64_t r = 0; r < R; r++) rs += row[b * R + r];                                                          \
+        rmean[b] = (T)(rs / (double)R);                                                                                \
       }                                                                                                                \
     } else {                                                                                                           \
-      for (int64_t i = 0; i < a->n; i++) v[i] = v[i] * b2 + c2 * (g[i] * g[i] + eps1);                                \
+      for (int64_t i = 0; i < a->n; i++) v[i] = v[i] * b2 + c2 * (g[i] * g[i] + eps1);                                 \
     }                                                                                                                  \
-    /* two passes over the update: its rms, then the step (u recomputed, bitwise the same) */                        \
-    T clip_div = (T)1, neg_decay = (T)(-a->weight_decay) * lr;                                                         \
+    T rms_u = (T)sqrt(sumsq_##S(a, NULL, rmean, true)) / (T)sqrt((double)a->n) / (T)a->clip;                           \
+    T clip_div = rms_u > (T)1 ? rms_u : (T)1, neg_decay = (T)(-a->weight_decay) * lr;                                  \
     const T b1 = (T)a->beta1, c1 = (T)(1.0 - a->beta1);                                                                \
-    for (int pass = 0; pass < 2; pass++) {                                                                             \
-      double usum = 0;                                                                                                 \
-      for (int64_t b = 0; b < a->batches; b++) {                                                                       \
-        T rmean = (T)1;                                                                                                \
-        if (a->factored) {                                                                                             \
-          double rs = 0;                                                                                               \
-          for (int64_t r = 0; r < R; r++) rs += row[b * R + r];                                                        \
-          rmean = (T)(rs / (double)R);                                                                                 \
-        }                                                                                                              \
-        int64_t len = a->n / a->batches;                                                                               \
-        for (int64_t k = 0; k < len; k++) {                                                                            \
-          int64_t i = b * len + k;                                                                                     \
-          T u;                                                                                                         \
-          if (a->factored) {                                                                                           \
-            T rf = (T)1 / SQRT(row[b * R + k / C] / rmean), cf = (T)1 / SQRT(col[b * C + k % C]);                      \
-            u = rf * cf * g[i];                                                                                        \
-          } else {                                                                                                     \
-            u = (T)1 / SQRT(v[i]) * g[i];                                                                              \
-          }                                                                                                            \
-          if (pass == 0) {                                                                                             \
-            usum += (double)u * (double)u;                                                                             \
-            continue;                                                                                                  \
-          }                                                                                                            \
-          u = u / clip_div * lr;                                                                                       \
-          if (a->first_moment) {                                                                                       \
-            m[i] = m[i] * b1 + c1 * u;                                                                                 \
-            u = m[i];                                                                                                  \
-          }                                                                                                            \
-          if (a->weight_decay != 0) p[i] = p[i] + neg_decay * p[i];                                                    \
-          p[i] = p[i] - u;                                                                                             \
-        }                                                                                                              \
+    for (int64_t i = 0; i < a->n; i++) {                                                                               \
+      T u = unscaled_##S(g, row, col, v, rmean, a->factored, R, C, len, i) / clip_div * lr;                            \
+      if (a->first_moment) {                                                                                           \
+        m[i] = m[i] * b1 + c1 * u;                                                                                     \
+        u = m[i];                                                                                                      \
       }                                                                                                                \
-      if (pass == 0) {                                                                                                 \
-        T rms_u = (T)sqrt(usum) / (T)sqrt((double)a->n) / (T)a->clip;                                                  \
-        clip_div = rms_u > (T)1 ? rms_u : (T)1;                                                                        \
-      }                                                                                                                \
+      if (a->weight_decay != 0) p[i] = p[i] + neg_decay * p[i];                                                        \
+      p[i] = p[i] - u;                                                                                                 \
     }                                                                                                                  \
   }
+
+/* Element i of the update before clipping: rsqrt(row / rmean) * rsqrt(col) * grad, or rsqrt(v) * grad. */
+#define DEFINE_UNSCALED(T, S, SQRT)                                                                                    \
+  static inline T unscaled_##S(const T *g, const T *row, const T *col, const T *v, const T *rmean, bool factored,     \
+                               int64_t R, int64_t C, int64_t len, int64_t i) {                                         \
+    if (!factored) return (T)1 / SQRT(v[i]) * g[i];                                                                    \
+    int64_t b = i / len, k = i % len;                                                                                  \
+    T rf = (T)1 / SQRT(row[b * R + k / C] / rmean[b]), cf = (T)1 / SQRT(col[b * C + k % C]);                           \
+    return rf * cf * g[i];                                                                                             \
+  }
+DEFINE_UNSCALED(float, f32, sqrtf)
+DEFINE_UNSCALED(double, f64, sqrt)
 DEFINE_ADAFACTOR(float, f32, sqrtf)
 DEFINE_ADAFACTOR(double, f64, sqrt)
 
@@ -116,11 +111,28 @@ static int check_state(const char *what, const lt_tensor *t, int64_t n, const lt
   return lt_optim_check_operand("adafactor", what, t, n, param->dtype, param->dtype, param);
 }
 
+/* Runs the step on a's contiguous buffers: the CPU passes, or the device's kernels. */
+static int run_step(int device, lt_adafactor_args *a) {
+  if (device != LT_DEVICE_CPU) {
+    const lt_backend *be = lt_backend_for("adafactor", device);
+    return be ? be->adafactor(device, a) : -1;
+  }
+  size_t esize = a->dtype == LT_F64 ? sizeof(double) : sizeof(float);
+  void *rmean = malloc(esize * (size_t)(a->batches > 0 ? a->batches : 1));
+  if (!rmean) return lt_errorf("adafactor: out of memory");
+  if (a->dtype == LT_F32)
+    adafactor_f32(a, rmean);
+  else
+    adafactor_f64(a, rmean);
+  free(rmean);
+  return 0;
+}
+
 int lt_adafactor_step(lt_tensor *param, const lt_tensor *grad, lt_tensor *exp_avg, lt_tensor *row, lt_tensor *col,
                       lt_tensor *v, double rel_lr, int scale_parameter, double eps1, double eps2,
                       double clip_threshold, double beta2t, double beta1, double weight_decay) {
   LT_TRY(lt_check_defined("adafactor", "param", param));
-  if (param->device != LT_DEVICE_CPU) return lt_errorf("adafactor: param must be a CPU tensor (no CUDA step yet)");
+  LT_TRY(lt_optim_check_build("adafactor", param->device));
   if (param->dtype != LT_F32 && param->dtype != LT_F64)
     return lt_errorf("adafactor: param is %s, expected f32 or f64", lt_dtype_name(param->dtype));
   if (!(rel_lr >= 0) || !(eps1 >= 0) || !(eps2 >= 0) || !(clip_threshold > 0) || !(weight_decay >= 0))
@@ -129,10 +141,10 @@ int lt_adafactor_step(lt_tensor *param, const lt_tensor *grad, lt_tensor *exp_av
   bool first_moment = exp_avg != NULL && exp_avg->storage != NULL;
   if (first_moment && !(beta1 >= 0 && beta1 < 1)) return lt_errorf("adafactor: beta1 must be in [0, 1), got %g", beta1);
   int64_t n = lt_numel(param);
-  adafactor_args a = {.n = n, .batches = 1, .rows = 1, .cols = n, .factored = param->ndim >= 2,
-                      .first_moment = first_moment, .rel_lr = rel_lr, .eps1 = eps1, .eps2 = eps2,
-                      .clip = clip_threshold, .beta2t = beta2t, .beta1 = beta1, .weight_decay = weight_decay,
-                      .scale_parameter = scale_parameter != 0};
+  lt_adafactor_args a = {.n = n, .batches = 1, .rows = 1, .cols = n, .dtype = param->dtype,
+                         .factored = param->ndim >= 2, .first_moment = first_moment,
+                         .scale_parameter = scale_parameter != 0, .rel_lr = rel_lr, .eps1 = eps1, .eps2 = eps2,
+                         .clip = clip_threshold, .beta2t = beta2t, .beta1 = beta1, .weight_decay = weight_decay};
   if (a.factored) {
     a.rows = param->shape[param->ndim - 2];
     a.cols = param->shape[param->ndim - 1];
@@ -143,26 +155,21 @@ int lt_adafactor_step(lt_tensor *param, const lt_tensor *grad, lt_tensor *exp_av
   LT_TRY(check_state("row", row, a.batches * a.rows, param, a.factored));
   LT_TRY(check_state("col", col, a.batches * a.cols, param, a.factored));
   LT_TRY(check_state("v", v, n, param, !a.factored));
+  LT_TRY(lt_optim_check_storage("adafactor", "param", param));
   if (n == 0) return 0;
   int rc = -1;
-  double *acc = a.factored ? malloc(sizeof(double) * (size_t)a.cols) : NULL;
   lt_tensor *pc = lt_begin_inplace(param), *gc = lt_tensor_new();
   lt_tensor *mc = first_moment ? lt_begin_inplace(exp_avg) : NULL;
   lt_tensor *rc_ = a.factored ? lt_begin_inplace(row) : NULL, *cc = a.factored ? lt_begin_inplace(col) : NULL;
   lt_tensor *vc = a.factored ? NULL : lt_begin_inplace(v);
-  if (!pc || !gc || (first_moment && !mc) || (a.factored && (!acc || !rc_ || !cc)) || (!a.factored && !vc) ||
+  if (!pc || !gc || (first_moment && !mc) || (a.factored && (!rc_ || !cc)) || (!a.factored && !vc) ||
       lt_contiguous(gc, grad))
     goto done;
-  if (param->dtype == LT_F32)
-    adafactor_f32(lt_data_ptr(pc), lt_data_ptr(gc), mc ? lt_data_ptr(mc) : NULL, rc_ ? lt_data_ptr(rc_) : NULL,
-                  cc ? lt_data_ptr(cc) : NULL, vc ? lt_data_ptr(vc) : NULL, acc, &a);
-  else
-    adafactor_f64(lt_data_ptr(pc), lt_data_ptr(gc), mc ? lt_data_ptr(mc) : NULL, rc_ ? lt_data_ptr(rc_) : NULL,
-                  cc ? lt_data_ptr(cc) : NULL, vc ? lt_data_ptr(vc) : NULL, acc, &a);
-  rc = 0;
+  a.param = lt_data_ptr(pc), a.grad = lt_data_ptr(gc);
+  a.m = mc ? lt_data_ptr(mc) : NULL, a.v = vc ? lt_data_ptr(vc) : NULL;
+  a.row = rc_ ? lt_data_ptr(rc_) : NULL, a.col = cc ? lt_data_ptr(cc) : NULL;
+  rc = run_step(param->device, &a);
 done:
-  if (!acc && a.factored && rc != 0) lt_errorf("adafactor: out of memory");
-  free(acc);
   rc = lt_finish_inplace(param, pc, rc);
   if (mc) rc = lt_finish_inplace(exp_avg, mc, rc);
   if (rc_) rc = lt_finish_inplace(row, rc_, rc);

@@ -18,10 +18,12 @@
 #ifndef LUTRA_OPS_BACKEND_H
 #define LUTRA_OPS_BACKEND_H
 #include "core/internal.h"
+#include "kernels/adafactor.h"
 #include "kernels/adamw.h"
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/elementwise.h"
+#include "kernels/lamb.h"
 #include "kernels/embedding.h"
 #include "kernels/layer_norm.h"
 #include "kernels/lion.h"
@@ -85,6 +87,8 @@ typedef struct lt_backend {
   int (*scale_multi)(int device, const lt_optim_entry *entries, int64_t n, int64_t chunks, const void *scale,
                      int scale_dtype);
   int (*clip_coef)(int device, void *coef, int coef_dtype, const void *sumsq, int sumsq_dtype, double max_norm);
+  int (*adafactor)(int device, const lt_adafactor_args *a); /* kernels/adafactor.cu */
+  int (*lamb)(int device, const lt_lamb_args *a);           /* kernels/lamb.cu */
 } lt_backend;
 
 extern const lt_backend lt_backend_cpu;

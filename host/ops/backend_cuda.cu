@@ -43,4 +43,6 @@ extern "C" const lt_backend lt_backend_cuda = {
     lt_cuda_sumsq_multi,
     lt_cuda_scale_multi,
     lt_cuda_clip_coef,
+    lt_cuda_adafactor,
+    lt_cuda_lamb,
 };

@@ -177,14 +177,14 @@ int lt_lion_step(lt_tensor *param, const lt_tensor *grad, lt_tensor *m, double l
  * A param of 2+ dims [..., R, C] is factored: row has its numel / C elements, col numel / R, v is
  * NULL; a 1-d param keeps v (numel elements), row and col NULL. exp_avg: the first moment, NULL
  * without beta1. rel_lr: the group lr or the relative step; beta2t = 1 - step^decay_rate. param,
- * grad and state f32 or f64, on the CPU. */
+ * grad and state f32 or f64, on the CPU or CUDA. */
 int lt_adafactor_step(lt_tensor *param, const lt_tensor *grad, lt_tensor *exp_avg, lt_tensor *row, lt_tensor *col,
                       lt_tensor *v, double rel_lr, int scale_parameter, double eps1, double eps2,
                       double clip_threshold, double beta2t, double beta1, double weight_decay);
 
 /* One LAMB step (host/ops/lamb.c): Adam moments with bias correction at `step` (>= 1), r =
  * mhat / (sqrt(vhat) + eps) + weight_decay * param, param -= lr * ||param|| / ||r|| * r (trust
- * ratio 1 when either norm is 0). param, grad, m, v f32 or f64, on the CPU. */
+ * ratio 1 when either norm is 0). param, grad, m, v f32 or f64, on the CPU or CUDA. */
 int lt_lamb_step(lt_tensor *param, const lt_tensor *grad, lt_tensor *m, lt_tensor *v, double lr, double beta1,
                  double beta2, double eps, double weight_decay, int64_t step);
 
