@@ -142,3 +142,31 @@ test("Adafactor and LAMB resume bitwise through a checkpoint on disk (factored m
     end
   end
 end)
+
+test("the C steps refuse bad operands, naming them", function()
+  local C = require("lutra.ffi").C
+  local ffi = require "ffi"
+  local function refused(pattern, rc)
+    equal(rc, -1)
+    local msg = ffi.string(C.lt_last_error())
+    if not msg:find(pattern, 1, true) then error("expected '" .. pattern .. "', got: " .. msg, 2) end
+  end
+  local p, g = lt.randn(4, 6), lt.randn(4, 6)
+  local row, col, v = lt.zeros(4), lt.zeros(6), lt.zeros(24)
+  refused("adafactor: param is bf16, expected f32 or f64",
+    C.lt_adafactor_step(p:to("bf16"), g, nil, row, col, nil, 1e-2, 1, 1e-30, 1e-3, 1, 0.5, 0, 0))
+  refused("adafactor: col is", C.lt_adafactor_step(p, g, nil, row, lt.zeros(5), nil, 1e-2, 1, 1e-30, 1e-3, 1, 0.5, 0, 0))
+  refused("adafactor: v must be NULL for this param",
+    C.lt_adafactor_step(p, g, nil, row, col, v, 1e-2, 1, 1e-30, 1e-3, 1, 0.5, 0, 0))
+  refused("adafactor: v is NULL", C.lt_adafactor_step(lt.randn(24), lt.randn(24), nil, nil, nil, nil, 1e-2, 1, 1e-30,
+    1e-3, 1, 0.5, 0, 0))
+  refused("adafactor: beta2t must be in [0, 1)",
+    C.lt_adafactor_step(p, g, nil, row, col, nil, 1e-2, 1, 1e-30, 1e-3, 1, 1, 0, 0))
+  refused("adafactor: grad is", C.lt_adafactor_step(p, lt.randn(4, 5), nil, row, col, nil, 1e-2, 1, 1e-30, 1e-3, 1, 0.5,
+    0, 0))
+  refused("lamb: step must be >= 1", C.lt_lamb_step(p, g, lt.zeros(4, 6), lt.zeros(4, 6), 1e-3, 0.9, 0.99, 1e-6, 0, 0))
+  refused("lamb: m, v and param must not share memory", C.lt_lamb_step(p, g, p, lt.zeros(4, 6), 1e-3, 0.9, 0.99, 1e-6,
+    0, 1))
+  refused("expected f32 for param", C.lt_lamb_step(p, g, lt.zeros(4, 6), lt.zeros({4, 6}, {dtype = "f64"}), 1e-3, 0.9, 0.99,
+    1e-6, 0, 1))
+end)
