@@ -31,35 +31,40 @@ typedef lt_adafactor_args adafactor_args;
 /* Each pass is one kernel of kernels/adafactor.cu, in the same order of operations. */
 #define DEFINE_ADAFACTOR(T, S, SQRT)                                                                                   \
   /* the sum of squares of x[0..n) (or of the update, `update`), in runs */                                          \
-  static double sumsq_##S(const adafactor_args *a, const T *x, const T *rmean, bool update) {                          \
+  static double sumsq_##S(const adafactor_args *a, const T *x, const T *rmean, bool update, double *runs) {            \
     const T *g = a->grad, *row = a->row, *col = a->col, *v = a->v;                                                     \
-    int64_t R = a->rows, C = a->cols, len = a->n / a->batches;                                                         \
-    double total = 0;                                                                                                  \
-    for (int64_t r0 = 0; r0 < a->n; r0 += LT_ADAFACTOR_RUN) {                                                          \
+    int64_t R = a->rows, C = a->cols, len = a->n / a->batches, nruns = (a->n + LT_ADAFACTOR_RUN - 1) / LT_ADAFACTOR_RUN; \
+    _Pragma("omp parallel for schedule(static) if (a->n >= 2 * LT_PAR_GRAIN)")                                        \
+    for (int64_t k = 0; k < nruns; k++) {                                                                              \
       double run = 0;                                                                                                  \
-      int64_t end = a->n - r0 < LT_ADAFACTOR_RUN ? a->n : r0 + LT_ADAFACTOR_RUN;                                       \
+      int64_t r0 = k * LT_ADAFACTOR_RUN, end = a->n - r0 < LT_ADAFACTOR_RUN ? a->n : r0 + LT_ADAFACTOR_RUN;            \
       for (int64_t i = r0; i < end; i++) {                                                                             \
         T u = update ? unscaled_##S(g, row, col, v, rmean, a->factored, R, C, len, i) : x[i];                          \
         run += (double)u * (double)u;                                                                                  \
       }                                                                                                                \
-      total += run;                                                                                                    \
+      runs[k] = run;                                                                                                   \
     }                                                                                                                  \
+    double total = 0;                                                                                                  \
+    for (int64_t k = 0; k < nruns; k++) total += runs[k];                                                              \
     return total;                                                                                                      \
   }                                                                                                                    \
-  static void adafactor_##S(const adafactor_args *a, T *rmean) {                                                       \
+  static void adafactor_##S(const adafactor_args *a, T *rmean, double *runs) {                                         \
     T *p = a->param, *m = a->m, *row = a->row, *col = a->col, *v = a->v;                                               \
     const T *g = a->grad;                                                                                              \
-    T rms_p = (T)sqrt(sumsq_##S(a, p, rmean, false)) / (T)sqrt((double)a->n);                                          \
+    T rms_p = (T)sqrt(sumsq_##S(a, p, rmean, false, runs)) / (T)sqrt((double)a->n);                                          \
     T lr = a->scale_parameter ? (rms_p > (T)a->eps2 ? rms_p : (T)a->eps2) * (T)a->rel_lr : (T)a->rel_lr;               \
     const T eps1 = (T)a->eps1, b2 = (T)a->beta2t, c2 = (T)(1.0 - a->beta2t);                                           \
     int64_t R = a->rows, C = a->cols, len = a->n / a->batches;                                                         \
+    bool par = a->n >= 2 * LT_PAR_GRAIN;                                                                               \
     if (a->factored) {                                                                                                 \
+      _Pragma("omp parallel for schedule(static) if (par)")                                                            \
       for (int64_t br = 0; br < a->batches * R; br++) { /* a row's mean of grad^2 + eps1 */                            \
         const T *gr = g + br * C;                                                                                      \
         double rs = 0;                                                                                                 \
         for (int64_t c = 0; c < C; c++) rs += gr[c] * gr[c] + eps1;                                                    \
         row[br] = row[br] * b2 + c2 * (T)(rs / (double)C);                                                             \
       }                                                                                                                \
+      _Pragma("omp parallel for schedule(static) if (par)")                                                            \
       for (int64_t bc = 0; bc < a->batches * C; bc++) { /* a column's, down its rows */                               \
         const T *gc = g + (bc / C) * R * C + bc % C;                                                                   \
         double cs = 0;                                                                                                 \
@@ -72,11 +77,13 @@ typedef lt_adafactor_args adafactor_args;
         rmean[b] = (T)(rs / (double)R);                                                                                \
       }                                                                                                                \
     } else {                                                                                                           \
+      _Pragma("omp parallel for schedule(static) if (par)")                                                            \
       for (int64_t i = 0; i < a->n; i++) v[i] = v[i] * b2 + c2 * (g[i] * g[i] + eps1);                                 \
     }                                                                                                                  \
-    T rms_u = (T)sqrt(sumsq_##S(a, NULL, rmean, true)) / (T)sqrt((double)a->n) / (T)a->clip;                           \
+    T rms_u = (T)sqrt(sumsq_##S(a, NULL, rmean, true, runs)) / (T)sqrt((double)a->n) / (T)a->clip;                           \
     T clip_div = rms_u > (T)1 ? rms_u : (T)1, neg_decay = (T)(-a->weight_decay) * lr;                                  \
     const T b1 = (T)a->beta1, c1 = (T)(1.0 - a->beta1);                                                                \
+    _Pragma("omp parallel for schedule(static) if (par)")                                                              \
     for (int64_t i = 0; i < a->n; i++) {                                                                               \
       T u = unscaled_##S(g, row, col, v, rmean, a->factored, R, C, len, i) / clip_div * lr;                            \
       if (a->first_moment) {                                                                                           \
@@ -119,12 +126,16 @@ static int run_step(int device, lt_adafactor_args *a) {
   }
   size_t esize = a->dtype == LT_F64 ? sizeof(double) : sizeof(float);
   void *rmean = malloc(esize * (size_t)(a->batches > 0 ? a->batches : 1));
-  if (!rmean) return lt_errorf("adafactor: out of memory");
+  double *runs = malloc(sizeof(double) * (size_t)((a->n + LT_ADAFACTOR_RUN - 1) / LT_ADAFACTOR_RUN));
+  if (!rmean || !runs) {
+    free(rmean), free(runs);
+    return lt_errorf("adafactor: out of memory");
+  }
   if (a->dtype == LT_F32)
-    adafactor_f32(a, rmean);
+    adafactor_f32(a, rmean, runs);
   else
-    adafactor_f64(a, rmean);
-  free(rmean);
+    adafactor_f64(a, rmean, runs);
+  free(rmean), free(runs);
   return 0;
 }
 

@@ -12,6 +12,7 @@
 #include "ops/backend.h"
 #include "ops/multi_tensor.h"
 #include <math.h>
+#include <stdlib.h>
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("fp-contract=off")
@@ -23,29 +24,35 @@ typedef lt_lamb_args lamb_args;
 
 /* The passes of kernels/lamb.cu: the moments; the norms of param and r in runs; the step. */
 #define DEFINE_LAMB(T, S, SQRT)                                                                                        \
-  static void lamb_##S(const lamb_args *a) {                                                                           \
+  static void lamb_##S(const lamb_args *a, double *runs) {                                                             \
     T *p = a->param, *m = a->m, *v = a->v;                                                                             \
     const T *g = a->grad;                                                                                              \
     const T b1 = (T)a->beta1, c1 = (T)(1.0 - a->beta1), b2 = (T)a->beta2, c2 = (T)(1.0 - a->beta2);                    \
     const T bc1 = (T)a->bc1, bc2 = (T)a->bc2, eps = (T)a->eps, wd = (T)a->weight_decay;                                \
+    bool par = a->n >= 2 * LT_PAR_GRAIN;                                                                               \
+    int64_t nruns = (a->n + LT_LAMB_RUN - 1) / LT_LAMB_RUN;                                                            \
+    _Pragma("omp parallel for schedule(static) if (par)")                                                              \
     for (int64_t i = 0; i < a->n; i++) {                                                                               \
       m[i] = m[i] * b1 + c1 * g[i];                                                                                    \
       v[i] = v[i] * b2 + c2 * g[i] * g[i];                                                                             \
     }                                                                                                                  \
-    double wsum = 0, rsum = 0;                                                                                         \
-    for (int64_t r0 = 0; r0 < a->n; r0 += LT_LAMB_RUN) {                                                               \
+    _Pragma("omp parallel for schedule(static) if (par)")                                                              \
+    for (int64_t k = 0; k < nruns; k++) {                                                                              \
       double wrun = 0, rrun = 0;                                                                                       \
-      int64_t end = a->n - r0 < LT_LAMB_RUN ? a->n : r0 + LT_LAMB_RUN;                                                 \
+      int64_t r0 = k * LT_LAMB_RUN, end = a->n - r0 < LT_LAMB_RUN ? a->n : r0 + LT_LAMB_RUN;                           \
       for (int64_t i = r0; i < end; i++) {                                                                             \
         T r = m[i] / bc1 / (SQRT(v[i] / bc2) + eps) + wd * p[i];                                                       \
         wrun += (double)p[i] * (double)p[i];                                                                           \
         rrun += (double)r * (double)r;                                                                                 \
       }                                                                                                                \
-      wsum += wrun, rsum += rrun;                                                                                      \
+      runs[2 * k] = wrun, runs[2 * k + 1] = rrun;                                                                      \
     }                                                                                                                  \
+    double wsum = 0, rsum = 0;                                                                                         \
+    for (int64_t k = 0; k < nruns; k++) wsum += runs[2 * k], rsum += runs[2 * k + 1];                                  \
     T wn = (T)sqrt(wsum), rn = (T)sqrt(rsum);                                                                          \
     T trust = wn > 0 && rn > 0 ? wn / rn : (T)1;                                                                       \
     T step = (T)a->lr * trust;                                                                                         \
+    _Pragma("omp parallel for schedule(static) if (par)")                                                              \
     for (int64_t i = 0; i < a->n; i++) {                                                                               \
       T r = m[i] / bc1 / (SQRT(v[i] / bc2) + eps) + wd * p[i];                                                         \
       p[i] = p[i] - step * r;                                                                                          \
@@ -83,10 +90,16 @@ int lt_lamb_step(lt_tensor *param, const lt_tensor *grad, lt_tensor *m, lt_tenso
     const lt_backend *be = lt_backend_for("lamb", param->device);
     rc = be ? be->lamb(param->device, &a) : -1;
   } else {
+    double *runs = malloc(sizeof(double) * 2 * (size_t)((n + LT_LAMB_RUN - 1) / LT_LAMB_RUN));
+    if (!runs) {
+      lt_errorf("lamb: out of memory");
+      goto done;
+    }
     if (param->dtype == LT_F32)
-      lamb_f32(&a);
+      lamb_f32(&a, runs);
     else
-      lamb_f64(&a);
+      lamb_f64(&a, runs);
+    free(runs);
     rc = 0;
   }
 done:

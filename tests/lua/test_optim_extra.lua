@@ -170,3 +170,21 @@ test("the C steps refuse bad operands, naming them", function()
   refused("expected f32 for param", C.lt_lamb_step(p, g, lt.zeros(4, 6), lt.zeros({4, 6}, {dtype = "f64"}), 1e-3, 0.9, 0.99,
     1e-6, 0, 1))
 end)
+
+test("a large parameter steps the same over 1 and 2 threads (sums in fixed runs), bitwise", function()
+  local before = lt.get_num_threads()
+  local init = lt.randn(300, 257)
+  local grads = {lt.randn(300, 257), lt.randn(300, 257)}
+  for _, name in ipairs{"adafactor", "lamb"} do
+    local out = {}
+    for threads = 1, 2 do
+      lt.set_num_threads(threads)
+      local p = init:clone()
+      local opt = optim.create(name, {p}, {weight_decay = 0.01})
+      for k = 1, 2 do opt:step{grads = {grads[k]}} end
+      out[threads] = p
+    end
+    close(out[2], out[1], {rtol = 0, atol = 0, msg = name .. " 1 vs 2 threads"})
+  end
+  lt.set_num_threads(before)
+end)
