@@ -40,7 +40,7 @@ local cfg = config {
     d_model = 128, block_size = 64, dropout = config.number(0),
   },
   batch = 12, grad_accum = 1, steps = 2000, seed = 1337,
-  optimizer = config.one_of({"adamw", "lion", "sgd"}, "adamw"),
+  optimizer = config.one_of({"adamw", "lion", "sgd", "adafactor", "lamb"}, "adamw"),
   lr = 1e-3, min_lr = 1e-4, warmup = 100, schedule = config.one_of({"cosine", "linear", "constant", "wsd"}, "cosine"),
   betas = {0.9, 0.99}, weight_decay = 0.1, grad_clip = config.number(1),
   no_decay = config.one_of({"default", "matrices"}, "default"), -- matrices: decay embeddings too (nanoGPT)

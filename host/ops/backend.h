@@ -18,13 +18,15 @@
 #ifndef LUTRA_OPS_BACKEND_H
 #define LUTRA_OPS_BACKEND_H
 #include "core/internal.h"
+#include "kernels/adafactor.h"
 #include "kernels/adamw.h"
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
-#include "kernels/elementwise.h"
 #include "kernels/cumsum.h"
+#include "kernels/elementwise.h"
 #include "kernels/embedding.h"
 #include "kernels/gather.h"
+#include "kernels/lamb.h"
 #include "kernels/layer_norm.h"
 #include "kernels/lion.h"
 #include "kernels/matmul.h"
@@ -95,6 +97,8 @@ typedef struct lt_backend {
   int (*sort_backward)(const char *op, const lt_sort_backward_plan *p);
   int (*cumsum)(const char *op, const lt_cumsum_plan *p);
   int (*tril)(const char *op, const lt_tril_plan *p);
+  int (*adafactor)(int device, const lt_adafactor_args *a); /* kernels/adafactor.cu */
+  int (*lamb)(int device, const lt_lamb_args *a);           /* kernels/lamb.cu */
 } lt_backend;
 
 extern const lt_backend lt_backend_cpu;

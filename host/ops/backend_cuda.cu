@@ -48,4 +48,6 @@ extern "C" const lt_backend lt_backend_cuda = {
     lt_cuda_sort_backward,
     lt_cuda_cumsum,
     lt_cuda_tril,
+    lt_cuda_adafactor,
+    lt_cuda_lamb,
 };

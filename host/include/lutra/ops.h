@@ -210,6 +210,21 @@ int lt_adamw_step(lt_tensor *param, const lt_tensor *grad, lt_tensor *m, lt_tens
 int lt_lion_step(lt_tensor *param, const lt_tensor *grad, lt_tensor *m, double lr, double beta1, double beta2,
                  double weight_decay);
 
+/* One Adafactor step (transformers.optimization.Adafactor's arithmetic; host/ops/adafactor.c).
+ * A param of 2+ dims [..., R, C] is factored: row has its numel / C elements, col numel / R, v is
+ * NULL; a 1-d param keeps v (numel elements), row and col NULL. exp_avg: the first moment, NULL
+ * without beta1. rel_lr: the group lr or the relative step; beta2t = 1 - step^decay_rate. param,
+ * grad and state f32 or f64, on the CPU or CUDA. */
+int lt_adafactor_step(lt_tensor *param, const lt_tensor *grad, lt_tensor *exp_avg, lt_tensor *row, lt_tensor *col,
+                      lt_tensor *v, double rel_lr, int scale_parameter, double eps1, double eps2,
+                      double clip_threshold, double beta2t, double beta1, double weight_decay);
+
+/* One LAMB step (host/ops/lamb.c): Adam moments with bias correction at `step` (>= 1), r =
+ * mhat / (sqrt(vhat) + eps) + weight_decay * param, param -= lr * ||param|| / ||r|| * r (trust
+ * ratio 1 when either norm is 0). param, grad, m, v f32 or f64, on the CPU or CUDA. */
+int lt_lamb_step(lt_tensor *param, const lt_tensor *grad, lt_tensor *m, lt_tensor *v, double lr, double beta1,
+                 double beta2, double eps, double weight_decay, int64_t step);
+
 /* lt_adamw_step over the n parameters of one param group in one call (host/ops/adamw.c):
  * one OpenMP loop over chunks of all of them on the CPU, one kernel launch on CUDA; each tensor
  * gets exactly what lt_adamw_step gives it. All tensors on one device. masters may be NULL, and so

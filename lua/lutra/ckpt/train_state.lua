@@ -47,6 +47,14 @@ local function copy_spec(dst, src)
   spec.get(dst).pieces = s.pieces
 end
 
+-- The shape of state field f of parameter p (global, or p's own with `local_shape`): the
+-- parameter's, unless the kind says otherwise (Adafactor's factored moments).
+local function state_shape(opt, p, f, local_shape)
+  local shape = local_shape and p.shape or spec.global_shape(p)
+  if opt.impl.state_shape then return opt.impl.state_shape(shape, f) end
+  return shape
+end
+
 -- The optimizer's parameter for each state key.
 local function param_of_key(opt)
   local out = {}
@@ -75,6 +83,11 @@ function M.collect(named, opt)
         numbers[tostring(key)] = numbers[tostring(key)] or {}
         numbers[tostring(key)][f] = v
       elseif v ~= nil then
+        if p and opt.impl.state_shape and spec.get(p) and shape_str(v.shape) ~= shape_str(p.shape) then
+          raise(string.format("train_state: %s's state '%s' of the sharded parameter '%s' is not of its shape "
+            .. "(factored): it cannot be resharded; use one process or another optimizer", tostring(opt.kind), f,
+            tostring(key)))
+        end
         if p then copy_spec(v, p) end
         tensors[#tensors + 1] = {name = "optim." .. tostring(key) .. "." .. f, tensor = v}
       end
@@ -159,9 +172,10 @@ function M.check(r, named, opt, all_names)
         end
       elseif opt.impl.fields[field] ~= "tensor" then
         problem("unexpected optimizer state '%s': %s keeps no tensor '%s'", t.name, tostring(opt.kind), field)
-      elseif shape_str(spec.global_shape(p)) ~= shape_str(t.shape) then
-        problem("optimizer state '%s' is %s, its parameter %s", t.name, shape_str(t.shape),
-          shape_str(spec.global_shape(p)))
+      elseif shape_str(state_shape(opt, p, field)) ~= shape_str(t.shape) then
+        problem("optimizer state '%s' is %s, its parameter %s%s", t.name, shape_str(t.shape),
+          shape_str(spec.global_shape(p)), opt.impl.state_shape and " (expected "
+          .. shape_str(state_shape(opt, p, field)) .. ")" or "")
       elseif t.dtype ~= "f32" and t.dtype ~= "f64" and t.dtype ~= "bf16" and t.dtype ~= "f16" then
         problem("optimizer state '%s' is %s: optimizer state is floating-point", t.name, t.dtype)
       end
@@ -222,8 +236,8 @@ function M.restore(r, named, opt, opts)
     for f, want in pairs(opt.impl.fields) do
       local name = "optim." .. tostring(key) .. "." .. f
       if want == "tensor" and r.by_name[name] then
-        local buf = create.zeros(p.shape, {dtype = r:info(name).dtype})
-        copy_spec(buf, p)
+        local buf = create.zeros(state_shape(opt, p, f, true), {dtype = r:info(name).dtype})
+        if shape_str(buf.shape) == shape_str(p.shape) then copy_spec(buf, p) end
         r:load_into({{name = name, tensor = buf}})
         finite(name, buf)
         st = st or {}

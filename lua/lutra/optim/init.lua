@@ -16,6 +16,10 @@
 --   AdamW(params, {lr = 1e-3, betas = {0.9, 0.999}, eps = 1e-8, weight_decay = 1e-2})
 --   SGD(params, {lr =, momentum = 0, dampening = 0, weight_decay = 0, nesterov = false})
 --   Lion(params, {lr = 1e-4, betas = {0.9, 0.99}, weight_decay = 0})
+--   Adafactor(params, {lr = nil, eps = {1e-30, 1e-3}, clip_threshold = 1, decay_rate = -0.8,
+--             beta1 = nil, weight_decay = 0, scale_parameter = true, relative_step = true,
+--             warmup_init = false})  (transformers' Adafactor and its defaults: adafactor.lua)
+--   LAMB(params, {lr = 1e-3, betas = {0.9, 0.999}, eps = 1e-6, weight_decay = 0})  (lamb.lua)
 --   also: schedule = (a function step -> lr), no_decay = (for a module: see groups.lua)
 -- Methods: opt:step{grads =, lr =} (both optional), opt:zero_grad(set_to_none),
 --   opt:get_lr(step), opt:state_dict(), opt:load_state_dict(sd); fields opt.state,
@@ -31,17 +35,20 @@ local accumulate = require "lutra.optim.accumulate"
 
 local M = {}
 
-M.kinds = {adamw = require "lutra.optim.adamw", sgd = require "lutra.optim.sgd", lion = require "lutra.optim.lion"}
+M.kinds = {adamw = require "lutra.optim.adamw", sgd = require "lutra.optim.sgd", lion = require "lutra.optim.lion",
+           adafactor = require "lutra.optim.adafactor", lamb = require "lutra.optim.lamb"}
 
 function M.AdamW(params, opts) return Optimizer.new(M.kinds.adamw, params, opts) end
 function M.SGD(params, opts) return Optimizer.new(M.kinds.sgd, params, opts) end
 function M.Lion(params, opts) return Optimizer.new(M.kinds.lion, params, opts) end
+function M.Adafactor(params, opts) return Optimizer.new(M.kinds.adafactor, params, opts) end
+function M.LAMB(params, opts) return Optimizer.new(M.kinds.lamb, params, opts) end
 
--- An optimizer by name ("adamw", "sgd", "lion"), for configs.
+-- An optimizer by name ("adamw", "sgd", "lion", "adafactor", "lamb"), for configs.
 function M.create(name, params, opts)
   local kind = type(name) == "string" and M.kinds[name:lower()]
   if not kind then
-    require("lutra.errors").raise("optim.create: unknown optimizer " .. tostring(name) .. " (adamw, sgd, lion)")
+    require("lutra.errors").raise("optim.create: unknown optimizer " .. tostring(name) .. " (adamw, sgd, lion, adafactor, lamb)")
   end
   return Optimizer.new(kind, params, opts)
 end

@@ -1,13 +1,15 @@
 -- lutra.optim.optimizer — what every optimizer shares: parameter groups, plain-table
 -- state, the step driver (grads, lr schedule, no grad mode), zero_grad, state_dict.
 --
--- An optimizer kind (adamw.lua, sgd.lua, lion.lua) is a table:
+-- An optimizer kind (adamw.lua, sgd.lua, lion.lua, adafactor.lua, lamb.lua) is a table:
 --   name        "adamw"
 --   defaults    {lr =, ...}: every group setting and its default (nil: required)
 --   check(group, who)                      validates one group's settings
 --   fields      {step = "number", exp_avg = "tensor", ...}: its per-parameter state
 --   init(p, group)                         -> a fresh state table for p
 --   update(p, g, st, group, lr)            one step of p with gradient g, in place
+--   state_shape(shape, field)              optional: the shape of a state tensor for a
+--                                          parameter of `shape` (default: the same; checkpoints)
 --   update_group(items, group, lr)         optional: one step of a whole group, items =
 --                                          {{p =, grad =, st =}, ...} (st.master: master
 --                                          weights, which it steps and rounds into p)

@@ -1,10 +1,12 @@
 -- lutra.selftest.optim — the optimizer kernels (kernels/adamw.cu, lion.cu, multi_tensor.cu) on st.device against the
 -- CPU on the same inputs: AdamW one tensor at a time and multi-tensor (mixed dtypes, empty and
 -- odd sizes, master weights), Lion, the multi-tensor sum of squares and scale, and clipping's
--- coefficient. Two steps each, so that the second starts from state the device wrote.
+-- coefficient; Adafactor and LAMB (kernels/adafactor.cu, lamb.cu). Two or three steps each, so that
+-- the later ones start from state the device wrote.
 --
 -- Tolerances (st.check: max abs error <= tol * max(1, max |want|)):
--- * AdamW, Lion, scale, clip coefficient: exact (tol 0). The kernels round every product, sum,
+-- * AdamW, Lion, Adafactor, LAMB, scale, clip coefficient: exact (tol 0); Adafactor's and LAMB's
+--   sums run in one order on both sides (kernels/adafactor.h, lamb.h). The kernels round every product, sum,
 --   quotient and square root explicitly (__fmul_rn, __fadd_rn, __fdiv_rn, __fsqrt_rn, their
 --   f64 forms), never contract them into an fma, take the lerp's one fma where the CPU does
 --   (fmaf), get the scalars cast from the same doubles, and round 16-bit results with the
@@ -60,6 +62,33 @@ return function(st)
       end
       st.check("lion param", dt .. (gd ~= dt and "/" .. gd or ""), dlp, lp, 0)
       st.check("lion m", dt, dlm, lm, 0)
+    end) end
+  end
+
+  -- ---- Adafactor (factored for 2+ dims) and LAMB, f32 and f64, three steps: exact ---------------------
+  for _, shape in ipairs(st.shapes()) do
+    for _, dt in ipairs{"f32", "f64"} do case("adafactor/lamb", shape, dt, function()
+      local n, nd = 1, #shape
+      for _, d in ipairs(shape) do n = n * d end
+      local factored = nd >= 2
+      local function zeros(k) return lt.zeros({k}, {dtype = dt}) end
+      local cpu = {p = st.rand(shape, dt), m = zeros(n), m2 = zeros(n), v = zeros(n)}
+      if factored then cpu.row, cpu.col = zeros(math.floor(n / shape[nd])), zeros(math.floor(n / shape[nd - 1])) end
+      local dev = {}
+      for k, t in pairs(cpu) do dev[k] = st.to_device(t) end
+      for step = 1, 3 do
+        local g = st.rand(shape, dt)
+        local beta2t, rel = 1 - step ^ -0.8, math.min(1e-2, 1 / math.sqrt(step))
+        for _, x in ipairs{{cpu, g}, {dev, st.to_device(g)}} do
+          local s, gx = x[1], x[2]
+          ok(C.lt_adafactor_step(s.p, gx, s.m, s.row, s.col, not factored and s.v or nil, rel, 1, 1e-30, 1e-3, 1, beta2t,
+            0.9, 0.1))
+          ok(C.lt_lamb_step(s.p, gx, s.m2, s.v, 1e-2, 0.9, 0.99, 1e-6, 0.01, step))
+        end
+      end
+      for _, k in ipairs{"p", "m", "m2", "v", "row", "col"} do
+        if cpu[k] then st.check("adafactor/lamb " .. k, dt, dev[k], cpu[k], 0) end
+      end
     end) end
   end
 

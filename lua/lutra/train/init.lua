@@ -17,7 +17,7 @@
 --
 -- Config keys (any missing one takes the default in DEFAULTS below): steps, grad_accum,
 -- grad_clip, lr, min_lr, warmup, schedule ("cosine", "linear", "constant", "wsd"),
--- optimizer ("adamw", "sgd", "lion"), weight_decay, betas, eps, eval_every, eval_iters,
+-- optimizer ("adamw", "sgd", "lion", "adafactor", "lamb"), weight_decay, betas, eps, eval_every, eval_iters,
 -- sample_every, sample_tokens, sample_prompt, temperature, top_k, top_p, log_every (metrics
 -- records and the progress line), print_every (plain progress lines when stdout is not a
 -- terminal; 0: steps / 50),

@@ -91,11 +91,18 @@ function M.optimizer(model, get)
     local b = get "betas"
     return optim.Lion(model, {lr = get "lr", betas = {b[1], b[2]}, weight_decay = get "weight_decay",
                               no_decay = no_decay, master_weights = master})
+  elseif name == "adafactor" then -- as transformers' Trainer's optim "adafactor": the config's lr and schedule
+    return optim.Adafactor(model, {lr = get "lr", relative_step = false, scale_parameter = false,
+                                   weight_decay = get "weight_decay", no_decay = no_decay, master_weights = master})
+  elseif name == "lamb" then
+    local b = get "betas"
+    return optim.LAMB(model, {lr = get "lr", betas = {b[1], b[2]}, eps = get "eps", weight_decay = get "weight_decay",
+                              no_decay = no_decay, master_weights = master})
   elseif name == "sgd" then
     return optim.SGD(model, {lr = get "lr", momentum = get "momentum", weight_decay = get "weight_decay",
                              no_decay = no_decay, master_weights = master})
   end
-  raise("train: unknown optimizer '" .. tostring(name) .. "' (adamw, sgd, lion)")
+  raise("train: unknown optimizer '" .. tostring(name) .. "' (adamw, sgd, lion, adafactor, lamb)")
 end
 
 -- The data of a plain config table (numbers, strings, booleans, tables of them), for the

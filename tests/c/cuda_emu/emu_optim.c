@@ -2,7 +2,9 @@
  * ops (suite "optim"): AdamW and Lion one tensor at a time (every param dtype, contiguous or
  * strided state, two steps), multi-tensor AdamW (mixed dtypes, empty and odd sizes, master
  * weights), the multi-tensor sum of squares (f32 and f64 results) and scale, and clipping's
- * coefficient (incl. inf and nan).
+ * coefficient (incl. inf and nan); Adafactor (kernels/adafactor.cu: factored 2-d and 3-d, 1-d,
+ * with and without beta1, weight decay, the relative step's parameter scale) and LAMB (lamb.cu,
+ * a zero param: trust 1), f32 and f64, three steps, exact.
  * Tolerances: lua/lutra/selftest/optim.lua (exact, but the sum of squares: 2^-22 / 1e-12). */
 #include "emu_check.h"
 static const int fdts[] = {LT_F32, LT_F64, LT_BF16, LT_F16};
@@ -107,7 +109,52 @@ static void multi_cases(int quick) {
     lt_release(pd[i]), lt_release(gd[i]), lt_release(md[i]), lt_release(vd[i]), lt_release(msd[i]);
   }
 }
+/* Adafactor and LAMB on one shape, f32 and f64, three steps from state the device wrote. */
+static void extra_cases(int nd, const int64_t *shape, int zero_param) {
+  char name[96];
+  for (int k = 0; k < 2; k++) {
+    int dt = k ? LT_F64 : LT_F32;
+    int64_t n = 1, rows = nd >= 2 ? shape[nd - 2] : 1, cols = shape[nd - 1];
+    for (int d = 0; d < nd; d++) n *= shape[d];
+    int64_t rshape = n / cols, cshape = n / rows;
+    lt_tensor *p = emu_rnd(nd, shape, dt, zero_param ? 0 : -1, zero_param ? 0 : 1, 0);
+    lt_tensor *m = emu_rnd(1, &n, dt, 0, 0, 0), *m2 = emu_rnd(1, &n, dt, 0, 0, 0), *v = emu_rnd(1, &n, dt, 0, 0, 0);
+    lt_tensor *row = nd >= 2 ? emu_rnd(1, &rshape, dt, 0, 0, 0) : NULL;
+    lt_tensor *col = nd >= 2 ? emu_rnd(1, &cshape, dt, 0, 0, 0) : NULL;
+    lt_tensor *q = emu_rnd(nd, shape, dt, -1, 1, 0);
+    lt_tensor *pd = emu_dev(p, 0), *md = emu_dev(m, 0), *m2d = emu_dev(m2, 0), *vd = emu_dev(v, 0);
+    lt_tensor *rowd = row ? emu_dev(row, 0) : NULL, *cold = col ? emu_dev(col, 0) : NULL, *qd = emu_dev(q, 0);
+    for (int step = 1; step <= 3; step++) {
+      lt_tensor *g = emu_rnd(nd, shape, dt, -1, 1, 0), *gd = emu_dev(g, step % 2);
+      double beta2t = 1 - pow(step, -0.8), rel = fmin(1e-2, 1 / sqrt(step));
+      snprintf(name, sizeof name, "adafactor %dd n %lld step %d", nd, (long long)n, step);
+      int rc = lt_adafactor_step(p, g, m, row, col, row ? NULL : v, rel, 1, 1e-30, 1e-3, 1.0, beta2t, 0.9, 0.1);
+      int rd = lt_adafactor_step(pd, gd, md, rowd, cold, rowd ? NULL : vd, rel, 1, 1e-30, 1e-3, 1.0, beta2t, 0.9, 0.1);
+      same_rc(name, rc, rd);
+      if (!rc && !rd) {
+        emu_check(name, dt, pd, p, 0), emu_check(name, dt, md, m, 0);
+        if (row) emu_check(name, dt, rowd, row, 0), emu_check(name, dt, cold, col, 0);
+      }
+      snprintf(name, sizeof name, "adafactor no beta1 %dd step %d", nd, step);
+      rc = lt_adafactor_step(q, g, NULL, row, col, row ? NULL : v, 1e-2, 0, 1e-30, 1e-3, 0.5, beta2t, 0, 0);
+      rd = lt_adafactor_step(qd, gd, NULL, rowd, cold, rowd ? NULL : vd, 1e-2, 0, 1e-30, 1e-3, 0.5, beta2t, 0, 0);
+      same_rc(name, rc, rd);
+      if (!rc && !rd) emu_check(name, dt, qd, q, 0);
+      snprintf(name, sizeof name, "lamb %dd n %lld step %d", nd, (long long)n, step);
+      rc = lt_lamb_step(p, g, m2, v, 1e-2, 0.9, 0.99, 1e-6, 0.01, step);
+      rd = lt_lamb_step(pd, gd, m2d, vd, 1e-2, 0.9, 0.99, 1e-6, 0.01, step);
+      same_rc(name, rc, rd);
+      if (!rc && !rd) emu_check(name, dt, pd, p, 0), emu_check(name, dt, m2d, m2, 0), emu_check(name, dt, vd, v, 0);
+      lt_release(g), lt_release(gd);
+    }
+    lt_release(p), lt_release(m), lt_release(m2), lt_release(v), lt_release(row), lt_release(col), lt_release(q);
+    lt_release(pd), lt_release(md), lt_release(m2d), lt_release(vd), lt_release(rowd), lt_release(cold), lt_release(qd);
+  }
+}
 void emu_suite_optim(void) {
+  int64_t s1[1] = {37}, s2[2] = {19, 7}, s3[3] = {3, 5, 4}, big[2] = {70, 90};
+  extra_cases(1, s1, 0), extra_cases(2, s2, 0), extra_cases(3, s3, 0), extra_cases(2, s2, 1);
+  if (!emu_quick) extra_cases(2, big, 0);
   single_cases(7, 0);
   single_cases(33, 1);
   if (!emu_quick) single_cases(1, 0), single_cases(5000, 1), single_cases(1029, 0);

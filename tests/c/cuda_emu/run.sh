@@ -32,10 +32,10 @@ mkdir -p src/kernels src/core src/ops cub/device
 # the kernels, rewritten for the emulator by emu_rewrite.pl (launches, shared memory, vector
 # accesses, mma.sync) into src/, so that a kernel edited meanwhile is re-copied; and emu_probe.cu,
 # the errors suite's kernels that break the rules on purpose and its mma check
-kernels="elementwise unary binary copy layer_norm cross_entropy embedding rope random adamw lion multi_tensor gather
+kernels="elementwise unary binary copy layer_norm cross_entropy embedding rope random adamw lion multi_tensor adafactor lamb gather
   attention_forward attention_backward attention_backward_mma reduce softmax sort cumsum tril"
 hostfiles="core/memory core/tensor core/copy ops/elementwise ops/unary ops/binary ops/layer_norm ops/rms_norm
-  ops/cross_entropy ops/embedding ops/rope ops/random ops/adamw ops/lion ops/multi_tensor ops/attention
+  ops/cross_entropy ops/embedding ops/rope ops/random ops/adamw ops/lion ops/multi_tensor ops/adafactor ops/lamb ops/attention
   ops/attention_cuda ops/reduce ops/argmax ops/softmax ops/backend core/device ops/gather ops/index_select ops/sort ops/topk
   ops/cumsum ops/tril"
 for h in emu.h emu_cub.h; do cp "$here/$h" src/$h.new; done
