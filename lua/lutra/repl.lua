@@ -344,9 +344,13 @@ In lutra.debug() and the post-mortem REPL (--repl-on-error), code runs in the st
 `lutra -i script.lua` keeps the script's main-chunk locals; history: ~/.lutra_history
 (LUTRA_HISTORY).]]
 
--- Functions x -> documentation text or nil, asked in turn by help(x) (an API reference adds
--- its lookup here).
+-- Functions x -> documentation text or nil, asked in turn by help(x); lutra.doc (the sources'
+-- doc comments, as in docs/api.md) is the last one asked.
 M.doc_finders = {}
+local function find_doc(x)
+  local ok, doc = pcall(require, "lutra.doc")
+  return ok and doc.find(x) or nil
+end
 
 -- help(): the REPL's commands; help(x): x's documentation from the first finder that has it.
 function M.help(x)
@@ -354,8 +358,8 @@ function M.help(x)
     io.stdout:write(REPL_HELP, "\n")
     return
   end
-  for _, find in ipairs(M.doc_finders) do
-    local ok, text = pcall(find, x)
+  for i = 1, #M.doc_finders + 1 do
+    local ok, text = pcall(M.doc_finders[i] or find_doc, x)
     if ok and text then
       io.stdout:write(text, "\n")
       return

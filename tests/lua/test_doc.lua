@@ -1,0 +1,88 @@
+-- lutra.doc: help(x)'s text read from the sources' doc comments (the module head; the comment above a
+-- function), and the REPL's help() asking it. Each expected text is the source's own comment, read here
+-- independently of lutra.doc.
+local lt = require "lutra"
+local doc = require "lutra.doc"
+local repl = require "lutra.repl"
+local T = require "lutra.testing"
+local equal = T.assert_equal
+
+local function source(rel)
+  local f = assert(io.open("lua/" .. rel, "r"))
+  local text = f:read("*a")
+  f:close()
+  return text
+end
+
+local function has(text, piece)
+  if not text or not text:find(piece, 1, true) then
+    error(("expected %q in:\n%s"):format(piece, tostring(text)), 2)
+  end
+end
+
+test("a class: nn.Linear (the class, an instance, the name) is its module's head comment", function()
+  local head = source("lutra/nn/linear.lua"):match("^%-%- ([^\n]*)")
+  equal(head:sub(1, 10), "nn.Linear(")
+  local text = doc.find(lt.nn.Linear)
+  has(text, head)
+  has(text, "lutra/nn/linear.lua")
+  equal(doc.find(lt.nn.Linear(2, 3)), text)
+  equal(doc.find("nn.Linear"), text)
+  equal(doc.find("Linear"), text)
+end)
+
+test("a tensor method by identity: t.matmul is the comment above ops.matmul's definition", function()
+  local t = lt.zeros(2, 2)
+  local lines, n = {}, nil
+  for line in source("lutra/ops/matmul.lua"):gmatch("([^\n]*)\n") do
+    lines[#lines + 1] = line
+    if line:match("^function M%.matmul%(") then n = #lines end
+  end
+  local text = doc.find(t.matmul)
+  has(text, lines[n])
+  has(text, lines[n - 1]:gsub("^%-%- ", ""))
+  has(text, "lutra/ops/matmul.lua:" .. n)
+  equal(doc.find("t:matmul"), text)
+end)
+
+test("a name: \"cross_entropy\" finds F.cross_entropy and its usage lines in the module head", function()
+  local text = doc.find("cross_entropy")
+  has(text, "function M.cross_entropy(logits, targets, opts)")
+  has(text, "F.cross_entropy(logits, targets, opts)   -> loss, losses, lse")
+  has(text, "ignore_index = -100")
+  equal(doc.find(lt.F.cross_entropy), text)
+  equal(doc.find("F.cross_entropy"), text)
+end)
+
+test("a callable module: lt.train is lutra.train's head comment", function()
+  local text = doc.find(lt.train)
+  has(text, "lutra.train — the training loop.")
+  has(text, "lutra.train{model = model, data = train_loader, config = cfg}")
+  equal(doc.find("lutra.train"), text)
+end)
+
+test("a function made in a loop shows its file's head; unknown things have no doc", function()
+  local text = doc.find(lt.Tensor.sum)
+  has(text, "(no doc comment of its own; its file's head:)")
+  has(text, "lutra.ops.reduce — reductions over dims")
+  equal(doc.find("no_such_name_anywhere"), nil)
+  equal(doc.find(print), nil)
+  equal(doc.find({}), nil)
+end)
+
+test("help(x) in the REPL prints lutra.doc's text; help() the REPL's commands", function()
+  local written = {}
+  local stdout = io.stdout
+  io.stdout = {write = function(self, ...) for _, s in ipairs {...} do written[#written + 1] = s end end}
+  local ok, err = pcall(function()
+    repl.help(lt.nn.Linear)
+    repl.help("cross_entropy")
+    repl.help("no_such_name_anywhere")
+  end)
+  io.stdout = stdout
+  assert(ok, err)
+  local out = table.concat(written)
+  has(out, doc.find(lt.nn.Linear) .. "\n")
+  has(out, doc.find("cross_entropy") .. "\n")
+  has(out, "help: no documentation for")
+end)
