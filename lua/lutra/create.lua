@@ -59,6 +59,7 @@ end
 
 -- ---- filled tensors ------------------------------------------------------------------
 
+-- lutra.empty(shape..., opts): a tensor of that shape whose contents are whatever the memory held.
 function M.empty(...)
   local n, a, opts = shape.parse("empty", ...)
   local dt, dev = options("empty", opts, dtype.F32, dtype.CPU)
@@ -90,6 +91,8 @@ function M.full(sizes, value, opts)
   return finish(out, opts)
 end
 
+-- lutra.zeros(shape..., opts), lutra.ones(shape..., opts): a tensor of that shape filled with 0 / 1
+-- (f32 unless opts says otherwise).
 local function filled(op, value)
   return function(...)
     local n, a, opts = shape.parse(op, ...)
@@ -107,11 +110,16 @@ local function like(op, t, opts)
   return empty(t.ndim, fields.dims(t), dt, dev)
 end
 
+-- lutra.empty_like(t, opts): uninitialised, t's shape, dtype and device unless opts says otherwise.
 function M.empty_like(t, opts) return finish(like("empty_like", t, opts), opts) end
+-- lutra.zeros_like(t, opts): zeros of t's shape, dtype and device unless opts says otherwise.
 function M.zeros_like(t, opts) return finish(M.fill_(like("zeros_like", t, opts), 0), opts) end
+-- lutra.ones_like(t, opts): ones of t's shape, dtype and device unless opts says otherwise.
 function M.ones_like(t, opts) return finish(M.fill_(like("ones_like", t, opts), 1), opts) end
+-- lutra.full_like(t, value, opts): value everywhere, t's shape, dtype and device unless opts says otherwise.
 function M.full_like(t, value, opts) return finish(M.fill_(like("full_like", t, opts), value), opts) end
 
+-- t:fill_(v): every element set to v, in place; returns t.
 function M.fill_(t, v)
   ops.before_write("fill_", t)
   if C.lt_fill(t, v) ~= 0 then fail() end
@@ -191,6 +199,8 @@ function M.arange(a, b, c, opts)
   return finish(out, opts)
 end
 
+-- linspace(start, stop, steps, opts): steps evenly spaced values from start to stop, both included
+-- (f32 by default).
 function M.linspace(start, stop, steps, opts)
   if type(start) ~= "number" or type(stop) ~= "number" then raise("linspace: start and end must be numbers") end
   errors.int_arg("linspace", steps, "steps")
@@ -205,6 +215,7 @@ end
 
 local rng = {seed = 67280421310721, offset = 0} -- torch's default seed
 
+-- manual_seed(seed): restarts the default generator at (seed, offset 0); seed a non-negative integer.
 function M.manual_seed(seed)
   if type(seed) ~= "number" or seed < 0 or seed ~= math.floor(seed) then
     raise("manual_seed: the seed must be a non-negative integer, got " .. tostring(seed))
@@ -212,8 +223,10 @@ function M.manual_seed(seed)
   rng.seed, rng.offset = seed, 0
 end
 
+-- get_rng_state() -> {seed =, offset =}: the default generator's position (saved in checkpoints).
 function M.get_rng_state() return {seed = rng.seed, offset = rng.offset} end
 
+-- set_rng_state{seed =, offset =}: puts the default generator back where get_rng_state found it.
 function M.set_rng_state(state)
   if type(state) ~= "table" or type(state.seed) ~= "number" or type(state.offset) ~= "number" then
     raise("set_rng_state: expected {seed=, offset=}")
@@ -252,6 +265,7 @@ function M.rand(...)
   return finish(draw(empty(n, a, dt, dev), C.lt_rand_uniform, 0, 1), opts)
 end
 
+-- randn(shape..., opts): standard normal draws (f32 by default).
 function M.randn(...)
   local n, a, opts = shape.parse("randn", ...)
   local dt, dev = options("randn", opts, dtype.F32, dtype.CPU)
@@ -269,7 +283,9 @@ function M.randint(low, high, sizes, opts)
   return draw(empty(n, a, dt, dev), C.lt_rand_int, low, high)
 end
 
+-- rand_like(t, opts): uniform in [0, 1), t's shape, dtype and device unless opts says otherwise.
 function M.rand_like(t, opts) return finish(draw(like("rand_like", t, opts), C.lt_rand_uniform, 0, 1), opts) end
+-- randn_like(t, opts): standard normal, t's shape, dtype and device unless opts says otherwise.
 function M.randn_like(t, opts) return finish(draw(like("randn_like", t, opts), C.lt_rand_normal, 0, 1), opts) end
 
 -- ---- joining ---------------------------------------------------------------------------------

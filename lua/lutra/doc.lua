@@ -117,6 +117,14 @@ function M.function_doc(fn, name)
   local path, n, lines = defined_at(fn)
   if not path then return nil end
   local text = comment_above(lines, n)
+  if not text and lines[n]:match("^%s") then
+    -- made inside a factory or a loop: the comment above the enclosing top-level function or loop
+    local i = n - 1
+    while i > 0 and lines[i]:match("^%s+%S") and n - i < 8 do i = i - 1 end
+    if i > 0 and (lines[i]:match("function") or lines[i]:match("^for%s") or lines[i]:match("^do")) then
+      text = comment_above(lines, i)
+    end
+  end
   if not text then
     text = head_usage(head_comment(path), name or lines[n]:match("function%s+[%w_]+[%.:]([%w_]+)"))
   end

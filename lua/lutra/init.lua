@@ -83,8 +83,11 @@ M.dtypes = {"f32", "f64", "bf16", "f16", "i32", "i64", "u8", "bool"}
 
 -- ---- runtime ------------------------------------------------------------------------------------
 M.version = ffi.string(C.lt_version())
+-- The C core's build as text: version, compiler, BLAS library and its threads, CUDA.
 M.build_info = function() return ffi.string(C.lt_build_info()) end
+-- The number of CPU threads the C core's ops use.
 M.get_num_threads = function() return C.lt_get_num_threads() end
+-- Sets the number of CPU threads the C core's ops use (as --threads=N).
 M.set_num_threads = function(n)
   if C.lt_set_num_threads(n) ~= 0 then errors.fail() end
 end

@@ -6,6 +6,7 @@
 --
 -- Per public module: its head comment, then each public function (the name it is reached by, the line
 -- that defines it, its doc comment); functions without a doc comment are listed again at the end.
+-- A function made in a factory or a loop takes the comment above the enclosing function or loop.
 local lt = require "lutra"
 local doc = require "lutra.doc"
 
@@ -38,6 +39,10 @@ local function sections()
     {"lutra.sft.templates", lt.sft.templates, "sft.templates."},
   }
 end
+
+-- A class's init is its constructor, which the class's head documents (nn.Linear(in, out, opts));
+-- extra_repr is print's hook. Neither is called by name.
+local CLASS_HOOKS = {init = true, extra_repr = true}
 
 local function sorted_keys(t)
   local keys = {}
@@ -98,7 +103,7 @@ local function generate()
           shown[v] = true
           put("### " .. prefix .. k .. " (" .. sub.name .. ")\n\n")
           if sub.text then put(fenced(sub.text) .. "\n") end
-          functions_of(v, prefix .. k .. ".")
+          functions_of(v, prefix .. k .. ".", CLASS_HOOKS)
         end
       end
     end
