@@ -65,16 +65,18 @@ local function comment_above(lines, n)
   return table.concat(out, "\n")
 end
 
--- The head's usage lines that call `name(` (or `:name(`), each with its deeper-indented continuation.
+-- The head's usage lines (indented) that call name, and its lines that begin with a call of it
+-- (`forward(x, cache, pos) passes ...`), each with its deeper-indented continuation.
 local function head_usage(head, name)
   if not head or not name then return nil end
   local lines, out = {}, {}
   for line in (head .. "\n"):gmatch("([^\n]*)\n") do lines[#lines + 1] = line end
   local i = 1
   local pattern = "[%.:%s]" .. name:gsub("%p", "%%%0") .. "[%(%{]"
+  local called = "^%s*[%w_%.:]-[%.:]?" .. name:gsub("%p", "%%%0") .. "[%(%{]"
   while i <= #lines do
     local line = lines[i]
-    if (" " .. line):find(pattern) and line:match("^%s") then
+    if line:find(called) or (line:match("^%s") and (" " .. line):find(pattern)) then
       local indent = #line:match("^(%s*)")
       out[#out + 1] = line
       i = i + 1

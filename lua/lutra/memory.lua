@@ -256,6 +256,8 @@ end
 
 local stats = ffi.new("lt_memory_stats")
 
+-- memory_stats(device) -> {allocated =, peak =, reserved =, num_allocs =, num_frees =, ...} in bytes
+-- and counts, for the CPU (default) or a CUDA device ("cuda", "cuda:1", or its index).
 function M.memory_stats(device)
   local d = dtype.device_id(device, dtype.CPU)
   if C.lt_memory_get_stats(d, stats) ~= 0 then errors.fail() end
@@ -275,6 +277,7 @@ function M.memory_stats(device)
   }
 end
 
+-- Starts the device's peak (memory_stats().peak) again from what is allocated now.
 function M.reset_peak_memory_stats(device)
   if C.lt_memory_reset_peak(dtype.device_id(device, dtype.CPU)) ~= 0 then errors.fail() end
 end

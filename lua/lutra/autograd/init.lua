@@ -53,8 +53,10 @@ local methods, properties, setters = tensor.methods, tensor.properties, tensor.s
 
 -- ---- grad mode ---------------------------------------------------------------------------
 
+-- Whether ops are being recorded for backward (false inside lutra.no_grad).
 function M.is_grad_enabled() return S.enabled end
 
+-- Turns recording for backward on or off; returns the previous setting.
 function M.set_grad_enabled(on)
   local previous = S.enabled
   S.enabled = on and true or false

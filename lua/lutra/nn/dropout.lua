@@ -12,6 +12,8 @@ function Dropout:init(p)
   self.p = O.probability("Dropout", "p", p == nil and 0.1 or p)
 end
 
+-- In training, zeroes each element with probability p and scales the rest by 1 / (1 - p);
+-- in eval mode (module:eval()) or with p = 0, x itself.
 function Dropout:forward(x)
   local p = self.p
   if not self.training or p == 0 then return x end

@@ -15,6 +15,7 @@ function Embedding:init(num, dim, opts)
   self.weight = create.normal_(create.empty(num, dim, O.factory(opts)), 0, 1)
 end
 
+-- ids (...) integer ids -> the rows of weight they pick (..., dim).
 function Embedding:forward(ids) return F.embedding(ids, self.weight) end
 
 function Embedding:extra_repr() return string.format("%d, %d", self.num_embeddings, self.embedding_dim) end

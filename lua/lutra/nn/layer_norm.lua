@@ -20,6 +20,7 @@ function LayerNorm:init(dim, opts)
   end
 end
 
+-- x (..., dim) normalised over the last dim, * weight + bias.
 function LayerNorm:forward(x) return (F.layer_norm(x, self.weight, self.bias, self.eps)) end
 
 -- x + residual and its norm, in one pass: returns both (the residual stream, the normalised value).

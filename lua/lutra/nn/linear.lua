@@ -20,6 +20,7 @@ function Linear:init(n_in, n_out, opts)
   end
 end
 
+-- x (..., in) -> x @ weight^T + bias (..., out).
 function Linear:forward(x) return F.linear(x, self.weight, self.bias) end
 
 function Linear:extra_repr()

@@ -20,6 +20,7 @@ end
 
 local release = require("lutra.nn.grad").release
 
+-- x (..., d_model) -> drop(proj(gelu(fc(x)))) (..., d_model).
 function MLP:forward(x)
   local h = self.fc(x)
   local g = h:gelu()

@@ -15,6 +15,7 @@ function RMSNorm:init(dim, opts)
   if O.boolean("RMSNorm", "affine", opts.affine, true) then self.weight = create.ones(dim, O.factory(opts)) end
 end
 
+-- x (..., dim) / rms over the last dim, * weight.
 function RMSNorm:forward(x) return (F.rms_norm(x, self.weight, self.eps)) end
 
 -- x + residual and its norm, in one pass: returns both (the residual stream, the normalised value).

@@ -9,6 +9,7 @@ local Dropout = require "lutra.nn.dropout"
 
 local SwiGLU = Module:extend("SwiGLU")
 
+-- Llama's hidden width for d_model: 8/3 d_model rounded up to a multiple of 32.
 function SwiGLU.default_hidden(d_model) return math.ceil(8 * d_model / 3 / 32) * 32 end
 
 function SwiGLU:init(cfg)
@@ -22,6 +23,7 @@ function SwiGLU:init(cfg)
   self.drop = Dropout(cfg.dropout or 0)
 end
 
+-- x (..., d_model) -> drop(proj(silu(gate(x)) * up(x))) (..., d_model).
 function SwiGLU:forward(x) return self.drop(self.proj(self.gate(x):silu() * self.up(x))) end
 
 function SwiGLU:extra_repr()

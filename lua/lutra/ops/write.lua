@@ -50,6 +50,7 @@ local raise = errors.raise
 local type, istype = type, ffi.istype
 local Tensor = ffi.typeof("lt_tensor")
 
+-- Whether x is a lutra tensor.
 local function is_tensor(x) return type(x) == "cdata" and istype(Tensor, x) end
 M.is_tensor = is_tensor
 
