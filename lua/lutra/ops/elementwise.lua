@@ -151,9 +151,12 @@ local function binary(a, b, op, out)
 end
 M.binary = binary
 
+-- t:add(b, out), sub, mul, div, pow, maximum, minimum; comparisons eq, ne, lt, le, gt, ge (bool
+-- results, no gradient): elementwise, broadcasting; b a tensor of t's dtype or a number.
 for name, op in pairs(BINARY) do
   M[name] = function(a, b, out) return binary(a, b, op, out) end
 end
+-- t:add_(b), sub_, mul_, div_, pow_, maximum_, minimum_: the same, written into t; returns t.
 for _, name in ipairs {"add", "sub", "mul", "div", "pow", "maximum", "minimum"} do
   local op = BINARY[name]
   M[name .. "_"] = function(a, b) return binary(a, b, op, a) end
@@ -199,6 +202,8 @@ local function unary(a, op, out)
 end
 M.unary = unary
 
+-- t:exp(out), and neg, log, sqrt, rsqrt, tanh, sigmoid, relu, gelu (tanh approximation), silu, abs,
+-- sin, cos, square, reciprocal: elementwise; t:exp_() and the others with _ write into t.
 for name, op in pairs(UNARY) do
   M[name] = function(a, out)
     if not is_tensor(a) then raise(name .. ": expected a tensor, got " .. type(a)) end

@@ -38,6 +38,8 @@ local function reduce(a, op, name, dims, keepdim, out)
 end
 M.REDUCE = REDUCE
 
+-- t:sum(dims, keepdim, out), mean, prod, norm (L2): over dims (nil: all, a dim, or a list of dims),
+-- the reduced dims kept as size 1 when keepdim.
 for _, name in ipairs {"sum", "mean", "prod", "norm"} do
   local op = REDUCE[name]
   M[name] = function(a, dims, keepdim, out) return reduce(a, op, name, dims, keepdim, out) end

@@ -295,6 +295,7 @@ function methods.to(t, a, b)
   return out
 end
 
+-- t:float(), double, bf16 / bfloat16, half, long, int, byte, bool: t:to(dtype) for that dtype.
 for name, dt in pairs {float = "f32", double = "f64", bf16 = "bf16", bfloat16 = "bf16", half = "f16",
                       long = "i64", int = "i32", byte = "u8", bool = "bool"} do
   methods[name] = function(t) return methods.to(t, dt) end
