@@ -61,10 +61,28 @@ test("a callable module: lt.train is lutra.train's head comment", function()
   equal(doc.find("lutra.train"), text)
 end)
 
-test("a function made in a loop shows its file's head; unknown things have no doc", function()
-  local text = doc.find(lt.Tensor.sum)
-  has(text, "(no doc comment of its own; its file's head:)")
-  has(text, "lutra.ops.reduce — reductions over dims")
+test("a function made in a loop takes the comment above the loop; without one, its file's head", function()
+  has(doc.find(lt.Tensor.sum), "t:sum(dims, keepdim, out), mean, prod, norm (L2)")
+  has(doc.find("t:mean"), "t:sum(dims, keepdim, out), mean, prod, norm (L2)")
+  local dir = os.tmpname()
+  os.remove(dir)
+  assert(os.execute("mkdir -p '" .. dir .. "'"))
+  local f = assert(io.open(dir .. "/doc_probe.lua", "w"))
+  f:write("-- doc_probe — a module whose functions have no comments.\nlocal M = {}\n",
+          "for _, n in ipairs {\"a\"} do\n  M[n] = function() end\nend\nfunction M.plain() end\nreturn M\n")
+  f:close()
+  local saved = package.path
+  package.path = dir .. "/?.lua;" .. saved
+  local ok, probe = pcall(require, "doc_probe")
+  package.path = saved
+  assert(ok, probe)
+  for _, fn in ipairs {probe.a, probe.plain} do
+    local text = doc.find(fn)
+    has(text, "(no doc comment of its own; its file's head:)\ndoc_probe — a module whose functions have no comments.")
+    equal(doc.function_doc(fn).text, nil)
+  end
+  os.remove(dir .. "/doc_probe.lua")
+  os.remove(dir)
   equal(doc.find("no_such_name_anywhere"), nil)
   equal(doc.find(print), nil)
   equal(doc.find({}), nil)
