@@ -119,6 +119,12 @@ function M.function_doc(fn, name)
   local path, n, lines = defined_at(fn)
   if not path then return nil end
   local text = comment_above(lines, n)
+  if not text then
+    -- a group of one-line definitions under one comment (m:freeze, m:unfreeze)
+    local i = n - 1
+    while i > 0 and n - i < 8 and lines[i]:match("^function .*end$") do i = i - 1 end
+    if i < n - 1 then text = comment_above(lines, i + 1) end
+  end
   if not text and lines[n]:match("^%s") then
     -- made inside a factory or a loop: the comment above the enclosing top-level function or loop
     local i = n - 1

@@ -169,11 +169,13 @@ function Module:named_parameters()
   return pairs_iter(collect(self, "param"))
 end
 
+-- The buffers (self:buffer's tensors), a list in traversal order.
 function Module:buffers()
   local _, ts = collect(self, "buffer")
   return ts
 end
 
+-- for name, b in m:named_buffers() do ... end.
 function Module:named_buffers() return pairs_iter(collect(self, "buffer")) end
 
 -- Every module (self first), each once.
@@ -212,12 +214,15 @@ function Module:apply(fn)
   return self
 end
 
+-- Training mode on (mode nil or true) or off for self and every submodule (Dropout reads it).
+-- Returns self.
 function Module:train(mode)
   if mode == nil then mode = true end
   for _, m in ipairs(self:modules()) do rawset(m, "training", mode and true or false) end
   return self
 end
 
+-- m:train(false): evaluation mode. Returns self.
 function Module:eval() return self:train(false) end
 
 -- requires_grad off (freeze) or on (unfreeze) for every parameter, or only those whose
@@ -234,6 +239,8 @@ local function set_trainable(self, flag, pattern)
   return self
 end
 
+-- m:freeze(pattern), m:unfreeze(pattern): requires_grad off / on for every parameter, or for those
+-- whose name matches the Lua pattern. Returns self.
 function Module:freeze(pattern) return set_trainable(self, false, pattern) end
 function Module:unfreeze(pattern) return set_trainable(self, true, pattern) end
 
@@ -294,6 +301,8 @@ end
 
 -- ---- state -------------------------------------------------------------------------------------
 
+-- m:state_dict() -> {name = tensor}; m:load_state_dict(sd, {strict = true}) -> {missing_keys =,
+-- unexpected_keys =}: lutra/nn/state_dict.lua.
 function Module:state_dict(...) return state.state_dict(self, ...) end
 function Module:load_state_dict(...) return state.load_state_dict(self, ...) end
 
