@@ -204,6 +204,17 @@ function M.find(x, name)
     if value == nil then return nil end
     return M.find(value, key)
   elseif type(x) == "function" then
+    -- lutra.exp is a checking wrapper of the tensor method t:exp: the method's doc says what it does
+    local lt = package.loaded.lutra
+    if type(lt) == "table" and type(lt.Tensor) == "table" then
+      for k, v in pairs(lt) do
+        local method = rawget(lt.Tensor, k)
+        if v == x and type(method) == "function" and method ~= x then
+          local text = M.find(method, k)
+          return text and ("lutra." .. k .. "(t, ...) is t:" .. k .. "(...):\n" .. text)
+        end
+      end
+    end
     local d = M.function_doc(x, name)
     return d and format_function(d)
   elseif type(x) == "table" then

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test_repl_help.sh — help(x) in the REPL fed through a pipe: the top-level REPL and the post-mortem one
-# (--repl-on-error) print the sources' doc comments (lutra.doc, the text docs/api.md has).
+# (--repl-on-error) print the sources' doc comments (lutra.doc, the text docs/api.md has); and
+# tests/house/api_doc.lua --check refuses a docs/api.md that is not what it would write.
 # usage: test_repl_help.sh LUTRA LIBLUTRA
 LUTRA=$(realpath "${1:?usage: test_repl_help.sh path/to/lutra path/to/liblutra.so}")
 T=$(mktemp -d)
@@ -36,6 +37,18 @@ EOF
 repl 'help("rope")' --repl-on-error "$T/fail.lua"
 expect_contains "post-mortem help(\"rope\")" "$out" "F.rope(x, positions, rope, out)"
 expect_eq "post-mortem exit status" "$st" "1"
+
+# a reference that differs from the sources' doc comments fails the check, naming the file and the fix
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cp "$ROOT/docs/api.md" "$T/api.md"
+(cd "$ROOT" && "$LUTRA" tests/house/api_doc.lua --check "$T/api.md" >"$T/out" 2>"$T/err")
+expect_eq "api_doc --check: a current reference passes" "$?" "0"
+printf 'a line the sources do not have\n' >>"$T/api.md"
+(cd "$ROOT" && "$LUTRA" tests/house/api_doc.lua --check "$T/api.md" >"$T/out" 2>"$T/err")
+expect_eq "api_doc --check: a stale reference fails" "$?" "1"
+expect_contains "api_doc --check: the message" "$(cat "$T/err")" "api.md is not current with the sources' doc comments: run \`build/lutra tests/house/api_doc.lua --write"
+(cd "$ROOT" && "$LUTRA" tests/house/api_doc.lua --write "$T/again.md" >"$T/out" 2>"$T/err")
+expect_eq "api_doc --write writes what --check expects" "$(cmp "$T/again.md" "$ROOT/docs/api.md" && echo same)" "same"
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -54,6 +54,13 @@ test("a name: \"cross_entropy\" finds F.cross_entropy and its usage lines in the
   equal(doc.find("F.cross_entropy"), text)
 end)
 
+test("lutra.exp, the checking wrapper of t:exp, shows the method's doc", function()
+  local text = doc.find(lt.exp)
+  has(text, "lutra.exp(t, ...) is t:exp(...):")
+  has(text, "t:exp(out), and neg, log, sqrt")
+  equal(doc.find("exp"), text)
+end)
+
 test("a callable module: lt.train is lutra.train's head comment", function()
   local text = doc.find(lt.train)
   has(text, "lutra.train — the training loop.")
