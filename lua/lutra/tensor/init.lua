@@ -63,12 +63,14 @@ local function wrap_dim(op, d, n)
   return d < 0 and d + m or d
 end
 
+-- t:size() -> the shape as a list; t:size(d) -> dim d's size (d < 0 counts from the end).
 function methods.size(t, d)
   if d == nil then return shape_table(t) end
   d = wrap_dim("size", d, t.ndim)
   return t.ndim == 0 and 1 or fields.size(t, d)
 end
 
+-- t:stride() -> the strides (in elements) as a list; t:stride(d) -> dim d's.
 function methods.stride(t, d)
   if d == nil then
     local s = {}
@@ -79,13 +81,17 @@ function methods.stride(t, d)
   return t.ndim == 0 and 1 or fields.stride(t, d)
 end
 
+-- The number of dims.
 function methods.dim(t) return t.ndim end
 
 methods.numel = fields.numel
 methods.nelement = methods.numel
 
+-- Bytes per element.
 function methods.element_size(t) return dtype.sizes[fields.dtype_id(t)] end
+-- Whether the elements lie in row-major order without gaps.
 function methods.is_contiguous(t) return C.lt_is_contiguous(t) ~= 0 end
+-- Whether the dtype is f32, f64, bf16 or f16.
 function methods.is_floating_point(t) return dtype.is_float(fields.dtype_id(t)) end
 methods.is_freed = fields.is_freed
 
@@ -97,6 +103,8 @@ end
 
 -- ---- views (share the storage) ---------------------------------------------------
 
+-- t:view(shape...): the same storage seen with another shape of the same numel; refused when t's
+-- strides cannot be viewed so (reshape copies then).
 function methods.view(t, ...)
   local n, a = shape.parse("view", ...)
   local out = new()
@@ -104,6 +112,7 @@ function methods.view(t, ...)
   return viewed(out, t, "reshape")
 end
 
+-- t:reshape(shape...): a view when the strides allow it, else a copy; one size may be -1.
 function methods.reshape(t, ...)
   local n, a = shape.parse("reshape", ...)
   local out = new()
@@ -111,9 +120,11 @@ function methods.reshape(t, ...)
   return viewed(out, t, "reshape")
 end
 
+-- t:view_as(other), t:reshape_as(other): t:view / t:reshape to other's shape.
 function methods.view_as(t, other) return methods.view(t, shape_table(tensor_arg("view_as", other, "other"))) end
 function methods.reshape_as(t, other) return methods.reshape(t, shape_table(tensor_arg("reshape_as", other, "other"))) end
 
+-- A view with dims d0 and d1 swapped.
 function methods.transpose(t, d0, d1)
   int_arg("transpose", d0, "dim0")
   int_arg("transpose", d1, "dim1")
@@ -129,6 +140,7 @@ function methods.t(t)
   return methods.transpose(t, 0, 1)
 end
 
+-- t:permute(dims...): a view with the dims in that order (t:permute(0, 2, 1, 3)).
 function methods.permute(t, ...)
   local n, a = shape.parse("permute", ...)
   local dims = {}
@@ -138,6 +150,7 @@ function methods.permute(t, ...)
   return viewed(out, t, "permute", dims)
 end
 
+-- A view of length elements along dim from start.
 function methods.narrow(t, dim, start, length)
   int_arg("narrow", dim, "dim")
   int_arg("narrow", start, "start")
@@ -158,6 +171,7 @@ function methods.slice(t, dim, start, stop, step)
   return viewed(out, t, "slice", dim, start or 0, stop or 2 ^ 62, step or 1)
 end
 
+-- A view of index i along dim, that dim removed.
 function methods.select(t, dim, i)
   int_arg("select", dim, "dim")
   int_arg("select", i, "index")
@@ -166,6 +180,7 @@ function methods.select(t, dim, i)
   return viewed(out, t, "select", dim, i)
 end
 
+-- t:expand(shape...): a view broadcast to shape (size-1 dims repeated with stride 0, no copy).
 function methods.expand(t, ...)
   local n, a = shape.parse("expand", ...)
   local out = new()
@@ -173,6 +188,7 @@ function methods.expand(t, ...)
   return viewed(out, t, "expand")
 end
 
+-- t:expand(other's shape).
 function methods.expand_as(t, other)
   tensor_arg("expand_as", other, "other")
   local out = new()
@@ -180,6 +196,7 @@ function methods.expand_as(t, other)
   return viewed(out, t, "expand")
 end
 
+-- A view with a new dim of size 1 at dim.
 function methods.unsqueeze(t, dim)
   int_arg("unsqueeze", dim, "dim")
   local out = new()
@@ -236,6 +253,7 @@ local function empty_like(t, dt, dev)
 end
 M.empty_like = empty_like
 
+-- A copy with its own storage (contiguous), recorded for autograd.
 function methods.clone(t)
   check_alive(t, "clone")
   local out = empty_like(t)
@@ -267,6 +285,7 @@ function methods.fill_(t, v)
   return t
 end
 
+-- t:fill_(0).
 function methods.zero_(t) return methods.fill_(t, 0) end
 
 -- to(dtype), to(device), to(device, dtype), to{dtype=, device=}, to(other_tensor).
@@ -300,6 +319,7 @@ for name, dt in pairs {float = "f32", double = "f64", bf16 = "bf16", bfloat16 = 
                       long = "i64", int = "i32", byte = "u8", bool = "bool"} do
   methods[name] = function(t) return methods.to(t, dt) end
 end
+-- t:cpu(), t:cuda(k): t:to("cpu") / t:to(device k, default 0); t:type_as(other): t:to(other's dtype).
 function methods.cpu(t) return methods.to(t, "cpu") end
 function methods.cuda(t, k) return methods.to(t, k or 0) end
 function methods.type_as(t, other)
