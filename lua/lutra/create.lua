@@ -245,6 +245,8 @@ local function draw(t, fn, a, b)
   return t
 end
 
+-- In place from the default generator: t:uniform_(lo = 0, hi = 1), t:normal_(mean = 0, std = 1),
+-- t:random_(lo, hi) integers in [lo, hi), t:bernoulli_(p = 0.5) ones with probability p.
 function M.uniform_(t, lo, hi) return draw(t, C.lt_rand_uniform, lo or 0, hi or 1) end
 function M.normal_(t, mean, std) return draw(t, C.lt_rand_normal, mean or 0, std or 1) end
 function M.random_(t, lo, hi) return draw(t, C.lt_rand_int, lo, hi) end

@@ -81,6 +81,7 @@ local set_requires_grad = S.set_requires_grad
 
 properties.requires_grad = function(t) return is_tracked(t) end
 setters.requires_grad = function(t, v) set_requires_grad(t, v) end
+-- t:requires_grad_(on): autograd follows the leaf t (on nil or true) or stops following it.
 function methods.requires_grad_(t, on)
   if on == nil then on = true end
   return set_requires_grad(t, on)

@@ -243,6 +243,7 @@ function M.clamp(a, lo, hi, out)
   end
   return out
 end
+-- t:clamp_(lo, hi): t:clamp written into t.
 function M.clamp_(a, lo, hi) return M.clamp(a, lo, hi, a) end
 
 -- A 0-d tensor holding v, with like's dtype and device.

@@ -57,6 +57,8 @@ local function arg_reduce(fn, name, a, dim, keepdim, out)
   if fn(out, a, dim or 0, keepdim and 1 or 0, all and 1 or 0) ~= 0 then fail() end
   return out
 end
+-- t:argmax(dim, keepdim, out), t:argmin(...): the index (i64) of the largest / smallest element along
+-- dim, or in the flattened tensor when dim is nil.
 function M.argmax(a, dim, keepdim, out) return arg_reduce(C.lt_argmax, "argmax", a, dim, keepdim, out) end
 function M.argmin(a, dim, keepdim, out) return arg_reduce(C.lt_argmin, "argmin", a, dim, keepdim, out) end
 
@@ -68,6 +70,8 @@ local function max_min(a, dims, keepdim, out, op, name, pair, arg)
   if type(dims) == "number" then return values, arg(a, dims, keepdim) end
   return values
 end
+-- t:max(dims, keepdim, out), t:min(...): over all dims (nil), a dim or a list; with a single dim also
+-- the indices (values, indices, as torch); t:max(other, out): the elementwise maximum.
 function M.max(a, dims, keepdim, out) return max_min(a, dims, keepdim, out, REDUCE.max, "max", BINARY.maximum, M.argmax) end
 function M.min(a, dims, keepdim, out) return max_min(a, dims, keepdim, out, REDUCE.min, "min", BINARY.minimum, M.argmin) end
 
@@ -89,6 +93,8 @@ local function var_std(name, a, dims, keepdim, correction, out)
   return out
 end
 
+-- t:var(dims, keepdim, correction, out), t:std(...): variance / standard deviation over dims;
+-- correction 1 (default, or true) divides by n - 1, 0 (or false) by n.
 function M.var(a, dims, keepdim, correction, out) return var_std("var", a, dims, keepdim, correction, out) end
 function M.std(a, dims, keepdim, correction, out) return var_std("std", a, dims, keepdim, correction, out) end
 
@@ -106,6 +112,7 @@ local function softmax(name, fn, a, dim, out)
   return out
 end
 
+-- t:softmax(dim, out), t:log_softmax(dim, out): along dim (F.softmax and F.log_softmax too).
 function M.softmax(a, dim, out) return softmax("softmax", C.lt_softmax, a, dim, out) end
 function M.log_softmax(a, dim, out) return softmax("log_softmax", C.lt_log_softmax, a, dim, out) end
 
