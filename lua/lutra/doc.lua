@@ -133,6 +133,14 @@ function M.function_doc(fn, name)
       text = comment_above(lines, i)
     end
   end
+  if not text then text = lines[n]:match("%s%-%-%s*(%S.*)$") end -- a comment at the end of the line
+  if not text then
+    -- a file made for this one function names it in its head's first line (`lutra.functional.one_hot —
+    -- F.one_hot(index, num_classes): ...`): the head is its doc
+    local head, fname = head_comment(path), name or lines[n]:match("function%s+[%w_]+[%.:]([%w_]+)")
+    local first = head and head:match("^[^\n]*")
+    if fname and first and (" " .. first):find("[%.:%s]" .. fname:gsub("%p", "%%%0") .. "[%(%{]") then text = head end
+  end
   if not text then
     text = head_usage(head_comment(path), name or lines[n]:match("function%s+[%w_]+[%.:]([%w_]+)"))
   end

@@ -38,6 +38,7 @@ local raise, is_tensor = errors.raise, ops.is_tensor
 
 local Module = {__name = "Module"}
 
+-- Whether v is a module (an instance of nn.Module or a subclass).
 local function is_module(v) return type(v) == "table" and rawget(v, "_entries") ~= nil end
 
 -- Entries: {name =, key =, kind = "param" | "module" | "buffer"}, in declaration order;
@@ -116,6 +117,7 @@ function Module:extra_repr() return "" end
 
 -- ---- declaring ---------------------------------------------------------------------------------
 
+-- self:param(name, t): declares tensor t as the parameter `name` (a floating-point leaf); returns t.
 function Module:param(name, t)
   if type(name) ~= "string" then raise(self.__name .. ":param: the name must be a string") end
   if not is_tensor(t) then raise(self.__name .. ":param: '" .. name .. "' must be a tensor, got " .. type(t)) end
@@ -125,6 +127,7 @@ function Module:param(name, t)
   return t
 end
 
+-- self:add(name, m): declares module m as the submodule `name`; returns m.
 function Module:add(name, m)
   if type(name) ~= "string" then
     raise(self.__name .. ":add: the name must be a string (add(name, module) names a child"

@@ -54,6 +54,7 @@ function M.create(name, params, opts)
 end
 
 M.Optimizer = Optimizer
+-- Whether x is an optimizer (optim.AdamW(...) and the others).
 M.is_optimizer = function(x) return getmetatable(x) == Optimizer end
 M.param_groups, M.EMBEDDING_PATTERNS = groups.param_groups, groups.EMBEDDING_PATTERNS
 M.clip_grad_norm, M.clip_grads, M.grad_norm = clip.clip_grad_norm, clip.clip_grads, clip.grad_norm

@@ -105,6 +105,7 @@ function M.cosine(opts)
   end)
 end
 
+-- S.linear{lr =, min_lr =, warmup =, total =}: warmup, then straight down to min_lr at total.
 function M.linear(opts)
   return make("linear", opts, true, function(step, s)
     local r = progress(step, s.warmup, s.total)
@@ -112,6 +113,7 @@ function M.linear(opts)
   end)
 end
 
+-- S.constant{lr =, warmup =}: warmup, then lr.
 function M.constant(opts)
   return make("constant", opts, false, function(_, s) return s.lr end)
 end
@@ -161,6 +163,7 @@ function M.make(opts)
   return fn(rest)
 end
 
+-- Whether x is a schedule made here.
 function M.is_schedule(x) return getmetatable(x) == Schedule end
 
 return M

@@ -275,6 +275,7 @@ function methods.copy_(t, src)
   return t
 end
 
+-- t:fill_(v): every element set to v (a number or a boolean), in place; returns t.
 function methods.fill_(t, v)
   if v == true then v = 1 elseif v == false then v = 0 end
   if type(v) ~= "number" then raise("fill_: expected a number, got " .. type(v)) end
