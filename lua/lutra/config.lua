@@ -145,6 +145,7 @@ end
 
 -- ---- suggestions -------------------------------------------------------------------------------
 
+-- The Levenshtein distance between strings a and b (byte edits), for suggesting a mistyped key.
 local function edit_distance(a, b)
   local prev, cur = {}, {}
   for j = 0, #b do prev[j] = j end

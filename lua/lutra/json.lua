@@ -81,9 +81,10 @@ local function c_api()
   return api
 end
 
--- The order of an object's keys as the text gave them, for objects decoded with {ordered = true}
--- (json.key_order(t) -> list of keys, or nil): weak, so it costs nothing once t is gone.
+-- The order of an object's keys as the text gave them, for objects decoded with {ordered = true}:
+-- weak, so it costs nothing once t is gone.
 local KEY_ORDER = setmetatable({}, {__mode = "k"})
+-- json.key_order(t) -> the list of t's keys in the text's order, or nil (decoded with {ordered = true}).
 function M.key_order(t) return KEY_ORDER[t] end
 
 local T_NULL, T_FALSE, T_TRUE, T_NUMBER, T_STRING, T_ARRAY = 0, 1, 2, 3, 4, 5

@@ -89,6 +89,8 @@ function M.launched()
   return os.getenv("OMPI_COMM_WORLD_SIZE") ~= nil or os.getenv("PMIX_RANK") ~= nil or os.getenv("SLURM_PROCID") ~= nil
 end
 
+-- dist.parallelize(model, mesh, {optimizer = function(named) -> optimizer}) -> the parallel step driver
+-- (tensor parallel, pipeline stages, then ZeRO or data parallel over the mesh): lutra/dist/parallelize.lua.
 function M.parallelize(model, mesh, opts)
   if type(mesh) ~= "table" or getmetatable(mesh) ~= mesh_mod.Mesh then
     raise("dist.parallelize: expected the mesh of lutra.dist.init as the second argument")

@@ -42,6 +42,7 @@ local M = {}
 
 M.POLICIES = {"stop", "skip", "rollback"}
 
+-- Whether the number x is neither nan nor +-inf.
 local function finite(x) return x == x and x ~= huge and x ~= -huge end
 M.finite = finite
 
