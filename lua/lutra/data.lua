@@ -156,6 +156,7 @@ function TokenFile:check(vocab_size)
   return true
 end
 
+-- Closes the file (unmaps it); closing again does nothing.
 function TokenFile:close()
   if self.handle ~= nil then C.lt_tokfile_close(ffi.gc(self.handle, nil)) end
   self.handle = nil
@@ -520,6 +521,7 @@ function Loader:peek_starts(s)
   return out
 end
 
+-- The number of whole passes over the data the steps so far have drawn.
 function Loader:epoch()
   local drawn = self.step * self.batch
   if self.shuffle then return floor(drawn * self.seq_len / self.ntokens) end
@@ -539,6 +541,7 @@ function Loader:set_state(st)
   return self
 end
 
+-- Back to step 0 (the first batch again); returns the loader.
 function Loader:reset()
   self.step = 0
   return self

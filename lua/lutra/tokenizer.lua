@@ -338,6 +338,7 @@ function Tokenizer.token_id(tok, s)
   return id_out[0] >= 0 and id_out[0] or nil
 end
 
+-- tok:is_special(id): whether id is a special token (<|endoftext|>, ...).
 function Tokenizer.is_special(tok, id) return C.lt_tokenizer_is_special(check_self("is_special", tok), id) ~= 0 end
 
 -- Adds a special token (or finds the one with this text); returns its id.
@@ -359,6 +360,7 @@ function Tokenizer.special_tokens(tok)
   return out
 end
 
+-- tok:num_merges(): the number of BPE merge rules.
 function Tokenizer.num_merges(tok) return C.lt_tokenizer_num_merges(check_self("num_merges", tok)) end
 
 local fp_out = ffi.new("uint64_t[1]")

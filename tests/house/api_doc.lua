@@ -53,6 +53,13 @@ local function sorted_keys(t)
   return keys
 end
 
+local function has_functions(t)
+  for _, v in pairs(t) do
+    if type(v) == "function" then return true end
+  end
+  return false
+end
+
 local function fenced(text)
   return "```text\n" .. text .. "\n```\n"
 end
@@ -103,6 +110,11 @@ local function generate()
           shown[v] = true
           put("### " .. prefix .. k .. " (" .. sub.name .. ")\n\n")
           if sub.text then put(fenced(sub.text) .. "\n") end
+          functions_of(v, prefix .. k .. ".", CLASS_HOOKS)
+        elseif has_functions(v) then
+          -- a class or table of functions inside the module (optim.Optimizer's methods)
+          shown[v] = true
+          put("### " .. prefix .. k .. "\n\n")
           functions_of(v, prefix .. k .. ".", CLASS_HOOKS)
         end
       end

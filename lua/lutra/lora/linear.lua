@@ -144,6 +144,8 @@ function LoRALinear:dora_scale()
   return g
 end
 
+-- forward with DoRA: (x W^T + s B A x) scaled per output feature by g = m / ||W + s B A||
+-- (dora_scale), plus the bias.
 function LoRALinear:dora_forward(x)
   local g = self:dora_scale()
   local xin = self.lora_dropout and self.lora_dropout(x) or x
@@ -188,6 +190,7 @@ function LoRALinear:merge_weight()
   d:free()
 end
 
+-- Undoes merge_weight: W back from W + s B A (and DoRA's row scale).
 function LoRALinear:unmerge_weight()
   local g = rawget(self, "_merge_scale")
   if g ~= nil then

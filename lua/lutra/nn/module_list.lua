@@ -30,11 +30,13 @@ return function(Module, declare)
     for i, m in ipairs(list or {}) do put(self, i, m) end
   end
 
+  -- list:append(m): m becomes the next entry (list[#list + 1]); returns the list.
   function ModuleList:append(m)
     put(self, #self + 1, m)
     return self
   end
 
+  -- A ModuleList is a container, not a layer: calling it is refused (loop over its entries).
   function ModuleList:forward()
     raise("ModuleList: has no forward; loop over it: for i, m in ipairs(list) do x = m(x) end")
   end
