@@ -195,6 +195,24 @@ local function resolve(name)
   return nil
 end
 
+-- For a class that is a field of a module rather than a module itself (data.Loader, optim.Optimizer):
+-- the doc of the module that holds it, named by the field.
+local function holder_doc(t)
+  local best, best_key
+  for name, mod in pairs(package.loaded) do
+    if type(name) == "string" and name:match("^lutra") and type(mod) == "table" and mod ~= t
+       and (not best or #name < #best) then
+      for k, v in pairs(mod) do
+        if v == t and type(k) == "string" then best, best_key = name, k break end
+      end
+    end
+  end
+  if not best then return nil end
+  local d = M.module_doc(package.loaded[best])
+  if d then d.name = best .. "." .. best_key .. ", in " .. d.name end
+  return d
+end
+
 local function format_module(d)
   return (d.text or "(no head comment)") .. "\n  (" .. d.name .. ", " .. d.where .. ")"
 end
@@ -228,7 +246,7 @@ function M.find(x, name)
   elseif type(x) == "table" then
     local d = M.module_doc(x)
     if d then return format_module(d) end
-    -- an object: its class (the metatable's __index chain)
+    -- an object: its class (the metatable's __index chain), a module or a field of one
     local seen, mt = {}, getmetatable(x)
     while type(mt) == "table" and not seen[mt] do
       seen[mt] = true
@@ -236,6 +254,8 @@ function M.find(x, name)
       if d then return format_module(d) end
       mt = type(mt.__index) == "table" and mt.__index or nil
     end
+    d = holder_doc(x) or (type(getmetatable(x)) == "table" and holder_doc(getmetatable(x)))
+    if d then return format_module(d) end
   end
   return nil
 end

@@ -61,6 +61,13 @@ test("lutra.exp, the checking wrapper of t:exp, shows the method's doc", functio
   equal(doc.find("exp"), text)
 end)
 
+test("an object whose class is a field of a module (an optimizer, a loader class) shows that module's head", function()
+  local o = lt.optim.AdamW(lt.nn.Linear(2, 2), {})
+  has(doc.find(o), "lutra.optim.optimizer — what every optimizer shares")
+  has(doc.find(lt.data.Loader), "lutra.data — a corpus tokenized once into a token file")
+  has(doc.find(lt.data.Loader), "(lutra.data.Loader, in lutra.data, lutra/data.lua)")
+end)
+
 test("a callable module: lt.train is lutra.train's head comment", function()
   local text = doc.find(lt.train)
   has(text, "lutra.train — the training loop.")
