@@ -31,10 +31,6 @@ local edge, attach, save = op.edge, op.attach, op.save
 
 local function create() return require "lutra.create" end
 
-local function check_dim(name, dim)
-  if type(dim) ~= "number" or dim % 1 ~= 0 then raise(name .. ": dim must be an integer, got " .. tostring(dim)) end
-end
-
 -- zeros shaped as `shape` (a list) with t's dtype and device
 local function zeros(shape, t) return create().zeros(shape, {dtype = t.dtype, device = t.device}) end
 
@@ -49,7 +45,7 @@ local record_gather, record_scatter, record_scatter_add, record_scatter_reduce -
 function M.gather(x, dim, index, out)
   need("gather", "x", x)
   need("gather", "index", index)
-  check_dim("gather", dim)
+  errors.int_arg("gather", dim, "dim")
   writing("gather", out, x, index)
   out = out or new()
   if C.lt_gather(out, x, dim, index) ~= 0 then fail() end
@@ -61,7 +57,7 @@ local function scatter_op(name, fn, record)
   return function(x, dim, index, src, out)
     need(name, "x", x)
     need(name, "index", index)
-    check_dim(name, dim)
+    errors.int_arg(name, dim, "dim")
     src = src_tensor(name, src, x, index)
     writing(name, out, x, index, src)
     out = out or new()
@@ -81,7 +77,7 @@ local IDENTITY = {sum = 0, mean = 0, amax = -math.huge, amin = math.huge}
 function M.scatter_reduce(x, dim, index, src, reduce, opts)
   need("scatter_reduce", "x", x)
   need("scatter_reduce", "index", index)
-  check_dim("scatter_reduce", dim)
+  errors.int_arg("scatter_reduce", dim, "dim")
   src = src_tensor("scatter_reduce", src, x, index)
   if IDENTITY[reduce] == nil then
     raise("scatter_reduce: reduce is " .. tostring(reduce) .. ", expected \"sum\", \"mean\", \"amax\" or \"amin\"")

@@ -19,22 +19,18 @@ local C = lt.C
 
 local M = {}
 
-local new, fail, raise = memory.new, errors.fail, errors.raise
+local new, fail = memory.new, errors.fail
 local need, tracked, writing = U.need, U.tracked, U.writing
 local edge, attach, save = op.edge, op.attach, op.save
 
 local function zeros(shape, t) return require("lutra.create").zeros(shape, {dtype = t.dtype, device = t.device}) end
-
-local function check_dim(name, dim)
-  if type(dim) ~= "number" or dim % 1 ~= 0 then raise(name .. ": dim must be an integer, got " .. tostring(dim)) end
-end
 
 local record_select, record_add, record_copy -- the declarations', below
 
 function M.index_select(x, dim, index, out)
   need("index_select", "x", x)
   need("index_select", "index", index)
-  check_dim("index_select", dim)
+  errors.int_arg("index_select", dim, "dim")
   writing("index_select", out, x, index)
   out = out or new()
   if C.lt_index_select(out, x, dim, index) ~= 0 then fail() end
@@ -47,7 +43,7 @@ local function index_write(name, fn, record)
     need(name, "x", x)
     need(name, "index", index)
     need(name, "src", src)
-    check_dim(name, dim)
+    errors.int_arg(name, dim, "dim")
     writing(name, out, x, index, src)
     out = out or new()
     if fn(out, x, dim, index, src) ~= 0 then fail() end
