@@ -10,17 +10,6 @@ extern "C" {
 #include "kernels/adafactor.h"
 }
 
-static __device__ __forceinline__ float rn_add(float a, float b) { return __fadd_rn(a, b); }
-static __device__ __forceinline__ double rn_add(double a, double b) { return __dadd_rn(a, b); }
-static __device__ __forceinline__ float rn_sub(float a, float b) { return __fsub_rn(a, b); }
-static __device__ __forceinline__ double rn_sub(double a, double b) { return __dsub_rn(a, b); }
-static __device__ __forceinline__ float rn_mul(float a, float b) { return __fmul_rn(a, b); }
-static __device__ __forceinline__ double rn_mul(double a, double b) { return __dmul_rn(a, b); }
-static __device__ __forceinline__ float rn_div(float a, float b) { return __fdiv_rn(a, b); }
-static __device__ __forceinline__ double rn_div(double a, double b) { return __ddiv_rn(a, b); }
-static __device__ __forceinline__ float rn_sqrt(float a) { return __fsqrt_rn(a); }
-static __device__ __forceinline__ double rn_sqrt(double a) { return __dsqrt_rn(a); }
-
 /* The device scalars of one step. */
 struct adafactor_scalars {
   double lr, clip_div; /* values of the compute dtype */

@@ -174,4 +174,17 @@ template <typename F> static inline bool lt_with_dtype(int dtype, F &&f) {
 /* True when every pointer is aligned for N-element vectors of its type. */
 static inline bool lt_aligned(const void *p, size_t bytes) { return ((uintptr_t)p % bytes) == 0; }
 
+/* Arithmetic rounded once per operation, in both precisions: nvcc never contracts these into an
+ * fma, so a kernel written with them gives the bits of the CPU loop that does the same operations. */
+static __device__ __forceinline__ float rn_add(float a, float b) { return __fadd_rn(a, b); }
+static __device__ __forceinline__ double rn_add(double a, double b) { return __dadd_rn(a, b); }
+static __device__ __forceinline__ float rn_sub(float a, float b) { return __fsub_rn(a, b); }
+static __device__ __forceinline__ double rn_sub(double a, double b) { return __dsub_rn(a, b); }
+static __device__ __forceinline__ float rn_mul(float a, float b) { return __fmul_rn(a, b); }
+static __device__ __forceinline__ double rn_mul(double a, double b) { return __dmul_rn(a, b); }
+static __device__ __forceinline__ float rn_div(float a, float b) { return __fdiv_rn(a, b); }
+static __device__ __forceinline__ double rn_div(double a, double b) { return __ddiv_rn(a, b); }
+static __device__ __forceinline__ float rn_sqrt(float a) { return __fsqrt_rn(a); }
+static __device__ __forceinline__ double rn_sqrt(double a) { return __dsqrt_rn(a); }
+
 #endif

@@ -8,17 +8,6 @@ extern "C" {
 #include "kernels/lamb.h"
 }
 
-static __device__ __forceinline__ float rn_add(float a, float b) { return __fadd_rn(a, b); }
-static __device__ __forceinline__ double rn_add(double a, double b) { return __dadd_rn(a, b); }
-static __device__ __forceinline__ float rn_sub(float a, float b) { return __fsub_rn(a, b); }
-static __device__ __forceinline__ double rn_sub(double a, double b) { return __dsub_rn(a, b); }
-static __device__ __forceinline__ float rn_mul(float a, float b) { return __fmul_rn(a, b); }
-static __device__ __forceinline__ double rn_mul(double a, double b) { return __dmul_rn(a, b); }
-static __device__ __forceinline__ float rn_div(float a, float b) { return __fdiv_rn(a, b); }
-static __device__ __forceinline__ double rn_div(double a, double b) { return __ddiv_rn(a, b); }
-static __device__ __forceinline__ float rn_sqrt(float a) { return __fsqrt_rn(a); }
-static __device__ __forceinline__ double rn_sqrt(double a) { return __dsqrt_rn(a); }
-
 /* r = m / bc1 / (sqrt(v / bc2) + eps) + weight_decay * param, as lamb.c. */
 template <typename T> static __device__ __forceinline__ T lamb_r(const lt_lamb_args &a, int64_t i) {
   const T *p = (const T *)a.param, *m = (const T *)a.m, *v = (const T *)a.v;
