@@ -104,7 +104,7 @@ end
 -- The last position's logits (1, T, V) -> a float array of V values (a contiguous f32 copy).
 local function last_logits(logits)
   local T = logits:size(1)
-  local row = logits:select(1, T - 1):select(0, 0):float():contiguous()
+  local row = logits:select(1, T - 1):select(0, 0):float():cpu():contiguous() -- read through the FFI: host memory
   return ffi.cast("float *", row:data_ptr()), row:size(0), row
 end
 

@@ -106,7 +106,7 @@ local release = grad.release
 local function embed(self, idx, positions, pos, T)
   local x = self.wte(idx)
   if self.wpe ~= nil then
-    local p = self.wpe(positions or create.arange(pos, pos + T))
+    local p = self.wpe(positions or create.arange(pos, pos + T, {device = idx.device}))
     local e = x
     x = e + p
     release(e)

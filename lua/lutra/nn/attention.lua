@@ -214,7 +214,7 @@ function Attention:forward(x, cache, pos, opts)
   end
   local q, k, v = split(qkv, H, Hkv)
   if self.rope then
-    local positions = pos > 0 and arange(pos, pos + T) or nil
+    local positions = pos > 0 and arange(pos, pos + T, {device = q.device}) or nil
     q = F.rope(q, positions, self.rope_freq or self.rope_theta)
     k = F.rope(k, positions, self.rope_freq or self.rope_theta)
   end
@@ -231,7 +231,7 @@ function Attention:forward_qk_norm(qkv, cache, pos, positions, segments)
   local q, k, v = split(qkv, H, Hkv)
   q, k = self.q_norm(q:contiguous()), self.k_norm(k:contiguous())
   if self.rope then
-    if positions == nil and pos > 0 then positions = arange(pos, pos + T) end
+    if positions == nil and pos > 0 then positions = arange(pos, pos + T, {device = q.device}) end
     local r = self.rope_freq or self.rope_theta
     q, k = F.rope(q, positions, r), F.rope(k, positions, r)
   end

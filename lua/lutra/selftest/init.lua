@@ -9,6 +9,8 @@
 --   lutra selftest -v         print every case, not one row per op and dtype
 --   lutra selftest --device=cpu   run the harness with the CPU on both sides (checks the
 --                             checker where there is no GPU; every error must be 0)
+--   lutra selftest --only=attention,sort   only these case modules ("core": the copy, fill,
+--                             convert and add cases), e.g. under compute-sanitizer
 --
 -- After the core cases below (copy, fill, convert, add), each case module
 -- lua/lutra/selftest/<op>.lua (CASE_MODULES: matmul and the fused linear layer, streams,
@@ -234,7 +236,7 @@ local function case_api(lt, C, device, report)
   return st
 end
 
-local function run_case_modules(lt, C, device, report)
+local function run_case_modules(lt, C, device, report, only)
   local st = case_api(lt, C, device, report)
   for _, name in ipairs(CASE_MODULES) do
     local modname = "lutra.selftest." .. name
@@ -245,12 +247,13 @@ local function run_case_modules(lt, C, device, report)
         break
       end
     end
-    if found then require(modname)(st) end
+    if found and (only == nil or only[name]) then require(modname)(st) end
   end
 end
 
--- Runs every case; report(op, shape, dtype, max_abs, max_rel, ok) gets each result.
-local function run_cases(lt, C, device, report)
+-- Runs every case (or those of the modules in `only`, "core" naming the copy, fill, convert
+-- and add cases below); report(op, shape, dtype, max_abs, max_rel, ok) gets each result.
+local function run_cases(lt, C, device, report, only)
   -- a CPU tensor of dtype holding buf, made through the Lua library
   local function host(shape, dtype, buf)
     local t = lt.empty(shape, {dtype = dtype})
@@ -265,7 +268,7 @@ local function run_cases(lt, C, device, report)
     report(op, shape, dtype, abs, rel, abs == 0)
   end
 
-  for _, shape in ipairs(test_shapes()) do
+  for _, shape in ipairs(only and not only.core and {} or test_shapes()) do
     local n = numel(shape)
     for _, dt in ipairs(DTYPES) do
       -- copy: host -> device -> host
@@ -292,7 +295,7 @@ local function run_cases(lt, C, device, report)
       report("add", shape, dt, abs, rel, ok)
     end
   end
-  run_case_modules(lt, C, device, report)
+  run_case_modules(lt, C, device, report, only)
 end
 
 -- ---- output ---------------------------------------------------------------------------------
@@ -341,21 +344,33 @@ end
 -- The command line after `selftest`: verbose, device; or nil and the exit status (help, an
 -- unknown argument).
 local function parse_args(args)
-  local verbose, device = false, nil
+  local verbose, device, only = false, nil, nil
   for _, a in ipairs(args) do
     if a == "-v" or a == "--verbose" then
       verbose = true
     elseif a:match("^%-%-device=") then
       device = a:match("^%-%-device=(.*)$")
+    elseif a:match("^%-%-only=") then
+      only = {}
+      for name in a:match("^%-%-only=(.*)$"):gmatch("[^,]+") do
+        local known = name == "core"
+        for _, m in ipairs(CASE_MODULES) do known = known or m == name end
+        if not known then
+          io.stderr:write("lutra selftest: --only: no case module '", name, "' (core, ",
+                          table.concat(CASE_MODULES, ", "), ")\n")
+          return nil, 1
+        end
+        only[name] = true
+      end
     elseif a == "-h" or a == "--help" then
-      print("usage: lutra selftest [-v] [--device=cuda|cuda:K|cpu]")
+      print("usage: lutra selftest [-v] [--device=cuda|cuda:K|cpu] [--only=core,matmul,...]")
       return nil, 0
     else
       io.stderr:write("lutra selftest: unknown argument '", a, "'\n")
       return nil, 1
     end
   end
-  return verbose, device
+  return verbose, device, only
 end
 
 -- report(op, shape, dtype, abs, rel, ok) for every case: counts it, prints it (verbose, or a
@@ -387,7 +402,7 @@ end
 -- args: the command line after `selftest` (a list of strings). Returns the exit status:
 -- 0 all passed, 1 a failure, 77 skipped (no GPU: see the top of this file).
 function M.main(args)
-  local verbose, device = parse_args(args or {})
+  local verbose, device, only = parse_args(args or {})
   if verbose == nil then return device end
 
   local C, err = probe_api()
@@ -411,7 +426,7 @@ function M.main(args)
                       count > 0 and ffi.string(C.lt_cuda_status()) or "no CUDA device, harness check only"))
 
   local report, summary = reporter(verbose)
-  local ok, msg = xpcall(run_cases, debug.traceback, lt, C, device, report)
+  local ok, msg = xpcall(run_cases, debug.traceback, lt, C, device, report, only)
   local rows, failures, cases = summary()
   print_table(rows)
   if not ok then
