@@ -19,5 +19,11 @@ typedef struct lt_lamb_args {
 
 /* The step on the device's compute stream; nothing waits for the host. */
 int lt_cuda_lamb(int device, const lt_lamb_args *a);
+/* The step of n tensors (entries: param, grad, m, v, n, pdtype; chunks numbered by
+ * lt_optim_number_chunks) with a's scalars, in four launches; each tensor as lt_cuda_lamb. */
+int lt_cuda_lamb_multi(int device, const lt_optim_entry *entries, int64_t n, int64_t chunks, const lt_lamb_args *a);
+
+/* A chunk of a multi-tensor call holds a whole number of the norms' runs. */
+enum { LT_LAMB_RUNS_PER_CHUNK = LT_OPTIM_CHUNK / LT_LAMB_RUN };
 
 #endif

@@ -22,6 +22,8 @@
 
 typedef lt_lamb_args lamb_args;
 
+_Static_assert(LT_OPTIM_CHUNK % LT_LAMB_RUN == 0, "kernels/lamb.cu numbers the norms' runs by chunk");
+
 /* The passes of kernels/lamb.cu: the moments; the norms of param and r in runs; the step. */
 #define DEFINE_LAMB(T, S, SQRT)                                                                                        \
   static void lamb_##S(const lamb_args *a, double *runs) {                                                             \
@@ -61,51 +63,106 @@ typedef lt_lamb_args lamb_args;
 DEFINE_LAMB(float, f32, sqrtf)
 DEFINE_LAMB(double, f64, sqrt)
 
-int lt_lamb_step(lt_tensor *param, const lt_tensor *grad, lt_tensor *m, lt_tensor *v, double lr, double beta1,
-                 double beta2, double eps, double weight_decay, int64_t step) {
-  LT_TRY(lt_check_defined("lamb", "param", param));
-  LT_TRY(lt_optim_check_build("lamb", param->device));
+/* The checks of tensor i of a call, named as the single op names them when single. */
+static int lamb_check_entry(const char *op, bool single, int64_t i, const lt_tensor *param, const lt_tensor *grad,
+                            const lt_tensor *m, const lt_tensor *v, int device) {
+  char name[48], desc[LT_DESC_STR];
+  LT_TRY(lt_check_defined(op, lt_optim_name(name, sizeof name, "params", i, single), param));
+  if (param->device != device)
+    return lt_errorf("%s: %s is %s, expected it on %s as params[0]", op, name, lt_desc(desc, param),
+                     lt_device_str((char[16]){0}, device));
   if (param->dtype != LT_F32 && param->dtype != LT_F64)
-    return lt_errorf("lamb: param is %s, expected f32 or f64", lt_dtype_name(param->dtype));
-  if (!(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1))
-    return lt_errorf("lamb: betas must be in [0, 1), got (%g, %g)", beta1, beta2);
-  if (!(lr >= 0) || !(eps >= 0) || !(weight_decay >= 0))
-    return lt_errorf("lamb: lr, eps and weight_decay must be >= 0, got %g, %g, %g", lr, eps, weight_decay);
-  if (step < 1) return lt_errorf("lamb: step must be >= 1, got %lld", (long long)step);
+    return lt_errorf("%s: %s is %s, expected f32 or f64", op, name, lt_dtype_name(param->dtype));
   int64_t n = lt_numel(param);
-  LT_TRY(lt_optim_check_operand("lamb", "grad", grad, n, param->dtype, param->dtype, param));
-  LT_TRY(lt_optim_check_operand("lamb", "m", m, n, param->dtype, param->dtype, param));
-  LT_TRY(lt_optim_check_operand("lamb", "v", v, n, param->dtype, param->dtype, param));
+  int dt = param->dtype;
+  LT_TRY(lt_optim_check_operand(op, lt_optim_name(name, sizeof name, "grads", i, single), grad, n, dt, dt, param));
+  LT_TRY(lt_optim_check_operand(op, lt_optim_name(name, sizeof name, "m", i, single), m, n, dt, dt, param));
+  LT_TRY(lt_optim_check_operand(op, lt_optim_name(name, sizeof name, "v", i, single), v, n, dt, dt, param));
   if (lt_data_ptr(m) == lt_data_ptr(v) || lt_data_ptr(m) == lt_data_ptr(param) || lt_data_ptr(v) == lt_data_ptr(param))
-    return lt_errorf("lamb: m, v and param must not share memory");
-  LT_TRY(lt_optim_check_storage("lamb", "param", param));
+    return lt_errorf("%s: m, v and param%s must not share memory", op,
+                     single ? "" : lt_optim_name(name, sizeof name, " of tensor", i, false));
+  return lt_optim_check_storage(op, lt_optim_name(name, sizeof name, "params", i, single), param);
+}
+
+/* The step of one contiguous tensor on the CPU (entry e: param, grad, m, v). */
+static int lamb_cpu(const char *op, const lt_optim_entry *e, lamb_args a) {
+  if (e->n == 0) return 0;
+  a.param = e->param, a.grad = e->grad, a.m = e->m, a.v = e->v, a.n = e->n, a.dtype = e->pdtype;
+  double *runs = malloc(sizeof(double) * 2 * (size_t)((e->n + LT_LAMB_RUN - 1) / LT_LAMB_RUN));
+  if (!runs) return lt_errorf("%s: out of memory", op);
+  if (a.dtype == LT_F32)
+    lamb_f32(&a, runs);
+  else
+    lamb_f64(&a, runs);
+  free(runs);
+  return 0;
+}
+
+/* One step of n tensors: on the CPU each in turn (lamb_cpu), on CUDA all in one set of launches
+ * (kernels/lamb.cu); each tensor gets exactly what a call for it alone gives it. */
+static int lamb_run(const char *op, bool single, int64_t n, lt_tensor *const *params, lt_tensor *const *grads,
+                    lt_tensor *const *ms, lt_tensor *const *vs, double lr, double beta1, double beta2, double eps,
+                    double weight_decay, int64_t step) {
+  if (n < 0) return lt_errorf("%s: n must be >= 0, got %lld", op, (long long)n);
+  if (n > 0 && (!params || !grads || !ms || !vs))
+    return lt_errorf("%s: params, grads, m and v must be arrays of %lld tensors (got NULL)", op, (long long)n);
+  if (!(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1))
+    return lt_errorf("%s: betas must be in [0, 1), got (%g, %g)", op, beta1, beta2);
+  if (!(lr >= 0) || !(eps >= 0) || !(weight_decay >= 0))
+    return lt_errorf("%s: lr, eps and weight_decay must be >= 0, got %g, %g, %g", op, lr, eps, weight_decay);
+  if (step < 1) return lt_errorf("%s: step must be >= 1, got %lld", op, (long long)step);
   if (n == 0) return 0;
-  lamb_args a = {.n = n, .dtype = param->dtype, .lr = lr, .beta1 = beta1, .beta2 = beta2, .eps = eps, .weight_decay = weight_decay,
+  LT_TRY(lt_check_defined(op, single ? "param" : "params[0]", params[0]));
+  int device = params[0]->device;
+  LT_TRY(lt_optim_check_build(op, device));
+  for (int64_t i = 0; i < n; i++) LT_TRY(lamb_check_entry(op, single, i, params[i], grads[i], ms[i], vs[i], device));
+  lamb_args a = {.lr = lr, .beta1 = beta1, .beta2 = beta2, .eps = eps, .weight_decay = weight_decay,
                  .bc1 = 1.0 - pow(beta1, (double)step), .bc2 = 1.0 - pow(beta2, (double)step)};
   int rc = -1;
-  lt_tensor *pc = lt_begin_inplace(param), *mc = lt_begin_inplace(m), *vc = lt_begin_inplace(v), *gc = lt_tensor_new();
-  if (!pc || !mc || !vc || !gc || lt_contiguous(gc, grad)) goto done;
-  a.param = lt_data_ptr(pc), a.grad = lt_data_ptr(gc), a.m = lt_data_ptr(mc), a.v = lt_data_ptr(vc);
-  if (param->device != LT_DEVICE_CPU) {
-    const lt_backend *be = lt_backend_for("lamb", param->device);
-    rc = be ? be->lamb(param->device, &a) : -1;
-  } else {
-    double *runs = malloc(sizeof(double) * 2 * (size_t)((n + LT_LAMB_RUN - 1) / LT_LAMB_RUN));
-    if (!runs) {
-      lt_errorf("lamb: out of memory");
-      goto done;
-    }
-    if (param->dtype == LT_F32)
-      lamb_f32(&a, runs);
-    else
-      lamb_f64(&a, runs);
-    free(runs);
+  lt_tensor **held = calloc((size_t)n * 4, sizeof *held);
+  lt_optim_entry *entries = calloc((size_t)n, sizeof *entries);
+  if (!held || !entries) {
+    rc = lt_errorf("%s: out of memory for %lld tensors", op, (long long)n);
+    goto done;
+  }
+  for (int64_t i = 0; i < n; i++) {
+    lt_tensor **h = held + 4 * i;
+    h[0] = lt_begin_inplace(params[i]), h[2] = lt_begin_inplace(ms[i]), h[3] = lt_begin_inplace(vs[i]);
+    h[1] = lt_tensor_new();
+    if (!h[0] || !h[1] || !h[2] || !h[3] || lt_contiguous(h[1], grads[i])) goto done;
+    entries[i] = (lt_optim_entry){.param = lt_data_ptr(h[0]), .grad = lt_data_ptr(h[1]), .m = lt_data_ptr(h[2]),
+                                  .v = lt_data_ptr(h[3]), .n = lt_numel(h[0]), .pdtype = h[0]->dtype,
+                                  .gdtype = h[1]->dtype};
+  }
+  int64_t chunks = lt_optim_number_chunks(entries, n);
+  if (device == LT_DEVICE_CPU) {
     rc = 0;
+    for (int64_t i = 0; i < n && rc == 0; i++) rc = lamb_cpu(op, &entries[i], a);
+  } else {
+    const lt_backend *be = lt_backend_for(op, device);
+    rc = !be ? -1 : chunks > 0 ? be->lamb_multi(device, entries, n, chunks, &a) : 0;
   }
 done:
-  rc = lt_finish_inplace(param, pc, rc);
-  rc = lt_finish_inplace(m, mc, rc);
-  rc = lt_finish_inplace(v, vc, rc);
-  lt_release(gc);
+  for (int64_t i = 0; held && i < n; i++) {
+    lt_tensor **h = held + 4 * i;
+    rc = lt_finish_inplace(params[i], h[0], rc);
+    rc = lt_finish_inplace(ms[i], h[2], rc);
+    rc = lt_finish_inplace(vs[i], h[3], rc);
+    lt_release(h[1]);
+  }
+  free(held);
+  free(entries);
   return rc;
+}
+
+int lt_lamb_step(lt_tensor *param, const lt_tensor *grad, lt_tensor *m, lt_tensor *v, double lr, double beta1,
+                 double beta2, double eps, double weight_decay, int64_t step) {
+  lt_tensor *g = (lt_tensor *)grad; /* only read */
+  return lamb_run("lamb", true, 1, &param, &g, &m, &v, lr, beta1, beta2, eps, weight_decay, step);
+}
+
+int lt_lamb_step_multi(int64_t n, lt_tensor *const *params, lt_tensor *const *grads, lt_tensor *const *m,
+                       lt_tensor *const *v, double lr, double beta1, double beta2, double eps, double weight_decay,
+                       int64_t step) {
+  return lamb_run("lamb_multi", false, n, params, grads, m, v, lr, beta1, beta2, eps, weight_decay, step);
 }

@@ -188,3 +188,49 @@ test("a large parameter steps the same over 1 and 2 threads (sums in fixed runs)
   end
   lt.set_num_threads(before)
 end)
+
+test("LAMB steps a group in one call (lt_lamb_step_multi): per tensor bitwise what lt_lamb_step gives", function()
+  local C = require("lutra.ffi").C
+  local ffi = require "ffi"
+  -- mixed dtypes and sizes (empty, one element, past one run of the norms), a bf16 with and
+  -- without master weights, a tensor without a gradient at step 2
+  local shapes = {{7}, {0}, {1}, {70, 90}, {5, 6}, {3, 4, 5}}
+  local dts = {"f32", "f64", "f32", "f32", "bf16", "bf16"}
+  local params, ref, grads = {}, {}, {}
+  for i, s in ipairs(shapes) do
+    params[i] = lt.randn(s):to(dts[i])
+    ref[i] = params[i]:to(dts[i] == "f64" and "f64" or "f32")
+    grads[i] = {lt.randn(s):to(dts[i]), lt.randn(s):to(dts[i])}
+  end
+  local groups = {{params = {params[1], params[2], params[3], params[4], params[5]}}, {params = {params[6]}}}
+  local opt = optim.create("lamb", groups, {lr = 1e-2, weight_decay = 0.01, master_weights = true})
+  local state = {}
+  for i, p in ipairs(ref) do
+    state[i] = {m = lt.zeros_like(p), v = lt.zeros_like(p), step = 0}
+  end
+  for step = 1, 2 do
+    local gs = {}
+    for i = 1, #params do gs[i] = (step == 1 or i ~= 3) and grads[i][step] or nil end
+    opt:step{grads = gs}
+    for i, p in ipairs(ref) do
+      if gs[i] then
+        local st = state[i]
+        st.step = st.step + 1
+        equal(C.lt_lamb_step(p, gs[i]:to(p.dtype), st.m, st.v, 1e-2, 0.9, 0.999, 1e-6, 0.01, st.step), 0)
+      end
+    end
+    for i, p in ipairs(params) do
+      close(p, ref[i]:to(p.dtype), {rtol = 0, atol = 0, msg = "lamb group step " .. step .. " tensor " .. i})
+    end
+  end
+  -- the multi call's own refusals name the tensor
+  local held = {lt.randn(4), lt.randn(5), lt.randn(4), lt.randn(6), lt.zeros(4), lt.zeros(5), lt.zeros(4), lt.zeros(5)}
+  local a = ffi.new("lt_tensor*[2]", {held[1], held[2]})
+  local g = ffi.new("lt_tensor*[2]", {held[3], held[4]})
+  local m = ffi.new("lt_tensor*[2]", {held[5], held[6]})
+  local v = ffi.new("lt_tensor*[2]", {held[7], held[8]})
+  equal(C.lt_lamb_step_multi(2, a, g, m, v, 1e-3, 0.9, 0.99, 1e-6, 0, 1), -1)
+  local msg = ffi.string(C.lt_last_error())
+  assert(msg:find("lamb_multi: grads[1]", 1, true), msg)
+  equal(C.lt_lamb_step_multi(0, nil, nil, nil, nil, 1e-3, 0.9, 0.99, 1e-6, 0, 1), 0)
+end)

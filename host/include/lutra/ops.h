@@ -225,6 +225,14 @@ int lt_adafactor_step(lt_tensor *param, const lt_tensor *grad, lt_tensor *exp_av
 int lt_lamb_step(lt_tensor *param, const lt_tensor *grad, lt_tensor *m, lt_tensor *v, double lr, double beta1,
                  double beta2, double eps, double weight_decay, int64_t step);
 
+/* lt_lamb_step over the n parameters of one param group in one call (host/ops/lamb.c): each tensor
+ * gets exactly what lt_lamb_step gives it (its own trust ratio); on CUDA one set of launches for all
+ * of them (moments, the norms' runs, the trust ratios, the step). All tensors on one device, each
+ * with its grad, m and v of its dtype (f32 or f64). */
+int lt_lamb_step_multi(int64_t n, lt_tensor *const *params, lt_tensor *const *grads, lt_tensor *const *m,
+                       lt_tensor *const *v, double lr, double beta1, double beta2, double eps, double weight_decay,
+                       int64_t step);
+
 /* lt_adamw_step over the n parameters of one param group in one call (host/ops/adamw.c):
  * one OpenMP loop over chunks of all of them on the CPU, one kernel launch on CUDA; each tensor
  * gets exactly what lt_adamw_step gives it. All tensors on one device. masters may be NULL, and so

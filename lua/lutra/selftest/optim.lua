@@ -92,6 +92,33 @@ return function(st)
     end) end
   end
 
+  -- ---- LAMB over every shape in one call (f32 and f64 mixed), three steps: exact ---------------------
+  case("lamb_multi", {0}, "mixed", function()
+    local cpu, dev, dts = {p = {}, m = {}, v = {}}, {p = {}, m = {}, v = {}}, {}
+    for k, shape in ipairs(st.shapes()) do
+      for j, dt in ipairs{"f32", "f64"} do
+        local i = #dts + 1
+        dts[i] = dt
+        cpu.p[i], cpu.m[i], cpu.v[i] = st.rand(shape, dt), lt.zeros(shape, {dtype = dt}), lt.zeros(shape, {dtype = dt})
+        if (k + j) % 5 == 0 then cpu.p[i]:zero_() end -- trust 1
+        for _, key in ipairs{"p", "m", "v"} do dev[key][i] = st.to_device(cpu[key][i]) end
+      end
+    end
+    local n = #dts
+    for step = 1, 3 do
+      local gc, gdv = {}, {}
+      for i = 1, n do
+        gc[i] = st.rand(cpu.p[i].shape, dts[i])
+        gdv[i] = st.to_device(gc[i])
+      end
+      ok(C.lt_lamb_step_multi(n, arr(dev.p), arr(gdv), arr(dev.m), arr(dev.v), 1e-2, 0.9, 0.99, 1e-6, 0.01, step))
+      ok(C.lt_lamb_step_multi(n, arr(cpu.p), arr(gc), arr(cpu.m), arr(cpu.v), 1e-2, 0.9, 0.99, 1e-6, 0.01, step))
+    end
+    for i = 1, n do
+      for _, key in ipairs{"p", "m", "v"} do st.check("lamb_multi " .. key, dts[i], dev[key][i], cpu[key][i], 0) end
+    end
+  end)
+
   case("multi-tensor ops", {0}, "mixed", function()
     -- ---- multi-tensor AdamW: every shape and dtype in one call, some with masters ---------------------
     local cpu, dev = {p = {}, m = {}, v = {}, master = {}}, {p = {}, m = {}, v = {}, master = {}}

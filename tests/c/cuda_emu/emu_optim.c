@@ -4,7 +4,7 @@
  * weights), the multi-tensor sum of squares (f32 and f64 results) and scale, and clipping's
  * coefficient (incl. inf and nan); Adafactor (kernels/adafactor.cu: factored 2-d and 3-d, 1-d,
  * with and without beta1, weight decay, the relative step's parameter scale) and LAMB (lamb.cu,
- * a zero param: trust 1), f32 and f64, three steps, exact.
+ * a zero param: trust 1), f32 and f64, three steps, exact; LAMB over several tensors in one call.
  * Tolerances: lua/lutra/selftest/optim.lua (exact, but the sum of squares: 2^-22 / 1e-12). */
 #include "emu_check.h"
 static const int fdts[] = {LT_F32, LT_F64, LT_BF16, LT_F16};
@@ -151,7 +151,39 @@ static void extra_cases(int nd, const int64_t *shape, int zero_param) {
     lt_release(pd), lt_release(md), lt_release(m2d), lt_release(vd), lt_release(rowd), lt_release(cold), lt_release(qd);
   }
 }
+/* LAMB over several tensors in one call (lamb.cu's multi-tensor launches) against the CPU's
+ * per-tensor loop: f32 and f64 mixed, an empty and a one-element tensor, a tensor of several
+ * chunks and a run that ends inside a chunk, a zero param (trust 1); three steps, exact. */
+static void lamb_multi_cases(int quick) {
+  enum { N = 6 };
+  int64_t sizes[N] = {7, 0, 1, 40000, 2049, 33};
+  int dts[N] = {LT_F32, LT_F64, LT_F64, LT_F32, LT_F64, LT_F32};
+  if (quick) sizes[3] = 16385;
+  lt_tensor *p[N], *m[N], *v[N], *pd[N], *md[N], *vd[N];
+  for (int i = 0; i < N; i++) {
+    double lo = i == 5 ? 0 : -1, hi = i == 5 ? 0 : 1;
+    p[i] = emu_rnd(1, &sizes[i], dts[i], lo, hi, 0);
+    m[i] = emu_rnd(1, &sizes[i], dts[i], 0, 0, 0), v[i] = emu_rnd(1, &sizes[i], dts[i], 0, 0, 0);
+    pd[i] = emu_dev(p[i], 0), md[i] = emu_dev(m[i], 0), vd[i] = emu_dev(v[i], 0);
+  }
+  char name[96];
+  for (int step = 1; step <= 3; step++) {
+    lt_tensor *g[N], *gd[N];
+    for (int i = 0; i < N; i++) g[i] = emu_rnd(1, &sizes[i], dts[i], -1, 1, 0), gd[i] = emu_dev(g[i], i % 2);
+    snprintf(name, sizeof name, "lamb_multi step %d", step);
+    int rc = lt_lamb_step_multi(N, p, g, m, v, 1e-2, 0.9, 0.99, 1e-6, 0.01, step);
+    int rd = lt_lamb_step_multi(N, pd, gd, md, vd, 1e-2, 0.9, 0.99, 1e-6, 0.01, step);
+    same_rc(name, rc, rd);
+    for (int i = 0; i < N && !rc && !rd; i++)
+      emu_check(name, dts[i], pd[i], p[i], 0), emu_check(name, dts[i], md[i], m[i], 0), emu_check(name, dts[i], vd[i], v[i], 0);
+    for (int i = 0; i < N; i++) lt_release(g[i]), lt_release(gd[i]);
+  }
+  for (int i = 0; i < N; i++) {
+    lt_release(p[i]), lt_release(m[i]), lt_release(v[i]), lt_release(pd[i]), lt_release(md[i]), lt_release(vd[i]);
+  }
+}
 void emu_suite_optim(void) {
+  lamb_multi_cases(emu_quick);
   int64_t s1[1] = {37}, s2[2] = {19, 7}, s3[3] = {3, 5, 4}, big[2] = {70, 90};
   extra_cases(1, s1, 0), extra_cases(2, s2, 0), extra_cases(3, s3, 0), extra_cases(2, s2, 1);
   if (!emu_quick) extra_cases(2, big, 0);
