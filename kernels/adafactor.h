@@ -23,4 +23,24 @@ typedef struct lt_adafactor_args {
 /* The step on the device's compute stream; nothing waits for the host. */
 int lt_cuda_adafactor(int device, const lt_adafactor_args *a);
 
+/* One tensor of a multi-tensor step: its operands, and where its chunks (LT_OPTIM_CHUNK elements),
+ * rows, columns and batches (factored: batches * rows, batches * cols, batches; else none) start
+ * in the call's numbering of each. */
+typedef struct lt_adafactor_entry {
+  lt_adafactor_args a;
+  int64_t first_chunk, first_row, first_col, first_batch;
+} lt_adafactor_entry;
+
+/* The totals of a multi-tensor call's numbering. */
+typedef struct lt_adafactor_counts {
+  int64_t chunks, rows, cols, batches;
+} lt_adafactor_counts;
+
+/* The step of n tensors in one set of launches (the single step's passes, each over all of
+ * them); each tensor as lt_cuda_adafactor. */
+int lt_cuda_adafactor_multi(int device, const lt_adafactor_entry *entries, int64_t n, const lt_adafactor_counts *c);
+
+/* A chunk holds a whole number of the norms' runs. */
+enum { LT_ADAFACTOR_RUNS_PER_CHUNK = LT_OPTIM_CHUNK / LT_ADAFACTOR_RUN };
+
 #endif

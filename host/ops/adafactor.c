@@ -28,6 +28,8 @@
 
 typedef lt_adafactor_args adafactor_args;
 
+_Static_assert(LT_OPTIM_CHUNK % LT_ADAFACTOR_RUN == 0, "kernels/adafactor.cu numbers the norms' runs by chunk");
+
 /* Each pass is one kernel of kernels/adafactor.cu, in the same order of operations. */
 #define DEFINE_ADAFACTOR(T, S, SQRT)                                                                                   \
   /* the sum of squares of x[0..n) (or of the update, `update`), in runs */                                          \
@@ -109,27 +111,25 @@ DEFINE_UNSCALED(double, f64, sqrt)
 DEFINE_ADAFACTOR(float, f32, sqrtf)
 DEFINE_ADAFACTOR(double, f64, sqrt)
 
-/* An optional or required state operand of n elements and param's dtype. */
-static int check_state(const char *what, const lt_tensor *t, int64_t n, const lt_tensor *param, bool want) {
+/* An optional or required state operand of n elements and param's dtype (what: its name). */
+static int check_state(const char *op, const char *what, const lt_tensor *t, int64_t n, const lt_tensor *param,
+                       bool want) {
   if (!want) {
-    if (t && t->storage) return lt_errorf("adafactor: %s must be NULL for this param", what);
+    if (t && t->storage) return lt_errorf("%s: %s must be NULL for this param", op, what);
     return 0;
   }
-  return lt_optim_check_operand("adafactor", what, t, n, param->dtype, param->dtype, param);
+  return lt_optim_check_operand(op, what, t, n, param->dtype, param->dtype, param);
 }
 
-/* Runs the step on a's contiguous buffers: the CPU passes, or the device's kernels. */
-static int run_step(int device, lt_adafactor_args *a) {
-  if (device != LT_DEVICE_CPU) {
-    const lt_backend *be = lt_backend_for("adafactor", device);
-    return be ? be->adafactor(device, a) : -1;
-  }
+/* The CPU passes on a's contiguous buffers. */
+static int adafactor_cpu(const char *op, lt_adafactor_args *a) {
+  if (a->n == 0) return 0;
   size_t esize = a->dtype == LT_F64 ? sizeof(double) : sizeof(float);
   void *rmean = malloc(esize * (size_t)(a->batches > 0 ? a->batches : 1));
   double *runs = malloc(sizeof(double) * (size_t)((a->n + LT_ADAFACTOR_RUN - 1) / LT_ADAFACTOR_RUN));
   if (!rmean || !runs) {
     free(rmean), free(runs);
-    return lt_errorf("adafactor: out of memory");
+    return lt_errorf("%s: out of memory", op);
   }
   if (a->dtype == LT_F32)
     adafactor_f32(a, rmean, runs);
@@ -139,53 +139,152 @@ static int run_step(int device, lt_adafactor_args *a) {
   return 0;
 }
 
+/* The operands of one call, and the scalars every tensor shares. */
+typedef struct adafactor_call {
+  const char *op;
+  bool single;
+  lt_tensor *const *params, *const *grads, *const *exp_avgs, *const *rows, *const *cols, *const *vs;
+  lt_adafactor_args scalars;
+} adafactor_call;
+
+static lt_tensor *operand(lt_tensor *const *list, int64_t i) { return list ? list[i] : NULL; }
+
+/* Checks tensor i of the call and fills a (its shape and scalars; the pointers come later). */
+static int adafactor_check_entry(const adafactor_call *c, int64_t i, int device, lt_adafactor_args *a) {
+  char name[48], desc[LT_DESC_STR];
+  const char *op = c->op;
+  lt_tensor *param = c->params[i], *exp_avg = operand(c->exp_avgs, i);
+  LT_TRY(lt_check_defined(op, lt_optim_name(name, sizeof name, "params", i, c->single), param));
+  if (param->device != device)
+    return lt_errorf("%s: %s is %s, expected it on %s as params[0]", op, name, lt_desc(desc, param),
+                     lt_device_str((char[16]){0}, device));
+  if (param->dtype != LT_F32 && param->dtype != LT_F64)
+    return lt_errorf("%s: %s is %s, expected f32 or f64", op, name, lt_dtype_name(param->dtype));
+  int64_t n = lt_numel(param);
+  *a = c->scalars;
+  a->n = n, a->batches = 1, a->rows = 1, a->cols = n, a->dtype = param->dtype;
+  a->factored = param->ndim >= 2, a->first_moment = exp_avg != NULL && exp_avg->storage != NULL;
+  if (a->factored) {
+    a->rows = param->shape[param->ndim - 2];
+    a->cols = param->shape[param->ndim - 1];
+    a->batches = a->rows * a->cols > 0 ? n / (a->rows * a->cols) : 0;
+  }
+  LT_TRY(lt_optim_check_operand(op, lt_optim_name(name, sizeof name, "grads", i, c->single), c->grads[i], n,
+                                param->dtype, param->dtype, param));
+  LT_TRY(check_state(op, lt_optim_name(name, sizeof name, c->single ? "exp_avg" : "exp_avgs", i, c->single), exp_avg,
+                     n, param, a->first_moment));
+  LT_TRY(check_state(op, lt_optim_name(name, sizeof name, "rows", i, c->single), operand(c->rows, i),
+                     a->batches * a->rows, param, a->factored));
+  LT_TRY(check_state(op, lt_optim_name(name, sizeof name, "cols", i, c->single), operand(c->cols, i),
+                     a->batches * a->cols, param, a->factored));
+  LT_TRY(check_state(op, lt_optim_name(name, sizeof name, c->single ? "v" : "vs", i, c->single), operand(c->vs, i), n,
+                     param, !a->factored));
+  return lt_optim_check_storage(op, lt_optim_name(name, sizeof name, "params", i, c->single), param);
+}
+
+enum { HELD = 6 }; /* per tensor: param, grad, exp_avg, row, col, v */
+
+/* Makes tensor i's operands contiguous (h[0..HELD)) and points a at them; nonzero on failure. */
+static int adafactor_hold(const adafactor_call *c, int64_t i, lt_tensor **h, lt_adafactor_args *a) {
+  h[0] = lt_begin_inplace(c->params[i]), h[1] = lt_tensor_new();
+  if (a->first_moment) h[2] = lt_begin_inplace(c->exp_avgs[i]);
+  if (a->factored) h[3] = lt_begin_inplace(c->rows[i]), h[4] = lt_begin_inplace(c->cols[i]);
+  if (!a->factored) h[5] = lt_begin_inplace(c->vs[i]);
+  if (!h[0] || !h[1] || (a->first_moment && !h[2]) || (a->factored && (!h[3] || !h[4])) || (!a->factored && !h[5]) ||
+      lt_contiguous(h[1], c->grads[i]))
+    return -1;
+  a->param = lt_data_ptr(h[0]), a->grad = lt_data_ptr(h[1]);
+  a->m = h[2] ? lt_data_ptr(h[2]) : NULL, a->row = h[3] ? lt_data_ptr(h[3]) : NULL;
+  a->col = h[4] ? lt_data_ptr(h[4]) : NULL, a->v = h[5] ? lt_data_ptr(h[5]) : NULL;
+  return 0;
+}
+
+static int adafactor_release(const adafactor_call *c, int64_t i, lt_tensor **h, int rc) {
+  lt_tensor *targets[HELD] = {c->params[i], NULL, operand(c->exp_avgs, i), operand(c->rows, i), operand(c->cols, i),
+                              operand(c->vs, i)};
+  for (int k = 0; k < HELD; k++)
+    if (h[k] && k != 1) rc = lt_finish_inplace(targets[k], h[k], rc);
+  lt_release(h[1]);
+  return rc;
+}
+
+/* Numbers the entries' chunks, rows, columns and batches (lt_adafactor_entry). */
+static lt_adafactor_counts number_entries(lt_adafactor_entry *e, int64_t n) {
+  lt_adafactor_counts t = {0, 0, 0, 0};
+  for (int64_t i = 0; i < n; i++) {
+    const lt_adafactor_args *a = &e[i].a;
+    e[i].first_chunk = t.chunks, e[i].first_row = t.rows, e[i].first_col = t.cols, e[i].first_batch = t.batches;
+    t.chunks += (a->n + LT_OPTIM_CHUNK - 1) / LT_OPTIM_CHUNK;
+    if (a->factored) t.rows += a->batches * a->rows, t.cols += a->batches * a->cols, t.batches += a->batches;
+  }
+  return t;
+}
+
+/* One step of the call's n tensors: on the CPU each in turn, on CUDA in one set of launches. */
+static int adafactor_run(const adafactor_call *c, int64_t n) {
+  const char *op = c->op;
+  const lt_adafactor_args *s = &c->scalars;
+  if (n < 0) return lt_errorf("%s: n must be >= 0, got %lld", op, (long long)n);
+  if (n > 0 && (!c->params || !c->grads))
+    return lt_errorf("%s: params and grads must be arrays of %lld tensors (got NULL)", op, (long long)n);
+  if (!(s->rel_lr >= 0) || !(s->eps1 >= 0) || !(s->eps2 >= 0) || !(s->clip > 0) || !(s->weight_decay >= 0))
+    return lt_errorf("%s: lr, eps and weight_decay must be >= 0 and clip_threshold > 0", op);
+  if (!(s->beta2t >= 0 && s->beta2t < 1)) return lt_errorf("%s: beta2t must be in [0, 1), got %g", op, s->beta2t);
+  if (n == 0) return 0;
+  LT_TRY(lt_check_defined(op, c->single ? "param" : "params[0]", c->params[0]));
+  int device = c->params[0]->device;
+  LT_TRY(lt_optim_check_build(op, device));
+  lt_adafactor_entry *entries = calloc((size_t)n, sizeof *entries);
+  lt_tensor **held = calloc((size_t)n * HELD, sizeof *held);
+  int rc = -1;
+  if (!entries || !held) {
+    rc = lt_errorf("%s: out of memory for %lld tensors", op, (long long)n);
+    goto done;
+  }
+  for (int64_t i = 0; i < n; i++) {
+    if (adafactor_check_entry(c, i, device, &entries[i].a)) goto done;
+    if (entries[i].a.first_moment && !(s->beta1 >= 0 && s->beta1 < 1)) {
+      rc = lt_errorf("%s: beta1 must be in [0, 1), got %g", op, s->beta1);
+      goto done;
+    }
+  }
+  for (int64_t i = 0; i < n; i++)
+    if (adafactor_hold(c, i, held + HELD * i, &entries[i].a)) goto done;
+  if (device == LT_DEVICE_CPU) {
+    rc = 0;
+    for (int64_t i = 0; i < n && rc == 0; i++) rc = adafactor_cpu(op, &entries[i].a);
+  } else {
+    lt_adafactor_counts counts = number_entries(entries, n);
+    const lt_backend *be = lt_backend_for(op, device);
+    rc = !be ? -1 : counts.chunks > 0 ? be->adafactor_multi(device, entries, n, &counts) : 0;
+  }
+done:
+  for (int64_t i = 0; held && i < n; i++) rc = adafactor_release(c, i, held + HELD * i, rc);
+  free(held);
+  free(entries);
+  return rc;
+}
+
+static lt_adafactor_args shared_scalars(double rel_lr, int scale_parameter, double eps1, double eps2,
+                                        double clip_threshold, double beta2t, double beta1, double weight_decay) {
+  return (lt_adafactor_args){.scale_parameter = scale_parameter != 0, .rel_lr = rel_lr, .eps1 = eps1, .eps2 = eps2,
+                             .clip = clip_threshold, .beta2t = beta2t, .beta1 = beta1, .weight_decay = weight_decay};
+}
+
 int lt_adafactor_step(lt_tensor *param, const lt_tensor *grad, lt_tensor *exp_avg, lt_tensor *row, lt_tensor *col,
                       lt_tensor *v, double rel_lr, int scale_parameter, double eps1, double eps2,
                       double clip_threshold, double beta2t, double beta1, double weight_decay) {
-  LT_TRY(lt_check_defined("adafactor", "param", param));
-  LT_TRY(lt_optim_check_build("adafactor", param->device));
-  if (param->dtype != LT_F32 && param->dtype != LT_F64)
-    return lt_errorf("adafactor: param is %s, expected f32 or f64", lt_dtype_name(param->dtype));
-  if (!(rel_lr >= 0) || !(eps1 >= 0) || !(eps2 >= 0) || !(clip_threshold > 0) || !(weight_decay >= 0))
-    return lt_errorf("adafactor: lr, eps and weight_decay must be >= 0 and clip_threshold > 0");
-  if (!(beta2t >= 0 && beta2t < 1)) return lt_errorf("adafactor: beta2t must be in [0, 1), got %g", beta2t);
-  bool first_moment = exp_avg != NULL && exp_avg->storage != NULL;
-  if (first_moment && !(beta1 >= 0 && beta1 < 1)) return lt_errorf("adafactor: beta1 must be in [0, 1), got %g", beta1);
-  int64_t n = lt_numel(param);
-  lt_adafactor_args a = {.n = n, .batches = 1, .rows = 1, .cols = n, .dtype = param->dtype,
-                         .factored = param->ndim >= 2, .first_moment = first_moment,
-                         .scale_parameter = scale_parameter != 0, .rel_lr = rel_lr, .eps1 = eps1, .eps2 = eps2,
-                         .clip = clip_threshold, .beta2t = beta2t, .beta1 = beta1, .weight_decay = weight_decay};
-  if (a.factored) {
-    a.rows = param->shape[param->ndim - 2];
-    a.cols = param->shape[param->ndim - 1];
-    a.batches = a.rows * a.cols > 0 ? n / (a.rows * a.cols) : 0;
-  }
-  LT_TRY(lt_optim_check_operand("adafactor", "grad", grad, n, param->dtype, param->dtype, param));
-  LT_TRY(check_state("exp_avg", exp_avg, n, param, first_moment));
-  LT_TRY(check_state("row", row, a.batches * a.rows, param, a.factored));
-  LT_TRY(check_state("col", col, a.batches * a.cols, param, a.factored));
-  LT_TRY(check_state("v", v, n, param, !a.factored));
-  LT_TRY(lt_optim_check_storage("adafactor", "param", param));
-  if (n == 0) return 0;
-  int rc = -1;
-  lt_tensor *pc = lt_begin_inplace(param), *gc = lt_tensor_new();
-  lt_tensor *mc = first_moment ? lt_begin_inplace(exp_avg) : NULL;
-  lt_tensor *rc_ = a.factored ? lt_begin_inplace(row) : NULL, *cc = a.factored ? lt_begin_inplace(col) : NULL;
-  lt_tensor *vc = a.factored ? NULL : lt_begin_inplace(v);
-  if (!pc || !gc || (first_moment && !mc) || (a.factored && (!rc_ || !cc)) || (!a.factored && !vc) ||
-      lt_contiguous(gc, grad))
-    goto done;
-  a.param = lt_data_ptr(pc), a.grad = lt_data_ptr(gc);
-  a.m = mc ? lt_data_ptr(mc) : NULL, a.v = vc ? lt_data_ptr(vc) : NULL;
-  a.row = rc_ ? lt_data_ptr(rc_) : NULL, a.col = cc ? lt_data_ptr(cc) : NULL;
-  rc = run_step(param->device, &a);
-done:
-  rc = lt_finish_inplace(param, pc, rc);
-  if (mc) rc = lt_finish_inplace(exp_avg, mc, rc);
-  if (rc_) rc = lt_finish_inplace(row, rc_, rc);
-  if (cc) rc = lt_finish_inplace(col, cc, rc);
-  if (vc) rc = lt_finish_inplace(v, vc, rc);
-  lt_release(gc);
-  return rc;
+  lt_tensor *g = (lt_tensor *)grad; /* only read */
+  adafactor_call c = {"adafactor", true, &param, &g, &exp_avg, &row, &col, &v,
+                      shared_scalars(rel_lr, scale_parameter, eps1, eps2, clip_threshold, beta2t, beta1, weight_decay)};
+  return adafactor_run(&c, 1);
+}
+
+int lt_adafactor_step_multi(int64_t n, lt_tensor *const *params, lt_tensor *const *grads, lt_tensor *const *exp_avgs,
+                            lt_tensor *const *rows, lt_tensor *const *cols, lt_tensor *const *vs, double rel_lr,
+                            int scale_parameter, double eps1, double eps2, double clip_threshold, double beta2t,
+                            double beta1, double weight_decay) {
+  adafactor_call c = {"adafactor_multi", false, params, grads, exp_avgs, rows, cols, vs,
+                      shared_scalars(rel_lr, scale_parameter, eps1, eps2, clip_threshold, beta2t, beta1, weight_decay)};
+  return adafactor_run(&c, n);
 }

@@ -98,6 +98,7 @@ typedef struct lt_backend {
   int (*cumsum)(const char *op, const lt_cumsum_plan *p);
   int (*tril)(const char *op, const lt_tril_plan *p);
   int (*adafactor)(int device, const lt_adafactor_args *a); /* kernels/adafactor.cu */
+  int (*adafactor_multi)(int device, const lt_adafactor_entry *entries, int64_t n, const lt_adafactor_counts *c);
   int (*lamb)(int device, const lt_lamb_args *a);           /* kernels/lamb.cu */
   int (*lamb_multi)(int device, const lt_optim_entry *entries, int64_t n, int64_t chunks, const lt_lamb_args *a);
 } lt_backend;

@@ -49,6 +49,7 @@ extern "C" const lt_backend lt_backend_cuda = {
     lt_cuda_cumsum,
     lt_cuda_tril,
     lt_cuda_adafactor,
+    lt_cuda_adafactor_multi,
     lt_cuda_lamb,
     lt_cuda_lamb_multi,
 };

@@ -234,3 +234,59 @@ test("LAMB steps a group in one call (lt_lamb_step_multi): per tensor bitwise wh
   assert(msg:find("lamb_multi: grads[1]", 1, true), msg)
   equal(C.lt_lamb_step_multi(0, nil, nil, nil, nil, 1e-3, 0.9, 0.99, 1e-6, 0, 1), 0)
 end)
+
+test("Adafactor steps a group in one call (lt_adafactor_step_multi): per tensor bitwise what lt_adafactor_step gives",
+  function()
+  local C = require("lutra.ffi").C
+  local ffi = require "ffi"
+  -- factored 2-d and 3-d, 1-d, empty, f64, bf16 with master weights; beta1 and weight decay;
+  -- a tensor without a gradient at step 2 (its step count falls behind: a call of its own)
+  local shapes = {{7}, {0}, {5, 6}, {3, 4, 5}, {70, 90}, {4, 6}}
+  local dts = {"f32", "f32", "f64", "f32", "f32", "bf16"}
+  local params, ref, grads = {}, {}, {}
+  for i, s in ipairs(shapes) do
+    params[i] = lt.randn(s):to(dts[i])
+    ref[i] = params[i]:to(dts[i] == "f64" and "f64" or "f32")
+    grads[i] = {lt.randn(s):to(dts[i]), lt.randn(s):to(dts[i])}
+  end
+  local opts = {beta1 = 0.9, weight_decay = 0.01, master_weights = true}
+  local opt = optim.create("adafactor", params, opts)
+  local state = {}
+  for i, p in ipairs(ref) do
+    local st = {m = lt.zeros_like(p), step = 0}
+    if #p.shape >= 2 then
+      local kind = require "lutra.optim.adafactor"
+      st.row = lt.zeros(kind.state_shape(p.shape, "exp_avg_sq_row"), {dtype = p.dtype})
+      st.col = lt.zeros(kind.state_shape(p.shape, "exp_avg_sq_col"), {dtype = p.dtype})
+    else
+      st.v = lt.zeros_like(p)
+    end
+    state[i] = st
+  end
+  for step = 1, 2 do
+    local gs = {}
+    for i = 1, #params do gs[i] = (step == 1 or i ~= 4) and grads[i][step] or nil end
+    opt:step{grads = gs}
+    for i, p in ipairs(ref) do
+      if gs[i] then
+        local st = state[i]
+        st.step = st.step + 1
+        local t = st.step
+        equal(C.lt_adafactor_step(p, gs[i]:to(p.dtype), st.m, st.row, st.col, st.v, math.min(1e-2, 1 / math.sqrt(t)), 1,
+          1e-30, 1e-3, 1, 1 - t ^ -0.8, 0.9, 0.01), 0)
+      end
+    end
+    for i, p in ipairs(params) do
+      close(p, ref[i]:to(p.dtype), {rtol = 0, atol = 0, msg = "adafactor group step " .. step .. " tensor " .. i})
+    end
+  end
+  -- the multi call's own refusals name the tensor
+  local held = {lt.randn(4, 6), lt.randn(4, 6), lt.zeros(4), lt.zeros(5)}
+  local p = ffi.new("lt_tensor*[1]", {held[1]})
+  local g = ffi.new("lt_tensor*[1]", {held[2]})
+  local rows, cols = ffi.new("lt_tensor*[1]", {held[3]}), ffi.new("lt_tensor*[1]", {held[4]})
+  equal(C.lt_adafactor_step_multi(1, p, g, nil, rows, cols, nil, 1e-2, 1, 1e-30, 1e-3, 1, 0.5, 0, 0), -1)
+  local msg = ffi.string(C.lt_last_error())
+  assert(msg:find("adafactor_multi: cols[0]", 1, true), msg)
+  equal(C.lt_adafactor_step_multi(0, nil, nil, nil, nil, nil, nil, 1e-2, 1, 1e-30, 1e-3, 1, 0.5, 0, 0), 0)
+end)

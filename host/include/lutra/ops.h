@@ -225,6 +225,17 @@ int lt_adafactor_step(lt_tensor *param, const lt_tensor *grad, lt_tensor *exp_av
 int lt_lamb_step(lt_tensor *param, const lt_tensor *grad, lt_tensor *m, lt_tensor *v, double lr, double beta1,
                  double beta2, double eps, double weight_decay, int64_t step);
 
+/* lt_adafactor_step over the n parameters of one param group in one call (host/ops/adafactor.c),
+ * with one set of scalars: each tensor gets exactly what lt_adafactor_step gives it (its own
+ * parameter scale and clipping); on CUDA one set of launches for all of them. exp_avgs may be NULL
+ * (no beta1); rows and cols hold each factored tensor's row and column moments (NULL entries
+ * for a 1-d one), vs each 1-d tensor's second moment (NULL entries for a factored one); any of
+ * the three arrays may be NULL when no tensor uses it. */
+int lt_adafactor_step_multi(int64_t n, lt_tensor *const *params, lt_tensor *const *grads, lt_tensor *const *exp_avgs,
+                            lt_tensor *const *rows, lt_tensor *const *cols, lt_tensor *const *vs, double rel_lr,
+                            int scale_parameter, double eps1, double eps2, double clip_threshold, double beta2t,
+                            double beta1, double weight_decay);
+
 /* lt_lamb_step over the n parameters of one param group in one call (host/ops/lamb.c): each tensor
  * gets exactly what lt_lamb_step gives it (its own trust ratio); on CUDA one set of launches for all
  * of them (moments, the norms' runs, the trust ratios, the step). All tensors on one device, each

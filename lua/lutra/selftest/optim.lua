@@ -119,6 +119,52 @@ return function(st)
     end
   end)
 
+  -- ---- Adafactor over every shape in one call (factored and 1-d, f32 and f64), three steps -------------
+  case("adafactor_multi", {0}, "mixed", function()
+    local kind = require "lutra.optim.adafactor"
+    local names = {"p", "m", "row", "col", "v"}
+    local cpu, dev, dts = {}, {}, {}
+    for _, key in ipairs(names) do cpu[key], dev[key] = {}, {} end
+    for _, shape in ipairs(st.shapes()) do
+      for _, dt in ipairs{"f32", "f64"} do
+        local i = #dts + 1
+        dts[i] = dt
+        cpu.p[i], cpu.m[i] = st.rand(shape, dt), lt.zeros(shape, {dtype = dt})
+        if #shape >= 2 then
+          cpu.row[i] = lt.zeros(kind.state_shape(shape, "exp_avg_sq_row"), {dtype = dt})
+          cpu.col[i] = lt.zeros(kind.state_shape(shape, "exp_avg_sq_col"), {dtype = dt})
+        else
+          cpu.v[i] = lt.zeros(shape, {dtype = dt})
+        end
+        for _, key in ipairs(names) do if cpu[key][i] then dev[key][i] = st.to_device(cpu[key][i]) end end
+      end
+    end
+    local n = #dts
+    local function sparse(list) -- an array with NULL where a tensor has no such state
+      local a = ffi.new("lt_tensor*[?]", n)
+      for i = 1, n do if list[i] then a[i - 1] = list[i] end end
+      return a
+    end
+    for step = 1, 3 do
+      local gc, gdv = {}, {}
+      for i = 1, n do
+        gc[i] = st.rand(cpu.p[i].shape, dts[i])
+        gdv[i] = st.to_device(gc[i])
+      end
+      local beta2t = 1 - step ^ -0.8
+      for _, x in ipairs{{dev, gdv}, {cpu, gc}} do
+        local s = x[1]
+        ok(C.lt_adafactor_step_multi(n, arr(s.p), arr(x[2]), arr(s.m), sparse(s.row), sparse(s.col), sparse(s.v), 1e-2, 1,
+          1e-30, 1e-3, 1, beta2t, 0.9, 0.1))
+      end
+    end
+    for i = 1, n do
+      for _, key in ipairs(names) do
+        if cpu[key][i] then st.check("adafactor_multi " .. key, dts[i], dev[key][i], cpu[key][i], 0) end
+      end
+    end
+  end)
+
   case("multi-tensor ops", {0}, "mixed", function()
     -- ---- multi-tensor AdamW: every shape and dtype in one call, some with masters ---------------------
     local cpu, dev = {p = {}, m = {}, v = {}, master = {}}, {p = {}, m = {}, v = {}, master = {}}

@@ -4,7 +4,7 @@
  * weights), the multi-tensor sum of squares (f32 and f64 results) and scale, and clipping's
  * coefficient (incl. inf and nan); Adafactor (kernels/adafactor.cu: factored 2-d and 3-d, 1-d,
  * with and without beta1, weight decay, the relative step's parameter scale) and LAMB (lamb.cu,
- * a zero param: trust 1), f32 and f64, three steps, exact; LAMB over several tensors in one call.
+ * a zero param: trust 1), f32 and f64, three steps, exact; LAMB and Adafactor over several tensors in one call.
  * Tolerances: lua/lutra/selftest/optim.lua (exact, but the sum of squares: 2^-22 / 1e-12). */
 #include "emu_check.h"
 static const int fdts[] = {LT_F32, LT_F64, LT_BF16, LT_F16};
@@ -182,8 +182,51 @@ static void lamb_multi_cases(int quick) {
     lt_release(p[i]), lt_release(m[i]), lt_release(v[i]), lt_release(pd[i]), lt_release(md[i]), lt_release(vd[i]);
   }
 }
+/* Adafactor over several tensors in one call (adafactor.cu's multi-tensor launches) against the
+ * CPU's per-tensor loop: 1-d, factored 2-d and 3-d, empty, f32 and f64 mixed, a tensor of
+ * several chunks, with and without beta1 and weight decay; three steps, exact. */
+static void adafactor_multi_cases(int quick) {
+  enum { N = 6 };
+  int nds[N] = {1, 2, 1, 3, 2, 2};
+  int64_t shapes[N][3] = {{37}, {19, 7}, {0}, {3, 5, 4}, {quick ? 130 : 300, 257}, {1, 9}};
+  int dts[N] = {LT_F32, LT_F64, LT_F32, LT_F64, LT_F32, LT_F32};
+  lt_tensor *p[N], *m[N], *row[N], *col[N], *v[N], *pd[N], *md[N], *rowd[N], *cold[N], *vd[N];
+  for (int i = 0; i < N; i++) {
+    int nd = nds[i];
+    int64_t n = 1, R = nd >= 2 ? shapes[i][nd - 2] : 1, Cn = shapes[i][nd - 1];
+    for (int d = 0; d < nd; d++) n *= shapes[i][d];
+    int64_t rs = Cn ? n / Cn : 0, cs = R ? n / R : 0;
+    p[i] = emu_rnd(nd, shapes[i], dts[i], -1, 1, 0), m[i] = emu_rnd(1, &n, dts[i], 0, 0, 0);
+    row[i] = nd >= 2 ? emu_rnd(1, &rs, dts[i], 0, 0, 0) : NULL, col[i] = nd >= 2 ? emu_rnd(1, &cs, dts[i], 0, 0, 0) : NULL;
+    v[i] = nd >= 2 ? NULL : emu_rnd(1, &n, dts[i], 0, 0, 0);
+    pd[i] = emu_dev(p[i], 0), md[i] = emu_dev(m[i], 0), rowd[i] = row[i] ? emu_dev(row[i], 0) : NULL;
+    cold[i] = col[i] ? emu_dev(col[i], 0) : NULL, vd[i] = v[i] ? emu_dev(v[i], 0) : NULL;
+  }
+  char name[96];
+  for (int step = 1; step <= 3; step++) {
+    lt_tensor *g[N], *gd[N];
+    for (int i = 0; i < N; i++) g[i] = emu_rnd(nds[i], shapes[i], dts[i], -1, 1, 0), gd[i] = emu_dev(g[i], i % 2);
+    double beta2t = 1 - pow(step, -0.8), beta1 = step == 2 ? 0 : 0.9, wd = step == 3 ? 0 : 0.1;
+    snprintf(name, sizeof name, "adafactor_multi step %d", step);
+    int rc = lt_adafactor_step_multi(N, p, g, beta1 > 0 ? m : NULL, row, col, v, 1e-2, 1, 1e-30, 1e-3, 1.0, beta2t, beta1, wd);
+    int rd = lt_adafactor_step_multi(N, pd, gd, beta1 > 0 ? md : NULL, rowd, cold, vd, 1e-2, 1, 1e-30, 1e-3, 1.0, beta2t,
+                                     beta1, wd);
+    same_rc(name, rc, rd);
+    for (int i = 0; i < N && !rc && !rd; i++) {
+      emu_check(name, dts[i], pd[i], p[i], 0), emu_check(name, dts[i], md[i], m[i], 0);
+      if (row[i]) emu_check(name, dts[i], rowd[i], row[i], 0), emu_check(name, dts[i], cold[i], col[i], 0);
+      if (v[i]) emu_check(name, dts[i], vd[i], v[i], 0);
+    }
+    for (int i = 0; i < N; i++) lt_release(g[i]), lt_release(gd[i]);
+  }
+  for (int i = 0; i < N; i++) {
+    lt_release(p[i]), lt_release(m[i]), lt_release(row[i]), lt_release(col[i]), lt_release(v[i]);
+    lt_release(pd[i]), lt_release(md[i]), lt_release(rowd[i]), lt_release(cold[i]), lt_release(vd[i]);
+  }
+}
 void emu_suite_optim(void) {
   lamb_multi_cases(emu_quick);
+  adafactor_multi_cases(emu_quick);
   int64_t s1[1] = {37}, s2[2] = {19, 7}, s3[3] = {3, 5, 4}, big[2] = {70, 90};
   extra_cases(1, s1, 0), extra_cases(2, s2, 0), extra_cases(3, s3, 0), extra_cases(2, s2, 1);
   if (!emu_quick) extra_cases(2, big, 0);
