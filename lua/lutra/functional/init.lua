@@ -59,7 +59,7 @@ local OPS = {"lutra.functional.layer_norm", "lutra.functional.rms_norm", "lutra.
              "lutra.functional.gather", "lutra.functional.index_select", "lutra.functional.masked_fill",
              "lutra.functional.one_hot",
              "lutra.functional.sort", "lutra.functional.topk", "lutra.functional.cumsum", "lutra.functional.tril",
-             "lutra.functional.logsumexp", "lutra.functional.nan_to_num"}
+             "lutra.functional.logsumexp", "lutra.functional.nan_to_num", "lutra.functional.grouped_linear"}
 for _, part in ipairs(OPS) do
   for name, fn in pairs(require(part)) do F[name] = fn end
 end
