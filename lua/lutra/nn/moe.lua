@@ -1,6 +1,6 @@
 -- nn.MoE{d_model =, d_ff =, n_experts =, top_k = 2, capacity_factor = nil, n_shared_experts = 0,
 --   activation = "swiglu" | "gelu", norm_topk_prob = true, aux_loss_coef = 0.01, z_loss_coef = 0,
---   init_std = 0.02, resid_std = init_std, dtype =, device =}
+--   dropout = 0, init_std = 0.02, resid_std = init_std, dtype =, device =}
 -- A mixture-of-experts feed-forward layer (Mixtral's sparse MoE block, DeepSeek-MoE's shared
 -- experts, Switch/GShard's capacity), x (..., d_model) -> y (..., d_model):
 --
@@ -25,7 +25,7 @@
 -- GShard); a dropped slot contributes nothing (the token keeps its other experts' outputs and,
 -- in a block, its residual). The routing weights are renormalised before dropping.
 -- n_shared_experts (DeepSeek-MoE): a dense MLP of width n_shared_experts * d_ff, with the
--- experts' activation, on every token, added to the output (`shared`).
+-- experts' activation, on every token, added to the output (`shared`). dropout: on the output.
 --
 -- Auxiliary losses, set by every forward as plain fields (0-d tensors in the graph, not
 -- parameters) for the training loss to add, as Megatron's MoE layers attach theirs:
@@ -44,6 +44,7 @@ local O = require "lutra.nn.options"
 local Linear = require "lutra.nn.linear"
 local MLP = require "lutra.nn.mlp"
 local SwiGLU = require "lutra.nn.swiglu"
+local Dropout = require "lutra.nn.dropout"
 local F = require "lutra.functional"
 local create = require "lutra.create"
 local errors = require "lutra.errors"
@@ -55,7 +56,7 @@ local raise, no_grad, release = errors.raise, grad.no_grad, grad.release
 local MoE = Module:extend("MoE")
 
 local KEYS = {"d_model", "d_ff", "n_experts", "top_k", "capacity_factor", "n_shared_experts", "activation",
-              "norm_topk_prob", "aux_loss_coef", "z_loss_coef", "init_std", "resid_std", "dtype", "device"}
+              "norm_topk_prob", "aux_loss_coef", "z_loss_coef", "dropout", "init_std", "resid_std", "dtype", "device"}
 
 local function nonnegative(what, v, default)
   if v == nil then return default end
@@ -94,6 +95,7 @@ function MoE:init(cfg)
     local ffn = {d_model = C, hidden = n_shared * H, bias = false, dtype = cfg.dtype, device = cfg.device}
     self:add("shared", act == "swiglu" and SwiGLU(ffn) or MLP(ffn))
   end
+  self:add("drop", Dropout(cfg.dropout or 0))
   self:init_weights(std, nonnegative("resid_std", cfg.resid_std, std))
 end
 
@@ -199,7 +201,7 @@ function MoE:forward(x)
   rawset(self, "aux_loss", balance * self.aux_loss_coef + z * self.z_loss_coef)
   rawset(self, "tokens_per_expert", p.routed)
   rawset(self, "dropped", p.dropped)
-  return y:reshape(sh)
+  return self.drop(y:reshape(sh))
 end
 
 -- The sum of aux_loss over model's MoE layers (model itself may be one), or nil when none has run.
