@@ -33,40 +33,45 @@ print(string.format("sizes: %d tokens, d_model %d; MoE: %d experts top-%d, d_ff 
   a.capacity > 0 and ("capacity factor " .. a.capacity) or "dropless", a.top_k * a.d_ff, a.dtype, a.device,
   lt.get_num_threads and lt.get_num_threads() or a.threads))
 
--- One forward + backward of module m on x (requiring grad), upstream gradient dy; seconds.
+-- One forward + backward of module m on x (requiring grad), upstream gradient dy: seconds of
+-- the whole step, of the forward and of the backward.
 local function step(m)
   local xi = x:detach()
   xi.requires_grad = true
+  local t0, t1
   sync()
-  local t0 = util.now()
+  t0 = util.now()
   lt.tidy(function()
     local y = m(xi)
     local loss = (y * dy):sum()
     if m == moe then loss = loss + moe.aux_loss end
+    sync()
+    t1 = util.now()
     loss:backward()
   end)
   sync()
-  local t = util.now() - t0
+  local t2 = util.now()
   m:zero_grad()
-  return t
+  return t2 - t0, t1 - t0, t2 - t1
 end
 
 for _ = 1, a.warmup do
   step(moe)
   step(dense)
 end
-local tm, td = {}, {}
-for i = 1, a.runs do
-  tm[i], td[i] = step(moe), step(dense)
+local tm, td, fm, bm, fd, bd = {}, {}, {}, {}, {}, {}
+for i = 1, a.runs do -- alternately, so that both see the same machine
+  tm[i], fm[i], bm[i] = step(moe)
+  td[i], fd[i], bd[i] = step(dense)
 end
 local function ms(v) return v * 1e3 end
 local med_m, med_d = util.median(tm), util.median(td)
-print(string.format("dense SwiGLU  forward+backward: median %.1f ms (min %.1f, max %.1f) over %d runs", ms(med_d),
-  ms(td[1]), ms(td[#td]), a.runs))
-print(string.format("MoE           forward+backward: median %.1f ms (min %.1f, max %.1f) over %d runs", ms(med_m),
-  ms(tm[1]), ms(tm[#tm]), a.runs))
-print(string.format("ratio MoE / dense: %.2fx  (goal <= 1.3x); tokens per expert in the last run: %s", med_m / med_d,
-  table.concat(moe.tokens_per_expert, " ")))
+print(string.format("dense SwiGLU  forward+backward: median %7.1f ms (min %.1f, max %.1f; forward %.1f, backward %.1f)",
+  ms(med_d), ms(td[1]), ms(td[#td]), ms(util.median(fd)), ms(util.median(bd))))
+print(string.format("MoE           forward+backward: median %7.1f ms (min %.1f, max %.1f; forward %.1f, backward %.1f)",
+  ms(med_m), ms(tm[1]), ms(tm[#tm]), ms(util.median(fm)), ms(util.median(bm))))
+print(string.format("ratio MoE / dense: %.2fx over %d runs each (goal <= 1.3x); slots per expert in the last run: %s",
+  med_m / med_d, a.runs, table.concat(moe.tokens_per_expert, " ")))
 
 if a.profile == 0 then return end
 
