@@ -82,6 +82,19 @@ local function each_group(counts, out, a, b, trans_a, trans_b, which)
   if not ok then fail() end
 end
 
+-- Zeroes the matrices of stacked (G, ...) whose group has no rows (the others were written whole).
+local function zero_empty_groups(stacked, counts)
+  local v, ok = C.lt_tensor_new(), true
+  for g = 1, #counts do
+    if counts[g] == 0 then
+      ok = C.lt_select(v, stacked, 0, g - 1) == 0 and C.lt_fill(v, 0) == 0
+      if not ok then break end
+    end
+  end
+  C.lt_release(v)
+  if not ok then fail() end
+end
+
 local FORWARD, DX, DW = {"rows", "rows", "stacked"}, {"rows", "rows", "stacked"}, {"stacked", "rows", "rows"}
 
 function M.grouped_linear(x, weight, counts)
@@ -111,8 +124,9 @@ record = op.declare {
       each_group(n.counts, dx, g, n.w, 0, 0, DX)
     end
     if n[2] then -- dweight[g] = dy_g^T @ x_g (zero for a group without rows)
-      dw = create.zeros({#n.counts, fields.size(g, 1), fields.size(n.x, 1)}, opts)
+      dw = create.empty({#n.counts, fields.size(g, 1), fields.size(n.x, 1)}, opts)
       each_group(n.counts, dw, g, n.x, 1, 0, DW)
+      zero_empty_groups(dw, n.counts)
     end
     return dx, dw
   end,
