@@ -339,7 +339,8 @@ test("F.grouped_linear and nn.MoE: bad arguments are errors that say what is wro
   assert_error("grouped_linear: counts sum to 4, x has 5 rows", F.grouped_linear, x, W, {1, 3})
   assert_error("grouped_linear: counts must be a list of 2 row counts", F.grouped_linear, x, W, {5})
   assert_error("grouped_linear: counts[2] must be a non-negative integer, got -1", F.grouped_linear, x, W, {6, -1})
-  assert_error("grouped_linear: expected x (M, in) and weight (G, out, in)", F.grouped_linear, lt.randn(5, 3), W, {5, 0})
+  assert_error("grouped_linear: expected x (M, in) and weight (G, out, in)", F.grouped_linear, lt.randn(5, 3), W,
+               {5, 0})
   assert_error("grouped_linear: x is f64", F.grouped_linear, x:to("f64"), W, {5, 0})
   local MoE = lt.nn.MoE
   assert_error("MoE: top_k (3) must be at most n_experts (2)", MoE, {d_model = 4, d_ff = 4, n_experts = 2, top_k = 3})
