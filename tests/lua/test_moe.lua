@@ -358,3 +358,22 @@ test("F.grouped_linear and nn.MoE: bad arguments are errors that say what is wro
   local m = MoE{d_model = 4, d_ff = 4, n_experts = 2}
   assert_error("MoE: expected x (..., 4), got [3, 5]", m, lt.randn(3, 5))
 end)
+
+test("MoE on a non-contiguous x (a transposed view): the contiguous copy's output and gradient, bit for bit", function()
+  local m = layer({d_model = 6, d_ff = 4, n_experts = 4, top_k = 2, n_shared_experts = 1})
+  local base = lt.randn(6, 2, 5, {dtype = "f64"})
+  local xt = base:permute(1, 2, 0) -- (2, 5, 6), strided
+  assert(not xt:is_contiguous())
+  local xc = xt:contiguous()
+  local gout = lt.randn(2, 5, 6, {dtype = "f64"})
+  local b1 = base:clone()
+  b1.requires_grad = true
+  local y1 = m(b1:permute(1, 2, 0))
+  ;(y1 * gout):sum():backward()
+  local xc2 = xc:clone()
+  xc2.requires_grad = true
+  local y2 = m(xc2)
+  ;(y2 * gout):sum():backward()
+  close(y1, y2, {rtol = 0, atol = 0})
+  close(b1.grad:permute(1, 2, 0), xc2.grad, {rtol = 0, atol = 0})
+end)
