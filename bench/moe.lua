@@ -8,7 +8,11 @@
 -- --capacity F > 0 runs the MoE with capacity_factor F (else dropless). The router is trained
 -- as in a model (its weights random, N(0, 0.02)), so the routing is near uniform, as early in
 -- training. --profile 1 also prints where the MoE's forward time goes, phase by phase (each
--- phase timed alone, synchronised), and the backward's total.
+-- phase timed alone, synchronised); the forward and backward are timed apart in the runs.
+-- Measured on a 2-core CPU shared with other jobs (f32, 2 threads, 9 runs): 4096 tokens, d_model
+-- 512, d_ff 1024: 1.10-1.23x over several runs (forward: the experts' grouped matmuls 100 ms
+-- against the dense MLP's 93 ms, the routing and dispatch 13 ms more); 8192 tokens, d_model 1024,
+-- d_ff 2048 (--tokens 8192 --d_model 1024 --d_ff 2048 --runs 5): 1.07x.
 local lt = require "lutra"
 local F = lt.F or require "lutra.functional"
 local util = dofile((arg[0]:match("^(.*)/[^/]*$") or ".") .. "/util.lua")
