@@ -377,3 +377,19 @@ test("MoE on a non-contiguous x (a transposed view): the contiguous copy's outpu
   close(y1, y2, {rtol = 0, atol = 0})
   close(b1.grad:permute(1, 2, 0), xc2.grad, {rtol = 0, atol = 0})
 end)
+
+test("MoE under autocast bf16: experts in bf16 (as Linear), softmax and losses in f32, f32 parameter gradients",
+  function()
+    local m = layer({d_model = 8, d_ff = 6, n_experts = 4, top_k = 2, n_shared_experts = 1}, 0.3)
+    m:to("f32")
+    local x = lt.randn(10, 8)
+    local y64 = m(x):to("f64")
+    local y = F.autocast("bf16", function()
+      local out = m(x)
+      equal({out.dtype, m.z_loss.dtype, m.balance_loss.dtype}, {"bf16", "f32", "f32"})
+      ;(out:to("f32"):sum() + m.aux_loss):backward()
+      return out
+    end)
+    for _, p in ipairs(m:parameters()) do equal(p.grad.dtype, "f32") end
+    close(y:to("f64"), y64:detach(), {rtol = 5e-2, atol = 5e-2})
+  end)

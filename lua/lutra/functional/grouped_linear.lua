@@ -11,12 +11,14 @@
 -- groups' matrices stacked, so it is one parameter; a group with no rows gets a zero gradient.
 -- Backward: dx's rows of group g = dy_g @ weight[g], dweight[g] = dy_g^T @ x_g, each written
 -- straight into its slice of the gradient (no per-group gradient of the whole weight).
+-- Under autocast (lutra.autocast) its f32 x and weight are cast per call, as F.linear's.
 local errors = require "lutra.errors"
 local create = require "lutra.create"
 local op = require "lutra.autograd.op"
 local fields = require "lutra.tensor.fields"
 local shape = require "lutra.shape"
 local U = require "lutra.functional.util"
+local AC = require "lutra.autocast"
 local C = require("lutra.ffi").C
 
 local M = {}
@@ -98,6 +100,9 @@ end
 local FORWARD, DX, DW = {"rows", "rows", "stacked"}, {"rows", "rows", "stacked"}, {"stacked", "rows", "rows"}
 
 function M.grouped_linear(x, weight, counts)
+  need("grouped_linear", "x", x)
+  need("grouped_linear", "weight", weight)
+  if AC.dtype then x, weight = AC.low(x), AC.low(weight) end
   check(x, weight, counts)
   local opts = {dtype = x.dtype, device = x.device}
   local y = create.empty({fields.size(x, 0), fields.size(weight, 1)}, opts)

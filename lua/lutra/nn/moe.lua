@@ -18,7 +18,9 @@
 -- parameter each), the results weighted and summed back per token (index_add). An expert
 -- computes only for the tokens it received: top_k / E of a dense layer of all experts.
 -- activation "swiglu": w_down(silu(w_gate x) * w_up x) (Mixtral's w1, w3, w2); "gelu":
--- w_down(gelu(w_up x)) (tanh approximation), no w_gate. No biases.
+-- w_down(gelu(w_up x)) (tanh approximation), no w_gate. No biases. In a bf16/f16 model or under
+-- autocast the router's softmax, the top-k and the aux losses run in f32 (Mixtral's float32
+-- softmax: bf16 probabilities near 1/E would tie); the experts compute as Linear layers do.
 --
 -- capacity_factor (nil: dropless, every slot is computed): each expert takes at most
 -- capacity = ceil(capacity_factor * N * top_k / E) slots, the earliest positions first (Switch,
@@ -180,16 +182,20 @@ function MoE:forward(x)
   local xf = x:reshape(-1, C) -- (N, C)
   local N = xf:size(0)
   local logits = self.router(xf) -- (N, E)
+  -- routing in f32 for a low-precision model or under autocast (Mixtral's softmax in float32):
+  -- bf16's probabilities near 1/E would tie, and ties go to the lower experts
+  if logits.dtype == "bf16" or logits.dtype == "f16" then logits = logits:to("f32") end
   local probs = logits:softmax(-1)
   local top_w, top_i = F.topk(probs, k) -- (N, k): sorted, ties to the lower expert
   if self.norm_topk_prob then top_w = top_w / top_w:sum(-1, true) end
-  local p = no_grad(plan, self, top_i, N, x.dtype)
+  local p = no_grad(plan, self, top_i, N, probs.dtype)
   local xs = F.index_select(xf, 0, p.tokens) -- (S, C), expert-contiguous
   local ys = self:experts(xs, p.counts)
   local w = F.index_select(top_w:reshape(-1), 0, p.slots):unsqueeze(1) -- (S, 1)
+  if w.dtype ~= ys.dtype then w = w:to(ys.dtype) end
   local yw = ys * w
   release(ys, x, yw)
-  local y = F.index_add(create.zeros({N, C}, {dtype = x.dtype, device = x.device}), 0, p.tokens, yw)
+  local y = F.index_add(create.zeros({N, C}, {dtype = yw.dtype, device = x.device}), 0, p.tokens, yw)
   release(yw, x, y)
   if self.shared then y = y + self.shared(xf) end
   -- the aux losses
