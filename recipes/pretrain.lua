@@ -3,6 +3,7 @@
 --   ./build/lutra recipes/pretrain.lua                          -- the defaults: char-level GPT-2
 --   ./build/lutra recipes/pretrain.lua --data=corpus.txt --tokenizer=bpe --vocab=4096
 --   ./build/lutra recipes/pretrain.lua --model.arch=llama --model.n_kv_head=2 --steps=1000
+--   ./build/lutra recipes/pretrain.lua --model.arch=moe --model.n_experts=4   -- Mixtral-like experts
 --   ./build/lutra recipes/pretrain.lua --resume=auto           -- continue the last run
 --   ./build/lutra recipes/pretrain.lua --help                  -- every option
 --
@@ -35,9 +36,13 @@ local cfg = config {
   tokenizer = config.one_of({"char", "bpe"}, "char"),
   vocab = 1024,                       -- BPE vocabulary size
   model = {
-    arch = config.one_of({"gpt2", "llama"}, "gpt2"),
+    arch = config.one_of({"gpt2", "llama", "moe"}, "gpt2"),
     n_layer = 4, n_head = 4, n_kv_head = 0, -- 0: as many as n_head (llama: GQA below it)
     d_model = 128, block_size = 64, dropout = config.number(0),
+    -- mixture of experts (arch moe, or any arch with n_experts > 0; lutra/nn/moe.lua): 0 = the arch's
+    -- (moe: 8 experts, top-2); capacity_factor 0 = dropless; the aux losses join the training loss
+    n_experts = 0, top_k = 0, capacity_factor = config.number(0), n_shared_experts = 0,
+    aux_loss_coef = config.optional("number"), z_loss_coef = config.optional("number"),
   },
   batch = 12, grad_accum = 1, steps = 2000, seed = 1337,
   optimizer = config.one_of({"adamw", "lion", "sgd", "adafactor", "lamb"}, "adamw"),
@@ -97,15 +102,21 @@ print(string.format("data: %s, %s tokenizer (%d tokens), %d train / %d val token
 -- ---- model -----------------------------------------------------------------------------------
 lt.manual_seed(cfg.seed)
 local m = cfg.model
+local function positive(v) return v > 0 and v or nil end
 local model = lt.models.build{arch = m.arch, n_layer = m.n_layer, n_head = m.n_head,
-                              n_kv_head = m.n_kv_head > 0 and m.n_kv_head or nil, d_model = m.d_model,
-                              block_size = m.block_size, dropout = m.dropout, vocab_size = tok.vocab_size}
+                              n_kv_head = positive(m.n_kv_head), d_model = m.d_model,
+                              block_size = m.block_size, dropout = m.dropout, vocab_size = tok.vocab_size,
+                              n_experts = positive(m.n_experts), top_k = positive(m.top_k),
+                              capacity_factor = positive(m.capacity_factor),
+                              n_shared_experts = positive(m.n_shared_experts), aux_loss_coef = m.aux_loss_coef,
+                              z_loss_coef = m.z_loss_coef}
 local device = cfg.device == "auto" and lt.dist.default_device() or cfg.device
 model:to(device) -- the trainer brings each batch to the model's device
 local nparams = 0
 for _, p in ipairs(model:parameters()) do nparams = nparams + p:numel() end
-print(string.format("model: %s, %d layers, %d heads, d_model %d: %.2fM parameters, on %s", m.arch, m.n_layer,
-                    m.n_head, m.d_model, nparams / 1e6, device))
+print(string.format("model: %s, %d layers, %d heads, d_model %d%s: %.2fM parameters, on %s", m.arch, m.n_layer,
+                    m.n_head, m.d_model, model.cfg.n_experts and string.format(", %d experts top-%d",
+                    model.cfg.n_experts, model.cfg.top_k) or "", nparams / 1e6, device))
 
 -- ---- train ----------------------------------------------------------------------------------
 local result = lt.train{model = model, data = data, config = cfg, tokenizer = tok}

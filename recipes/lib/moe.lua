@@ -1,28 +1,26 @@
--- recipes/lib/moe.lua — a mixture-of-experts MLP with top-k routing and a Switch-style
--- load-balancing loss, for recipes/custom_arch.lua (and tests/lua/test_custom_arch.lua).
+-- recipes/lib/moe.lua — a mixture-of-experts MLP written in a few lines of lutra's ops, for
+-- recipes/custom_arch.lua (and tests/lua/test_custom_arch.lua): top-k routing, sparse dispatch,
+-- a Switch-style load-balancing loss. (lt.nn.MoE is the full layer: SwiGLU experts, capacity,
+-- shared experts, z-loss; this file shows how such a layer is prototyped.)
 --
 --   local MoE = dofile("recipes/lib/moe.lua")
 --   local moe = MoE{d_model = 64, n_experts = 4, top_k = 2, hidden = 128}  -- dtype =, device =
 --   local y = moe(x)            -- x (..., C) -> y (..., C); moe.aux_loss: the balance loss
 --
--- Routing, per token: probs = softmax(router(x)) over the E experts; the top_k largest
--- are chosen, and their gates are those probabilities renormalised over the chosen
--- experts (a softmax over the chosen logits). y = sum_e gate_e * expert_e(x), expert_e
--- being a GELU MLP C -> hidden -> C.
---
--- The experts are computed densely, then masked: every expert runs on every token, as
--- one batched matmul (E, N, C) @ (E, C, H), and the unchosen ones get gate 0. It spends
--- E / top_k times the FLOPs that gathering each expert's tokens would, but needs no
--- gather/scatter op and is simply correct; the gradient reaches only the chosen experts.
+-- Per token: probs = softmax(router(x)) over the E experts, the top_k largest chosen, their gates
+-- those probabilities renormalised over the chosen; y = sum_e gate_e * expert_e(x), expert_e a
+-- GELU MLP C -> hidden -> C. Each expert computes only for its own tokens: the (token, expert)
+-- slots are sorted by expert (argsort), the tokens gathered (index_select), each expert's rows
+-- multiplied by its weights (F.grouped_linear over the stacked weights), the outputs weighted
+-- and added back to their tokens (index_add).
 --
 -- Load balancing (Switch Transformer, eq. 4, with top-k): f_e = the fraction of the N * k
--- assignments that went to expert e, P_e = the mean router probability of e over the
--- tokens, aux = E * sum_e f_e * P_e. It is 1 when routing is uniform and grows as it
--- concentrates; f is a count (no gradient), the gradient flows through P.
+-- assignments that went to expert e, P_e = the mean router probability of e over the tokens,
+-- aux = E * sum_e f_e * P_e: 1 when routing is uniform, larger as it concentrates. Training mode only.
 local lt = require "lutra"
-local Module, Linear = lt.nn.Module, lt.nn.Linear
+local F = lt.F
 
-local MoE = Module:extend("MoE")
+local MoE = lt.nn.Module:extend("MoE")
 
 function MoE:init(cfg)
   local C, E, H = cfg.d_model, cfg.n_experts or 4, cfg.hidden or 4 * cfg.d_model
@@ -31,49 +29,38 @@ function MoE:init(cfg)
   self.n_experts, self.top_k, self.hidden = E, k, H
   local fo = {dtype = cfg.dtype, device = cfg.device}
   local std, resid_std = cfg.init_std or 0.02, cfg.resid_std or cfg.init_std or 0.02
-  self.router = Linear(C, E, {bias = false, dtype = cfg.dtype, device = cfg.device})
-  -- the experts' weights, stacked: w_in (E, C, H), b_in (E, 1, H), w_out (E, H, C), b_out (E, 1, C)
-  lt.no_grad(function()
-    self.w_in = lt.normal_(lt.empty(E, C, H, fo), 0, std)
-    self.b_in = lt.zeros(E, 1, H, fo)
-    self.w_out = lt.normal_(lt.empty(E, H, C, fo), 0, resid_std)
-    self.b_out = lt.zeros(E, 1, C, fo)
-    lt.normal_(self.router.weight, 0, std)
-  end)
+  self.router = lt.nn.Linear(C, E, {bias = false, dtype = cfg.dtype, device = cfg.device})
+  lt.no_grad(function() lt.normal_(self.router.weight, 0, std) end)
+  -- the experts' weights, stacked (one parameter each): (E, out, in) as a Linear's, biases (E, out)
+  self:param("w_in", lt.no_grad(lt.normal_, lt.empty(E, H, C, fo), 0, std))
+  self:param("b_in", lt.zeros(E, H, fo))
+  self:param("w_out", lt.no_grad(lt.normal_, lt.empty(E, C, H, fo), 0, resid_std))
+  self:param("b_out", lt.zeros(E, C, fo))
 end
 
--- The routing of x (N, C): probs (N, E) (differentiable), mask (N, E) bool (top_k chosen
--- per row), gates (N, E): probs on the chosen experts renormalised to sum 1, 0 elsewhere.
-function MoE:route(x)
-  local probs = self.router(x):softmax(-1)
-  local mask = lt.no_grad(function()
-    -- knock out the largest k - 1 times; the k-th largest is then the row's max
-    local p = probs:detach()
-    for _ = 1, self.top_k - 1 do p = lt.where(p:ge((p:max(-1, true))), -1, p) end
-    return probs:ge((p:max(-1, true)))
-  end)
-  local chosen = lt.where(mask, probs, 0)
-  return probs, mask, chosen / chosen:sum(-1, true)
-end
-
--- aux = E * sum_e f_e * P_e (see the header).
-function MoE:balance_loss(probs, mask)
-  local N, E = probs:size(0), self.n_experts
-  local frac = mask:to(probs.dtype):sum(0) * (1 / (N * self.top_k)) -- (E,), no grad
-  return (frac * probs:mean(0)):sum() * E
-end
-
--- x (..., C) -> (..., C); sets self.aux_loss (a 0-d tensor) when training.
+-- x (..., C) -> (..., C); sets self.aux_loss (training mode) and self.counts (slots per expert).
 function MoE:forward(x)
-  local shape = x.shape
-  local C = shape[#shape]
-  local xf = x:reshape(-1, C) -- (N, C)
-  local probs, mask, gates = self:route(xf)
-  local h = (xf:unsqueeze(0):matmul(self.w_in) + self.b_in):gelu() -- (E, N, H)
-  local y = h:matmul(self.w_out) + self.b_out -- (E, N, C)
-  local out = (y * gates:t():unsqueeze(-1)):sum(0) -- (N, C)
-  rawset(self, "aux_loss", self.training and self:balance_loss(probs, mask) or nil)
-  return out:reshape(shape)
+  local shape, E, k = x.shape, self.n_experts, self.top_k
+  local xf = x:reshape(-1, shape[#shape]) -- (N, C)
+  local N = xf:size(0)
+  local probs = self.router(xf):softmax(-1) -- (N, E)
+  local gate, expert = probs:topk(k) -- (N, k): each token's experts, best first
+  gate = gate / gate:sum(-1, true)
+  -- dispatch: the N k slots sorted by expert, their tokens and experts, the slots per expert
+  local slot = expert:reshape(-1):argsort() -- (N k,) slot s = token * k + choice
+  local token = lt.arange(0, N, {device = x.device}):unsqueeze(1):expand(N, k):reshape(-1):index_select(0, slot)
+  local eid = expert:reshape(-1):index_select(0, slot)
+  local counts = F.one_hot(expert:reshape(-1), E):sum(0):tolist()
+  -- the experts, each on its own rows; weighted by the gates and added back per token
+  local xs = xf:index_select(0, token) -- (N k, C), expert-contiguous
+  local h = (F.grouped_linear(xs, self.w_in, counts) + self.b_in:index_select(0, eid)):gelu()
+  local ys = F.grouped_linear(h, self.w_out, counts) + self.b_out:index_select(0, eid)
+  ys = ys * gate:reshape(-1):index_select(0, slot):unsqueeze(1)
+  local y = lt.zeros_like(xf):index_add(0, token, ys)
+  rawset(self, "counts", counts)
+  local frac = lt.tensor(counts, {dtype = x.dtype, device = x.device}) * (1 / (N * k)) -- f_e, no gradient
+  rawset(self, "aux_loss", self.training and (frac * probs:mean(0)):sum() * E or nil)
+  return y:reshape(shape)
 end
 
 function MoE:extra_repr()

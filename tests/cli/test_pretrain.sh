@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# recipes/pretrain.lua end to end, tiny: char and BPE tokens, gpt2 and llama, resume,
+# recipes/pretrain.lua end to end, tiny: char and BPE tokens, gpt2, llama and moe, resume,
 # Ctrl-C (SIGINT) stopping after the current step with a checkpoint, and the lutra host.
 # The char gpt2 run must learn: its validation loss lands in a band measured on this run.
 set -u
@@ -43,6 +43,18 @@ out=$("$LUTRA" recipes/pretrain.lua "${TINY[@]}" --tokenizer=bpe --vocab=300 --m
   --steps=6 --warmup=1 --eval_every=2 --run_dir="$T/r2" --ckpt_every=2 --resume=auto 2>&1 | tr -d "\000")
 expect_grep "resume=auto continues" "$out" 'resumed from .*step_000004 at step 4'
 expect_grep "resume=auto: to the end" "$out" 'step 6/6'
+
+# arch moe (Mixtral-like experts): trains, its loss falls, the metrics carry lm_loss and aux_loss, and the
+# model directory falls back to lutra's format (no Hugging Face layout for MoE yet)
+out=$("$LUTRA" recipes/pretrain.lua "${TINY[@]}" --model.arch=moe --model.n_experts=4 --steps=60 --lr=3e-3 --warmup=5 \
+  --eval_every=60 --run_dir="$T/r4" 2>&1)
+expect_grep "moe: the layout" "$out" 'model: moe, 1 layers, 2 heads, d_model 32, 4 experts top-2'
+expect_grep "moe: trains" "$out" 'trained 60 steps in'
+val0=$(printf '%s\n' "$out" | sed -n 's/^step 0: val loss \([^ ]*\)$/\1/p')
+val=$(printf '%s\n' "$out" | sed -n 's/^final_val=\([^ ]*\) .*/\1/p')
+expect_num "moe: val loss falls by more than 1" "$(awk -v a="$val0" -v b="$val" 'BEGIN { print a - b }')" ">" 1
+grep -q '"aux_loss":[0-9.e-]*,.*"lm_loss":' "$T/r4/metrics.jsonl" && ok || bad "moe: metrics.jsonl has aux_loss and lm_loss"
+[ -d "$T/r4/model/lutra_model" ] && ok || bad "moe: the model directory in lutra's format"
 
 # Ctrl-C: SIGINT while training stops after the step, saves, and the recipe ends normally
 "$LUTRA" recipes/pretrain.lua "${TINY[@]}" --steps=100000 --warmup=1 --eval_every=0 --run_dir="$T/r3" >"$T/int.out" 2>&1 &

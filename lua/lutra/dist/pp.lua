@@ -240,6 +240,9 @@ local function check_parallelize_args(model, opts, who)
       or model.ln_f == nil or model.lm_head == nil then
     raise(who .. ": expected a zoo Transformer (wte, blocks, ln_f, lm_head), got " .. tostring(model and model.__name))
   end
+  if model.cfg.n_experts then -- each stage's MoE aux losses would have to reach the last stage's loss
+    raise(who .. ": mixture-of-experts layers (n_experts) do not run in pipeline stages: train them with dp or zero")
+  end
 end
 
 -- The layer indices of rank s's chunks: chunk k is virtual stage (k - 1) * P + s, whose

@@ -259,6 +259,9 @@ function M.parallelize(model, group, opts)
     -- each rank's heads give q_norm / k_norm a part of their gradient: it would need a sum over the group
     raise("tp.parallelize: qk_norm (Qwen3's q/k RMSNorm) is not tensor-parallel: train it with dp, pp or zero")
   end
+  if cfg.n_experts then
+    raise("tp.parallelize: mixture-of-experts layers (n_experts) are not tensor-parallel: train them with dp or zero")
+  end
   divides("n_head", cfg.n_head, n)
   divides("n_kv_head", cfg.n_kv_head, n)
   at_least("vocab_size", cfg.vocab_size, n)

@@ -28,6 +28,8 @@
 --   F.topk(x, k, dim, largest, sorted), F.sort(x, dim, descending, stable) -> values, indices;
 --   F.argsort, F.cumsum(x, dim), F.cumprod, F.tril(x, diagonal), F.triu, F.logsumexp(x, dims, keepdim),
 --   F.isnan, F.isinf, F.isfinite, F.nan_to_num(x, nan, posinf, neginf): also tensor methods (x:topk(k)).
+--   F.grouped_linear(x, weight, counts)         -> y (M, out): x's rows in groups of counts[g], each
+--       times its weight[g]^T; weight (G, out, in) stacked (a mixture of experts' matmuls, nn.MoE)
 -- Backward kernels, for autograd: layer_norm_backward, rms_norm_backward (both take an
 -- optional dres, added to dx: the fused ops' backward; and which parameter gradients to
 -- make, by default those of the weight and bias given),
@@ -36,8 +38,8 @@
 --
 -- One module per op, named by the op, holds its binding, its backward and its autograd
 -- declaration (the record the binding calls): lutra/functional/<op>.lua (layer_norm, rms_norm,
--- add_norm, linear, cross_entropy, embedding, rope, attention, adamw, softmax); util.lua holds
--- what they share. Autograd records the first result of each op (y, loss, out) when an input
+-- add_norm, linear, cross_entropy, embedding, rope, attention, adamw, softmax, grouped_linear,
+-- ...); util.lua holds what they share. Autograd records the first result of each op (y, loss, out) when an input
 -- requires grad; the extra results (statistics, per-row losses, lse) are not differentiable.
 -- For f64 inputs the saved statistics are f64 too (exact gradient checks).
 --
@@ -59,7 +61,7 @@ local OPS = {"lutra.functional.layer_norm", "lutra.functional.rms_norm", "lutra.
              "lutra.functional.gather", "lutra.functional.index_select", "lutra.functional.masked_fill",
              "lutra.functional.one_hot",
              "lutra.functional.sort", "lutra.functional.topk", "lutra.functional.cumsum", "lutra.functional.tril",
-             "lutra.functional.logsumexp", "lutra.functional.nan_to_num"}
+             "lutra.functional.logsumexp", "lutra.functional.nan_to_num", "lutra.functional.grouped_linear"}
 for _, part in ipairs(OPS) do
   for name, fn in pairs(require(part)) do F[name] = fn end
 end

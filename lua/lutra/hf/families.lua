@@ -115,6 +115,9 @@ M.model_types = {"gpt2", "llama", "mistral", "qwen2", "qwen3"}
 
 -- The family of a lutra config, or an error saying why none fits.
 function M.family_of(cfg)
+  if cfg.n_experts ~= nil then
+    raise("hf: mixture-of-experts models (n_experts) have no Hugging Face layout in lutra yet (Mixtral's is not mapped)")
+  end
   if cfg.pos == "learned" and cfg.norm == "layernorm" and cfg.mlp == "gelu" then
     if not cfg.bias then raise("hf: a gpt2 model needs bias = true (GPT-2 has biases everywhere)") end
     if cfg.n_kv_head ~= cfg.n_head then raise("hf: a gpt2 model needs n_kv_head = n_head (no grouped-query attention)") end

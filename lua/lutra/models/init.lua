@@ -6,7 +6,7 @@
 --   local logits, loss = model(idx, targets)        -- idx, targets (B, T) i64
 --
 -- Keys (each arch fills in the ones not given; lutra/models/gpt2.lua, llama.lua):
---   arch          "gpt2" | "llama"
+--   arch          "gpt2" | "llama" | "moe" (Llama's blocks with mixture-of-experts MLPs, as Mixtral)
 --   n_layer, n_head, d_model, vocab_size, block_size   sizes (positive integers)
 --   n_kv_head     key/value heads (divides n_head): GQA, or MQA with 1; default n_head
 --   ffn_hidden    the MLP's hidden width (gpt2: 4 d_model; llama: 8/3 d_model rounded up to 32)
@@ -27,6 +27,12 @@
 --   tie_embeddings   lm_head uses wte.weight
 --   init_std      the std of the initial weights (0.02)
 --   dtype, device    where the parameters live ("f32", "cpu" by default)
+-- Mixture of experts (nn.MoE; arch "moe" sets n_experts = 8, top_k = 2; n_experts on any arch
+-- replaces its MLPs): n_experts, top_k (<= n_experts), capacity_factor (nil: dropless),
+-- n_shared_experts, norm_topk_prob, aux_loss_coef (0.01), z_loss_coef (0). Each expert is the
+-- arch's MLP ("swiglu" or "gelu") of width ffn_hidden. With targets, in training mode, the loss
+-- the model returns is the cross-entropy plus the sum of the layers' aux losses (model.lm_loss and
+-- model.aux_loss hold the two parts, for logging).
 -- Every key applies to every arch (pos, norm, mlp and tie_embeddings are what make an
 -- arch), so a config can switch arch alone. An unknown key or a bad value is an error
 -- that names the key. Sizes are at most 2^31 - 1, and a config whose parameters would not
@@ -46,7 +52,7 @@ local M = {}
 
 local rope = require "lutra.models.rope"
 
-M.archs = {gpt2 = require "lutra.models.gpt2", llama = require "lutra.models.llama"}
+M.archs = {gpt2 = require "lutra.models.gpt2", llama = require "lutra.models.llama", moe = require "lutra.models.moe"}
 M.Transformer = Transformer
 
 local MAX_SIZE = 2 ^ 31 - 1
@@ -81,6 +87,12 @@ local CHECKS = {
     end
     return next(v) == nil or #v > 0
   end, "a list of \"full_attention\" or \"sliding_attention\", one per layer"},
+  n_experts = {posint, "a positive integer"}, top_k = {posint, "a positive integer"},
+  capacity_factor = {posnum, "a positive number"},
+  n_shared_experts = {function(v) return v == 0 or posint(v) end, "an integer >= 0"},
+  norm_topk_prob = {function(v) return type(v) == "boolean" end, "true or false"},
+  aux_loss_coef = {function(v) return type(v) == "number" and v >= 0 and v < math.huge end, "a number >= 0"},
+  z_loss_coef = {function(v) return type(v) == "number" and v >= 0 and v < math.huge end, "a number >= 0"},
   pos = {choice("learned", "rope")}, norm = {choice("layernorm", "rmsnorm")}, mlp = {choice("gelu", "swiglu")},
   dtype = {function(v) return v == "f32" or v == "f64" or v == "bf16" or v == "f16" end,
            "a floating-point dtype (\"f32\", \"f64\", \"bf16\", \"f16\")"},
@@ -89,6 +101,9 @@ local CHECKS = {
 M.keys = {"arch"}
 for k in pairs(CHECKS) do M.keys[#M.keys + 1] = k end
 table.sort(M.keys)
+
+-- the keys of the MoE layers besides n_experts
+M.moe_keys = {"top_k", "capacity_factor", "n_shared_experts", "norm_topk_prob", "aux_loss_coef", "z_loss_coef"}
 
 local function nearest(key)
   local best, best_d = nil, math.huge
@@ -156,6 +171,18 @@ function M.config(cfg, how)
   out.n_kv_head = out.n_kv_head or out.n_head
   if out.ffn_hidden == nil then
     out.ffn_hidden = out.mlp == "swiglu" and SwiGLU.default_hidden(out.d_model) or 4 * out.d_model
+  end
+  if out.n_experts == nil then
+    for _, k in ipairs(M.moe_keys) do
+      if out[k] ~= nil then raise(string.format("%s: %s applies to mixture-of-experts layers: set %s too (or arch = "
+        .. "\"moe\")", where, key(k), key("n_experts"))) end
+    end
+  else
+    out.top_k = out.top_k or math.min(2, out.n_experts)
+    if out.top_k > out.n_experts then
+      raise(string.format("%s: %s (%d) must be at most %s (%d)", where, key("top_k"), out.top_k, key("n_experts"),
+        out.n_experts))
+    end
   end
   if out.layer_types ~= nil and #out.layer_types ~= out.n_layer then
     raise(string.format("%s: %s lists %d layers, %s is %d", where, key("layer_types"), #out.layer_types,

@@ -31,7 +31,10 @@ function M.parameters(cfg)
   local qkv = (cfg.n_head + 2 * cfg.n_kv_head) * D
   local attn = C * qkv + bq * qkv + C * cfg.n_head * D + bo * C + (cfg.qk_norm and 2 * D or 0)
   local mlp
-  if cfg.mlp == "swiglu" then
+  local mats = cfg.mlp == "swiglu" and 3 or 2 -- the matrices of one MLP
+  if cfg.n_experts then -- nn.MoE: the experts, the router, the shared experts; no biases
+    mlp = cfg.n_experts * mats * C * F + C * cfg.n_experts + (cfg.n_shared_experts or 0) * mats * C * F
+  elseif cfg.mlp == "swiglu" then
     mlp = 3 * C * F + bm * (2 * F + C)
   else
     mlp = 2 * C * F + bm * (F + C)

@@ -6,11 +6,13 @@
 -- cfg is a complete, checked config (lutra.models.build makes one). Parameter names:
 --   wte.weight (V, C), wpe.weight (block_size, C),
 --   blocks.i.ln_1.*, blocks.i.attn.qkv.*, blocks.i.attn.proj.*, blocks.i.ln_2.*,
---   blocks.i.mlp.fc.* and mlp.proj.* (GELU) or mlp.gate/up/proj.* (SwiGLU),
+--   blocks.i.mlp.fc.* and mlp.proj.* (GELU) or mlp.gate/up/proj.* (SwiGLU), or with n_experts
+--   blocks.i.mlp.w_gate/w_up/w_down (the stacked experts), mlp.router.weight, mlp.shared.*,
 --   ln_f.*, lm_head.weight (V, C)
 -- Initialisation (GPT-2's, nanoGPT's): every Linear and Embedding weight N(0, init_std),
 -- the projections back into the residual stream (attn.proj, mlp.proj) N(0,
--- init_std / sqrt(2 n_layer)), biases zero, norm weights one.
+-- init_std / sqrt(2 n_layer)), biases zero, norm weights one. MoE layers alike: the
+-- experts' w_down and the shared experts' proj are residual projections.
 local Module = require "lutra.nn.module"
 local Linear = require "lutra.nn.linear"
 local Embedding = require "lutra.nn.embedding"
@@ -18,6 +20,7 @@ local LayerNorm = require "lutra.nn.layer_norm"
 local RMSNorm = require "lutra.nn.rms_norm"
 local Dropout = require "lutra.nn.dropout"
 local Block = require "lutra.nn.block"
+local MoE = require "lutra.nn.moe"
 local create = require "lutra.create"
 local ops = require "lutra.ops"
 local F = require "lutra.functional"
@@ -38,6 +41,9 @@ function Transformer:init(cfg)
   if cfg.pos == "learned" then self.wpe = Embedding(cfg.block_size, C, fo) end
   self.drop = Dropout(cfg.dropout)
   local blocks = {}
+  local moe = cfg.n_experts and {n_experts = cfg.n_experts, top_k = cfg.top_k, capacity_factor = cfg.capacity_factor,
+                                 n_shared_experts = cfg.n_shared_experts, norm_topk_prob = cfg.norm_topk_prob,
+                                 aux_loss_coef = cfg.aux_loss_coef, z_loss_coef = cfg.z_loss_coef} or nil
   local rope_freq = cfg.pos == "rope" and cfg.rope_scaling ~= nil
     and rope.frequencies(cfg.rope_scaling, cfg.rope_theta, cfg.head_dim or C / cfg.n_head) or nil
   for i = 1, cfg.n_layer do
@@ -48,7 +54,7 @@ function Transformer:init(cfg)
                        rope_theta = not rope_freq and cfg.rope_theta or nil,
                        head_dim = cfg.head_dim, qk_norm = cfg.qk_norm, qkv_bias = cfg.qkv_bias, out_bias = cfg.out_bias,
                        mlp_bias = cfg.mlp_bias, rope_freq = rope_freq, window = sliding and cfg.sliding_window or nil,
-                       dtype = cfg.dtype, device = cfg.device}
+                       moe = moe, dtype = cfg.dtype, device = cfg.device}
   end
   self.blocks = Module.ModuleList(blocks)
   if cfg.norm == "rmsnorm" then
@@ -73,13 +79,24 @@ function Transformer:init_weights()
   end
   local residual = {}
   for _, block in ipairs(self.blocks) do
-    residual[block.attn.proj.weight], residual[block.mlp.proj.weight] = true, true
+    local mlp = block.mlp
+    residual[block.attn.proj.weight] = true
+    if getmetatable(mlp) == MoE then
+      residual[mlp.w_down] = true
+      if mlp.shared then residual[mlp.shared.proj.weight] = true end
+    else
+      residual[mlp.proj.weight] = true
+    end
   end
   for _, m in ipairs(self:modules()) do
     local cls = getmetatable(m)
     if cls == Linear or cls == Embedding then
       fill(m.weight, create.normal_, 0, residual[m.weight] and resid_std or std)
       if m.bias ~= nil then fill(m.bias, create.fill_, 0) end
+    elseif cls == MoE then -- the stacked experts (its router and shared experts are Linear layers)
+      if m.w_gate then fill(m.w_gate, create.normal_, 0, std) end
+      fill(m.w_up, create.normal_, 0, std)
+      fill(m.w_down, create.normal_, 0, resid_std)
     elseif cls == LayerNorm or cls == RMSNorm then
       if m.weight ~= nil then fill(m.weight, create.fill_, 1) end
       if m.bias ~= nil then fill(m.bias, create.fill_, 0) end
@@ -140,7 +157,8 @@ local function final_norm(self, x, pending)
 end
 
 -- idx (B, T) token ids -> logits (B, T, V); with targets (B, T) (-100: ignored), also
--- the mean cross-entropy loss. opts.cache (from kv_cache) decodes incrementally.
+-- the mean cross-entropy loss (in training mode, plus the MoE layers' aux losses: add_aux_loss).
+-- opts.cache (from kv_cache) decodes incrementally.
 -- Packed rows (several documents per row, lutra.sft.data): opts.positions (B, T) the
 -- position of each token in its document (learned positions are gathered there, RoPE
 -- rotates by it) and opts.segments (B, T) its document id: attention stays inside each
@@ -189,7 +207,29 @@ function Transformer:forward(idx, targets, opts)
   release(h, logits)
   if cache then cache.pos = pos + T end
   if targets == nil then return logits end
-  return logits, self:loss(logits, targets)
+  local loss = self:loss(logits, targets)
+  if self.cfg.n_experts ~= nil then
+    if self.training then
+      loss = self:add_aux_loss(loss)
+    else -- (evaluation: the LM loss alone, and no stale parts of a training step's)
+      rawset(self, "lm_loss", nil)
+      rawset(self, "aux_loss", nil)
+    end
+  end
+  return logits, loss
+end
+
+-- loss + the sum of the MoE layers' aux losses of the forward just run (lutra/nn/moe.lua);
+-- keeps the parts in self.lm_loss and self.aux_loss (plain fields) for logging.
+function Transformer:add_aux_loss(loss)
+  local aux
+  for _, block in ipairs(self.blocks) do
+    local a = rawget(block.mlp, "aux_loss")
+    if a then aux = aux and aux + a or a end
+  end
+  rawset(self, "lm_loss", loss)
+  rawset(self, "aux_loss", aux)
+  return aux and loss + aux or loss
 end
 
 -- RoPE frequencies that depend on the sequence length (rope_type dynamic, longrope) for a

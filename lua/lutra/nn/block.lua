@@ -2,7 +2,8 @@
 --   mlp = "gelu" | "swiglu", ffn_hidden =, bias = true, dropout = 0, rope = false,
 --   rope_theta =, head_dim =, qk_norm =, qkv_bias =, out_bias =, mlp_bias =, dtype =, device =}
 -- (head_dim, qk_norm, qkv_bias, out_bias, rope_freq, window: nn.CausalSelfAttention's; mlp_bias:
--- the MLP's Linear layers, default bias)
+-- the MLP's Linear layers, default bias; moe: a table of nn.MoE options (n_experts =, top_k =, ...)
+-- that makes the MLP a mixture of experts of the mlp kind, each ffn_hidden wide)
 -- The pre-norm transformer block: x + attn(ln_1(x)), then + mlp(ln_2(x)).
 -- The first residual add and ln_2 run as one fused kernel (F.add_layer_norm / F.add_rms_norm)
 -- when ln_2 is a plain LayerNorm/RMSNorm and the two addends share a dtype; the result is the
@@ -22,6 +23,7 @@ local RMSNorm = require "lutra.nn.rms_norm"
 local Attention = require "lutra.nn.attention"
 local MLP = require "lutra.nn.mlp"
 local SwiGLU = require "lutra.nn.swiglu"
+local MoE = require "lutra.nn.moe"
 
 local raise = errors.raise
 
@@ -29,8 +31,8 @@ local Block = Module:extend("Block")
 Block.fuse_residual_norm = true
 
 local KEYS = {"d_model", "n_head", "n_kv_head", "norm", "norm_eps", "mlp", "ffn_hidden", "bias", "dropout", "rope",
-              "rope_theta", "head_dim", "qk_norm", "qkv_bias", "out_bias", "mlp_bias", "rope_freq", "window", "dtype",
-              "device"}
+              "rope_theta", "head_dim", "qk_norm", "qkv_bias", "out_bias", "mlp_bias", "rope_freq", "window", "moe",
+              "dtype", "device"}
 
 function Block:init(cfg)
   cfg = O.check("Block", cfg, KEYS)
@@ -54,7 +56,16 @@ function Block:init(cfg)
   self.ln_2 = norm()
   local ffn = {d_model = cfg.d_model, hidden = cfg.ffn_hidden, bias = O.boolean("Block", "mlp_bias", cfg.mlp_bias, bias), dropout = cfg.dropout, dtype = cfg.dtype,
                device = cfg.device}
-  if cfg.mlp == nil or cfg.mlp == "gelu" then
+  if cfg.moe ~= nil and cfg.mlp ~= nil and cfg.mlp ~= "gelu" and cfg.mlp ~= "swiglu" then
+    raise("Block: mlp must be \"gelu\" or \"swiglu\", got " .. tostring(cfg.mlp))
+  elseif cfg.moe ~= nil then
+    local opts = {d_model = cfg.d_model, d_ff = cfg.ffn_hidden or (cfg.mlp == "swiglu" and SwiGLU.default_hidden(cfg.d_model)
+                  or 4 * cfg.d_model), activation = cfg.mlp or "gelu", dropout = cfg.dropout, dtype = cfg.dtype,
+                  device = cfg.device}
+    if type(cfg.moe) ~= "table" then raise("Block: moe must be a table of nn.MoE options, got " .. type(cfg.moe)) end
+    for k, v in pairs(cfg.moe) do opts[k] = v end
+    self.mlp = MoE(opts)
+  elseif cfg.mlp == nil or cfg.mlp == "gelu" then
     self.mlp = MLP(ffn)
   elseif cfg.mlp == "swiglu" then
     self.mlp = SwiGLU(ffn)

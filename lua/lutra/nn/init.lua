@@ -21,5 +21,6 @@ return {
   MLP = require "lutra.nn.mlp",
   SwiGLU = require "lutra.nn.swiglu",
   Block = require "lutra.nn.block",
+  MoE = require "lutra.nn.moe",
   state_names = require("lutra.nn.state_dict").state_names,
 }

@@ -1,7 +1,7 @@
 -- lutra.selftest.train — whole training steps on the device against the CPU.
 --
 --   "<arch> step loss|grads|params": one fp32 AdamW step (with gradient clipping) of a small
---     gpt2 and llama, the same weights and batch on both sides. Every op of the step is
+--     gpt2, llama and moe, the same weights and batch on both sides. Every op of the step is
 --     already checked on its own; this catches what only shows in composition (a view the
 --     device path mishandles, a stream or allocator reuse bug, a missing sync).
 --   "<arch> bf16 vs fp32": 50 steps on the device in bf16 autocast track 50 steps in fp32
@@ -138,4 +138,8 @@ return function(st)
     trainer(st, arch)
     bf16_tracks(st, arch)
   end
+  -- Mixtral's layout (8 experts top-2): the sparse dispatch (topk, argsort, index_select, grouped
+  -- matmuls, index_add) on the device. fp32 only: bf16 routes near-tied tokens to other experts.
+  one_step(st, "moe")
+  trainer(st, "moe")
 end

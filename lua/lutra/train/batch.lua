@@ -35,6 +35,8 @@ end
 function M.default_loss(model, batch)
   local _, loss = model:forward(batch.x, batch.y)
   if loss == nil then raise("train: model:forward(x, y) returned no loss (give loss_fn for other models)") end
+  local aux = type(model) == "table" and rawget(model, "aux_loss") -- a zoo model with MoE layers: its two parts
+  if aux and rawget(model, "lm_loss") then return loss, {lm_loss = model.lm_loss:item(), aux_loss = aux:item()} end
   return loss
 end
 
