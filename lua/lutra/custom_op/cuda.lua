@@ -45,6 +45,9 @@ local MAGIC = "// lutra nvrtc cache 1\n"
 local memory = {} -- key -> PTX
 M.stats = {compiled = 0, from_memory = 0, from_disk = 0}
 
+-- Forgets the PTX held in memory (the disk cache stays): what a new process starts with.
+function M.clear_memory_cache() memory = {} end
+
 local function read_file(path)
   local f = io.open(path, "rb")
   if not f then return nil end
