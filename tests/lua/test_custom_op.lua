@@ -359,9 +359,30 @@ test("nvrtc: PTX for f32 and f64, cached in memory and on disk (written atomical
   os.execute("rm -rf '" .. dir .. "'")
 end)
 
+test("nvrtc: the CUDA argument block has the FFI's sizes (checked by static_assert in NVRTC)", function()
+  need_nvrtc()
+  local dir = fresh_cache()
+  local abi = require "lutra.custom_op.abi"
+  -- the same field types in the same order; NVRTC has no offsetof, so sizes and alignments
+  local asserts = {}
+  for _, c in ipairs {{"lt_kernel_args", ffi.sizeof("lt_kernel_args")}, {"lt_kernel_tensor", ffi.sizeof("lt_kernel_tensor")},
+                      {"long long", 8}, {"char *", 8}, {"int", 4}, {"double", 8}} do
+    asserts[#asserts + 1] = string.format('static_assert(sizeof(%s) == %d, "sizeof %s");', c[1], c[2], c[1])
+  end
+  asserts[#asserts + 1] = string.format('static_assert(alignof(lt_kernel_args) == %d, "align");', ffi.alignof("lt_kernel_args"))
+  equal(ffi.sizeof(abi.args_type), 8 * 144 + 16 * 8 + 8 + 8)
+  local k = lt.kernel {name = "layout", args = {"y"}, cuda = table.concat(asserts, "\n")
+    .. '\nextern "C" __global__ void layout(lt_kernel_args a) {}\n'}
+  assert(k:ptx():find(".entry layout", 1, true))
+  -- and a wrong one fails, at its line
+  local wrong = lt.kernel {name = "layout_wrong", args = {"y"}, cuda = "\nstatic_assert(sizeof(lt_kernel_args) == 8, \"size\");\n"}
+  fails("layout_wrong.cu(2): error: static assertion failed", function() wrong:ptx() end)
+  os.execute("rm -rf '" .. dir .. "'")
+end)
+
 test("nvrtc: a compile error names the kernel and the body's own line", function()
   need_nvrtc()
-  fresh_cache()
+  local dir = fresh_cache()
   local bad = lt.kernel {name = "broken", args = {"y"}, cuda = [[
 extern "C" __global__ void broken(lt_kernel_args a) {
   scalar_t *y = (scalar_t *)a.t[0].data;
@@ -373,15 +394,18 @@ extern "C" __global__ void broken(lt_kernel_args a) {
   fails("cuda bodies take f32 or f64 tensors", function() require("lutra.custom_op.cuda").ptx(bad, 4, 80) end)
   fails("ptx: dtype must be f32 or f64", function() bad:ptx{dtype = "bf16"} end)
   fails("kernel 'broken' has no cpu body (its tensors are on the cpu)", function() bad{lt.zeros(2)} end)
+  os.execute("rm -rf '" .. dir .. "'")
 end)
 
 test("cuda launch: 'no GPU' here; where there is a GPU, the CUDA body equals the CPU body", function()
   need_nvrtc()
-  fresh_cache()
+  local dir = fresh_cache()
   local k = lt.kernel {name = "bias_gelu_cuda", args = {"y", "x", "b"}, params = {"k", "c"}, cuda = SRC,
                        cpu = bias_gelu_fwd.cpu, grid = function(rows) return math.ceil(rows * 64 / 256) end}
   if lt.cuda.device_count() == 0 then
-    fails("no GPU", function() k:load_cuda{device = 0} end)
+    local err = fails("no GPU", function() k:load_cuda{device = 0} end)
+    assert(err:find("kernel 'bias_gelu_cuda': custom_op: no GPU: the CUDA driver cannot be used (", 1, true), err)
+    os.execute("rm -rf '" .. dir .. "'")
     return
   end
   -- (never run on a GPU as written: no GPU was at hand when this was written)

@@ -92,7 +92,14 @@ local function check_grads(name, node, inputs, grads)
   return out
 end
 
--- Makes an op from {name =, forward = function(ctx, ...) -> tensor, backward = function(ctx, grad) -> grads...}.
+-- lt.custom_op{name =, forward = function(ctx, ...) -> tensor, backward = function(ctx, grad) -> grads...}
+-- -> a differentiable op, op(...). forward runs with grad mode off (the op is one node, named
+-- "<Name>Backward"), usually calling lt.kernel bodies, and stores what backward needs with
+-- ctx:save(tensors...) (version-checked: an in-place change before backward is an error) or as
+-- plain ctx fields; backward(ctx, grad) returns one gradient per input (nil for none), each of
+-- its input's shape, dtype and device (checked, naming the input). ctx:saved() gives the saved
+-- tensors back; ctx.needs_input_grad[i] says whether input i wants one. Without backward the op
+-- refuses inputs that require grad. Check a backward with lt.gradcheck.
 function M.custom_op(spec)
   if type(spec) ~= "table" then raise("custom_op: expected a table {name =, forward =, backward =}") end
   for key in pairs(spec) do

@@ -46,7 +46,19 @@ local function names_list(kname, what, list, max)
   return list
 end
 
--- Makes a kernel from its spec (see the head of this file); the result is callable.
+-- lt.kernel{name =, args = {tensor names}, params = {number names}, cpu = function(a, lo, hi), cuda = "source"}
+-- -> a kernel k, called as k{tensors..., param = number, ...} (returns its first tensor).
+-- The cpu body runs rows [lo, hi) (0-based) with a.<arg> the typed pointer of each tensor
+-- (float *, double *, int64_t * ...), a.shape.<arg> / a.stride.<arg> Lua lists, a.<param> the
+-- numbers, a.rows the call's rows; it may not use upvalues (it runs on worker Lua states, one per
+-- thread: pass numbers through params, require modules inside). The cuda body is CUDA C defining
+-- extern "C" __global__ void <entry>(lt_kernel_args a) (a.t[i].data/size/stride, a.p[j], a.rows,
+-- scalar_t the first tensor's type), compiled by NVRTC on first use and cached by its source.
+-- Options: entry (the CUDA function, default name), rows = function(call) -> count (default: the
+-- first tensor's element count over its last dim), grain (least rows a thread, 1), contiguous
+-- (true: every tensor must be), block (256) and grid = function(rows, block) -> gx, gy, gz
+-- (default one thread a row). Methods: k:ptx{dtype =, arch =} compiles without a GPU,
+-- k:load_cuda{device =, dtype =} loads the body on a GPU.
 function M.kernel(spec)
   if type(spec) ~= "table" then raise("kernel: expected a table {name =, args =, cpu =, cuda =}") end
   for key in pairs(spec) do
