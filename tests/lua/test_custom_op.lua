@@ -229,6 +229,19 @@ test("errors: upvalues, arguments, shapes of gradients, an error inside a body a
     lt.kernel{name = "up", args = {"y"}, cpu = function(a, lo, hi) a.y[lo] = scale end}
   end)
   assert(err:find("pass numbers through params", 1, true), err)
+  -- globals: a worker state has the standard libraries only (read through a nested function too)
+  fails("reads the global 'MY_SCALE', which the worker states", function()
+    lt.kernel{name = "glob", args = {"y"}, cpu = function(a, lo, hi)
+      local f = function() return MY_SCALE end
+      a.y[lo] = f()
+    end}
+  end)
+  fails("reads the global 'os'", function()
+    lt.kernel{name = "glob", args = {"y"}, cpu = function(a, lo, hi) a.y[lo] = os.time() end}
+  end)
+  fails("sets the global 'leak'", function()
+    lt.kernel{name = "glob", args = {"y"}, cpu = function(a, lo, hi) leak = a.y[lo] end}
+  end)
   fails("kernel: unknown field", function() lt.kernel{name = "u", args = {"y"}, cpu = function() end, bogus = 1} end)
   fails("give a cpu body, a cuda body or both", function() lt.kernel{name = "u", args = {"y"}} end)
   fails("args must name at least one tensor", function() lt.kernel{name = "u", args = {}, cpu = function() end} end)

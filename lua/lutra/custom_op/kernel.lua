@@ -50,8 +50,9 @@ end
 -- -> a kernel k, called as k{tensors..., param = number, ...} (returns its first tensor).
 -- The cpu body runs rows [lo, hi) (0-based) with a.<arg> the typed pointer of each tensor
 -- (float *, double *, int64_t * ...), a.shape.<arg> / a.stride.<arg> Lua lists, a.<param> the
--- numbers, a.rows the call's rows; it may not use upvalues (it runs on worker Lua states, one per
--- thread: pass numbers through params, require modules inside). The cuda body is CUDA C defining
+-- numbers, a.rows the call's rows; it runs on worker Lua states (one per thread) that have the
+-- standard libraries (no io, os, debug) and no lutra, so it may use no upvalues and no other
+-- globals (both refused, by name): pass numbers through params, require ffi inside. The cuda body is CUDA C defining
 -- extern "C" __global__ void <entry>(lt_kernel_args a) (a.t[i].data/size/stride, a.p[j], a.rows,
 -- scalar_t the first tensor's type), compiled by NVRTC on first use and cached by its source.
 -- Options: entry (the CUDA function, default name), rows = function(call) -> count (default: the
