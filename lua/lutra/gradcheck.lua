@@ -57,7 +57,7 @@ local function index_string(shape, e)
   return "[" .. table.concat(idx, ", ") .. "]"
 end
 
--- Checks the gradients of fn at inputs (a list; tensors that require grad are checked, other
+-- lt.gradcheck(fn, inputs, opts) -> ok, report. Checks the gradients of fn at inputs (a list; tensors that require grad are checked, other
 -- values passed as they are). fn returns a tensor, several, or one list of them; the
 -- gradient checked is that of sum_k <out_k, r_k> for fixed random r_k. Floating inputs that
 -- are not f64 are checked through f64 copies (opts.cast = false keeps them), so the finite
