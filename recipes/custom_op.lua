@@ -143,12 +143,14 @@ for name, op in pairs {bias_gelu = bias_gelu, bias_relu2 = bias_relu2} do
 end
 
 -- The CUDA body: compiled to PTX by NVRTC here (no GPU needed); launched on a GPU when there is one.
-local nvrtc = require("lutra.custom_op.cuda").nvrtc_version()
+local rtc = require "lutra.custom_op.cuda"
+local nvrtc = rtc.nvrtc_version()
 if nvrtc then
-  local t0 = lt.now()
+  local t0, compiled = lt.now(), rtc.stats.compiled
   local ptx = bias_gelu_fwd:ptx{dtype = "f32"}
-  print(string.format("bias_gelu_fwd cuda body: NVRTC %s, %d bytes of PTX in %.2f s (%s)", nvrtc, #ptx,
-                      lt.now() - t0, ptx:match("%.target (%S+)")))
+  print(string.format("bias_gelu_fwd cuda body: NVRTC %s, %d bytes of PTX for %s in %.2f s (%s)", nvrtc, #ptx,
+                      ptx:match("%.target (%S+)"), lt.now() - t0,
+                      rtc.stats.compiled > compiled and "compiled" or "from the cache in " .. rtc.cache_dir()))
 else
   print("bias_gelu_fwd cuda body: NVRTC not found, not compiled")
 end
