@@ -1,6 +1,7 @@
 /* custom_op_cuda.c — CUDA bodies of custom ops: CUDA C source compiled at run time with NVRTC
  * into PTX, loaded and launched through the driver API (lutra/cuda.h, "kernels compiled at run
- * time"). Both libraries are opened with dlopen on first use, never linked: a build without the
+ * time"). Both libraries are opened with dlopen on first use, never linked (NVRTC from
+ * $LUTRA_NVRTC alone when set, else the loader's path, $CUDA_HOME/lib64, /usr/local/cuda): a build without the
  * CUDA toolkit, or a machine without a GPU, has these entry points and they say what is
  * missing. The driver shares the runtime's primary context, so a launch sees the tensors the
  * runtime allocated and queues on the same compute stream as every other op. */
@@ -57,13 +58,18 @@ static int load_nvrtc(void) {
                                         "/usr/local/cuda/lib/libnvrtc.so",
                                         NULL};
     char path[512] = {0};
-    const char *home = getenv("CUDA_HOME");
+    const char *home = getenv("CUDA_HOME"), *only = getenv("LUTRA_NVRTC");
     void *h = NULL;
-    if (home && *home) {
-      snprintf(path, sizeof path, "%s/lib64/libnvrtc.so", home);
-      h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (only && *only) { /* this library and no other (tests: what a machine without NVRTC sees) */
+      const char *one[] = {only, NULL};
+      h = open_first(one, nvrtc.why, sizeof nvrtc.why);
+    } else {
+      if (home && *home) {
+        snprintf(path, sizeof path, "%s/lib64/libnvrtc.so", home);
+        h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+      }
+      if (!h) h = open_first(names, nvrtc.why, sizeof nvrtc.why);
     }
-    if (!h) h = open_first(names, nvrtc.why, sizeof nvrtc.why);
     if (h) {
       /* dlsym returns void*; the function types are nvrtc.h's */
 #define SYM(field, name) *(void **)&nvrtc.field = dlsym(h, name)

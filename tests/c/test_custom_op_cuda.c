@@ -2,7 +2,7 @@
  * machine: NVRTC (dlopen'ed) turns CUDA C into PTX with the entry in it, for the architecture and
  * with the macros the options give; a compile error fails with NVRTC's log naming the source's
  * line; bad arguments are refused; loading and launching say "no GPU" and why (ctest hides any
- * GPU). Skipped (77) only where libnvrtc cannot be loaded. The Lua side: tests/lua/test_custom_op.lua. */
+ * GPU). Skipped (77) only where libnvrtc cannot be loaded (LUTRA_NVRTC=/nonexistent shows that path). The Lua side: tests/lua/test_custom_op.lua. */
 #include "check.h"
 #include <stdlib.h>
 

@@ -329,6 +329,27 @@ local function need_nvrtc()
   return version
 end
 
+test("without NVRTC: kernels with a cuda body are made, ptx() says what is missing, cpu bodies run", function()
+  local lutra = (os.getenv("LUTRA_BUILD_DIR") or "build") .. "/lutra"
+  local script = os.tmpname()
+  assert(require("lutra.atomic_file").write(script, [[
+local lt = require "lutra"
+local k = lt.kernel {name = "both", args = {"y"}, cpu = function(a, lo, hi) for r = lo, hi - 1 do a.y[r] = r end end,
+                     cuda = 'extern "C" __global__ void both(lt_kernel_args a) {}'}
+local y = lt.zeros(5, 1)
+k{y}
+print("cpu", y:sum():item())
+print(pcall(k.ptx, k))
+]]))
+  local p = io.popen("LUTRA_NVRTC=/nonexistent/libnvrtc.so '" .. lutra .. "' " .. script .. " 2>&1")
+  local out = p:read("*a")
+  p:close()
+  os.remove(script)
+  assert(out:find("cpu\t10", 1, true), out)
+  assert(out:find("kernel 'both': nvrtc: NVRTC (the CUDA toolkit's run-time compiler) cannot be loaded: "
+    .. "/nonexistent/libnvrtc.so: cannot open shared object file", 1, true), out)
+end)
+
 -- LUTRA_CACHE_DIR for this process: a fresh directory
 pcall(ffi.cdef, "int setenv(const char *name, const char *value, int overwrite);")
 local function fresh_cache()
