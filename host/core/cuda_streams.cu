@@ -130,6 +130,15 @@ int lt_cuda_stream_synchronize(int device, int stream) {
   return err == cudaSuccess ? 0 : lt_cuda_error("cuda_stream_synchronize", device, err);
 }
 
+int lt_cuda_stream_handle(int device, int stream, void **handle) {
+  if (!handle) return lt_errorf("cuda_stream_handle: handle is NULL");
+  bool ok;
+  cudaStream_t s = stream_of("cuda_stream_handle", device, stream, &ok);
+  if (!ok) return -1;
+  *handle = (void *)s;
+  return 0;
+}
+
 /* The copy stream waits for compute (the source may still be being written, or the
  * destination read), copies, and compute waits for the copy (its next op may read the
  * destination). *done marks the copy for the host. */

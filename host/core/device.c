@@ -52,4 +52,9 @@ int lt_cuda_stream_synchronize(int device, int stream) {
   (void)device, (void)stream;
   return no_cuda("cuda_stream_synchronize");
 }
+int lt_cuda_stream_handle(int device, int stream, void **handle) {
+  (void)device, (void)stream;
+  if (handle) *handle = NULL;
+  return no_cuda("cuda_stream_handle");
+}
 #endif

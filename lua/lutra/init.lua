@@ -17,6 +17,7 @@
 --              zero_grad, checkpoint, detect_anomaly, lt.autograd.backward/grad (see lutra/autograd/init.lua)
 --   memory     tidy, keep, memory_stats, reset_peak_memory_stats, empty_cache, collectgarbage
 --   runtime    version, build_info, get_num_threads, set_num_threads, now, cuda.*
+--   custom ops custom_op, kernel (bodies in Lua for the CPU, CUDA C via NVRTC), gradcheck
 --   training   data, tokenizer, nn, models, optim, train, generate, config, dist, ckpt, hf,
 --              and on first use lora, dpo, sft.{data, modeldir, eval, templates}
 --   types      is_tensor, Tensor (the methods table), dtype names as lt.float32 = "f32", ...
@@ -115,6 +116,9 @@ M.autocast = require("lutra.autocast").run -- lt.autocast("bf16", fn, ...)
 M.dist = require "lutra.dist" -- lt.dist.init{dp =, tp =, pp =, zero =} -> mesh; groups and collectives
 
 M.cuda = require "lutra.cuda" -- devices, memory stats, events, pinned memory, async copies
+M.custom_op = require("lutra.custom_op").custom_op -- lt.custom_op{name =, forward =, backward =}
+M.kernel = require("lutra.custom_op").kernel -- lt.kernel{name =, args =, cpu =, cuda =}: fused bodies
+M.gradcheck = require "lutra.gradcheck" -- lt.gradcheck(fn, inputs, opts): autograd against finite differences
 M.now = require("lutra.train.interrupt").now -- wall-clock seconds (monotonic), for timing a loop
 
 -- Loaded on first use (fine-tuning): lt.lora (adapters), lt.dpo (preference tuning), and

@@ -42,6 +42,8 @@ CODE_LOADERS = {
     "host/app/main.c": "the script named on the command line, -e, LUA_INIT",
     "lua/lutra/repl.lua": "what the user types at the prompt",
     "lua/lutra/config.lua": "--config=FILE.lua, the user's own settings code",
+    "host/app/custom_op_cpu.c": "the bytecode (mode \"b\" only) of a function the script passed to lt.kernel, "
+                                "compiled by the main state, loaded into the worker states that run it on threads",
 }
 # Files that write with io.open, and why that is safe: each writes a signal file in a directory the
 # launcher made for this job, never a user's data.

@@ -36,5 +36,26 @@ int lt_cuda_event_query(void *event);
 int lt_cuda_event_elapsed_ms(void *start, void *end, double *ms);
 int lt_cuda_stream_wait_event(int device, int stream, void *event);
 int lt_cuda_stream_synchronize(int device, int stream);
+/* The runtime's handle of a device's stream (a cudaStream_t, which is also the driver's
+ * CUstream), for launches through the driver API (custom ops). */
+int lt_cuda_stream_handle(int device, int stream, void **handle);
+
+/* ---- kernels compiled at run time (custom ops' CUDA bodies, host/core/custom_op_cuda.c) ----
+ * NVRTC and the driver (libcuda) are opened with dlopen on first use, so a build without the
+ * CUDA toolkit has these and they say what is missing. lt_rtc_compile turns CUDA C source into
+ * PTX: options are separated by newlines ("--gpu-architecture=compute_80\n-DLT_SCALAR=float").
+ * On success *ptx (0-terminated) is set; on a compile error the status is -1, the error says
+ * "nvrtc: compiling <name> failed" and *log holds NVRTC's log ("<name>(LINE): error: ...").
+ * Free both with lt_rtc_free. lt_rtc_module_load loads PTX on a device (the primary context
+ * that the runtime shares) and finds one kernel by name; lt_rtc_launch queues it on the
+ * device's compute stream with one argument: the args_size bytes at args, by value.
+ * Without a usable GPU these fail with "no GPU: ..." and why (no libcuda, no device). */
+int lt_rtc_version(int *major, int *minor);
+int lt_rtc_compile(const char *source, const char *name, const char *options, char **ptx, char **log);
+void lt_rtc_free(char *p);
+int lt_rtc_device_arch(int device, int *arch);
+int lt_rtc_module_load(const char *ptx, const char *kernel, int device, void **function);
+int lt_rtc_launch(void *function, int device, const uint32_t *grid, const uint32_t *block, uint32_t shared_bytes,
+                  const void *args, int64_t args_size);
 
 #endif
