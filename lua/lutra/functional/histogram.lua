@@ -11,10 +11,12 @@
 --       its CUDA one leaves it out); max itself falls in the last bin.
 --
 -- Both are made of ops that run on either device: the counts are index_add's of ones (or of the
--- weights) in x's order, as torch's loops add them. histc finds each bin as torch's CPU does, in x's
--- dtype with its rounding after each step: trunc((v - min) * bins / (max - min)), min and max rounded
--- to the dtype (the ends of its bin edges). The largest value (bincount) and the data range (histc)
--- are read to the host (a wait on a GPU), as torch's.
+-- weights) in x's order, as torch's loops add them. histc finds each bin as torch's CPU does for f32
+-- and f64, in x's dtype with its rounding after each step: trunc((v - min) * bins / (max - min)), min
+-- and max rounded to the dtype (the ends of its bin edges); bf16 and f16 values are binned so in f32
+-- (torch 1.13's bf16 histc rounds its steps otherwise, and it has no f16 one), their counts kept in
+-- the dtype. The largest value (bincount) and the data range (histc) are read to the host (a wait on
+-- a GPU), as torch's.
 local errors = require "lutra.errors"
 local U = require "lutra.functional.util"
 local ops = require "lutra.ops"
@@ -78,8 +80,9 @@ function M.histc(x, bins, min, max)
   if min > max then raise(string.format("histc: max must be larger than min (got min %s, max %s)", min, max)) end
   local counts = create.zeros({bins}, {dtype = dt, device = x.device})
   if x:numel() == 0 then return counts end
-  local lo, hi = rounded(min, dt), rounded(max, dt)
-  local width, scale = rounded(hi - lo, dt), rounded(bins, dt)
+  local lo, hi = rounded(min, dt), rounded(max, dt) -- the ends of x's dtype's bin edges
+  if dt == "bf16" or dt == "f16" then x = x:to("f32") end -- binned in f32
+  local width, scale = rounded(hi - lo, x.dtype), rounded(bins, x.dtype)
   local inside = ops.where(x:ge(lo), x:le(hi), false) -- lo <= v <= hi (NaN: false)
   local v = ops.where(inside, x, lo) -- outside values (and NaN) at bin 0, counted 0 times
   local bin = (((v - lo) * scale) / width):to("i64"):clamp(nil, bins - 1)
