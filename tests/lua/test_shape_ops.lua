@@ -167,6 +167,12 @@ test("clamp with numbers: NaN takes no gradient (as torch), clamp_min, clamp_max
   local x = f64({0 / 0, -2, 0.5, 2}):requires_grad_()
   x:clamp(-1, 1):sum():backward()
   equal(x.grad:tolist(), {0, 0, 1, 0})
+  x.grad = nil
+  x:clamp_min(-1):sum():backward()
+  equal(x.grad:tolist(), {0, 0, 1, 1})
+  x.grad = nil
+  x:clamp_max(1):sum():backward()
+  equal(x.grad:tolist(), {0, 1, 1, 0})
   equal(lt.tensor({-2, 0, 2}):clamp_min(-1):tolist(), {-1, 0, 2})
   equal(lt.tensor({-2, 0, 2}):clamp_max(1):tolist(), {-2, 0, 1})
   equal(lt.clip(lt.tensor({-2, 0, 2}), -1, 1):tolist(), {-1, 0, 1})
