@@ -88,22 +88,30 @@ local function clamp_(name, x, lo, hi)
   return x:copy_(y)
 end
 
+-- x:clamp(min, max, out): min(max(x, min), max); min and max are numbers, tensors (broadcasting) or nil.
 function M.clamp(x, min, max, out) return clamp("clamp", x, min, max, out) end
+-- x:clip(min, max, out): torch's alias of clamp.
 function M.clip(x, min, max, out) return clamp("clip", x, min, max, out) end
+-- x:clamp_min(min, out): max(x, min), min a number or a tensor.
 function M.clamp_min(x, min, out)
   if min == nil then raise("clamp_min: min must be a number or a tensor, got nil") end
   return clamp("clamp_min", x, min, nil, out)
 end
+-- x:clamp_max(max, out): min(x, max), max a number or a tensor.
 function M.clamp_max(x, max, out)
   if max == nil then raise("clamp_max: max must be a number or a tensor, got nil") end
   return clamp("clamp_max", x, nil, max, out)
 end
+-- x:clamp_(min, max): x:clamp written into x (the bounds must not broadcast x to a larger shape).
 function M.clamp_(x, min, max) return clamp_("clamp_", x, min, max) end
+-- x:clip_(min, max): torch's alias of clamp_.
 function M.clip_(x, min, max) return clamp_("clip_", x, min, max) end
+-- x:clamp_min_(min): x:clamp_min written into x.
 function M.clamp_min_(x, min)
   if min == nil then raise("clamp_min_: min must be a number or a tensor, got nil") end
   return clamp_("clamp_min_", x, min, nil)
 end
+-- x:clamp_max_(max): x:clamp_max written into x.
 function M.clamp_max_(x, max)
   if max == nil then raise("clamp_max_: max must be a number or a tensor, got nil") end
   return clamp_("clamp_max_", x, nil, max)
