@@ -71,7 +71,8 @@ test("einsum: bad equations and operands are errors that name the index", functi
   fails("einsum: '...' twice in the subscript", lt.einsum, "...i...->i", a)
   fails("einsum: a '.' outside '...'", lt.einsum, "i.j->i", a)
   fails("einsum: 'i' repeats in operand 1 with sizes 2 and 3", lt.einsum, "ii->i", a)
-  fails("einsum: operand 2 is f64 on cpu, operand 1 is f32 on cpu", lt.einsum, "ij,jk", a, lt.ones(3, 2, {dtype = "f64"}))
+  fails("einsum: operand 2 is f64 on cpu, operand 1 is f32 on cpu", lt.einsum, "ij,jk", a,
+    lt.ones(3, 2, {dtype = "f64"}))
   fails("einsum: operand 2 must be a tensor, got number", lt.einsum, "ij,jk", a, 3)
   fails("einsum: the equation must be a string", lt.einsum, a, a)
   fails("einsum: no operands given", lt.einsum, "ij")
@@ -207,7 +208,8 @@ test("clamp: bad bounds", function()
   fails("clamp_min: min must be a number or a tensor, got nil", x.clamp_min, x)
   fails("clamp_max_: max must be a number or a tensor, got nil", x.clamp_max_, x)
   fails("clamp: min must be a number, a tensor or nil, got string", x.clamp, x, "0")
-  fails("clamp: min is f64 on cpu, expected x's dtype and device (f32 on cpu)", x.clamp, x, lt.zeros(3, {dtype = "f64"}))
+  fails("clamp: min is f64 on cpu, expected x's dtype and device (f32 on cpu)", x.clamp, x,
+    lt.zeros(3, {dtype = "f64"}))
   fails("clip: max is i64 on cpu", x.clip, x, 0, lt.ones(3, {dtype = "i64"}))
   fails("clamp_: the bounds broadcast x [2,3] to [4,2,3]; in place, x's shape must not change", x.clamp_, x,
     lt.zeros(4, 2, 3))
@@ -228,7 +230,8 @@ test("repeat_interleave: numbers, counts per slice, flattening, the one-argument
   equal(m:repeat_interleave(2, 0, 4).shape, {4, 3})
   equal(lt.repeat_interleave(lt.tensor({2, 0, 1}, {dtype = "i64"})):tolist(), {0, 0, 2})
   check(function(a, r)
-    return a:repeat_interleave(3, 1), a:repeat_interleave(r, 0), a:repeat_interleave({2, 0, 1, 1}, 1), a:repeat_interleave(2)
+    return a:repeat_interleave(3, 1), a:repeat_interleave(r, 0), a:repeat_interleave({2, 0, 1, 1}, 1),
+      a:repeat_interleave(2)
   end, {leaf({3, 4}, true), lt.tensor({1, 0, 3}, {dtype = "i64"})})
 end)
 

@@ -30,7 +30,9 @@ local record_clamp -- the declaration's, below
 -- a bound as given (nil, a number) or checked against x (a tensor of x's dtype and device)
 local function bound(name, what, b, x)
   if b == nil or type(b) == "number" then return b end
-  if not is_tensor(b) then raise(string.format("%s: %s must be a number, a tensor or nil, got %s", name, what, type(b))) end
+  if not is_tensor(b) then
+    raise(string.format("%s: %s must be a number, a tensor or nil, got %s", name, what, type(b)))
+  end
   if b.dtype ~= x.dtype or b.device ~= x.device then
     raise(string.format("%s: %s is %s on %s, expected x's dtype and device (%s on %s)", name, what, b.dtype, b.device,
       x.dtype, x.device))

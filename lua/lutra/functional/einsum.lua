@@ -149,7 +149,8 @@ local function diagonals(x, labels, k)
     end
     sizes[#sizes + 1] = flat
     x = x:permute(perm):reshape(sizes)
-    x = index_select(x, -1, create.arange(0, math.max(flat, 1), step, {dtype = "i64", device = x.device}):narrow(0, 0, n))
+    local at_diagonal = create.arange(0, math.max(flat, 1), step, {dtype = "i64", device = x.device}):narrow(0, 0, n)
+    x = index_select(x, -1, at_diagonal)
     other_labels[#other_labels + 1] = rep
     labels = other_labels
   end
@@ -224,7 +225,8 @@ function M.einsum(eq, ...)
       if size[l] == nil or size[l] == 1 then
         size[l], seen_in[l] = s, k
       elseif s ~= 1 and s ~= size[l] then
-        raise(string.format("einsum: %s has size %d in operand %d and %d in operand %d", show(l), size[l], seen_in[l], s, k))
+        raise(string.format("einsum: %s has size %d in operand %d and %d in operand %d", show(l), size[l], seen_in[l],
+          s, k))
       end
     end
   end

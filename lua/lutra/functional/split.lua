@@ -59,7 +59,9 @@ function M.split(x, size, dim)
   end
   int_arg("split", size, "size (a number or a list of sizes)")
   if size < 0 then raise("split: size must be non-negative, got " .. size) end
-  if size == 0 and n > 0 then raise(string.format("split: size can be 0 only where dim %d is empty (it has %d)", d, n)) end
+  if size == 0 and n > 0 then
+    raise(string.format("split: size can be 0 only where dim %d is empty (it has %d)", d, n))
+  end
   local count = size == 0 and 1 or math.max(math.ceil(n / size), 1)
   for i = 1, count do sizes[i] = math.min(size, n - (i - 1) * size) end
   return pieces(x, d, sizes)
