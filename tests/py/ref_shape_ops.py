@@ -12,7 +12,8 @@ torch's results as text lines (values exact, %.17g):
   tensor KEY DTYPE T NDIM SHAPE... VALUES...
   end
 KEY: x1, x2, ... the inputs (T = 1: the op takes x.transpose(-1, -2) of the tensor written), then per
-result k: yk, goutk; then dk, the gradient of sum_k sum(yk * goutk) for input k (float inputs only).
+result k: yk, goutk; then dk, the gradient of sum_k sum(yk * goutk) for input k (float inputs only);
+for einsum, s_y1 and s_dk: the same computed from |x| and |gout| in f64, the scale of their rounding errors.
 torch 1.13 runs every case on the CPU (one it refused would fail the script), in every dtype but for
 what it has no f16 kernel for: einsum's and clamp's f16 results are torch's f32 ones on the same f16
 inputs, rounded to f16 (F16_VIA_F32), and so are einsum's bf16 ones (torch 1.13's CPU bf16 matmul adds
@@ -62,7 +63,6 @@ def with_nan(t):
     return t
 
 
-# name, op, args (Lua text), inputs: list of (maker, transposed, requires grad), torch function of the inputs
 EINSUM = [
     ("attn_scores", "bhtd,bhsd->bhts", [(normal(2, 3, 5, 7), 0), (normal(2, 3, 7, 4), 1)]),
     ("attn_values", "bhts,bhsd->bhtd", [(normal(2, 3, 5, 4), 0), (normal(2, 3, 4, 6), 0)]),
@@ -89,10 +89,45 @@ EINSUM = [
 ]
 
 
+def random_einsums(count):
+    """count equations drawn from a fixed seed: 1 to 3 operands of up to 4 letters from "abcdeF" (sizes 1 to
+    4), a letter sometimes twice in one operand (a diagonal), sometimes of size 1 in one operand (it
+    broadcasts); the output implicit, or explicit: a shuffled subset of the letters"""
+    rng = torch.Generator().manual_seed(77)
+
+    def pick(n):
+        return int(torch.randint(0, n, (1,), generator=rng))
+
+    out = []
+    for k in range(count):
+        sizes = {c: 2 + pick(3) for c in "abcdeF"}
+        terms, shapes = [], []
+        for _ in range(1 + pick(3)):
+            term = "".join("abcdeF"[pick(6)] for _ in range(1 + pick(4)))
+            shape = [sizes[c] for c in term]
+            if pick(4) == 0:  # a size-1 dim, where the letter is not repeated in this operand
+                i = pick(len(term))
+                if term.count(term[i]) == 1:
+                    shape[i] = 1
+            terms.append(term)
+            shapes.append(shape)
+        eq = ",".join(terms)
+        if pick(3) > 0:
+            letters = sorted(set("".join(terms)))
+            keep = [c for c in letters if pick(2) == 0]
+            keep = [keep[i] for i in torch.randperm(len(keep), generator=rng).tolist()]
+            eq += "->" + "".join(keep)
+        out.append(("random_%d" % k, eq, [(normal(*sh), 0) for sh in shapes]))
+    return out
+
+
+RANDOM_EINSUMS = random_einsums(30)
+
+
 def cases():
     """(name, op, args, inputs [(base tensor f64 or int, transposed, grad)], fn(*inputs) -> list of results)"""
     out = []
-    for name, eq, ins in EINSUM:
+    for name, eq, ins in EINSUM + RANDOM_EINSUMS:
         out.append(("einsum_" + name, "einsum", eq, [(t, tr, True) for t, tr in ins],
                     lambda *xs, eq=eq: [torch.einsum(eq, *xs)]))
     out += [
@@ -215,6 +250,13 @@ def main():
             for k, x in enumerate(xs):
                 if x.requires_grad:
                     emit(f, "d%d" % (k + 1), next(gi))
+            if op == "einsum":  # the same sums of |products|: the scale of each value's rounding errors
+                ax = [x.detach().double().abs().requires_grad_() for x in xs]
+                sy = fn(*ax)
+                sd = torch.autograd.grad(sum((y * g.double().abs()).sum() for y, g in zip(sy, gouts)), ax)
+                emit(f, "s_y1", sy[0])
+                for k, d in enumerate(sd):
+                    emit(f, "s_d%d" % (k + 1), d)
             f.write("end\n")
         for name, op, args, make, fn in COUNTS:
             if op == "bincount" and "weights" not in name and dn != "f32":
