@@ -206,7 +206,7 @@ end
 function M.einsum(eq, ...)
   if type(eq) ~= "string" then raise("einsum: the equation must be a string, got " .. type(eq)) end
   local xs = {...}
-  if #xs == 1 and type(xs[1]) == "table" and not is_tensor(xs[1]) then xs = xs[1] end
+  if #xs == 1 and type(xs[1]) == "table" and not is_tensor(xs[1]) then xs = {unpack(xs[1])} end -- not the caller's
   if #xs == 0 then raise("einsum: no operands given") end
   for k, x in ipairs(xs) do
     U.need("einsum", "operand " .. k, x)
