@@ -114,7 +114,7 @@ local function rel_diff(what, got, want, scale)
     end
   end
   if scale ~= nil then big = scale:abs():max():item() end
-  return worst / (big > 0 and big or 1)
+  return worst / (big > 0 and big or 1), worst
 end
 
 test("einsum, split, chunk, unbind, cat, stack, clamp, repeat_interleave, bincount, histc match PyTorch", function()
@@ -141,7 +141,7 @@ test("einsum, split, chunk, unbind, cat, stack, clamp, repeat_interleave, bincou
     local exact = c.op ~= "einsum"
     local key = c.op:gsub("_tn$", "") .. " " .. dt
     if not worst[key] then
-      worst[key], keys[#keys + 1] = {0, 0}, key
+      worst[key], keys[#keys + 1] = {0, 0, 0, 0}, key
     end
     for k = 1, 64 do
       local want = c.t["y" .. k]
@@ -153,9 +153,9 @@ test("einsum, split, chunk, unbind, cat, stack, clamp, repeat_interleave, bincou
       assert(y ~= nil, label .. ": no result " .. k)
       if c.dtypes["y" .. k] then T.assert_equal(y.dtype, c.dtypes["y" .. k], label .. " y" .. k .. " dtype") end
       local scale = c.t["s_y" .. k] and make(c.t["s_y" .. k], "f64")
-      local r = rel_diff(label .. " y" .. k, y, make(want, c.dtypes["y" .. k] or dt), scale)
+      local r, abs = rel_diff(label .. " y" .. k, y, make(want, c.dtypes["y" .. k] or dt), scale)
       assert(r <= (exact and 0 or TOL[dt]), string.format("%s y%d: relative difference %.3g", label, k, r))
-      worst[key][1] = math.max(worst[key][1], r)
+      worst[key][1], worst[key][3] = math.max(worst[key][1], r), math.max(worst[key][3], abs)
       if c.t["gout" .. k] then
         local term = (y * make(c.t["gout" .. k], dt)):sum()
         loss = loss and loss + term or term
@@ -166,16 +166,17 @@ test("einsum, split, chunk, unbind, cat, stack, clamp, repeat_interleave, bincou
       assert(leaf.grad ~= nil, label .. ": no gradient for input " .. k)
       local grad = c.t["x" .. k].transposed and leaf.grad:transpose(-1, -2) or leaf.grad -- the op's input's
       local scale = c.t["s_d" .. k] and make(c.t["s_d" .. k], "f64")
-      local r = rel_diff(label .. " d" .. k, grad, make(c.t["d" .. k], dt), scale)
+      local r, abs = rel_diff(label .. " d" .. k, grad, make(c.t["d" .. k], dt), scale)
       -- a clamp bound (or x) that broadcast gets a sum of gradients: torch adds in another order
       local summed = c.op:match("^clamp") and grad:numel() < ys[1]:numel()
       local tol = (exact and not summed) and 0 or TOL[dt]
       assert(r <= tol, string.format("%s d%d: relative difference %.3g (tolerance %g)", label, k, r, tol))
-      worst[key][2] = math.max(worst[key][2], r)
+      worst[key][2], worst[key][4] = math.max(worst[key][2], r), math.max(worst[key][4], abs)
     end
   end
   table.sort(keys)
   for _, key in ipairs(keys) do
-    print(string.format("  %-26s values %.3g  grads %.3g", key, worst[key][1], worst[key][2]))
+    local w = worst[key] -- relative (as checked) and absolute
+    print(string.format("  %-22s values %.3g (abs %.3g)  grads %.3g (abs %.3g)", key, w[1], w[3], w[2], w[4]))
   end
 end)
