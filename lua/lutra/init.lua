@@ -58,6 +58,11 @@ end
 M.where, M.gemm, M.is_tensor = ops.where, ops.gemm, ops.is_tensor
 M.F = F
 for _, name in ipairs {"topk", "sort", "argsort", "cumsum", "cumprod", "tril", "triu", "logsumexp", "isnan", "isinf", "isfinite", "nan_to_num"} do tensor.methods[name], M[name] = F[name], F[name] end -- F's ops along a dim, as methods
+for _, name in ipairs {"split", "chunk", "unbind", "clamp", "clamp_", "clamp_min", "clamp_min_", "clamp_max",
+                       "clamp_max_", "clip", "clip_", "repeat_interleave", "bincount", "histc"} do
+  tensor.methods[name], M[name] = F[name], F[name] -- F's shape ops and clamp (tensor bounds too), as methods
+end
+M.einsum = F.einsum
 
 -- ---- autograd -------------------------------------------------------------------------------
 M.autograd = autograd

@@ -188,7 +188,7 @@ test("wrong argument types are reported at the user's line, not inside the FFI",
   line, msg = here(), fails(function() local _ = t:expand_as({2, 3}) end)
   check(msg, line, "expand_as: other must be a tensor")
   line, msg = here(), fails(function() local _ = t:clamp("a") end)
-  check(msg, line, "clamp: lo must be a number")
+  check(msg, line, "clamp: min must be a number, a tensor or nil")
   line, msg = here(), fails(function() local _ = lt.F.layer_norm(t, "w") end)
   check(msg, line, "layer_norm: weight must be a tensor or nil")
   line, msg = here(), fails(function() local _ = lt.linspace(0, 1, 2.5) end)

@@ -253,9 +253,9 @@ declare {
     save(node, "x", a)
     attach(out, node)
   end,
-  backward = function(n, g) -- passes where lo <= x <= hi
-    if n.lo ~= nil then g = where(n.x:lt(n.lo), 0, g) end
-    if n.hi ~= nil then g = where(n.x:gt(n.hi), 0, g) end
+  backward = function(n, g) -- passes where lo <= x <= hi (not where x is NaN, as torch)
+    if n.lo ~= nil then g = where(n.x:ge(n.lo), g, 0) end
+    if n.hi ~= nil then g = where(n.x:le(n.hi), g, 0) end
     return g
   end,
 }

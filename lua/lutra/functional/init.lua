@@ -30,6 +30,9 @@
 --   F.isnan, F.isinf, F.isfinite, F.nan_to_num(x, nan, posinf, neginf): also tensor methods (x:topk(k)).
 --   F.grouped_linear(x, weight, counts)         -> y (M, out): x's rows in groups of counts[g], each
 --       times its weight[g]^T; weight (G, out, in) stacked (a mixture of experts' matmuls, nn.MoE)
+--   F.einsum(eq, ...), F.split(x, size, dim), F.chunk, F.unbind, F.clamp(x, min, max) (tensor bounds too),
+--   F.clamp_min, F.clamp_max, F.clip, F.repeat_interleave(x, repeats, dim), F.bincount(x, weights,
+--   minlength), F.histc(x, bins, min, max): also lutra.X, and tensor methods but einsum (x:split(2)).
 -- Backward kernels, for autograd: layer_norm_backward, rms_norm_backward (both take an
 -- optional dres, added to dx: the fused ops' backward; and which parameter gradients to
 -- make, by default those of the weight and bias given),
@@ -61,7 +64,9 @@ local OPS = {"lutra.functional.layer_norm", "lutra.functional.rms_norm", "lutra.
              "lutra.functional.gather", "lutra.functional.index_select", "lutra.functional.masked_fill",
              "lutra.functional.one_hot",
              "lutra.functional.sort", "lutra.functional.topk", "lutra.functional.cumsum", "lutra.functional.tril",
-             "lutra.functional.logsumexp", "lutra.functional.nan_to_num", "lutra.functional.grouped_linear"}
+             "lutra.functional.logsumexp", "lutra.functional.nan_to_num", "lutra.functional.grouped_linear",
+             "lutra.functional.einsum", "lutra.functional.split", "lutra.functional.clamp",
+             "lutra.functional.repeat_interleave", "lutra.functional.histogram"}
 for _, part in ipairs(OPS) do
   for name, fn in pairs(require(part)) do F[name] = fn end
 end

@@ -16,7 +16,8 @@
 -- lua/lutra/selftest/<op>.lua (CASE_MODULES: matmul and the fused linear layer, streams,
 -- elementwise, reductions, layer_norm, rms_norm (each with its residual-fused form),
 -- cross_entropy, embedding, gather (with the scatter and index ops), rope, random numbers,
--- attention, optimizers, and whole training steps of gpt2 and llama) adds its own, through the `st` table of case_api().
+-- attention, optimizers, whole training steps of gpt2 and llama, and shape_ops: einsum, split, clamp,
+-- repeat_interleave, bincount and histc, made of other ops) adds its own, through the `st` table of case_api().
 --
 -- The GPU kernels are designed to be bit-identical with the CPU (fill writes the host's
 -- bits, conversions round as host/core/internal.h does, adds round the f32 sum), so the
@@ -146,7 +147,7 @@ end
 
 -- Each module returns function(st); they run in this order after the core cases above.
 local CASE_MODULES = {"matmul", "streams", "elementwise", "reduce", "layer_norm", "rms_norm", "cross_entropy",
-                      "embedding", "gather", "rope", "random", "attention", "optim", "train", "sort"}
+                      "embedding", "gather", "rope", "random", "attention", "optim", "train", "sort", "shape_ops"}
 
 -- What a case module gets (documented for their authors in the module list above):
 -- st.lt, st.C, st.device, st.uniform(), st.randint(lo, hi), st.rand(shape, dtype, lo, hi),
