@@ -10,6 +10,8 @@ local Module = require "lutra.nn.module"
 
 return {
   Module = Module,
+  parameter = require("lutra.nn.parameter").parameter,
+  is_parameter = require("lutra.nn.parameter").is_parameter,
   ModuleList = Module.ModuleList,
   is_module = Module.is_module,
   Linear = require "lutra.nn.linear",
