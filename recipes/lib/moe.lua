@@ -34,10 +34,10 @@ function MoE:init(cfg)
   self.router = Linear(C, E, {bias = false, dtype = cfg.dtype, device = cfg.device})
   -- the experts' weights, stacked: w_in (E, C, H), b_in (E, 1, H), w_out (E, H, C), b_out (E, 1, C)
   lt.no_grad(function()
-    self.w_in = lt.normal_(lt.empty(E, C, H, fo), 0, std)
-    self.b_in = lt.zeros(E, 1, H, fo)
-    self.w_out = lt.normal_(lt.empty(E, H, C, fo), 0, resid_std)
-    self.b_out = lt.zeros(E, 1, C, fo)
+    self.w_in = lt.parameter(lt.normal_(lt.empty(E, C, H, fo), 0, std))
+    self.b_in = lt.parameter(lt.zeros(E, 1, H, fo))
+    self.w_out = lt.parameter(lt.normal_(lt.empty(E, H, C, fo), 0, resid_std))
+    self.b_out = lt.parameter(lt.zeros(E, 1, C, fo))
     lt.normal_(self.router.weight, 0, std)
   end)
 end
@@ -72,7 +72,7 @@ function MoE:forward(x)
   local h = (xf:unsqueeze(0):matmul(self.w_in) + self.b_in):gelu() -- (E, N, H)
   local y = h:matmul(self.w_out) + self.b_out -- (E, N, C)
   local out = (y * gates:t():unsqueeze(-1)):sum(0) -- (N, C)
-  rawset(self, "aux_loss", self.training and self:balance_loss(probs, mask) or nil)
+  self.aux_loss = self.training and self:balance_loss(probs, mask) or nil -- a plain field, its graph kept
   return out:reshape(shape)
 end
 
