@@ -51,6 +51,7 @@ M.Identity = Identity
 -- Identity accepts and ignores constructor arguments, as PyTorch's does.
 function Identity:init() end
 
+-- x -> x, the same tensor (every argument is returned as given).
 function Identity:forward(...) return ... end
 
 return M
