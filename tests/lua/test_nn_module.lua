@@ -290,6 +290,11 @@ test("parameters are declared: lt.parameter and self:param; other tensors are pl
   local bn = {}
   for name in m:named_buffers() do bn[#bn + 1] = name end
   equal(bn, {"buf"})
+  m.kids = {nn.Linear(1, 1)}
+  m.kids = nil
+  m.kids = {nn.Linear(1, 1), nn.Linear(1, 1)} -- a list of modules given to an emptied module field: a ModuleList
+  equal(m.kids.__name, "ModuleList")
+  equal(#m.kids, 2)
 end)
 
 test("a tensor set in forward is a plain field: detached copies and losses keeping their gradient", function()

@@ -100,6 +100,7 @@ end
 -- What assigning v to a field k that holds nil means (the metatable's __newindex).
 local function assign(self, k, v)
   if type(k) == "string" and k:sub(1, 1) ~= "_" and v ~= nil then
+    if type(v) == "table" and getmetatable(v) == nil and #v > 0 and is_module(v[1]) then v = Module.ModuleList(v) end
     local e = rawget(self, "_by_key")[k]
     if e ~= nil then -- a declared field, emptied before: its kind holds
       local kind = value_kind(v)
@@ -117,9 +118,6 @@ local function assign(self, k, v)
         implicit_param_error(self, k)
       end -- else a plain field
     elseif is_module(v) then
-      declare(self, k, k, "module")
-    elseif type(v) == "table" and getmetatable(v) == nil and #v > 0 and is_module(v[1]) then
-      v = Module.ModuleList(v)
       declare(self, k, k, "module")
     end
   end
