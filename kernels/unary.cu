@@ -20,6 +20,8 @@ __host__ __device__ inline float ew_tanh(float x) { return tanhf(x); }
 __host__ __device__ inline double ew_tanh(double x) { return tanh(x); }
 __host__ __device__ inline float ew_fabs(float x) { return fabsf(x); }
 __host__ __device__ inline double ew_fabs(double x) { return fabs(x); }
+__host__ __device__ inline float ew_erf(float x) { return erff(x); }
+__host__ __device__ inline double ew_erf(double x) { return erf(x); }
 __host__ __device__ inline float ew_sin(float x) { return sinf(x); }
 __host__ __device__ inline double ew_sin(double x) { return sin(x); }
 __host__ __device__ inline float ew_cos(float x) { return cosf(x); }
@@ -41,6 +43,15 @@ template <typename T> __host__ __device__ inline T ew_gelu_grad(T x) {
   return (T)0.5 * (1 + t) + (T)0.5 * x * (1 - t * t) * (T)GELU_K * (1 + 3 * (T)GELU_C * x * x);
 }
 
+/* 1/sqrt(2), 2/sqrt(pi), 1/sqrt(2 pi) (as ops/unary.c): exact GELU and erf's derivative. */
+#define SQRT1_2 0.7071067811865476
+#define TWO_OVER_SQRTPI 1.1283791670955126
+#define INV_SQRT_2PI 0.3989422804014327
+template <typename T> __host__ __device__ inline T ew_gelu_erf(T x) { return x * (T)0.5 * (1 + ew_erf(x * (T)SQRT1_2)); }
+template <typename T> __host__ __device__ inline T ew_gelu_erf_grad(T x) {
+  return (T)0.5 * (1 + ew_erf(x * (T)SQRT1_2)) + x * (T)INV_SQRT_2PI * ew_exp((T)-0.5 * x * x);
+}
+
 template <typename T> __host__ __device__ inline T unary_float(int op, T x) {
   switch (op) {
   case LT_NEG: return -x;
@@ -57,6 +68,8 @@ template <typename T> __host__ __device__ inline T unary_float(int op, T x) {
   case LT_SIN: return ew_sin(x);
   case LT_COS: return ew_cos(x);
   case LT_SQUARE: return x * x;
+  case LT_ERF: return ew_erf(x);
+  case LT_GELU_ERF: return ew_gelu_erf(x);
   default: return 1 / x; /* LT_RECIPROCAL */
   }
 }
@@ -104,6 +117,8 @@ template <typename T> __host__ __device__ inline T unary_grad(int op, T g, T x) 
   case LT_SIN: return g * ew_cos(x);
   case LT_COS: return -g * ew_sin(x);
   case LT_SQUARE: return 2 * g * x;
+  case LT_ERF: return g * (T)TWO_OVER_SQRTPI * ew_exp(-x * x);
+  case LT_GELU_ERF: return g * ew_gelu_erf_grad(x);
   default: return -g / (x * x); /* LT_RECIPROCAL */
   }
 }

@@ -12,7 +12,8 @@
 
 static const char *const unary_names[LT_NUM_UNARY_OPS] = {"neg",  "exp",     "log",  "sqrt",   "rsqrt",
                                                           "tanh", "sigmoid", "relu", "gelu",   "silu",
-                                                          "abs",  "sin",     "cos",  "square", "reciprocal"};
+                                                          "abs",  "sin",     "cos",  "square", "reciprocal",
+                                                          "erf",  "gelu_erf"};
 
 const char *lt_unary_name(int op) { return op >= 0 && op < LT_NUM_UNARY_OPS ? unary_names[op] : "?"; }
 
@@ -23,9 +24,14 @@ static bool is_cheap_unary(int op) { return is_int_unary(op) || op == LT_RECIPRO
 #define GELU_K 0.7978845608028654
 #define GELU_C 0.044715
 
+/* 1/sqrt(2), 2/sqrt(pi) and 1/sqrt(2 pi): erf's derivative and the normal density of exact GELU. */
+#define SQRT1_2 0.7071067811865476
+#define TWO_OVER_SQRTPI 1.1283791670955126
+#define INV_SQRT_2PI 0.3989422804014327
+
 /* Scalar functions and derivatives shared by forward and backward, for float (S = f)
  * and double (S = d). */
-#define DEFINE_SCALAR_FNS(T, S, EXP, TANH)                                                                             \
+#define DEFINE_SCALAR_FNS(T, S, EXP, TANH, ERF)                                                                        \
   static inline T sigmoid_##S(T x) { /* exp of -|x| only: no overflow, tiny results kept */                            \
     T e = EXP(x < 0 ? x : -x);                                                                                         \
     return (x < 0 ? e : 1) / (1 + e);                                                                                  \
@@ -34,9 +40,13 @@ static bool is_cheap_unary(int op) { return is_int_unary(op) || op == LT_RECIPRO
   static inline T gelu_grad_##S(T x) {                                                                                 \
     T t = TANH((T)GELU_K * (x + (T)GELU_C * x * x * x));                                                               \
     return (T)0.5 * (1 + t) + (T)0.5 * x * (1 - t * t) * (T)GELU_K * (1 + 3 * (T)GELU_C * x * x);                      \
+  }                                                                                                                    \
+  static inline T gelu_erf_##S(T x) { return x * (T)0.5 * (1 + ERF(x * (T)SQRT1_2)); } /* torch's expression */       \
+  static inline T gelu_erf_grad_##S(T x) {                                                                             \
+    return (T)0.5 * (1 + ERF(x * (T)SQRT1_2)) + x * (T)INV_SQRT_2PI * EXP((T)-0.5 * x * x);                            \
   }
-DEFINE_SCALAR_FNS(float, f, ew_expf, ew_tanhf)
-DEFINE_SCALAR_FNS(double, d, exp, tanh)
+DEFINE_SCALAR_FNS(float, f, ew_expf, ew_tanhf, erff)
+DEFINE_SCALAR_FNS(double, d, exp, tanh, erf)
 
 /* ---- forward runs: o[i*so] = f(a[i*sa]) ------------------------------------------ */
 
@@ -59,7 +69,7 @@ DEFINE_SCALAR_FNS(double, d, exp, tanh)
 
 #define UNARY_ARGS int op, char *po, int64_t so, const char *pa, int64_t sa, int64_t n
 
-#define DEFINE_FLOAT_UNARY(NAME, T, S, EXP, LOG, SQRT, TANH, FABS, SIN, COS)                                           \
+#define DEFINE_FLOAT_UNARY(NAME, T, S, EXP, LOG, SQRT, TANH, FABS, SIN, COS, ERF)                                      \
   static void NAME(UNARY_ARGS) {                                                                                       \
     switch (op) {                                                                                                      \
     case LT_NEG: UNARY_RUN(T, -x); break;                                                                              \
@@ -77,10 +87,12 @@ DEFINE_SCALAR_FNS(double, d, exp, tanh)
     case LT_COS: UNARY_RUN(T, COS(x)); break;                                                                          \
     case LT_SQUARE: UNARY_RUN(T, x *x); break;                                                                         \
     case LT_RECIPROCAL: UNARY_RUN(T, 1 / x); break;                                                                    \
+    case LT_ERF: UNARY_RUN(T, ERF(x)); break;                                                                          \
+    case LT_GELU_ERF: UNARY_RUN(T, gelu_erf_##S(x)); break;                                                            \
     }                                                                                                                  \
   }
-DEFINE_FLOAT_UNARY(unary_f32, float, f, ew_expf, logf, sqrtf, ew_tanhf, fabsf, sinf, cosf)
-DEFINE_FLOAT_UNARY(unary_f64, double, d, exp, log, sqrt, tanh, fabs, sin, cos)
+DEFINE_FLOAT_UNARY(unary_f32, float, f, ew_expf, logf, sqrtf, ew_tanhf, fabsf, sinf, cosf, erff)
+DEFINE_FLOAT_UNARY(unary_f64, double, d, exp, log, sqrt, tanh, fabs, sin, cos, erf)
 
 #define DEFINE_INT_UNARY(NAME, T, UT)                                                                                  \
   static void NAME(UNARY_ARGS) {                                                                                       \
@@ -207,6 +219,8 @@ int lt_unary(lt_tensor *out, const lt_tensor *a, int op) {
     case LT_COS: BACKWARD_RUN(T, -g *SIN(x)); break;                                                                   \
     case LT_SQUARE: BACKWARD_RUN(T, 2 * g * x); break;                                                                 \
     case LT_RECIPROCAL: BACKWARD_RUN(T, -g / (x * x)); break;                                                          \
+    case LT_ERF: BACKWARD_RUN(T, g *(T)TWO_OVER_SQRTPI * EXP(-x * x)); break;                                          \
+    case LT_GELU_ERF: BACKWARD_RUN(T, g *gelu_erf_grad_##S(x)); break;                                                 \
     }                                                                                                                  \
   }
 DEFINE_FLOAT_BACKWARD(backward_f32, float, f, ew_expf, sqrtf, ew_tanhf, sinf, cosf)

@@ -196,14 +196,18 @@ local function resolve(name)
 end
 
 -- For a class that is a field of a module rather than a module itself (data.Loader, optim.Optimizer):
--- the doc of the module that holds it, named by the field.
+-- the doc of the module that holds it, named by the field; of several, the most specific (the
+-- longest name: lutra.nn.activation for nn.GELU, not lutra.nn).
 local function holder_doc(t)
   local best, best_key
   for name, mod in pairs(package.loaded) do
     if type(name) == "string" and name:match("^lutra") and type(mod) == "table" and mod ~= t
-       and (not best or #name < #best) then
+       and (not best or #name > #best) then
       for k, v in pairs(mod) do
-        if v == t and type(k) == "string" then best, best_key = name, k break end
+        if v == t and type(k) == "string" and k ~= "super" and k:sub(1, 1) ~= "_" then
+          best, best_key = name, k
+          break
+        end
       end
     end
   end
@@ -246,6 +250,11 @@ function M.find(x, name)
   elseif type(x) == "table" then
     local d = M.module_doc(x)
     if d then return format_module(d) end
+    -- a class held by a module (nn.GELU in lutra.nn.activation): that module, before its parent classes
+    if rawget(x, "__index") == x then
+      d = holder_doc(x)
+      if d then return format_module(d) end
+    end
     -- an object: its class (the metatable's __index chain), a module or a field of one
     local seen, mt = {}, getmetatable(x)
     while type(mt) == "table" and not seen[mt] do

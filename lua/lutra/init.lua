@@ -108,6 +108,7 @@ function M.debug(opts) return require("lutra.repl").debug(opts) end
 M.data = require "lutra.data"
 M.tokenizer = require "lutra.tokenizer"
 M.nn = require "lutra.nn"
+M.parameter = M.nn.parameter -- lt.parameter(t): t marked as a parameter (lutra/nn/parameter.lua)
 M.models = require "lutra.models"
 M.optim = require "lutra.optim"
 M.train = require "lutra.train" -- callable: lt.train{model =, data =, config =}

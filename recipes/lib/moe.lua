@@ -57,9 +57,9 @@ function MoE:forward(x)
   local ys = F.grouped_linear(h, self.w_out, counts) + self.b_out:index_select(0, eid)
   ys = ys * gate:reshape(-1):index_select(0, slot):unsqueeze(1)
   local y = lt.zeros_like(xf):index_add(0, token, ys)
-  rawset(self, "counts", counts)
+  self.counts = counts
   local frac = lt.tensor(counts, {dtype = x.dtype, device = x.device}) * (1 / (N * k)) -- f_e, no gradient
-  rawset(self, "aux_loss", self.training and (frac * probs:mean(0)):sum() * E or nil)
+  self.aux_loss = self.training and (frac * probs:mean(0)):sum() * E or nil -- a plain field, its graph kept
   return y:reshape(shape)
 end
 

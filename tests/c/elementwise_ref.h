@@ -28,6 +28,8 @@ static inline double ref_unary(int op, double x) {
   case LT_SIN: return sin(x);
   case LT_COS: return cos(x);
   case LT_SQUARE: return x * x;
+  case LT_ERF: return erf(x);
+  case LT_GELU_ERF: return 0.5 * x * erfc(-x / sqrt(2)); /* x Phi(x) */
   default: return 1 / x; /* LT_RECIPROCAL */
   }
 }
@@ -50,6 +52,8 @@ static inline double ref_grad(int op, double x) {
   case LT_SIN: return cos(x);
   case LT_COS: return -sin(x);
   case LT_SQUARE: return 2 * x;
+  case LT_ERF: return 2 / sqrt(M_PI) * exp(-x * x);
+  case LT_GELU_ERF: return 0.5 * erfc(-x / sqrt(2)) + x * exp(-0.5 * x * x) / sqrt(2 * M_PI);
   default: return -1 / (x * x);
   }
 }

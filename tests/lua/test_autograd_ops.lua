@@ -82,7 +82,7 @@ test("maximum/minimum: ties share the gradient evenly", function()
 end)
 
 test("every unary op", function()
-  for _, op in ipairs {"neg", "exp", "tanh", "sigmoid", "gelu", "silu", "sin", "cos", "square"} do
+  for _, op in ipairs {"neg", "exp", "tanh", "sigmoid", "gelu", "gelu_erf", "erf", "silu", "sin", "cos", "square"} do
     check(function(a) return a[op](a) end, {leaf(random_shape(2), {noncontig = true})}, {msg = op})
   end
   for _, op in ipairs {"relu", "abs"} do -- kinks at 0

@@ -66,6 +66,10 @@ test("an object whose class is a field of a module (an optimizer, a loader class
   has(doc.find(o), "lutra.optim.optimizer — what every optimizer shares")
   has(doc.find(lt.data.Loader), "lutra.data — a corpus tokenized once into a token file")
   has(doc.find(lt.data.Loader), "(lutra.data.Loader, in lutra.data, lutra/data.lua)")
+  -- a class held by several modules: the most specific one's head, not its parent class's
+  has(doc.find(lt.nn.GELU), "(lutra.nn.activation.GELU, in lutra.nn.activation, lutra/nn/activation.lua)")
+  has(doc.find(lt.nn.Identity), "nn.Identity()                   returns its input")
+  has(doc.find(lt.nn.ModuleList), "(lutra.nn.module.ModuleList, in lutra.nn.module, lutra/nn/module.lua)")
 end)
 
 test("a callable module: lt.train is lutra.train's head comment", function()

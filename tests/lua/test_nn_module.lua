@@ -16,10 +16,10 @@ local function same(a, b) return rawequal(a, b) or a == b end
 -- A module with its own parameters declared around its submodules.
 local Net = nn.Module:extend("Net")
 function Net:init(d)
-  self.scale = lt.ones(d)
+  self.scale = lt.parameter(lt.ones(d))
   self.fc1 = nn.Linear(d, 2 * d)
   self.layers = {nn.Linear(2 * d, 2 * d), nn.LayerNorm(2 * d)}
-  self.offset = lt.zeros(d)
+  self:param("offset", lt.zeros(d))
   self.fc2 = nn.Linear(2 * d, d, {bias = false})
   self:buffer("count", lt.zeros(1, "i64"))
   self:buffer("scratch", lt.zeros(2), false)
@@ -230,14 +230,17 @@ end)
 
 test("registration errors and explicit declarations", function()
   local m = nn.Module()
-  fails("parameter 'ids' must be a floating-point tensor, got i64", function() m.ids = lt.zeros(2, "i64") end)
+  fails("parameter: the tensor must be a floating-point tensor, got i64", function() m.ids = lt.parameter(lt.zeros(2, "i64")) end)
+  fails("parameter 'ids' must be a floating-point tensor, got i64", function() m:param("ids", lt.zeros(2, "i64")) end)
   local x = lt.randn(2, {requires_grad = true})
-  fails("parameter 'y' must be a leaf tensor", function() m.y = x * 2 end)
-  m.w = lt.zeros(2)
+  fails("parameter: the tensor must be a leaf tensor", function() m.y = lt.parameter(x * 2) end)
+  fails("parameter 'y' must be a leaf tensor", function() m:param("y", x * 2) end)
+  fails("parameter: the tensor must be a tensor, got number", function() lt.parameter(3) end)
+  m.w = lt.parameter(lt.zeros(2))
   fails("'w' is a param, cannot assign a module to it", function() m:add("w", nn.Linear(1, 1)) end)
   m:add("lin", nn.Linear(2, 2))
   m:param("p", lt.zeros(3))
-  m._private = lt.zeros(5)   -- "_" names are never registered
+  m._private = lt.parameter(lt.zeros(5)) -- "_" names are never registered
   rawset(m, "cache", lt.zeros(5))
   equal(names_of(m), {"w", "p", "lin.weight", "lin.bias"})
   fails("forward is not defined", function() m(1) end)
@@ -254,6 +257,102 @@ test("registration errors and explicit declarations", function()
   loop.inner = nn.Module()
   loop.inner.back = loop
   fails("contains itself", function() loop:state_dict() end)
+end)
+
+test("parameters are declared: lt.parameter and self:param; other tensors are plain fields", function()
+  local p = lt.ones(3)
+  equal(lt.parameter(p), p) -- the tensor itself, marked, requiring grad
+  assert(rawequal(lt.parameter(p), p) and p.requires_grad and nn.is_parameter(p))
+  assert(not nn.is_parameter(lt.ones(3)) and not nn.is_parameter(p:detach()) and not nn.is_parameter(p:view(3)))
+  -- a plain tensor given to a field outside init is a plain field: no parameter, no state, not moved
+  local m = nn.Module()
+  m.w = lt.parameter(lt.zeros(2))
+  local plain = lt.ones(4)
+  m.plain = plain
+  equal(names_of(m), {"w"})
+  assert(m:state_dict().plain == nil and not plain.requires_grad)
+  m:to("f64")
+  equal({m.w.dtype, m.plain.dtype}, {"f64", "f32"})
+  assert(rawequal(m.plain, plain))
+  -- a converted parameter keeps its mark: given to another field it ties (one tensor, two names)
+  assert(nn.is_parameter(m.w))
+  m.w2 = m.w
+  equal(names_of(m), {"w"})
+  equal(nn.state_names(m), {"w", "w2"})
+  -- a declared field emptied and given a value again keeps its kind
+  m.w2 = nil
+  m.w2 = lt.zeros(2)
+  equal(nn.state_names(m), {"w", "w2"})
+  assert(m.w2.requires_grad and nn.is_parameter(m.w2))
+  fails("'w2' is a param, cannot assign a number to it", function() m.w2 = nil; m.w2 = 3 end)
+  m:buffer("buf", nil)
+  m.buf = lt.zeros(1, "i64") -- a buffer declared empty, filled later: a buffer
+  local bn = {}
+  for name in m:named_buffers() do bn[#bn + 1] = name end
+  equal(bn, {"buf"})
+  m.kids = {nn.Linear(1, 1)}
+  m.kids = nil
+  m.kids = {nn.Linear(1, 1), nn.Linear(1, 1)} -- a list of modules given to an emptied module field: a ModuleList
+  equal(m.kids.__name, "ModuleList")
+  equal(#m.kids, 2)
+end)
+
+test("a tensor set in forward is a plain field: detached copies and losses keeping their gradient", function()
+  local Aux = nn.Module:extend("Aux")
+  function Aux:init(d)
+    self.fc = nn.Linear(d, d)
+    self.gain = lt.parameter(lt.full({d}, 2))
+  end
+  function Aux:forward(x)
+    local y = self.fc(x) * self.gain
+    self.last = y:detach()
+    self.aux = (y * y):mean() -- an auxiliary loss read by the caller, its graph intact
+    return y
+  end
+  local m = Aux(3)
+  equal(#m:parameters(), 3)
+  local x = lt.randn(4, 3, {dtype = "f64"})
+  m:to("f64")
+  local y = m(x)
+  m(x)
+  equal(#m:parameters(), 3) -- forward declared nothing
+  equal(nn.state_names(m), {"gain", "fc.weight", "fc.bias"})
+  close(m.last, y, {rtol = 0, atol = 0})
+  assert(m.aux.requires_grad and not m.aux.is_leaf)
+  m.aux:backward()
+  -- d mean(y^2) / d gain_j = sum_i 2 y_ij * (x W^T + b)_ij / numel
+  local h = (x:matmul(m.fc.weight:t()) + m.fc.bias):detach()
+  close(m.gain.grad, (y:detach() * h * 2 / y:numel()):sum(0), {rtol = 1e-12, atol = 0})
+end)
+
+test("transition: a plain tensor given to a field in init() says what to write", function()
+  local Old = nn.Module:extend("Old")
+  function Old:init(d) self.scale = lt.ones(d) end
+  local err = fails("Old: field 'scale' is given a tensor in init(); parameters are declared now", function() Old(2) end)
+  for _, want in ipairs {"self.scale = lt.parameter(t)", 'self:param("scale", t)', 'self:buffer("scale", t)',
+                         'rawset(self, "scale", t)'} do
+    assert(err:find(want, 1, true), err)
+  end
+  -- the same inside a method init calls, and in a subclass's init
+  local Helper = nn.Module:extend("Helper")
+  function Helper:init() self:reset() end
+  function Helper:reset() self.cache = lt.zeros(2) end
+  fails("Helper: field 'cache' is given a tensor in init()", function() Helper() end)
+  local Sub = nn.Linear:extend("Sub")
+  function Sub:init(a, b)
+    Sub.super.init(self, a, b)
+    self.extra = lt.zeros(b)
+  end
+  fails("Sub: field 'extra' is given a tensor in init()", function() Sub(2, 3) end)
+  -- after init the same assignment is a plain field; replacing a declared parameter ties
+  local h = Helper:extend("Quiet")
+  function h:init() end
+  local q = h()
+  q:reset()
+  equal(#q:parameters(), 0)
+  local a, b = nn.Linear(2, 3), nn.Linear(2, 3)
+  b.weight = a.weight
+  assert(rawequal(b.weight, a.weight))
 end)
 
 test("subclasses of subclasses: super, methods, calling", function()

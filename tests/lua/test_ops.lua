@@ -130,6 +130,17 @@ local TOL = {f32 = {rtol = 1e-5, atol = 1e-6}, f64 = {rtol = 1e-12, atol = 1e-14
 -- ---- unary ----------------------------------------------------------------------------------
 
 local sqrt2pi = math.sqrt(2 / math.pi)
+-- erf by its Maclaurin series, 2/sqrt(pi) sum (-1)^n x^(2n+1) / (n! (2n+1)): on [-2, 2] the
+-- largest term is ~3, so double keeps ~15 digits.
+local function erf_series(x)
+  local sum, term, n = 0, x, 0 -- term = (-1)^n x^(2n+1) / n!
+  while math.abs(term) > 1e-300 and n < 200 do
+    sum = sum + term / (2 * n + 1)
+    n = n + 1
+    term = -term * x * x / n
+  end
+  return 2 / math.sqrt(math.pi) * sum
+end
 local UNARY = {
   neg = {function(x) return -x end},
   exp = {math.exp, -3, 3},
@@ -146,6 +157,8 @@ local UNARY = {
   cos = {math.cos, -3, 3},
   square = {function(x) return x * x end},
   reciprocal = {function(x) return 1 / x end, 0.5, 3},
+  erf = {erf_series},
+  gelu_erf = {function(x) return 0.5 * x * (1 + erf_series(x / math.sqrt(2))) end},
 }
 
 test("unary ops against references, every float dtype, non-contiguous, out and in-place", function()

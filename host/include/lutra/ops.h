@@ -22,6 +22,8 @@ typedef enum lt_unary_op {
   LT_COS,
   LT_SQUARE,
   LT_RECIPROCAL,
+  LT_ERF,
+  LT_GELU_ERF, /* exact GELU: x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)) */
   LT_NUM_UNARY_OPS
 } lt_unary_op;
 

@@ -64,8 +64,8 @@ function Column:init(linear, group, pieces, opts)
   self.in_features = linear.in_features
   self.global_out_features = linear.out_features
   self.out_features = total(pieces)
-  self.weight = opts.weight or M.take(linear.weight, 0, pieces)
-  if linear.bias ~= nil then self.bias = M.take(linear.bias, 0, pieces) end
+  self:param("weight", opts.weight or M.take(linear.weight, 0, pieces))
+  if linear.bias ~= nil then self:param("bias", M.take(linear.bias, 0, pieces)) end
 end
 
 function Column:forward(x)
@@ -101,8 +101,8 @@ function Row:init(linear, group, pieces, opts)
   self.global_in_features = linear.in_features
   self.in_features = total(pieces)
   self.out_features = linear.out_features
-  self.weight = M.take(linear.weight, 1, pieces)
-  if linear.bias ~= nil then self.bias = linear.bias:detach():clone() end
+  self:param("weight", M.take(linear.weight, 1, pieces))
+  if linear.bias ~= nil then self:param("bias", linear.bias:detach():clone()) end
 end
 
 function Row:forward(x)
@@ -136,7 +136,7 @@ function Embedding:init(embedding, group, start, count)
   self.vocab_start, self.num_embeddings = start, count
   self.global_num_embeddings = embedding.num_embeddings
   self.embedding_dim = embedding.embedding_dim
-  self.weight = M.take(embedding.weight, 0, {{start, count}})
+  self:param("weight", M.take(embedding.weight, 0, {{start, count}}))
 end
 
 function Embedding:forward(ids)

@@ -61,7 +61,7 @@ end
 local function linear_of(w)
   local m = bare(Linear)
   m.in_features, m.out_features = w:size(1), w:size(0)
-  m.weight = w
+  m:param("weight", w)
   return m
 end
 M.linear_of = linear_of
@@ -114,8 +114,8 @@ function Column:init(full, group, pieces, opts)
   self.in_features = full.in_features
   self.global_out_features = full.out_features
   self.out_features = total(pieces)
-  self.weight = opts.weight or L.take(full.weight, 0, pieces)
-  if full.bias ~= nil then self.bias = L.take(full.bias, 0, pieces) end
+  self:param("weight", opts.weight or L.take(full.weight, 0, pieces))
+  if full.bias ~= nil then self:param("bias", L.take(full.bias, 0, pieces)) end
   self.lora_A = linear_of(whole(full.lora_A.weight))
   self.lora_B = linear_of(L.take(full.lora_B.weight, 0, pieces))
   dropout_of(self, full)
@@ -166,8 +166,8 @@ function Column:unloaded()
   rawset(m, "group", self.group)
   rawset(m, "input", self.input)
   m.in_features, m.out_features, m.global_out_features = self.in_features, self.out_features, self.global_out_features
-  m.weight = self.weight
-  if self.bias ~= nil then m.bias = self.bias end
+  m:param("weight", self.weight)
+  if self.bias ~= nil then m:param("bias", self.bias) end
   return m
 end
 
@@ -187,8 +187,8 @@ function Row:init(full, group, pieces, opts)
   self.global_in_features = full.in_features
   self.in_features = total(pieces)
   self.out_features = full.out_features
-  self.weight = L.take(full.weight, 1, pieces)
-  if full.bias ~= nil then self.bias = whole(full.bias) end
+  self:param("weight", L.take(full.weight, 1, pieces))
+  if full.bias ~= nil then self:param("bias", whole(full.bias)) end
   self.lora_A = linear_of(L.take(full.lora_A.weight, 1, pieces))
   self.lora_B = linear_of(whole(full.lora_B.weight))
   dropout_of(self, full)
@@ -249,8 +249,8 @@ function Row:unloaded()
   rawset(m, "group", self.group)
   rawset(m, "output", self.output)
   m.in_features, m.out_features, m.global_in_features = self.in_features, self.out_features, self.global_in_features
-  m.weight = self.weight
-  if self.bias ~= nil then m.bias = self.bias end
+  m:param("weight", self.weight)
+  if self.bias ~= nil then m:param("bias", self.bias) end
   return m
 end
 

@@ -3,6 +3,7 @@
 -- in PyTorch.
 local Module = require "lutra.nn.module"
 local create = require "lutra.create"
+local parameter = require("lutra.nn.parameter").parameter
 local F = require "lutra.functional"
 local O = require "lutra.nn.options"
 
@@ -12,7 +13,7 @@ function Embedding:init(num, dim, opts)
   opts = O.check("Embedding", opts, {"dtype", "device"})
   self.num_embeddings = O.positive_int("Embedding", "num_embeddings", num)
   self.embedding_dim = O.positive_int("Embedding", "embedding_dim", dim)
-  self.weight = create.normal_(create.empty(num, dim, O.factory(opts)), 0, 1)
+  self.weight = parameter(create.normal_(create.empty(num, dim, O.factory(opts)), 0, 1))
 end
 
 -- ids (...) integer ids -> the rows of weight they pick (..., dim).

@@ -4,6 +4,7 @@
 -- forward_add(x, residual) -> x + residual, and the norm of it (one fused kernel).
 local Module = require "lutra.nn.module"
 local create = require "lutra.create"
+local parameter = require("lutra.nn.parameter").parameter
 local F = require "lutra.functional"
 local O = require "lutra.nn.options"
 
@@ -15,8 +16,8 @@ function LayerNorm:init(dim, opts)
   self.eps = O.positive("LayerNorm", "eps", opts.eps or 1e-5)
   local fo = O.factory(opts)
   if O.boolean("LayerNorm", "affine", opts.affine, true) then
-    self.weight = create.ones(dim, fo)
-    if O.boolean("LayerNorm", "bias", opts.bias, true) then self.bias = create.zeros(dim, fo) end
+    self.weight = parameter(create.ones(dim, fo))
+    if O.boolean("LayerNorm", "bias", opts.bias, true) then self.bias = parameter(create.zeros(dim, fo)) end
   end
 end
 

@@ -4,6 +4,7 @@
 -- re-initialises).
 local Module = require "lutra.nn.module"
 local create = require "lutra.create"
+local parameter = require("lutra.nn.parameter").parameter
 local F = require "lutra.functional"
 local O = require "lutra.nn.options"
 
@@ -14,9 +15,9 @@ function Linear:init(n_in, n_out, opts)
   self.in_features = O.positive_int("Linear", "in_features", n_in)
   self.out_features = O.positive_int("Linear", "out_features", n_out)
   local bound, fo = 1 / math.sqrt(n_in), O.factory(opts)
-  self.weight = create.uniform_(create.empty(n_out, n_in, fo), -bound, bound)
+  self.weight = parameter(create.uniform_(create.empty(n_out, n_in, fo), -bound, bound))
   if O.boolean("Linear", "bias", opts.bias, true) then
-    self.bias = create.uniform_(create.empty(n_out, fo), -bound, bound)
+    self.bias = parameter(create.uniform_(create.empty(n_out, fo), -bound, bound))
   end
 end
 

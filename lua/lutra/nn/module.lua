@@ -1,23 +1,41 @@
 -- lutra.nn.Module — the base of every layer and model: a Lua table that holds its
 -- parameters, buffers and submodules under names, in the order they were declared.
 --
---   local nn = require "lutra.nn"
+--   local lt = require "lutra"
+--   local nn = lt.nn
 --   local Gate = nn.Module:extend("Gate")
---   function Gate:init(d)                 -- the constructor: Gate(d) calls it
---     self.fc = nn.Linear(d, d)           -- a module field: a submodule
---     self.scale = lt.ones(d)             -- a tensor field: a parameter (requires grad)
---     self:buffer("steps", lt.zeros(1))   -- a buffer: saved and moved, not trained
---     self.d = d                          -- anything else: a plain field
+--   function Gate:init(d)                       -- the constructor: Gate(d) calls it
+--     self.fc = nn.Linear(d, d)                 -- a module field: a submodule
+--     self.scale = lt.parameter(lt.ones(d))     -- a declared parameter (requires grad)
+--     self:param("shift", lt.zeros(d))          -- the same, by name
+--     self:buffer("steps", lt.zeros(1))         -- a buffer: saved and moved, not trained
+--     self.d = d                                -- anything else: a plain field
 --   end
---   function Gate:forward(x) return self.fc(x):sigmoid() * self.scale end
---   local g = Gate(8); local y = g(x)     -- calling a module calls forward
+--   function Gate:forward(x)
+--     local y = self.fc(x):sigmoid() * self.scale + self.shift
+--     self.last = y:detach()                    -- a tensor set outside init: a plain field
+--     return y
+--   end
+--   local g = Gate(8); local y = g(x)           -- calling a module calls forward
 --
--- Registration: assigning a module, a plain list of modules (made into an
--- nn.ModuleList) or a tensor to a new field registers it; later assignments to the
--- field replace the value (`lm_head.weight = wte.weight` ties two layers: one tensor,
--- one parameter). Names starting with "_" are never registered, nor fields set with
--- rawset. self:param(name, t), self:add(name, m) and self:buffer(name, t, persistent)
--- say the same explicitly. A parameter must be a floating-point leaf tensor.
+-- Parameters are declared, as in PyTorch: a field is a parameter only when it is given a
+-- tensor marked by lt.parameter(t) (lutra/nn/parameter.lua), or through self:param(name, t);
+-- a buffer only through self:buffer(name, t, persistent). A module (or a plain list of
+-- modules, made into an nn.ModuleList) given to a new field is a submodule. Any other
+-- tensor on a module is a plain field: not in parameters() or state_dict(), saved nowhere,
+-- not moved or converted by to(), its autograd history kept (self.aux = loss keeps the
+-- loss's gradient). A parameter must be a floating-point leaf tensor.
+--
+-- Transition (one release): an unmarked tensor given to a new field inside init() (the
+-- constructor, and whatever it calls) is an error that says what to write, because until
+-- now that declared a parameter: self.scale = lt.parameter(t), self:param("scale", t),
+-- self:buffer("scale", t), or rawset(self, "scale", t) for a plain field. Outside init the
+-- same assignment is a plain field, silently.
+--
+-- Later assignments to a declared field replace its value and keep its kind: a new tensor
+-- for a parameter is that parameter (`lm_head.weight = wte.weight` ties two layers: one
+-- tensor, one parameter). Names starting with "_" are never declared, nor fields set with
+-- rawset.
 --
 -- Traversal is pre-order, as PyTorch's: a module's own parameters (in declaration
 -- order), then each submodule's. Names are dotted paths: "blocks.0.attn.qkv.weight".
@@ -33,6 +51,7 @@ local fields = require "lutra.tensor.fields"
 local grad = require "lutra.nn.grad"
 local traverse = require "lutra.nn.traverse"
 local state = require "lutra.nn.state_dict"
+local parameter = require "lutra.nn.parameter"
 
 local raise, is_tensor = errors.raise, ops.is_tensor
 
@@ -59,27 +78,46 @@ local function declare(self, name, key, kind, persistent)
 end
 
 local function check_param(self, name, t)
-  if not dtype.is_float(fields.dtype_id(t)) then
-    raise(string.format("%s: parameter '%s' must be a floating-point tensor, got %s (use self:buffer for others)",
-      self.__name, name, t.dtype))
-  end
-  if not grad.is_leaf(t) then
-    raise(string.format("%s: parameter '%s' must be a leaf tensor (the result of an op that records for autograd "
-      .. "is not); assign t:detach()", self.__name, name))
-  end
+  parameter.check(string.format("%s: parameter '%s'", self.__name, name), t)
   if not grad.requires_grad(t) and not rawget(self, "_frozen") then grad.set_requires_grad(t, true) end
+  parameter.mark(t)
 end
 
--- What assigning v to a new field k means (the metatable's __newindex).
+-- The transition error: a tensor given to a new field in init() used to declare a parameter.
+local function implicit_param_error(self, k)
+  raise(string.format("%s: field '%s' is given a tensor in init(); parameters are declared now, a tensor "
+    .. "assigned to a field no longer becomes one. Write self.%s = lt.parameter(t) or self:param(\"%s\", t) for a "
+    .. "parameter, self:buffer(\"%s\", t) for a buffer, or rawset(self, \"%s\", t) for a plain field (not saved, "
+    .. "not moved by to())", self.__name, k, k, k, k, k))
+end
+
+-- The kind of value v: "param" (a tensor), "module", or nil (anything else).
+local function value_kind(v)
+  if is_tensor(v) then return "param" end
+  if is_module(v) then return "module" end
+end
+
+-- What assigning v to a field k that holds nil means (the metatable's __newindex).
 local function assign(self, k, v)
-  if type(k) == "string" and k:sub(1, 1) ~= "_" then
-    if is_tensor(v) then
-      check_param(self, k, v)
-      declare(self, k, k, "param")
+  if type(k) == "string" and k:sub(1, 1) ~= "_" and v ~= nil then
+    if type(v) == "table" and getmetatable(v) == nil and #v > 0 and is_module(v[1]) then v = Module.ModuleList(v) end
+    local e = rawget(self, "_by_key")[k]
+    if e ~= nil then -- a declared field, emptied before: its kind holds
+      local kind = value_kind(v)
+      if kind == "param" and e.kind == "buffer" then
+        kind = "buffer"
+      elseif kind ~= e.kind then
+        raise(string.format("%s: '%s' is a %s, cannot assign a %s to it", self.__name, k, e.kind, kind or type(v)))
+      end
+      if kind == "param" then check_param(self, k, v) end
+    elseif is_tensor(v) then
+      if parameter.is_parameter(v) then
+        check_param(self, k, v)
+        declare(self, k, k, "param")
+      elseif rawget(self, "_in_init") then
+        implicit_param_error(self, k)
+      end -- else a plain field
     elseif is_module(v) then
-      declare(self, k, k, "module")
-    elseif type(v) == "table" and getmetatable(v) == nil and #v > 0 and is_module(v[1]) then
-      v = Module.ModuleList(v)
       declare(self, k, k, "module")
     end
   end
@@ -89,8 +127,9 @@ end
 -- ---- classes -----------------------------------------------------------------------------------
 
 local function construct(cls, ...)
-  local self = setmetatable({_entries = {}, _by_key = {}, training = true}, cls)
+  local self = setmetatable({_entries = {}, _by_key = {}, training = true, _in_init = true}, cls)
   self:init(...)
+  rawset(self, "_in_init", nil)
   return self
 end
 
@@ -265,7 +304,8 @@ end
 
 -- Moves or converts every parameter and buffer in place: m:to("f64"), m:to("cuda:0"),
 -- m:to("cuda", "bf16"), m:to{dtype=, device=}. A dtype applies to floating-point
--- tensors only. Tied tensors stay tied; gradients are dropped. Returns self.
+-- tensors only. Tied tensors stay tied; gradients are dropped. Plain tensor fields (neither
+-- parameters nor buffers) are left as they are. Returns self.
 function Module:to(a, b)
   local dev, dt
   local function take(x)
@@ -288,7 +328,10 @@ function Module:to(a, b)
     local n = t
     if want_dt ~= fields.dtype_id(t) or want_dev ~= fields.device_id(t) then
       n = grad.no_grad(function() return grad.detach(t):to(dtype.device_name(want_dev), dtype.name(want_dt)) end)
-      if is_param then grad.set_requires_grad(n, grad.requires_grad(t)) end
+      if is_param then
+        grad.set_requires_grad(n, grad.requires_grad(t))
+        parameter.mark(n)
+      end
     end
     done[t] = n
     return n

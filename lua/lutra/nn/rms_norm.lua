@@ -3,6 +3,7 @@
 -- forward_add(x, residual) -> x + residual, and the norm of it (one fused kernel).
 local Module = require "lutra.nn.module"
 local create = require "lutra.create"
+local parameter = require("lutra.nn.parameter").parameter
 local F = require "lutra.functional"
 local O = require "lutra.nn.options"
 
@@ -12,7 +13,7 @@ function RMSNorm:init(dim, opts)
   opts = O.check("RMSNorm", opts, {"eps", "affine", "dtype", "device"})
   self.dim = O.positive_int("RMSNorm", "dim", dim)
   self.eps = O.positive("RMSNorm", "eps", opts.eps or 1e-6)
-  if O.boolean("RMSNorm", "affine", opts.affine, true) then self.weight = create.ones(dim, O.factory(opts)) end
+  if O.boolean("RMSNorm", "affine", opts.affine, true) then self.weight = parameter(create.ones(dim, O.factory(opts))) end
 end
 
 -- x (..., dim) / rms over the last dim, * weight.

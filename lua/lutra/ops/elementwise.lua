@@ -177,7 +177,8 @@ M.metamethods = {
 local UNARY = {
   neg = C.LT_NEG, exp = C.LT_EXP, log = C.LT_LOG, sqrt = C.LT_SQRT, rsqrt = C.LT_RSQRT, tanh = C.LT_TANH,
   sigmoid = C.LT_SIGMOID, relu = C.LT_RELU, gelu = C.LT_GELU, silu = C.LT_SILU, abs = C.LT_ABS,
-  sin = C.LT_SIN, cos = C.LT_COS, square = C.LT_SQUARE, reciprocal = C.LT_RECIPROCAL,
+  sin = C.LT_SIN, cos = C.LT_COS, square = C.LT_SQUARE, reciprocal = C.LT_RECIPROCAL, erf = C.LT_ERF,
+  gelu_erf = C.LT_GELU_ERF,
 }
 M.UNARY = UNARY
 local unary_names = {}
@@ -202,8 +203,8 @@ local function unary(a, op, out)
 end
 M.unary = unary
 
--- t:exp(out), and neg, log, sqrt, rsqrt, tanh, sigmoid, relu, gelu (tanh approximation), silu, abs,
--- sin, cos, square, reciprocal: elementwise; t:exp_() and the others with _ write into t.
+-- t:exp(out), and neg, log, sqrt, rsqrt, tanh, sigmoid, relu, gelu (tanh approximation), gelu_erf
+-- (exact: x * Phi(x)), silu, abs, sin, cos, square, reciprocal, erf: elementwise; t:exp_() and the others with _ write into t.
 for name, op in pairs(UNARY) do
   M[name] = function(a, out)
     if not is_tensor(a) then raise(name .. ": expected a tensor, got " .. type(a)) end

@@ -12,7 +12,7 @@
 --     same wrapping); where, clamp, copies and conversions (the same rounding code, host/core/internal.h),
 --     fill (the host's bits); arange/linspace (one fused multiply-add on both sides). bf16/f16
 --     compute in f32 on both sides and round the same f32 value, so they are exact too.
---   exp, log, tanh, sigmoid, gelu, silu, sin, cos, pow and the backwards built on them: the
+--   exp, log, tanh, sigmoid, gelu, gelu_erf, erf, silu, sin, cos, pow and the backwards built on them: the
 --     device's expf/logf/tanhf/sinf/cosf are within 2 ulp of exact and powf within 4 (CUDA
 --     programming guide, appendix on math functions); the CPU's f32 exp and tanh are its own
 --     polynomials (~1.5 ulp, host/ops/vecmath.h), glibc's others within 1; f64 both within 1-2 ulp;
