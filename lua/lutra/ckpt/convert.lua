@@ -144,11 +144,7 @@ function M.model_config(saved, sd, source)
   if type(src) ~= "table" or src.arch == nil then
     raise("convert: " .. source .. ": no model config in the checkpoint (config.model.arch)")
   end
-  local known, cfg = {}, {}
-  for _, k in ipairs(models.keys) do known[k] = true end
-  for k, v in pairs(src) do
-    if known[k] and k ~= "device" and not (k == "n_kv_head" and v == 0) then cfg[k] = v end
-  end
+  local cfg = models.recipe_keys(src)
   local wte = sd["wte.weight"]
   if wte == nil then raise("convert: " .. source .. ": the checkpoint's model has no wte.weight") end
   cfg.vocab_size, cfg.d_model = wte:size(0), wte:size(1)

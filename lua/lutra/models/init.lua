@@ -105,6 +105,22 @@ table.sort(M.keys)
 -- the keys of the MoE layers besides n_experts
 M.moe_keys = {"top_k", "capacity_factor", "n_shared_experts", "norm_topk_prob", "aux_loss_coef", "z_loss_coef"}
 
+-- Keys a recipe's config writes as 0 for "the default" (recipes/pretrain.lua): n_kv_head (as
+-- many as n_head), the mixture-of-experts sizes (none, or the arch's) and capacity (dropless).
+local ZERO_IS_DEFAULT = {n_kv_head = true, n_experts = true, top_k = true, capacity_factor = true,
+                         n_shared_experts = true}
+
+-- recipe_keys(saved) -> the model config keys of a recipe's saved config.model: the known keys
+-- but `device` (where it ran), a 0 that means the default left out.
+function M.recipe_keys(saved)
+  local known, cfg = {}, {}
+  for _, k in ipairs(M.keys) do known[k] = true end
+  for k, v in pairs(saved) do
+    if known[k] and k ~= "device" and not (ZERO_IS_DEFAULT[k] and v == 0) then cfg[k] = v end
+  end
+  return cfg
+end
+
 local function nearest(key)
   local best, best_d = nil, math.huge
   local dist = require("lutra.config").edit_distance

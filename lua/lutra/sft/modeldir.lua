@@ -164,11 +164,7 @@ local function checkpoint_model(dir, opts)
   if type(m) ~= "table" or st.model["wte.weight"] == nil then
     raise("modeldir.load: " .. dir .. ": no model config in this checkpoint")
   end
-  local known, cfg = {}, {}
-  for _, k in ipairs(models.keys) do known[k] = true end
-  for k, v in pairs(m) do
-    if known[k] and not (k == "n_kv_head" and v == 0) then cfg[k] = v end -- 0: as many as n_head
-  end
+  local cfg = models.recipe_keys(m)
   cfg.vocab_size = st.model["wte.weight"]:size(0)
   local model = models.build(models.config(cfg))
   model:load_state_dict(st.model, {source = dir, allow_cast = opts.allow_cast, allow_nonfinite = opts.allow_nonfinite})
