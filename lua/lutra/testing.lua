@@ -160,6 +160,40 @@ function M.need_python(module)
   M.skip(why)
 end
 
+-- torch_reference(script, ...) -> the path of the file that `python3 script OUT ...` wrote (the
+-- interpreter of need_python("torch"); skipped as that says). A script that fails raises with
+-- its exit status and what it printed on stderr.
+function M.torch_reference(script, ...)
+  local py = M.need_python("torch")
+  local out, err = os.tmpname(), os.tmpname()
+  local args = {}
+  for i, a in ipairs {...} do args[i] = string.format("'%s'", tostring(a)) end
+  local ok, _, code = os.execute(string.format("%s '%s' '%s' %s 2>'%s'", py, script, out, table.concat(args, " "), err))
+  local f = io.open(err)
+  local msg = f and f:read("*a") or ""
+  if f then f:close() end
+  os.remove(err)
+  if ok ~= true and ok ~= 0 then -- LuaJIT: the wait status, or (as 5.2) false, "exit", code
+    local status = type(ok) == "number" and (ok >= 256 and math.floor(ok / 256) or ok) or code
+    raise(string.format("%s failed (exit %s):\n%s", script, tostring(status), msg))
+  end
+  return out
+end
+
+-- need_gpu(): skips the running file (or test) where there is no GPU to test; a driver that is
+-- there but broken fails, and so does no GPU where LUTRA_REQUIRE_GPU=1 (GPU machines), as
+-- `lutra selftest` does.
+function M.need_gpu()
+  local cuda = require "lutra.cuda"
+  local availability, status = cuda.availability(), cuda.status()
+  local require_gpu = os.getenv("LUTRA_REQUIRE_GPU")
+  local required = require_gpu and require_gpu ~= "" and require_gpu ~= "0"
+  if availability == "broken" or (availability ~= "ready" and required) then
+    raise("no usable GPU (" .. status .. ")" .. (availability == "broken" and "" or " and LUTRA_REQUIRE_GPU=" .. require_gpu))
+  end
+  if availability ~= "ready" then M.skip("no GPU to test (" .. status .. ")") end
+end
+
 -- ---- inputs ------------------------------------------------------------------------------
 
 local state = 88172645463325252ULL

@@ -7,12 +7,7 @@ local comm = require "lutra.dist.comm"
 local testing = require "lutra.testing"
 local lf = require "lutra.ffi"
 
-local availability = lt.cuda.availability()
-local require_gpu = os.getenv("LUTRA_REQUIRE_GPU")
-if availability == "broken" or (availability ~= "ready" and require_gpu and require_gpu ~= "" and require_gpu ~= "0") then
-  error("no usable GPU (" .. lt.cuda.status() .. ")" .. (availability == "broken" and "" or " and LUTRA_REQUIRE_GPU=" .. require_gpu))
-end
-if availability ~= "ready" then skip("no GPU to test (" .. lt.cuda.status() .. ")") end
+testing.need_gpu()
 if not lf.ffi.string(lf.C.lt_build_info()):find("nccl: %d") then skip("a build without NCCL") end
 
 local world = comm.init()

@@ -7,12 +7,7 @@ local lt = require "lutra"
 local T = require "lutra.testing"
 local close, equal, fails, skip = T.assert_close, T.assert_equal, T.assert_error, T.skip
 
-local availability = lt.cuda.availability()
-local require_gpu = os.getenv("LUTRA_REQUIRE_GPU")
-if availability == "broken" or (availability ~= "ready" and require_gpu and require_gpu ~= "" and require_gpu ~= "0") then
-  error("no usable GPU (" .. lt.cuda.status() .. ")" .. (availability == "broken" and "" or " and LUTRA_REQUIRE_GPU=" .. require_gpu))
-end
-if availability ~= "ready" then skip("no GPU to test (" .. lt.cuda.status() .. ")") end
+T.need_gpu()
 if not require("lutra.custom_op.cuda").nvrtc_version() then skip("libnvrtc cannot be loaded") end
 
 local K, GC = math.sqrt(2 / math.pi), 0.044715

@@ -13,46 +13,18 @@ local json = require "lutra.json"
 local models = require "lutra.models"
 local rope = require "lutra.models.rope"
 local convert = require "lutra.ckpt.convert"
-local st = require "lutra.ckpt.safetensors"
 local T = require "lutra.testing"
 local equal = T.assert_equal
 
-local root = (debug.getinfo(1, "S").source:match("^@(.*)/tests/lua/[^/]*$")) or "."
-local fixtures = root .. "/tests/hf/fixtures/models"
+local fx = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "tests/lua/") .. "hf_model_fixtures.lua")
+local NAMES, fixtures, rel_diff, expected, logits_of = fx.NAMES, fx.dir, fx.rel_diff, fx.expected, fx.logits_of
 
 local tmp = os.tmpname()
 os.remove(tmp)
 os.execute("mkdir -p " .. tmp)
 
-local NAMES = {"gpt2", "gpt2_bf16_untied", "llama", "llama_linear", "llama_dynamic", "llama_llama3", "llama_yarn",
-               "llama_longrope", "llama_bias_headdim_sharded", "qwen2", "qwen2_sliding", "qwen3", "qwen3_bias_bf16",
-               "mistral_window", "smollm2", "llama_v4_config"}
 local FAMILY = {gpt2 = "gpt2", gpt2_bf16_untied = "gpt2", qwen2 = "qwen2", qwen2_sliding = "qwen2", qwen3 = "qwen3",
                 qwen3_bias_bf16 = "qwen3", mistral_window = "mistral"}
-
--- max |a - b| / max |b| over every element (b: the reference, f64)
-local function rel_diff(a, b)
-  local a64, b64 = a:to("f64"), b:to("f64")
-  return (a64 - b64):abs():max():item() / b64:abs():max():item()
-end
-
-local function expected(name)
-  local r = st.open(fixtures .. "/" .. name .. "/expected.safetensors")
-  local out = {}
-  for k in pairs(r.tensors) do out[k] = r:load(k) end
-  r:close()
-  return out
-end
-
--- The logits of ids (B, T); through a key/value cache when T passes block_size (RoPE models may
--- run past it, as transformers does).
-local function logits_of(model, ids)
-  return lt.no_grad(function()
-    local B, Tn = ids:size(0), ids:size(1)
-    if Tn > model.cfg.block_size then return model(ids, nil, {cache = model:kv_cache(B, Tn)}) end
-    return model(ids)
-  end)
-end
 
 local worst = {}
 local function check_logits(name, model, exp)

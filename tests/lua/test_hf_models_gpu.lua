@@ -8,44 +8,13 @@
 -- q/k norms meet the CUDA kernels inside whole models.
 local lt = require "lutra"
 local hf = require "lutra.hf"
-local st = require "lutra.ckpt.safetensors"
-local equal = require("lutra.testing").assert_equal
+local T = require "lutra.testing"
+local equal = T.assert_equal
 
-local availability = lt.cuda.availability()
-local require_gpu = os.getenv("LUTRA_REQUIRE_GPU")
-if availability == "broken" or (availability ~= "ready" and require_gpu and require_gpu ~= "" and require_gpu ~= "0") then
-  error("no usable GPU (" .. lt.cuda.status() .. ")" .. (availability == "broken" and "" or " and LUTRA_REQUIRE_GPU=" .. require_gpu))
-end
-if availability ~= "ready" then skip("no GPU to test (" .. lt.cuda.status() .. ")") end
+T.need_gpu()
 
-local root = (debug.getinfo(1, "S").source:match("^@(.*)/tests/lua/[^/]*$")) or "."
-local fixtures = root .. "/tests/hf/fixtures/models"
-
-local NAMES = {"gpt2", "gpt2_bf16_untied", "llama", "llama_linear", "llama_dynamic", "llama_llama3", "llama_yarn",
-               "llama_longrope", "llama_bias_headdim_sharded", "qwen2", "qwen2_sliding", "qwen3", "qwen3_bias_bf16",
-               "mistral_window", "smollm2", "llama_v4_config"}
-
--- max |a - b| / max |b|, b the reference
-local function rel_diff(a, b)
-  local a64, b64 = a:cpu():to("f64"), b:cpu():to("f64")
-  return (a64 - b64):abs():max():item() / math.max(b64:abs():max():item(), 1e-300)
-end
-
-local function expected(name)
-  local r = st.open(fixtures .. "/" .. name .. "/expected.safetensors")
-  local out = {}
-  for k in pairs(r.tensors) do out[k] = r:load(k) end
-  r:close()
-  return out
-end
-
-local function logits_of(model, ids)
-  return lt.no_grad(function()
-    local B, Tn = ids:size(0), ids:size(1)
-    if Tn > model.cfg.block_size then return model(ids, nil, {cache = model:kv_cache(B, Tn)}) end
-    return model(ids)
-  end)
-end
+local fx = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "tests/lua/") .. "hf_model_fixtures.lua")
+local NAMES, fixtures, rel_diff, expected, logits_of = fx.NAMES, fx.dir, fx.rel_diff, fx.expected, fx.logits_of
 
 -- loss and gradients (by name) of one forward/backward on (x, y)
 local function loss_and_grads(model, x, y)

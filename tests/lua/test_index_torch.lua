@@ -15,13 +15,7 @@ local TOL = {f64 = 1e-15, f32 = 1e-6, bf16 = 8e-3, f16 = 1e-3} -- relative to th
 local here = debug.getinfo(1, "S").source:match("^@(.*)[/\\][^/\\]+$") or "tests/lua"
 local SCRIPT = here .. "/../py/ref_index.py"
 
-local function reference()
-  local py = T.need_python("torch")
-  local out = os.tmpname()
-  local ok = os.execute(string.format("%s '%s' %s 2>/dev/null", py, SCRIPT, out))
-  if ok ~= true and ok ~= 0 then error(SCRIPT .. " failed") end
-  return out
-end
+local function reference() return T.torch_reference(SCRIPT) end
 
 local function parse(path)
   local cases, case = {}, nil

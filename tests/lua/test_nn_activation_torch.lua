@@ -23,13 +23,7 @@ local MODULES = {
   silu = nn.SiLU, relu = nn.ReLU, tanh = nn.Tanh, sigmoid = nn.Sigmoid, identity = nn.Identity,
 }
 
-local function reference()
-  local py = T.need_python("torch")
-  local out = os.tmpname()
-  local ok = os.execute(string.format("%s '%s' %s 2>/dev/null", py, SCRIPT, out))
-  if ok ~= true and ok ~= 0 then error(SCRIPT .. " failed") end
-  return out
-end
+local function reference() return T.torch_reference(SCRIPT) end
 
 local function parse(path)
   local cases, case = {}, nil

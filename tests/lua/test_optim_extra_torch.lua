@@ -13,18 +13,7 @@ local TOL = {f64 = 1e-12, f32 = 2e-6}
 local here = debug.getinfo(1, "S").source:match("^@(.*)[/\\][^/\\]+$") or "tests/lua"
 local SCRIPT = here .. "/../py/ref_optim_extra.py"
 
-local function exit_code(a, _, c)
-  if type(a) == "number" then return a >= 256 and math.floor(a / 256) or a end
-  return a and 0 or (c or 1)
-end
-
-local function reference()
-  local py = T.need_python("torch")
-  local out = os.tmpname()
-  local code = exit_code(os.execute(string.format("%s '%s' %s", py, SCRIPT, out)))
-  if code ~= 0 then error(SCRIPT .. " failed (exit " .. code .. ")") end
-  return out
-end
+local function reference() return T.torch_reference(SCRIPT) end
 
 local function numbers(rest)
   local l = {}

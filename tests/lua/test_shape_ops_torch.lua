@@ -22,17 +22,7 @@ local SCRIPT = here .. "/../py/ref_shape_ops.py"
 local TOL = {f64 = 2e-15, f32 = 1e-6, bf16 = 4 * 2 ^ -8, f16 = 4 * 2 ^ -11}
 local DTYPE = {int64 = "i64", float32 = "f32", float64 = "f64", bfloat16 = "bf16", float16 = "f16"}
 
-local function reference()
-  local py = T.need_python("torch")
-  local out, err = os.tmpname(), os.tmpname()
-  local ok = os.execute(string.format("%s '%s' %s 2>%s", py, SCRIPT, out, err))
-  if ok ~= true and ok ~= 0 then
-    local f = io.open(err)
-    error(SCRIPT .. " failed:\n" .. (f and f:read("*a") or ""))
-  end
-  os.remove(err)
-  return out
-end
+local function reference() return T.torch_reference(SCRIPT) end
 
 local function arg_value(w)
   if w == "nil" then return nil end

@@ -24,6 +24,7 @@ local errors = require "lutra.errors"
 local create = require "lutra.create"
 local common = require "lutra.optim.common"
 local Optimizer = require "lutra.optim.optimizer"
+local group_step = require "lutra.optim.group_step"
 
 local C_adafactor = lt.fn("lt_adafactor_step")
 local C_adafactor_multi = lt.fn("lt_adafactor_step_multi")
@@ -124,65 +125,24 @@ function kind.update(p, g, st, group, lr)
   Optimizer.bump(p)
 end
 
--- The tensor a group step updates for item it (its master, p itself, or an f32 copy of a bf16/f16
--- p) and the gradient in that tensor's dtype.
-local function operands(it)
-  local work = it.st.master or it.p
-  if work.dtype ~= "f32" and work.dtype ~= "f64" then work = it.p:to("f32") end
-  local g = it.grad
-  if g.dtype ~= work.dtype then g = g:to(work.dtype) end
-  return work, g
-end
-
--- One step of a param group: items = {{p =, grad =, st =}, ...} (st.master: an f32 master copy of
--- a bf16/f16 p), batched by device and step count in order.
+-- One step of a param group (lutra.optim.group_step): one lt_adafactor_step_multi per batch.
 function kind.update_group(items, group, lr)
-  local buckets, order = {}, {}
-  for _, it in ipairs(items) do
-    local key = tostring(it.p.device) .. "/" .. (it.st.step + 1)
-    if not buckets[key] then buckets[key], order[#order + 1] = {}, key end
-    local b = buckets[key]
-    b[#b + 1] = it
-  end
-  for _, key in ipairs(order) do
-    local b = buckets[key]
-    local n, t = #b, b[1].st.step + 1
-    local rel = rel_step(group, t, lr)
+  group_step.run(kind, items, group, lr, function(b, t)
+    local n = #b
     local arrays = {}
     for _, name in ipairs{"p", "g", "m", "row", "col", "v"} do arrays[name] = ffi.new("lt_tensor*[?]", n) end
     for i, it in ipairs(b) do
       local st = it.st
       if group.beta1 ~= nil and st.exp_avg == nil then st.exp_avg = zeros(it.p.shape, it.p) end
-      it.work, it.work_grad = operands(it) -- alive while C holds their pointers
       arrays.p[i - 1], arrays.g[i - 1] = it.work, it.work_grad
       if group.beta1 ~= nil then arrays.m[i - 1] = st.exp_avg end
       if st.exp_avg_sq_row ~= nil then arrays.row[i - 1], arrays.col[i - 1] = st.exp_avg_sq_row, st.exp_avg_sq_col end
       if st.exp_avg_sq ~= nil then arrays.v[i - 1] = st.exp_avg_sq end
     end
-    local rc = C_adafactor_multi(n, arrays.p, arrays.g, group.beta1 ~= nil and arrays.m or nil, arrays.row, arrays.col,
-      arrays.v, rel, group.scale_parameter and 1 or 0, group.eps[1], group.eps[2], group.clip_threshold,
-      1 - t ^ group.decay_rate, group.beta1 or 0, group.weight_decay)
-    if rc == 0 then
-      for _, it in ipairs(b) do
-        if it.work ~= it.p then
-          it.p:copy_(it.work)
-          if it.work == it.st.master then Optimizer.bump(it.st.master) end
-        end
-        it.st.step = t
-        Optimizer.bump(it.p)
-      end
-    else -- refused before touching anything: the per-tensor path names the culprit
-      for _, it in ipairs(b) do
-        if it.st.master ~= nil then
-          kind.update(it.st.master, it.grad, it.st, group, lr)
-          it.p:copy_(it.st.master)
-          Optimizer.bump(it.p)
-        else
-          kind.update(it.p, it.grad, it.st, group, lr)
-        end
-      end
-    end
-  end
+    return C_adafactor_multi(n, arrays.p, arrays.g, group.beta1 ~= nil and arrays.m or nil, arrays.row, arrays.col,
+      arrays.v, rel_step(group, t, lr), group.scale_parameter and 1 or 0, group.eps[1], group.eps[2],
+      group.clip_threshold, 1 - t ^ group.decay_rate, group.beta1 or 0, group.weight_decay)
+  end)
 end
 
 return kind

@@ -20,6 +20,7 @@ local errors = require "lutra.errors"
 local create = require "lutra.create"
 local common = require "lutra.optim.common"
 local Optimizer = require "lutra.optim.optimizer"
+local group_step = require "lutra.optim.group_step"
 
 local C_adamw = lt.fn("lt_adamw_step")
 local C_adamw_multi = lt.fn("lt_adamw_step_multi")
@@ -69,19 +70,8 @@ end
 -- order (each st made by init; st.master: the f32 master copy of a bf16/f16 p). Tensors are
 -- batched by device and step count (the bias correction), in order.
 function kind.update_group(items, group, lr)
-  local buckets, order = {}, {}
-  for _, it in ipairs(items) do
-    local key = tostring(it.p.device) .. "/" .. (it.st.step + 1)
-    local b = buckets[key]
-    if not b then
-      b = {}
-      buckets[key], order[#order + 1] = b, key
-    end
-    b[#b + 1] = it
-  end
   local b1, b2 = group.betas[1], group.betas[2]
-  for _, key in ipairs(order) do
-    local b = buckets[key]
+  for _, b in ipairs(group_step.batches(items)) do
     local n, step = #b, b[1].st.step + 1
     local params, grads, ms, vs, masters = c_arrays(n)
     local any_master = false

@@ -21,6 +21,7 @@ local errors = require "lutra.errors"
 local create = require "lutra.create"
 local common = require "lutra.optim.common"
 local Optimizer = require "lutra.optim.optimizer"
+local group_step = require "lutra.optim.group_step"
 
 local C_lamb = lt.fn("lt_lamb_step")
 local C_lamb_multi = lt.fn("lt_lamb_step_multi")
@@ -64,57 +65,17 @@ function kind.update(p, g, st, group, lr)
   Optimizer.bump(p)
 end
 
--- The tensor a group step updates for item it (its master, p itself, or an f32 copy of a bf16/f16
--- p) and the gradient in that tensor's dtype.
-local function operands(it)
-  local work = it.st.master or it.p
-  if work.dtype ~= "f32" and work.dtype ~= "f64" then work = it.p:to("f32") end
-  local g = it.grad
-  if g.dtype ~= work.dtype then g = g:to(work.dtype) end
-  return work, g
-end
-
--- One step of a param group: items = {{p =, grad =, st =}, ...} (st.master: an f32 master copy of
--- a bf16/f16 p), batched by device and step count in order.
+-- One step of a param group (lutra.optim.group_step): one lt_lamb_step_multi per batch.
 function kind.update_group(items, group, lr)
-  local buckets, order = {}, {}
-  for _, it in ipairs(items) do
-    local key = tostring(it.p.device) .. "/" .. (it.st.step + 1)
-    if not buckets[key] then buckets[key], order[#order + 1] = {}, key end
-    local b = buckets[key]
-    b[#b + 1] = it
-  end
-  local b1, b2 = group.betas[1], group.betas[2]
-  for _, key in ipairs(order) do
-    local b = buckets[key]
-    local n, step = #b, b[1].st.step + 1
+  group_step.run(kind, items, group, lr, function(b, step)
+    local n = #b
     local params, grads = ffi.new("lt_tensor*[?]", n), ffi.new("lt_tensor*[?]", n)
     local ms, vs = ffi.new("lt_tensor*[?]", n), ffi.new("lt_tensor*[?]", n)
     for i, it in ipairs(b) do
-      it.work, it.work_grad = operands(it) -- alive while C holds their pointers
       params[i - 1], grads[i - 1], ms[i - 1], vs[i - 1] = it.work, it.work_grad, it.st.exp_avg, it.st.exp_avg_sq
     end
-    if C_lamb_multi(n, params, grads, ms, vs, lr, b1, b2, group.eps, group.weight_decay, step) == 0 then
-      for _, it in ipairs(b) do
-        if it.work ~= it.p then
-          it.p:copy_(it.work)
-          if it.work == it.st.master then Optimizer.bump(it.st.master) end
-        end
-        it.st.step = step
-        Optimizer.bump(it.p)
-      end
-    else -- refused before touching anything: the per-tensor path names the culprit
-      for _, it in ipairs(b) do
-        if it.st.master ~= nil then
-          kind.update(it.st.master, it.grad, it.st, group, lr)
-          it.p:copy_(it.st.master)
-          Optimizer.bump(it.p)
-        else
-          kind.update(it.p, it.grad, it.st, group, lr)
-        end
-      end
-    end
-  end
+    return C_lamb_multi(n, params, grads, ms, vs, lr, group.betas[1], group.betas[2], group.eps, group.weight_decay, step)
+  end)
 end
 
 return kind
