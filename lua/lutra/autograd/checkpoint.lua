@@ -27,6 +27,7 @@ local M = {}
 -- One per output: hands the output's gradient to the checkpoint node.
 local record_output = declare {
   name = "CheckpointOutput",
+  no_double = "for gradients of gradients call the function without lutra.checkpoint",
   keeps_grad = true, -- the engine must not free what it stores
   record = function(cls, out, node, slot) attach(out, {node, cls = cls, slot = slot}) end,
   backward = function(n, g)
@@ -102,6 +103,7 @@ end
 -- The node of fn(...): an edge per tensor argument, the arguments saved.
 local record_checkpoint = declare {
   name = "CheckpointBackward",
+  no_double = "for gradients of gradients call the function without lutra.checkpoint",
   always = true, -- runs from the gradients its outputs delivered
   release = function(node)
     for i = 1, node.nargs do

@@ -211,11 +211,19 @@ end
 
 -- backward(tensors, grads, opts): tensors a tensor or a list; grads likewise (nil
 -- entries for one-element tensors). opts: retain_graph.
+local OPTIONS = {backward = {retain_graph = true, create_graph = true},
+                 grad = {retain_graph = true, create_graph = true, allow_unused = true}}
+
 local function check_opts(op, opts)
   opts = opts or {}
   if type(opts) ~= "table" then raise(op .. ": options must be a table, got " .. type(opts)) end
-  if opts.create_graph then
-    raise(op .. ": create_graph (gradients of gradients) is not supported: backward formulas run without recording")
+  for k in pairs(opts) do
+    if not OPTIONS[op][k] then
+      local known = {}
+      for name in pairs(OPTIONS[op]) do known[#known + 1] = name end
+      table.sort(known)
+      raise(op .. ": unknown option " .. tostring(k) .. " (" .. table.concat(known, ", ") .. ")")
+    end
   end
   return opts
 end
@@ -236,7 +244,7 @@ function M.backward(tensors, grads, opts)
     roots[#roots + 1] = record(t)
     root_grads[#root_grads + 1] = g
   end
-  engine.run(roots, root_grads, {retain_graph = opts.retain_graph, owned = owned})
+  engine.run(roots, root_grads, {retain_graph = opts.retain_graph, owned = owned, create_graph = opts.create_graph})
 end
 
 -- t:backward([grad], [opts]) or t:backward{retain_graph = true}.
@@ -265,7 +273,8 @@ function M.grad(outputs, inputs, grad_outputs, opts)
     if not is_tensor(x) or not is_tracked(x) then raise("grad: input " .. i .. " does not require grad") end
     capture[record(x)] = true
   end
-  local captured = engine.run(roots, root_grads, {retain_graph = opts.retain_graph, owned = owned, capture = capture})
+  local captured = engine.run(roots, root_grads, {retain_graph = opts.retain_graph, owned = owned, capture = capture,
+    create_graph = opts.create_graph})
   local result = {}
   for i, x in ipairs(inputs) do
     result[i] = captured[record(x)]

@@ -31,7 +31,7 @@ local function quiet(fn, ...) return (op.untracked(fn, ...)) end
 -- when x takes part in autograd.
 local function declare(name, backward)
   local record = op.declare {
-    name = name, backward = backward,
+    name = name, backward = backward, no_double = "gradients of gradients run without tensor parallelism",
     record = function(cls, out, x, group) op.attach(out, {op.edge(x), cls = cls, group = group}) end,
   }
   return function(out, x, group)

@@ -37,6 +37,7 @@ local layer_norm_backward, rms_norm_backward = layer_norm.layer_norm_backward, r
 -- from summing into that storage in place meanwhile.)
 local record_output = declare {
   name = "AddNormOutput",
+  no_double = "for gradients of gradients add the residual and call F.layer_norm / F.rms_norm",
   record = function(cls, y, node) attach(y, {node, cls = cls}) end,
   backward = function(n, g)
     local owner = memory.set_owner(nil)
@@ -58,6 +59,7 @@ end
 
 local record_add_norm = declare {
   name = "AddNormBackward", op = "add_norm", save = {"res", "w", "mean", "rstd"},
+  no_double = "for gradients of gradients add the residual and call F.layer_norm / F.rms_norm",
   always = true, -- runs from y's gradient even when res got none of its own
   -- mean is nil for rms_norm.
   record = function(cls, res, y, x, residual, w, b, mean, rstd)

@@ -70,6 +70,8 @@ end
 
 record_attention = op.declare {
   name = "AttentionBackward", op = "attention", save = {"q", "k", "v", "out", "lse", "segment_ids"},
+  no_double = "for gradients of gradients compose attention from matmul and softmax: "
+    .. "F.softmax(q @ k^T * scale + mask) @ v",
   record = function(cls, out, lse, q, k, v, segment_ids, scale, causal, window)
     local node = {edge(q), edge(k), edge(v), cls = cls, scale = scale, causal = causal, window = window}
     save(node, "q", q)

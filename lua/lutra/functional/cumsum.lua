@@ -21,10 +21,24 @@ local function cumsum_into(out, x, dim, reverse)
   return out
 end
 
+-- The running sum from the end, recorded (CumsumBackward's double_backward): its gradient is
+-- the running sum from the start.
+local record_reverse_cumsum = op.declare {
+  name = "ReverseCumsumBackward",
+  record = function(cls, out, x, dim) attach(out, {edge(x), cls = cls, dim = dim}) end,
+  backward = function(n, g) return M.cumsum(g, n.dim) end,
+  twice_differentiable = true,
+}
+
 local record_cumsum = op.declare {
   name = "CumsumBackward", op = "cumsum",
   record = function(cls, out, x, dim) attach(out, {edge(x), cls = cls, dim = dim}) end,
   backward = function(n, g) return cumsum_into(new(), g, n.dim, 1) end,
+  double_backward = function(n, g)
+    local dx = cumsum_into(new(), g, n.dim, 1)
+    if tracked(g) then record_reverse_cumsum(dx, g, n.dim) end
+    return dx
+  end,
 }
 
 local record_cumprod = op.declare {

@@ -10,6 +10,7 @@ local lt = require "lutra.ffi"
 local errors = require "lutra.errors"
 local memory = require "lutra.memory"
 local op = require "lutra.autograd.op"
+local ops = require "lutra.ops"
 local U = require "lutra.functional.util"
 local C = lt.C
 
@@ -31,7 +32,7 @@ function M.layer_norm(x, ...)
   out = out or new()
   local mean, rstd = row_stats(x), row_stats(x)
   if C.lt_layer_norm_forward(out, mean, rstd, x, weight, bias, eps or 1e-5) ~= 0 then fail() end
-  if tracked(x, weight, bias) then record_layer_norm(out, x, weight, bias, mean, rstd) end
+  if tracked(x, weight, bias) then record_layer_norm(out, x, weight, bias, mean, rstd, eps or 1e-5) end
   return out, mean, rstd
 end
 
@@ -53,8 +54,8 @@ local layer_norm_backward = M.layer_norm_backward
 
 record_layer_norm = op.declare {
   name = "LayerNormBackward", op = "layer_norm", save = {"x", "w", "mean", "rstd"},
-  record = function(cls, out, x, w, b, mean, rstd)
-    local node = {edge(x), edge_or_false(w), edge_or_false(b), cls = cls}
+  record = function(cls, out, x, w, b, mean, rstd, eps)
+    local node = {edge(x), edge_or_false(w), edge_or_false(b), cls = cls, eps = eps}
     save(node, "x", x)
     if w ~= nil then save(node, "w", w) end
     save(node, "mean", mean)
@@ -64,6 +65,23 @@ record_layer_norm = op.declare {
   backward = function(n, g)
     local dx, dw, db = layer_norm_backward(g, n.x, n.w, n.mean, n.rstd, nil, n[2], n[3])
     return n[1] and dx or nil, dw, db
+  end,
+  -- with recorded ops, mean and rstd recomputed from x (so that they are functions of it):
+  -- xhat = (x - mean) rstd, gy = g w; dx = rstd (gy - mean(gy) - xhat mean(gy xhat))
+  double_backward = function(n, g)
+    local x, w, C = n.x, n.w, n.x:size(-1)
+    local xc = ops.sub(x, ops.mean(x, -1, true))
+    local rstd = ops.rsqrt(ops.add(ops.mean(ops.mul(xc, xc), -1, true), n.eps))
+    local xhat = ops.mul(xc, rstd)
+    local gy = w ~= nil and ops.mul(g, w) or g
+    local dx, dw, db
+    if n[1] then
+      local centered = ops.sub(gy, ops.mean(gy, -1, true))
+      dx = ops.mul(rstd, ops.sub(centered, ops.mul(xhat, ops.mean(ops.mul(gy, xhat), -1, true))))
+    end
+    if n[2] then dw = ops.sum(ops.mul(g, xhat):reshape(-1, C), 0) end
+    if n[3] then db = ops.sum(g:reshape(-1, C), 0) end
+    return dx, dw, db
   end,
 }
 

@@ -9,6 +9,7 @@ local lt = require "lutra.ffi"
 local errors = require "lutra.errors"
 local memory = require "lutra.memory"
 local op = require "lutra.autograd.op"
+local ops = require "lutra.ops"
 local U = require "lutra.functional.util"
 local C = lt.C
 
@@ -29,7 +30,7 @@ function M.rms_norm(x, ...)
   out = out or new()
   local rstd = row_stats(x)
   if C.lt_rms_norm_forward(out, rstd, x, weight, eps or 1e-6) ~= 0 then fail() end
-  if tracked(x, weight) then record_rms_norm(out, x, weight, rstd) end
+  if tracked(x, weight) then record_rms_norm(out, x, weight, rstd, eps or 1e-6) end
   return out, rstd
 end
 
@@ -50,8 +51,8 @@ local rms_norm_backward = M.rms_norm_backward
 
 record_rms_norm = op.declare {
   name = "RMSNormBackward", op = "rms_norm", save = {"x", "w", "rstd"},
-  record = function(cls, out, x, w, rstd)
-    local node = {edge(x), edge_or_false(w), cls = cls}
+  record = function(cls, out, x, w, rstd, eps)
+    local node = {edge(x), edge_or_false(w), cls = cls, eps = eps}
     save(node, "x", x)
     if w ~= nil then save(node, "w", w) end
     save(node, "rstd", rstd)
@@ -60,6 +61,18 @@ record_rms_norm = op.declare {
   backward = function(n, g)
     local dx, dw = rms_norm_backward(g, n.x, n.w, n.rstd, nil, n[2])
     return n[1] and dx or nil, dw
+  end,
+  -- with recorded ops, rstd recomputed from x: xhat = x rstd, gy = g w;
+  -- dx = rstd (gy - xhat mean(gy xhat))
+  double_backward = function(n, g)
+    local x, w, C = n.x, n.w, n.x:size(-1)
+    local rstd = ops.rsqrt(ops.add(ops.mean(ops.mul(x, x), -1, true), n.eps))
+    local xhat = ops.mul(x, rstd)
+    local gy = w ~= nil and ops.mul(g, w) or g
+    local dx, dw
+    if n[1] then dx = ops.mul(rstd, ops.sub(gy, ops.mul(xhat, ops.mean(ops.mul(gy, xhat), -1, true)))) end
+    if n[2] then dw = ops.sum(ops.mul(g, xhat):reshape(-1, C), 0) end
+    return dx, dw
   end,
 }
 

@@ -96,14 +96,27 @@ function M.rope_backward(dout, positions, rope, out)
 end
 local rope_backward = M.rope_backward
 
+local function rope_node(cls, out, x, positions, rope)
+  local node = {edge(x), cls = cls, rope = rope}
+  if positions ~= nil then save(node, "positions", positions) end
+  attach(out, node)
+end
+
+-- The inverse rotation, recorded (RopeBackward's double_backward): its gradient is the rotation.
+local record_rope_inverse = op.declare {
+  name = "RopeInverseBackward", save = {"positions"}, record = rope_node,
+  backward = function(n, g) return M.rope(g, n.positions, n.rope) end,
+  twice_differentiable = true,
+}
+
 record_rope = op.declare {
-  name = "RopeBackward", op = "rope", save = {"positions"},
-  record = function(cls, out, x, positions, rope)
-    local node = {edge(x), cls = cls, rope = rope}
-    if positions ~= nil then save(node, "positions", positions) end
-    attach(out, node)
-  end,
+  name = "RopeBackward", op = "rope", save = {"positions"}, record = rope_node,
   backward = function(n, g) return rope_backward(g, n.positions, n.rope) end,
+  double_backward = function(n, g)
+    local dx = rope_backward(g, n.positions, n.rope)
+    if tracked(g) then record_rope_inverse(dx, g, n.positions, n.rope) end
+    return dx
+  end,
 }
 
 return M

@@ -109,6 +109,7 @@ end
 -- rather than keeping them, and rotates their gradients back into dqkv.
 local record_qkv_attention = op.declare {
   name = "QKVAttentionBackward", save = {"qkv", "out", "lse"},
+  no_double = "for gradients of gradients compose attention from matmul and softmax",
   record = function(cls, y, lse, qkv, H, Hkv, scale, theta, positions, segments, window)
     local node = {op.edge(qkv), cls = cls, H = H, Hkv = Hkv, scale = scale, theta = theta, positions = positions,
                   segments = segments, window = window}
