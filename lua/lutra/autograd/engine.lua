@@ -334,8 +334,9 @@ end
 -- it that carries a node raising, naming the op, if a gradient of the gradient reaches it.
 local function unsupported(cls, g1, g2, g3)
   local hint = cls.no_double and ("; " .. cls.no_double) or ""
-  local node = {cls = unsupported_cls, message = string.format("%s (%s): double backward is not supported (its "
-    .. "backward is a fused kernel, not recorded ops)%s", cls.op or cls.name, cls.name, hint)}
+  local what = cls.op and (cls.op .. " (" .. cls.name .. ")") or cls.name
+  local node = {cls = unsupported_cls, message = what .. ": double backward is not supported (its backward is a fused "
+    .. "kernel, not recorded ops)" .. hint}
   local function mark(t)
     if not is_tensor(t) then return t end
     return S.attach(S.share(t), node)
