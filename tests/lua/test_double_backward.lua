@@ -136,6 +136,26 @@ test("double backward of views, cat, indexing ops by finite differences", functi
   local s = wsum(lt.zeros(4, 5))
   check_double("scatter_add", function(a, b) return s(F.scatter_add(a:tanh(), 1, gi, b * b)) end, {x, src})
   check_double("index_add", function(a, b) return s(F.index_add(a:tanh(), 0, ii, b:exp())) end, {x, leaf({3, 5})})
+  check_double("scatter", function(a, b) return s(F.scatter(a:tanh(), 1, gi:narrow(1, 0, 1), b:narrow(1, 0, 1) ^ 3)) end,
+    {x, src})
+  for _, reduce in ipairs {"sum", "mean", "amax"} do
+    check_double("scatter_reduce " .. reduce, function(a, b)
+      return s(F.scatter_reduce(a:tanh(), 1, gi, b:exp(), reduce, {include_self = reduce ~= "amax"}))
+    end, {x, src})
+  end
+  check_double("index_copy", function(a, b)
+    return s(F.index_copy(a:tanh(), 0, lt.tensor({3, 0}, {dtype = "i64"}), b:exp()))
+  end, {x, leaf({2, 5})})
+  check_double("index assignment", function(a, b)
+    local y = a:tanh() * 1
+    y[{{1, 3}, 2}] = b * b
+    return s(y)
+  end, {x, leaf({2})})
+  via("logsumexp", function(a) return F.logsumexp(a, 1, true) end, {4, 1})
+  via("norm", function(a) return a:norm(1) end, {4})
+  via("min", function(a) return (a:min({0})) end, {5})
+  via("triu", function(a) return F.triu(a, 1) end, {4, 5})
+  via("cast to f32 and back", function(a) return a:to("f32"):to("f64") * 0 + a end, {4, 5})
   via("cumsum", function(a) return F.cumsum(a, 1) end, {4, 5})
   via("tril", function(a) return F.tril(a, -1) end, {4, 5})
   via("sort", function(a) return (F.sort(a, 1)) end, {4, 5})
