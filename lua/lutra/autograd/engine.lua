@@ -335,11 +335,11 @@ end
 local function unsupported(cls, g1, g2, g3)
   local hint = cls.no_double and ("; " .. cls.no_double) or ""
   local what = cls.op and (cls.op .. " (" .. cls.name .. ")") or cls.name
-  local node = {cls = unsupported_cls, message = what .. ": double backward is not supported (its backward is a fused "
-    .. "kernel, not recorded ops)" .. hint}
-  local function mark(t)
+  local message = what .. ": double backward is not supported (its backward is a fused kernel, not recorded ops)"
+    .. hint
+  local function mark(t) -- a node each: the gradients have different shapes
     if not is_tensor(t) then return t end
-    return S.attach(S.share(t), node)
+    return S.attach(S.share(t), {cls = unsupported_cls, message = message})
   end
   if type(g1) == "table" and g1 ~= DELIVERED then
     local list = {}
