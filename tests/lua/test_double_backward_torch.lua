@@ -1,6 +1,7 @@
--- Gradients of gradients against PyTorch: tests/py/ref_double_backward.py runs each op (and an
--- MLP, causal attention composed from matmul and softmax, a LayerNorm-GELU-cross-entropy block, a
--- SwiGLU with RMSNorm, an embedding) in f64 with random inputs, takes L = sum(w y^3), the first
+-- Gradients of gradients against PyTorch: tests/py/ref_double_backward.py runs each op (the fused
+-- ones too: F.scaled_dot_product_attention with GQA, a window, segments; F.add_layer_norm,
+-- F.add_rms_norm, against their definitions; and an MLP, causal attention composed from matmul and
+-- softmax, a LayerNorm-GELU-cross-entropy block, a SwiGLU with RMSNorm, an embedding) in f64 with random inputs, takes L = sum(w y^3), the first
 -- gradients G = dL/dx with create_graph, then P = sum(G v) (a Hessian-vector product) or
 -- P = ||dL/dx||^2 (a gradient penalty) and its gradients H = dP/dx. The same here must match:
 -- G and H within 1e-12 of the largest value (f64: a few roundings of a different order of the
@@ -124,6 +125,18 @@ local CASES = {
   topk = function(a) return (F.topk(a.a, 2, 1)) end,
   rope = function(a) return F.rope(a.x, nil, 10000.0) end,
   noncontiguous = function(a) return a.a:t():tanh() * a.b:exp() end,
+  add_layer_norm = function(a)
+    local res, y = F.add_layer_norm(a.x, a.r, a.w, a.b, 1e-5)
+    return y + res * 0.5
+  end,
+  add_rms_norm = function(a)
+    local res, y = F.add_rms_norm(a.x, a.r, a.w, 1e-6)
+    return y + res * 0.5
+  end,
+  sdpa_causal_gqa_window = function(a) return (F.scaled_dot_product_attention {a.q, a.k, a.v, causal = true, window = 3}) end,
+  sdpa_segments = function(a)
+    return (F.scaled_dot_product_attention {a.q, a.k, a.v, causal = true, segment_ids = a.seg, scale = 0.4})
+  end,
   mlp_penalty = mlp,
   mlp_hvp = mlp,
   attention_penalty = attention,

@@ -78,6 +78,22 @@ def attention(q, k, v):  # (B, T, D), causal, composed
     return torch.softmax(s.masked_fill(mask, float("-inf")), -1) @ v
 
 
+def sdpa(q, k, v, causal=False, window=0, seg=None, scale=None):  # q (B, T, H, D), k, v (B, S, Hkv, D)
+    T, H, D, S, Hkv = q.shape[1], q.shape[2], q.shape[3], k.shape[1], k.shape[2]
+    k, v = k.repeat_interleave(H // Hkv, 2), v.repeat_interleave(H // Hkv, 2)  # query head h reads kv head h // (H / Hkv)
+    s = torch.einsum("bthd,bshd->bhts", q, k) * (scale if scale is not None else 1 / math.sqrt(D))
+    t = (torch.arange(T) + S - T)[:, None]
+    p = torch.arange(S)[None, :]
+    hidden = torch.zeros(T, S, dtype=torch.bool)[None, None]
+    if causal:
+        hidden = hidden | (p > t)[None, None]
+        if window > 0:
+            hidden = hidden | (t - p >= window)[None, None]
+    if seg is not None:
+        hidden = hidden | (seg[:, None, :, None] != seg[:, None, None, :])
+    return torch.einsum("bhts,bshd->bthd", torch.softmax(s.masked_fill(hidden, float("-inf")), -1), v)
+
+
 def mlp(x, w1, b1, w2, b2):
     return F.linear(torch.tanh(F.linear(x, w1, b1)), w2, b2)
 
@@ -170,6 +186,17 @@ case("tril", "vjp", [("a", randn(4, 4), True)], lambda a: a.tril(1))
 case("sort", "vjp", [("a", randn(3, 5), True)], lambda a: a.sort(1)[0])
 case("topk", "vjp", [("a", randn(3, 5), True)], lambda a: a.topk(2, 1)[0])
 case("rope", "vjp", [("x", randn(2, 3, 2, 4), True)], lambda x: rope(x, 10000.0))
+case("add_layer_norm", "vjp", [("x", randn(2, 3, 5), True), ("r", randn(2, 3, 5), True), ("w", randn(5), True),
+                               ("b", randn(5), True)],
+     lambda x, r, w, b: F.layer_norm(x + r, (5,), w, b, 1e-5) + (x + r) * 0.5)
+case("add_rms_norm", "vjp", [("x", randn(2, 3, 5), True), ("r", randn(2, 3, 5), True), ("w", randn(5), True)],
+     lambda x, r, w: rms_norm(x + r, w, 1e-6) + (x + r) * 0.5)
+case("sdpa_causal_gqa_window", "vjp", [("q", randn(1, 3, 4, 2), True), ("k", randn(1, 5, 2, 2), True),
+                                       ("v", randn(1, 5, 2, 2), True)],
+     lambda q, k, v: sdpa(q, k, v, causal=True, window=3))
+case("sdpa_segments", "penalty", [("q", randn(2, 4, 2, 3), True), ("k", randn(2, 4, 2, 3), True),
+                                  ("v", randn(2, 4, 2, 3), True), ("seg", torch.tensor([[0, 0, 1, 1], [2, 2, 2, 3]]), False)],
+     lambda q, k, v, seg: sdpa(q, k, v, causal=True, seg=seg, scale=0.4))
 case("noncontiguous", "vjp", [("a", randn(4, 3), True), ("b", randn(3, 4), True)],
      lambda a, b: torch.tanh(a.t()) * b.exp())
 # compositions: gradient penalties and Hessian-vector products

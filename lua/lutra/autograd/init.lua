@@ -46,11 +46,13 @@
 -- var, std, softmax, log_softmax, logsumexp, matmul/gemm, F.linear, every view (reshape,
 -- transpose, permute, narrow, slice, select, indexing, expand), cat, stack, index assignment,
 -- F.cross_entropy, F.embedding, gather/scatter/scatter_add/scatter_reduce, index_select/
--- index_add/index_copy, F.layer_norm, F.rms_norm, F.rope, cumsum, tril/triu, sort/topk
--- values. The fused kernels (F.scaled_dot_product_attention and nn's fused attention,
--- F.add_layer_norm/F.add_rms_norm, cumprod, lutra.checkpoint, the tensor-parallel ops) give
--- their first gradients, and a gradient of those raises "OP (NodeName): double backward is
--- not supported (its backward is a fused kernel, not recorded ops); ..." with what to use.
+-- index_add/index_copy, F.layer_norm, F.rms_norm, F.add_layer_norm, F.add_rms_norm, F.rope,
+-- F.scaled_dot_product_attention and nn's fused qkv attention (their double backward
+-- recomputes the attention weights, (B, H, T, S), with recorded ops), cumsum, tril/triu,
+-- sort/topk values: the models of the zoo. cumprod, lutra.checkpoint and the tensor-parallel
+-- ops give their first gradients, and a gradient of those raises "OP (NodeName): double
+-- backward is not supported (its backward is a fused kernel, not recorded ops); ..." with what
+-- to use instead; so does any op declared without a recorded backward.
 -- Not supported: backward through in-place writes into views (refused, see above).
 local S = require "lutra.autograd.state"
 local engine = require "lutra.autograd.engine"

@@ -5,6 +5,8 @@
 --   F.rms_norm(x, weight, eps, out)        -> y, rstd
 --   F.rms_norm(x, {C}, weight, eps, out)   -- torch's normalized_shape, checked
 --   F.rms_norm_backward(dout, x, weight, rstd, dres, need_weight) -> dx (+ dres when given), dweight
+--   F.rms_norm_backward_graph(dout, x, weight, eps, need_x, need_weight)
+--                                          -> the same with recorded ops (gradients of gradients)
 local lt = require "lutra.ffi"
 local errors = require "lutra.errors"
 local memory = require "lutra.memory"
@@ -49,6 +51,20 @@ function M.rms_norm_backward(dout, x, weight, rstd, dres, need_weight)
 end
 local rms_norm_backward = M.rms_norm_backward
 
+-- dx, dweight of rms_norm(x, weight, eps) for dout, with recorded ops, so that they are
+-- differentiable again (create_graph); rstd is recomputed from x: xhat = x rstd, gy = dout weight;
+-- dx = rstd (gy - xhat mean(gy xhat)). need_x, need_weight: which to make (nil for the others).
+function M.rms_norm_backward_graph(dout, x, weight, eps, need_x, need_weight)
+  local rstd = ops.rsqrt(ops.add(ops.mean(ops.mul(x, x), -1, true), eps))
+  local xhat = ops.mul(x, rstd)
+  local gy = weight ~= nil and ops.mul(dout, weight) or dout
+  local dx, dw
+  if need_x then dx = ops.mul(rstd, ops.sub(gy, ops.mul(xhat, ops.mean(ops.mul(gy, xhat), -1, true)))) end
+  if need_weight then dw = ops.sum(ops.mul(dout, xhat):reshape(-1, x:size(-1)), 0) end
+  return dx, dw
+end
+local rms_norm_backward_graph = M.rms_norm_backward_graph
+
 record_rms_norm = op.declare {
   name = "RMSNormBackward", op = "rms_norm", save = {"x", "w", "rstd"},
   record = function(cls, out, x, w, rstd, eps)
@@ -62,18 +78,7 @@ record_rms_norm = op.declare {
     local dx, dw = rms_norm_backward(g, n.x, n.w, n.rstd, nil, n[2])
     return n[1] and dx or nil, dw
   end,
-  -- with recorded ops, rstd recomputed from x: xhat = x rstd, gy = g w;
-  -- dx = rstd (gy - xhat mean(gy xhat))
-  double_backward = function(n, g)
-    local x, w, C = n.x, n.w, n.x:size(-1)
-    local rstd = ops.rsqrt(ops.add(ops.mean(ops.mul(x, x), -1, true), n.eps))
-    local xhat = ops.mul(x, rstd)
-    local gy = w ~= nil and ops.mul(g, w) or g
-    local dx, dw
-    if n[1] then dx = ops.mul(rstd, ops.sub(gy, ops.mul(xhat, ops.mean(ops.mul(gy, xhat), -1, true)))) end
-    if n[2] then dw = ops.sum(ops.mul(g, xhat):reshape(-1, C), 0) end
-    return dx, dw
-  end,
+  double_backward = function(n, g) return rms_norm_backward_graph(g, n.x, n.w, n.eps, n[1], n[2]) end,
 }
 
 return M

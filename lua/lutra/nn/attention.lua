@@ -109,7 +109,6 @@ end
 -- rather than keeping them, and rotates their gradients back into dqkv.
 local record_qkv_attention = op.declare {
   name = "QKVAttentionBackward", save = {"qkv", "out", "lse"},
-  no_double = "for gradients of gradients compose attention from matmul and softmax",
   record = function(cls, y, lse, qkv, H, Hkv, scale, theta, positions, segments, window)
     local node = {op.edge(qkv), cls = cls, H = H, Hkv = Hkv, scale = scale, theta = theta, positions = positions,
                   segments = segments, window = window}
@@ -136,6 +135,17 @@ local record_qkv_attention = op.declare {
       F.rope_backward(dkr, n.positions, n.theta, dk)
     end
     return dqkv
+  end,
+  -- recorded (create_graph): q, k, v split and rotated again from qkv, the attention's and the
+  -- rotations' backward with recorded ops, the three gradients put side by side
+  double_backward = function(n, g)
+    local q, k, v = split_rotated(n.qkv, n.H, n.Hkv, n.theta, n.positions)
+    local dq, dk, dv = F.attention_backward_graph(g, q, k, v, {causal = true, scale = n.scale,
+      segment_ids = n.segments, window = n.window})
+    if n.theta then
+      dq, dk = F.rope_backward_graph(dq, n.positions, n.theta), F.rope_backward_graph(dk, n.positions, n.theta)
+    end
+    return create.cat({dq, dk, dv}, 2)
   end,
 }
 
