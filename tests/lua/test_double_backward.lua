@@ -4,11 +4,12 @@
 -- central differences of g), for the ops whose backward is recorded, on odd shapes and
 -- non-contiguous inputs; the engine's semantics (x.grad recorded and summed out of place, the
 -- graph retained by default, hooks, a plain backward unchanged after); f32 against f64; and the
--- error that names an op whose backward is a fused kernel (cumprod, checkpoint) when a gradient
--- of its gradient is asked for.
+-- error that names an op whose backward is a fused kernel (cumprod, or one declared without a
+-- recorded backward) when a gradient of its gradient is asked for.
 local lt = require "lutra"
 local T = require "lutra.testing"
 local F = lt.F
+local op = require "lutra.autograd.op"
 local check, close, equal, fails = T.gradcheck, T.assert_close, T.assert_equal, T.assert_error
 
 -- f64 leaf of `shape` that requires grad; noncontig: a transposed view of the reversed shape;
@@ -233,6 +234,14 @@ test("double backward of fused attention, the fused norms and a model of the zoo
   check_double("attention segments", function(a, b, c)
     return ss((F.scaled_dot_product_attention {a, b, c, segment_ids = seg, causal = true}))
   end, {qs, ks, vs})
+  -- lutra.checkpoint: fn recomputed and differentiated with recorded ops, from a recorded argument
+  -- and a leaf, one argument passed twice
+  local cx, cw = leaf({3, 4}), leaf({4})
+  local sc = wsum(cx)
+  check_double("checkpoint", function(a, b)
+    local h = a:tanh()
+    return sc(lt.checkpoint(function(u, v, u2) return (u * v):sin() * u2 end, h, b, h))
+  end, {cx, cw})
   -- x + residual and its norm, both outputs used
   local x, r, w, b = leaf({2, 3, 5}), leaf({2, 3, 5}), leaf({5}), leaf({5})
   local sx = wsum(x)
@@ -329,19 +338,24 @@ test("an op whose backward is a fused kernel: first gradients work, their gradie
   equal(gx.grad_fn, "DoubleBackwardUnsupported")
   fails("cumprod (CumprodBackward): double backward is not supported (its backward is a fused kernel, not "
     .. "recorded ops)", function() (gx * gx):sum():backward() end)
-  fails("CheckpointBackward: double backward is not supported (its backward is a fused kernel, not recorded ops); "
-    .. "for gradients of gradients call the function without lutra.checkpoint", function()
-    local g = lt.autograd.grad((lt.checkpoint(function(a) return a:tanh() end, x) ^ 2):sum(), x, nil,
-      {create_graph = true})
-    lt.autograd.grad(g:sum(), x)
-  end)
-  -- gradients of several shapes from one such node (x, w): each its own raising node
+  -- an op declared without a recorded backward (x * w, w broadcast): gradients of two shapes, each
+  -- carrying its own raising node, the declaration's hint in the message
+  local record_fused = op.declare {
+    name = "TestFusedMulBackward", op = "test_fused_mul", save = {"a", "b"}, no_double = "use x * w",
+    record = function(cls, out, a, b)
+      local node = {op.edge(a), op.edge(b), cls = cls}
+      op.save(node, "a", a)
+      op.save(node, "b", b)
+      op.attach(out, node)
+    end,
+    backward = function(n, g) return g * n.b, (g * n.a):sum(0) end,
+  }
   local w = lt.tensor(T.random_list({4}), {dtype = "f64"}):requires_grad_()
-  local c = lt.checkpoint(function(a, b) return (a * b):exp() end, x, w)
-  local gs = lt.autograd.grad((c * c):sum(), {x, w}, nil, {create_graph = true})
-  fails("CheckpointBackward: double backward is not supported", function()
-    ((gs[1] * gs[1]):sum() + (gs[2] * gs[2]):sum()):backward()
-  end)
+  local c = lt.no_grad(function() return x * w end)
+  record_fused(c, x, w)
+  local gs = lt.autograd.grad((c * c * c):sum(), {x, w}, nil, {create_graph = true})
+  fails("test_fused_mul (TestFusedMulBackward): double backward is not supported (its backward is a fused kernel, "
+    .. "not recorded ops); use x * w", function() ((gs[1] * gs[1]):sum() + (gs[2] * gs[2]):sum()):backward() end)
   -- a gradient that never reaches the node does not raise
   local v = lt.tensor(T.random_list({4}), {dtype = "f64"}):requires_grad_()
   local o = F.cumprod(x, 1)

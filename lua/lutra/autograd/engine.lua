@@ -121,9 +121,10 @@ end
 -- captured (for grad(): record -> gradient), ready (a stack of records whose gradients
 -- are complete).
 
--- Counts the edges into every record reachable from the roots.
+-- Counts the edges into every record reachable from the roots (not past the records where the
+-- pass stops).
 local function count_edges(pass, roots)
-  local deps, stack, seen = pass.deps, {}, {}
+  local deps, stack, seen, stop = pass.deps, {}, {}, pass.stop
   for i = 1, #roots do
     local r = roots[i]
     if not seen[r] then
@@ -134,7 +135,7 @@ local function count_edges(pass, roots)
   while #stack > 0 do
     local rec = stack[#stack]
     stack[#stack] = nil
-    if not rec.leaf then
+    if not rec.leaf and not (stop and stop[rec]) then
       local i, e = 1, rec[1]
       while e ~= nil do
         if e then
@@ -391,6 +392,10 @@ local function pass_on(pass, rec, g1, g2, g3)
 end
 
 local function process_node(pass, rec, g)
+  if pass.stop and pass.stop[rec] then -- the pass ends here: the gradient is captured, not passed on
+    if g ~= nil then observe(pass, rec, g) end
+    return
+  end
   if rec.freed then raise(M.FREED) end
   local g1, g2, g3
   if g ~= nil or rec.cls.always then
@@ -448,7 +453,8 @@ end
 
 -- One backward pass. opts: retain_graph, capture (records -> true: their gradients are
 -- returned, and leaves' .grad are left alone), owned (the root gradients autograd made),
--- create_graph (record the formulas; retain_graph then defaults to true).
+-- create_graph (record the formulas; retain_graph then defaults to true), stop_at_capture (the
+-- captured records' own backward does not run: the pass ends at them).
 function M.run(roots, root_grads, opts)
   opts = opts or {}
   local create = opts.create_graph and true or false
@@ -456,7 +462,7 @@ function M.run(roots, root_grads, opts)
   if create and retain == nil then retain = true end
   local pass = {deps = {}, grads = {}, uses = {}, owned = {}, escaped = {}, ready = {}, nready = 0,
                 retain = retain, capture = opts.capture, captured = opts.capture and {} or nil, create = create,
-                connected = create and {} or nil}
+                connected = create and {} or nil, stop = opts.stop_at_capture and opts.capture or nil}
   count_edges(pass, roots)
   seed(pass, roots, root_grads, opts.owned)
   run_guarded(pass)
