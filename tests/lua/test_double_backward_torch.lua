@@ -121,6 +121,7 @@ local CASES = {
   rms_norm = function(a) return rms_norm(a.x, a.w) end,
   cumsum = function(a) return F.cumsum(a.a, 1) end,
   tril = function(a) return F.tril(a.a, 1) end,
+  cumprod = function(a) return F.cumprod(a.a, 1) end,
   sort = function(a) return (F.sort(a.a, 1)) end,
   topk = function(a) return (F.topk(a.a, 2, 1)) end,
   rope = function(a) return F.rope(a.x, nil, 10000.0) end,

@@ -182,6 +182,8 @@ case("layer_norm", "vjp", [("x", randn(2, 3, 6), True), ("w", randn(6), True), (
      lambda x, w, b: F.layer_norm(x, (6,), w, b, 1e-5))
 case("rms_norm", "vjp", [("x", randn(4, 6), True), ("w", randn(6), True)], lambda x, w: rms_norm(x, w, 1e-6))
 case("cumsum", "vjp", [("a", randn(3, 5), True)], lambda a: a.cumsum(1))
+case("cumprod", "vjp", [("a", torch.tensor([[0.5, -1.2, 0.0, 2.0, 0.9], [0.3, 0.7, -0.4, 1.1, -1.3],
+                                             [0.0, 1.5, 0.0, -0.6, 0.8]], dtype=f64), True)], lambda a: a.cumprod(1))
 case("tril", "vjp", [("a", randn(4, 4), True)], lambda a: a.tril(1))
 case("sort", "vjp", [("a", randn(3, 5), True)], lambda a: a.sort(1)[0])
 case("topk", "vjp", [("a", randn(3, 5), True)], lambda a: a.topk(2, 1)[0])
