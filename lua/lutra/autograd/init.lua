@@ -50,11 +50,11 @@
 -- F.scaled_dot_product_attention and nn's fused qkv attention (their double backward
 -- recomputes the attention weights, (B, H, T, S), with recorded ops), cumsum, cumprod
 -- ((..., L, L) in memory), tril/triu, sort/topk values, lutra.checkpoint (fn recomputed and
--- differentiated with recorded ops): the models of the zoo. The tensor-parallel ops give their
--- first gradients, and a gradient of those raises "OP (NodeName): double backward is not
--- supported (its backward is a fused kernel, not recorded ops)" (with what to use instead,
--- where the op says); so does any op declared without a recorded backward
--- (lutra/autograd/op.lua).
+-- differentiated with recorded ops), the tensor-parallel collectives (each backward recorded
+-- as its conjugate collective): the models of the zoo. The vocab-parallel cross-entropy gives
+-- its first gradients, and a gradient of those raises "OP (NodeName): double backward is not
+-- supported (its backward is a fused kernel, not recorded ops)" with what to use instead; so
+-- does any op declared without a recorded backward (lutra/autograd/op.lua).
 -- Not supported: backward through in-place writes into views (refused, see above).
 local S = require "lutra.autograd.state"
 local engine = require "lutra.autograd.engine"
