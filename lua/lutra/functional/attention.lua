@@ -124,7 +124,6 @@ local attention_backward_graph = M.attention_backward_graph
 
 record_attention = op.declare {
   name = "AttentionBackward", op = "attention", save = {"q", "k", "v", "out", "lse", "segment_ids"},
-
   record = function(cls, out, lse, q, k, v, segment_ids, scale, causal, window)
     local node = {edge(q), edge(k), edge(v), cls = cls, scale = scale, causal = causal, window = window}
     save(node, "q", q)
