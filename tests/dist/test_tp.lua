@@ -4,7 +4,8 @@
 -- vocab-parallel cross-entropy against F.cross_entropy (ignore_index, uneven vocab), then
 -- small gpt2 and llama models against the single-process model trained in the same process
 -- on the same batches, with and without sequence parallelism: 10 AdamW steps in f64 to 1e-9
--- relative, step 1 in f32 within the f32 rounding bound (layout_helpers.lua).
+-- relative, step 1 in f32 within the f32 rounding bound (layout_helpers.lua); gradients of
+-- gradients (a gradient penalty) through column -> row parallel layers in f64.
 local lt = require "lutra"
 local testing = require "lutra.testing"
 local comm = require "lutra.dist.comm"
@@ -102,6 +103,36 @@ test("RowParallelLinear (sequence-parallel reduce-scatter out)", function()
   local gb = row.bias.grad:clone() -- this rank's tokens only: summed over tp, the full grad
   group:all_reduce(gb, "sum")
   close(gb, lin.bias.grad, "bias.grad summed")
+end)
+
+test("gradients of gradients through column -> row parallel layers (f and g, and the sequence-parallel pair)", function()
+  local F64 = {rtol = 1e-9, atol = 1e-12}
+  for _, sp in ipairs {false, true} do
+    local T = 2 * n
+    local Tl = T / n
+    local lin1, lin2 = nn.Linear(6, 3 * n + 1), nn.Linear(3 * n + 1, 5)
+    lin1:to("f64")
+    lin2:to("f64")
+    local lo, cnt = tp_ops.range(3 * n + 1, n, r)
+    local col = L.ColumnParallelLinear(lin1, group, {{lo, cnt}}, sp and {input = "gather"} or nil)
+    local row = L.RowParallelLinear(lin2, group, {{lo, cnt}}, sp and {output = "reduce_scatter"} or nil)
+    local x, w = lt.randn(2, T, 6):to("f64"), lt.randn(2, T, 5):to("f64")
+    -- the penalty ||dL/dx||^2 of L = sum(w y^3), and its gradients with respect to the weights
+    local function penalty(f, xx, ww)
+      local y = f(xx)
+      local gx = lt.autograd.grad((ww * y * y * y):sum(), xx, nil, {create_graph = true})
+      return (gx * gx):sum()
+    end
+    local want = lt.autograd.grad(penalty(function(a) return lin2(lin1(a):tanh()) end, leaf(x), w),
+      {lin1.weight, lin1.bias, lin2.weight})
+    local mine = sp and function(t) return t:narrow(1, r * Tl, Tl) end or function(t) return t end
+    local got = lt.autograd.grad(penalty(function(a) return row(col(a):tanh()) end, leaf(mine(x)), mine(w)),
+      {col.weight, col.bias, row.weight})
+    local what = sp and "sequence parallel: " or ""
+    close(got[1], want[1]:narrow(0, lo, cnt), what .. "column weight", F64)
+    close(got[2], want[2]:narrow(0, lo, cnt), what .. "column bias", F64)
+    close(got[3], want[3]:narrow(1, lo, cnt), what .. "row weight", F64)
+  end
 end)
 
 test("VocabParallelEmbedding: ids outside the shard are zeroed; uneven vocab", function()

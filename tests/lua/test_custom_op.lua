@@ -310,6 +310,55 @@ test("errors: upvalues, arguments, shapes of gradients, an error inside a body a
   lt.set_num_threads(threads)
 end)
 
+test("gradients of gradients: a custom op's double_backward (recorded ops) by finite differences; without it, an error naming the op",
+  function()
+  -- cube(x) = x^3 through a body; backward 3 x^2 g through a body, double_backward the same in built-in ops
+  local cube_k = lt.kernel {name = "cube", args = {"y", "x"}, cpu = function(a, lo, hi)
+    for i = lo, hi - 1 do a.y[i] = a.x[i] * a.x[i] * a.x[i] end
+  end}
+  local grad_k = lt.kernel {name = "cube_grad", args = {"gx", "g", "x"}, cpu = function(a, lo, hi)
+    for i = lo, hi - 1 do a.gx[i] = 3 * a.x[i] * a.x[i] * a.g[i] end
+  end}
+  local function spec(with_double)
+    return {
+      name = with_double and "cube" or "cube_plain",
+      forward = function(ctx, x)
+        local y = lt.empty_like(x)
+        cube_k{y, x}
+        ctx:save(x)
+        return y
+      end,
+      backward = function(ctx, g)
+        local x = ctx:saved()
+        local gx = lt.empty_like(x)
+        grad_k{gx, g:contiguous(), x}
+        return gx
+      end,
+      double_backward = with_double and function(ctx, g)
+        local x = ctx:saved()
+        return x * x * g * 3
+      end or nil,
+    }
+  end
+  local cube, cube_plain = lt.custom_op(spec(true)), lt.custom_op(spec(false))
+  local x = lt.tensor({{0.3, -1.2, 0.7}, {1.1, -0.4, 0.9}}, {dtype = "f64"}):requires_grad_()
+  local w = lt.tensor({{1.0, -2.0, 0.5}, {0.25, 3.0, -1.5}}, {dtype = "f64"})
+  -- first gradient 3 x^2 w, recorded; its gradient 6 x w by finite differences
+  local ok, report = lt.gradcheck(function(a)
+    return lt.enable_grad(function()
+      return lt.autograd.grad((cube(a) * w):sum(), {a}, nil, {create_graph = true})[1]
+    end)
+  end, {x})
+  assert(ok, report)
+  close(lt.autograd.grad((lt.autograd.grad((cube(x) * w):sum(), {x}, nil, {create_graph = true})[1]):sum(), {x})[1],
+    x:detach() * w * 6, {rtol = 1e-15, atol = 0})
+  local g1 = lt.autograd.grad((cube_plain(x) * w):sum(), {x}, nil, {create_graph = true})[1]
+  fails("give custom_op 'cube_plain' a double_backward", function() g1:sum():backward() end)
+  fails("double_backward must be a function, given with backward", function()
+    lt.custom_op {name = "bad", forward = function() end, double_backward = function() end}
+  end)
+end)
+
 -- ---- CUDA bodies: NVRTC --------------------------------------------------------------------------
 
 local SRC = [[

@@ -27,6 +27,7 @@ local M = {}
 -- One per output: hands the output's gradient to the checkpoint node.
 local record_output = declare {
   name = "CheckpointOutput",
+  twice_differentiable = true, -- hands the gradient over as it is (recorded under create_graph)
   keeps_grad = true, -- the engine must not free what it stores
   record = function(cls, out, node, slot) attach(out, {node, cls = cls, slot = slot}) end,
   backward = function(n, g)
@@ -99,9 +100,59 @@ local function backward(node)
   return result
 end
 
+-- create_graph: fn recomputed, recorded, on stand-ins for the arguments (views of them, connected
+-- to the records the arguments had), and a nested recorded backward from the outputs' gradients
+-- that ends at the stand-ins: the arguments' gradients, differentiable again through both.
+local function double_backward(node)
+  if node.args == nil then raise(engine.FREED) end
+  local inputs, cap = {}, {}
+  for i = 1, node.nargs do
+    local a = node.args[i]
+    if is_tensor(a) and node[i] then
+      if fields.is_freed(a) then raise("checkpoint: an argument saved for backward was freed before backward ran") end
+      if S.modified(a, node.versions[i]) then
+        raise("backward: a tensor needed for backward was modified in place: argument " .. i
+          .. " of lutra.checkpoint")
+      end
+      local src = node.sources[i]
+      if src then -- an alias of a recorded result: connected while its stand-in is made
+        S.set_record(a, src)
+        fields.set_autograd_state(a, fields.RECORDED)
+      end
+      inputs[i] = a:view(a.shape)
+      if src then
+        S.set_record(a, nil)
+        fields.set_autograd_state(a, fields.UNTRACKED)
+      end
+      cap[S.record(inputs[i])] = true
+    else
+      inputs[i] = a
+    end
+  end
+  local res = recompute(node, inputs)
+  S.enabled = true -- (recompute leaves it off, as the plain backward runs)
+  local roots, grads = {}, {}
+  for k, g in pairs(node.grads) do
+    local out = res[k + 1]
+    if is_tensor(out) and is_tracked(out) then
+      roots[#roots + 1] = S.record(out)
+      grads[#grads + 1] = g
+    end
+  end
+  node.grads = {}
+  local captured = #roots > 0 and engine.run(roots, grads, {create_graph = true, capture = cap, stop_at_capture = true})
+    or {}
+  local result = {}
+  for i = 1, node.nargs do
+    if node[i] then result[i] = captured[S.record(inputs[i])] end
+  end
+  return result
+end
+
 -- The node of fn(...): an edge per tensor argument, the arguments saved.
 local record_checkpoint = declare {
   name = "CheckpointBackward",
+  double_backward = double_backward,
   always = true, -- runs from the gradients its outputs delivered
   release = function(node)
     for i = 1, node.nargs do
@@ -112,13 +163,13 @@ local record_checkpoint = declare {
   end,
   record = function(cls, fn, args, n)
     local node = {cls = cls, fn = fn, nargs = n, rng = create.get_rng_state(), grads = {}, versions = {},
-                  autocast = autocast.dtype}
+                  sources = {}, autocast = autocast.dtype}
     for i = 1, n do
       local a = args[i]
       if is_tensor(a) then
         errors.check_alive(a, "checkpoint")
         node[i] = edge(a)
-        args[i], node.versions[i] = S.save_value(a)
+        args[i], node.versions[i], node.sources[i] = S.save_value(a)
       else
         node[i] = false
       end

@@ -7,6 +7,10 @@
 -- Each record function runs after the forward C call, with out already computed, and
 -- reads its inputs' edges before attaching the node to out (out may be an input: the
 -- in-place forms). Gradients of broadcast inputs are summed back to their shapes.
+--
+-- Every formula here is written with recorded ops (twice_differentiable), except the unary
+-- ops', which call one kernel (ops.unary_backward): their double_backward spells the same
+-- derivative out with recorded ops (UNARY_GRAPH below).
 local op = require "lutra.autograd.op"
 local U = require "lutra.autograd.util"
 local ops = require "lutra.ops"
@@ -36,19 +40,19 @@ local function binary_node(cls, out, a, b)
 end
 
 declare {
-  name = "AddBackward", op = "add",
+  name = "AddBackward", twice_differentiable = true, op = "add",
   record = function(cls, out, a, b) attach(out, (binary_node(cls, out, a, b))) end,
   backward = function(n, g) return n[1] and reduce_to(g, n.sa) or nil, n[2] and reduce_to(g, n.sb) or nil end,
 }
 
 declare {
-  name = "SubBackward", op = "sub",
+  name = "SubBackward", twice_differentiable = true, op = "sub",
   record = function(cls, out, a, b) attach(out, (binary_node(cls, out, a, b))) end,
   backward = function(n, g) return n[1] and reduce_to(g, n.sa) or nil, n[2] and reduce_to(neg(g), n.sb) or nil end,
 }
 
 declare {
-  name = "MulBackward", op = "mul", save = {"a", "b"},
+  name = "MulBackward", twice_differentiable = true, op = "mul", save = {"a", "b"},
   record = function(cls, out, a, b)
     local node, ea, eb = binary_node(cls, out, a, b)
     if ea then save(node, "b", b) end
@@ -61,7 +65,7 @@ declare {
 }
 
 declare {
-  name = "DivBackward", op = "div", save = {"a", "b"},
+  name = "DivBackward", twice_differentiable = true, op = "div", save = {"a", "b"},
   record = function(cls, out, a, b)
     local node, _, eb = binary_node(cls, out, a, b)
     save(node, "b", b)
@@ -85,7 +89,7 @@ local function record_saving_both(cls, out, a, b)
 end
 
 declare {
-  name = "PowBackward", op = "pow", save = {"a", "b"},
+  name = "PowBackward", twice_differentiable = true, op = "pow", save = {"a", "b"},
   record = record_saving_both,
   backward = function(n, g)
     local a, b = n.a, n.b
@@ -107,7 +111,7 @@ declare {
 local function declare_extremum(name, pick)
   local wins = pick == "maximum" and ops.gt or ops.lt
   declare {
-    name = name, op = pick, save = {"a", "b"},
+    name = name, op = pick, save = {"a", "b"}, twice_differentiable = true,
     record = record_saving_both,
     backward = function(n, g)
       local a, b = n.a, n.b
@@ -125,25 +129,25 @@ declare_extremum("MinimumBackward", "minimum")
 -- ---- tensor op scalar (reverse: scalar op tensor) -------------------------------------
 
 declare {
-  name = "AddScalarBackward", op = "add_scalar",
+  name = "AddScalarBackward", twice_differentiable = true, op = "add_scalar",
   record = function(cls, out, a) attach(out, {edge(a), cls = cls}) end,
   backward = function(_, g) return g end,
 }
 
 declare {
-  name = "SubScalarBackward", op = "sub_scalar",
+  name = "SubScalarBackward", twice_differentiable = true, op = "sub_scalar",
   record = function(cls, out, a, _, reverse) attach(out, {edge(a), cls = cls, reverse = reverse}) end,
   backward = function(n, g) return n.reverse == 1 and neg(g) or g end,
 }
 
 declare {
-  name = "MulScalarBackward", op = "mul_scalar",
+  name = "MulScalarBackward", twice_differentiable = true, op = "mul_scalar",
   record = function(cls, out, a, s) attach(out, {edge(a), cls = cls, s = s}) end,
   backward = function(n, g) return mul(g, n.s) end,
 }
 
 declare {
-  name = "DivScalarBackward", op = "div_scalar", save = {"a"},
+  name = "DivScalarBackward", twice_differentiable = true, op = "div_scalar", save = {"a"},
   record = function(cls, out, a, s, reverse)
     local node = {edge(a), cls = cls, s = s, reverse = reverse}
     if reverse == 1 then save(node, "a", a) end
@@ -163,7 +167,7 @@ local function record_scalar_saving(cls, out, a, s, reverse)
 end
 
 declare {
-  name = "PowScalarBackward", op = "pow_scalar", save = {"a"},
+  name = "PowScalarBackward", twice_differentiable = true, op = "pow_scalar", save = {"a"},
   record = record_scalar_saving,
   backward = function(n, g)
     local a, s = n.a, n.s
@@ -181,7 +185,7 @@ declare {
 local function declare_extremum_scalar(name, pick)
   local wins = pick == "maximum" and ops.gt or ops.lt
   declare {
-    name = name, op = pick .. "_scalar", save = {"a"},
+    name = name, op = pick .. "_scalar", save = {"a"}, twice_differentiable = true,
     record = record_scalar_saving,
     backward = function(n, g) return where(n.a:eq(n.s), mul(g, 0.5), where(wins(n.a, n.s), g, 0)) end,
   }
@@ -202,8 +206,54 @@ local from_output = {
   [UN.reciprocal] = function(y, g) return neg(mul(g, mul(y, y))) end,
 }
 
+-- The same with recorded ops (relu's mask instead of its kernel).
+local from_output_graph = setmetatable({
+  [UN.relu] = function(y, g) return where(y:gt(0), g, 0) end,
+}, {__index = from_output})
+
+-- grad * op'(x) with recorded ops, as the kernel computes it (host/ops/unary.c).
+local GELU_K, GELU_C = 0.7978845608028654, 0.044715
+local SQRT1_2, TWO_OVER_SQRTPI, INV_SQRT_2PI = 0.7071067811865476, 1.1283791670955126, 0.3989422804014327
+local UNARY_GRAPH = {
+  exp = function(x, g) return mul(g, ops.exp(x)) end,
+  log = function(x, g) return div(g, x) end,
+  sqrt = function(x, g) return div(mul(g, 0.5), ops.sqrt(x)) end,
+  rsqrt = function(x, g) return div(mul(g, -0.5), mul(x, ops.sqrt(x))) end,
+  tanh = function(x, g)
+    local t = ops.tanh(x)
+    return mul(g, sub(1, mul(t, t)))
+  end,
+  sigmoid = function(x, g)
+    local s = ops.sigmoid(x)
+    return mul(g, mul(s, sub(1, s)))
+  end,
+  relu = function(x, g) return where(x:gt(0), g, 0) end,
+  gelu = function(x, g) -- the tanh approximation's derivative
+    local x2 = mul(x, x)
+    local t = ops.tanh(mul(ops.add(x, mul(mul(x2, x), GELU_C)), GELU_K))
+    local d = ops.add(mul(ops.add(t, 1), 0.5),
+      mul(mul(mul(x, 0.5), sub(1, mul(t, t))), mul(ops.add(mul(x2, 3 * GELU_C), 1), GELU_K)))
+    return mul(g, d)
+  end,
+  silu = function(x, g)
+    local s = ops.sigmoid(x)
+    return mul(g, mul(s, ops.add(mul(x, sub(1, s)), 1)))
+  end,
+  abs = function(x, g) return where(x:gt(0), g, where(x:lt(0), neg(g), 0)) end,
+  sin = function(x, g) return mul(g, ops.cos(x)) end,
+  cos = function(x, g) return neg(mul(g, ops.sin(x))) end,
+  square = function(x, g) return mul(mul(g, x), 2) end,
+  reciprocal = function(x, g) return neg(div(g, mul(x, x))) end,
+  erf = function(x, g) return mul(mul(g, TWO_OVER_SQRTPI), ops.exp(neg(mul(x, x)))) end,
+  gelu_erf = function(x, g) -- Phi(x) + x phi(x)
+    local cdf = mul(ops.add(ops.erf(mul(x, SQRT1_2)), 1), 0.5)
+    return mul(g, ops.add(cdf, mul(mul(x, INV_SQRT_2PI), ops.exp(mul(mul(x, x), -0.5)))))
+  end,
+}
+
 local record_unary_inplace = declare {
   name = "InplaceUnaryBackward", save = {"y"},
+  double_backward = function(n, g) return from_output_graph[n.op](n.y, g) end,
   record = function(cls, out, a, code)
     local node = {edge(a), cls = cls, op = code}
     save_output(node, "y", out)
@@ -215,6 +265,7 @@ local record_unary_inplace = declare {
 -- grad_in = grad_out * op'(x) by the C kernel, from the saved input; neg needs nothing.
 for name, code in pairs(UN) do
   local keeps_x = code ~= UN.neg
+  assert(not keeps_x or UNARY_GRAPH[name], name .. ": no double backward formula")
   local in_place_from_output = from_output[code] ~= nil
   declare {
     name = name:sub(1, 1):upper() .. name:sub(2) .. "Backward", op = name, save = keeps_x and {"x"} or nil,
@@ -226,13 +277,15 @@ for name, code in pairs(UN) do
     end,
     backward = keeps_x and function(n, g) return ops.unary_backward(g, n.x, name) end
       or function(_, g) return neg(g) end,
+    double_backward = keeps_x and function(n, g) return UNARY_GRAPH[name](n.x, g) end
+      or function(_, g) return neg(g) end,
   }
 end
 
 -- ---- clamp, where -------------------------------------------------------------------------
 
 local record_clamp_inplace = declare {
-  name = "InplaceClampBackward", save = {"y"},
+  name = "InplaceClampBackward", twice_differentiable = true, save = {"y"},
   record = function(cls, out, a, lo, hi) -- clamp_: x is gone, the output tells where it was inside (strictly)
     local node = {edge(a), cls = cls, lo = lo, hi = hi}
     save_output(node, "y", out)
@@ -246,7 +299,7 @@ local record_clamp_inplace = declare {
 }
 
 declare {
-  name = "ClampBackward", op = "clamp", save = {"x"},
+  name = "ClampBackward", twice_differentiable = true, op = "clamp", save = {"x"},
   record = function(cls, out, a, lo, hi)
     if out == a then return record_clamp_inplace(out, a, lo, hi) end
     local node = {edge(a), cls = cls, lo = lo, hi = hi}
@@ -261,7 +314,7 @@ declare {
 }
 
 declare {
-  name = "WhereBackward", op = "where", save = {"cond"},
+  name = "WhereBackward", twice_differentiable = true, op = "where", save = {"cond"},
   record = function(cls, out, cond, a, b)
     local node = binary_node(cls, out, a, b)
     save(node, "cond", cond)
@@ -279,7 +332,7 @@ declare {
 
 -- out is a copy of src (clone, contiguous, to, copy_): converted and broadcast.
 declare {
-  name = "CopyBackward", op = "copy",
+  name = "CopyBackward", twice_differentiable = true, op = "copy",
   record = function(cls, out, src)
     if not dtype.is_float(fields.dtype_id(out)) then return op.clear(out) end
     attach(out, {edge(src), cls = cls, shape = shape_if_broadcast(src, out), dt = fields.dtype_id(src),

@@ -12,6 +12,15 @@
 -- (unless it escaped: kept as a leaf's .grad, retained, or shown to a hook). Saved
 -- tensors are dropped after their node ran (aliases autograd made are freed), unless
 -- retain_graph.
+--
+-- create_graph (gradients of gradients): the formulas run with grad mode on, each node's
+-- saved aliases connected to the records of the tensors they stand for (the alias takes that
+-- record while the formula runs), so the gradients are recorded results that a later backward
+-- differentiates. An op declares a formula made of recorded ops for this (lutra/autograd/op.lua:
+-- twice_differentiable, double_backward); one that does not runs its plain formula, and its
+-- gradients carry a node that raises, naming the op, if a gradient ever reaches it. Nothing is
+-- freed or summed in place in this mode (the new graph may hold any tensor the formulas made),
+-- and the graph is retained unless retain_graph = false.
 local lt = require "lutra.ffi"
 local S = require "lutra.autograd.state"
 local memory = require "lutra.memory"
@@ -35,6 +44,11 @@ M.FREED = "backward: trying to backward through the graph a second time (or to u
 M.DELIVERED = setmetatable({}, {__tostring = function() return "delivered" end})
 local DELIVERED = M.DELIVERED
 
+-- The node a not twice-differentiable op's gradients carry under create_graph: raises its
+-- message if backward reaches it.
+local unsupported_cls = {name = "DoubleBackwardUnsupported", saves = {}, versions = {}, sources = {},
+  backward = function(n) raise(n.message) end}
+unsupported_cls.double_backward = unsupported_cls.backward
 
 local same_shape = fields.same_shape
 M.same_shape = same_shape
@@ -107,9 +121,10 @@ end
 -- captured (for grad(): record -> gradient), ready (a stack of records whose gradients
 -- are complete).
 
--- Counts the edges into every record reachable from the roots.
+-- Counts the edges into every record reachable from the roots (not past the records where the
+-- pass stops).
 local function count_edges(pass, roots)
-  local deps, stack, seen = pass.deps, {}, {}
+  local deps, stack, seen, stop = pass.deps, {}, {}, pass.stop
   for i = 1, #roots do
     local r = roots[i]
     if not seen[r] then
@@ -120,7 +135,7 @@ local function count_edges(pass, roots)
   while #stack > 0 do
     local rec = stack[#stack]
     stack[#stack] = nil
-    if not rec.leaf then
+    if not rec.leaf and not (stop and stop[rec]) then
       local i, e = 1, rec[1]
       while e ~= nil do
         if e then
@@ -164,6 +179,11 @@ local function put(pass, rec, g, from)
     raise(string.format("backward: internal error: %s gave a gradient of shape %s where %s was expected",
       from, shape.shape_string(g), shape.shape_string(cur)))
   end
+  if pass.create then -- recorded, out of place: cur may be saved by the new graph
+    grads[rec] = ops.add(cur, g)
+    uses[grads[rec]] = 1
+    return
+  end
   if exclusive(pass, cur) then
     ops.add(cur, g, cur)
   else
@@ -186,7 +206,7 @@ end
 local function seed(pass, roots, root_grads, given_owned)
   for i = 1, #roots do
     local g = root_grads[i]
-    if given_owned and given_owned[g] then pass.owned[g] = true end
+    if given_owned and given_owned[g] and not pass.create then pass.owned[g] = true end
     put(pass, roots[i], g, "the root")
   end
   local queued = {}
@@ -207,6 +227,11 @@ local function accumulate_leaf(pass, rec, g)
     return
   end
   local cur = rec.grad
+  if pass.create then -- recorded: a copy of g first (g may be another tensor's too), then sums
+    rec.grad = cur == nil and g:clone() or ops.add(cur, g)
+    memory.keep(rec.grad)
+    return
+  end
   if cur == nil then
     if owned[g] and uses[g] == 1 and not escaped[g] and fields.storage_refs(g) == 1 and C.lt_is_contiguous(g) ~= 0 then
       rec.grad = g -- steal it
@@ -276,6 +301,76 @@ local function run_formula(pass, rec, g)
   return g1, g2, g3
 end
 
+-- ---- create_graph -------------------------------------------------------------------------
+
+-- The node's saved aliases made records again (those of the tensors they stand for: an alias
+-- with no "src_" field holds the node's own result) while its formula runs; listed in
+-- pass.connected until disconnect.
+local function connect(pass, node)
+  local cls = node.cls
+  local saves, sources, list = cls.saves, cls.sources, pass.connected
+  for i = 1, #saves do
+    local t = node[saves[i]]
+    if t ~= nil and fields.view_kind(t) == fields.SAVED_ALIAS then
+      S.set_record(t, node[sources[i]] or node)
+      fields.set_autograd_state(t, fields.RECORDED)
+      list[#list + 1] = t
+    end
+  end
+end
+
+local function disconnect(pass)
+  local list = pass.connected
+  for i = #list, 1, -1 do
+    local t = list[i]
+    list[i] = nil
+    if not fields.is_freed(t) then
+      S.set_record(t, nil)
+      fields.set_autograd_state(t, fields.UNTRACKED)
+    end
+  end
+end
+
+-- What a backward that is not made of recorded ops returned, each tensor replaced by a view of
+-- it that carries a node raising, naming the op, if a gradient of the gradient reaches it.
+local function unsupported(cls, g1, g2, g3)
+  local hint = cls.no_double and ("; " .. cls.no_double) or ""
+  local what = cls.op and (cls.op .. " (" .. cls.name .. ")") or cls.name
+  local message = what .. ": double backward is not supported (its backward is a fused kernel, not recorded ops)"
+    .. hint
+  local function mark(t) -- a node each: the gradients have different shapes
+    if not is_tensor(t) then return t end
+    return S.attach(S.share(t), {cls = unsupported_cls, message = message})
+  end
+  if type(g1) == "table" and g1 ~= DELIVERED then
+    local list = {}
+    for k, t in pairs(g1) do list[k] = mark(t) end
+    return list
+  end
+  return mark(g1), mark(g2), mark(g3)
+end
+
+-- The node's gradients, recorded (create_graph): its double_backward with the saved tensors
+-- connected, or its plain backward with grad mode off and the result marked unsupported.
+local function run_formula_graph(pass, rec, g)
+  check_saved(rec)
+  local cls = rec.cls
+  local fn, g1, g2, g3 = cls.double_backward, nil, nil, nil
+  if fn then
+    connect(pass, rec)
+    g1, g2, g3 = fn(rec, g)
+    disconnect(pass)
+  else
+    S.enabled = false
+    g1, g2, g3 = cls.backward(rec, g)
+    S.enabled = true
+    g1, g2, g3 = unsupported(cls, g1, g2, g3)
+  end
+  local anomaly = S.anomaly
+  if anomaly ~= nil then anomaly.backward(rec, g1, g2, g3, DELIVERED) end
+  return g1, g2, g3
+end
+
 -- Hands the formula's gradients on along the node's edges; edges whose gradients are now
 -- complete become ready.
 local function pass_on(pass, rec, g1, g2, g3)
@@ -297,11 +392,19 @@ local function pass_on(pass, rec, g1, g2, g3)
 end
 
 local function process_node(pass, rec, g)
+  if pass.stop and pass.stop[rec] then -- the pass ends here: the gradient is captured, not passed on
+    if g ~= nil then observe(pass, rec, g) end
+    return
+  end
   if rec.freed then raise(M.FREED) end
   local g1, g2, g3
   if g ~= nil or rec.cls.always then
     if g ~= nil then g = observe(pass, rec, g) end
-    g1, g2, g3 = run_formula(pass, rec, g)
+    if pass.create then
+      g1, g2, g3 = run_formula_graph(pass, rec, g)
+    else
+      g1, g2, g3 = run_formula(pass, rec, g)
+    end
   end
   if not pass.retain then release(rec) end
   pass_on(pass, rec, g1, g2, g3)
@@ -328,16 +431,18 @@ local function drain(pass)
   end
 end
 
--- Runs the pass with grad mode off and the retain_graph setting visible to the formulas; on
--- an error, the gradients the pass owns are freed.
+-- Runs the pass with grad mode off (on for create_graph) and the retain_graph setting visible
+-- to the formulas; on an error, the gradients the pass owns are freed.
 local function run_guarded(pass)
   local enabled, retaining = S.enabled, S.retain_graph
   local owner = memory.set_owner(nil)
-  S.enabled = false
-  S.retain_graph = pass.retain and true or false -- formulas may reuse saved buffers unless set
+  S.enabled = pass.create
+  -- formulas may reuse saved buffers unless set (under create_graph the new graph may hold them)
+  S.retain_graph = (pass.retain or pass.create) and true or false
   local ok, err = errors.pcall(drain, pass)
   S.enabled, S.retain_graph = enabled, retaining
   memory.set_owner(owner)
+  if pass.create then disconnect(pass) end
   if not ok then
     for _, g in pairs(pass.grads) do
       if pass.owned[g] and not pass.escaped[g] and not fields.is_freed(g) then g:free() end
@@ -347,11 +452,17 @@ local function run_guarded(pass)
 end
 
 -- One backward pass. opts: retain_graph, capture (records -> true: their gradients are
--- returned, and leaves' .grad are left alone), owned (the root gradients autograd made).
+-- returned, and leaves' .grad are left alone), owned (the root gradients autograd made),
+-- create_graph (record the formulas; retain_graph then defaults to true), stop_at_capture (the
+-- captured records' own backward does not run: the pass ends at them).
 function M.run(roots, root_grads, opts)
   opts = opts or {}
+  local create = opts.create_graph and true or false
+  local retain = opts.retain_graph
+  if create and retain == nil then retain = true end
   local pass = {deps = {}, grads = {}, uses = {}, owned = {}, escaped = {}, ready = {}, nready = 0,
-                retain = opts.retain_graph, capture = opts.capture, captured = opts.capture and {} or nil}
+                retain = retain, capture = opts.capture, captured = opts.capture and {} or nil, create = create,
+                connected = create and {} or nil, stop = opts.stop_at_capture and opts.capture or nil}
   count_edges(pass, roots)
   seed(pass, roots, root_grads, opts.owned)
   run_guarded(pass)

@@ -7,6 +7,7 @@
 --   lutra.no_grad(function() ... end)  -- nothing is recorded inside
 --   y:detach(), y:register_hook(fn), y:retain_grad(), lutra.checkpoint(fn, ...)
 --   lutra.detect_anomaly(true)         -- the op that made the first nan/inf, and its line
+--   lutra.autograd.grad(y, x, nil, {create_graph = true})  -- dy/dx, itself differentiable
 --
 -- Every op on a tensor that requires grad, in grad mode, attaches a node to its result
 -- (t.grad_fn names it); backward walks the nodes from the result back to the leaves.
@@ -30,8 +31,31 @@
 -- graph dropped without backward goes back to the GC (two cycles: tensors, then the
 -- nodes' aliases). Run a training step inside lutra.tidy to also return, without a GC,
 -- the activations the step's own code held: leaf gradients survive the scope.
--- Not supported: gradients of gradients (create_graph); backward through in-place writes
--- into views (refused, see above).
+-- Gradients of gradients: backward{create_graph = true} and grad(..., {create_graph = true})
+-- record the backward pass, so the gradients they give (x.grad, or grad's results) have a
+-- grad_fn and can be differentiated again: gradient penalties, Hessian-vector products,
+-- meta-learning.
+--   local gx = lutra.autograd.grad(loss, x, nil, {create_graph = true})
+--   ((gx * gx):sum() * lambda):backward()      -- ||dL/dx||^2 into the parameters' .grad
+--   local g = lutra.autograd.grad(loss, params, nil, {create_graph = true})
+--   local hv = lutra.autograd.grad(g, params, v)  -- Hessian-vector products H v
+-- The graph is then retained (retain_graph defaults to true) and .grad is summed out of place.
+-- Twice differentiable: add, sub, mul, div, neg, pow, maximum/minimum, the scalar forms, every
+-- unary op (exp, log, sqrt, rsqrt, tanh, sigmoid, relu, gelu, silu, abs, sin, cos, square,
+-- reciprocal), clamp, where/masked_fill, copies and casts, sum, mean, max/min, prod, norm,
+-- var, std, softmax, log_softmax, logsumexp, matmul/gemm, F.linear, every view (reshape,
+-- transpose, permute, narrow, slice, select, indexing, expand), cat, stack, index assignment,
+-- F.cross_entropy, F.embedding, gather/scatter/scatter_add/scatter_reduce, index_select/
+-- index_add/index_copy, F.layer_norm, F.rms_norm, F.add_layer_norm, F.add_rms_norm, F.rope,
+-- F.scaled_dot_product_attention and nn's fused qkv attention (their double backward
+-- recomputes the attention weights, (B, H, T, S), with recorded ops), cumsum, cumprod
+-- ((..., L, L) in memory), tril/triu, sort/topk values, lutra.checkpoint (fn recomputed and
+-- differentiated with recorded ops), the tensor-parallel collectives (each backward recorded
+-- as its conjugate collective): the models of the zoo. The vocab-parallel cross-entropy gives
+-- its first gradients, and a gradient of those raises "OP (NodeName): double backward is not
+-- supported (its backward is a fused kernel, not recorded ops)" with what to use instead; so
+-- does any op declared without a recorded backward (lutra/autograd/op.lua).
+-- Not supported: backward through in-place writes into views (refused, see above).
 local S = require "lutra.autograd.state"
 local engine = require "lutra.autograd.engine"
 local tensor = require "lutra.tensor"
@@ -209,17 +233,26 @@ local function root_grad(t, grad, op)
   return grad, false
 end
 
--- backward(tensors, grads, opts): tensors a tensor or a list; grads likewise (nil
--- entries for one-element tensors). opts: retain_graph.
+local OPTIONS = {backward = {retain_graph = true, create_graph = true},
+                 grad = {retain_graph = true, create_graph = true, allow_unused = true}}
+
 local function check_opts(op, opts)
   opts = opts or {}
   if type(opts) ~= "table" then raise(op .. ": options must be a table, got " .. type(opts)) end
-  if opts.create_graph then
-    raise(op .. ": create_graph (gradients of gradients) is not supported: backward formulas run without recording")
+  for k in pairs(opts) do
+    if not OPTIONS[op][k] then
+      local known = {}
+      for name in pairs(OPTIONS[op]) do known[#known + 1] = name end
+      table.sort(known)
+      raise(op .. ": unknown option " .. tostring(k) .. " (" .. table.concat(known, ", ") .. ")")
+    end
   end
   return opts
 end
 
+-- backward(tensors, grads, opts): tensors a tensor or a list; grads likewise (nil
+-- entries for one-element tensors). opts: retain_graph; create_graph (record the backward
+-- pass: the leaves' .grad can be differentiated again; retain_graph then defaults to true).
 function M.backward(tensors, grads, opts)
   if is_tensor(tensors) then tensors, grads = {tensors}, {grads} end
   grads = grads or {}
@@ -236,17 +269,20 @@ function M.backward(tensors, grads, opts)
     roots[#roots + 1] = record(t)
     root_grads[#root_grads + 1] = g
   end
-  engine.run(roots, root_grads, {retain_graph = opts.retain_graph, owned = owned})
+  engine.run(roots, root_grads, {retain_graph = opts.retain_graph, owned = owned, create_graph = opts.create_graph})
 end
 
--- t:backward([grad], [opts]) or t:backward{retain_graph = true}.
+-- t:backward([grad], [opts]) or t:backward{retain_graph = true}; {create_graph = true}
+-- records the backward pass (gradients of gradients: see lutra.autograd).
 function methods.backward(t, grad, opts)
   if type(grad) == "table" and not is_tensor(grad) then grad, opts = nil, grad end
   M.backward({t}, {grad}, opts)
 end
 
 -- The gradients of outputs with respect to inputs (lists, or single tensors), without
--- touching any .grad. grad_outputs as for backward. opts: retain_graph, allow_unused.
+-- touching any .grad. grad_outputs as for backward. opts: retain_graph, allow_unused,
+-- create_graph (the gradients are recorded, differentiable again: penalties, Hessian-vector
+-- products; retain_graph then defaults to true).
 function M.grad(outputs, inputs, grad_outputs, opts)
   local single = is_tensor(inputs)
   if is_tensor(outputs) then outputs, grad_outputs = {outputs}, {grad_outputs} end
@@ -265,7 +301,8 @@ function M.grad(outputs, inputs, grad_outputs, opts)
     if not is_tensor(x) or not is_tracked(x) then raise("grad: input " .. i .. " does not require grad") end
     capture[record(x)] = true
   end
-  local captured = engine.run(roots, root_grads, {retain_graph = opts.retain_graph, owned = owned, capture = capture})
+  local captured = engine.run(roots, root_grads, {retain_graph = opts.retain_graph, owned = owned, capture = capture,
+    create_graph = opts.create_graph})
   local result = {}
   for i, x in ipairs(inputs) do
     result[i] = captured[record(x)]

@@ -13,7 +13,7 @@ local gemm, mul = ops.gemm, ops.mul
 local function edge_or_false(t) return t ~= nil and edge(t) or false end
 
 declare {
-  name = "MmBackward", op = "gemm", save = {"a", "b"},
+  name = "MmBackward", twice_differentiable = true, op = "gemm", save = {"a", "b"},
   record = function(cls, out, a, b, ta, tb, alpha, beta, old)
     local ea, eb = edge(a), edge(b)
     local node = {ea, eb, edge_or_false(old), cls = cls, ta = ta, tb = tb, alpha = alpha, beta = beta}

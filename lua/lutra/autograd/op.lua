@@ -23,6 +23,16 @@
 -- (the engine must not free the gradient backward stored), release(node) (drops what the
 -- node holds beyond its saved tensors).
 --
+-- Gradients of gradients (backward{create_graph = true}): the engine runs the formulas with
+-- grad mode on and the saved tensors connected to the nodes that made them, so that what a
+-- formula computes is recorded in turn. One of, per op:
+--   twice_differentiable = true   backward is written with recorded ops (no kernel of its own,
+--                                 nothing in place on the gradient), so it runs as it is;
+--   double_backward = fn(node, grad)  the same gradients written with recorded ops, used instead of
+--                                 backward (which calls a fused kernel) under create_graph;
+--   neither: the op's gradients are computed but their own gradient raises, naming the op;
+--                                 no_double = "..." says what to use instead.
+--
 -- Op wrappers that cannot require the declaring module (it requires them, for the math of
 -- its backward) look the record up by the `op` name in op.records when they record. The
 -- declaring modules are loaded by lutra.autograd, which the library's entry points (lutra,
@@ -41,7 +51,8 @@ M.records = setmetatable({}, {__index = function(_, name)
 end})
 
 local FLAGS = {name = true, op = true, save = true, record = true, backward = true, always = true,
-               keeps_grad = true, release = true}
+               keeps_grad = true, release = true, twice_differentiable = true, double_backward = true,
+               no_double = true}
 
 local function class_of(spec)
   for k in pairs(spec) do
@@ -55,9 +66,14 @@ local function class_of(spec)
   end
   local op = spec.op
   if type(op) == "table" then op = op[1] end
-  local cls = {name = name, op = op, saves = spec.save or {}, versions = {}, backward = spec.backward,
-               always = spec.always, keeps_grad = spec.keeps_grad, release = spec.release}
-  for i, f in ipairs(cls.saves) do cls.versions[i] = "ver_" .. f end
+  if spec.double_backward ~= nil and type(spec.double_backward) ~= "function" then
+    error("autograd.op: " .. name .. ": double_backward must be a function", 3)
+  end
+  local cls = {name = name, op = op, saves = spec.save or {}, versions = {}, sources = {}, backward = spec.backward,
+               always = spec.always, keeps_grad = spec.keeps_grad, release = spec.release,
+               double_backward = spec.double_backward or (spec.twice_differentiable and spec.backward) or nil,
+               no_double = spec.no_double}
+  for i, f in ipairs(cls.saves) do cls.versions[i], cls.sources[i] = "ver_" .. f, "src_" .. f end
   classes[name] = cls
   return cls
 end
@@ -79,23 +95,29 @@ end
 
 M.edge, M.attach, M.clear = S.edge, S.attach, S.clear
 
--- The node field holding the version of saved tensor `field` ("ver_" .. field, made once).
+-- The node fields holding the version of saved tensor `field` ("ver_" .. field) and, for an
+-- alias of a recorded op's result, that result's record ("src_" .. field), made once.
 local save_value, save_output = S.save_value, S.save_output
-local versions = setmetatable({}, {__index = function(versions, field)
-  local v = "ver_" .. field
-  versions[field] = v
-  return v
-end})
+local function field_names(prefix)
+  return setmetatable({}, {__index = function(names, field)
+    local v = prefix .. field
+    names[field] = v
+    return v
+  end})
+end
+local versions, sources = field_names("ver_"), field_names("src_")
 
 -- Saves tensor t for backward in node[field] (an alias for results of recorded ops).
 function M.save(node, field, t)
-  local s, v = save_value(t)
+  local s, v, src = save_value(t)
   node[field] = s
   node[versions[field]] = v
+  if src ~= nil then node[sources[field]] = src end
   return s
 end
 
--- Saves out, the result of the op being recorded (always through an alias).
+-- Saves out, the result of the op being recorded (always through an alias; with no "src_"
+-- field: the engine knows an alias without one for the node's own result).
 function M.save_output(node, field, out) return save_output(node, field, versions[field], out) end
 
 -- Runs fn(...) with grad mode off: the pieces of an op that records itself as one node

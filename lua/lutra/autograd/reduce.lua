@@ -41,18 +41,18 @@ local function record_saving(cls, out, a, dims, keepdim)
 end
 
 declare {
-  name = "SumBackward", op = "sum", record = record_plain,
+  name = "SumBackward", twice_differentiable = true, op = "sum", record = record_plain,
   backward = function(n, g) return back(n, g) end,
 }
 
 declare {
-  name = "MeanBackward", op = "mean", record = record_plain,
+  name = "MeanBackward", twice_differentiable = true, op = "mean", record = record_plain,
   backward = function(n, g) return back(n, div(g, count(n.dims, n.shape))) end,
 }
 
 -- max/min: the gradient goes to the elements equal to the result, split among ties.
 declare {
-  name = "MaxMinBackward", op = {"max", "min"}, save = {"x", "y"}, record = record_saving,
+  name = "MaxMinBackward", twice_differentiable = true, op = {"max", "min"}, save = {"x", "y"}, record = record_saving,
   backward = function(n, g)
     local hit = n.x:eq(kept(n, n.y)):to(dtype.name(fields.dtype_id(n.x)))
     local ties = ops.sum(hit, n.dims, true)
@@ -61,7 +61,7 @@ declare {
 }
 
 declare {
-  name = "ProdBackward", op = "prod", save = {"x", "y"}, record = record_saving,
+  name = "ProdBackward", twice_differentiable = true, op = "prod", save = {"x", "y"}, record = record_saving,
   backward = function(n, g)
     local x, y = n.x, n.y
     local gk, yk = kept(n, g), kept(n, y)
@@ -76,7 +76,7 @@ declare {
 }
 
 declare {
-  name = "NormBackward", op = "norm", save = {"x", "y"}, record = record_saving,
+  name = "NormBackward", twice_differentiable = true, op = "norm", save = {"x", "y"}, record = record_saving,
   backward = function(n, g) -- x / |x|, 0 where |x| == 0
     local y = n.y
     local gy = where(y:eq(0), 0, div(g, y))
@@ -94,7 +94,7 @@ local function var_std_node(cls, a, dims, keepdim, correction)
 end
 
 declare {
-  name = "VarBackward", op = "var", save = {"x"},
+  name = "VarBackward", twice_differentiable = true, op = "var", save = {"x"},
   record = function(cls, out, a, dims, keepdim, correction)
     attach(out, var_std_node(cls, a, dims, keepdim, correction))
   end,
@@ -106,7 +106,7 @@ declare {
 }
 
 declare {
-  name = "StdBackward", op = "std", save = {"x", "y"},
+  name = "StdBackward", twice_differentiable = true, op = "std", save = {"x", "y"},
   record = function(cls, out, a, dims, keepdim, correction)
     local node = var_std_node(cls, a, dims, keepdim, correction)
     save_output(node, "y", out)
@@ -131,11 +131,16 @@ end
 declare {
   name = "SoftmaxBackward", op = "softmax", save = {"y"}, record = record_softmax,
   backward = function(n, g) return softmax.softmax_backward(g, n.y, n.dim) end,
+  double_backward = function(n, g) -- y (g - sum(g y))
+    local y = n.y
+    return mul(y, sub(g, ops.sum(mul(g, y), n.dim, true)))
+  end,
 }
 
 declare {
   name = "LogSoftmaxBackward", op = "log_softmax", save = {"y"}, record = record_softmax,
   backward = function(n, g) return softmax.log_softmax_backward(g, n.y, n.dim) end,
+  double_backward = function(n, g) return sub(g, mul(ops.exp(n.y), ops.sum(g, n.dim, true))) end, -- g - p sum(g)
 }
 
 return {}

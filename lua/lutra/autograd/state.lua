@@ -138,9 +138,14 @@ end
 M.dest = nil
 
 -- The tensor to hold for backward in place of t (an alias for results of recorded ops,
--- see the header) and its version.
+-- see the header), its version, and for an alias the record of t (the node that made it:
+-- backward{create_graph = true} connects the alias to it while the formulas run).
 function M.save_value(t)
-  if is_recorded(t) then t = M.alias(t) end
+  local src
+  if is_recorded(t) then
+    src = record(t)
+    t = M.alias(t)
+  end
   local dest, v = M.dest, nil
   if dest ~= nil and fields.same_storage(dest, t) then
     v = -1
@@ -148,7 +153,7 @@ function M.save_value(t)
     v = version_of(t)
   end
   remember(t)
-  return t, v
+  return t, v, src
 end
 
 -- Saves the output of the op being recorded (always through an alias: out becomes a

@@ -26,17 +26,17 @@ local function record_view4(cls, out, t, a, b, c, d)
 end
 
 declare {
-  name = "ViewBackward", op = "reshape", record = record_view,
+  name = "ViewBackward", twice_differentiable = true, op = "reshape", record = record_view,
   backward = function(n, g) return g:reshape(n.shape) end,
 }
 
 declare {
-  name = "TransposeBackward", op = "transpose", record = record_view2,
+  name = "TransposeBackward", twice_differentiable = true, op = "transpose", record = record_view2,
   backward = function(n, g) return g:transpose(n.a, n.b) end,
 }
 
 declare {
-  name = "PermuteBackward", op = "permute",
+  name = "PermuteBackward", twice_differentiable = true, op = "permute",
   record = function(cls, out, t, dims)
     local inverse, n = {}, t.ndim
     for i = 1, #dims do
@@ -49,11 +49,27 @@ declare {
 }
 
 declare {
-  name = "ExpandBackward", op = "expand", record = record_view,
+  name = "ExpandBackward", twice_differentiable = true, op = "expand", record = record_view,
   backward = function(n, g) return reduce_to(g, n.shape) end,
 }
 
--- slice, select, index: the gradient lands in zeros at the place the view took.
+-- slice, select, index: the gradient lands in zeros at the place the view took. Recorded
+-- (create_graph): the same write as an index assignment z[key] = g (IndexPutBackward).
+local function put_at(n, g, key)
+  local z = zeros(n.shape, g)
+  index.set(z, key, g)
+  return z
+end
+
+-- The index key of dim `dim` (negative from the end) taking `entry`, the dims before it whole.
+local function key_at(n, dim, entry)
+  if dim < 0 then dim = dim + #n.shape end
+  local key = {}
+  for d = 1, dim do key[d] = {} end
+  key[dim + 1] = entry
+  return key
+end
+
 declare {
   name = "SliceBackward", op = "slice", record = record_view4, -- a, b, c, d: dim, start, stop, step
   backward = function(n, g)
@@ -61,6 +77,7 @@ declare {
     z:slice(n.a, n.b, n.c, n.d):copy_(g)
     return z
   end,
+  double_backward = function(n, g) return put_at(n, g, key_at(n, n.a, {n.b, n.c, n.d})) end,
 }
 
 declare {
@@ -70,6 +87,7 @@ declare {
     z:select(n.a, n.b):copy_(g)
     return z
   end,
+  double_backward = function(n, g) return put_at(n, g, key_at(n, n.a, n.b)) end,
 }
 
 declare {
@@ -79,6 +97,7 @@ declare {
     index.get(z, n.a):copy_(g)
     return z
   end,
+  double_backward = function(n, g) return put_at(n, g, n.a) end,
 }
 
 -- ---- cat, stack -----------------------------------------------------------------------
@@ -97,7 +116,7 @@ local function record_cat(cls, out, list, dim)
 end
 
 declare {
-  name = "CatBackward", op = "cat", record = record_cat,
+  name = "CatBackward", twice_differentiable = true, op = "cat", record = record_cat,
   backward = function(n, g)
     local grads, start = {}, 0
     for i = 1, n.n do
@@ -110,7 +129,7 @@ declare {
 }
 
 declare {
-  name = "StackBackward", op = "stack", record = record_cat,
+  name = "StackBackward", twice_differentiable = true, op = "stack", record = record_cat,
   backward = function(n, g)
     local grads = {}
     for i = 1, n.n do
@@ -124,7 +143,7 @@ declare {
 
 -- t (its old value, whose record edge(t) still is) got value at key.
 declare {
-  name = "IndexPutBackward", op = "index_put",
+  name = "IndexPutBackward", twice_differentiable = true, op = "index_put",
   record = function(cls, t, key, value)
     local node = {edge(t), false, cls = cls, key = key}
     if ops.is_tensor(value) then

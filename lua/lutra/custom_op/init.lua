@@ -25,7 +25,9 @@
 -- records a node named "<Name>Backward" (t.grad_fn); backward's gradients must have their
 -- inputs' shapes and dtypes (checked, naming the input). ctx is a table: ctx:save(...) /
 -- ctx:saved(), and any other field forward stores (numbers, flags) is there in backward;
--- ctx.needs_input_grad[i] says whether input i wants a gradient.
+-- ctx.needs_input_grad[i] says whether input i wants a gradient. double_backward = function(ctx,
+-- grad), optional: the same gradients written with built-in (recorded) ops, which gradients of
+-- gradients (backward{create_graph = true}) use; without it they raise, naming the op.
 local errors = require "lutra.errors"
 local ops = require "lutra.ops"
 local op = require "lutra.autograd.op"
@@ -103,21 +105,28 @@ end
 function M.custom_op(spec)
   if type(spec) ~= "table" then raise("custom_op: expected a table {name =, forward =, backward =}") end
   for key in pairs(spec) do
-    if key ~= "name" and key ~= "forward" and key ~= "backward" then raise("custom_op: unknown field " .. tostring(key)) end
+    if key ~= "name" and key ~= "forward" and key ~= "backward" and key ~= "double_backward" then
+      raise("custom_op: unknown field " .. tostring(key) .. " (name, forward, backward, double_backward)")
+    end
   end
-  local name, forward, backward = spec.name, spec.forward, spec.backward
+  local name, forward, backward, double = spec.name, spec.forward, spec.backward, spec.double_backward
   if type(name) ~= "string" or not name:match("^[%a_][%w_]*$") then raise("custom_op: name must be an identifier, got " .. tostring(name)) end
   if type(forward) ~= "function" then raise(string.format("custom_op '%s': forward must be a function", name)) end
   if backward ~= nil and type(backward) ~= "function" then raise(string.format("custom_op '%s': backward must be a function", name)) end
+  if double ~= nil and (type(double) ~= "function" or backward == nil) then
+    raise(string.format("custom_op '%s': double_backward must be a function, given with backward", name))
+  end
+  local function grads_of(fn, node, g)
+    local grads = {fn(node.ctx, g)}
+    if #grads == 1 and type(grads[1]) == "table" and not is_tensor(grads[1]) then grads = grads[1] end
+    return check_grads(name, node, node.inputs, grads)
+  end
   local record = op.declare {
     name = class_name(name), save = SAVE_FIELDS,
     record = function(cls, out, node) node.cls = cls; op.attach(out, node) end,
-    backward = function(node, g)
-      local ctx = node.ctx
-      local grads = {backward(ctx, g)}
-      if #grads == 1 and type(grads[1]) == "table" and not is_tensor(grads[1]) then grads = grads[1] end
-      return check_grads(name, node, node.inputs, grads)
-    end,
+    backward = function(node, g) return grads_of(backward, node, g) end,
+    double_backward = double and function(node, g) return grads_of(double, node, g) end or nil,
+    no_double = string.format("give custom_op '%s' a double_backward = function(ctx, grad) written with built-in ops", name),
     release = function(node) node.ctx, node.inputs = nil, nil end,
   }
   local function call(...)

@@ -71,6 +71,7 @@ end
 
 local record_cross_entropy = op.declare {
   name = "VocabParallelCrossEntropyBackward", save = {"logits", "targets", "lse", "scale"},
+  no_double = "for gradients of gradients run the model without tensor parallelism (no tp.parallelize)",
   record = function(cls, loss, logits, t1, lse, scale, lo)
     local node = {op.edge(logits), cls = cls, lo = lo, shape = logits.shape}
     op.save(node, "logits", logits)

@@ -10,7 +10,9 @@
 --   split_seq(x, group)           x (B, T, ...) the same on every rank -> this rank's piece
 --                                 (B, T/n, ...); backward all-gathers the gradient
 -- n is group.size; rank i holds the positions [i T/n, (i+1) T/n). With a group of one
--- every op returns x itself. Every rank of the group must call the same ops in the same
+-- every op returns x itself. Gradients of gradients (create_graph): each backward is recorded
+-- as its conjugate op (copy_to's as reduce_from and back, gather_seq's as reduce_scatter_seq
+-- and back, split_seq's as gather_seq), whose own backward is the first op's forward. Every rank of the group must call the same ops in the same
 -- order (the collectives pair up by order), forward and backward.
 local op = require "lutra.autograd.op"
 local S = require "lutra.autograd.state"
@@ -28,10 +30,11 @@ local M = {}
 local function quiet(fn, ...) return (op.untracked(fn, ...)) end
 
 -- Declares a collective whose node keeps the group; returns a function attaching it to out
--- when x takes part in autograd.
-local function declare(name, backward)
+-- when x takes part in autograd. conjugate: the name of the op (in M) that computes backward's
+-- result and records it (create_graph).
+local function declare(name, backward, conjugate)
   local record = op.declare {
-    name = name, backward = backward,
+    name = name, backward = backward, double_backward = function(n, g) return M[conjugate](g, n.group) end,
     record = function(cls, out, x, group) op.attach(out, {op.edge(x), cls = cls, group = group}) end,
   }
   return function(out, x, group)
@@ -63,7 +66,7 @@ end
 
 -- ---- f and g ---------------------------------------------------------------------------------
 
-local record_copy_to = declare("TPCopyToBackward", function(n, g) return all_reduced(g, n.group) end)
+local record_copy_to = declare("TPCopyToBackward", function(n, g) return all_reduced(g, n.group) end, "reduce_from")
 
 function M.copy_to(x, group)
   check("tp.copy_to", x, group)
@@ -71,7 +74,7 @@ function M.copy_to(x, group)
   return record_copy_to(S.share(x), x, group)
 end
 
-local record_reduce_from = declare("TPReduceFromBackward", function(_, g) return g end)
+local record_reduce_from = declare("TPReduceFromBackward", function(_, g) return g end, "copy_to")
 
 function M.reduce_from(x, group)
   check("tp.reduce_from", x, group)
@@ -124,7 +127,8 @@ local function reduce_scatter_t(x, group, shape)
   return out
 end
 
-local record_gather_seq = declare("TPGatherSeqBackward", function(n, g) return reduce_scatter_t(g, n.group, g.shape) end)
+local record_gather_seq = declare("TPGatherSeqBackward", function(n, g) return reduce_scatter_t(g, n.group, g.shape) end,
+  "reduce_scatter_seq")
 
 function M.gather_seq(x, group)
   check("tp.gather_seq", x, group)
@@ -133,7 +137,7 @@ function M.gather_seq(x, group)
 end
 
 local record_reduce_scatter_seq = declare("TPReduceScatterSeqBackward",
-  function(n, g) return gather_t(g, n.group, g.shape) end)
+  function(n, g) return gather_t(g, n.group, g.shape) end, "gather_seq")
 
 function M.reduce_scatter_seq(x, group)
   check("tp.reduce_scatter_seq", x, group)
@@ -141,7 +145,8 @@ function M.reduce_scatter_seq(x, group)
   return record_reduce_scatter_seq(quiet(reduce_scatter_t, x, group, x.shape), x, group)
 end
 
-local record_split_seq = declare("TPSplitSeqBackward", function(n, g) return gather_t(g, n.group, g.shape) end)
+local record_split_seq = declare("TPSplitSeqBackward", function(n, g) return gather_t(g, n.group, g.shape) end,
+  "gather_seq")
 
 function M.split_seq(x, group)
   check("tp.split_seq", x, group)

@@ -30,6 +30,7 @@ local new, fail = memory.new, errors.fail
 local need, tensor_or_nil, tracked4, row_stats = U.need, U.tensor_or_nil, U.tracked4, U.row_stats
 local declare, edge, attach, save, save_output = op.declare, op.edge, op.attach, op.save, op.save_output
 local layer_norm_backward, rms_norm_backward = layer_norm.layer_norm_backward, rms_norm.rms_norm_backward
+local ops = require "lutra.ops"
 
 -- y's record keeps an alias of y's gradient: a reference of its own to the storage, made outside
 -- the formula's temporaries. The engine then frees the gradient as usual, and the storage lives
@@ -42,6 +43,11 @@ local record_output = declare {
     local owner = memory.set_owner(nil)
     n[1].dy = S.alias(g)
     memory.set_owner(owner)
+    return engine.DELIVERED
+  end,
+  -- create_graph: y's gradient as it is (recorded; nothing is freed in that mode)
+  double_backward = function(n, g)
+    n[1].dy = g
     return engine.DELIVERED
   end,
 }
@@ -60,9 +66,9 @@ local record_add_norm = declare {
   name = "AddNormBackward", op = "add_norm", save = {"res", "w", "mean", "rstd"},
   always = true, -- runs from y's gradient even when res got none of its own
   -- mean is nil for rms_norm.
-  record = function(cls, res, y, x, residual, w, b, mean, rstd)
+  record = function(cls, res, y, x, residual, w, b, mean, rstd, eps)
     local node = {edge(x), edge(residual), w ~= nil and edge(w) or false, b ~= nil and edge(b) or false, cls = cls,
-                  center = mean ~= nil}
+                  center = mean ~= nil, eps = eps}
     save_output(node, "res", res)
     if w ~= nil then save(node, "w", w) end
     if mean ~= nil then save(node, "mean", mean) end
@@ -83,6 +89,23 @@ local record_add_norm = declare {
     local gx = (n[1] or n[2]) and dx or nil
     return {n[1] and gx or nil, n[2] and gx or nil, dw, db}
   end,
+  -- the same with recorded ops (the norms' backward_graph, from res, which this node made)
+  double_backward = function(n, g)
+    local dy = n.dy
+    n.dy = nil
+    if dy == nil then
+      if g == nil then return nil end
+      return g, g
+    end
+    local dx, dw, db
+    if n.center then
+      dx, dw, db = layer_norm.layer_norm_backward_graph(dy, n.res, n.w, n.eps, true, n[3], n[4])
+    else
+      dx, dw = rms_norm.rms_norm_backward_graph(dy, n.res, n.w, n.eps, true, n[3])
+    end
+    if g ~= nil then dx = ops.add(dx, g) end
+    return {n[1] and dx or nil, n[2] and dx or nil, dw, db}
+  end,
 }
 
 function M.add_layer_norm(x, residual, weight, bias, eps)
@@ -93,7 +116,9 @@ function M.add_layer_norm(x, residual, weight, bias, eps)
   local res, out = new(), new()
   local mean, rstd = row_stats(x), row_stats(x)
   if C.lt_add_layer_norm_forward(res, out, mean, rstd, x, residual, weight, bias, eps or 1e-5) ~= 0 then fail() end
-  if tracked4(x, residual, weight, bias) then record_add_norm(res, out, x, residual, weight, bias, mean, rstd) end
+  if tracked4(x, residual, weight, bias) then
+    record_add_norm(res, out, x, residual, weight, bias, mean, rstd, eps or 1e-5)
+  end
   return res, out, mean, rstd
 end
 
@@ -104,7 +129,7 @@ function M.add_rms_norm(x, residual, weight, eps)
   local res, out = new(), new()
   local rstd = row_stats(x)
   if C.lt_add_rms_norm_forward(res, out, rstd, x, residual, weight, eps or 1e-6) ~= 0 then fail() end
-  if tracked4(x, residual, weight) then record_add_norm(res, out, x, residual, weight, nil, nil, rstd) end
+  if tracked4(x, residual, weight) then record_add_norm(res, out, x, residual, weight, nil, nil, rstd, eps or 1e-6) end
   return res, out, rstd
 end
 

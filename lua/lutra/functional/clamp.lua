@@ -121,7 +121,7 @@ end
 
 -- torch's clamp_backward and clamp_backward_min_max (derivatives.yaml), masks by nested where
 record_clamp = op.declare {
-  name = "ClampTensorBackward", save = {"x", "lo", "hi"},
+  name = "ClampTensorBackward", save = {"x", "lo", "hi"}, twice_differentiable = true, -- masks and sums
   record = function(cls, out, x, lo, hi)
     local node = {edge(x), edge_or_false(lo), edge_or_false(hi), cls = cls, sx = shape_if_broadcast(x, out)}
     save(node, "x", x)

@@ -106,6 +106,26 @@ record_cross_entropy = op.declare {
     end
     return cross_entropy_backward(dlosses, logits, n.targets, n.lse, n.ignore_index, out)
   end,
+  -- (softmax(logits) - one_hot(targets)) dlosses with recorded ops; rows of ignore_index get 0
+  double_backward = function(n, g)
+    local logits = n.logits
+    local rows, v = n.lse:size(0), logits:size(-1)
+    local dt = dtype.name(fields.dtype_id(logits))
+    local t1 = n.targets:reshape(-1)
+    local valid = ops.ne(t1, n.ignore_index)
+    local dlosses
+    if n.reduction == "none" then
+      dlosses = g:reshape(rows)
+    else
+      if n.reduction == "mean" then g = ops.div(g, n.valid:to(dtype.name(fields.dtype_id(g)))) end
+      dlosses = g:reshape(1):expand(rows)
+    end
+    dlosses = ops.where(valid, dlosses, 0):to(dt)
+    local picked = require("lutra.create").zeros({rows, v}, {dtype = dt, device = logits.device})
+    picked = require("lutra.functional.gather").scatter(picked, 1, ops.where(valid, t1, 0):unsqueeze(1), 1)
+    local p = ops.softmax(logits:reshape(rows, v), -1)
+    return ops.mul(ops.sub(p, picked), dlosses:unsqueeze(1)):reshape(logits.shape)
+  end,
 }
 
 return M

@@ -66,6 +66,11 @@ record_embedding = op.declare {
     attach(out, node)
   end,
   backward = function(n, g) return embedding_backward(g, n.ids, n.wshape) end,
+  double_backward = function(n, g) -- the rows of g added at ids into zeros, recorded (index_add)
+    local c = n.wshape[2]
+    local z = require("lutra.create").zeros(n.wshape, {dtype = g.dtype, device = g.device})
+    return require("lutra.functional.index_select").index_add(z, 0, n.ids:reshape(-1), g:reshape(-1, c))
+  end,
 }
 
 return M

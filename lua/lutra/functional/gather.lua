@@ -105,7 +105,7 @@ function M.scatter_reduce(x, dim, index, src, reduce, opts)
 end
 
 record_gather = op.declare {
-  name = "GatherBackward", op = "gather", save = {"index"},
+  name = "GatherBackward", twice_differentiable = true, op = "gather", save = {"index"},
   record = function(cls, out, x, dim, index)
     local node = {edge(x), cls = cls, dim = dim, xshape = shape_of(x)}
     save(node, "index", index)
@@ -133,7 +133,7 @@ local function scatter_node(cls, out, x, dim, index, src)
 end
 
 record_scatter = op.declare {
-  name = "ScatterBackward", op = "scatter", save = {"index"},
+  name = "ScatterBackward", twice_differentiable = true, op = "scatter", save = {"index"},
   record = scatter_node,
   backward = function(n, g)
     local dx = n[1] and scatter(g, n.dim, n.index, 0) or nil
@@ -142,7 +142,7 @@ record_scatter = op.declare {
 }
 
 record_scatter_add = op.declare {
-  name = "ScatterAddBackward", op = "scatter_add", save = {"index"},
+  name = "ScatterAddBackward", twice_differentiable = true, op = "scatter_add", save = {"index"},
   record = scatter_node,
   backward = function(n, g) return n[1] and g or nil, n[2] and src_grad("scatter_add", n, g) or nil end,
 }
@@ -150,7 +150,7 @@ record_scatter_add = op.declare {
 -- amax / amin, as PyTorch's: the gradient of each result is split evenly between the values
 -- (x's at the place, src's scattered there) equal to it
 record_scatter_reduce = op.declare {
-  name = "ScatterReduceBackward", op = "scatter_reduce", save = {"x", "src", "out", "index"},
+  name = "ScatterReduceBackward", twice_differentiable = true, op = "scatter_reduce", save = {"x", "src", "out", "index"},
   record = function(cls, out, x, dim, index, src)
     local node = {edge(x), edge(src), cls = cls, dim = dim, sshape = shape_of(src)}
     save(node, "x", x)

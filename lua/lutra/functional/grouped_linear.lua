@@ -135,6 +135,23 @@ record = op.declare {
     end
     return dx, dw
   end,
+  -- the same with recorded ops (gradients of gradients): one matmul per group on narrowed rows
+  double_backward = function(n, g)
+    local dx, dw, row = {}, {}, 0
+    local opts = {dtype = g.dtype, device = g.device}
+    for e, count in ipairs(n.counts) do
+      local ge = g:narrow(0, row, count)
+      if n[1] and count > 0 then dx[#dx + 1] = ge:matmul(n.w:select(0, e - 1)) end
+      if n[2] then
+        dw[e] = count > 0 and ge:t():matmul(n.x:narrow(0, row, count))
+          or create.zeros({fields.size(g, 1), fields.size(n.x, 1)}, opts)
+      end
+      row = row + count
+    end
+    local gx = nil
+    if n[1] then gx = #dx > 0 and create.cat(dx, 0) or create.zeros({0, fields.size(n.w, 2)}, opts) end
+    return gx, n[2] and create.stack(dw, 0) or nil
+  end,
 }
 
 return M

@@ -58,7 +58,7 @@ M.index_copy = index_write("index_copy", function(...) return C.lt_index_copy(..
 local index_select, index_add, index_copy = M.index_select, M.index_add, M.index_copy
 
 record_select = op.declare {
-  name = "IndexSelectBackward", op = "index_select", save = {"index"},
+  name = "IndexSelectBackward", twice_differentiable = true, op = "index_select", save = {"index"},
   record = function(cls, out, x, dim, index)
     local node = {edge(x), cls = cls, dim = dim, xshape = shape_of(x)}
     save(node, "index", index)
@@ -74,13 +74,13 @@ local function write_node(cls, out, x, dim, index, src)
 end
 
 record_add = op.declare {
-  name = "IndexAddBackward", op = "index_add", save = {"index"},
+  name = "IndexAddBackward", twice_differentiable = true, op = "index_add", save = {"index"},
   record = write_node,
   backward = function(n, g) return n[1] and g or nil, n[2] and index_select(g, n.dim, n.index) or nil end,
 }
 
 record_copy = op.declare {
-  name = "IndexCopyBackward", op = "index_copy", save = {"index"},
+  name = "IndexCopyBackward", twice_differentiable = true, op = "index_copy", save = {"index"},
   record = write_node,
   backward = function(n, g)
     local dx = n[1] and index_copy(g, n.dim, n.index, zeros(n.sshape, g)) or nil

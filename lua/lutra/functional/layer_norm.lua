@@ -6,10 +6,13 @@
 --   F.layer_norm(x, {C}, weight, bias, eps, out)  -- torch's normalized_shape, checked
 --   F.layer_norm_backward(dout, x, weight, mean, rstd, dres, need_weight, need_bias)
 --                                                 -> dx (+ dres when given), dweight, dbias
+--   F.layer_norm_backward_graph(dout, x, weight, eps, need_x, need_weight, need_bias)
+--                                                 -> the same with recorded ops (gradients of gradients)
 local lt = require "lutra.ffi"
 local errors = require "lutra.errors"
 local memory = require "lutra.memory"
 local op = require "lutra.autograd.op"
+local ops = require "lutra.ops"
 local U = require "lutra.functional.util"
 local C = lt.C
 
@@ -31,7 +34,7 @@ function M.layer_norm(x, ...)
   out = out or new()
   local mean, rstd = row_stats(x), row_stats(x)
   if C.lt_layer_norm_forward(out, mean, rstd, x, weight, bias, eps or 1e-5) ~= 0 then fail() end
-  if tracked(x, weight, bias) then record_layer_norm(out, x, weight, bias, mean, rstd) end
+  if tracked(x, weight, bias) then record_layer_norm(out, x, weight, bias, mean, rstd, eps or 1e-5) end
   return out, mean, rstd
 end
 
@@ -51,10 +54,31 @@ function M.layer_norm_backward(dout, x, weight, mean, rstd, dres, need_weight, n
 end
 local layer_norm_backward = M.layer_norm_backward
 
+-- dx, dweight, dbias of layer_norm(x, weight, bias, eps) for dout, with recorded ops, so that they
+-- are differentiable again (create_graph); mean and rstd are recomputed from x (functions of it):
+-- xhat = (x - mean) rstd, gy = dout weight; dx = rstd (gy - mean(gy) - xhat mean(gy xhat)).
+-- need_x, need_weight, need_bias: which to make (nil for the others).
+function M.layer_norm_backward_graph(dout, x, weight, eps, need_x, need_weight, need_bias)
+  local C = x:size(-1)
+  local xc = ops.sub(x, ops.mean(x, -1, true))
+  local rstd = ops.rsqrt(ops.add(ops.mean(ops.mul(xc, xc), -1, true), eps))
+  local xhat = ops.mul(xc, rstd)
+  local gy = weight ~= nil and ops.mul(dout, weight) or dout
+  local dx, dw, db
+  if need_x then
+    local centered = ops.sub(gy, ops.mean(gy, -1, true))
+    dx = ops.mul(rstd, ops.sub(centered, ops.mul(xhat, ops.mean(ops.mul(gy, xhat), -1, true))))
+  end
+  if need_weight then dw = ops.sum(ops.mul(dout, xhat):reshape(-1, C), 0) end
+  if need_bias then db = ops.sum(dout:reshape(-1, C), 0) end
+  return dx, dw, db
+end
+local layer_norm_backward_graph = M.layer_norm_backward_graph
+
 record_layer_norm = op.declare {
   name = "LayerNormBackward", op = "layer_norm", save = {"x", "w", "mean", "rstd"},
-  record = function(cls, out, x, w, b, mean, rstd)
-    local node = {edge(x), edge_or_false(w), edge_or_false(b), cls = cls}
+  record = function(cls, out, x, w, b, mean, rstd, eps)
+    local node = {edge(x), edge_or_false(w), edge_or_false(b), cls = cls, eps = eps}
     save(node, "x", x)
     if w ~= nil then save(node, "w", w) end
     save(node, "mean", mean)
@@ -65,6 +89,7 @@ record_layer_norm = op.declare {
     local dx, dw, db = layer_norm_backward(g, n.x, n.w, n.mean, n.rstd, nil, n[2], n[3])
     return n[1] and dx or nil, dw, db
   end,
+  double_backward = function(n, g) return layer_norm_backward_graph(g, n.x, n.w, n.eps, n[1], n[2], n[3]) end,
 }
 
 return M

@@ -88,6 +88,14 @@ record_linear = op.declare {
     if n[3] then gb = ops.sum(g2, 0) end
     return gx, gw, gb
   end,
+  double_backward = function(n, g) -- the steps above, recorded (no fused parameter gradients)
+    local gx, gw, gb
+    local g2 = (n[2] or n[3]) and g:reshape(-1, g:size(-1)) or nil
+    if n[1] then gx = ops.matmul(g, n.w) end
+    if n[2] then gw = gemm(g2, n.x:reshape(-1, n.x:size(-1)), {trans_a = true}) end
+    if n[3] then gb = ops.sum(g2, 0) end
+    return gx, gw, gb
+  end,
 }
 
 return M

@@ -5,10 +5,13 @@
 --   F.rms_norm(x, weight, eps, out)        -> y, rstd
 --   F.rms_norm(x, {C}, weight, eps, out)   -- torch's normalized_shape, checked
 --   F.rms_norm_backward(dout, x, weight, rstd, dres, need_weight) -> dx (+ dres when given), dweight
+--   F.rms_norm_backward_graph(dout, x, weight, eps, need_x, need_weight)
+--                                          -> the same with recorded ops (gradients of gradients)
 local lt = require "lutra.ffi"
 local errors = require "lutra.errors"
 local memory = require "lutra.memory"
 local op = require "lutra.autograd.op"
+local ops = require "lutra.ops"
 local U = require "lutra.functional.util"
 local C = lt.C
 
@@ -29,7 +32,7 @@ function M.rms_norm(x, ...)
   out = out or new()
   local rstd = row_stats(x)
   if C.lt_rms_norm_forward(out, rstd, x, weight, eps or 1e-6) ~= 0 then fail() end
-  if tracked(x, weight) then record_rms_norm(out, x, weight, rstd) end
+  if tracked(x, weight) then record_rms_norm(out, x, weight, rstd, eps or 1e-6) end
   return out, rstd
 end
 
@@ -48,10 +51,24 @@ function M.rms_norm_backward(dout, x, weight, rstd, dres, need_weight)
 end
 local rms_norm_backward = M.rms_norm_backward
 
+-- dx, dweight of rms_norm(x, weight, eps) for dout, with recorded ops, so that they are
+-- differentiable again (create_graph); rstd is recomputed from x: xhat = x rstd, gy = dout weight;
+-- dx = rstd (gy - xhat mean(gy xhat)). need_x, need_weight: which to make (nil for the others).
+function M.rms_norm_backward_graph(dout, x, weight, eps, need_x, need_weight)
+  local rstd = ops.rsqrt(ops.add(ops.mean(ops.mul(x, x), -1, true), eps))
+  local xhat = ops.mul(x, rstd)
+  local gy = weight ~= nil and ops.mul(dout, weight) or dout
+  local dx, dw
+  if need_x then dx = ops.mul(rstd, ops.sub(gy, ops.mul(xhat, ops.mean(ops.mul(gy, xhat), -1, true)))) end
+  if need_weight then dw = ops.sum(ops.mul(dout, xhat):reshape(-1, x:size(-1)), 0) end
+  return dx, dw
+end
+local rms_norm_backward_graph = M.rms_norm_backward_graph
+
 record_rms_norm = op.declare {
   name = "RMSNormBackward", op = "rms_norm", save = {"x", "w", "rstd"},
-  record = function(cls, out, x, w, rstd)
-    local node = {edge(x), edge_or_false(w), cls = cls}
+  record = function(cls, out, x, w, rstd, eps)
+    local node = {edge(x), edge_or_false(w), cls = cls, eps = eps}
     save(node, "x", x)
     if w ~= nil then save(node, "w", w) end
     save(node, "rstd", rstd)
@@ -61,6 +78,7 @@ record_rms_norm = op.declare {
     local dx, dw = rms_norm_backward(g, n.x, n.w, n.rstd, nil, n[2])
     return n[1] and dx or nil, dw
   end,
+  double_backward = function(n, g) return rms_norm_backward_graph(g, n.x, n.w, n.eps, n[1], n[2]) end,
 }
 
 return M

@@ -5,6 +5,7 @@
 --   F.rope(x, positions, rope, out)             -> x rotated; x (B, T, H, D), positions (T),
 --                                                  (B, T) or nil (0 .. T-1)
 --   F.rope_backward(dout, positions, rope, out) -> dx
+--   F.rope_backward_graph(dout, positions, rope) -> dx, recorded (gradients of gradients)
 --   F.rope_table(where, rope, half)             -> rope checked, its inv_freq an f64 cpu tensor
 --
 -- rope is theta (a number, 10000 when nil: frequencies theta^(-2i/D)) or a table
@@ -96,14 +97,31 @@ function M.rope_backward(dout, positions, rope, out)
 end
 local rope_backward = M.rope_backward
 
+local function rope_node(cls, out, x, positions, rope)
+  local node = {edge(x), cls = cls, rope = rope}
+  if positions ~= nil then save(node, "positions", positions) end
+  attach(out, node)
+end
+
+-- The inverse rotation, recorded (RopeBackward's double_backward): its gradient is the rotation.
+local record_rope_inverse = op.declare {
+  name = "RopeInverseBackward", save = {"positions"}, record = rope_node,
+  backward = function(n, g) return M.rope(g, n.positions, n.rope) end,
+  twice_differentiable = true,
+}
+
+-- F.rope_backward recorded for autograd (the inverse rotation of dout, differentiable again).
+function M.rope_backward_graph(dout, positions, rope)
+  local dx = rope_backward(dout, positions, rope)
+  if tracked(dout) then record_rope_inverse(dx, dout, positions, rope) end
+  return dx
+end
+local rope_backward_graph = M.rope_backward_graph
+
 record_rope = op.declare {
-  name = "RopeBackward", op = "rope", save = {"positions"},
-  record = function(cls, out, x, positions, rope)
-    local node = {edge(x), cls = cls, rope = rope}
-    if positions ~= nil then save(node, "positions", positions) end
-    attach(out, node)
-  end,
+  name = "RopeBackward", op = "rope", save = {"positions"}, record = rope_node,
   backward = function(n, g) return rope_backward(g, n.positions, n.rope) end,
+  double_backward = function(n, g) return rope_backward_graph(g, n.positions, n.rope) end,
 }
 
 return M

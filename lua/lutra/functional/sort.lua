@@ -37,6 +37,13 @@ local record_picked = op.declare {
     attach(values, node)
   end,
   backward = function(n, g) return sort_backward(g, n.indices, n.dim, n.n) end,
+  double_backward = function(n, g) -- g scattered to its indices in zeros, recorded
+    if g.ndim == 0 then return g end
+    local shape, dim = g.shape, n.dim < 0 and n.dim + g.ndim or n.dim
+    shape[dim + 1] = n.n
+    local z = require("lutra.create").zeros(shape, {dtype = g.dtype, device = g.device})
+    return require("lutra.functional.gather").scatter(z, dim, n.indices, g)
+  end,
 }
 
 function M.sort(x, dim, descending, stable)

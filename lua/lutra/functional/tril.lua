@@ -30,6 +30,7 @@ local record_tri = op.declare {
     attach(out, {edge(x), cls = cls, name = name, diagonal = diagonal})
   end,
   backward = function(n, g) return masked(n.name, g, n.diagonal) end,
+  double_backward = function(n, g) return M[n.name](g, n.diagonal) end, -- recorded
 }
 
 for name in pairs(FN) do

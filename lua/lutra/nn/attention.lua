@@ -136,6 +136,17 @@ local record_qkv_attention = op.declare {
     end
     return dqkv
   end,
+  -- recorded (create_graph): q, k, v split and rotated again from qkv, the attention's and the
+  -- rotations' backward with recorded ops, the three gradients put side by side
+  double_backward = function(n, g)
+    local q, k, v = split_rotated(n.qkv, n.H, n.Hkv, n.theta, n.positions)
+    local dq, dk, dv = F.attention_backward_graph(g, q, k, v, {causal = true, scale = n.scale,
+      segment_ids = n.segments, window = n.window})
+    if n.theta then
+      dq, dk = F.rope_backward_graph(dq, n.positions, n.theta), F.rope_backward_graph(dk, n.positions, n.theta)
+    end
+    return create.cat({dq, dk, dv}, 2)
+  end,
 }
 
 -- The views and kernels of qkv_attention: one recorded op (run untracked).
