@@ -42,7 +42,8 @@ Options:
 What it sets: --bind-to none; -x LUTRA_*, NCCL_*, UCX_*, CUDA_VISIBLE_DEVICES when set;
 OMP_NUM_THREADS = cores / ranks per node (at least 1) and OPENBLAS_NUM_THREADS=1 (lutra
 splits gemms over the OpenMP threads itself) unless you set them; --oversubscribe when the
-ranks outnumber this machine's cores; --allow-run-as-root when run as root. On GPUs each
+ranks outnumber this machine's cores; --allow-run-as-root when run as root; LUTRA_TTY=1 when
+this command's output is a terminal, else 0 (progress lines in place, or one line a step). On GPUs each
 rank uses cuda:(local rank % GPUs) unless LUTRA_DEVICE is set.
 Exit status: the job's (the first failing rank's); 2 for a bad command line.
 Examples:
@@ -227,7 +228,7 @@ local function hostfile_slots(path)
   return most
 end
 
--- opts (from parse) and sys = {cpus, cores, gpus, root, exe, mpirun, env, dir} -> argv (a list)
+-- opts (from parse) and sys = {cpus, cores, gpus, root, exe, mpirun, env, dir, tty} -> argv (a list)
 -- and the number of ranks (nil when the hostfile decides).
 function M.command(o, sys)
   local env = sys.env
@@ -253,6 +254,9 @@ function M.command(o, sys)
   if sys.dir then set.LUTRA_HOLD_FILE = sys.dir .. "/hold" end
   if o.stdin == nil then set.LUTRA_CONSOLE_DIR = sys.dir end
   if o.repl_on_error then set.LUTRA_REPL_ON_ERROR = "1" end
+  -- mpirun gives each rank a pty, whatever its own output is: the ranks' progress lines update
+  -- in place only where the launcher's stdout is a terminal (lutra.train.progress)
+  if sys.tty ~= nil and not env.LUTRA_TTY then set.LUTRA_TTY = sys.tty and "1" or "0" end
   -- restarts: the ranks resume from the latest valid checkpoint; LUTRA_LAUNCH_DIR keeps what
   -- must outlive one attempt (a fault injected once, ranks reported lost)
   if sys.dir then set.LUTRA_LAUNCH_DIR = sys.dir end
@@ -303,7 +307,7 @@ function M.main(words)
       .. "or give its path with --mpirun or LUTRA_MPIRUN")
   end
   local sys = {cpus = cpus, cores = cores, gpus = gpu_count(), root = ffi.C.geteuid() == 0, exe = self_exe(),
-               mpirun = mpirun or name, env = env}
+               mpirun = mpirun or name, env = env, tty = require("lutra.train.progress").isatty(1)}
   -- a directory for the console (stdin lent to a rank's REPL) and the hold file: visible to
   -- every rank, so in the current directory (shared on clusters) when a hostfile spreads the
   -- ranks over nodes, else in $TMPDIR

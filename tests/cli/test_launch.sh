@@ -44,6 +44,7 @@ expect_grep "dry-run: the lutra executable runs the recipe" "$out" " $LUTRA '$re
 expect_grep "dry-run: the console directory" "$out" ' -x LUTRA_CONSOLE_DIR=[^ ]*/.lutra-launch-'
 expect_grep "dry-run: the hold file" "$out" ' -x LUTRA_HOLD_FILE=[^ ]*/.lutra-launch-[^ ]*/hold '
 expect_nogrep "dry-run: no post-mortem without --repl-on-error" "$out" 'LUTRA_REPL_ON_ERROR'
+expect_grep "dry-run: output not a terminal, so the ranks' progress is plain lines" "$out" ' -x LUTRA_TTY=0 '
 if [ "$(id -u)" = 0 ]; then
   expect_grep "dry-run: root allowed" "$out" ' --allow-run-as-root '
 else
@@ -60,6 +61,9 @@ expect_nogrep "dry-run: the user's thread count kept" "$out" 'OMP_NUM_THREADS='
 expect_grep "dry-run: LUTRA_* forwarded" "$out" ' -x LUTRA_SOMETHING '
 expect_grep "dry-run: NCCL_* forwarded" "$out" ' -x NCCL_DEBUG '
 expect_grep "dry-run: -n=2 and --" "$out" ' -np 2 .* '"'$recipe'"'$'
+out=$(LUTRA_TTY=1 "$LUTRA" launch -n 2 --dry-run "$recipe")
+expect_grep "dry-run: the user's LUTRA_TTY forwarded" "$out" ' -x LUTRA_TTY '
+expect_nogrep "dry-run: the user's LUTRA_TTY kept" "$out" 'LUTRA_TTY='
 launch -n 2 --repl-on-error --dry-run "$recipe"
 expect_grep "repl-on-error: post-mortem asked of every rank" "$out" ' -x LUTRA_REPL_ON_ERROR=1 '
 printf 'node1 slots=4\nnode2 slots=4 # comment\n' >"$T/hosts"

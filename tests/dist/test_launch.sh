@@ -6,6 +6,7 @@
 # while the other rank is held past its collective timeout, and leaving it ends the job non-zero; lutra.debug{rank = 1}
 # stops rank 1 in a REPL (reads and assigns locals, reads a shard's global shape) while rank 0
 # waits past the timeout, then both go on; the same on a terminal (pty), with the rank in the prompt;
+# the progress bar writes plain lines when the job's output is a file and in place on a terminal;
 # SIGTERM to the launcher stops the job.
 # usage (from the repo root): bash tests/dist/test_launch.sh LUTRA MPIRUN
 LUTRA=$(realpath "${1:?usage: test_launch.sh LUTRA MPIRUN}")
@@ -96,6 +97,14 @@ expect_grep "debug: rank 0 went on after waiting" "^after debug: rank 0 secret 1
 expect_nogrep "debug: no watchdog abort" "has not completed after" err
 expect_eq "debug: one REPL" "$(grep -c 'lutra.debug on rank' "$T/err")" "1"
 
+# ---- progress lines: plain when the job's output is a file (the ranks' pty notwithstanding) --------
+launch "" -n 2 $S/launch_progress.lua
+expect_eq "progress to a file: status" "$st" "0"
+expect_grep "progress to a file: rank 0 plain" "^rank 0 in place false$" out
+expect_grep "progress to a file: rank 1 plain" "^rank 1 in place false$" out
+expect_grep "progress to a file: a line a step" "^step 3/3 \| loss 0.3333$" out
+if grep -q $'\r\|\e\[K' "$T/out"; then bad "progress to a file: carriage returns or ESC[K in the file"; else ok; fi
+
 # ---- lutra.debug() on every rank: REPLs in turn, one terminal ---------------------------------
 PAUSE=0 LUTRA_COMM_TIMEOUT=5 launch $'mine = mine + 1\n' -n 2 $S/launch_debug_all.lua
 expect_eq "debug all: status" "$st" "0"
@@ -141,10 +150,13 @@ s.expect(r"debug\[rank 1\]> ")
 s.eof()
 check("tty debug: Ctrl-D continues all", s.expect(r"after debug: rank 1 secret 5") is not None)
 check("tty debug: the job ends well", s.wait() == 0)
+s = Session([lutra, "launch", "-n", "2", scripts + "/launch_progress.lua"], timeout=40)
+check("tty progress: in place on a terminal", s.expect(r"rank 0 in place true") is not None)
+check("tty progress: the line rewritten (ESC[K)", b"\x1b[K" in s.raw)
 summary()
 PY
 )
-  if printf '%s\n' "$out" | grep -q '^6 passed, 0 failed$'; then ok; else bad "on a terminal: $out"; fi
+  if printf '%s\n' "$out" | grep -q '^8 passed, 0 failed$'; then ok; else bad "on a terminal: $out"; fi
 fi
 
 echo "$pass passed, $fail failed"

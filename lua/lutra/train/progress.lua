@@ -20,6 +20,16 @@ function M.isatty(fd)
   return ok and r == 1
 end
 
+-- Whether stdout shows progress in place: LUTRA_TTY=1 or 0 when set (lutra launch sets it from
+-- its own stdout); else under mpirun, whose ranks write to a pty even when the job's output
+-- goes to a file, plain lines; else whether stdout is a terminal.
+function M.stdout_is_terminal()
+  local forced = os.getenv("LUTRA_TTY")
+  if forced == "1" or forced == "0" then return forced == "1" end
+  if os.getenv("OMPI_COMM_WORLD_SIZE") or os.getenv("PMI_SIZE") or os.getenv("PMIX_RANK") then return false end
+  return M.isatty(1)
+end
+
 -- Seconds as 1h02m, 3m05s or 12s.
 function M.duration(s)
   if s == nil or s ~= s or s == math.huge or s < 0 then return "?" end
@@ -43,7 +53,7 @@ function M.new(opts)
   opts = opts or {}
   local out = opts.out or io.stdout
   local tty = opts.tty
-  if tty == nil then tty = out == io.stdout and M.isatty(1) end
+  if tty == nil then tty = out == io.stdout and M.stdout_is_terminal() end
   return setmetatable({total = opts.total, out = out, tty = tty, open = false,
                        width = #tostring(opts.total or 0)}, Progress)
 end
