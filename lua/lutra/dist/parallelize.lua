@@ -116,19 +116,25 @@ end
 
 -- Forward and backward of k local batches (gradient accumulation: each loss scaled by
 -- 1/k); communication only after the last. Returns the sum of the k batches' mean losses
--- over the global batch (the same on every rank) and this rank's count of the tokens.
+-- over the global batch (the same on every rank) and loss_fn's extra numbers, averaged over the
+-- k batches and the data-parallel ranks (nil when it gives none; pipeline stages give none).
 function Par:forward_backward(batches, loss_fn)
   local k = #batches
   local sum = 0
   local sync = self.ddp or self.zero
+  local extras = nil -- the mean over the k batches of loss_fn's extra numbers
   for i, batch in ipairs(batches) do
     local function run()
       if self.stage then
         local m = self.micro_batches
         return self.stage:train_step(split_rows(batch, m), 1 / (m * k)) / m
       end
-      local loss = loss_fn(self.model, batch)
+      local loss, extra = loss_fn(self.model, batch)
       local value = loss:item()
+      if type(extra) == "table" then
+        extras = extras or {}
+        for name, v in pairs(extra) do extras[name] = (extras[name] or 0) + (type(v) == "number" and v or v:item()) / k end
+      end
       if k > 1 then loss = loss * (1 / k) end
       loss:backward()
       return value
@@ -141,7 +147,46 @@ function Par:forward_backward(batches, loss_fn)
       sum = sum + run()
     end
   end
-  return self:mean_over_dp(sum)
+  return self:mean_over_dp(sum), self:extras_over_dp(extras)
+end
+
+-- A number for a list of names, the same on every rank that has the same names.
+local function names_hash(names)
+  local h = 5381
+  for _, name in ipairs(names) do
+    for c in name:gmatch(".") do h = (h * 33 + c:byte()) % 2147483647 end
+    h = (h * 33 + 1) % 2147483647
+  end
+  return h
+end
+
+-- loss_fn's extra metrics {name = number} (or nil) averaged over the data-parallel ranks, which
+-- must all give the same names (checked: else an error naming this rank's). Two small
+-- collectives: the names' count and hash (max of {n, -n, h, -h}), then the values.
+function Par:extras_over_dp(extras)
+  local dp = self.mesh.dp
+  local names = {}
+  for name in pairs(extras or {}) do names[#names + 1] = name end
+  table.sort(names)
+  if dp.size == 1 then return extras end
+  local h = names_hash(names)
+  local check = create.tensor({#names, -#names, h, -h}, {dtype = "f64"})
+  dp:all_reduce(check, "max")
+  local c = check:tolist()
+  check:free()
+  if c[1] ~= -c[2] or c[3] ~= -c[4] then
+    raise(string.format("train: loss_fn's extra metrics differ across the data-parallel ranks (this rank, %d, gives {%s}): "
+      .. "every rank must return the same names", self.mesh.rank, table.concat(names, ", ")))
+  end
+  if #names == 0 then return nil end
+  local values = {}
+  for i, name in ipairs(names) do values[i] = extras[name] end
+  local t = create.tensor(values, {dtype = "f64"})
+  dp:all_reduce(t, "avg")
+  local out = {}
+  for i, v in ipairs(t:tolist()) do out[names[i]] = v end
+  t:free()
+  return out
 end
 
 -- The mean of a number over the data-parallel ranks.

@@ -13,7 +13,9 @@
 -- clipped to grad_clip (global norm; 0: no clipping, the norm is still measured) and the
 -- optimizer steps at the schedule's lr for that step. The default loss is the model's
 -- next-token loss: select(2, model:forward(x, y)). A batch handed to loss_fn is
--- {x =, y =, x, y} (or the loader's own table when it returns one).
+-- {x =, y =, x, y} (or the loader's own table when it returns one). loss_fn's extra numbers are
+-- logged with the step, averaged over its micro-batches and over the data-parallel ranks (which
+-- must give the same names); pipeline stages compute the model's own loss and give none.
 --
 -- Config keys (any missing one takes the default in DEFAULTS below): steps, grad_accum,
 -- grad_clip, lr, min_lr, warmup, schedule ("cosine", "linear", "constant", "wsd"),

@@ -131,7 +131,7 @@ end
 function M.parallel(run, lr)
   local k, par = run.grad_accum, run.par
   local tokens = 0
-  local loss_sum, norm, event = 0, 0, nil
+  local loss_sum, norm, event, extras = 0, 0, nil, nil
   tidy(function()
     par:zero_grad()
     local batches = {}
@@ -145,7 +145,8 @@ function M.parallel(run, lr)
     if par.stage and prec.dtype then
       raise("train: precision = \"" .. prec.mode .. "\" with pipeline parallel is not supported yet")
     end
-    loss_sum = prec:run(par.forward_backward, par, batches, faulty(run, prec:scaled(run.loss_fn))) / prec:factor()
+    loss_sum, extras = prec:run(par.forward_backward, par, batches, faulty(run, prec:scaled(run.loss_fn)))
+    loss_sum = loss_sum / prec:factor()
     local take = true
     if not prec.loss_scale then
       norm = par:finish(run.get "grad_clip")
@@ -163,7 +164,7 @@ function M.parallel(run, lr)
     return par.optimizer.state
   end)
   -- tokens of the global batch: every dp rank took its own rows (tp and pp ranks share them)
-  return loss_sum / k, tokens * run.mesh.dp_size, norm, run.prec:report(nil), event
+  return loss_sum / k, tokens * run.mesh.dp_size, norm, run.prec:report(extras), event
 end
 
 -- The mean over n batches of f(batch) in eval mode (the model's train mode comes back after).
