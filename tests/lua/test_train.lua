@@ -130,6 +130,10 @@ test("progress: in place on a terminal, plain lines otherwise", function()
   bar:finish()
   local s = out:text()
   assert(s:find("^\rstep   5/100 | loss 2.5000 | lr 1.00e%-03 | norm 0.750 | 12.3k tok/s | eta 1m15s\27%[K\r"), s)
+  equal(progress.new{total = 100, tty = false}:format{step = 5, loss = 2.5, peak_mem_mb = 1536},
+    "step   5/100 | loss 2.5000 | mem 1.5 GB")
+  equal(progress.new{total = 100, tty = false}:format{step = 5, loss = 2.5, peak_mem_mb = 812.4},
+    "step   5/100 | loss 2.5000 | mem 812 MB")
   assert(s:find("\r\27%[Kval\n$"), s)
   out = sink()
   bar = progress.new{total = 100, out = out, tty = false}
@@ -305,6 +309,8 @@ test("schedule, evaluation, metrics.jsonl, samples and config in the run directo
       steps[#steps + 1] = rec.step
       equal(rec.lr, sched(rec.step - 1))
       assert(rec.grad_norm > 0 and rec.tokens_per_s > 0, "grad_norm and tokens_per_s")
+      -- the device's peak tensor memory: at least the model's parameters and their gradients
+      assert(rec.peak_mem_mb >= 2 * model:num_parameters() * 4 / 2 ^ 20, "peak_mem_mb " .. tostring(rec.peak_mem_mb))
     else
       vals[#vals + 1] = rec.step
       assert(rec.val_loss > 0)

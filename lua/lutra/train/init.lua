@@ -52,6 +52,7 @@ local step_mod = require "lutra.train.step"
 local resume_mod = require "lutra.train.resume"
 local batch_mod = require "lutra.train.batch"
 local nonfinite = require "lutra.train.nonfinite"
+local memory = require "lutra.memory"
 
 local raise = errors.raise
 local now = interrupt.now
@@ -234,7 +235,8 @@ function Trainer:train_step()
   if interrupt.pending() then self.interrupted = true end
   local t = now()
   local r = {step = self.step, loss = loss, lr = lr, grad_norm = norm, tokens = self.tokens, step_ms = dt * 1000,
-             tokens_per_s = (self.tokens - self.tok_window) / math.max(t - self.t_window, 1e-9)}
+             tokens_per_s = (self.tokens - self.tok_window) / math.max(t - self.t_window, 1e-9),
+             peak_mem_mb = memory.memory_stats(self.device).peak / 2 ^ 20} -- this rank's device, the process's peak
   if extras then
     for name, v in pairs(extras) do r[name] = v end
   end

@@ -39,6 +39,12 @@ function M.duration(s)
   return string.format("%ds", s)
 end
 
+-- Megabytes as 812 MB, 12.3 GB.
+function M.megabytes(mb)
+  if mb >= 1024 then return string.format("%.1f GB", mb / 1024) end
+  return string.format("%.0f MB", mb)
+end
+
 -- 12345 -> "12.3k", 1.2e6 -> "1.20M"
 function M.count(n)
   if n >= 1e6 then return string.format("%.2fM", n / 1e6) end
@@ -66,6 +72,7 @@ function Progress:format(r)
   if r.grad_norm then parts[#parts + 1] = string.format("norm %.3f", r.grad_norm) end
   if r.tokens_per_s then parts[#parts + 1] = M.count(r.tokens_per_s) .. " tok/s" end
   if r.ms_per_step then parts[#parts + 1] = string.format("%.0f ms/step", r.ms_per_step) end
+  if r.peak_mem_mb then parts[#parts + 1] = string.format("mem %s", M.megabytes(r.peak_mem_mb)) end
   if r.eta then parts[#parts + 1] = "eta " .. M.duration(r.eta) end
   return table.concat(parts, " | ")
 end
