@@ -338,6 +338,41 @@ test("loss_fn: a custom loss and extra metrics", function()
     config = {steps = 1, eval_every = 0}, loss_fn = function() return "x" end})
 end)
 
+test("MFU: model FLOPs per token counted by hand (gpt2, moe), and the record's mfu from them", function()
+  local mfu = require "lutra.train.mfu"
+  -- gpt2, d 16, 2 layers, vocab 11, block 12, tied head: the parameters a token passes through
+  local d, L, V, Tn = 16, 2, 11, 12
+  local block = 2 * d + (3 * d * d + 3 * d) + (d * d + d) + 2 * d + (4 * d * d + 4 * d) + (4 * d * d + d)
+  local n = V * d + L * block + 2 * d -- wte, blocks, ln_f (wpe left out)
+  local model = tiny_model("gpt2", 3)
+  equal(mfu.flops_per_token(model), 6 * n + 12 * L * Tn * d)
+  -- moe, 4 experts top-2 of d_ff 8: 2 of the 4 experts' weights
+  lt.manual_seed(3)
+  local moe = models.build{arch = "moe", n_layer = 1, n_head = 2, d_model = d, vocab_size = V, block_size = Tn,
+                           n_experts = 4, top_k = 2, ffn_hidden = 8}
+  local dense, experts = 0, 0
+  for name, p in moe:named_parameters() do
+    if name:match("%.mlp%.w_") then experts = experts + p:numel() else dense = dense + p:numel() end
+  end
+  equal(experts, 3 * 4 * 8 * d)
+  equal(mfu.flops_per_token(moe), 6 * (dense + experts / 2) + 12 * 1 * Tn * d)
+  equal(mfu.flops_per_token({}), nil)
+  -- a run's records: mfu = tokens/s x FLOPs per token / the CPU's measured GEMM rate
+  local recs = {}
+  train{model = model, data = fixed_loader(2, 2, 6), quiet = true, config = {steps = 2, eval_every = 0, warmup = 0},
+        log = function(rec) recs[#recs + 1] = rec end}
+  local peak = mfu.peak_flops("cpu", "f32")
+  assert(peak > 1e8, "a measured GEMM rate above 0.1 GFLOP/s: " .. peak)
+  for _, rec in ipairs(recs) do
+    if rec.loss then
+      close(rec.mfu, rec.tokens_per_s * mfu.flops_per_token(model) / peak, {rtol = 1e-12, atol = 0, msg = "mfu"})
+      assert(rec.mfu > 0 and rec.mfu < 1, "mfu " .. rec.mfu)
+    end
+  end
+  equal(progress.new{total = 100, tty = false}:format{step = 5, loss = 2.5, mfu = 0.456, peak_mem_mb = 36},
+    "step   5/100 | loss 2.5000 | MFU 45.6% | mem 36 MB")
+end)
+
 test("a given optimizer and its own schedule", function()
   local model = tiny_model("gpt2", 18)
   local S = require "lutra.optim.schedule"

@@ -116,8 +116,9 @@ end
 
 -- Forward and backward of k local batches (gradient accumulation: each loss scaled by
 -- 1/k); communication only after the last. Returns the sum of the k batches' mean losses
--- over the global batch (the same on every rank) and loss_fn's extra numbers, averaged over the
--- k batches and the data-parallel ranks (nil when it gives none; pipeline stages give none).
+-- over the global batch (the same on every rank) and this rank's mean over the k batches of
+-- loss_fn's extra numbers (nil when it gives none; pipeline stages give none): extras_over_dp
+-- averages them after finish(), when no gradient reduction is in flight any more.
 function Par:forward_backward(batches, loss_fn)
   local k = #batches
   local sum = 0
@@ -147,7 +148,7 @@ function Par:forward_backward(batches, loss_fn)
       sum = sum + run()
     end
   end
-  return self:mean_over_dp(sum), self:extras_over_dp(extras)
+  return self:mean_over_dp(sum), extras
 end
 
 -- A number for a list of names, the same on every rank that has the same names.

@@ -53,6 +53,7 @@ local resume_mod = require "lutra.train.resume"
 local batch_mod = require "lutra.train.batch"
 local nonfinite = require "lutra.train.nonfinite"
 local memory = require "lutra.memory"
+local mfu = require "lutra.train.mfu"
 
 local raise = errors.raise
 local now = interrupt.now
@@ -237,6 +238,7 @@ function Trainer:train_step()
   local r = {step = self.step, loss = loss, lr = lr, grad_norm = norm, tokens = self.tokens, step_ms = dt * 1000,
              tokens_per_s = (self.tokens - self.tok_window) / math.max(t - self.t_window, 1e-9),
              peak_mem_mb = memory.memory_stats(self.device).peak / 2 ^ 20} -- this rank's device, the process's peak
+  if self.mfu then r.mfu = r.tokens_per_s * self.mfu.flops_per_token / self.mfu.peak end
   if extras then
     for name, v in pairs(extras) do r[name] = v end
   end
@@ -271,6 +273,7 @@ function Trainer:start_clock()
   self.interrupted = false
   self.train_seconds = 0 -- in training steps only (not evaluation, samples, checkpoints)
   self.stop_at = self.args.until_step or self.total -- stop (and save) there, as an interrupt would
+  self.mfu = mfu.of_run(self) -- model FLOPs utilisation's figures (lutra.train.mfu), or nil
 end
 
 -- Evaluate, sample, step, log, save, until config.steps (or until_step, or Ctrl-C).

@@ -72,6 +72,7 @@ function Progress:format(r)
   if r.grad_norm then parts[#parts + 1] = string.format("norm %.3f", r.grad_norm) end
   if r.tokens_per_s then parts[#parts + 1] = M.count(r.tokens_per_s) .. " tok/s" end
   if r.ms_per_step then parts[#parts + 1] = string.format("%.0f ms/step", r.ms_per_step) end
+  if r.mfu then parts[#parts + 1] = string.format("MFU %.1f%%", 100 * r.mfu) end
   if r.peak_mem_mb then parts[#parts + 1] = string.format("mem %s", M.megabytes(r.peak_mem_mb)) end
   if r.eta then parts[#parts + 1] = "eta " .. M.duration(r.eta) end
   return table.concat(parts, " | ")

@@ -156,6 +156,9 @@ function M.parallel(run, lr)
       norm, take = prec:measured(par:finish(0)), false
     end
     -- the loss is the global mean and the norm global: every rank decides alike
+    -- loss_fn's extras over the dp ranks: after finish(), with no reduction in flight (an error
+    -- here, names that differ, leaves nothing pending)
+    extras = par:extras_over_dp(extras)
     event = nonfinite.event(run, loss_sum / k, norm)
     sharded.fence() -- a background save has copied the weights before they change
     if take and not event then par.optimizer:step{lr = lr} end
