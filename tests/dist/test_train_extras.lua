@@ -3,7 +3,8 @@
 -- layouts, logged once by rank 0: under dp = 2 the mean of the ranks' values (each rank gives
 -- its own rank + 1: 1.5 is logged), under tp = 2 the value of rank 0's dp group (the loss the
 -- same on both tp ranks); one row per step, the loss and the extras of the same step. A loss_fn
--- whose names differ across the dp ranks is an error naming this rank's names.
+-- whose names differ across the dp ranks is an error naming this rank's names. The run's time
+-- split has the parallel phases (forward_backward, communication, optimizer).
 local lt = require "lutra"
 local comm = require "lutra.dist.comm"
 local metrics = require "lutra.train.metrics"
@@ -43,6 +44,9 @@ for _, case in ipairs {{{dp = 2}, 1.5}, {{tp = 2}, 1}} do
   local layout, want = case[1], case[2]
   test("extra metrics under " .. (layout.dp and "dp = 2" or "tp = 2") .. ": in metrics.jsonl, once a step", function()
     local r = run(layout, with_extras)
+    -- the time split of a parallel layout: forward and backward together, then the communication
+    assert(r.time_split.forward_backward > 0 and r.time_split.communication > 0 and r.time_split.optimizer > 0,
+      "time split " .. require("lutra.json").encode(r.time_split))
     if R == 0 then
       local rows = metrics.read(run_dir .. "/metrics.jsonl")
       local steps = {}

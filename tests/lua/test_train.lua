@@ -373,6 +373,26 @@ test("MFU: model FLOPs per token counted by hand (gpt2, moe), and the record's m
     "step   5/100 | loss 2.5000 | MFU 45.6% | mem 36 MB")
 end)
 
+test("time split: the phases of a run add up to its wall time; the table at the end", function()
+  local model = tiny_model("gpt2", 4)
+  local r = train{model = model, data = fixed_loader(3, 2, 6), val_data = fixed_loader(2, 2, 6, 8), quiet = true,
+                  config = {steps = 4, eval_every = 2, eval_iters = 1, warmup = 0, run_dir = dir .. "/split", ckpt_every = 2}}
+  local split, sum = r.time_split, 0
+  for _, phase in ipairs {"data", "forward", "backward", "optimizer", "evaluation", "checkpoint"} do
+    assert(split[phase] and split[phase] > 0, "phase " .. phase .. ": " .. tostring(split[phase]))
+  end
+  for _, s in pairs(split) do sum = sum + s end
+  -- the phases and "other" add up to the run's wall time: result.seconds, plus the last save's wait after it
+  assert(sum >= r.seconds and sum - r.seconds <= (split.checkpoint or 0) + 0.05,
+    string.format("split sum %.4f, run %.4f", sum, r.seconds))
+  local t = require("lutra.train.timing").new()
+  t:add("forward", 1.5)
+  t:add("backward", 2.5)
+  equal(t:lines(5), {"time split            seconds   share", "forward                  1.50   30.0%",
+                     "backward                 2.50   50.0%", "other                    1.00   20.0%",
+                     "total                    5.00  100.0%"})
+end)
+
 test("a given optimizer and its own schedule", function()
   local model = tiny_model("gpt2", 18)
   local S = require "lutra.optim.schedule"

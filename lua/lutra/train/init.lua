@@ -54,6 +54,7 @@ local batch_mod = require "lutra.train.batch"
 local nonfinite = require "lutra.train.nonfinite"
 local memory = require "lutra.memory"
 local mfu = require "lutra.train.mfu"
+local timing = require "lutra.train.timing"
 
 local raise = errors.raise
 local now = interrupt.now
@@ -274,6 +275,7 @@ function Trainer:start_clock()
   self.train_seconds = 0 -- in training steps only (not evaluation, samples, checkpoints)
   self.stop_at = self.args.until_step or self.total -- stop (and save) there, as an interrupt would
   self.mfu = mfu.of_run(self) -- model FLOPs utilisation's figures (lutra.train.mfu), or nil
+  self.timing = timing.new() -- seconds per phase (lutra.train.timing), printed at the end
 end
 
 -- Evaluate, sample, step, log, save, until config.steps (or until_step, or Ctrl-C).
@@ -282,9 +284,15 @@ function Trainer:loop()
   local eval_every, sample_every, ckpt_every = get "eval_every", get "sample_every", get "ckpt_every"
   while true do
     local done = self.step >= self.total
-    if self.val and eval_every > 0 and (self.step % eval_every == 0 or done) then self:evaluate() end
+    local t0 = now()
+    if self.val and eval_every > 0 and (self.step % eval_every == 0 or done) then
+      self:evaluate()
+      self.timing:add("evaluation", now() - t0)
+    end
+    local t1 = now()
     if sample_every > 0 and not self.par and self.step > 0 and (self.step % sample_every == 0 or done) then
       self:sample()
+      self.timing:add("samples", now() - t1)
     end
     if done then break end
     local r, t, event = self:train_step()
@@ -295,7 +303,9 @@ function Trainer:loop()
       self:log_step(r, t)
       local stopping = self.interrupted or (self.step >= self.stop_at and self.step < self.total)
       if self.ckpt_root and ((ckpt_every > 0 and self.step % ckpt_every == 0) or stopping) then
+        local t2 = now()
         self.checkpoint = self:save()
+        self.timing:add("checkpoint", now() - t2)
       end
       if stopping then break end -- before the next evaluation: a resumed run does that one
     elseif self.interrupted then
@@ -337,6 +347,12 @@ function Trainer:finish()
   end
   -- an asynchronous save still writing: the run ends when it is committed (errors raise here)
   sharded.wait()
+  self.timing:add("checkpoint", now() - elapsed - self.t_start) -- the last save and the wait
+  local total = now() - self.t_start
+  result.time_split = self.timing:split(total)
+  if not self.quiet and self.step > 0 then
+    for _, line in ipairs(self.timing:lines(total)) do self:say(line) end
+  end
   return result
 end
 

@@ -23,6 +23,7 @@ local raise, is_tensor = errors.raise, ops.is_tensor
 local tidy = memory.tidy
 local next_batch, to_number = batch_mod.next, batch_mod.to_number
 local finite = nonfinite.finite
+local now = require("lutra.train.interrupt").now
 
 local M = {}
 
@@ -71,10 +72,16 @@ end
 local function accumulate(run, k)
   local loss_sum, tokens, extras = 0, 0, nil
   local loss_fn = faulty(run, run.loss_fn)
+  local timing = run.timing
   for _ = 1, k do
+    local t0 = now()
     local batch = next_batch(run.data, run.device)
+    local t1 = now()
     tokens = tokens + batch_mod.tokens(batch)
-    local loss, extra = loss_fn(run.model, batch)
+    local loss, extra = loss_fn(run.model, batch) -- called by its name: a traceback says 'loss_fn'
+    local t2 = now()
+    timing:add("data", t1 - t0)
+    timing:add("forward", t2 - t1)
     if not is_tensor(loss) and type(loss) ~= "table" then
       raise("train: the loss must be a tensor, got " .. type(loss))
     end
@@ -82,6 +89,7 @@ local function accumulate(run, k)
     if k > 1 then loss = loss * (1 / k) end
     loss = run.prec:scale(loss) -- fp16: times the loss scale (else loss itself)
     run.prec:backward(loss) -- loss:backward(), under the forward's autocast (bf16, fp16)
+    timing:add("backward", now() - t2)
     if type(extra) == "table" then
       extras = extras or {}
       for name, v in pairs(extra) do extras[name] = (extras[name] or 0) + to_number(v) / k end
@@ -111,6 +119,7 @@ function M.single(run, lr)
     run.opt:zero_grad()
     loss_sum, tokens, extras = accumulate(run, k)
     local n, take
+    local t_opt = now()
     if finite(loss_sum) then
       -- fp32/bf16: clip_grad_norm, step; fp16: unscale + clip, no step when a gradient is inf/nan
       n, take = run.prec:clip_grads(params, run.get "grad_clip", M.clip_grad_norm)
@@ -120,6 +129,7 @@ function M.single(run, lr)
     event = nonfinite.event(run, loss_sum / k, n)
     sharded.fence() -- a background save has copied the weights before they change
     if take and not event then run.opt:step{lr = lr} end
+    run.timing:add("optimizer", now() - t_opt)
     free_grads(params)
     return n, run.opt.state -- the optimizer's state outlives the scope
   end)
@@ -134,9 +144,11 @@ function M.parallel(run, lr)
   local loss_sum, norm, event, extras = 0, 0, nil, nil
   tidy(function()
     par:zero_grad()
-    local batches = {}
+    local batches, timing = {}, run.timing
     for i = 1, k do
+      local t0 = now()
       batches[i] = next_batch(run.data, run.device)
+      timing:add("data", now() - t0)
       tokens = tokens + batch_mod.tokens(batches[i])
     end
     -- fp16: losses scaled before backward, gradients unscaled + clipped after the sync,
@@ -145,7 +157,10 @@ function M.parallel(run, lr)
     if par.stage and prec.dtype then
       raise("train: precision = \"" .. prec.mode .. "\" with pipeline parallel is not supported yet")
     end
+    local t0 = now()
     loss_sum, extras = prec:run(par.forward_backward, par, batches, faulty(run, prec:scaled(run.loss_fn)))
+    local t1 = now()
+    timing:add("forward_backward", t1 - t0)
     loss_sum = loss_sum / prec:factor()
     local take = true
     if not prec.loss_scale then
@@ -155,13 +170,16 @@ function M.parallel(run, lr)
     else
       norm, take = prec:measured(par:finish(0)), false
     end
+    timing:add("communication", now() - t1)
     -- the loss is the global mean and the norm global: every rank decides alike
     -- loss_fn's extras over the dp ranks: after finish(), with no reduction in flight (an error
     -- here, names that differ, leaves nothing pending)
     extras = par:extras_over_dp(extras)
     event = nonfinite.event(run, loss_sum / k, norm)
     sharded.fence() -- a background save has copied the weights before they change
+    local t2 = now()
     if take and not event then par.optimizer:step{lr = lr} end
+    timing:add("optimizer", now() - t2)
     par:after_step()
     par:zero_grad()
     return par.optimizer.state
