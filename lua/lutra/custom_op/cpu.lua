@@ -30,18 +30,43 @@ for name in ("assert collectgarbage dofile error gcinfo getfenv getmetatable ipa
   WORKER_GLOBALS[name] = true
 end
 
+-- The opcodes of GGET, GSET and FNEW in this LuaJIT, read from the bytecode of three probes: the
+-- instruction whose operand D is the probe's constant (jit.vmdef, which names opcodes, is not
+-- installed everywhere LuaJIT is).
+local OPS = nil
+local function opcodes()
+  if OPS then return OPS end
+  local jutil = require "jit.util"
+  local function op_of(f, is_operand)
+    for pc = 1, math.huge do
+      local ins = jutil.funcbc(f, pc)
+      if not ins then break end
+      local ok, k = pcall(jutil.funck, f, -bit.rshift(ins, 16) - 1)
+      if ok and is_operand(k) then return bit.band(ins, 0xff) end
+    end
+    error("custom_op: cannot read LuaJIT's bytecode (no probe instruction found)")
+  end
+  local function probe_name(k) return k == "lutra_bytecode_probe" end
+  OPS = {
+    GGET = op_of(function() return lutra_bytecode_probe end, probe_name), -- luacheck: ignore
+    GSET = op_of(function() lutra_bytecode_probe = 1 end, probe_name), -- luacheck: ignore
+    FNEW = op_of(function() return function() end end, function(k) return type(k) == "proto" end),
+  }
+  return OPS
+end
+
 -- The global names the function (or proto) f and the functions inside it read or write:
 -- calls on_global(name, "GGET" | "GSET") for each, from its bytecode (jit.util).
 local function each_global(f, on_global)
-  local jutil, bcnames = require "jit.util", require("jit.vmdef").bcnames
+  local jutil, ops = require "jit.util", opcodes()
   local pc = 1
   while true do
     local ins = jutil.funcbc(f, pc)
     if not ins then return end
-    local op = bcnames:sub(bit.band(ins, 0xff) * 6 + 1, bit.band(ins, 0xff) * 6 + 6):gsub("%s+$", "")
-    local d = bit.rshift(ins, 16)
-    if op == "GGET" or op == "GSET" then on_global(jutil.funck(f, -d - 1), op) end
-    if op == "FNEW" then each_global(jutil.funck(f, -d - 1), on_global) end
+    local op, d = bit.band(ins, 0xff), bit.rshift(ins, 16)
+    if op == ops.GGET then on_global(jutil.funck(f, -d - 1), "GGET") end
+    if op == ops.GSET then on_global(jutil.funck(f, -d - 1), "GSET") end
+    if op == ops.FNEW then each_global(jutil.funck(f, -d - 1), on_global) end
     pc = pc + 1
   end
 end
