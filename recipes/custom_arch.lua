@@ -15,7 +15,7 @@
 -- char-level tokens, 90% train / 10% val. The model is lutra's gpt2 with each block's
 -- mlp replaced by an MoE layer: nothing else changes, and lutra.train runs it as it
 -- runs any model. The progress line shows the total loss (LM + aux_coef * aux); the
--- metrics (runs/custom_arch/metrics.jsonl) also have lm_loss and aux_loss per step, and
+-- metrics (runs/custom_arch/latest/metrics.jsonl) also have lm_loss and aux_loss per step, and
 -- the val loss is the LM loss alone. The routing share of each expert is printed at the end.
 --
 -- The defaults (600 steps of 12 x 64 characters, 0.58M parameters, 0.35M active per token)

@@ -104,32 +104,55 @@ def _(fx, tmp):
     return fx.pretrain(run, "--resume=auto", steps=6)
 
 
-@case("link at run_dir/metrics.jsonl (a resumed run appends): a fresh file, the target untouched",
-      expect=REPLACED, exit=0, check=both(untouched("victim.txt"), regular("run/metrics.jsonl")))
+@case("link at the run's metrics.jsonl (a resumed run appends): a fresh file, the target untouched",
+      expect=REPLACED, exit=0, check=both(untouched("victim.txt"), regular("run/latest/metrics.jsonl")))
 def _(fx, tmp):
     run = fx.run(tmp)
-    plant(tmp, run / "metrics.jsonl")
+    plant(tmp, run / "latest/metrics.jsonl")
     return fx.pretrain(run, "--resume=auto", steps=6)
 
 
-@case("link at run_dir/metrics.jsonl (a fresh run starts it): a fresh file, the target untouched",
-      expect=REPLACED, exit=0, check=both(untouched("victim.txt"), regular("run/metrics.jsonl")))
+def latest_repointed(tmp):
+    """check: run/latest is a link into run/runs again, and nothing was written outside."""
+    latest = Path(tmp) / "run/latest"
+    if not latest.is_symlink() or not os.readlink(latest).startswith("runs/"):
+        return "run/latest does not point at a run: %s" % (os.readlink(latest) if latest.is_symlink() else "not a link")
+    written = list((Path(tmp) / "outside").iterdir())
+    return "written outside the run: %s" % written if written else None
+
+
+@case("link at run_dir/latest to a directory outside (a fresh run): repointed at the new run, nothing written there",
+      expect=r"run [0-9-]+: .*run/runs/[0-9-]+", exit=0, check=latest_repointed)
 def _(fx, tmp):
     fx.corpus(tmp)
     run = tmp / "run"
-    plant(tmp, run / "metrics.jsonl")
+    run.mkdir()
+    (tmp / "outside").mkdir()
+    os.symlink(tmp / "outside", run / "latest")
     return fx.pretrain(run, steps=2)
 
 
-@case("hard link at run_dir/metrics.jsonl to a file outside: not appended through",
+@case("link at a run's own directory, runs/ID (a resumed run): its records go to a new run, the target untouched",
+      expect=r"runs/[0-9-]+ is a symbolic link: this run's records go to a new run directory", exit=0,
+      check=latest_repointed)
+def _(fx, tmp):
+    run = fx.run(tmp)
+    (tmp / "outside").mkdir()
+    run_id = os.readlink(run / "latest")
+    shutil.rmtree(run / run_id)
+    os.symlink(tmp / "outside", run / run_id)
+    return fx.pretrain(run, "--resume=auto", steps=6)
+
+
+@case("hard link at the run's metrics.jsonl to a file outside: not appended through",
       expect=r"metrics\.jsonl has 2 hard links: replaced by a fresh regular file", exit=0,
       check=untouched("victim.txt"))
 def _(fx, tmp):
     run = fx.run(tmp)
     (tmp / "outside").mkdir()
     (tmp / "outside/victim.txt").write_text(VICTIM)
-    (run / "metrics.jsonl").unlink()
-    os.link(tmp / "outside/victim.txt", run / "metrics.jsonl")
+    (run / "latest/metrics.jsonl").unlink()
+    os.link(tmp / "outside/victim.txt", run / "latest/metrics.jsonl")
     return fx.pretrain(run, "--resume=auto", steps=6)
 
 
@@ -149,11 +172,12 @@ def _(fx, tmp):
     return fx.pretrain(run, "--resume=auto", steps=6)
 
 
-@case("link at run_dir/samples.txt: a fresh file, the target untouched",
-      expect=all_of(REPLACED, r"---- sample at step"), exit=0, check=both(untouched("victim.txt"), regular("run/samples.txt")))
+@case("link at the run's samples.txt: a fresh file, the target untouched",
+      expect=all_of(REPLACED, r"---- sample at step"), exit=0,
+      check=both(untouched("victim.txt"), regular("run/latest/samples.txt")))
 def _(fx, tmp):
     run = fx.run(tmp)
-    plant(tmp, run / "samples.txt")
+    plant(tmp, run / "latest/samples.txt")
     return fx.pretrain(run, "--resume=auto", "--sample_every=1", "--sample_tokens=4", steps=5)
 
 
@@ -264,9 +288,8 @@ def read_only(argv, directory):
     return argv
 
 
-@case("read-only run_dir, fresh run: the error names metrics.jsonl and the reason",
-      expect=r"metrics: cannot write .*run/metrics\.jsonl: cannot create a temporary file in .*run: "
-             r"(read-only file system|permission denied)")
+@case("read-only run_dir, fresh run: the error names the run's directory and the reason",
+      expect=r"cannot create the directory .*run/runs: (read-only file system|permission denied)")
 def _(fx, tmp):
     fx.corpus(tmp)
     (tmp / "run").mkdir()
@@ -274,7 +297,7 @@ def _(fx, tmp):
 
 
 @case("read-only run_dir, resumed run: the error names metrics.jsonl; the checkpoints are kept",
-      expect=r"metrics: cannot write .*run/metrics\.jsonl.*(read-only file system|permission denied)",
+      expect=r"metrics: cannot write .*run/runs/[0-9-]+/metrics\.jsonl.*(read-only file system|permission denied)",
       check=regular("run/ckpt/step_000004/manifest.json", "run/ckpt/step_000002/manifest.json"))
 def _(fx, tmp):
     run = fx.run(tmp)
@@ -298,21 +321,25 @@ def _(fx, tmp):
     return read_only(fx.pretrain(run, "--resume=auto", steps=6), run / "ckpt")
 
 
-# A run from step 1 in a run_dir that has records keeps them (metrics.N.jsonl), never truncates them.
-def earlier_metrics_kept(tmp):
-    kept, now = tmp / "run/metrics.1.jsonl", tmp / "run/metrics.jsonl"
-    if not kept.is_file() or kept.read_bytes() != (tmp / "metrics.before").read_bytes():
-        return "metrics.1.jsonl is not the earlier run's metrics.jsonl"
-    steps = [json.loads(line)["step"] for line in now.read_text().splitlines() if '"step"' in line]
-    if not steps or steps[0] > 1 or steps != sorted(steps):
-        return "the new metrics.jsonl is not a run from the start: steps %s" % steps[:5]
+# A run from step 1 in a run_dir that has runs gets a run of its own; the earlier one is untouched.
+def earlier_run_kept(tmp):
+    ids = sorted(p.name for p in (tmp / "run/runs").iterdir())
+    if len(ids) != 2:
+        return "runs/ holds %s, not the earlier run and a new one" % ids
+    if (tmp / "run/runs" / ids[0] / "metrics.jsonl").read_bytes() != (tmp / "metrics.before").read_bytes():
+        return "the earlier run's metrics.jsonl changed"
+    if os.readlink(tmp / "run/latest") != "runs/" + ids[1]:
+        return "latest is not the new run: %s" % os.readlink(tmp / "run/latest")
+    now = tmp / "run/runs" / ids[1] / "metrics.jsonl"
+    steps = [json.loads(line)["step"] for line in now.read_text().splitlines() if '"loss"' in line]
+    if steps != [1, 2]:
+        return "the new run's metrics.jsonl is not a run from the start: steps %s" % steps[:5]
     return None
 
 
-@case("--resume=fresh in a run_dir with metrics: the earlier records are kept as metrics.1.jsonl",
-      expect=r"metrics: the earlier run's .*run/metrics\.jsonl is kept as .*run/metrics\.1\.jsonl", exit=0,
-      check=earlier_metrics_kept)
+@case("--resume=fresh in a run_dir with a run: a new run directory, the earlier one untouched",
+      expect=r"run [0-9-]+: .*run/runs/[0-9-]+", exit=0, check=earlier_run_kept)
 def _(fx, tmp):
     run = fx.run(tmp)
-    shutil.copy(run / "metrics.jsonl", tmp / "metrics.before")
+    shutil.copy(run / "latest/metrics.jsonl", tmp / "metrics.before")
     return fx.pretrain(run, "--resume=fresh", steps=2)

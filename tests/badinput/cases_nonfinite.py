@@ -19,7 +19,7 @@ STOP = (r"train: step %d: loss nan, gradient norm nan; the first parameter whose
 
 
 def records(run):
-    return [json.loads(line) for line in (Path(run) / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return [json.loads(line) for line in (Path(run) / "latest/metrics.jsonl").read_text().splitlines() if line.strip()]
 
 
 def ckpt_steps(run):

@@ -29,9 +29,9 @@ fi
 # the aux loss: near 1 (balanced), a finite positive number, logged per step with lm_loss
 aux=$(printf '%s\n' "$out" | grep -E '^aux loss ' | sed -E 's/^aux loss ([0-9.]+) -> ([0-9.]+).*/\2/')
 if [ -n "$aux" ] && awk -v a="$aux" 'BEGIN { exit !(a > 0.8 && a < 2) }'; then ok; else bad "aux loss in (0.8, 2): [$aux]"; fi
-n=$(grep -c '"aux_loss":[0-9.]*.*"lm_loss":[0-9.]*' "$T/r1/metrics.jsonl" 2>/dev/null || echo 0)
+n=$(grep -c '"aux_loss":[0-9.]*.*"lm_loss":[0-9.]*' "$T/r1/latest/metrics.jsonl" 2>/dev/null || echo 0)
 [ "$n" -eq 30 ] && ok || bad "metrics.jsonl: aux_loss and lm_loss on each of 30 steps (got $n)"
-n=$(grep -c '"val_loss"' "$T/r1/metrics.jsonl" 2>/dev/null || echo 0)
+n=$(grep -c '"val_loss"' "$T/r1/latest/metrics.jsonl" 2>/dev/null || echo 0)
 [ "$n" -eq 3 ] && ok || bad "metrics.jsonl: 3 val losses (got $n)"
 
 # top-1 routing with 3 experts, and --aux_coef

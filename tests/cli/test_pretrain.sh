@@ -30,7 +30,7 @@ expect_num "char gpt2: val loss at step 0 near ln(vocab) (3.78)" "$val0" "<" 3.9
 expect_num "char gpt2: final val loss (measured 0.9045)" "$val" "<" 1.2
 expect_num "char gpt2: final val loss (measured 0.9045), not a trivial target" "$val" ">" 0.6
 expect_num "char gpt2: val loss falls by more than 2 (measured 2.88)" "$(awk -v a="$val0" -v b="$val" 'BEGIN { print a - b }')" ">" 2
-[ -s "$T/r1/metrics.jsonl" ] && ok || bad "metrics.jsonl written"
+[ -s "$T/r1/latest/metrics.jsonl" ] && ok || bad "metrics.jsonl written"
 [ -s "$T/r1/config.json" ] && ok || bad "config.json written"
 [ ! -e "$T/r1/config.lua" ] && ok || bad "no config.lua: a run directory holds no code"
 
@@ -53,7 +53,7 @@ expect_grep "moe: trains" "$out" 'trained 60 steps in'
 val0=$(printf '%s\n' "$out" | sed -n 's/^step 0: val loss \([^ ]*\)$/\1/p')
 val=$(printf '%s\n' "$out" | sed -n 's/^final_val=\([^ ]*\) .*/\1/p')
 expect_num "moe: val loss falls by more than 1" "$(awk -v a="$val0" -v b="$val" 'BEGIN { print a - b }')" ">" 1
-grep -q '"aux_loss":[0-9.e-]*,.*"lm_loss":' "$T/r4/metrics.jsonl" && ok || bad "moe: metrics.jsonl has aux_loss and lm_loss"
+grep -q '"aux_loss":[0-9.e-]*,.*"lm_loss":' "$T/r4/latest/metrics.jsonl" && ok || bad "moe: metrics.jsonl has aux_loss and lm_loss"
 [ -d "$T/r4/model/lutra_model" ] && ok || bad "moe: the model directory in lutra's format"
 
 # Ctrl-C: SIGINT while training stops after the step, saves, and the recipe ends normally

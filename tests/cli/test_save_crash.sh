@@ -69,11 +69,11 @@ RUN=$T/run
 ARGS=(recipes/pretrain.lua --data="$T/c.txt" "${MODEL[@]}" --steps=100000 --ckpt_every=1 --ckpt_keep=2
       --run_dir="$RUN" --resume=auto)
 latest_step() { sed -n 's/^step_0*\([0-9][0-9]*\)$/\1/p' "$RUN/ckpt/latest" 2>/dev/null; }
-records() { [ -f "$RUN/metrics.jsonl" ] && wc -l <"$RUN/metrics.jsonl" || echo 0; }
+# the steps of the training records of the newest run, one a line
+train_steps() { sed -n '/"loss"/s/.*"step":\([0-9]*\).*/\1/p' "$RUN/latest/metrics.jsonl" 2>/dev/null; }
 mid_save=0
 for i in $(seq 1 20); do
   before=$(latest_step)
-  lines=$(records)
   if [ $((i % 2)) = 1 ]; then
     # the hook: SIGKILL at a random byte of the files this run writes (about 17 MB a save)
     at=$(( (RANDOM * 32768 + RANDOM) % 60000000 ))
@@ -102,10 +102,13 @@ for i in $(seq 1 20); do
   [ "$rc" = 137 ] || { tail -5 "$T/err"; continue; }
   skipped=$(grep -c 'skipping' "$T/err")
   expect_eq "kill $i: resume=auto skipped no checkpoint" "$skipped" 0
-  # the run resumed from the step `latest` named when it started: its first record is the next step
-  first=$(tail -n +$((lines + 1)) "$RUN/metrics.jsonl" 2>/dev/null | head -1 | sed -n 's/.*"step":\([0-9]*\).*/\1/p')
-  # (from no checkpoint the run starts over, keeping the earlier records as metrics.N.jsonl)
-  if [ -n "$before" ] && [ -n "$first" ]; then expect_eq "kill $i: resumed after step $before" "$first" $((before + 1)); fi
+  # the run resumed from the step `latest` named when it started, and its metrics read as one run
+  # (records after that step, written before the kill, were dropped): steps 1, 2, ... n
+  if [ -n "$before" ]; then
+    grep -q "resumed from .*step_0*$before at step $before" "$T/out" && ok || bad "kill $i: resumed from step $before"
+  fi
+  seq_ok=$(train_steps | awk 'BEGIN { ok = 1 } { if ($1 != NR) ok = 0 } END { print ok }')
+  expect_eq "kill $i: the run's metrics.jsonl has steps 1..n, once each" "$seq_ok" 1
   # inside a save: the next step's temporary directory is there, or its checkpoint is committed
   # and `latest` not yet replaced
   next=$(printf '%s/ckpt/step_%06d' "$RUN" $(( $(latest_step || true) + 1 )))

@@ -48,7 +48,7 @@ for _, case in ipairs {{{dp = 2}, 1.5}, {{tp = 2}, 1}} do
     assert(r.time_split.forward_backward > 0 and r.time_split.communication > 0 and r.time_split.optimizer > 0,
       "time split " .. require("lutra.json").encode(r.time_split))
     if R == 0 then
-      local rows = metrics.read(run_dir .. "/metrics.jsonl")
+      local rows = metrics.read(run_dir .. "/latest/metrics.jsonl")
       local steps = {}
       for _, row in ipairs(rows) do
         if row.loss ~= nil and row.step then

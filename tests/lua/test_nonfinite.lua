@@ -113,7 +113,7 @@ test("stop: an inf gradient names the step, its loss, the parameter; the step is
   local w = saved:tensor("blocks.0.mlp.fc.weight")
   equal(w:tolist(), after[2]["blocks.0.mlp.fc.weight"])
   -- metrics.jsonl ends with the bad step's record
-  local recs = metrics.read(cfg.run_dir .. "/metrics.jsonl")
+  local recs = metrics.read(cfg.run_dir .. "/latest/metrics.jsonl")
   local last = recs[#recs]
   equal({last.step, last.nonfinite, last.nonfinite_param, last.loss}, {3, "stop", "blocks.0.mlp.fc.weight",
                                                                        clean.losses[3]})
@@ -228,7 +228,7 @@ test("rollback: the run goes back to the last checkpoint and ends bitwise as a r
   assert(text:find("step 5: loss nan, gradient norm nan; the first parameter whose gradient holds a nan or inf is "
     .. "wte.weight; rolled back to " .. cfg.run_dir .. "/ckpt/step_000004 (step 4; nonfinite=rollback, 1 of at most 3)",
     1, true), text)
-  local recs = metrics.read(cfg.run_dir .. "/metrics.jsonl")
+  local recs = metrics.read(cfg.run_dir .. "/latest/metrics.jsonl")
   local steps = {}
   for _, rec in ipairs(recs) do
     if rec.loss or rec.nonfinite then steps[#steps + 1] = rec.step end

@@ -301,7 +301,7 @@ test("schedule, evaluation, metrics.jsonl, samples and config in the run directo
                             sample_every = 3, sample_tokens = 5, run_dir = run_dir},
                   quiet = true, log = function(rec) recs[#recs + 1] = rec end}
   local sched = require("lutra.optim.schedule").cosine{lr = 1e-2, min_lr = 1e-3, warmup = 2, total = 6}
-  local file = metrics.read(run_dir .. "/metrics.jsonl")
+  local file = metrics.read(run_dir .. "/latest/metrics.jsonl")
   equal(#file, #recs)
   local steps, vals = {}, {}
   for _, rec in ipairs(file) do
@@ -319,7 +319,7 @@ test("schedule, evaluation, metrics.jsonl, samples and config in the run directo
   equal(steps, {1, 2, 3, 4, 5, 6})
   equal(vals, {0, 3, 6})
   equal(#r.val_losses, 3)
-  local f = assert(io.open(run_dir .. "/samples.txt"))
+  local f = assert(io.open(run_dir .. "/latest/samples.txt"))
   local samples = f:read("*a")
   f:close()
   assert(samples:find("---- step 3 ----") and samples:find("---- step 6 ----"), samples)

@@ -6,6 +6,9 @@ local lt = require "lutra"
 local train = require "lutra.train"
 local models = require "lutra.models"
 local ckpt = require "lutra.ckpt"
+local runs = require "lutra.train.runs"
+local metrics = require "lutra.train.metrics"
+local files = require "lutra.ckpt.files"
 local T = require "lutra.testing"
 local equal, fails = T.assert_equal, T.assert_error
 
@@ -91,22 +94,58 @@ for _, arch in ipairs {"gpt2", "llama"} do
   end)
 end
 
-test("resume from an explicit path; metrics.jsonl continues", function()
+test("resume from an explicit path; the run's metrics.jsonl continues as one run", function()
   local run_dir = dir .. "/run_path"
   local model, data = setup(3)
   train{model = model, data = data, config = config(run_dir, {ckpt_every = 2}), quiet = true, until_step = 3}
   -- ckpt_every 2: step 2, then the stop at 3; keep 2
   equal(ckpt.latest(run_dir .. "/ckpt"), run_dir .. "/ckpt/step_000003")
+  local first = runs.list(run_dir)
+  equal(#first, 1)
   model, data = setup(3)
   local r = train{model = model, data = data, config = config(run_dir, {resume = run_dir .. "/ckpt/step_000002"}),
                   quiet = true}
   equal(#r.losses, 6)
-  local recs = require("lutra.train.metrics").read(run_dir .. "/metrics.jsonl")
-  local steps = {}
+  equal(runs.list(run_dir), first) -- the same run, continued
+  local recs = metrics.read(run_dir .. "/runs/" .. first[1] .. "/metrics.jsonl")
+  local steps, vals = {}, {}
   for _, rec in ipairs(recs) do
-    if rec.loss then steps[#steps + 1] = rec.step end
+    if rec.loss then steps[#steps + 1] = rec.step else vals[#vals + 1] = rec.step end
   end
-  equal(steps, {1, 2, 3, 3, 4, 5, 6, 7, 8}) -- appended: the resumed run redid step 3
+  -- the record of step 3 (after the save of step 2) is dropped: the resumed run redid it
+  equal(steps, {1, 2, 3, 4, 5, 6, 7, 8})
+  equal(vals, {0, 2, 4, 6, 8})
+end)
+
+test("runs of one run_dir: each its own directory, latest the newest, earlier records kept", function()
+  local run_dir = dir .. "/run_history"
+  local model, data = setup(3)
+  train{model = model, data = data, config = config(run_dir, {ckpt_every = 0}), quiet = true, until_step = 2}
+  local first = runs.list(run_dir)
+  equal(#first, 1)
+  local first_records = metrics.read(run_dir .. "/runs/" .. first[1] .. "/metrics.jsonl")
+  model, data = setup(3)
+  train{model = model, data = data, config = config(run_dir, {ckpt_every = 0}), quiet = true, until_step = 3}
+  local ids = runs.list(run_dir)
+  equal(#ids, 2)
+  equal(ids[1], first[1])
+  equal(metrics.read(run_dir .. "/runs/" .. ids[1] .. "/metrics.jsonl"), first_records) -- untouched
+  equal(files.resolved(run_dir .. "/latest"), files.resolved(run_dir .. "/runs/" .. ids[2]))
+  equal(runs.latest(run_dir), run_dir .. "/latest")
+  local last = 0
+  for _, rec in ipairs(metrics.read(run_dir .. "/latest/metrics.jsonl")) do last = math.max(last, rec.step) end
+  equal(last, 3)
+  -- a run directory planted as a link is not written through: the resumed run gets a new one
+  local id, path = runs.open(run_dir, nil)
+  assert(id ~= ids[2] and path == run_dir .. "/runs/" .. id)
+  os.execute(string.format("rm -r %s && ln -s /tmp %s", path, path))
+  local id2 = runs.open(run_dir, id)
+  assert(id2 ~= id and files.is_dir(run_dir .. "/runs/" .. id2) and not files.is_link(run_dir .. "/runs/" .. id2))
+  -- a checkpoint's run id is a name under runs/, never a path
+  for _, bad in ipairs {"../x", "a/b", ".hidden", "", string.rep("a", 65)} do
+    assert(not runs.valid_id(bad), bad)
+  end
+  assert(runs.valid_id("20261204-163005-2"))
 end)
 
 test("resume errors: a missing checkpoint, another optimizer's state", function()

@@ -12,7 +12,7 @@
 --   checks.train_extra(x, step, where)  a rank's extra state as the trainer writes it: rng
 --                                    {seed, offset} integers, loader and val_loader tables
 --                                    (step an integer), optim {kind, steps <= step, numbers},
---                                    tokens >= 0, best_val a number, precision {mode,
+--                                    tokens >= 0, best_val a number, run_id a safe name, precision {mode,
 --                                    loss_scale > 0, ...}; a loader that drew fewer batches
 --                                    than the step count, or an optimizer with more steps,
 --                                    says the step was edited. Other fields are the caller's.
@@ -117,6 +117,12 @@ local function check_optim(field, o, step)
   end
 end
 
+-- A run id (lutra.train.runs) names a directory under run_dir/runs: letters, digits, "-", "_",
+-- ".", not starting with ".", at most 64 characters; one read from a file is checked so.
+function M.valid_run_id(id)
+  return type(id) == "string" and #id > 0 and #id <= 64 and id:match("^[%w_%-][%w_%.%-]*$") ~= nil
+end
+
 function M.train_extra(x, step, where)
   local field = checker(where)
   field("the extra state", x, type(x) == "table", "a JSON object")
@@ -129,6 +135,8 @@ function M.train_extra(x, step, where)
   if x.optim ~= nil then check_optim(field, x.optim, step) end
   field("tokens", x.tokens, x.tokens == nil or (is_num(x.tokens) and x.tokens >= 0), "a number >= 0")
   field("best_val", x.best_val, x.best_val == nil or type(x.best_val) == "number", "a number")
+  field("run_id", x.run_id, x.run_id == nil or M.valid_run_id(x.run_id),
+    "a run id (letters, digits, '-', '_', '.', not starting with '.', at most 64 characters)")
   local p = x.precision
   if p ~= nil then
     field("precision", p, type(p) == "table", "a table")

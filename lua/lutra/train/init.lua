@@ -23,7 +23,8 @@
 -- sample_every, sample_tokens, sample_prompt, temperature, top_k, top_p, log_every (metrics
 -- records and the progress line), print_every (plain progress lines when stdout is not a
 -- terminal; 0: steps / 50),
--- run_dir (metrics.jsonl, config.json and checkpoints go there; "" for none), ckpt_every,
+-- run_dir (config.json and checkpoints go there, each run's metrics.jsonl and samples.txt to
+-- run_dir/runs/ID, `latest` the newest: lutra.train.runs; "" for none), ckpt_every,
 -- ckpt_keep, ckpt_async (the state is copied, then compressed and written in the background), resume ("" none, "auto" the latest checkpoint of run_dir, or a path),
 -- precision ("fp32", "bf16", "fp16": lutra/train/precision.lua), loss_scale and growth_interval
 -- (fp16), parallel (a layout: lutra/dist/mesh.lua), nonfinite ("stop", "skip", "rollback": what a
@@ -43,6 +44,7 @@ local files = require "lutra.ckpt.files"
 local atomic_file = require "lutra.atomic_file"
 local progress = require "lutra.train.progress"
 local metrics = require "lutra.train.metrics"
+local runs = require "lutra.train.runs"
 local interrupt = require "lutra.train.interrupt"
 local generate = require "lutra.generate"
 local fault = require "lutra.train.fault"
@@ -131,10 +133,14 @@ function Trainer:resume()
 end
 
 -- run_dir: the tokenizer (copied into every checkpoint), config.json (the settings as data:
--- --config=run_dir/config.json reads them back) and metrics.jsonl. Each is written through
--- lutra.atomic_file: a link planted in the directory is replaced, never written through. A
--- config that cannot be written as JSON (a value the recipe added that JSON has no form for)
--- is said on stderr and the run goes on; a run_dir that cannot be written is an error.
+-- --config=run_dir/config.json reads them back), and this run's own directory (lutra.train.runs:
+-- runs/ID, `latest` pointing at it) with its metrics.jsonl and a copy of config.json. A resumed
+-- run continues the run its checkpoint was saved by: records after the checkpoint's step (a run
+-- that went on past its last save) are dropped, so the file reads as one run that never stopped.
+-- Each file is written through lutra.atomic_file: a link planted in the directory is replaced,
+-- never written through. A config that cannot be written as JSON (a value the recipe added that
+-- JSON has no form for) is said on stderr and the run goes on; a run_dir that cannot be written
+-- is an error.
 function Trainer:open_outputs()
   local run_dir = self.run_dir
   if not run_dir then return end
@@ -143,37 +149,27 @@ function Trainer:open_outputs()
   if type(tok) == "table" and type(tok.save) == "function" and pcall(tok.save, tok, run_dir .. "/tokenizer.json") then
     self.ckpt_files = {["tokenizer.json"] = run_dir .. "/tokenizer.json"}
   end
+  local resumed = self.step > 0 and self.resumed_run_id or nil
+  self.run_id, self.run_path = runs.open(run_dir, resumed)
   if type(cfg.save) == "function" then
-    local ok, err = pcall(cfg.save, cfg, run_dir .. "/config.json")
-    if not ok then io.stderr:write("lutra: ", (tostring(err):gsub("^[^\n]-:%d+: ", "")), "\n") end
+    for _, path in ipairs {run_dir .. "/config.json", self.run_path .. "/config.json"} do
+      local ok, err = pcall(cfg.save, cfg, path)
+      if not ok then
+        io.stderr:write("lutra: ", (tostring(err):gsub("^[^\n]-:%d+: ", "")), "\n")
+        break
+      end
+    end
   end
-  local log_path = run_dir .. "/metrics.jsonl"
-  if self.step == 0 then self:keep_earlier_metrics(log_path) end
-  self.log = metrics.open(log_path, self.step == 0 and "w" or "a")
-end
-
--- A run from step 1 starts metrics.jsonl empty; the records of an earlier run in the same
--- run_dir (one that left no checkpoint, or --resume=fresh) are kept as metrics.N.jsonl. (A
--- link planted there is not a record of this run_dir: metrics.open replaces it.)
-function Trainer:keep_earlier_metrics(path)
-  if files.is_link(path) then return end
-  local f = io.open(path, "rb")
-  local size = f and f:seek("end") or 0
-  if f then f:close() end
-  if size == 0 then return end
-  local n, kept = 1, nil
-  repeat
-    kept = string.format("%s/metrics.%d.jsonl", self.run_dir, n)
-    local taken = io.open(kept, "rb")
-    if taken then taken:close() end
-    n = n + 1
-  until not taken
-  local ok, err = os.rename(path, kept)
-  if ok then
-    self:say(string.format("metrics: the earlier run's %s is kept as %s", path, kept))
-  else
-    io.stderr:write("lutra: metrics: cannot keep the earlier run's records (", tostring(err), "); starting it over\n")
+  local log_path = self.run_path .. "/metrics.jsonl"
+  if self.run_id == resumed then
+    local step = self.step -- a resumed run evaluates at its step again (the stopped one broke before)
+    local ok, err = metrics.trim(log_path, function(r)
+      return type(r.step) == "number" and (r.step < step or (r.step == step and r.val_loss == nil))
+    end)
+    if not ok then raise("metrics: " .. tostring(err)) end
   end
+  self.log = metrics.open(log_path, "a")
+  self:say(string.format("run %s: %s", self.run_id, self.run_path))
 end
 
 -- One record to metrics.jsonl and to args.log.
@@ -194,7 +190,7 @@ function Trainer:evaluate()
   self:say(string.format("step %d: val loss %.4f", self.step, v))
 end
 
--- A sample of the model's text, printed and appended to run_dir/samples.txt.
+-- A sample of the model's text, printed and appended to the run's samples.txt.
 function Trainer:sample()
   local tok, get = self.args.tokenizer, self.get
   if not tok then return end
@@ -204,8 +200,8 @@ function Trainer:sample()
   create.set_rng_state(rng)
   if not ok then return self:say("sample failed: " .. tostring(text)) end
   self:say(string.format("---- sample at step %d ----\n%s\n----", self.step, text))
-  if self.run_dir then -- appended without following a link planted there (lutra.atomic_file)
-    local f, err = atomic_file.append(self.run_dir .. "/samples.txt")
+  if self.run_path then -- appended without following a link planted there (lutra.atomic_file)
+    local f, err = atomic_file.append(self.run_path .. "/samples.txt")
     local ok = f ~= nil
     if f then
       ok, err = f:write(string.format("---- step %d ----\n%s\n", self.step, text))

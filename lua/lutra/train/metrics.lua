@@ -6,6 +6,7 @@
 --   log:write{step = 10, loss = 3.2, lr = 1e-3}             -- {"loss":3.2,"lr":0.001,"step":10}
 --   log:close()
 --   metrics.read("runs/x/metrics.jsonl")                    -- the records, as tables
+--   metrics.trim("runs/x/metrics.jsonl", function(r) return r.step <= 20 end)
 local atomic_file = require "lutra.atomic_file"
 local invalid_utf8_at = require("lutra.json").invalid_utf8_at
 
@@ -97,6 +98,23 @@ function M.decode_line(line)
     end
   end
   return out
+end
+
+-- Drops the records (lines with a step) that keep(record) refuses, rewriting the file whole (a
+-- temporary renamed over it): a run resumed from an earlier step than its last record continues
+-- the file as a run that never stopped would have written it. Other lines are left as they are
+-- (not ours to judge). true, or nil and the message.
+function M.trim(path, keep)
+  local f = io.open(path, "rb")
+  if not f then return true end
+  local kept, dropped = {}, 0
+  for line in f:lines() do
+    local r = M.decode_line(line)
+    if type(r.step) ~= "number" or keep(r) then kept[#kept + 1] = line .. "\n" else dropped = dropped + 1 end
+  end
+  f:close()
+  if dropped == 0 then return true end
+  return atomic_file.write(path, table.concat(kept))
 end
 
 -- Every record of a metrics file.

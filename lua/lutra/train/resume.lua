@@ -45,7 +45,8 @@ function M.save(run)
   local tensors, optim_numbers = train_state.collect(named_params(run), run.opt)
   local extra = {optim = optim_numbers, rng = create.get_rng_state(), loader = run.data:state(),
                  val_loader = run.val and run.val:state() or nil, tokens = run.tokens, best_val = run.best_val,
-                 precision = run.prec:state()} -- precision: fp16's loss scale, else nil
+                 precision = run.prec:state(), -- precision: fp16's loss scale, else nil
+                 run_id = run.run_id} -- rank 0's: the run (lutra.train.runs) a resume continues
   sharded.save(dir, {step = run.step, layout = layout_of(run), config = run.cfg_plain, tensors = tensors,
                      extra = extra, files = run.ckpt_files, kind = "train"},
     {world = run.mesh and run.mesh.world or nil, async = run.get "ckpt_async", keep = run.get "ckpt_keep"})
@@ -101,6 +102,7 @@ function M.restore(run, path)
   run.data:set_state(x.loader)
   if run.val and x.val_loader then run.val:set_state(x.val_loader) end
   run.step, run.tokens, run.best_val = m.step, x.tokens or 0, x.best_val
+  run.resumed_run_id = x.run_id
   run.prec:set_state(x.precision)
 end
 
