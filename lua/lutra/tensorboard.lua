@@ -40,6 +40,7 @@ end
 
 local function wall(t) return t == nil and -1 or t end
 
+-- w:scalar(tag, value, step[, wall_time]): a number, stored as f32 (as TensorBoard keeps scalars).
 function Writer:scalar(tag, value, step, wall_time)
   check_open(self, "scalar")
   check_tag_step("scalar", tag, step)
@@ -47,6 +48,7 @@ function Writer:scalar(tag, value, step, wall_time)
   if C.lt_tb_scalar(self.writer, tag, value, step, wall(wall_time)) ~= 0 then fail() end
 end
 
+-- w:text(tag, text, step[, wall_time]): a string for the text plugin (which renders markdown).
 function Writer:text(tag, text, step, wall_time)
   check_open(self, "text")
   check_tag_step("text", tag, step)
@@ -72,8 +74,10 @@ local function buckets(w, tag, h, step, wall_time)
   if C.lt_tb_histogram_buckets(w, tag, s, step, wall_time) ~= 0 then fail() end
 end
 
--- values: a tensor (copied to the host as f64), a table of numbers, or a table of buckets
--- (bucket_limit, bucket, min, max, num, sum, sum_squares). opts.bins: equal-width buckets (30).
+-- w:histogram(tag, values, step[, opts[, wall_time]]). values: a tensor of any dtype and device
+-- (copied to the host as f64), a table of numbers, or a table of buckets (bucket_limit, bucket, min,
+-- max, num, sum, sum_squares; bucket i counts (bucket_limit[i-1], bucket_limit[i]]). opts.bins:
+-- the number of equal-width buckets over [min, max] (30); NaN and infinities are left out.
 function Writer:histogram(tag, values, step, opts, wall_time)
   check_open(self, "histogram")
   check_tag_step("histogram", tag, step)
@@ -105,6 +109,7 @@ function Writer:histogram(tag, values, step, opts, wall_time)
   if C.lt_tb_histogram(self.writer, tag, buf, n, bins, step, wall(wall_time)) ~= 0 then fail() end
 end
 
+-- Writes the buffered records out.
 function Writer:flush()
   check_open(self, "flush")
   if C.lt_tb_flush(self.writer) ~= 0 then fail() end
@@ -129,5 +134,7 @@ function M.open(dir)
   C.lt_tb_path(out[0], path)
   return setmetatable({writer = ffi.gc(out[0], C.lt_tb_close), path = ffi.string(path[0]), dir = dir}, Writer)
 end
+
+M.Writer = Writer -- the writers' methods
 
 return M
