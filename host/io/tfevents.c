@@ -32,8 +32,8 @@ struct lt_tb_writer {
 
 /* ---- CRC32C (Castagnoli, reflected polynomial 0x82f63b78) --------------------------------
  * Debian 12 packages no CRC32C library for C (Google's crc32c is not there; ISA-L would be a
- * dependency for these twenty lines), so a byte-wise table: event files are small, and a
- * histogram of a million values frames at several hundred MB/s this way. */
+ * dependency for these twenty lines), so a byte-wise table: records are small (a histogram is
+ * its buckets, not its values), and the table does several hundred MB/s. */
 static uint32_t crc_table[256];
 static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
 
