@@ -19,7 +19,7 @@
 --   runtime    version, build_info, get_num_threads, set_num_threads, now, cuda.*
 --   custom ops custom_op, kernel (bodies in Lua for the CPU, CUDA C via NVRTC), gradcheck
 --   training   data, tokenizer, nn, models, optim, train, generate, config, dist, ckpt, hf,
---              and on first use lora, dpo, sft.{data, modeldir, eval, templates}
+--              and on first use lora, dpo, tensorboard, sft.{data, modeldir, eval, templates}
 --   types      is_tensor, Tensor (the methods table), dtype names as lt.float32 = "f32", ...
 -- See lutra/tensor/ for the tensor type, lutra/index.lua for indexing.
 local lt = require "lutra.ffi"
@@ -128,8 +128,9 @@ M.gradcheck = require "lutra.gradcheck" -- lt.gradcheck(fn, inputs, opts): autog
 M.now = require("lutra.train.interrupt").now -- wall-clock seconds (monotonic), for timing a loop
 
 -- Loaded on first use (fine-tuning): lt.lora (adapters), lt.dpo (preference tuning), and
--- lt.sft.data, lt.sft.modeldir, lt.sft.eval, lt.sft.templates (chats, model directories).
-local LAZY = {lora = "lutra.lora", dpo = "lutra.dpo"}
+-- lt.sft.data, lt.sft.modeldir, lt.sft.eval, lt.sft.templates (chats, model directories);
+-- lt.tensorboard (event files: scalars, text, histograms).
+local LAZY = {lora = "lutra.lora", dpo = "lutra.dpo", tensorboard = "lutra.tensorboard"}
 local SFT = {data = true, modeldir = true, eval = true, templates = true}
 M.sft = setmetatable({}, {__index = function(t, k)
   if not SFT[k] then return nil end

@@ -31,6 +31,7 @@ local function sections()
     {"lutra.dist", lt.dist, "dist."},
     {"lutra.cuda", lt.cuda, "cuda."},
     {"lutra.json", lt.json, "json."},
+    {"lutra.tensorboard", lt.tensorboard, "tensorboard."},
     {"lutra.lora", lt.lora, "lora."},
     {"lutra.dpo", lt.dpo, "dpo."},
     {"lutra.sft.data", lt.sft.data, "sft.data."},

@@ -219,4 +219,40 @@ const lt_json_value *lt_json_first(const lt_json_value *value);
 const lt_json_value *lt_json_next(const lt_json_value *item);
 const char *lt_json_key(const lt_json_doc *doc, const lt_json_value *member, int64_t *len);
 
+/* ---- TensorBoard event files (host/io/tfevents.c) -------------------------------------------
+ * A writer appends TFRecords (u64 length, masked CRC32C of it, an Event message, masked CRC32C
+ * of that; the messages of host/io/proto/tfevents.proto, TensorBoard's own field numbers) to
+ * DIR/events.out.tfevents.<unix seconds>.<hostname> (".2", ".3", ... appended when that name
+ * is taken), opened as lt_append_file_open does: a link planted there is replaced, never written
+ * through. DIR must exist. The first record is file_version "brain.Event:2". Records gather in
+ * a buffer that lt_tb_flush writes out (so does a record once 1 MiB is waiting, and close).
+ * wall_time < 0: now. Tags are non-empty UTF-8. Scalars are stored as f32 (simple_value), as
+ * TensorBoard keeps them. Text goes to the text plugin: a scalar string tensor (DT_STRING)
+ * whose metadata names plugin "text". Every failure names the file and the reason:
+ * "tensorboard: cannot write runs/x/events.out.tfevents.1733329805.node1: no space left on
+ * device"; a failed flush drops the records it held (the file stays a sequence of whole
+ * records as far as the OS wrote them). */
+typedef struct lt_tb_writer lt_tb_writer; /* opaque */
+/* A histogram with its buckets given: bucket i counts values in (bucket_limit[i-1],
+ * bucket_limit[i]] (bucket 0 from min); limits strictly increasing. */
+typedef struct lt_tb_histo {
+  double min, max, num, sum, sum_squares;
+  const double *bucket_limit; /* n_buckets each */
+  const double *bucket;
+  int64_t n_buckets;
+} lt_tb_histo;
+int lt_tb_open(lt_tb_writer **out, const char *dir);
+int lt_tb_path(const lt_tb_writer *w, const char **path); /* the events file's path, owned by w */
+int lt_tb_scalar(lt_tb_writer *w, const char *tag, double value, int64_t step, double wall_time);
+int lt_tb_text(lt_tb_writer *w, const char *tag, const char *text, int64_t len, int64_t step, double wall_time);
+/* The histogram of n values in `bins` equal-width buckets spanning [min, max] of the finite
+ * values (NaN and infinities are left out of every field; all values equal: one bucket).
+ * Equal-width, not TensorFlow's exponential edges (some 1500 from 1e-12 up, kept when filled):
+ * a fixed, small number of buckets a record, each count exact. */
+int lt_tb_histogram(lt_tb_writer *w, const char *tag, const double *values, int64_t n, int bins, int64_t step,
+                    double wall_time);
+int lt_tb_histogram_buckets(lt_tb_writer *w, const char *tag, const lt_tb_histo *h, int64_t step, double wall_time);
+int lt_tb_flush(lt_tb_writer *w);
+int lt_tb_close(lt_tb_writer *w); /* flushes, closes, frees w (also on failure); NULL is ok */
+
 #endif
