@@ -130,6 +130,10 @@ M.now = require("lutra.train.interrupt").now -- wall-clock seconds (monotonic), 
 -- Loaded on first use (fine-tuning): lt.lora (adapters), lt.dpo (preference tuning), and
 -- lt.sft.data, lt.sft.modeldir, lt.sft.eval, lt.sft.templates (chats, model directories).
 local LAZY = {lora = "lutra.lora", dpo = "lutra.dpo"}
+
+-- Loss curves: lt.plot(run_dir | path | {paths} | records | {name = records}, opts) prints the
+-- terminal plot; opts.out = "x.png" | "x.svg" writes a file (lutra.plot).
+function M.plot(src, opts) return require("lutra.plot").plot(src, opts) end
 local SFT = {data = true, modeldir = true, eval = true, templates = true}
 M.sft = setmetatable({}, {__index = function(t, k)
   if not SFT[k] then return nil end
