@@ -212,6 +212,7 @@ test("lt.plot takes records and named record tables; writes a file with out", fu
   assert(type(lt.plot) == "function")
   local text = plot.text(records(50, decay), {width = 30, height = 8, color = false})
   assert(text:find("loss", 1, true) and not text:find("run loss", 1, true), text) -- one run: no run name
+  equal(text:match("^[^\n]*"), "loss by step") -- the title names what is drawn (no val_loss here)
   local named = plot.text({base = records(50, decay), lora = records(50, function(s) return decay(s) / 2 end)},
     {width = 30, height = 8, color = false})
   assert(named:find("⣿ base loss", 1, true) and named:find("+ lora loss", 1, true), named)

@@ -156,7 +156,8 @@ function M.series(runs, o)
       local label = #runs == 1 and metric or run.name .. " " .. metric
       if dropped > 0 then notes[#notes + 1] = string.format("%s: %d values <= 0 left out of the log scale", label, dropped) end
       if #xs > 0 then
-        out[#out + 1] = {label = label, x = xs, raw = ys, y = scale.smooth(ys, o.smooth), sparse = metric:match("^val") ~= nil}
+        out[#out + 1] = {label = label, metric = metric, x = xs, raw = ys, y = scale.smooth(ys, o.smooth),
+                         sparse = metric:match("^val") ~= nil}
       elseif not o.quiet[metric] then
         local present = false
         for _, r in ipairs(run.records) do present = present or finite(r[metric]) end
@@ -227,11 +228,16 @@ function M.stdout_is_terminal()
   return ffi.C.isatty(1) == 1
 end
 
-local function title_of(o)
+-- "loss, val_loss by step (log y, smoothed 0.9)": the metrics drawn, the x axis, the options.
+local function title_of(o, series)
+  local names, seen = {}, {}
+  for _, s in ipairs(series) do
+    if not seen[s.metric] then names[#names + 1], seen[s.metric] = s.metric, true end
+  end
   local extra = {}
   if o.log then extra[#extra + 1] = "log y" end
   if o.smooth > 0 then extra[#extra + 1] = "smoothed " .. o.smooth end
-  return o.title or (table.concat(o.metrics, ", ") .. " by " .. o.x
+  return o.title or (table.concat(names, ", ") .. " by " .. o.x
     .. (#extra > 0 and " (" .. table.concat(extra, ", ") .. ")" or ""))
 end
 
@@ -241,7 +247,7 @@ function M.text(src, opts)
   local series, notes = M.series(M.runs(src), o)
   local cols = tonumber(os.getenv("COLUMNS") or "") or 80
   return require("lutra.plot.terminal").render(series, {width = o.width or math.max(20, math.min(200, cols - 12)),
-    height = o.height or 20, log = o.log, color = o.color, title = title_of(o), si_x = o.x == "tokens"}), notes
+    height = o.height or 20, log = o.log, color = o.color, title = title_of(o, series), si_x = o.x == "tokens"}), notes
 end
 
 local function say_notes(notes)
@@ -255,7 +261,7 @@ function M.plot(src, opts)
     local series, notes = M.series(M.runs(src), o)
     say_notes(notes)
     require("lutra.plot.cairo").write(o.out, series, {format = o.format, width = o.width or 900,
-      height = o.height or 540, log = o.log, title = title_of(o), xlabel = o.x, si_x = o.x == "tokens"})
+      height = o.height or 540, log = o.log, title = title_of(o, series), xlabel = o.x, si_x = o.x == "tokens"})
     return o.out
   end
   local text, notes = M.text(src, opts)
@@ -318,7 +324,8 @@ function M.main(words)
   local paths, o = parse(words)
   if paths == nil or o.help or #paths == 0 then
     if paths == nil then io.stderr:write("lutra plot: ", o, "\n") end
-    io.stderr:write(USAGE)
+    local to = (paths ~= nil and o.help) and io.stdout or io.stderr
+    to:write(USAGE)
     return (paths ~= nil and o.help) and 0 or 2
   end
   local ok, err = xpcall(M.options, checked, o)
