@@ -237,3 +237,16 @@ test("bad options are errors naming the option", function()
   fails("--color must be auto, always or never", plot.options, {color = "sometimes"})
   fails("expected a path, a list of paths or a table of records, got number", plot.runs, 3)
 end)
+
+test("without libcairo a file is a clear error naming it", function()
+  local ffi = require "ffi"
+  local load, saved = ffi.load, package.loaded["lutra.plot.cairo"]
+  package.loaded["lutra.plot.cairo"] = nil
+  ffi.load = function(name) error("cannot open shared object " .. name, 0) end -- (as dlopen says it)
+  local ok, err = pcall(function()
+    return require("lutra.plot.cairo").write("curves.png", {}, {format = "png", width = 100, height = 100})
+  end)
+  ffi.load, package.loaded["lutra.plot.cairo"] = load, saved
+  assert(not ok and tostring(err):find("plot: cannot write curves.png: the cairo library (libcairo.so.2) could not be "
+    .. "loaded (cannot open shared object libcairo.so.2); install libcairo2", 1, true), tostring(err))
+end)

@@ -45,7 +45,7 @@ function M.resolve(path)
     raise("plot: " .. path .. ": no such file or directory")
   end
   local dir = path:gsub("/+$", "")
-  for _, sub in ipairs({"", "/latest"}) do
+  for _, sub in ipairs({"/latest", ""}) do -- (the newest run before metrics of an older layout)
     if files.exists(dir .. sub .. "/metrics.jsonl") then return dir .. sub .. "/metrics.jsonl" end
   end
   local best
