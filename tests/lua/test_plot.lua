@@ -216,6 +216,10 @@ test("lt.plot takes records and named record tables; writes a file with out", fu
   local named = plot.text({base = records(50, decay), lora = records(50, function(s) return decay(s) / 2 end)},
     {width = 30, height = 8, color = false})
   assert(named:find("⣿ base loss", 1, true) and named:find("+ lora loss", 1, true), named)
+  local losses = {}
+  for i = 1, 40 do losses[i] = decay(i) end
+  local small = {width = 30, height = 8, color = false}
+  equal(plot.text(losses, small), plot.text(records(40, decay), small)) -- a list of losses: one a step
   local dir = files.temp_dir()
   local ok, err = pcall(lt.plot, records(50, decay), {out = dir .. "/c.svg"})
   if not ok and tostring(err):find("could not be loaded", 1, true) then

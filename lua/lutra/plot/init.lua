@@ -38,7 +38,7 @@ local function newer(a, b)
   return tonumber(an) > tonumber(bn)
 end
 
--- The metrics file a path names: itself, DIR/metrics.jsonl, DIR/latest/..., or the newest DIR/runs/*/....
+-- The metrics file a path names: itself, DIR/latest/metrics.jsonl, DIR/metrics.jsonl, or the newest DIR/runs/*/....
 function M.resolve(path)
   if not files.is_dir(path) then
     if files.exists(path) then return path end
@@ -77,11 +77,16 @@ local function short_names(paths)
 end
 
 -- The runs a source names: a list of {name =, records =}.
---   "path" | {"path", ...} | {record, ...} | {name = {record, ...}, ...}
+--   "path" | {"path", ...} | {record, ...} | {loss, ...} | {name = {record, ...}, ...}
 function M.runs(src)
   if type(src) == "string" then src = {src} end
   if type(src) ~= "table" then raise("plot: expected a path, a list of paths or a table of records, got " .. type(src)) end
   if type(src[1]) == "table" then return {{name = "run", records = src}} end
+  if type(src[1]) == "number" then -- a list of losses (the trainer's result.losses): one a step
+    local records = {}
+    for i, v in ipairs(src) do records[i] = {step = i, loss = v} end
+    return {{name = "run", records = records}}
+  end
   local runs = {}
   if type(src[1]) == "string" then
     local names = short_names(src)
