@@ -84,7 +84,7 @@ function M.render(series, opts)
   local w, h = opts.width or 70, opts.height or 20
   local xlo, xhi, ylo, yhi = scale.extent(series)
   local xa = scale.axis(xlo, xhi, {ticks = math.max(2, floor(w / 12))})
-  local ya = scale.axis(ylo, yhi, {ticks = math.max(2, floor(h / 4)), log = opts.log})
+  local ya = scale.axis(ylo, yhi, {ticks = math.max(3, floor(h / 3)), log = opts.log})
   local pw, ph = 2 * w, 4 * h
 
   local c = new_canvas(w, h)
