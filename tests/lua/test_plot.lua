@@ -160,14 +160,14 @@ end)
 test("runs are found by file, directory, latest link, and newest of runs/", function()
   local dir = files.temp_dir()
   os.execute("mkdir -p '" .. dir .. "/r/runs/20261204-163005' '" .. dir .. "/r/runs/20261204-163005-2' '"
-    .. dir .. "/r/runs/20261204-163005-10' '" .. dir .. "/plain' '" .. dir .. "/empty'")
+    .. dir .. "/r/runs/20261203-235959' '" .. dir .. "/plain' '" .. dir .. "/empty'")
   files.write(dir .. "/plain/metrics.jsonl", jsonl(records(5, decay)))
-  for _, id in ipairs({"20261204-163005", "20261204-163005-2", "20261204-163005-10"}) do
+  for _, id in ipairs({"20261204-163005", "20261204-163005-2", "20261203-235959"}) do
     files.write(dir .. "/r/runs/" .. id .. "/metrics.jsonl", jsonl({{step = 1, loss = 1}}))
   end
   equal(plot.resolve(dir .. "/plain"), dir .. "/plain/metrics.jsonl")
   equal(plot.resolve(dir .. "/plain/metrics.jsonl"), dir .. "/plain/metrics.jsonl")
-  equal(plot.resolve(dir .. "/r"), dir .. "/r/runs/20261204-163005-10/metrics.jsonl") -- -10 after -2
+  equal(plot.resolve(dir .. "/r"), dir .. "/r/runs/20261204-163005-2/metrics.jsonl") -- the newest id
   equal(plot.resolve(dir .. "/r/runs/20261204-163005-2"), dir .. "/r/runs/20261204-163005-2/metrics.jsonl")
   os.execute("ln -s runs/20261204-163005 '" .. dir .. "/r/latest'")
   equal(plot.resolve(dir .. "/r/"), dir .. "/r/latest/metrics.jsonl")

@@ -1,6 +1,6 @@
 -- lutra.plot.cairo — the plot as a PNG or SVG file, drawn by cairo (libcairo.so.2, through the FFI):
 -- title, grid, axes with tick values, the curves (a smoothed series over its raw values, faint;
--- sparse ones such as val_loss with a dot at each point), the x axis' name and a legend below.
+-- sparse ones such as val_loss with a dot at each measured value), the x axis' name and a legend below.
 --
 --   require("lutra.plot.cairo").write("curves.png", series, {format = "png", width = 900, height = 540,
 --     log = false, title = "loss by step", xlabel = "step"})
@@ -174,7 +174,7 @@ local function draw(C, cr, series, o)
     end
     if s.sparse and #s.x <= 200 then
       for k = 1, #s.x do
-        C.cairo_arc(cr, px(s.x[k]), py(s.y[k]), 3, 0, 2 * math.pi)
+        C.cairo_arc(cr, px(s.x[k]), py(s.raw[k]), 3, 0, 2 * math.pi) -- (the values measured)
         C.cairo_fill(cr)
       end
     end

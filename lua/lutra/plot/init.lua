@@ -15,6 +15,7 @@ local scale = require "lutra.plot.scale"
 local errors = require "lutra.errors"
 local files = require "lutra.ckpt.files"
 local metrics = require "lutra.train.metrics"
+local run_dirs = require "lutra.train.runs"
 
 local M = {}
 
@@ -28,31 +29,18 @@ local USAGE = "usage: lutra plot RUN_DIR|METRICS.jsonl... [--metric loss,val_los
 
 -- ---- inputs ----------------------------------------------------------------------------
 
--- "20261204-163005-2" after "20261204-163005": a run id's collision suffix compared as a number.
-local function newer(a, b)
-  local ab, an = a:match("^(.-)%-(%d+)$")
-  local bb, bn = b:match("^(.-)%-(%d+)$")
-  if not (ab and #an < 4) then ab, an = a, "0" end -- (a bare id's "-163005" is not a suffix)
-  if not (bb and #bn < 4) then bb, bn = b, "0" end
-  if ab ~= bb then return ab > bb end
-  return tonumber(an) > tonumber(bn)
-end
-
--- The metrics file a path names: itself, DIR/latest/metrics.jsonl, DIR/metrics.jsonl, or the newest DIR/runs/*/....
+-- The metrics file a path names: itself, the newest run's (lutra.train.runs: DIR/latest, else the
+-- last of DIR/runs/*), or DIR/metrics.jsonl.
 function M.resolve(path)
   if not files.is_dir(path) then
     if files.exists(path) then return path end
     raise("plot: " .. path .. ": no such file or directory")
   end
   local dir = path:gsub("/+$", "")
-  for _, sub in ipairs({"/latest", ""}) do -- (the newest run before metrics of an older layout)
-    if files.exists(dir .. sub .. "/metrics.jsonl") then return dir .. sub .. "/metrics.jsonl" end
+  local newest = run_dirs.latest(dir) -- (the newest run before metrics of an older layout)
+  for _, at in ipairs({newest or false, dir}) do
+    if at and files.exists(at .. "/metrics.jsonl") then return at .. "/metrics.jsonl" end
   end
-  local best
-  for _, id in ipairs(files.list(dir .. "/runs")) do
-    if files.exists(dir .. "/runs/" .. id .. "/metrics.jsonl") and (not best or newer(id, best)) then best = id end
-  end
-  if best then return dir .. "/runs/" .. best .. "/metrics.jsonl" end
   raise("plot: " .. path .. " has no metrics.jsonl (nor latest/metrics.jsonl, nor runs/*/metrics.jsonl)")
 end
 
