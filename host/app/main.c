@@ -54,7 +54,7 @@ static void print_usage(FILE *f) {
           "usage: %s [options] [script [args]]\n"
           "       %s doctor              show the build, LuaJIT, BLAS, threads, CUDA, NCCL, MPI\n"
           "       %s selftest [args]     run require('lutra.selftest').main(args)\n"
-          "       %s launch|ckpt|convert|chat|generate ...   see `lutra COMMAND --help`\n"
+          "       %s launch|ckpt|convert|chat|generate|plot ...   see `lutra COMMAND --help`\n"
           "With no script and no -e, opens the REPL (with `lutra` loaded).\n"
           "Options:\n"
           "  -e chunk          execute the string chunk (repeatable)\n"
@@ -421,7 +421,7 @@ static int run_selftest(lua_State *L, int argc, char **argv) {
 
 /* Subcommands written in Lua (lua/lutra/commands.lua maps each to its module). */
 static int is_lua_command(const char *word) {
-  static const char *const names[] = {"launch", "ckpt", "convert", "chat", "generate"};
+  static const char *const names[] = {"launch", "ckpt", "convert", "chat", "generate", "plot"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     if (strcmp(word, names[i]) == 0) return 1;
   return 0;

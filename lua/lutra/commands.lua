@@ -1,4 +1,4 @@
--- lutra.commands — the subcommands written in Lua: `lutra launch|ckpt|convert|chat|generate`.
+-- lutra.commands — the subcommands written in Lua: `lutra launch|ckpt|convert|chat|generate|plot`.
 -- host/app/main.c calls main(name, arg) with arg[1..] the words after the command's name;
 -- the return value is the exit status. Each command lives in its own module.
 local M = {}
@@ -9,6 +9,7 @@ M.modules = {
   convert = "lutra.ckpt.convert",    -- our checkpoints <-> Hugging Face safetensors
   chat = "lutra.chat",              -- interactive chat with a model directory
   generate = "lutra.chat",          -- one completion of --prompt
+  plot = "lutra.plot",              -- loss curves of runs: in the terminal, or as PNG/SVG
 }
 
 -- What a failed command prints: a checked error (a bad file, option or value) is its message

@@ -131,6 +131,11 @@ M.now = require("lutra.train.interrupt").now -- wall-clock seconds (monotonic), 
 -- lt.sft.data, lt.sft.modeldir, lt.sft.eval, lt.sft.templates (chats, model directories);
 -- lt.tensorboard (event files: scalars, text, histograms).
 local LAZY = {lora = "lutra.lora", dpo = "lutra.dpo", tensorboard = "lutra.tensorboard"}
+
+-- Loss curves: lt.plot(run_dir | path | {paths} | records | losses | {name = records}, opts) prints the
+-- terminal plot; opts.out = "x.png" | "x.svg" writes a file instead. opts: metric ("loss,val_loss"),
+-- smooth (0..1, TensorBoard's), log, x ("step" | "tokens"), width, height, title, color (lutra.plot).
+function M.plot(src, opts) return require("lutra.plot").plot(src, opts) end
 local SFT = {data = true, modeldir = true, eval = true, templates = true}
 M.sft = setmetatable({}, {__index = function(t, k)
   if not SFT[k] then return nil end
