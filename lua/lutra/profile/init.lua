@@ -207,6 +207,7 @@ local NOT_OPS = {is_tensor = true, before_write = true, binary = true, unary = t
                  manual_seed = true, get_rng_state = true, set_rng_state = true, options = true}
 local OP_MODULES = {"lutra.ops.elementwise", "lutra.ops.reduce", "lutra.ops.matmul", "lutra.ops", "lutra.create"}
 
+-- Swaps the wrappers into every table of the header's list that is loaded.
 function Profile:install()
   local function loaded(name) return package.loaded[name] end
   for _, name in ipairs(OP_MODULES) do
@@ -247,6 +248,7 @@ function Profile:install()
   end
 end
 
+-- Puts every original function back, in the reverse order of the swaps.
 function Profile:uninstall()
   for i = #self.saved, 1, -1 do
     local s = self.saved[i]
@@ -339,6 +341,7 @@ function Profile:stop()
   return self
 end
 
+-- The profile running now, or nil.
 function M.active() return cur end
 
 -- ---- annotations, and the reference event of each CUDA device -----------------------------
@@ -351,6 +354,7 @@ function M.push(name, args)
   ev.args = args
   return ev
 end
+-- Closes the range push returned (and any left open inside it).
 function M.pop(ev)
   if cur and ev then leave(ev) end
 end

@@ -12,6 +12,7 @@
 --       (all_gather_text), which writes the one file, a track per rank. Returns path (rank 0) or nil.
 local json = require "lutra.json"
 local dtype = require "lutra.dtype"
+local atomic_file = require "lutra.atomic_file"
 
 local M = {methods = {}}
 local P = M.methods
@@ -152,11 +153,8 @@ function P:trace_events()
 end
 
 local function write_file(path, text)
-  local f, err = io.open(path, "wb")
-  if not f then error("profile: export_chrome_trace: cannot write " .. path .. ": " .. tostring(err), 0) end
-  local ok, werr = f:write(text)
-  f:close()
-  if not ok then error("profile: export_chrome_trace: cannot write " .. path .. ": " .. tostring(werr), 0) end
+  local ok, err = atomic_file.write(path, text)
+  if not ok then error("profile: export_chrome_trace: " .. tostring(err), 0) end
 end
 
 -- The world group when this process is one of several ranks, else nil.
