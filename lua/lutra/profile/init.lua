@@ -346,8 +346,8 @@ function M.active() return cur end
 
 -- ---- annotations, and the reference event of each CUDA device -----------------------------
 
--- A named range of its own (cat "user") while profiling: push(name) ... pop(). pop closes the
--- innermost open range pushed.
+-- A named range of its own (cat "user") while profiling: local r = push(name) ... pop(r); nil when
+-- no profile runs (pop(nil) does nothing).
 function M.push(name, args)
   if not cur then return nil end
   local ev = enter(name, "user")
