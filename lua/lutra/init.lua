@@ -16,7 +16,7 @@
 --   autograd   t.requires_grad, t.grad, t.grad_fn, t:backward(), no_grad, enable_grad,
 --              zero_grad, checkpoint, detect_anomaly, lt.autograd.backward/grad (see lutra/autograd/init.lua)
 --   memory     tidy, keep, memory_stats, reset_peak_memory_stats, empty_cache, collectgarbage
---   runtime    version, build_info, get_num_threads, set_num_threads, now, cuda.*
+--   runtime    version, build_info, get_num_threads, set_num_threads, now, cuda.*, profile (lutra/profile/)
 --   custom ops custom_op, kernel (bodies in Lua for the CPU, CUDA C via NVRTC), gradcheck
 --   training   data, tokenizer, nn, models, optim, train, generate, config, dist, ckpt, hf,
 --              and on first use lora, dpo, tensorboard, sft.{data, modeldir, eval, templates}
@@ -37,10 +37,12 @@ local M = {}
 
 -- every method as a module function: lt.exp(x) == x:exp(). Called as a method, the
 -- first argument is a tensor by construction; as a function it is checked here.
-for name, fn in pairs(tensor.methods) do
+-- (The method is looked up per call: lutra.profile swaps wrappers into tensor.methods.)
+local methods = tensor.methods
+for name in pairs(methods) do
   M[name] = function(t, ...)
     if not ops.is_tensor(t) then errors.raise(name .. ": expected a tensor, got " .. type(t)) end
-    return fn(t, ...)
+    return methods[name](t, ...)
   end
 end
 M.matmul = ops.matmul -- checks both operands itself
@@ -125,6 +127,7 @@ M.cuda = require "lutra.cuda" -- devices, memory stats, events, pinned memory, a
 M.custom_op = require("lutra.custom_op").custom_op -- lt.custom_op{name =, forward =, backward =}
 M.kernel = require("lutra.custom_op").kernel -- lt.kernel{name =, args =, cpu =, cuda =}: fused bodies
 M.gradcheck = require "lutra.gradcheck" -- lt.gradcheck(fn, inputs, opts): autograd against finite differences
+M.profile = require "lutra.profile" -- lt.profile(fn, opts) -> prof: prof:table(), prof:export_chrome_trace(path)
 M.now = require("lutra.train.interrupt").now -- wall-clock seconds (monotonic), for timing a loop
 
 -- Loaded on first use (fine-tuning): lt.lora (adapters), lt.dpo (preference tuning), and

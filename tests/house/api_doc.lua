@@ -30,6 +30,7 @@ local function sections()
     {"lutra.hf", lt.hf, "hf."},
     {"lutra.dist", lt.dist, "dist."},
     {"lutra.cuda", lt.cuda, "cuda."},
+    {"lutra.profile", lt.profile, "profile."},
     {"lutra.json", lt.json, "json."},
     {"lutra.tensorboard", lt.tensorboard, "tensorboard."},
     {"lutra.lora", lt.lora, "lora."},

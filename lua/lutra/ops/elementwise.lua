@@ -162,14 +162,14 @@ for _, name in ipairs {"add", "sub", "mul", "div", "pow", "maximum", "minimum"} 
   M[name .. "_"] = function(a, b) return binary(a, b, op, a) end
 end
 
--- The metamethods: no `out`, numbers on either side.
-local ADD, SUB, MUL, DIV, POW = BINARY.add, BINARY.sub, BINARY.mul, BINARY.div, BINARY.pow
+-- The metamethods: no `out`, numbers on either side. They call the ops through this table (a
+-- metatype's metamethods are fixed once set; lutra.profile swaps wrappers into M).
 M.metamethods = {
-  __add = function(a, b) return binary(a, b, ADD) end,
-  __sub = function(a, b) return binary(a, b, SUB) end,
-  __mul = function(a, b) return binary(a, b, MUL) end,
-  __div = function(a, b) return binary(a, b, DIV) end,
-  __pow = function(a, b) return binary(a, b, POW) end,
+  __add = function(a, b) return M.add(a, b) end,
+  __sub = function(a, b) return M.sub(a, b) end,
+  __mul = function(a, b) return M.mul(a, b) end,
+  __div = function(a, b) return M.div(a, b) end,
+  __pow = function(a, b) return M.pow(a, b) end,
 }
 
 -- ---- elementwise: unary ------------------------------------------------------------
@@ -216,8 +216,7 @@ for name, op in pairs(UNARY) do
     return unary(a, op, a)
   end
 end
-local NEG = UNARY.neg
-M.metamethods.__unm = function(a) return unary(a, NEG) end
+M.metamethods.__unm = function(a) return M.neg(a) end
 
 -- grad_in = grad_out * op'(x), op named as the method ("tanh", "gelu", ...).
 function M.unary_backward(grad_out, x, op, out)

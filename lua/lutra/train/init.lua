@@ -29,7 +29,8 @@
 -- precision ("fp32", "bf16", "fp16": lutra/train/precision.lua), loss_scale and growth_interval
 -- (fp16), parallel (a layout: lutra/dist/mesh.lua), nonfinite ("stop", "skip", "rollback": what a
 -- step whose loss or gradient norm is nan or inf does, lutra/train/nonfinite.lua),
--- nonfinite_max_skips, nonfinite_max_rollbacks.
+-- nonfinite_max_skips, nonfinite_max_rollbacks, profile ("" off; "N-M" profiles steps N to M, "N" the
+-- N steps after step 1: trace.json in the run's directory and a table, lutra/train/profile.lua).
 --
 -- Each step runs inside lutra.tidy: activations, gradients and temporaries are freed when
 -- it ends (the optimizer's state and the parameters are kept), so memory stays flat.
@@ -57,6 +58,7 @@ local nonfinite = require "lutra.train.nonfinite"
 local memory = require "lutra.memory"
 local mfu = require "lutra.train.mfu"
 local timing = require "lutra.train.timing"
+local train_profile = require "lutra.train.profile"
 
 local raise = errors.raise
 local now = interrupt.now
@@ -68,7 +70,7 @@ M.DEFAULTS = {
   decay_frac = 0.2, optimizer = "adamw", weight_decay = 0.1, betas = {0.9, 0.95}, eps = 1e-8, momentum = 0.9,
   eval_every = 250, eval_iters = 20, sample_every = 0, sample_tokens = 200, sample_prompt = "", temperature = 0.8,
   top_k = 0, top_p = 0.95, log_every = 1, print_every = 0, run_dir = "", ckpt_every = 0, ckpt_keep = 2, resume = "",
-  ckpt_async = true, nonfinite = "stop", nonfinite_max_skips = 10, nonfinite_max_rollbacks = 3,
+  ckpt_async = true, nonfinite = "stop", nonfinite_max_skips = 10, nonfinite_max_rollbacks = 3, profile = "",
 }
 
 local Trainer = {}
@@ -272,6 +274,7 @@ function Trainer:start_clock()
   self.stop_at = self.args.until_step or self.total -- stop (and save) there, as an interrupt would
   self.mfu = mfu.of_run(self) -- model FLOPs utilisation's figures (lutra.train.mfu), or nil
   self.timing = timing.new() -- seconds per phase (lutra.train.timing), printed at the end
+  self.profiler = train_profile.for_run(self) -- config.profile (lutra.train.profile)
 end
 
 -- Evaluate, sample, step, log, save, until config.steps (or until_step, or Ctrl-C).
@@ -291,7 +294,9 @@ function Trainer:loop()
       self.timing:add("samples", now() - t1)
     end
     if done then break end
+    self.profiler:before_step(self.step + 1)
     local r, t, event = self:train_step()
+    self.profiler:after_step(self.step)
     -- a nan or inf: config.nonfinite stops the run (raises), skips the step or rolls back
     local outcome = event and self.nonfinite:handle(self, r, event)
     if not event then self.nonfinite:passed() end
@@ -316,6 +321,7 @@ function Trainer:run()
   local armed = not self.args.no_interrupt and interrupt.arm()
   local ok, err = errors.pcall(self.loop, self) -- a post-mortem opens where the error was raised
   if armed then interrupt.disarm() end
+  self.profiler:finish(ok)
   self.bar:finish()
   if self.log then self.log:close() end
   if not ok then
