@@ -57,6 +57,9 @@ local cfg = config {
   -- the last checkpoint (lutra/train/nonfinite.lua)
   nonfinite = config.one_of({"stop", "skip", "rollback"}, "stop"), nonfinite_max_skips = 10,
   nonfinite_max_rollbacks = 3,
+  -- what a run shows (lutra/train/init.lua): TensorBoard's events in run_dir/runs/ID, histograms of the
+  -- weights and gradients every N steps (0: none), a profile of steps "N-M" (trace.json and a table)
+  log_tensorboard = true, histogram_every = 0, profile = "",
   threads = 0,                        -- 0: the default (OMP_NUM_THREADS or all cores)
   device = "auto",                    -- auto: cuda:(local rank) when there is a GPU, else cpu; or cpu, cuda, cuda:K
   -- under `lutra launch -n N`: --parallel.dp=2 --parallel.tp=2, pp (stages), zero (1-3), schedule,

@@ -38,6 +38,9 @@ local cfg = config {
   -- a step whose loss or gradient norm is nan or inf: stop, skip it, or roll back (lutra/train/nonfinite.lua)
   nonfinite = config.one_of({"stop", "skip", "rollback"}, "stop"), nonfinite_max_skips = 10,
   nonfinite_max_rollbacks = 3,
+  -- what a run shows (lutra/train/init.lua): TensorBoard's events in run_dir/runs/ID, histograms of the
+  -- weights and gradients every N steps (0: none), a profile of steps "N-M" (trace.json and a table)
+  log_tensorboard = true, histogram_every = 0, profile = "",
   threads = 0,
 }
 if cfg.threads > 0 then lt.set_num_threads(cfg.threads) end

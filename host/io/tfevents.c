@@ -133,6 +133,17 @@ static int add_value(lt_tb_writer *w, Tfevents__Summary__Value *v, int64_t step,
   return add_event(w, &ev);
 }
 
+int lt_tb_session_start(lt_tb_writer *w, int64_t step, double wall_time) {
+  Tfevents__SessionLog log = TFEVENTS__SESSION_LOG__INIT;
+  log.status = TFEVENTS__SESSION_LOG__SESSION_STATUS__START;
+  Tfevents__Event ev = TFEVENTS__EVENT__INIT;
+  ev.wall_time = wall_time >= 0 ? wall_time : now_s();
+  ev.step = step;
+  ev.what_case = TFEVENTS__EVENT__WHAT_SESSION_LOG;
+  ev.session_log = &log;
+  return add_event(w, &ev);
+}
+
 int lt_tb_scalar(lt_tb_writer *w, const char *tag, double value, int64_t step, double wall_time) {
   Tfevents__Summary__Value v = TFEVENTS__SUMMARY__VALUE__INIT;
   v.tag = (char *)tag;

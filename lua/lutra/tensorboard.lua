@@ -48,6 +48,16 @@ function Writer:scalar(tag, value, step, wall_time)
   if C.lt_tb_scalar(self.writer, tag, value, step, wall(wall_time)) ~= 0 then fail() end
 end
 
+-- w:session_start(step[, wall_time]): a restart at step (a resumed run): TensorBoard's readers drop
+-- what the earlier events files hold for step and later, which this run writes again.
+function Writer:session_start(step, wall_time)
+  check_open(self, "session_start")
+  if type(step) ~= "number" or step ~= math.floor(step) then
+    raise("tensorboard.session_start: step must be an integer, got " .. tostring(step))
+  end
+  if C.lt_tb_session_start(self.writer, step, wall(wall_time)) ~= 0 then fail() end
+end
+
 -- w:text(tag, text, step[, wall_time]): a string for the text plugin (which renders markdown).
 function Writer:text(tag, text, step, wall_time)
   check_open(self, "text")

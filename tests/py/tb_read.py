@@ -77,15 +77,18 @@ def main(argv):
                  bucket_limit=list(h.bucket_limit), bucket=list(h.bucket))
             for e in acc.Histograms(t) for h in [e.histogram_value]]
         for t in tags["histograms"]}
-    result["texts"] = {
-        t: [dict(step=e.step, text=[s.decode("utf-8") for s in e.tensor_proto.string_val],
-                 dtype=e.tensor_proto.dtype, plugin=acc.SummaryMetadata(t).plugin_data.plugin_name)
-            for e in acc.Tensors(t)]
-        for t in tags["tensors"]}
-    # what the TensorBoard app shows: the plugin accumulator, with its data_compat conversions
+    # what the TensorBoard app shows: the plugin accumulator, with its data_compat conversions and
+    # its handling of restarts (a session START after the first drops the later steps read before)
     pacc = plugin_event_accumulator.EventAccumulator(d, size_guidance={"tensors": 0})
     pacc.Reload()
     result["plugins"] = {p: sorted(pacc.PluginTagToContent(p)) for p in pacc.ActivePlugins()}
+    result["texts"] = {
+        t: [dict(step=e.step, text=[s.decode("utf-8") for s in e.tensor_proto.string_val],
+                 dtype=e.tensor_proto.dtype, plugin=pacc.SummaryMetadata(t).plugin_data.plugin_name)
+            for e in pacc.Tensors(t)]
+        for t in pacc.PluginTagToContent("text")} if "text" in pacc.ActivePlugins() else {}
+    result["app_steps"] = {t: [e.step for e in pacc.Tensors(t)] for p in pacc.ActivePlugins()
+                           for t in pacc.PluginTagToContent(p)}
     return result
 
 

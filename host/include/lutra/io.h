@@ -244,6 +244,9 @@ typedef struct lt_tb_histo {
 int lt_tb_open(lt_tb_writer **out, const char *dir);
 int lt_tb_path(const lt_tb_writer *w, const char **path); /* the events file's path, owned by w */
 int lt_tb_scalar(lt_tb_writer *w, const char *tag, double value, int64_t step, double wall_time);
+/* A session START at step: TensorBoard's readers then drop what earlier records hold for step
+ * and later (a resumed run redoes those steps). */
+int lt_tb_session_start(lt_tb_writer *w, int64_t step, double wall_time);
 int lt_tb_text(lt_tb_writer *w, const char *tag, const char *text, int64_t len, int64_t step, double wall_time);
 /* The histogram of n values in `bins` equal-width buckets spanning [min, max] of the finite
  * values (NaN and infinities are left out of every field; all values equal: one bucket).

@@ -29,8 +29,11 @@
 -- precision ("fp32", "bf16", "fp16": lutra/train/precision.lua), loss_scale and growth_interval
 -- (fp16), parallel (a layout: lutra/dist/mesh.lua), nonfinite ("stop", "skip", "rollback": what a
 -- step whose loss or gradient norm is nan or inf does, lutra/train/nonfinite.lua),
--- nonfinite_max_skips, nonfinite_max_rollbacks, profile ("" off; "N-M" profiles steps N to M, "N" the
--- N steps after step 1: trace.json in the run's directory and a table, lutra/train/profile.lua).
+-- nonfinite_max_skips, nonfinite_max_rollbacks, log_tensorboard (TensorBoard's event file in the
+-- run's directory: every scalar of the records, the config and samples as text: lutra.train.tb_sink),
+-- histogram_every (0: none; N: histograms of the weights and gradients every N steps), profile ("" off;
+-- "N-M" profiles steps N to M, "N" the N steps after step 1: trace.json in the run's directory and a
+-- table, lutra/train/profile.lua).
 --
 -- Each step runs inside lutra.tidy: activations, gradients and temporaries are freed when
 -- it ends (the optimizer's state and the parameters are kept), so memory stays flat.
@@ -59,6 +62,7 @@ local memory = require "lutra.memory"
 local mfu = require "lutra.train.mfu"
 local timing = require "lutra.train.timing"
 local train_profile = require "lutra.train.profile"
+local tb_sink = require "lutra.train.tb_sink"
 
 local raise = errors.raise
 local now = interrupt.now
@@ -71,6 +75,7 @@ M.DEFAULTS = {
   eval_every = 250, eval_iters = 20, sample_every = 0, sample_tokens = 200, sample_prompt = "", temperature = 0.8,
   top_k = 0, top_p = 0.95, log_every = 1, print_every = 0, run_dir = "", ckpt_every = 0, ckpt_keep = 2, resume = "",
   ckpt_async = true, nonfinite = "stop", nonfinite_max_skips = 10, nonfinite_max_rollbacks = 3, profile = "",
+  log_tensorboard = true, histogram_every = 0,
 }
 
 local Trainer = {}
@@ -171,12 +176,31 @@ function Trainer:open_outputs()
     if not ok then raise("metrics: " .. tostring(err)) end
   end
   self.log = metrics.open(log_path, "a")
+  if self.get "log_tensorboard" then self:open_tensorboard() end
   self:say(string.format("run %s: %s", self.run_id, self.run_path))
 end
 
--- One record to metrics.jsonl and to args.log.
+-- TensorBoard's event file (a new one each start: a resumed run's go beside the earlier ones),
+-- and the histograms of config.histogram_every, taken after the optimizer step, before the
+-- gradients are dropped (this process's tensors: rank 0's shards under tp or ZeRO-3).
+function Trainer:open_tensorboard()
+  self.tb = tb_sink.open(self.run_path, self.cfg_plain, self.run_id == self.resumed_run_id and self.step or nil)
+  local every = self.get "histogram_every"
+  if type(every) ~= "number" or every < 0 or every ~= math.floor(every) then
+    raise("train: config.histogram_every must be an integer >= 0 (0: none), got " .. tostring(every))
+  end
+  if every > 0 then
+    self.grads_hook = function()
+      local step = self.step + 1 -- the step being taken
+      if step % every == 0 then self.tb:histograms(step, self.par and self.par.model or self.model) end
+    end
+  end
+end
+
+-- One record to metrics.jsonl, TensorBoard's events and args.log.
 function Trainer:record(r)
   if self.log then self.log:write(r) end
+  if self.tb then self.tb:record(r) end
   if self.args.log then self.args.log(r) end
 end
 
@@ -202,6 +226,7 @@ function Trainer:sample()
   create.set_rng_state(rng)
   if not ok then return self:say("sample failed: " .. tostring(text)) end
   self:say(string.format("---- sample at step %d ----\n%s\n----", self.step, text))
+  if self.tb then self.tb:sample(self.step, text) end
   if self.run_path then -- appended without following a link planted there (lutra.atomic_file)
     local f, err = atomic_file.append(self.run_path .. "/samples.txt")
     local ok = f ~= nil
@@ -324,6 +349,7 @@ function Trainer:run()
   self.profiler:finish(ok)
   self.bar:finish()
   if self.log then self.log:close() end
+  if self.tb then self.tb:close() end
   if not ok then
     pcall(sharded.wait) -- a save in flight is committed (or fails) before the error goes on
     error(err, 0)

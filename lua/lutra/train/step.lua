@@ -130,6 +130,7 @@ function M.single(run, lr)
     sharded.fence() -- a background save has copied the weights before they change
     if take and not event then run.opt:step{lr = lr} end
     run.timing:add("optimizer", now() - t_opt)
+    if run.grads_hook then run.grads_hook() end -- the step's gradients, before they are dropped
     free_grads(params)
     return n, run.opt.state -- the optimizer's state outlives the scope
   end)
@@ -181,6 +182,7 @@ function M.parallel(run, lr)
     if take and not event then par.optimizer:step{lr = lr} end
     timing:add("optimizer", now() - t2)
     par:after_step()
+    if run.grads_hook then run.grads_hook() end
     par:zero_grad()
     return par.optimizer.state
   end)

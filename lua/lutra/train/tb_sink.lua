@@ -2,6 +2,7 @@
 -- events file in the run's directory beside metrics.jsonl.
 --
 --   local sink = tb_sink.open("runs/x/runs/20261204-163005", cfg)  -- cfg as text "config", step 0
+--   tb_sink.open(dir, cfg, 20)          -- a run resumed at step 20: a session START at step 21
 --   sink:record{step = 10, loss = 3.2, lr = 1e-3, rank_step_ms = {12.1, 12.5}}
 --       -- scalars loss, lr, rank_step_ms/rank0, rank_step_ms/rank1 at step 10
 --   sink:sample(10, text)              -- text "samples"
@@ -103,10 +104,14 @@ function M.config_markdown(config)
 end
 
 -- A writer on dir (the run's own directory); config (a plain table, may be nil) goes in as text
--- "config" at step 0.
-function M.open(dir, config)
+-- "config" at step 0. Each start writes a session START first, as TensorFlow does: at step 0, or
+-- for a run resumed at step resumed_at (its checkpoint's) at the next step, so that TensorBoard
+-- (which takes a START after the first as a restart) shows the steps this run redoes (a run that
+-- went on past its last save) once, as this run writes them.
+function M.open(dir, config, resumed_at)
   local sink = setmetatable({writer = tensorboard.open(dir)}, Sink)
   sink.path = sink.writer.path
+  sink.writer:session_start(resumed_at and resumed_at + 1 or 0)
   if type(config) == "table" then sink.writer:text("config", M.config_markdown(config), 0) end
   sink.writer:flush()
   return sink
