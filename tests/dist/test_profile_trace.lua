@@ -1,6 +1,6 @@
 -- np: 2
 -- config.profile under data parallelism (dp = 2): 3 profiled steps of a small training run; rank 0
--- merges both ranks' events into run_dir/trace.json, read back by python3's json (lutra.json where
+-- merges both ranks' events into the run's trace.json (run_dir/latest), read back by python3's json (lutra.json where
 -- python3 is missing): traceEvents, each X event complete, a pid and a process_name per rank, the
 -- gradient all-reduces on both ranks, and the ranks' steps on one clock.
 local lt = require "lutra"
@@ -43,7 +43,7 @@ test("profile under dp=2: one trace.json with both ranks, complete events and th
   equal(r.step, 4)
   world:barrier()
   if R ~= 0 then return end
-  local doc = read_trace(dir .. "/trace.json")
+  local doc = read_trace(dir .. "/latest/trace.json")
   equal(type(doc.traceEvents), "table")
   local names, steps, reduces = {}, {[0] = {}, [1] = {}}, {[0] = 0, [1] = 0}
   for _, e in ipairs(doc.traceEvents) do

@@ -258,7 +258,7 @@ test("train profile: a run with profile = \"2-3\" writes trace.json with two Pro
                      config = {steps = 4, warmup = 0, eval_every = 0, run_dir = dir, profile = "2-3"}}
   equal(r.step, 4)
   same_as(tables, copy, "after the run")
-  local doc = json.read_file(dir .. "/trace.json")
+  local doc = json.read_file(dir .. "/latest/trace.json") -- in the run's own directory
   local steps, ops, data_next = {}, 0, 0
   for _, e in ipairs(doc.traceEvents) do
     if e.ph == "X" then

@@ -96,6 +96,7 @@ end
 -- Notes tensor t (an input or a result) on event ev: its shape, bytes, the first dtype and device.
 local function note(ev, t)
   if is_freed(t) then return end
+  if ev.first_in == nil then ev.first_in = t end
   local shapes = ev.shapes
   shapes[#shapes + 1] = shape_string(t)
   ev.bytes = ev.bytes + numel(t) * sizes[dtype_id(t)]
@@ -113,6 +114,15 @@ local function note_value(ev, v)
       if type(x) == "cdata" and istype(Tensor, x) then note(ev, x) end
     end
   end
+end
+
+-- The ops that return a view of their input: no bytes of their own (reshape and flatten only when
+-- the result shares the input's memory).
+local VIEWS = {}
+for _, k in ipairs {"view", "reshape", "flatten", "narrow", "select", "transpose", "t", "permute", "expand",
+                    "expand_as", "unsqueeze", "squeeze", "split", "chunk", "unbind", "detach", "as_strided",
+                    "view_as", "unflatten", "movedim"} do
+  VIEWS[k] = true
 end
 
 local function enter(name, cat, ...)
@@ -148,6 +158,15 @@ local function leave(ev, ...)
     end
   end
   ev.out_bytes = ev.bytes - out_bytes
+  if VIEWS[ev.name] then -- a view reads and writes nothing; reshape and flatten may copy
+    local y = ...
+    local x = ev.first_in
+    if ev.name ~= "reshape" and ev.name ~= "flatten" or (x ~= nil and type(y) == "cdata" and istype(Tensor, y)
+        and not is_freed(y) and not is_freed(x) and C.lt_data_ptr(y) == C.lt_data_ptr(x)) then
+      ev.bytes, ev.out_bytes = 0, 0
+    end
+  end
+  ev.first_in = nil -- an event keeps no tensor
   events[#events + 1] = ev
   if cur ~= nil then
     if ev.cat == "op" then cur:link(ev, ...) elseif ev.cat == "ckpt" then cur:ckpt_note() end
@@ -241,6 +260,8 @@ function Profile:install()
   if ckpt then
     for _, k in ipairs {"save", "wait", "fence", "load", "save_weights"} do self:swap(ckpt, k, "ckpt." .. k, "ckpt") end
   end
+  local optimizer = loaded("lutra.optim.optimizer") -- every optimizer's step (AdamW, Lion, SGD, ...)
+  if optimizer then self:swap(optimizer, "step", "optimizer.step", "optim") end
   local data = loaded("lutra.data")
   if data then
     self:swap(data.Loader, "next", "data.next", "data")
