@@ -8,6 +8,7 @@
 --     (an argmax flip needs two logits within the ~1e-14 the weights differ by);
 --   - averaged extras (loss_again, logit_mean) are means of the ranks' and micro-batches' means of
 --     equal rows: the same math, f64, 1e-9 relative as the layout tests (layout_helpers.lua);
+--   - the val loss (steps 0 and 4) is loss_fn's, as one process's;
 --   - rows: one per logged step (log_every = 2: steps 2 and 4), none missing, none twice, each
 --     with rank_step_ms and rank_peak_mem_mb over the world (one process: without them).
 -- metrics.jsonl is read with lutra.json (a whole JSON parser: the lists are arrays there).
@@ -48,15 +49,18 @@ local function run(parallel, loss_fn, run_dir, log)
                                  block_size = SEQ, dropout = 0, dtype = "f64"}
   local r = lt.train {model = model, data = loader(), loss_fn = loss_fn, quiet = true, no_interrupt = true, log = log,
                       config = {steps = STEPS, lr = 0.1, warmup = 0, schedule = "constant", optimizer = "sgd",
-                                grad_clip = 0, eval_every = 0, log_every = 2, run_dir = run_dir or "",
+                                grad_clip = 0, eval_every = STEPS, eval_iters = 2, log_every = 2, run_dir = run_dir or "",
                                 parallel = parallel, ckpt_every = 0, grad_accum = ACCUM}}
   if parallel then comm.world:barrier() end
   return r
 end
 
 -- one process over the global batch: the records of its logged steps
-local reference = {}
-run(nil, with_extras, nil, function(rec) if rec.loss then reference[#reference + 1] = rec end end)
+local reference, ref_val = {}, {}
+run(nil, with_extras, nil, function(rec)
+  if rec.loss then reference[#reference + 1] = rec end
+  if rec.val_loss then ref_val[#ref_val + 1] = rec end
+end)
 
 local function layout_name(l)
   local parts = {}
@@ -85,8 +89,11 @@ for _, layout in ipairs(LAYOUTS[N] or {}) do
   test("extra metrics under " .. layout_name(layout) .. ": one process's, once a logged step, with each rank's time",
     function()
       local run_dir = string.format("%s/lutra_extras_run_%s_%s", dir, job, layout_name(layout):gsub("[ =]", "_"))
-      local logged = {}
-      local r = run(layout, with_extras, run_dir, function(rec) if rec.loss then logged[#logged + 1] = rec end end)
+      local logged, val = {}, {}
+      local r = run(layout, with_extras, run_dir, function(rec)
+        if rec.loss then logged[#logged + 1] = rec end
+        if rec.val_loss then val[#val + 1] = rec end
+      end)
       -- the time split of a parallel layout: forward and backward together, then the communication
       assert(r.time_split.forward_backward > 0 and r.time_split.communication > 0 and r.time_split.optimizer > 0,
         "time split " .. json.encode(r.time_split))
@@ -101,6 +108,12 @@ for _, layout in ipairs(LAYOUTS[N] or {}) do
         end
       end
       T.assert_equal(#rows, 2, "rows with a loss")
+      -- the val loss is loss_fn's too (the pipeline's last stage calls it): at steps 0 and 4
+      T.assert_equal(#val, 2, "val records")
+      for i, v in ipairs(val) do
+        T.assert_equal(v.step, ref_val[i].step)
+        T.assert_close(v.val_loss, ref_val[i].val_loss, {rtol = F64_REL, atol = 0, msg = layout_name(layout) .. ": val_loss"})
+      end
       for i, row in ipairs(rows) do
         local ref = reference[i]
         local what = layout_name(layout) .. ", step " .. tostring(row.step)
