@@ -138,6 +138,42 @@ for _, layout in ipairs(LAYOUTS[N] or {}) do
     end)
 end
 
+-- A batch with a field of its own (w: one weight a token): pipeline micro-batches get their rows of it
+local function weighted(loader)
+  return {local_batch = loader.local_batch, dp_size = 1, next = function()
+    local x, y = loader:next()
+    return {x = x, y = y, w = x:double() + 1, x, y}
+  end}
+end
+
+local function weighted_loss(model, batch)
+  local _, loss = model(batch.x, batch.y)
+  return loss, {w_sum = {batch.w:sum(), reduce = "sum"}, w_mean = batch.w:mean()}
+end
+
+local function run_weighted(parallel)
+  lt.manual_seed(5)
+  local model = lt.models.build {arch = "gpt2", n_layer = 2, n_head = 2, d_model = 16, vocab_size = tok.vocab_size,
+                                 block_size = SEQ, dropout = 0, dtype = "f64"}
+  local rows = {}
+  lt.train {model = model, data = weighted(loader()), loss_fn = weighted_loss, quiet = true, no_interrupt = true,
+            log = function(rec) rows[#rows + 1] = rec end,
+            config = {steps = 2, lr = 0.1, warmup = 0, optimizer = "sgd", eval_every = 0, run_dir = "",
+                      parallel = parallel, grad_accum = ACCUM}}
+  return rows
+end
+
+if N == 2 then
+  test("pp = 2: loss_fn's micro-batches carry their rows of every batch field (w)", function()
+    local ref, got = run_weighted(nil), run_weighted({pp = 2})
+    T.assert_equal(#got, 2)
+    for i = 1, 2 do
+      T.assert_equal(got[i].w_sum, ref[i].w_sum, "w_sum, step " .. i)
+      T.assert_close(got[i].w_mean, ref[i].w_mean, {rtol = 1e-12, atol = 0, msg = "w_mean, step " .. i})
+    end
+  end)
+end
+
 test("a loss_fn whose extra names differ across the dp ranks: an error naming this rank's", function()
   local ok, err = pcall(run, {dp = N}, function(model, batch)
     local _, loss = model(batch.x, batch.y)

@@ -36,9 +36,11 @@ local function named_trainable(model)
   return out
 end
 
--- The rows [i*n/m, (i+1)*n/m) of every tensor of a batch {x =, y =}: m micro-batches.
+-- The rows [i*n/m, (i+1)*n/m) of every tensor of a batch {x =, y =, ...} whose first dim is the
+-- batch's (positions, segments, a loss mask: what loss_fn reads too): m micro-batches; other
+-- fields as they are.
 local function split_rows(batch, m)
-  local x, y = batch.x or batch[1], batch.y or batch[2]
+  local x = batch.x or batch[1]
   local B = x:size(0)
   if B % m ~= 0 then
     raise(string.format("parallel: the local batch of %d rows does not split into %d pipeline micro-batches "
@@ -46,8 +48,16 @@ local function split_rows(batch, m)
   end
   local rows, out = B / m, {}
   for i = 0, m - 1 do
-    local xi, yi = x:narrow(0, i * rows, rows):contiguous(), y:narrow(0, i * rows, rows):contiguous()
-    out[i + 1] = {x = xi, y = yi, xi, yi}
+    local micro, cut = {}, {}
+    for k, v in pairs(batch) do
+      if ops.is_tensor(v) and v.ndim >= 1 and v:size(0) == B then
+        cut[v] = cut[v] or v:narrow(0, i * rows, rows):contiguous() -- x and [1] stay one tensor
+        v = cut[v]
+      end
+      micro[k] = v
+    end
+    micro.x, micro.y = micro.x or micro[1], micro.y or micro[2]
+    out[i + 1] = micro
   end
   return out
 end
