@@ -45,8 +45,10 @@ lt_tensor *lt_request_keep(lt_comm_request *r, lt_tensor *t) {
 
 void lt_request_free(lt_comm_request *r) {
   if (!r) return;
-  if (r->prev) r->prev->next = r->next;
-  else if (live == r) live = r->next;
+  if (r->prev)
+    r->prev->next = r->next;
+  else if (live == r)
+    live = r->next;
   if (r->next) r->next->prev = r->prev;
   for (int i = 0; i < r->nkeep; i++) lt_release(r->keep[i]);
   free(r->keep), free(r->counts), free(r->displs);

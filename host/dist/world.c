@@ -69,8 +69,10 @@ static void finalize(int status, void *arg) {
   const char *op, *group;
   int pending = lt_request_settle(&op, &group);
   if (pending > 0) { /* MPI_Finalize would wait for them (or crash): leave without it */
-    fprintf(stderr, "lutra: rank %d: %d communication request%s still in flight at exit (the first: %s on group %s); "
-            "exiting without MPI_Finalize\n", world_rank, pending, pending == 1 ? "" : "s", op, group);
+    fprintf(stderr,
+            "lutra: rank %d: %d communication request%s still in flight at exit (the first: %s on group %s); "
+            "exiting without MPI_Finalize\n",
+            world_rank, pending, pending == 1 ? "" : "s", op, group);
     return;
   }
   for (int i = 0; i < num_groups; i++)
