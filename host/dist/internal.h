@@ -41,6 +41,7 @@ struct lt_comm_request {
 #ifdef LUTRA_HAVE_MPI
   MPI_Request *reqs;
 #endif
+  lt_comm_request *prev, *next; /* the list of live requests (lt_request_settle) */
 };
 
 /* dist/world.c */
@@ -77,6 +78,11 @@ void lt_comm_scale(lt_tensor *t, int n);
 lt_comm_request *lt_request_new(const char *op, lt_group *g, int nreq, int64_t slot);
 lt_tensor *lt_request_keep(lt_comm_request *r, lt_tensor *t); /* a view holding t's storage */
 void lt_request_free(lt_comm_request *r);
+/* At a clean exit, before MPI_Finalize (which must not run with communication pending): the
+ * requests never waited for (an error raised and caught between post and wait, a dropped
+ * handle) are finished when complete, cancelled when point-to-point (a nonblocking collective
+ * cannot be); returns how many are still in flight, and the first one's op and group. */
+int lt_request_settle(const char **op, const char **group);
 /* Waits for r (watched), finishes it (AVG scaling, flight state) and frees it. */
 int lt_request_complete(lt_comm_request *r);
 

@@ -2,6 +2,10 @@
  * alive, and what completion must still do (AVG scaling, the flight-recorder state). */
 #include "dist/internal.h"
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static lt_comm_request *live; /* every request made and not yet freed (main thread only) */
 
 lt_comm_request *lt_request_new(const char *op, lt_group *g, int nreq, int64_t slot) {
   lt_comm_request *r = calloc(1, sizeof *r);
@@ -17,6 +21,9 @@ lt_comm_request *lt_request_new(const char *op, lt_group *g, int nreq, int64_t s
     free(r);
     return NULL;
   }
+  r->next = live;
+  if (live) live->prev = r;
+  live = r;
   return r;
 }
 
@@ -38,6 +45,11 @@ lt_tensor *lt_request_keep(lt_comm_request *r, lt_tensor *t) {
 
 void lt_request_free(lt_comm_request *r) {
   if (!r) return;
+  if (r->prev)
+    r->prev->next = r->next;
+  else if (live == r)
+    live = r->next;
+  if (r->next) r->next->prev = r->prev;
   for (int i = 0; i < r->nkeep; i++) lt_release(r->keep[i]);
   free(r->keep), free(r->counts), free(r->displs);
 #ifdef LUTRA_HAVE_MPI
@@ -99,4 +111,45 @@ int lt_comm_test(lt_comm_request *req, int *done) {
   }
   *done = req->done;
   return 0;
+}
+
+#ifdef LUTRA_HAVE_MPI
+static bool is_p2p(const lt_comm_request *r) {
+  return !strcmp(r->op, "send") || !strcmp(r->op, "recv") || !strcmp(r->op, "p2p");
+}
+
+// Whether r's MPI requests are complete within about a second of progress (one the other ranks
+// posted too completes; one they never will stays pending: never an unbounded wait). A
+// point-to-point one still pending is cancelled first (a cancelled request completes; a send
+// that MPI cannot take back any more stays pending).
+static bool settled(lt_comm_request *r) {
+  if (is_p2p(r))
+    for (int i = 0; i < r->nreq; i++)
+      if (r->reqs[i] != MPI_REQUEST_NULL) MPI_Cancel(&r->reqs[i]);
+  struct timespec pause = {0, 1000000};
+  for (int tries = 0; tries < 1000; tries++) {
+    int flag = 0;
+    if (MPI_Testall(r->nreq, r->reqs, &flag, MPI_STATUSES_IGNORE) != MPI_SUCCESS) return false;
+    if (flag) return true;
+    nanosleep(&pause, NULL);
+  }
+  return false;
+}
+#endif
+
+int lt_request_settle(const char **op, const char **group) {
+  int pending = 0;
+  *op = *group = NULL;
+  for (lt_comm_request *r = live; r; r = r->next) {
+    if (r->done || r->device_event) continue; /* (device requests end with their communicator) */
+#ifdef LUTRA_HAVE_MPI
+    if (settled(r)) {
+      r->done = 1;
+      lt_flight_set_state(r->seq_slot, LT_COMM_DONE);
+      continue;
+    }
+#endif
+    if (pending++ == 0) *op = r->op, *group = r->group->name;
+  }
+  return pending;
 }

@@ -54,7 +54,9 @@ static lt_group *group_new(const char *name, int rank, int size) {
 
 /* At exit (on_exit, which sees the status): MPI_Finalize after a clean run. After a
  * failure the other ranks may wait in a collective that this rank will never join, and
- * MPI_Finalize would wait for them: the rank ends without it and mpirun ends the job. */
+ * MPI_Finalize would wait for them: the rank ends without it and mpirun ends the job. So it
+ * does when requests posted and never waited for are still in flight (an error caught
+ * between post and wait): point-to-point ones are cancelled first (lt_request_settle). */
 static void finalize(int status, void *arg) {
   (void)arg;
   if (status != 0) return;
@@ -64,6 +66,15 @@ static void finalize(int status, void *arg) {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
+  const char *op, *group;
+  int pending = lt_request_settle(&op, &group);
+  if (pending > 0) { /* MPI_Finalize would wait for them (or crash): leave without it */
+    fprintf(stderr,
+            "lutra: rank %d: %d communication request%s still in flight at exit (the first: %s on group %s); "
+            "exiting without MPI_Finalize\n",
+            world_rank, pending, pending == 1 ? "" : "s", op, group);
+    return;
+  }
   for (int i = 0; i < num_groups; i++)
     if (groups[i]->comm != MPI_COMM_NULL && groups[i]->comm != MPI_COMM_WORLD) MPI_Comm_free(&groups[i]->comm);
   lt_mpi_types_free();

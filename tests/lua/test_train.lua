@@ -334,6 +334,22 @@ test("loss_fn: a custom loss and extra metrics", function()
           return loss * 2, {aux = 0.25}
         end, log = function(rec) seen[#seen + 1] = rec end}
   equal(seen[1].aux, 0.25)
+  equal(seen[1].rank_step_ms, nil) -- (one process: no per-rank lists)
+  -- grad_accum 2: a mean stays the mean of the micro-batches', a declared sum adds them up
+  seen = {}
+  local calls = 0
+  train{model = model, data = fixed_loader(2, 2, 4), quiet = true, config = {steps = 1, eval_every = 0, warmup = 0,
+        grad_accum = 2}, log = function(rec) seen[#seen + 1] = rec end, loss_fn = function(m, batch)
+          calls = calls + 1
+          local _, loss = m:forward(batch.x, batch.y)
+          return loss, {aux = calls, n = {lt.tensor(3), reduce = "sum"}}
+        end}
+  equal(seen[1].aux, 1.5)
+  equal(seen[1].n, 6)
+  fails("extra metric 'n' has reduce = max; use \"mean\" (the default) or \"sum\"", train, {model = model,
+    data = fixed_loader(1, 1, 4), quiet = true, config = {steps = 1, eval_every = 0}, loss_fn = function(m, batch)
+      return select(2, m:forward(batch.x, batch.y)), {n = {1, reduce = "max"}}
+    end})
   fails("the loss must be a tensor", train, {model = model, data = fixed_loader(1, 1, 4), quiet = true,
     config = {steps = 1, eval_every = 0}, loss_fn = function() return "x" end})
 end)

@@ -2,8 +2,9 @@
 --
 --   local par = parallelize.new(model, mesh, {optimizer = function(named) return optim.AdamW(named, o) end})
 --   per step:  par:zero_grad()
---              local loss_sum = par:forward_backward(batches, loss_fn)   -- k local batches
+--              local loss_sum, acc = par:forward_backward(batches, loss_fn)   -- k local batches
 --              local norm = par:finish(max_norm)                           -- sync, clip
+--              local acc = par:reduce_extras(acc)   -- loss_fn's extra metrics (lutra.train.extras)
 --              par.optimizer:step{lr = lr};  par:after_step()
 --
 -- The model is converted in place, in this order: tensor parallel (tp.parallelize) on
@@ -19,6 +20,7 @@ local spec = require "lutra.dist.spec"
 local clip = require "lutra.optim.clip"
 local ops = require "lutra.ops"
 local fields = require "lutra.tensor.fields"
+local extras = require "lutra.train.extras"
 
 local raise = errors.raise
 
@@ -34,9 +36,11 @@ local function named_trainable(model)
   return out
 end
 
--- The rows [i*n/m, (i+1)*n/m) of every tensor of a batch {x =, y =}: m micro-batches.
+-- The rows [i*n/m, (i+1)*n/m) of every tensor of a batch {x =, y =, ...} whose first dim is the
+-- batch's (positions, segments, a loss mask: what loss_fn reads too): m micro-batches; other
+-- fields as they are.
 local function split_rows(batch, m)
-  local x, y = batch.x or batch[1], batch.y or batch[2]
+  local x = batch.x or batch[1]
   local B = x:size(0)
   if B % m ~= 0 then
     raise(string.format("parallel: the local batch of %d rows does not split into %d pipeline micro-batches "
@@ -44,8 +48,16 @@ local function split_rows(batch, m)
   end
   local rows, out = B / m, {}
   for i = 0, m - 1 do
-    local xi, yi = x:narrow(0, i * rows, rows):contiguous(), y:narrow(0, i * rows, rows):contiguous()
-    out[i + 1] = {x = xi, y = yi, xi, yi}
+    local micro, cut = {}, {}
+    for k, v in pairs(batch) do
+      if ops.is_tensor(v) and v.ndim >= 1 and v:size(0) == B then
+        cut[v] = cut[v] or v:narrow(0, i * rows, rows):contiguous() -- x and [1] stay one tensor
+        v = cut[v]
+      end
+      micro[k] = v
+    end
+    micro.x, micro.y = micro.x or micro[1], micro.y or micro[2]
+    out[i + 1] = micro
   end
   return out
 end
@@ -116,26 +128,26 @@ end
 
 -- Forward and backward of k local batches (gradient accumulation: each loss scaled by
 -- 1/k); communication only after the last. Returns the sum of the k batches' mean losses
--- over the global batch (the same on every rank) and this rank's mean over the k batches of
--- loss_fn's extra numbers (nil when it gives none; pipeline stages give none): extras_over_dp
--- averages them after finish(), when no gradient reduction is in flight any more.
+-- over the global batch (the same on every rank) and this rank's accumulator of loss_fn's
+-- extra metrics (lutra.train.extras: means over the k batches, sums; pipeline: on the last
+-- stage, over its micro-batches): reduce_extras reduces them after finish(), when no gradient
+-- reduction is in flight any more.
 function Par:forward_backward(batches, loss_fn)
   local k = #batches
   local sum = 0
   local sync = self.ddp or self.zero
-  local extras = nil -- the mean over the k batches of loss_fn's extra numbers
+  local acc = extras.new()
   for i, batch in ipairs(batches) do
     local function run()
       if self.stage then
         local m = self.micro_batches
-        return self.stage:train_step(split_rows(batch, m), 1 / (m * k)) / m
+        local s, part = self.stage:train_step(split_rows(batch, m), 1 / (m * k), loss_fn)
+        extras.merge(acc, part, 1 / k)
+        return s / m
       end
       local loss, extra = loss_fn(self.model, batch)
       local value = loss:item()
-      if type(extra) == "table" then
-        extras = extras or {}
-        for name, v in pairs(extra) do extras[name] = (extras[name] or 0) + (type(v) == "number" and v or v:item()) / k end
-      end
+      extras.add(acc, extra, 1 / k)
       if k > 1 then loss = loss * (1 / k) end
       loss:backward()
       return value
@@ -148,46 +160,17 @@ function Par:forward_backward(batches, loss_fn)
       sum = sum + run()
     end
   end
-  return self:mean_over_dp(sum), extras
+  return self:mean_over_dp(sum), acc
 end
 
--- A number for a list of names, the same on every rank that has the same names.
-local function names_hash(names)
-  local h = 5381
-  for _, name in ipairs(names) do
-    for c in name:gmatch(".") do h = (h * 33 + c:byte()) % 2147483647 end
-    h = (h * 33 + 1) % 2147483647
-  end
-  return h
-end
-
--- loss_fn's extra metrics {name = number} (or nil) averaged over the data-parallel ranks, which
--- must all give the same names (checked: else an error naming this rank's). Two small
--- collectives: the names' count and hash (max of {n, -n, h, -h}), then the values.
-function Par:extras_over_dp(extras)
-  local dp = self.mesh.dp
-  local names = {}
-  for name in pairs(extras or {}) do names[#names + 1] = name end
-  table.sort(names)
-  if dp.size == 1 then return extras end
-  local h = names_hash(names)
-  local check = create.tensor({#names, -#names, h, -h}, {dtype = "f64"})
-  dp:all_reduce(check, "max")
-  local c = check:tolist()
-  check:free()
-  if c[1] ~= -c[2] or c[3] ~= -c[4] then
-    raise(string.format("train: loss_fn's extra metrics differ across the data-parallel ranks (this rank, %d, gives {%s}): "
-      .. "every rank must return the same names", self.mesh.rank, table.concat(names, ", ")))
-  end
-  if #names == 0 then return nil end
-  local values = {}
-  for i, name in ipairs(names) do values[i] = extras[name] end
-  local t = create.tensor(values, {dtype = "f64"})
-  dp:all_reduce(t, "avg")
-  local out = {}
-  for i, v in ipairs(t:tolist()) do out[names[i]] = v end
-  t:free()
-  return out
+-- loss_fn's extra metrics (an accumulator of forward_backward) over the layout: reduced over
+-- the data-parallel ranks (which must give the same names: else an error naming this rank's),
+-- then, under pipeline parallel, the last stage's on every stage (rank 0, which logs, is on the
+-- first). Tensor-parallel ranks see the same rows: each keeps its own (rank 0's is logged).
+function Par:reduce_extras(acc)
+  acc = extras.over(self.mesh.dp, acc, self.mesh.rank)
+  if self.stage then acc = extras.share(self.mesh.pp, acc, self.mesh.pp_size - 1) end
+  return acc
 end
 
 -- The mean of a number over the data-parallel ranks.
@@ -254,7 +237,7 @@ end
 function Par:eval_loss(batch, loss_fn)
   local v
   if self.stage then
-    v = self.stage:eval(batch)
+    v = self.stage:eval(batch, loss_fn)
   else
     v = grad.no_grad(memory.tidy, function()
       local loss = loss_fn(self.model, batch)

@@ -5,13 +5,14 @@
 --   local st = pp.parallelize(model, mesh, {schedule = "1f1b", micro_batches = 4, balance = "params"})
 --   -- or pp.parallelize(model, pp_group, opts) with a Group from comm.split
 --   st.model                          -- the local module: named_parameters keep global names
---   local sum = st:train_step(batches, 1 / #batches)   -- m micro-batches {x =, y =}: forward and
---                                     -- backward of each micro loss * scale; the sum of the
---                                     -- micro losses, the same number on every pp rank
+--   local sum, acc = st:train_step(batches, 1 / #batches[, loss_fn])   -- m micro-batches {x =, y =}:
+--                                     -- forward and backward of each micro loss * scale; the sum
+--                                     -- of the micro losses, the same number on every pp rank, and
+--                                     -- (last stage) loss_fn's extra metrics over the micro-batches
 --   st:sync_grads()                   -- tied embeddings: sums wte.weight's grad of the first
 --                                     -- and last stage (both copies stay equal)
 --   local norm = st:clip_grad_norm(1.0, {mesh.pp, mesh.tp})   -- global norm over stages
---   local loss = st:eval(batch)       -- forward only, the loss on every pp rank
+--   local loss = st:eval(batch[, loss_fn])   -- forward only, the loss on every pp rank
 --
 -- opts: schedule "1f1b" (default) | "gpipe" | "interleaved"; micro_batches m (default the
 -- pipeline size; what train_step expects); balance "params" (default: contiguous layers,
@@ -22,7 +23,10 @@
 -- The model is converted in place (apply tensor parallel first: the stage keeps its tp
 -- record, so tp.sync_grads(st.model) works): the parameters of the other stages are freed,
 -- so use st.model from then on. The last stage calls the model's own loss (model.loss,
--- which tensor parallel replaces by the vocab-parallel one). Micro-batches may carry
+-- which tensor parallel replaces by the vocab-parallel one), or loss_fn(model, micro_batch)
+-- (the trainer's contract: loss [, extra metrics]) with a model whose model(x[, y]) or
+-- model:forward(x, y) gives the logits [and the model's loss] of the activation the stages
+-- computed from that micro-batch's x (pp_exec.lua's HeadModel). Micro-batches may carry
 -- positions/segments (packed rows, as Transformer:forward's opts).
 -- A trainer's step: zero the grads; sum = st:train_step(batches, 1 / m); st:sync_grads();
 -- then data-parallel reduction of the grads (mesh.dp), the global norm (owned parameters,
@@ -86,12 +90,18 @@ function Stage:run_chunk(k, x, packed)
   return x
 end
 
--- x (B, T, C), targets (B, T) -> the loss: ln_f, lm_head and the model's loss.
-function Stage:head(x, targets)
+-- x (B, T, C) -> logits (B, T, V): ln_f and lm_head (V / tp: this rank's vocab columns).
+function Stage:logits(x)
   local h = self.ln_f(x)
   release(x, h)
   local logits = self.lm_head(h)
   release(h, logits)
+  return logits
+end
+
+-- x (B, T, C), targets (B, T) -> the loss: ln_f, lm_head and the model's loss.
+function Stage:head(x, targets)
+  local logits = self:logits(x)
   local loss = self:loss(logits, targets)
   release(logits, loss)
   return loss
@@ -341,20 +351,20 @@ end
 
 -- ---- running -----------------------------------------------------------------------------------
 
-function Pipeline:train_step(batches, scale)
+function Pipeline:train_step(batches, scale, loss_fn)
   if type(batches) ~= "table" or #batches ~= self.micro_batches then
     raise(string.format("pp.train_step: expected a list of %d micro-batches {x =, y =}, got %s", self.micro_batches,
       type(batches) == "table" and (#batches .. " entries") or type(batches)))
   end
   local actions = schedule.actions(self.schedule, self.size, self.stage, self.micro_batches, self.virtual_stages)
-  return exec.train(self, actions, batches, scale or 1)
+  return exec.train(self, actions, batches, scale or 1, loss_fn)
 end
 
-function Pipeline:eval(batch)
+function Pipeline:eval(batch, loss_fn)
   if type(batch) ~= "table" or batch.x == nil then raise("pp.eval: expected a batch {x =, y =}") end
   local training = self.model.training
   self.model:eval()
-  local ok, res = errors.pcall(grad.no_grad, exec.forward_only, self, batch)
+  local ok, res = errors.pcall(grad.no_grad, exec.forward_only, self, batch, loss_fn)
   self.model:train(training)
   if not ok then error(res, 0) end
   return res

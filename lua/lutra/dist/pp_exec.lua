@@ -15,6 +15,7 @@ local spec = require "lutra.dist.spec"
 local program = require "lutra.dist.pp_program"
 local schedule = require "lutra.dist.pp_schedule"
 local ops = require "lutra.ops"
+local extras = require "lutra.train.extras"
 
 local raise = errors.raise
 
@@ -111,9 +112,65 @@ local function take(c, op)
   return t
 end
 
+-- ---- the model a loss_fn sees on the last stage ------------------------------------------------
+
+-- The trainer's loss_fn(model, batch) -> loss [, extra metrics] runs on the last stage with a
+-- HeadModel for model: model(x[, y]) or model:forward(x, y) gives the logits (B, T, V; V / tp
+-- under tensor parallel) [and the model's loss] of the activation that the stages computed from
+-- the micro-batch's x, once a micro-batch; other fields are the stage's (cfg, loss, ...).
+local Head = {}
+local HeadModel = {__call = function(self, ...) return self:forward(...) end}
+HeadModel.__index = function(self, k)
+  local f = Head[k]
+  if f ~= nil then return f end
+  return rawget(self, "stage")[k]
+end
+
+function Head.forward(self, idx, targets, opts)
+  local x = rawget(self, "x")
+  if not rawequal(idx, x) and not (ops.is_tensor(idx) and idx.ndim == 2 and idx:size(0) == x:size(0)
+      and idx:size(1) == x:size(1)) then
+    raise(string.format("pp: loss_fn's model(x, ...) on the last pipeline stage gives the logits of its micro-batch's "
+      .. "x [%d, %d]: call it with batch.x (got %s)", x:size(0), x:size(1),
+      ops.is_tensor(idx) and "[" .. table.concat(idx.shape, ", ") .. "]" or type(idx)))
+  end
+  if opts and opts.cache then raise("pp: loss_fn's model(x, y, opts): no kv cache on a pipeline stage") end
+  local act = rawget(self, "act")
+  if act == nil then
+    raise("pp: loss_fn called the model twice on one micro-batch: on the last pipeline stage it runs once a micro-batch")
+  end
+  rawset(self, "act", nil)
+  local stage = rawget(self, "stage")
+  local logits = stage:logits(act)
+  rawset(self, "logits", logits)
+  if targets == nil then return logits end
+  local loss = stage:loss(logits, targets)
+  return logits, loss
+end
+
+-- loss_fn on micro-batch b, y the activation from the stages: the loss and its extra metrics
+-- (an accumulator: numbers, read before the logits are freed).
+local function call_loss_fn(st, loss_fn, y, b)
+  local x = b.x or b[1]
+  local model = setmetatable({stage = st.model, act = y, x = x, cfg = st.model.cfg, _tp = rawget(st.model, "_tp")},
+    HeadModel)
+  local loss, extra = loss_fn(model, b) -- called by its name: a traceback says 'loss_fn'
+  if rawget(model, "act") ~= nil then
+    raise("pp: loss_fn did not call the model: on the last pipeline stage model(batch.x, ...) gives the logits "
+      .. "of the activation the stages computed")
+  end
+  if not ops.is_tensor(loss) or loss:numel() ~= 1 then
+    raise("pp: loss_fn must return the loss as a one-element tensor, got "
+      .. (ops.is_tensor(loss) and "[" .. table.concat(loss.shape, ", ") .. "]" or type(loss)))
+  end
+  local acc = extras.add(extras.new(), extra, 1)
+  grad.release(rawget(model, "logits"), loss)
+  return loss, acc
+end
+
 -- Forward of action a (micro-batch b through local chunk a.chunk). Returns the record
 -- {input =, output =, loss =, send =} kept until the backward.
-local function forward(c, a, recv, send, b, train)
+local function forward(c, a, recv, send, b, train, loss_fn)
   local st, vs = c.st, vs_of(c, a.chunk)
   local rec = {}
   local x
@@ -127,7 +184,11 @@ local function forward(c, a, recv, send, b, train)
   local packed = (b.positions ~= nil or b.segments ~= nil) and {positions = b.positions, segments = b.segments} or nil
   local y = st.model:run_chunk(a.chunk, x, packed)
   if vs == c.V - 1 then
-    rec.output = st.model:head(y, b.y or b[2])
+    if loss_fn then
+      rec.output, rec.extras = call_loss_fn(st, loss_fn, y, b)
+    else
+      rec.output = st.model:head(y, b.y or b[2])
+    end
     rec.loss = rec.output:item()
   else
     y = check_activation(st, y, b, vs)
@@ -184,11 +245,12 @@ local function share_loss(c, sum)
   return v
 end
 
--- Runs the actions' program (lutra.dist.pp_program). Returns the sum of the losses.
-local function run(st, actions, batches, scale, train)
+-- Runs the actions' program (lutra.dist.pp_program). Returns the sum of the losses and (last
+-- stage) loss_fn's extra metrics over the micro-batches (lutra.train.extras).
+local function run(st, actions, batches, scale, train, loss_fn)
   local c = context(st)
   local steps = program.program(actions, c.P, c.s, st.virtual_stages, program.mode(st.schedule))
-  local recs, sum = {}, 0
+  local recs, sum, acc = {}, 0, extras.new()
   for k = 1, st.virtual_stages do recs[k] = {} end
   for _, step in ipairs(steps) do
     if step.comm then
@@ -202,8 +264,9 @@ local function run(st, actions, batches, scale, train)
       if type(b) ~= "table" then raise("pp.train_step: micro-batch " .. a.micro .. " is not a table {x =, y =}") end
       local recv, send = program.transfers(a, c.P, c.s, st.virtual_stages)
       if a.op == "F" then
-        local rec = forward(c, a, recv, send, b, train)
+        local rec = forward(c, a, recv, send, b, train, loss_fn)
         if rec.loss then sum = sum + rec.loss end
+        if rec.extras then extras.merge(acc, rec.extras, 1 / #batches) end
         if train then
           recs[a.chunk][a.micro] = rec
         else
@@ -218,14 +281,14 @@ local function run(st, actions, batches, scale, train)
     end
   end
   finish(c)
-  return share_loss(c, sum)
+  return share_loss(c, sum), acc
 end
 
-function M.train(st, actions, batches, scale) return run(st, actions, batches, scale, true) end
+function M.train(st, actions, batches, scale, loss_fn) return run(st, actions, batches, scale, true, loss_fn) end
 
 -- Forward only (grad mode off): batch through every local chunk in virtual stage order.
-function M.forward_only(st, batch)
-  return run(st, schedule.eval_actions(st.virtual_stages), {batch}, 1, false)
+function M.forward_only(st, batch, loss_fn)
+  return (run(st, schedule.eval_actions(st.virtual_stages), {batch}, 1, false, loss_fn))
 end
 
 function M.clip_grad_norm(st, max_norm, groups)

@@ -13,9 +13,16 @@
 -- clipped to grad_clip (global norm; 0: no clipping, the norm is still measured) and the
 -- optimizer steps at the schedule's lr for that step. The default loss is the model's
 -- next-token loss: select(2, model:forward(x, y)). A batch handed to loss_fn is
--- {x =, y =, x, y} (or the loader's own table when it returns one). loss_fn's extra numbers are
--- logged with the step, averaged over its micro-batches and over the data-parallel ranks (which
--- must give the same names); pipeline stages compute the model's own loss and give none.
+-- {x =, y =, x, y} (or the loader's own table when it returns one). loss_fn's extra metrics are
+-- logged with the step: a number (or one-element tensor) is averaged over the step's micro-batches
+-- and the data-parallel ranks; {value, reduce = "sum"} is summed there instead (a count: the
+-- step's total over the global batch); every rank gives the same names (lutra/train/extras.lua).
+-- Under tensor parallel, model(x, y) gives this rank's vocab columns of the logits
+-- (lutra.dist.tp.gather_logits: all of them) and tp rank 0's extras are logged; under pipeline
+-- parallel loss_fn runs on the last stage, once a pipeline micro-batch, with a model whose
+-- model(x, y) gives the logits and loss of the activation the stages computed from x. Under a
+-- layout of many ranks a logged record also has rank_step_ms and rank_peak_mem_mb: each rank's
+-- step_ms and peak_mem_mb, over the world in rank order.
 --
 -- Config keys (any missing one takes the default in DEFAULTS below): steps, grad_accum,
 -- grad_clip, lr, min_lr, warmup, schedule ("cosine", "linear", "constant", "wsd"),
@@ -263,6 +270,7 @@ function Trainer:train_step()
              tokens_per_s = (self.tokens - self.tok_window) / math.max(t - self.t_window, 1e-9),
              peak_mem_mb = memory.memory_stats(self.device).peak / 2 ^ 20} -- this rank's device, the process's peak
   if self.mfu then r.mfu = r.tokens_per_s * self.mfu.flops_per_token / self.mfu.peak end
+  step_mod.per_rank(self, r, event) -- rank_step_ms, rank_peak_mem_mb: on logged steps, many ranks
   if extras then
     for name, v in pairs(extras) do r[name] = v end
   end

@@ -8,7 +8,8 @@
 --   metrics.read("runs/x/metrics.jsonl")                    -- the records, as tables
 --   metrics.trim("runs/x/metrics.jsonl", function(r) return r.step <= 20 end)
 local atomic_file = require "lutra.atomic_file"
-local invalid_utf8_at = require("lutra.json").invalid_utf8_at
+local json = require "lutra.json"
+local invalid_utf8_at = json.invalid_utf8_at
 
 local M = {}
 
@@ -83,21 +84,15 @@ function Log:close()
   self.file = nil
 end
 
--- Decodes the flat JSON objects this module writes (numbers, strings, booleans, null).
+-- A line of a metrics file as a table (numbers, strings, booleans, lists; null is left out), or
+-- an empty table when the line is not a JSON object (a line that is not a record is no record).
 function M.decode_line(line)
-  local out = {}
-  for k, v in line:gmatch('"([^"]+)":([^,}]+)') do
-    if v == "true" then
-      out[k] = true
-    elseif v == "false" then
-      out[k] = false
-    elseif v:sub(1, 1) == '"' then
-      out[k] = v:sub(2, -2)
-    elseif v ~= "null" then
-      out[k] = tonumber(v)
-    end
+  local v = json.try_decode(line)
+  if type(v) ~= "table" or json.is_array(v) then return {} end
+  for k, x in pairs(v) do
+    if x == json.null then v[k] = nil end
   end
-  return out
+  return v
 end
 
 -- Drops the records (lines with a step) that keep(record) refuses, rewriting the file whole (a

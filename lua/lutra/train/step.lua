@@ -11,6 +11,7 @@
 --
 --   local loss, tokens, norm, extras, nonfinite = step.single(trainer, lr)   -- or step.parallel
 local errors = require "lutra.errors"
+local create = require "lutra.create"
 local memory = require "lutra.memory"
 local ops = require "lutra.ops"
 local grad = require "lutra.nn.grad"
@@ -18,6 +19,7 @@ local sharded = require "lutra.ckpt"
 local batch_mod = require "lutra.train.batch"
 local nonfinite = require "lutra.train.nonfinite"
 local fault = require "lutra.train.fault"
+local extras_mod = require "lutra.train.extras"
 
 local raise, is_tensor = errors.raise, ops.is_tensor
 local tidy = memory.tidy
@@ -67,10 +69,10 @@ local function faulty(run, loss_fn)
   end
 end
 
--- Forward and backward of the k micro-batches; returns the loss sum, the tokens and the
--- mean of loss_fn's extra numbers (nil when it gives none).
+-- Forward and backward of the k micro-batches; returns the loss sum, the tokens and loss_fn's
+-- extra metrics over them (lutra.train.extras: means, or sums where declared; nil when none).
 local function accumulate(run, k)
-  local loss_sum, tokens, extras = 0, 0, nil
+  local loss_sum, tokens, acc = 0, 0, extras_mod.new()
   local loss_fn = faulty(run, run.loss_fn)
   local timing = run.timing
   for _ = 1, k do
@@ -90,12 +92,9 @@ local function accumulate(run, k)
     loss = run.prec:scale(loss) -- fp16: times the loss scale (else loss itself)
     run.prec:backward(loss) -- loss:backward(), under the forward's autocast (bf16, fp16)
     timing:add("backward", now() - t2)
-    if type(extra) == "table" then
-      extras = extras or {}
-      for name, v in pairs(extra) do extras[name] = (extras[name] or 0) + to_number(v) / k end
-    end
+    extras_mod.add(acc, extra, 1 / k)
   end
-  return loss_sum, tokens, extras
+  return loss_sum, tokens, extras_mod.values(acc)
 end
 
 -- Drops the gradients (set_to_none) and frees their memory: tensors made by backward are not
@@ -173,9 +172,9 @@ function M.parallel(run, lr)
     end
     timing:add("communication", now() - t1)
     -- the loss is the global mean and the norm global: every rank decides alike
-    -- loss_fn's extras over the dp ranks: after finish(), with no reduction in flight (an error
-    -- here, names that differ, leaves nothing pending)
-    extras = par:extras_over_dp(extras)
+    -- loss_fn's extras over the dp ranks (and from the last pipeline stage): after finish(), with
+    -- no reduction in flight (an error here, names that differ, leaves nothing pending)
+    extras = extras_mod.values(par:reduce_extras(extras))
     event = nonfinite.event(run, loss_sum / k, norm)
     sharded.fence() -- a background save has copied the weights before they change
     local t2 = now()
@@ -188,6 +187,29 @@ function M.parallel(run, lr)
   end)
   -- tokens of the global batch: every dp rank took its own rows (tp and pp ranks share them)
   return loss_sum / k, tokens * run.mesh.dp_size, norm, run.prec:report(extras), event
+end
+
+-- Whether the record of the step just taken is logged: every log_every steps, the last step, a
+-- step with a nan or inf (an event). The same on every rank (an interrupt, which may reach the
+-- ranks at different steps, also logs its step, without what per_rank adds).
+function M.logged(run, event)
+  return run.step % run.log_every == 0 or run.step == run.total or event ~= nil
+end
+
+-- Under a layout of more than one rank, on logged steps: every rank's step time and peak device
+-- memory into the record r, as rank_step_ms and rank_peak_mem_mb, lists over the world in world
+-- rank order (rank 0 first), from one all_gather of two numbers a rank. One process: nothing.
+function M.per_rank(run, r, event)
+  local mesh = run.mesh
+  if mesh == nil or mesh.size == 1 or not M.logged(run, event) then return end
+  local mine = create.tensor({r.step_ms, r.peak_mem_mb}, {dtype = "f64"})
+  local all = mesh.world:all_gather(nil, mine)
+  local v = all:view(-1):tolist()
+  mine:free()
+  all:free()
+  local ms, mb = {}, {}
+  for i = 1, mesh.size do ms[i], mb[i] = v[2 * i - 1], v[2 * i] end
+  r.rank_step_ms, r.rank_peak_mem_mb = ms, mb
 end
 
 -- The mean over n batches of f(batch) in eval mode (the model's train mode comes back after).
