@@ -2,6 +2,23 @@
 #include "dist/call.h"
 #include <limits.h>
 #include <stdio.h>
+#include <time.h>
+
+static double blocked_s; /* main thread only, as the comm layer */
+
+double lt_comm_clock(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void lt_comm_add_blocked(double seconds) { blocked_s += seconds; }
+
+int lt_comm_blocked_seconds(double *seconds) {
+  if (!seconds) return lt_errorf("comm.blocked_seconds: seconds is NULL");
+  *seconds = blocked_s;
+  return 0;
+}
 
 int lt_comm_check_tensor(const char *op, const lt_group *g, const char *what, const lt_tensor *t) {
   if (!t) return lt_errorf("%s on group %s: %s is NULL", op, g->name, what);
@@ -40,6 +57,7 @@ int lt_comm_check_count(const char *op, const lt_group *g, int64_t n) {
 int lt_call_begin(lt_comm_call *c, const char *op, lt_group *g, const lt_tensor *t, int64_t count, int peer, bool async,
                   bool fingerprint) {
   c->op = op, c->g = g, c->async = async, c->slot = -1;
+  c->t0 = async ? 0 : lt_comm_clock();
   c->seq = ++g->seq;
   int dtype = t ? t->dtype : LT_U8;
   if (fingerprint && lt_comm_mpi_active() && g->size > 1 && lt_comm_debug())
@@ -58,6 +76,7 @@ static const char *mpi_error(int rc, char *buf) {
 #endif
 
 int lt_call_end(lt_comm_call *c, int mpi_rc) {
+  if (!c->async) lt_comm_add_blocked(lt_comm_clock() - c->t0);
   lt_flight_set_state(c->slot, mpi_rc == 0 ? LT_COMM_DONE : LT_COMM_FAILED);
   if (mpi_rc == 0) return 0;
 #ifdef LUTRA_HAVE_MPI

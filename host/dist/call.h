@@ -20,6 +20,7 @@ typedef struct lt_comm_call {
   int64_t seq;
   int64_t slot;
   bool async;
+  double t0; /* a blocking call's start (lt_comm_clock), for lt_comm_blocked_seconds */
 } lt_comm_call;
 
 /* Takes the group's next seq, checks the fingerprint in debug mode (collectives:

@@ -95,4 +95,9 @@ int lt_nccl_broadcast(lt_group *g, lt_tensor *t, int root, lt_comm_request **req
 int lt_nccl_p2p(lt_group *g, int n, const int *kinds, lt_tensor *const *tensors, const int *peers,
                 lt_comm_request **req);
 
+/* The host's time blocked in collectives and waits (main thread only): call.c and request.c
+ * add to it, lt_comm_blocked_seconds reads it. */
+double lt_comm_clock(void);
+void lt_comm_add_blocked(double seconds);
+
 #endif

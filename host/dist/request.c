@@ -68,6 +68,7 @@ static void finish(lt_comm_request *r) {
 int lt_request_complete(lt_comm_request *r) {
   int rc = 0;
   if (!r->done) {
+    double t0 = lt_comm_clock();
     if (r->device_event) {
       rc = r->device_wait(r);
     } else {
@@ -77,6 +78,7 @@ int lt_request_complete(lt_comm_request *r) {
       if (mrc != MPI_SUCCESS) rc = lt_errorf("%s: MPI failed on group %s", r->op, r->group->name);
 #endif
     }
+    lt_comm_add_blocked(lt_comm_clock() - t0);
     if (rc == 0)
       finish(r);
     else

@@ -10,7 +10,8 @@
 --     equal rows: the same math, f64, 1e-9 relative as the layout tests (layout_helpers.lua);
 --   - the val loss (steps 0 and 4) is loss_fn's, as one process's;
 --   - rows: one per logged step (log_every = 2: steps 2 and 4), none missing, none twice, each
---     with rank_step_ms and rank_peak_mem_mb over the world (one process: without them).
+--     with rank_step_ms, rank_comm_wait_ms and rank_peak_mem_mb over the world (one process: without
+--     them); a straggler (the last rank held 200 ms a micro-batch) has the smallest rank_comm_wait_ms.
 -- metrics.jsonl is read with lutra.json (a whole JSON parser: the lists are arrays there).
 -- A loss_fn whose names differ across the dp ranks is an error naming this rank's.
 local lt = require "lutra"
@@ -194,3 +195,27 @@ test("a sum declared on some dp ranks only: an error naming the reductions", fun
   assert(tostring(err):find(R == 0 and "gives {n (sum)}" or "gives {n}", 1, true), tostring(err))
 end)
 
+
+-- A straggler: the last rank's loss_fn holds it 200 ms a micro-batch; the others reach the gradients'
+-- reduction first and wait there for it, so its rank_comm_wait_ms is the smallest by far.
+test("a straggler under dp: rank_comm_wait_ms names the slow rank (the others wait for it)", function()
+  local ffi = require "ffi"
+  pcall(ffi.cdef, "int usleep(unsigned int usec);")
+  local rows = {}
+  run({dp = N}, function(model, batch)
+    if R == N - 1 then ffi.C.usleep(200000) end
+    local _, loss = model(batch.x, batch.y)
+    return loss
+  end, nil, function(rec) if rec.loss then rows[#rows + 1] = rec end end)
+  T.assert_equal(#rows, 2)
+  for _, row in ipairs(rows) do
+    local wait = row.rank_comm_wait_ms
+    T.assert_equal(#wait, N, "rank_comm_wait_ms over the world")
+    for rank = 1, N - 1 do
+      -- 2 micro-batches of 200 ms: the others wait about 400 ms, the slow rank about none
+      assert(wait[rank] > wait[N] + 200, string.format("step %d: rank %d waited %.1f ms, the slow rank %d %.1f ms",
+        row.step, rank - 1, wait[rank], N - 1, wait[N]))
+    end
+    T.assert_close(wait[R + 1], row.comm_wait_ms, {rtol = 0, atol = 0, msg = "this rank's own"})
+  end
+end)

@@ -134,6 +134,10 @@ test("progress: in place on a terminal, plain lines otherwise", function()
     "step   5/100 | loss 2.5000 | mem 1.5 GB")
   equal(progress.new{total = 100, tty = false}:format{step = 5, loss = 2.5, peak_mem_mb = 812.4},
     "step   5/100 | loss 2.5000 | mem 812 MB")
+  -- many ranks: the fullest device and its rank
+  equal(progress.new{total = 100, tty = false}:format{step = 5, loss = 2.5, peak_mem_mb = 812.4,
+                                                     rank_peak_mem_mb = {812.4, 2048, 900}},
+    "step   5/100 | loss 2.5000 | mem 2.0 GB max (rank 1)")
   assert(s:find("\r\27%[Kval\n$"), s)
   out = sink()
   bar = progress.new{total = 100, out = out, tty = false}

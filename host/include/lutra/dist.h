@@ -78,6 +78,9 @@ int lt_comm_wait(lt_comm_request *req);             /* completes and frees req *
 /* Lets MPI advance posted requests (OpenMPI moves nonblocking collectives only inside MPI
  * calls): call it now and then while computing to overlap communication. */
 int lt_comm_progress(void);
+/* Seconds this process's host has spent blocked in collectives and in waits on requests, since
+ * start: a rank that waits least while the others wait is the straggler they wait for. */
+int lt_comm_blocked_seconds(double *seconds);
 int lt_comm_test(lt_comm_request *req, int *done);  /* done = 1 once complete (still call wait) */
 
 int lt_comm_set_timeout(double seconds); /* watchdog timeout; <= 0 disables it */

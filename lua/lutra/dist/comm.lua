@@ -112,6 +112,14 @@ end
 -- Lets MPI advance posted (async) calls; call it between pieces of compute to overlap.
 function M.progress() C.lt_comm_progress() end
 
+-- Seconds this process has spent blocked in collectives and waits (lt_comm_blocked_seconds): the
+-- trainer's comm_wait_ms; the rank that waits least is the one the others wait for.
+local blocked_box = ffi.new("double[1]")
+function M.blocked_seconds()
+  check(C.lt_comm_blocked_seconds(blocked_box))
+  return blocked_box[0]
+end
+
 function M.set_debug(on) check(C.lt_comm_set_debug(on and 1 or 0)) end
 function M.debug() return C.lt_comm_debug() ~= 0 end
 

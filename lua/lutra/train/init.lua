@@ -21,8 +21,11 @@
 -- (lutra.dist.tp.gather_logits: all of them) and tp rank 0's extras are logged; under pipeline
 -- parallel loss_fn runs on the last stage, once a pipeline micro-batch, with a model whose
 -- model(x, y) gives the logits and loss of the activation the stages computed from x. Under a
--- layout of many ranks a logged record also has rank_step_ms and rank_peak_mem_mb: each rank's
--- step_ms and peak_mem_mb, over the world in rank order.
+-- layout a record has comm_wait_ms (the step's time blocked in collectives and waits on them:
+-- lutra.dist.comm.blocked_seconds), and a logged one of many ranks rank_step_ms, rank_comm_wait_ms and rank_peak_mem_mb:
+-- each rank's step_ms, comm_wait_ms and peak_mem_mb, over the world in rank order. Every rank
+-- ends a step at the same collective, so their step times agree: a straggler is the rank that
+-- waits least (the others wait for it).
 --
 -- Config keys (any missing one takes the default in DEFAULTS below): steps, grad_accum,
 -- grad_clip, lr, min_lr, warmup, schedule ("cosine", "linear", "constant", "wsd"),
@@ -256,6 +259,7 @@ end
 function Trainer:train_step()
   local lr = self.sched(self.step)
   local t0 = now()
+  local waited = self.par and step_mod.blocked_seconds() -- time blocked in collectives, under a layout
   local loss, tokens, norm, extras, event = (self.par and step_mod.parallel or step_mod.single)(self, lr)
   local dt = now() - t0
   self.train_seconds = self.train_seconds + dt
@@ -270,7 +274,8 @@ function Trainer:train_step()
              tokens_per_s = (self.tokens - self.tok_window) / math.max(t - self.t_window, 1e-9),
              peak_mem_mb = memory.memory_stats(self.device).peak / 2 ^ 20} -- this rank's device, the process's peak
   if self.mfu then r.mfu = r.tokens_per_s * self.mfu.flops_per_token / self.mfu.peak end
-  step_mod.per_rank(self, r, event) -- rank_step_ms, rank_peak_mem_mb: on logged steps, many ranks
+  if waited then r.comm_wait_ms = (step_mod.blocked_seconds() - waited) * 1000 end
+  step_mod.per_rank(self, r, event) -- rank_step_ms, rank_comm_wait_ms, rank_peak_mem_mb: logged steps, many ranks
   if extras then
     for name, v in pairs(extras) do r[name] = v end
   end

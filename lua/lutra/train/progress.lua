@@ -73,7 +73,16 @@ function Progress:format(r)
   if r.tokens_per_s then parts[#parts + 1] = M.count(r.tokens_per_s) .. " tok/s" end
   if r.ms_per_step then parts[#parts + 1] = string.format("%.0f ms/step", r.ms_per_step) end
   if r.mfu then parts[#parts + 1] = string.format("MFU %.1f%%", 100 * r.mfu) end
-  if r.peak_mem_mb then parts[#parts + 1] = string.format("mem %s", M.megabytes(r.peak_mem_mb)) end
+  local per_rank = r.rank_peak_mem_mb -- many ranks: the fullest device, and which rank holds it
+  if type(per_rank) == "table" and #per_rank > 1 then
+    local top = 1
+    for i = 2, #per_rank do
+      if per_rank[i] > per_rank[top] then top = i end
+    end
+    parts[#parts + 1] = string.format("mem %s max (rank %d)", M.megabytes(per_rank[top]), top - 1)
+  elseif r.peak_mem_mb then
+    parts[#parts + 1] = string.format("mem %s", M.megabytes(r.peak_mem_mb))
+  end
   if r.eta then parts[#parts + 1] = "eta " .. M.duration(r.eta) end
   return table.concat(parts, " | ")
 end

@@ -196,20 +196,24 @@ function M.logged(run, event)
   return run.step % run.log_every == 0 or run.step == run.total or event ~= nil
 end
 
--- Under a layout of more than one rank, on logged steps: every rank's step time and peak device
--- memory into the record r, as rank_step_ms and rank_peak_mem_mb, lists over the world in world
--- rank order (rank 0 first), from one all_gather of two numbers a rank. One process: nothing.
+-- Seconds this process has spent blocked in collectives (lutra.dist.comm; loaded under a layout).
+function M.blocked_seconds() return require("lutra.dist.comm").blocked_seconds() end
+
+-- Under a layout of more than one rank, on logged steps: every rank's step time, time blocked on
+-- the reduction and peak device memory into the record r, as rank_step_ms, rank_comm_wait_ms and
+-- rank_peak_mem_mb, lists over the world in world rank order (rank 0 first), from one all_gather
+-- of three numbers a rank. One process: nothing.
 function M.per_rank(run, r, event)
   local mesh = run.mesh
   if mesh == nil or mesh.size == 1 or not M.logged(run, event) then return end
-  local mine = create.tensor({r.step_ms, r.peak_mem_mb}, {dtype = "f64"})
+  local mine = create.tensor({r.step_ms, r.comm_wait_ms or 0, r.peak_mem_mb}, {dtype = "f64"})
   local all = mesh.world:all_gather(nil, mine)
   local v = all:view(-1):tolist()
   mine:free()
   all:free()
-  local ms, mb = {}, {}
-  for i = 1, mesh.size do ms[i], mb[i] = v[2 * i - 1], v[2 * i] end
-  r.rank_step_ms, r.rank_peak_mem_mb = ms, mb
+  local ms, wait, mb = {}, {}, {}
+  for i = 1, mesh.size do ms[i], wait[i], mb[i] = v[3 * i - 2], v[3 * i - 1], v[3 * i] end
+  r.rank_step_ms, r.rank_comm_wait_ms, r.rank_peak_mem_mb = ms, wait, mb
 end
 
 -- The mean over n batches of f(batch) in eval mode (the model's train mode comes back after).
