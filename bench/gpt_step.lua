@@ -12,7 +12,6 @@
 -- adds the first and last losses and the tensor memory figures (lutra.memory_stats: peak,
 -- reserved) on stderr.
 local lt = require "lutra"
-local optim = require "lutra.optim"
 local ffi = require "ffi"
 
 local util = dofile((arg[0]:match("^(.*)/[^/]*$") or ".") .. "/util.lua")
@@ -30,21 +29,8 @@ local function peak_rss_mb()
   return tonumber(ru.maxrss) / 1024
 end
 
-lt.set_num_threads(a.threads)
-lt.manual_seed(0)
-
-local device = a.gpu ~= 0 and "cuda:0" or "cpu"
-if a.gpu ~= 0 and not lt.cuda.is_available() then
-  io.stderr:write("gpt_step: --gpu 1 but no CUDA device (" .. lt.cuda.status() .. ")\n")
-  os.exit(77)
-end
-local model = lt.models.build {arch = "gpt2", n_layer = a.layers, n_head = a.heads, d_model = a.dim,
-                               vocab_size = a.vocab, block_size = a.seq, dropout = 0}
-model:to(device)
-local params = model:parameters()
-local opt = optim.AdamW(params, {lr = 3e-4, weight_decay = 0.1})
-local idx = lt.randint(0, a.vocab, {a.batch, a.seq}):to(device)
-local tgt = lt.randint(0, a.vocab, {a.batch, a.seq}):to(device)
+local setup = util.gpt_setup(a, "gpt_step")
+local model, params, opt, idx, tgt, device = setup.model, setup.params, setup.opt, setup.idx, setup.tgt, setup.device
 local autocast = a.bf16 ~= 0 and "bf16" or nil
 local function forward(x, y) return lt.autocast(autocast, model.forward, model, x, y) end
 

@@ -7,27 +7,14 @@
 -- Prints: off_ms=<median> on_ms=<median> off_again_ms=<median> on_ratio=<on/off> off_again_ratio=<..>
 -- Goal: on_ratio < 1.10, off_again_ratio ~ 1.00.
 local lt = require "lutra"
-local optim = require "lutra.optim"
 
 local util = dofile((arg[0]:match("^(.*)/[^/]*$") or ".") .. "/util.lua")
 local a = util.options({layers = 4, heads = 4, dim = 256, seq = 256, vocab = 4096, batch = 8, steps = 3, runs = 5,
                         threads = 2, gpu = 0, sync = 0, top = 20}, "profile_overhead")
 local now = util.now
 
-lt.set_num_threads(a.threads)
-lt.manual_seed(0)
-local device = a.gpu ~= 0 and "cuda:0" or "cpu"
-if a.gpu ~= 0 and not lt.cuda.is_available() then
-  io.stderr:write("profile_overhead: --gpu 1 but no CUDA device (" .. lt.cuda.status() .. ")\n")
-  os.exit(77)
-end
-local model = lt.models.build {arch = "gpt2", n_layer = a.layers, n_head = a.heads, d_model = a.dim,
-                               vocab_size = a.vocab, block_size = a.seq, dropout = 0}
-model:to(device)
-local params = model:parameters()
-local opt = optim.AdamW(params, {lr = 3e-4, weight_decay = 0.1})
-local idx = lt.randint(0, a.vocab, {a.batch, a.seq}):to(device)
-local tgt = lt.randint(0, a.vocab, {a.batch, a.seq}):to(device)
+local setup = util.gpt_setup(a, "profile_overhead")
+local model, params, opt, idx, tgt, device = setup.model, setup.params, setup.opt, setup.idx, setup.tgt, setup.device
 
 local function step()
   for _, p in ipairs(params) do

@@ -53,4 +53,27 @@ function M.torch_add_overhead(path)
   return nil, nil, "PyTorch peer did not run: " .. out:gsub("\n", " "):sub(1, 160)
 end
 
+-- The GPT step's setup shared by bench/gpt_step.lua and bench/profile_overhead.lua (options a:
+-- layers, heads, dim, seq, vocab, batch, threads, gpu): a GPT-2 model on cuda:0 (--gpu 1, else
+-- the CPU), its parameters, AdamW (lr 3e-4, wd 0.1 on every parameter, as the torch peer) and
+-- random tokens. Without a CUDA device under --gpu 1 the process ends with status 77 (skip).
+function M.gpt_setup(a, name)
+  local optim = require "lutra.optim"
+  lt.set_num_threads(a.threads)
+  lt.manual_seed(0)
+  local device = a.gpu ~= 0 and "cuda:0" or "cpu"
+  if a.gpu ~= 0 and not lt.cuda.is_available() then
+    io.stderr:write(name, ": --gpu 1 but no CUDA device (", lt.cuda.status(), ")\n")
+    os.exit(77)
+  end
+  local model = lt.models.build {arch = "gpt2", n_layer = a.layers, n_head = a.heads, d_model = a.dim,
+                                 vocab_size = a.vocab, block_size = a.seq, dropout = 0}
+  model:to(device)
+  local params = model:parameters()
+  local opt = optim.AdamW(params, {lr = 3e-4, weight_decay = 0.1})
+  local idx = lt.randint(0, a.vocab, {a.batch, a.seq}):to(device)
+  local tgt = lt.randint(0, a.vocab, {a.batch, a.seq}):to(device)
+  return {model = model, params = params, opt = opt, idx = idx, tgt = tgt, device = device}
+end
+
 return M

@@ -118,6 +118,14 @@ static bool utf8_ok(const unsigned char *s) {
   return true;
 }
 
+/* An event at step (wall_time < 0: now), its content still to set. */
+static Tfevents__Event event_at(int64_t step, double wall_time) {
+  Tfevents__Event ev = TFEVENTS__EVENT__INIT;
+  ev.wall_time = wall_time >= 0 ? wall_time : now_s();
+  ev.step = step;
+  return ev;
+}
+
 /* An event holding one summary value. */
 static int add_value(lt_tb_writer *w, Tfevents__Summary__Value *v, int64_t step, double wall_time) {
   if (!v->tag || !*v->tag) return lt_errorf("tensorboard: the tag is NULL or empty");
@@ -125,9 +133,7 @@ static int add_value(lt_tb_writer *w, Tfevents__Summary__Value *v, int64_t step,
   Tfevents__Summary summary = TFEVENTS__SUMMARY__INIT;
   summary.n_value = 1;
   summary.value = &v;
-  Tfevents__Event ev = TFEVENTS__EVENT__INIT;
-  ev.wall_time = wall_time >= 0 ? wall_time : now_s();
-  ev.step = step;
+  Tfevents__Event ev = event_at(step, wall_time);
   ev.what_case = TFEVENTS__EVENT__WHAT_SUMMARY;
   ev.summary = &summary;
   return add_event(w, &ev);
@@ -136,9 +142,7 @@ static int add_value(lt_tb_writer *w, Tfevents__Summary__Value *v, int64_t step,
 int lt_tb_session_start(lt_tb_writer *w, int64_t step, double wall_time) {
   Tfevents__SessionLog log = TFEVENTS__SESSION_LOG__INIT;
   log.status = TFEVENTS__SESSION_LOG__SESSION_STATUS__START;
-  Tfevents__Event ev = TFEVENTS__EVENT__INIT;
-  ev.wall_time = wall_time >= 0 ? wall_time : now_s();
-  ev.step = step;
+  Tfevents__Event ev = event_at(step, wall_time);
   ev.what_case = TFEVENTS__EVENT__WHAT_SESSION_LOG;
   ev.session_log = &log;
   return add_event(w, &ev);
