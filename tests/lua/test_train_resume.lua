@@ -135,6 +135,10 @@ test("runs of one run_dir: each its own directory, latest the newest, earlier re
   local last = 0
   for _, rec in ipairs(metrics.read(run_dir .. "/latest/metrics.jsonl")) do last = math.max(last, rec.step) end
   equal(last, 3)
+  -- the run's train.log: what it said and its progress lines, as plain text (quiet or not)
+  local log = assert(io.open(run_dir .. "/latest/train.log")):read("*a")
+  assert(log:find("\nstep 3/8 | loss ", 1, true) and log:find("\nstep 2: val loss ", 1, true), log)
+  assert(not log:find("\27", 1, true), "no terminal escapes in train.log")
   -- a run directory planted as a link is not written through: the resumed run gets a new one
   local id, path = runs.open(run_dir, nil)
   assert(id ~= ids[2] and path == run_dir .. "/runs/" .. id)

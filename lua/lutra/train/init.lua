@@ -33,7 +33,7 @@
 -- sample_every, sample_tokens, sample_prompt, temperature, top_k, top_p, log_every (metrics
 -- records and the progress line), print_every (plain progress lines when stdout is not a
 -- terminal; 0: steps / 50),
--- run_dir (config.json and checkpoints go there, each run's metrics.jsonl and samples.txt to
+-- run_dir (config.json and checkpoints go there, each run's metrics.jsonl, train.log and samples.txt to
 -- run_dir/runs/ID, `latest` the newest: lutra.train.runs; "" for none), ckpt_every,
 -- ckpt_keep, ckpt_async (the state is copied, then compressed and written in the background), resume ("" none, "auto" the latest checkpoint of run_dir, or a path),
 -- precision ("fp32", "bf16", "fp16": lutra/train/precision.lua), loss_scale and growth_interval
@@ -136,6 +136,20 @@ end
 -- A line of the run's output (rank 0, unless quiet).
 function Trainer:say(s)
   if not self.quiet then self.bar:print(s) end
+  self:log_line(s)
+end
+
+-- A line to the run's train.log (rank 0, with a run_dir): what the run said and its progress lines
+-- as plain text, whatever the terminal showed. A failed write is said once and the run goes on.
+function Trainer:log_line(s)
+  local f = self.text_log
+  if not f then return end
+  local ok, err = f:write(s, "\n")
+  if not ok then
+    io.stderr:write("lutra: ", tostring(err), "; train.log is not written further\n")
+    f:close()
+    self.text_log = nil
+  end
 end
 
 -- Restores the checkpoint of args.resume or config.resume, when there is one.
@@ -186,6 +200,9 @@ function Trainer:open_outputs()
     if not ok then raise("metrics: " .. tostring(err)) end
   end
   self.log = metrics.open(log_path, "a")
+  local text_log, err = atomic_file.append(self.run_path .. "/train.log")
+  if not text_log then raise("train: " .. tostring(err)) end
+  self.text_log = text_log
   if self.get "log_tensorboard" then self:open_tensorboard() end
   self:say(string.format("run %s: %s", self.run_id, self.run_path))
 end
@@ -289,9 +306,9 @@ function Trainer:log_step(r, t)
   local step, total = self.step, self.total
   if step % self.log_every == 0 or step == total or self.interrupted or r.nonfinite then
     self:record(r)
-    if not self.quiet and (self.bar.tty or step % self.print_every == 0 or step == total or self.interrupted) then
-      self.bar:update(r)
-    end
+    local plain = step % self.print_every == 0 or step == total or self.interrupted
+    if not self.quiet and (self.bar.tty or plain) then self.bar:update(r) end
+    if plain then self:log_line(self.bar:format(r)) end
     self.t_window, self.tok_window = t, self.tokens
   end
 end
@@ -364,6 +381,8 @@ function Trainer:run()
   if self.log then self.log:close() end
   if self.tb then self.tb:close() end
   if not ok then
+    self:log_line("error: " .. tostring(err))
+    if self.text_log then self.text_log:close() end
     pcall(sharded.wait) -- a save in flight is committed (or fails) before the error goes on
     error(err, 0)
   end
@@ -394,6 +413,7 @@ function Trainer:finish()
   if not self.quiet and self.step > 0 then
     for _, line in ipairs(self.timing:lines(total)) do self:say(line) end
   end
+  if self.text_log then self.text_log:close() end
   return result
 end
 
