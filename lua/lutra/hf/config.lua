@@ -426,7 +426,7 @@ function M.moe_to_hf(cfg, hc, family, qkv_bias)
   hc.output_router_logits = (cfg.aux_loss_coef or 0) > 0
   hc.router_aux_loss_coef = hc.output_router_logits and cfg.aux_loss_coef * cfg.n_layer / cfg.top_k or 0.001
   if family == "mixtral" then
-    hc.num_local_experts, hc.router_jitter_noise = cfg.n_experts, 0
+    hc.num_local_experts = cfg.n_experts -- (router_jitter_noise left to its default 0.0: transformers wants a float)
     return
   end
   hc.num_experts, hc.moe_intermediate_size, hc.norm_topk_prob = cfg.n_experts, cfg.ffn_hidden, cfg.norm_topk_prob
