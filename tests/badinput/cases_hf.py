@@ -196,9 +196,9 @@ config_case("gpt2", {"architectures": ["BertModel"]},
             r'\(a gpt2 config names "GPT2LMHeadModel" or "GPT2Model"\)')
 config_case("llama", {"architectures": ["MistralForCausalLM"]}, r'architectures\[1\] = "MistralForCausalLM" does not fit model_type = "llama"')
 config_case("gpt2", {"architectures": "GPT2LMHeadModel"}, r'architectures = "GPT2LMHeadModel": lutra needs a list')
-config_case("gpt2", {"model_type": "bert"}, r'model_type = "bert": lutra needs "gpt2", "llama", "mistral", "qwen2" or "qwen3"')
-config_case("gpt2", {"model_type": 5}, r'model_type = 5: lutra needs "gpt2", "llama", "mistral", "qwen2" or "qwen3"')
-config_case("gpt2", {}, r'model_type is missing \(lutra knows "gpt2", "llama", "mistral", "qwen2" or "qwen3"\)', drop=("model_type",))
+config_case("gpt2", {"model_type": "bert"}, r'model_type = "bert": lutra needs "gpt2", "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3" or "qwen3_moe"')
+config_case("gpt2", {"model_type": 5}, r'model_type = 5: lutra needs "gpt2", "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3" or "qwen3_moe"')
+config_case("gpt2", {}, r'model_type is missing \(lutra knows "gpt2", "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3" or "qwen3_moe"\)', drop=("model_type",))
 
 
 @case("config.json: n_layer 1e400 (a number past the largest double)",
