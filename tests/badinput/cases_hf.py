@@ -164,8 +164,14 @@ fixture_case("llama", {"rope_parameters": {"rope_type": "proportional", "rope_th
              r'rope_parameters\.rope_type = "proportional": lutra needs .*' + NO_DROP,
              label="rope_type proportional with --ignore-key=rope_parameters (still read, still refused)",
              extra=("--ignore-key=rope_parameters",))
-fixture_case("qwen2", {"model_type": "qwen2_moe"}, r'model_type = "qwen2_moe": lutra needs "gpt2", "llama", "mistral", '
-             r'"qwen2" or "qwen3"')
+fixture_case("qwen2", {"model_type": "qwen2_moe"},
+             r'architectures\[1\] = "Qwen2ForCausalLM" does not fit model_type = "qwen2_moe"')
+# mixtures of experts: what lutra does not compute, refused naming the key
+fixture_case("qwen2_moe", {"decoder_sparse_step": 2}, r"decoder_sparse_step = 2: lutra needs 1 \(every layer an MoE layer"
+             + ".*" + NO_DROP)
+fixture_case("qwen3_moe", {"mlp_only_layers": [1]}, r"mlp_only_layers = \[1\]: lutra needs \[\]" + ".*" + NO_DROP)
+fixture_case("mixtral", {"router_jitter_noise": 0.01}, r"router_jitter_noise = 0\.01: lutra needs 0" + ".*" + NO_DROP)
+fixture_case("mixtral", {"num_experts_per_tok": 9}, r"num_experts_per_tok = 9: lutra needs at most the 4 experts" + NO_DROP)
 fixture_case("qwen3", {"architectures": ["Qwen2ForCausalLM"]},
              r'architectures\[1\] = "Qwen2ForCausalLM" does not fit model_type = "qwen3" \(a qwen3 config names '
              r'"Qwen3ForCausalLM" or "Qwen3Model"\)')
@@ -196,9 +202,9 @@ config_case("gpt2", {"architectures": ["BertModel"]},
             r'\(a gpt2 config names "GPT2LMHeadModel" or "GPT2Model"\)')
 config_case("llama", {"architectures": ["MistralForCausalLM"]}, r'architectures\[1\] = "MistralForCausalLM" does not fit model_type = "llama"')
 config_case("gpt2", {"architectures": "GPT2LMHeadModel"}, r'architectures = "GPT2LMHeadModel": lutra needs a list')
-config_case("gpt2", {"model_type": "bert"}, r'model_type = "bert": lutra needs "gpt2", "llama", "mistral", "qwen2" or "qwen3"')
-config_case("gpt2", {"model_type": 5}, r'model_type = 5: lutra needs "gpt2", "llama", "mistral", "qwen2" or "qwen3"')
-config_case("gpt2", {}, r'model_type is missing \(lutra knows "gpt2", "llama", "mistral", "qwen2" or "qwen3"\)', drop=("model_type",))
+config_case("gpt2", {"model_type": "bert"}, r'model_type = "bert": lutra needs "gpt2", "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3" or "qwen3_moe"')
+config_case("gpt2", {"model_type": 5}, r'model_type = 5: lutra needs "gpt2", "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3" or "qwen3_moe"')
+config_case("gpt2", {}, r'model_type is missing \(lutra knows "gpt2", "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3" or "qwen3_moe"\)', drop=("model_type",))
 
 
 @case("config.json: n_layer 1e400 (a number past the largest double)",

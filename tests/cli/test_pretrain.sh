@@ -45,7 +45,7 @@ expect_grep "resume=auto continues" "$out" 'resumed from .*step_000004 at step 4
 expect_grep "resume=auto: to the end" "$out" 'step 6/6'
 
 # arch moe (Mixtral-like experts): trains, its loss falls, the metrics carry lm_loss and aux_loss, and the
-# model directory falls back to lutra's format (no Hugging Face layout for MoE yet)
+# model directory is Hugging Face's Mixtral
 out=$("$LUTRA" recipes/pretrain.lua "${TINY[@]}" --model.arch=moe --model.n_experts=4 --steps=60 --lr=3e-3 --warmup=5 \
   --eval_every=60 --run_dir="$T/r4" 2>&1)
 expect_grep "moe: the layout" "$out" 'model: moe, 1 layers, 2 heads, d_model 32, 4 experts top-2'
@@ -54,7 +54,8 @@ val0=$(printf '%s\n' "$out" | sed -n 's/^step 0: val loss \([^ ]*\)$/\1/p')
 val=$(printf '%s\n' "$out" | sed -n 's/^final_val=\([^ ]*\) .*/\1/p')
 expect_num "moe: val loss falls by more than 1" "$(awk -v a="$val0" -v b="$val" 'BEGIN { print a - b }')" ">" 1
 grep -q '"aux_loss":[0-9.e-]*,.*"lm_loss":' "$T/r4/latest/metrics.jsonl" && ok || bad "moe: metrics.jsonl has aux_loss and lm_loss"
-[ -d "$T/r4/model/lutra_model" ] && ok || bad "moe: the model directory in lutra's format"
+grep -q '"model_type": "mixtral"' "$T/r4/model/config.json" && [ ! -d "$T/r4/model/lutra_model" ] && ok ||
+  bad "moe: the model directory in Hugging Face's layout (mixtral)"
 
 # Ctrl-C: SIGINT while training stops after the step, saves, and the recipe ends normally
 "$LUTRA" recipes/pretrain.lua "${TINY[@]}" --steps=100000 --warmup=1 --eval_every=0 --run_dir="$T/r3" >"$T/int.out" 2>&1 &

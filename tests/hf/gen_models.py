@@ -1,11 +1,12 @@
 """Tiny models of each family lutra reads, written by transformers itself, with their logits.
 
     python gen_models.py OUTDIR                      write the fixtures (fixed seeds)
+    python gen_models.py --only NAME [--only ...] OUTDIR   write just those models (the rest untouched)
     python gen_models.py --check-lutra LUTRA OUTDIR  the other direction: lutra (the binary LUTRA)
         saves each fixture model again (hf.save_pretrained) and converts it both ways (lutra
         convert: Hugging Face -> lutra checkpoint -> Hugging Face); transformers loads what lutra
         wrote and its logits are compared with the fixture's. Prints one line per model and
-        exits 1 when a difference passes 1e-5 (relative to the largest logit).
+        exits 1 when a difference passes 1e-5 (relative to the largest logit). --only limits it too.
 
 OUTDIR/<name>/ holds what save_pretrained wrote (config.json of transformers 5: dtype,
 rope_parameters; one directory keeps the 4.x keys rope_theta, rope_scaling, torch_dtype) and
@@ -78,12 +79,22 @@ MODELS = {
     "smollm2": (*llama(num_key_value_heads=4, tie_word_embeddings=True, rope_theta=100000.0), {"dtype": torch.bfloat16}),
     # a config.json in transformers 4.x's form: torch_dtype, rope_theta beside rope_scaling with "type"
     "llama_v4_config": (*llama1(rope_theta=20000.0, rope_scaling={"rope_type": "linear", "factor": 3.0}), {"v4": True}),
+    # mixtures of experts: 4 experts, top 2, every layer sparse (what lutra reads)
+    "mixtral": ("mixtral", {**BASE, "num_local_experts": 4, "num_experts_per_tok": 2, "intermediate_size": 16,
+                            "sliding_window": 8}, {}),
+    # norm_topk_prob false (transformers' default), a shared expert of its own width behind its sigmoid gate
+    "qwen2_moe": ("qwen2_moe", {**BASE, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16,
+                                "shared_expert_intermediate_size": 40, "norm_topk_prob": False}, {}),
+    "qwen3_moe": ("qwen3_moe", {**BASE, "head_dim": 16, "num_experts": 4, "num_experts_per_tok": 2,
+                                "moe_intermediate_size": 16, "norm_topk_prob": True}, {"dtype": torch.bfloat16}),
 }
 
 CONFIG = {"gpt2": tf.GPT2Config, "llama": tf.LlamaConfig, "qwen2": tf.Qwen2Config, "qwen3": tf.Qwen3Config,
-          "mistral": tf.MistralConfig}
+          "mistral": tf.MistralConfig, "mixtral": tf.MixtralConfig, "qwen2_moe": tf.Qwen2MoeConfig,
+          "qwen3_moe": tf.Qwen3MoeConfig}
 CAUSAL_LM = {"gpt2": tf.GPT2LMHeadModel, "llama": tf.LlamaForCausalLM, "qwen2": tf.Qwen2ForCausalLM,
-             "qwen3": tf.Qwen3ForCausalLM, "mistral": tf.MistralForCausalLM}
+             "qwen3": tf.Qwen3ForCausalLM, "mistral": tf.MistralForCausalLM, "mixtral": tf.MixtralForCausalLM,
+             "qwen2_moe": tf.Qwen2MoeForCausalLM, "qwen3_moe": tf.Qwen3MoeForCausalLM}
 
 
 def randomise(model, seed):
@@ -106,16 +117,28 @@ def make(family, kwargs, seed):
     return model.eval()
 
 
+MOE = ("mixtral", "qwen2_moe", "qwen3_moe")
+
+
+def load64(directory, impl):
+    """The saved directory in transformers, weights upcast to float64 (the experts' eager loop: grouped_mm,
+    transformers 5's default, takes no float64)."""
+    with open(os.path.join(directory, "config.json")) as f:
+        moe = json.load(f)["model_type"] in MOE
+    kw = {"experts_implementation": "eager"} if moe else {}
+    return tf.AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float64, attn_implementation=impl, **kw).eval()
+
+
 def logits_of(directory, ids, impl):
     """transformers' logits of the saved directory, weights upcast to float64."""
-    model = tf.AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float64, attn_implementation=impl).eval()
+    model = load64(directory, impl)
     with torch.no_grad():
         return model(ids).logits
 
 
 def bf16_logits(directory, ids):
     """transformers' logits of the directory's weights rounded to bfloat16 (by torch), then upcast to float64."""
-    model = tf.AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float64, attn_implementation="sdpa").eval()
+    model = load64(directory, "sdpa")
     with torch.no_grad():  # the parameters only (RoPE's inv_freq buffer stays as transformers made it)
         for p in model.parameters():
             p.copy_(p.to(torch.bfloat16).to(torch.float64))
@@ -226,7 +249,14 @@ def rope_arrays():
     return out
 
 
-def generate(out):
+def generate(out, only=None):
+    """Every model and rope.json afresh; with only, just those models' directories (seeds unchanged)."""
+    if only:
+        for k, name in enumerate(MODELS):
+            if name in only:
+                shutil.rmtree(os.path.join(out, name), ignore_errors=True)
+                write_model(out, name, 1000 + k)
+        return
     if os.path.isdir(out):
         shutil.rmtree(out)
     os.makedirs(out)
@@ -253,7 +283,7 @@ def run(cmd):
         raise RuntimeError("%s failed: %s%s" % (" ".join(cmd), r.stdout, r.stderr))
 
 
-def check_lutra(lutra, fixtures):
+def check_lutra(lutra, fixtures, only=None):
     worst = 0.0
     tmp = tempfile.mkdtemp(prefix="lutra-models-")
     script = os.path.join(tmp, "save.lua")
@@ -264,6 +294,8 @@ def check_lutra(lutra, fixtures):
     print("%-28s %-8s %-14s %-14s %-14s" % ("model", "family", "save f32", "save bf16+shard", "convert x2"))
     failed = []
     for name in MODELS:
+        if only and name not in only:
+            continue
         try:
             worst = max(worst, check_one(lutra, script, tmp, fixtures, name))
         except RuntimeError as e:
@@ -304,12 +336,13 @@ def check_one(lutra, script, tmp, fixtures, name):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--check-lutra", metavar="LUTRA", help="check lutra's saves in transformers (OUTDIR: the fixtures)")
+    p.add_argument("--only", action="append", choices=list(MODELS), help="just this model (repeatable)")
     p.add_argument("outdir")
     a = p.parse_args()
     torch.set_num_threads(1)
     if a.check_lutra:
-        sys.exit(check_lutra(a.check_lutra, a.outdir))
-    generate(a.outdir)
+        sys.exit(check_lutra(a.check_lutra, a.outdir, a.only))
+    generate(a.outdir, a.only)
 
 
 if __name__ == "__main__":

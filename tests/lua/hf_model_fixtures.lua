@@ -12,7 +12,7 @@ M.dir = root .. "/tests/hf/fixtures/models"
 -- every model tests/hf/gen_models.py writes
 M.NAMES = {"gpt2", "gpt2_bf16_untied", "llama", "llama_linear", "llama_dynamic", "llama_llama3", "llama_yarn",
            "llama_longrope", "llama_bias_headdim_sharded", "qwen2", "qwen2_sliding", "qwen3", "qwen3_bias_bf16",
-           "mistral_window", "smollm2", "llama_v4_config"}
+           "mistral_window", "smollm2", "llama_v4_config", "mixtral", "qwen2_moe", "qwen3_moe"}
 
 -- max |a - b| / max |b| over every element (b: the reference), on the CPU in f64
 function M.rel_diff(a, b)

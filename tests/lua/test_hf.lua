@@ -208,8 +208,8 @@ test("config.json: keys lutra cannot honour are errors naming them", function()
   expect("missing model.layers.0.mlp.gate_proj.bias [", {mlp_bias = true})
   expect("model.layers.0.self_attn.q_proj.weight is [32, 32] in the file, [64, 32] from config.json", {head_dim = 16})
   expect("config.json: unknown key 'sliding_window' for llama", {sliding_window = 4096})
-  expect("config.json: model_type = \"bert\": lutra needs \"gpt2\", \"llama\", \"mistral\", \"qwen2\" or \"qwen3\"",
-    {model_type = "bert"})
+  expect("config.json: model_type = \"bert\": lutra needs \"gpt2\", \"llama\", \"mistral\", \"mixtral\", \"qwen2\", "
+    .. "\"qwen2_moe\", \"qwen3\" or \"qwen3_moe\"", {model_type = "bert"})
   expect("config.json: num_hidden_layers = 1.5: lutra needs a positive integer", {num_hidden_layers = 1.5})
   expect("missing model.layers.2.input_layernorm.weight [32]", {num_hidden_layers = 3}) -- fewer layers in the file
   expect("model.embed_tokens.weight is [41, 32] in the file, [50, 32] from config.json", {vocab_size = 50})
@@ -228,8 +228,8 @@ test("config.json: keys lutra cannot honour are errors naming them", function()
   expect("config.json: architectures[1] = \"BertModel\" does not fit model_type = \"llama\" (a llama config names "
     .. "\"LlamaForCausalLM\" or \"LlamaModel\")", {architectures = json.array {"BertModel"}})
   fails("hf: config.json must hold a JSON object, got an array", hf.config_from_hf, json.decode("[1]"))
-  fails("hf: x.json: model_type is missing (lutra knows \"gpt2\", \"llama\", \"mistral\", \"qwen2\" or \"qwen3\")", hf.config_from_hf, {},
-    {path = "x.json"})
+  fails("hf: x.json: model_type is missing (lutra knows \"gpt2\", \"llama\", \"mistral\", \"mixtral\", \"qwen2\", "
+    .. "\"qwen2_moe\", \"qwen3\" or \"qwen3_moe\")", hf.config_from_hf, {}, {path = "x.json"})
   -- tie_word_embeddings over a file that holds lm_head.weight: tied, the file's head dropped (as HF does)
   local ok, tied = with({tie_word_embeddings = true})
   assert(ok, tostring(tied))

@@ -1,6 +1,7 @@
 -- lutra.hf against models that transformers 5.25 wrote (tests/hf/fixtures/models, written by
 -- tests/hf/gen_models.py): each family (gpt2, llama with each RoPE scaling, qwen2, qwen3,
--- mistral with a sliding window shorter than the sequence, SmolLM2's llama), f32 and bf16 files,
+-- mistral with a sliding window shorter than the sequence, SmolLM2's llama; the mixtures of
+-- experts mixtral, qwen2_moe, qwen3_moe, more in test_hf_moe.lua), f32 and bf16 files,
 -- tied and untied, sharded, a config.json in transformers 4.x's form. Each loads and gives
 -- transformers' float64 logits to 1e-5 (relative to the largest); lutra saves it again and loads
 -- that bitwise the same, as lutra convert does both ways (through a lutra checkpoint). RoPE's inverse frequencies and attention scaling equal the arrays
@@ -24,7 +25,8 @@ os.remove(tmp)
 os.execute("mkdir -p " .. tmp)
 
 local FAMILY = {gpt2 = "gpt2", gpt2_bf16_untied = "gpt2", qwen2 = "qwen2", qwen2_sliding = "qwen2", qwen3 = "qwen3",
-                qwen3_bias_bf16 = "qwen3", mistral_window = "mistral"}
+                qwen3_bias_bf16 = "qwen3", mistral_window = "mistral", mixtral = "mixtral", qwen2_moe = "qwen2_moe",
+                qwen3_moe = "qwen3_moe"}
 
 local worst = {}
 local function check_logits(name, model, exp)
@@ -39,7 +41,7 @@ end
 local Attention = require "lutra.nn.attention"
 local NEEDS = {llama_linear = "rope_freq", llama_dynamic = "rope_freq", llama_llama3 = "rope_freq",
                llama_yarn = "rope_freq", llama_longrope = "rope_freq", llama_v4_config = "rope_freq",
-               qwen2_sliding = "window", mistral_window = "window"}
+               qwen2_sliding = "window", mistral_window = "window", mixtral = "window"}
 local HAS = {
   rope_freq = pcall(Attention, {d_model = 4, n_head = 1, rope = true, rope_freq = {inv_freq = {1, 0.5}, scale = 1}}),
   window = pcall(Attention, {d_model = 4, n_head = 1, window = 2}),

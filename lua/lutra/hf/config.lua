@@ -1,6 +1,6 @@
 -- lutra.hf.config — config.json of a Hugging Face model (transformers 4.x and 5.x) to lutra's
 -- model config and back, for the families of lutra.hf.families (gpt2, llama, qwen2, qwen3,
--- mistral).
+-- mistral; the mixture-of-experts mixtral, qwen2_moe, qwen3_moe).
 --
 --   C.from_hf(hc, {path =, dtype =, device =, ignore_keys =}) -> lutra config, family
 --   C.to_hf(cfg, tok, dtype)                                -> config.json's table, family
@@ -123,7 +123,7 @@ local ROPE_TYPES = {"default", "linear", "dynamic", "llama3", "yarn", "longrope"
 -- (default 10000), rope_type or its old name type (default "default"); the pretraining length of
 -- llama3 / yarn / longrope from the dict, else a top-level original_max_position_embeddings, else
 -- max_position_embeddings.
-function Reader:rope(block_size)
+function Reader:rope(block_size, default_theta)
   local hc = self.hc
   local key = "rope_parameters"
   local rp = hc.rope_parameters
@@ -141,7 +141,7 @@ function Reader:rope(block_size)
   local function bad_field(field, v, what)
     raise(string.format("hf: %s: %s.%s = %s: lutra needs %s%s", self.path, key, field, show(v), what, NOT_DROPPABLE))
   end
-  local theta = self:num("rope_theta", 10000, 0, nil, "a positive number", true)
+  local theta = self:num("rope_theta", default_theta or 10000, 0, nil, "a positive number", true)
   if not is_null(rp.rope_theta) then
     local v = rp.rope_theta
     if type(v) ~= "number" or not (v > 0 and v < math.huge) then bad_field("rope_theta", v, "a positive number") end
@@ -207,14 +207,21 @@ end
 -- ---- sliding windows ---------------------------------------------------------------------------
 
 -- sliding_window and layer_types for lutra (nil, nil: every layer sees every earlier key).
--- mistral: sliding_window (null: none) on every layer. qwen2 / qwen3: the window applies when
+-- mistral, mixtral: sliding_window (null: none) on every layer. qwen3_moe: sliding_window on
+-- every layer when use_sliding_window is true. qwen2 / qwen3 / qwen2_moe: the window applies when
 -- use_sliding_window is true, to the layers layer_types names "sliding_attention" (without
--- layer_types: layers max_window_layers and up, as transformers derives them).
+-- layer_types: qwen2, qwen3 layers max_window_layers and up; qwen2_moe the even layers
+-- (0-based) below max_window_layers, as transformers derives them).
 function Reader:windows(family, n_layer)
   local hc = self.hc
-  local window = not is_null(hc.sliding_window) and self:int("sliding_window") or nil
-  if family == "mistral" then return window, nil end
+  if family == "mistral" or family == "mixtral" then
+    return not is_null(hc.sliding_window) and self:int("sliding_window") or nil, nil
+  end
   local use = self:bool("use_sliding_window", false)
+  -- (qwen2_moe writes sliding_window = 0 when use_sliding_window is false)
+  local window
+  if use or family ~= "qwen2_moe" then window = not is_null(hc.sliding_window) and self:int("sliding_window") or nil end
+  if family == "qwen3_moe" then return use and window or nil, nil end
   local max_window_layers = self:num("max_window_layers", nil, 0, nil, "an integer >= 0")
   if max_window_layers and max_window_layers ~= math.floor(max_window_layers) then
     self:bad("max_window_layers", max_window_layers, "an integer >= 0")
@@ -225,6 +232,7 @@ function Reader:windows(family, n_layer)
   if is_null(types) then
     for i = 1, n_layer do
       local sliding = window ~= nil and (i - 1) >= (max_window_layers or 28)
+      if family == "qwen2_moe" then sliding = window ~= nil and i % 2 == 1 and (i - 1) < (max_window_layers or 28) end
       out[i] = sliding and "sliding_attention" or "full_attention"
       any = any or sliding
     end
@@ -247,6 +255,59 @@ function Reader:windows(family, n_layer)
   end
   if not any then return nil, nil end
   return window, out
+end
+
+-- ---- mixtures of experts ----------------------------------------------------------------------
+
+-- The MoE keys of cfg (every layer an MoE layer, dropless, softmax over all experts then top-k).
+-- Mixtral renormalises the top-k weights; the Qwen families when norm_topk_prob. qwen2_moe adds
+-- one shared expert of shared_expert_intermediate_size behind a sigmoid gate. The balance loss:
+-- transformers adds router_aux_loss_coef times its load_balancing_loss_func (over all layers'
+-- routers together, top_k times lutra's per-layer balance_loss) when output_router_logits, so
+-- aux_loss_coef = router_aux_loss_coef * top_k / n_layer then (the same when the layers route
+-- alike), else 0.
+function Reader:moe(family, cfg)
+  local d = Fam.FAMILY[family].defaults
+  local hc = self.hc
+  -- (num_experts and num_local_experts are one attribute of mixtral's and qwen3_moe's configs;
+  -- transformers 5 writes qwen3_moe's as num_local_experts, the Hub's files say num_experts)
+  local main, alias = "num_experts", "num_local_experts"
+  if family == "mixtral" then main, alias = alias, main end
+  cfg.n_experts = self:int(main, d.num_experts or d.num_local_experts)
+  if family ~= "qwen2_moe" and not is_null(hc[alias]) then
+    local n = self:int(alias)
+    if is_null(hc[main]) then
+      cfg.n_experts = n
+    elseif n ~= cfg.n_experts then
+      self:bad(alias, n, string.format("%s's value %d (the same setting)", main, cfg.n_experts) .. NOT_DROPPABLE)
+    end
+  end
+  cfg.top_k = self:int("num_experts_per_tok", d.num_experts_per_tok)
+  if cfg.top_k > cfg.n_experts then
+    self:bad("num_experts_per_tok", cfg.top_k, string.format("at most the %d experts", cfg.n_experts) .. NOT_DROPPABLE)
+  end
+  if family == "mixtral" then
+    cfg.norm_topk_prob = true
+  else
+    cfg.norm_topk_prob = self:bool("norm_topk_prob", false)
+    local step = self:int("decoder_sparse_step", 1)
+    if step ~= 1 then
+      self:bad("decoder_sparse_step", step, "1 (every layer an MoE layer; lutra has no stacks of MoE and dense "
+        .. "layers)" .. NOT_DROPPABLE)
+    end
+    local dense = hc.mlp_only_layers
+    if not is_null(dense) and not (type(dense) == "table" and next(dense) == nil) then
+      self:bad("mlp_only_layers", dense, "[] (every layer an MoE layer; lutra has no stacks of MoE and dense layers)"
+        .. NOT_DROPPABLE)
+    end
+    self:int("intermediate_size", d.intermediate_size) -- (the dense layers' width: none here)
+  end
+  if family == "qwen2_moe" then
+    cfg.n_shared_experts, cfg.shared_expert_gate = 1, true
+    cfg.shared_expert_hidden = self:int("shared_expert_intermediate_size", d.shared_expert_intermediate_size)
+  end
+  local coef = self:num("router_aux_loss_coef", d.router_aux_loss_coef, 0, nil, "a number >= 0")
+  cfg.aux_loss_coef = self:bool("output_router_logits", false) and coef * cfg.top_k / cfg.n_layer or 0
 end
 
 -- ---- config.json -> lutra ------------------------------------------------------------------------
@@ -281,7 +342,8 @@ function M.from_hf(hc, opts)
         family, key_text(k), key_text(k)))
     end
   end
-  local cfg = {arch = family == "gpt2" and "gpt2" or "llama", dtype = opts.dtype or "f32", device = opts.device}
+  local cfg = {arch = family == "gpt2" and "gpt2" or (F.moe and "moe" or "llama"), dtype = opts.dtype or "f32",
+               device = opts.device}
   local function prob(key, default) return R:num(key, default, 0, 1, "a probability in [0, 1)") end
   if family == "gpt2" then
     R:choice("activation_function", {"gelu_new", "gelu_pytorch_tanh"}, "\"gelu_new\" (GELU, tanh approximation)")
@@ -305,14 +367,17 @@ function M.from_hf(hc, opts)
     cfg.n_kv_head = R:int("num_key_value_heads", d.num_key_value_heads or cfg.n_head)
     cfg.d_model, cfg.vocab_size = R:int("hidden_size", 4096), R:int("vocab_size", d.vocab_size)
     cfg.ffn_hidden = R:int("intermediate_size", d.intermediate_size)
+    if F.moe and family ~= "mixtral" then cfg.ffn_hidden = R:int("moe_intermediate_size", d.moe_intermediate_size) end
     cfg.block_size = R:int("max_position_embeddings", d.max_position_embeddings)
     cfg.norm_eps = R:num("rms_norm_eps", 1e-6, 0, nil, "a positive number", true)
     cfg.tie_embeddings = R:bool("tie_word_embeddings", false)
-    local theta, scaling = R:rope(cfg.block_size)
+    local theta, scaling = R:rope(cfg.block_size, d.rope_theta)
     cfg.rope_theta, cfg.rope_scaling = theta, scaling
     if family == "qwen2" then
       cfg.bias, cfg.qkv_bias = false, true
-    elseif family == "mistral" then
+    elseif family == "qwen2_moe" then
+      cfg.bias, cfg.qkv_bias = false, R:bool("qkv_bias", true)
+    elseif family == "mistral" or family == "mixtral" then
       cfg.bias = false
     else
       cfg.bias = R:bool("attention_bias", false)
@@ -327,9 +392,10 @@ function M.from_hf(hc, opts)
       raise(string.format("hf: %s: hidden_size %d is not a multiple of num_attention_heads %d (and head_dim is not "
         .. "given)", path, cfg.d_model, cfg.n_head))
     end
-    if family == "qwen3" then cfg.qk_norm = true end
+    if family == "qwen3" or family == "qwen3_moe" then cfg.qk_norm = true end
     if family ~= "llama" and cfg.bias then cfg.mlp_bias = false end -- (qwen3's attention_bias: q, k, v, o only)
     if family ~= "llama" then cfg.sliding_window, cfg.layer_types = R:windows(family, cfg.n_layer) end
+    if F.moe then R:moe(family, cfg) end
     cfg.dropout = 0
   end
   cfg.init_std = R:num("initializer_range", 0.02, 0, nil, "a number >= 0")
@@ -352,6 +418,23 @@ local function special_ids(tok, hc)
   end
   hc.bos_token_id = first {"<|begin_of_text|>", "<s>", "<|endoftext|>"}
   hc.eos_token_id = first {"<|end_of_text|>", "</s>", "<|endoftext|>"}
+end
+
+-- The MoE keys of config.json (Reader:moe's inverse).
+function M.moe_to_hf(cfg, hc, family, qkv_bias)
+  hc.num_experts_per_tok = cfg.top_k
+  hc.output_router_logits = (cfg.aux_loss_coef or 0) > 0
+  hc.router_aux_loss_coef = hc.output_router_logits and cfg.aux_loss_coef * cfg.n_layer / cfg.top_k or 0.001
+  if family == "mixtral" then
+    hc.num_local_experts = cfg.n_experts -- (router_jitter_noise left to its default 0.0: transformers wants a float)
+    return
+  end
+  hc.num_experts, hc.moe_intermediate_size, hc.norm_topk_prob = cfg.n_experts, cfg.ffn_hidden, cfg.norm_topk_prob
+  hc.decoder_sparse_step, hc.mlp_only_layers = 1, json.array {}
+  if family == "qwen2_moe" then
+    hc.qkv_bias = qkv_bias
+    hc.shared_expert_intermediate_size = cfg.shared_expert_hidden or cfg.n_shared_experts * cfg.ffn_hidden
+  end
 end
 
 -- config.json's table for a lutra model config (dtype: the weights' dtype as saved). RoPE goes
@@ -383,12 +466,15 @@ function M.to_hf(cfg, tok, dtype)
     hc.rope_scaling = scaling
     if family == "llama" then
       hc.attention_bias, hc.mlp_bias, hc.pretraining_tp = qkv_bias, mlp_bias, 1
-    elseif family == "qwen3" then
+    elseif family == "qwen3" or family == "qwen3_moe" then
       hc.attention_bias = qkv_bias
     end
-    if family == "mistral" then
+    if family == "mistral" or family == "mixtral" then
       hc.sliding_window = cfg.sliding_window or null
-    elseif family == "qwen2" or family == "qwen3" then
+    elseif family == "qwen3_moe" then -- (every layer: lutra.hf.families refuses others)
+      hc.use_sliding_window = cfg.sliding_window ~= nil
+      hc.sliding_window = cfg.sliding_window or null
+    elseif family == "qwen2" or family == "qwen3" or family == "qwen2_moe" then
       hc.use_sliding_window = cfg.sliding_window ~= nil
       hc.sliding_window = cfg.sliding_window or null
       hc.max_window_layers = cfg.n_layer
@@ -399,6 +485,7 @@ function M.to_hf(cfg, tok, dtype)
       end
       hc.layer_types = types
     end
+    if cfg.n_experts then M.moe_to_hf(cfg, hc, family, qkv_bias) end
   end
   hc.initializer_range = cfg.init_std
   hc.torch_dtype = TORCH_DTYPE[dtype or cfg.dtype or "f32"] or "float32"

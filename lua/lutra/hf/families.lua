@@ -7,10 +7,17 @@
 --   qwen3    Qwen3ForCausalLM: llama with an RMSNorm per query / key head (q_norm, k_norm) before
 --            RoPE; attention_bias; sliding windows per layer
 --   mistral  MistralForCausalLM: llama without biases, a sliding window on every layer
+--   mixtral  MixtralForCausalLM: mistral with a sparse mixture of SwiGLU experts for each MLP
+--            (softmax over the experts, top-k renormalised)
+--   qwen2_moe  Qwen2MoeForCausalLM: qwen2 with experts, norm_topk_prob, and a shared expert of its
+--            own width whose output a sigmoid gate scales
+--   qwen3_moe  Qwen3MoeForCausalLM: qwen3 with experts, norm_topk_prob, no shared expert
+--   (every layer an MoE layer: decoder_sparse_step 1, no mlp_only_layers; lutra has no mixed stacks)
 --
 --   Fam.FAMILY[model_type]  {architectures, mapped (keys lutra reads), harmless, must (key ->
 --                            function(value) -> what lutra needs, or nil), names (lutra key -> the
---                            file's), defaults (transformers' config defaults lutra relies on)}
+--                            file's), defaults (transformers' config defaults lutra relies on),
+--                            moe (true: a mixture-of-experts family)}
 --   Fam.family_of(cfg)      the family a lutra model config is saved as, or an error saying why none fits
 local errors = require "lutra.errors"
 local json = require "lutra.json"
@@ -73,9 +80,11 @@ local function rope_family(architectures, extra, harmless, defaults)
       is_encoder_decoder = must_be(false, "false"),
       pruned_heads = no_pruned_heads,
     },
-    names = {n_layer = "num_hidden_layers", n_head = "num_attention_heads", n_kv_head = "num_key_value_heads",
+    names = {n_experts = "num_experts", top_k = "num_experts_per_tok", ffn_hidden = "intermediate_size",
+             norm_topk_prob = "norm_topk_prob", shared_expert_hidden = "shared_expert_intermediate_size",
+             n_layer = "num_hidden_layers", n_head = "num_attention_heads", n_kv_head = "num_key_value_heads",
              d_model = "hidden_size", vocab_size = "vocab_size", block_size = "max_position_embeddings",
-             ffn_hidden = "intermediate_size", head_dim = "head_dim", rope_scaling = "rope_parameters",
+             head_dim = "head_dim", rope_scaling = "rope_parameters",
              sliding_window = "sliding_window", layer_types = "layer_types"},
     defaults = defaults,
   }
@@ -111,13 +120,78 @@ M.FAMILY = {
     {num_hidden_layers = 32, num_key_value_heads = 8, vocab_size = 32000, intermediate_size = 14336,
      max_position_embeddings = 131072}),
 }
-M.model_types = {"gpt2", "llama", "mistral", "qwen2", "qwen3"}
+-- the mixture-of-experts families: what routing and router training read (output_router_logits:
+-- whether transformers adds the balance loss to the training loss)
+local MOE_KEYS = "num_experts_per_tok router_aux_loss_coef output_router_logits"
+local SPARSE_EVERY_LAYER = "decoder_sparse_step mlp_only_layers moe_intermediate_size num_experts norm_topk_prob"
+local no_jitter = must_be(0, "0 (lutra's router has no jitter noise)")
+M.FAMILY.mixtral = rope_family({"MixtralForCausalLM", "MixtralModel"},
+  "sliding_window num_local_experts num_experts " .. MOE_KEYS,
+  nil, {num_hidden_layers = 32, num_key_value_heads = 8, vocab_size = 32000, intermediate_size = 14336,
+        max_position_embeddings = 131072, num_local_experts = 8, num_experts_per_tok = 2,
+        router_aux_loss_coef = 0.001, rope_theta = 1e6})
+M.FAMILY.mixtral.must.router_jitter_noise = no_jitter
+M.FAMILY.mixtral.names.n_experts = "num_local_experts"
+M.FAMILY.qwen2_moe = rope_family({"Qwen2MoeForCausalLM", "Qwen2MoeModel"},
+  "use_sliding_window sliding_window max_window_layers layer_types qkv_bias shared_expert_intermediate_size "
+  .. SPARSE_EVERY_LAYER .. " " .. MOE_KEYS, nil,
+  {num_hidden_layers = 24, vocab_size = 151936, intermediate_size = 5632, max_position_embeddings = 32768,
+   num_experts = 60, num_experts_per_tok = 4, moe_intermediate_size = 1408, shared_expert_intermediate_size = 5632,
+   norm_topk_prob = false, router_aux_loss_coef = 0.001})
+M.FAMILY.qwen3_moe = rope_family({"Qwen3MoeForCausalLM", "Qwen3MoeModel"},
+  "attention_bias use_sliding_window sliding_window max_window_layers layer_types num_local_experts "
+  .. SPARSE_EVERY_LAYER .. " "
+  .. MOE_KEYS, nil,
+  {num_hidden_layers = 24, vocab_size = 151936, intermediate_size = 6144, max_position_embeddings = 32768,
+   head_dim = 128, num_experts = 128, num_experts_per_tok = 8, moe_intermediate_size = 768, norm_topk_prob = false,
+   router_aux_loss_coef = 0.001})
+for _, f in ipairs {"qwen2_moe", "qwen3_moe"} do M.FAMILY[f].names.ffn_hidden = "moe_intermediate_size" end
+for _, f in ipairs {"mixtral", "qwen2_moe", "qwen3_moe"} do M.FAMILY[f].moe = true end
+M.model_types = {"gpt2", "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe"}
+
+-- The family of a lutra MoE config: qwen3_moe (qk_norm), qwen2_moe (a gated shared expert),
+-- mixtral (neither, top-k renormalised); what none of them computes is refused.
+local function moe_family_of(cfg)
+  local function no(why) raise("hf: this mixture-of-experts model has no Hugging Face form: " .. why) end
+  if not (cfg.pos == "rope" and cfg.norm == "rmsnorm" and cfg.mlp == "swiglu") then
+    no("mixtral, qwen2_moe and qwen3_moe have pos = \"rope\", norm = \"rmsnorm\", mlp = \"swiglu\" (SwiGLU experts)")
+  end
+  if cfg.capacity_factor ~= nil then no("capacity_factor drops tokens; Hugging Face's MoE blocks are dropless") end
+  local function pick(v) if v == nil then return cfg.bias end return v end
+  local qkv, out, mlp = pick(cfg.qkv_bias), pick(cfg.out_bias), pick(cfg.mlp_bias)
+  local shared = (cfg.n_shared_experts or 0) > 0
+  if mlp then no("mlp_bias: the experts have no biases") end
+  if shared and not cfg.shared_expert_gate then
+    no("shared experts without shared_expert_gate (qwen2_moe's shared expert has a sigmoid gate)")
+  end
+  if cfg.qk_norm then
+    if shared then no("qwen3_moe (qk_norm) has no shared expert") end
+    if qkv ~= out then no("qwen3_moe (qk_norm) has one bias setting for q, k, v and o (attention_bias)") end
+    if cfg.layer_types ~= nil then
+      for _, t in ipairs(cfg.layer_types) do
+        if t ~= "sliding_attention" then no("qwen3_moe's sliding window is on every layer") end
+      end
+    end
+    return "qwen3_moe"
+  elseif shared then
+    if out then no("qwen2_moe has biases on q, k, v only (out_bias)") end
+    return "qwen2_moe"
+  end
+  if qkv or out then no("mixtral has no attention biases (qwen2_moe's need a gated shared expert)") end
+  if cfg.norm_topk_prob == false then
+    no("norm_topk_prob = false needs qwen2_moe (a gated shared expert) or qwen3_moe (qk_norm); mixtral renormalises")
+  end
+  if cfg.sliding_window ~= nil and cfg.layer_types ~= nil then
+    for _, t in ipairs(cfg.layer_types) do
+      if t ~= "sliding_attention" then no("mixtral's sliding window is on every layer") end
+    end
+  end
+  return "mixtral"
+end
 
 -- The family of a lutra config, or an error saying why none fits.
 function M.family_of(cfg)
-  if cfg.n_experts ~= nil then
-    raise("hf: mixture-of-experts models (n_experts) have no Hugging Face layout in lutra yet (Mixtral's is not mapped)")
-  end
+  if cfg.n_experts ~= nil then return moe_family_of(cfg) end
   if cfg.pos == "learned" and cfg.norm == "layernorm" and cfg.mlp == "gelu" then
     if not cfg.bias then raise("hf: a gpt2 model needs bias = true (GPT-2 has biases everywhere)") end
     if cfg.n_kv_head ~= cfg.n_head then raise("hf: a gpt2 model needs n_kv_head = n_head (no grouped-query attention)") end

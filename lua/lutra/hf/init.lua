@@ -1,5 +1,5 @@
--- lutra.hf — Hugging Face model directories of the gpt2, llama (SmolLM2), qwen2, qwen3 and
--- mistral families (lutra.hf.families; config.json: lutra.hf.config; weight names: lutra.hf.weights):
+-- lutra.hf — Hugging Face model directories of the gpt2, llama (SmolLM2), qwen2, qwen3,
+-- mistral, mixtral, qwen2_moe and qwen3_moe families (lutra.hf.families; config.json: lutra.hf.config; weight names: lutra.hf.weights):
 -- config.json, model.safetensors (or model-0000k-of-0000n.safetensors with
 -- model.safetensors.index.json) and tokenizer.json.
 --
@@ -132,6 +132,7 @@ function M.load_weights(model, dir, opts)
         else
           local t = r:load(key)
           wc.finite(t, where, opts)
+          if e.view then dst = dst:reshape(e.view[1], e.view[2]) end -- (a view: the parameter is contiguous)
           if e.rows then dst = dst:narrow(0, e.rows[1], e.rows[2]) end
           dst:copy_(e.t and t:t() or t)
           t:free()

@@ -15,6 +15,13 @@
 --         mlp.gate_proj/up_proj/down_proj = mlp.gate/up/proj, model.norm (ln_f), lm_head;
 --         biases where the config has them (q/k/v: qkv_bias, o: out_bias, MLP: mlp_bias);
 --         self_attn.q_norm/k_norm.weight (D) = attn.q_norm/k_norm.weight (qk_norm: qwen3).
+--   MoE   (mixtral, qwen2_moe, qwen3_moe: the layout save_pretrained of transformers 5 writes and
+--         the Hub holds, one tensor per expert) the router mlp.gate.weight (E, C) = mlp.router.weight;
+--         expert j's mlp.experts.{j}.gate_proj/up_proj (F, C), down_proj (C, F) = row block j of the
+--         stacked mlp.w_gate, w_up (E, F, C), w_down (E, C, F) viewed (E F, C), (E C, F);
+--         mixtral: block_sparse_moe.gate and block_sparse_moe.experts.{j}.w1/w3/w2; qwen2_moe:
+--         mlp.shared_expert.gate_proj/up_proj/down_proj = mlp.shared.gate/up/proj,
+--         mlp.shared_expert_gate.weight (1, C) = mlp.shared_gate.weight.
 --
 --   W.to_hf(cfg, sd, family)    -> {hf_name = tensor} (views; transposes not yet contiguous)
 --   W.plan(cfg, shapes, family, src) -> {{entry =, key = name in the file}, ...}; every problem
@@ -29,7 +36,8 @@ local raise = errors.raise
 
 local M = {}
 
--- The entries for cfg: {hf =, lt =, shape = HF shape, t = transposed, rows = {start, len}}.
+-- The entries for cfg: {hf =, lt =, shape = HF shape, t = transposed, rows = {start, len},
+-- view = the 2-d shape rows index (a stacked expert tensor, lt_shape its own shape)}.
 function M.entries(cfg, family)
   local C, V, F, L = cfg.d_model, cfg.vocab_size, cfg.ffn_hidden, cfg.n_layer
   local H, Hkv = cfg.n_head, cfg.n_kv_head or cfg.n_head
@@ -82,6 +90,9 @@ function M.entries(cfg, family)
         add(h .. "self_attn.k_norm.weight", p .. "attn.k_norm.weight", {D})
       end
       add(h .. "post_attention_layernorm.weight", p .. "ln_2.weight", {C})
+      if cfg.n_experts then
+        M.moe_entries(cfg, family, h, p, add)
+      else
       add(h .. "mlp.gate_proj.weight", p .. "mlp.gate.weight", {F, C})
       add(h .. "mlp.up_proj.weight", p .. "mlp.up.weight", {F, C})
       add(h .. "mlp.down_proj.weight", p .. "mlp.proj.weight", {C, F})
@@ -90,11 +101,34 @@ function M.entries(cfg, family)
         add(h .. "mlp.up_proj.bias", p .. "mlp.up.bias", {F})
         add(h .. "mlp.down_proj.bias", p .. "mlp.proj.bias", {C})
       end
+      end
     end
     add("model.norm.weight", "ln_f.weight", {C})
   end
   if not cfg.tie_embeddings then add("lm_head.weight", "lm_head.weight", {V, C}) end
   return list
+end
+
+-- The entries of one MoE layer: h the HF layer prefix, p lutra's block prefix.
+function M.moe_entries(cfg, family, h, p, add)
+  local C, F, E = cfg.d_model, cfg.ffn_hidden, cfg.n_experts
+  local m = h .. (family == "mixtral" and "block_sparse_moe." or "mlp.")
+  local gate, up, down = "gate_proj", "up_proj", "down_proj"
+  if family == "mixtral" then gate, up, down = "w1", "w3", "w2" end
+  add(m .. "gate.weight", p .. "mlp.router.weight", {E, C})
+  for j = 0, E - 1 do
+    local x = m .. "experts." .. j .. "."
+    add(x .. gate .. ".weight", p .. "mlp.w_gate", {F, C}, {rows = {j * F, F}, view = {E * F, C}, lt_shape = {E, F, C}})
+    add(x .. up .. ".weight", p .. "mlp.w_up", {F, C}, {rows = {j * F, F}, view = {E * F, C}, lt_shape = {E, F, C}})
+    add(x .. down .. ".weight", p .. "mlp.w_down", {C, F}, {rows = {j * C, C}, view = {E * C, F}, lt_shape = {E, C, F}})
+  end
+  if (cfg.n_shared_experts or 0) > 0 then -- qwen2_moe (lutra.hf.families admits no other)
+    local S = cfg.shared_expert_hidden or cfg.n_shared_experts * F
+    add(m .. "shared_expert.gate_proj.weight", p .. "mlp.shared.gate.weight", {S, C})
+    add(m .. "shared_expert.up_proj.weight", p .. "mlp.shared.up.weight", {S, C})
+    add(m .. "shared_expert.down_proj.weight", p .. "mlp.shared.proj.weight", {C, S})
+    add(m .. "shared_expert_gate.weight", p .. "mlp.shared_gate.weight", {1, C})
+  end
 end
 
 -- The Linear layers under HF's module names (for adapters, e.g. PEFT's): lutra module name ->
@@ -103,7 +137,7 @@ end
 function M.linear_modules(cfg, family)
   local out = {}
   for _, e in ipairs(M.entries(cfg, family)) do
-    if #e.shape == 2 and e.lt ~= "wte.weight" and e.lt ~= "wpe.weight" then
+    if #e.shape == 2 and e.lt ~= "wte.weight" and e.lt ~= "wpe.weight" and not e.view then
       local lt_mod, hf_mod = e.lt:gsub("%.weight$", ""), e.hf:gsub("%.weight$", "")
       out[lt_mod] = out[lt_mod] or {}
       table.insert(out[lt_mod], {hf = hf_mod, rows = e.rows, conv1d = e.t or nil})
@@ -130,6 +164,7 @@ function M.to_hf(cfg, sd, family)
     local t = sd[e.lt]
     if t == nil then raise("hf: the model has no '" .. e.lt .. "' (for " .. e.hf .. ")") end
     t = t:detach()
+    if e.view then t = t:reshape(e.view[1], e.view[2]) end
     if e.rows then t = t:narrow(0, e.rows[1], e.rows[2]) end
     if e.t then t = t:t() end
     out[e.hf] = t
@@ -184,11 +219,12 @@ end
 
 -- lutra's state dict from {hf name = tensor} (transposes as views, fused qkv concatenated).
 function M.from_hf(cfg, tensors, family, source)
-  local parts, sd = {}, {} -- parts: lutra name -> list of {row start, tensor}
+  local parts, sd, shapes_of = {}, {}, {} -- parts: lutra name -> list of {row start, tensor}
   for _, p in ipairs(M.plan(cfg, tensors, family, source)) do
     local e, t = p.entry, tensors[p.key]
     if e.rows then
       parts[e.lt] = parts[e.lt] or {}
+      shapes_of[e.lt] = e.lt_shape
       table.insert(parts[e.lt], {e.rows[1], t})
     else
       sd[e.lt] = e.t and t:t() or t
@@ -199,6 +235,7 @@ function M.from_hf(cfg, tensors, family, source)
     local ts = {}
     for i, p in ipairs(list) do ts[i] = p[2] end
     sd[name] = create.cat(ts, 0)
+    if shapes_of[name] then sd[name] = sd[name]:reshape(unpack(shapes_of[name])) end
   end
   if cfg.tie_embeddings then sd["lm_head.weight"] = sd["wte.weight"] end
   return sd

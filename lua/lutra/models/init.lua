@@ -29,7 +29,9 @@
 --   dtype, device    where the parameters live ("f32", "cpu" by default)
 -- Mixture of experts (nn.MoE; arch "moe" sets n_experts = 8, top_k = 2; n_experts on any arch
 -- replaces its MLPs): n_experts, top_k (<= n_experts), capacity_factor (nil: dropless),
--- n_shared_experts, norm_topk_prob, aux_loss_coef (0.01), z_loss_coef (0). Each expert is the
+-- n_shared_experts, shared_expert_hidden (the shared experts' width; default n_shared_experts *
+-- ffn_hidden), shared_expert_gate (a sigmoid gate on the shared output, Qwen2-MoE's),
+-- norm_topk_prob, aux_loss_coef (0.01), z_loss_coef (0). Each expert is the
 -- arch's MLP ("swiglu" or "gelu") of width ffn_hidden. With targets, in training mode, the loss
 -- the model returns is the cross-entropy plus the sum of the layers' aux losses (model.lm_loss and
 -- model.aux_loss hold the two parts, for logging).
@@ -90,6 +92,8 @@ local CHECKS = {
   n_experts = {posint, "a positive integer"}, top_k = {posint, "a positive integer"},
   capacity_factor = {posnum, "a positive number"},
   n_shared_experts = {function(v) return v == 0 or posint(v) end, "an integer >= 0"},
+  shared_expert_hidden = {posint, "a positive integer"},
+  shared_expert_gate = {function(v) return type(v) == "boolean" end, "true or false"},
   norm_topk_prob = {function(v) return type(v) == "boolean" end, "true or false"},
   aux_loss_coef = {function(v) return type(v) == "number" and v >= 0 and v < math.huge end, "a number >= 0"},
   z_loss_coef = {function(v) return type(v) == "number" and v >= 0 and v < math.huge end, "a number >= 0"},
@@ -103,7 +107,8 @@ for k in pairs(CHECKS) do M.keys[#M.keys + 1] = k end
 table.sort(M.keys)
 
 -- the keys of the MoE layers besides n_experts
-M.moe_keys = {"top_k", "capacity_factor", "n_shared_experts", "norm_topk_prob", "aux_loss_coef", "z_loss_coef"}
+M.moe_keys = {"top_k", "capacity_factor", "n_shared_experts", "shared_expert_hidden", "shared_expert_gate",
+              "norm_topk_prob", "aux_loss_coef", "z_loss_coef"}
 
 -- Keys a recipe's config writes as 0 for "the default" (recipes/pretrain.lua): n_kv_head (as
 -- many as n_head), the mixture-of-experts sizes (none, or the arch's) and capacity (dropless).
@@ -195,6 +200,10 @@ function M.config(cfg, how)
     end
   else
     out.top_k = out.top_k or math.min(2, out.n_experts)
+    if (out.shared_expert_hidden ~= nil or out.shared_expert_gate) and (out.n_shared_experts or 0) == 0 then
+      raise(string.format("%s: %s and %s apply to shared experts: set %s >= 1", where, key("shared_expert_hidden"),
+        key("shared_expert_gate"), key("n_shared_experts")))
+    end
     if out.top_k > out.n_experts then
       raise(string.format("%s: %s (%d) must be at most %s (%d)", where, key("top_k"), out.top_k, key("n_experts"),
         out.n_experts))

@@ -33,7 +33,8 @@ function M.parameters(cfg)
   local mlp
   local mats = cfg.mlp == "swiglu" and 3 or 2 -- the matrices of one MLP
   if cfg.n_experts then -- nn.MoE: the experts, the router, the shared experts; no biases
-    mlp = cfg.n_experts * mats * C * F + C * cfg.n_experts + (cfg.n_shared_experts or 0) * mats * C * F
+    local shared = cfg.shared_expert_hidden or (cfg.n_shared_experts or 0) * F
+    mlp = cfg.n_experts * mats * C * F + C * cfg.n_experts + mats * C * shared + (cfg.shared_expert_gate and C or 0)
   elseif cfg.mlp == "swiglu" then
     mlp = 3 * C * F + bm * (2 * F + C)
   else

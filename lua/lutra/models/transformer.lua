@@ -8,6 +8,7 @@
 --   blocks.i.ln_1.*, blocks.i.attn.qkv.*, blocks.i.attn.proj.*, blocks.i.ln_2.*,
 --   blocks.i.mlp.fc.* and mlp.proj.* (GELU) or mlp.gate/up/proj.* (SwiGLU), or with n_experts
 --   blocks.i.mlp.w_gate/w_up/w_down (the stacked experts), mlp.router.weight, mlp.shared.*,
+--   mlp.shared_gate.weight,
 --   ln_f.*, lm_head.weight (V, C)
 -- Initialisation (GPT-2's, nanoGPT's): every Linear and Embedding weight N(0, init_std),
 -- the projections back into the residual stream (attn.proj, mlp.proj) N(0,
@@ -42,7 +43,8 @@ function Transformer:init(cfg)
   self.drop = Dropout(cfg.dropout)
   local blocks = {}
   local moe = cfg.n_experts and {n_experts = cfg.n_experts, top_k = cfg.top_k, capacity_factor = cfg.capacity_factor,
-                                 n_shared_experts = cfg.n_shared_experts, norm_topk_prob = cfg.norm_topk_prob,
+                                 n_shared_experts = cfg.n_shared_experts, shared_hidden = cfg.shared_expert_hidden,
+                                 shared_gate = cfg.shared_expert_gate, norm_topk_prob = cfg.norm_topk_prob,
                                  aux_loss_coef = cfg.aux_loss_coef, z_loss_coef = cfg.z_loss_coef} or nil
   local rope_freq = cfg.pos == "rope" and cfg.rope_scaling ~= nil
     and rope.frequencies(cfg.rope_scaling, cfg.rope_theta, cfg.head_dim or C / cfg.n_head) or nil

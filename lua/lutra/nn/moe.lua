@@ -1,5 +1,6 @@
 -- nn.MoE{d_model =, d_ff =, n_experts =, top_k = 2, capacity_factor = nil, n_shared_experts = 0,
---   activation = "swiglu" | "gelu", norm_topk_prob = true, aux_loss_coef = 0.01, z_loss_coef = 0,
+--   shared_hidden = nil, shared_gate = false, activation = "swiglu" | "gelu", norm_topk_prob = true,
+--   aux_loss_coef = 0.01, z_loss_coef = 0,
 --   dropout = 0, init_std = 0.02, resid_std = init_std, dtype =, device =}
 -- A mixture-of-experts feed-forward layer (Mixtral's sparse MoE block, DeepSeek-MoE's shared
 -- experts, Switch/GShard's capacity), x (..., d_model) -> y (..., d_model):
@@ -27,7 +28,10 @@
 -- GShard); a dropped slot contributes nothing (the token keeps its other experts' outputs and,
 -- in a block, its residual). The routing weights are renormalised before dropping.
 -- n_shared_experts (DeepSeek-MoE): a dense MLP of width n_shared_experts * d_ff, with the
--- experts' activation, on every token, added to the output (`shared`). dropout: on the output.
+-- experts' activation, on every token, added to the output (`shared`); shared_hidden sets that
+-- width apart from d_ff (Qwen2-MoE's shared_expert_intermediate_size), shared_gate scales the
+-- shared output per token by sigmoid(shared_gate(x)), a Linear (d_model -> 1, no bias): Qwen2-MoE's
+-- shared_expert_gate. dropout: on the output.
 --
 -- Auxiliary losses, set by every forward as plain fields (0-d tensors in the graph, not
 -- parameters) for the training loss to add, as Megatron's MoE layers attach theirs:
@@ -57,7 +61,8 @@ local raise, no_grad, release = errors.raise, grad.no_grad, grad.release
 
 local MoE = Module:extend("MoE")
 
-local KEYS = {"d_model", "d_ff", "n_experts", "top_k", "capacity_factor", "n_shared_experts", "activation",
+local KEYS = {"d_model", "d_ff", "n_experts", "top_k", "capacity_factor", "n_shared_experts", "shared_hidden",
+              "shared_gate", "activation",
               "norm_topk_prob", "aux_loss_coef", "z_loss_coef", "dropout", "init_std", "resid_std", "dtype", "device"}
 
 local function nonnegative(what, v, default)
@@ -82,6 +87,12 @@ function MoE:init(cfg)
   if cfg.capacity_factor ~= nil then O.positive("MoE", "capacity_factor", cfg.capacity_factor) end
   local n_shared = cfg.n_shared_experts or 0
   if n_shared ~= 0 then O.positive_int("MoE", "n_shared_experts", n_shared) end
+  local shared_hidden = cfg.shared_hidden
+  if shared_hidden ~= nil then O.positive_int("MoE", "shared_hidden", shared_hidden) end
+  local shared_gate = O.boolean("MoE", "shared_gate", cfg.shared_gate, false)
+  if n_shared == 0 and (shared_hidden ~= nil or shared_gate) then
+    raise("MoE: shared_hidden and shared_gate need n_shared_experts >= 1")
+  end
   self.d_model, self.d_ff, self.n_experts, self.top_k, self.activation = C, H, E, k, act
   self.capacity_factor, self.n_shared_experts = cfg.capacity_factor, n_shared
   self.norm_topk_prob = O.boolean("MoE", "norm_topk_prob", cfg.norm_topk_prob, true)
@@ -94,8 +105,10 @@ function MoE:init(cfg)
   self:param("w_up", create.empty(E, H, C, fo))
   self:param("w_down", create.empty(E, C, H, fo))
   if n_shared > 0 then
-    local ffn = {d_model = C, hidden = n_shared * H, bias = false, dtype = cfg.dtype, device = cfg.device}
+    local ffn = {d_model = C, hidden = shared_hidden or n_shared * H, bias = false, dtype = cfg.dtype,
+                 device = cfg.device}
     self:add("shared", act == "swiglu" and SwiGLU(ffn) or MLP(ffn))
+    if shared_gate then self:add("shared_gate", Linear(C, 1, {bias = false, dtype = cfg.dtype, device = cfg.device})) end
   end
   self:add("drop", Dropout(cfg.dropout or 0))
   self:init_weights(std, nonnegative("resid_std", cfg.resid_std, std))
@@ -116,6 +129,7 @@ function MoE:init_weights(std, resid_std)
       end
       create.normal_(sh.proj.weight, 0, resid_std)
     end
+    if self.shared_gate then create.normal_(self.shared_gate.weight, 0, std) end
   end)
 end
 
@@ -197,7 +211,11 @@ function MoE:forward(x)
   release(ys, x, yw)
   local y = F.index_add(create.zeros({N, C}, {dtype = yw.dtype, device = x.device}), 0, p.tokens, yw)
   release(yw, x, y)
-  if self.shared then y = y + self.shared(xf) end
+  if self.shared then
+    local s = self.shared(xf)
+    if self.shared_gate then s = s * self.shared_gate(xf):sigmoid() end -- (N, 1) broadcast over C
+    y = y + s
+  end
   -- the aux losses
   local balance = (probs:mean(0) * p.routed_t):sum() * (E / (N * k))
   local lse = F.logsumexp(logits, -1)
@@ -224,7 +242,9 @@ function MoE:extra_repr()
   local s = string.format("%d -> %d -> %d, %d experts, top-%d, %s", self.d_model, self.d_ff, self.d_model,
     self.n_experts, self.top_k, self.activation)
   if self.capacity_factor then s = s .. string.format(", capacity factor %g", self.capacity_factor) end
-  if self.n_shared_experts > 0 then s = s .. string.format(", %d shared", self.n_shared_experts) end
+  if self.n_shared_experts > 0 then
+    s = s .. string.format(", %d shared%s", self.n_shared_experts, self.shared_gate and " (gated)" or "")
+  end
   return s
 end
 
