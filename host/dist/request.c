@@ -75,7 +75,11 @@ int lt_request_complete(lt_comm_request *r) {
     } else {
 #ifdef LUTRA_HAVE_MPI
       lt_flight_set_state(r->seq_slot, LT_COMM_WAITING);
-      int mrc = MPI_Waitall(r->nreq, r->reqs, MPI_STATUSES_IGNORE);
+      MPI_Status *st = calloc((size_t)(r->nreq > 0 ? r->nreq : 1), sizeof *st);
+      int mrc = MPI_Waitall(r->nreq, r->reqs, st ? st : MPI_STATUSES_IGNORE);
+      for (int i = 0; st && mrc == MPI_ERR_IN_STATUS && i < r->nreq; i++) /* the request's own error */
+        if (st[i].MPI_ERROR != MPI_SUCCESS && st[i].MPI_ERROR != MPI_ERR_PENDING) mrc = st[i].MPI_ERROR;
+      free(st);
       if (mrc != MPI_SUCCESS) {
         char msg[MPI_MAX_ERROR_STRING];
         int len = 0;
