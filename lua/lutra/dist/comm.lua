@@ -333,21 +333,31 @@ function Group.all_gather_text(g, text)
   return out
 end
 
--- A list of g.size non-negative integers, as an int64_t array.
+-- A list of g.size integers into an int64_t array: one scratch array per role, grown as
+-- needed (the C call reads the counts before it returns), so the call path allocates nothing.
+local scratch, scratch_n = {}, {}
 local function count_list(name, g, list, what)
   if type(list) ~= "table" or #list ~= g.size then
     raise(string.format("%s on group %s: %s must be a list of %d integers, got %s", name, g.name, what, g.size,
                         type(list) == "table" and ("a list of " .. #list) or type(list)))
   end
-  local c = ffi.new("int64_t[?]", g.size)
-  for i = 1, g.size do c[i - 1] = errors.int_arg(name, list[i], what .. "[" .. i .. "]") end
+  local c = scratch[what]
+  if c == nil or scratch_n[what] < g.size then
+    c = ffi.new("int64_t[?]", g.size)
+    scratch[what], scratch_n[what] = c, g.size
+  end
+  for i = 1, g.size do
+    local v = list[i]
+    if type(v) ~= "number" or v ~= math.floor(v) then errors.int_arg(name, v, what .. "[" .. i .. "]") end
+    c[i - 1] = v
+  end
   return c
 end
 
 -- The rows every rank will send to this one, given the rows this one sends to each
 -- (send_counts[j] to rank j - 1): an all_to_all of one i64 per rank. Blocking.
 function Group.all_to_all_counts(g, send_counts)
-  local c = count_list("all_to_all_counts", g, send_counts, "send_counts")
+  local c = count_list("all_to_all_counts", g, send_counts, "counts")
   local create = require "lutra.create"
   local inp, out = create.empty({g.size}, {dtype = "i64"}), create.empty({g.size}, {dtype = "i64"})
   ffi.copy(C.lt_data_ptr(inp), c, 8 * g.size)
