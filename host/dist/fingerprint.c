@@ -63,6 +63,15 @@ int lt_fingerprint_check(lt_group *g, const char *op, int dtype, int64_t count, 
   /* shapes may legitimately differ where only counts must agree (uneven all_gather pieces) */
   if (strcmp(op, "all_gather") == 0 || strcmp(op, "reduce_scatter") == 0)
     snprintf(mine.shape, sizeof mine.shape, "[%lld]", (long long)count);
+  /* all_to_all: the rows differ, the row (dims past 0) must agree; counts: lt_exchange_check */
+  if (strcmp(op, "all_to_all") == 0 && shape && ndim >= 1) {
+    mine.count = 1;
+    for (int d = 1; d < ndim; d++) mine.count *= shape[d];
+    shape_buf[0] = '*', shape_buf[1] = '\0';
+    for (int d = 1; d < ndim; d++)
+      snprintf(shape_buf + strlen(shape_buf), sizeof shape_buf - strlen(shape_buf), ",%lld", (long long)shape[d]);
+    snprintf(mine.shape, sizeof mine.shape, "[%.60s]", shape_buf);
+  }
   fingerprint *all = calloc((size_t)g->size, sizeof *all);
   if (!all) return lt_errorf("%s on group %s: out of memory (fingerprints)", op, g->name);
   int64_t slot = lt_flight_begin("fingerprint", g, seq, dtype, count, ndim, shape, peer, LT_COMM_WAITING);
@@ -81,6 +90,37 @@ int lt_fingerprint_check(lt_group *g, const char *op, int dtype, int64_t count, 
   return 0;
 #else
   (void)g, (void)op, (void)dtype, (void)count, (void)ndim, (void)shape, (void)peer, (void)seq;
+  return 0;
+#endif
+}
+
+int lt_exchange_check(lt_group *g, const char *op, const int64_t *send, const int64_t *recv, int64_t seq) {
+#ifdef LUTRA_HAVE_MPI
+  if (!lt_comm_debug() || !lt_comm_mpi_active() || g->size < 2) return 0;
+  /* every rank's (send[size], recv[size]): each rank checks the whole matrix, so all raise alike */
+  int n = g->size;
+  int64_t *mine = malloc(sizeof *mine * 2 * (size_t)n), *all = malloc(sizeof *all * 2 * (size_t)n * (size_t)n);
+  if (!mine || !all) return free(mine), free(all), lt_errorf("%s on group %s: out of memory (counts)", op, g->name);
+  memcpy(mine, send, sizeof *mine * (size_t)n);
+  memcpy(mine + n, recv, sizeof *mine * (size_t)n);
+  int64_t slot = lt_flight_begin("exchange_counts", g, seq, LT_I64, 2 * (int64_t)n, 0, NULL, -1, LT_COMM_WAITING);
+  int rc = MPI_Allgather(mine, 2 * n, MPI_INT64_T, all, 2 * n, MPI_INT64_T, g->comm);
+  lt_flight_set_state(slot, rc == MPI_SUCCESS ? LT_COMM_DONE : LT_COMM_FAILED);
+  free(mine);
+  if (rc != MPI_SUCCESS) return free(all), lt_errorf("%s on group %s: exchanging the counts failed", op, g->name);
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < n; j++) {
+      int64_t sent = all[(size_t)i * 2 * n + j], expected = all[(size_t)j * 2 * n + n + i];
+      if (sent == expected) continue;
+      free(all);
+      return lt_errorf("comm: %s count mismatch on group %s at seq %lld: rank %d sends %lld rows to rank %d, which "
+                       "expects %lld from it",
+                       op, g->name, (long long)seq, i, (long long)sent, j, (long long)expected);
+    }
+  free(all);
+  return 0;
+#else
+  (void)g, (void)op, (void)send, (void)recv, (void)seq;
   return 0;
 #endif
 }

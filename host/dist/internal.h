@@ -63,6 +63,9 @@ int lt_watchdog_start(int rank);
 /* Debug mode: compares the call's fingerprint across g; -1 with the mismatch message. */
 int lt_fingerprint_check(lt_group *g, const char *op, int dtype, int64_t count, int ndim, const int64_t *shape,
                          int peer, int64_t seq);
+/* Debug mode, all_to_all: what each rank sends to each equals what that one expects from it;
+ * else -1 on every rank, naming the first pair (sender, receiver) that differs and both counts. */
+int lt_exchange_check(lt_group *g, const char *op, const int64_t *send, const int64_t *recv, int64_t seq);
 
 /* dist/mpi_types.c */
 #ifdef LUTRA_HAVE_MPI
@@ -92,6 +95,8 @@ int lt_nccl_reduce_scatter(lt_group *g, lt_tensor *out, const lt_tensor *inp, in
                            lt_comm_request **req);
 int lt_nccl_all_gather(lt_group *g, lt_tensor *out, const lt_tensor *inp, const int64_t *counts, lt_comm_request **req);
 int lt_nccl_broadcast(lt_group *g, lt_tensor *t, int root, lt_comm_request **req);
+int lt_nccl_all_to_all(lt_group *g, lt_tensor *out, const lt_tensor *inp, const int64_t *send_counts,
+                       const int64_t *recv_counts, lt_comm_request **req);
 int lt_nccl_p2p(lt_group *g, int n, const int *kinds, lt_tensor *const *tensors, const int *peers,
                 lt_comm_request **req);
 

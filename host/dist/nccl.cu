@@ -282,6 +282,36 @@ int lt_nccl_broadcast(lt_group *g, lt_tensor *t, int root, lt_comm_request **req
   return finish_call(&c, st, t, NULL, req);
 }
 
+// Uneven rows to and from every rank: one grouped send and receive per peer (self included,
+// which NCCL copies); pairs with no rows either way are left out on both sides alike.
+int lt_nccl_all_to_all(lt_group *g, lt_tensor *out, const lt_tensor *inp, const int64_t *send_counts,
+                       const int64_t *recv_counts, lt_comm_request **req) {
+  static const char *name = "all_to_all";
+  ncclDataType_t type = ncclFloat32;
+  LT_TRY(nccl_type(name, g, inp->dtype, &type));
+  lt_comm_call c;
+  nccl_group *st = begin(&c, name, g, inp, lt_numel(inp), -1);
+  if (!st) return -1;
+  if (lt_exchange_check(g, name, send_counts, recv_counts, c.seq) != 0) return lt_call_fail(&c);
+  int64_t row = 1;
+  for (int d = 1; d < inp->ndim; d++) row *= inp->shape[d];
+  const char *src = (const char *)lt_data_ptr(inp);
+  char *dst = (char *)lt_data_ptr(out);
+  int64_t bytes_per_row = row * lt_dtype_size(inp->dtype), sent = 0, received = 0;
+  ncclResult_t r = ncclGroupStart();
+  for (int i = 0; i < g->size && r == ncclSuccess; i++) {
+    if (send_counts[i] > 0)
+      r = ncclSend(src + sent * bytes_per_row, (size_t)(send_counts[i] * row), type, i, st->comm, st->stream);
+    if (r == ncclSuccess && recv_counts[i] > 0)
+      r = ncclRecv(dst + received * bytes_per_row, (size_t)(recv_counts[i] * row), type, i, st->comm, st->stream);
+    sent += send_counts[i], received += recv_counts[i];
+  }
+  ncclResult_t end = ncclGroupEnd();
+  if (r == ncclSuccess) r = end;
+  if (r != ncclSuccess) return lt_call_fail(&c), nccl_fail(name, g, r);
+  return finish_call(&c, st, out, inp, req);
+}
+
 static int compare_int(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
 
 int lt_nccl_p2p(lt_group *g, int n, const int *kinds, lt_tensor *const *tensors, const int *peers,

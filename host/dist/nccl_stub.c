@@ -26,6 +26,11 @@ int lt_nccl_broadcast(lt_group *g, lt_tensor *t, int root, lt_comm_request **req
   (void)g, (void)t, (void)root;
   return unavailable("broadcast", req);
 }
+int lt_nccl_all_to_all(lt_group *g, lt_tensor *out, const lt_tensor *inp, const int64_t *send_counts,
+                       const int64_t *recv_counts, lt_comm_request **req) {
+  (void)g, (void)out, (void)inp, (void)send_counts, (void)recv_counts;
+  return unavailable("all_to_all", req);
+}
 int lt_nccl_p2p(lt_group *g, int n, const int *kinds, lt_tensor *const *tensors, const int *peers,
                 lt_comm_request **req) {
   (void)g, (void)n, (void)kinds, (void)tensors, (void)peers;

@@ -1,6 +1,7 @@
 /* request.c — async handles: the MPI requests of one call, the tensors they keep
  * alive, and what completion must still do (AVG scaling, the flight-recorder state). */
 #include "dist/internal.h"
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -74,8 +75,17 @@ int lt_request_complete(lt_comm_request *r) {
     } else {
 #ifdef LUTRA_HAVE_MPI
       lt_flight_set_state(r->seq_slot, LT_COMM_WAITING);
-      int mrc = MPI_Waitall(r->nreq, r->reqs, MPI_STATUSES_IGNORE);
-      if (mrc != MPI_SUCCESS) rc = lt_errorf("%s: MPI failed on group %s", r->op, r->group->name);
+      MPI_Status *st = calloc((size_t)(r->nreq > 0 ? r->nreq : 1), sizeof *st);
+      int mrc = MPI_Waitall(r->nreq, r->reqs, st ? st : MPI_STATUSES_IGNORE);
+      for (int i = 0; st && mrc == MPI_ERR_IN_STATUS && i < r->nreq; i++) /* the request's own error */
+        if (st[i].MPI_ERROR != MPI_SUCCESS && st[i].MPI_ERROR != MPI_ERR_PENDING) mrc = st[i].MPI_ERROR;
+      free(st);
+      if (mrc != MPI_SUCCESS) {
+        char msg[MPI_MAX_ERROR_STRING];
+        int len = 0;
+        if (MPI_Error_string(mrc, msg, &len) != MPI_SUCCESS) snprintf(msg, sizeof msg, "MPI error %d", mrc);
+        rc = lt_errorf("%s on group %s: %s", r->op, r->group->name, msg);
+      }
 #endif
     }
     lt_comm_add_blocked(lt_comm_clock() - t0);

@@ -121,6 +121,9 @@ static void report_and_exit(const lt_comm_record *w, double waited) {
           "lutra watchdog: rank %d: %s on group %s (seq %lld, %s, %s) has not completed after %.0f s "
           "(LUTRA_COMM_TIMEOUT=%g)\n",
           rank, w->op, w->group, (long long)w->seq, lt_dtype_name(w->dtype), w->shape, waited, timeout_s);
+  if (w->peer >= 0 && (!strcmp(w->op, "p2p") || !strcmp(w->op, "send") || !strcmp(w->op, "recv")))
+    fprintf(stderr, "lutra watchdog: rank %d: the pending %s is with rank %d of group %s%s\n", rank, w->op, w->peer,
+            w->group, strcmp(w->op, "p2p") ? "" : " (the batch's first item)");
   int64_t first = next_index > REPORT_LAST ? next_index - REPORT_LAST : 0;
   fprintf(stderr, "lutra watchdog: rank %d: last %lld collectives, oldest first:\n", rank,
           (long long)(next_index - first));

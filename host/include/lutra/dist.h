@@ -67,6 +67,12 @@ int lt_comm_reduce_scatter(lt_group *g, lt_tensor *out, const lt_tensor *inp, in
 /* out = the inps of every rank, rank-major; counts[i] elements from rank i (NULL: equal). */
 int lt_comm_all_gather(lt_group *g, lt_tensor *out, const lt_tensor *inp, const int64_t *counts,
                        lt_comm_request **req);
+/* Rows (dim 0) to and from every rank: send_counts[j] rows of inp, in rank order, go to rank j;
+ * recv_counts[i] rows from rank i fill out, in rank order. The counts sum to inp's and out's
+ * rows; every row has inp's other dims (an undefined out is allocated so). What rank i sends
+ * to j must be what j expects from i: debug mode checks it (an error naming both ranks). */
+int lt_comm_all_to_all(lt_group *g, lt_tensor *out, const lt_tensor *inp, const int64_t *send_counts,
+                       const int64_t *recv_counts, lt_comm_request **req);
 int lt_comm_broadcast(lt_group *g, lt_tensor *t, int root, lt_comm_request **req);
 int lt_comm_send(lt_group *g, const lt_tensor *t, int peer, int tag, lt_comm_request **req);
 int lt_comm_recv(lt_group *g, lt_tensor *t, int peer, int tag, lt_comm_request **req);

@@ -4,6 +4,8 @@
 --   local world = comm.init()            -- MPI under mpirun/srun, else a singleton
 --   world:all_reduce(t, "avg")           -- in place, blocking
 --   local h = world:all_gather(out, inp, {async = true}); ...; h:wait()
+--   local recv = world:all_to_all_counts(send)      -- rows each rank sends me, {n1, n2, ...}
+--   local out = world:all_to_all(nil, inp, send, recv) -- send[j] rows of inp to rank j
 --
 -- CPU tensors travel through MPI, CUDA tensors through NCCL. Inputs of every rank are
 -- of one dtype; a non-contiguous tensor is copied into a contiguous buffer (and an
@@ -329,6 +331,61 @@ function Group.all_gather_text(g, text)
     off = off + list[r]
   end
   return out
+end
+
+-- A list of g.size integers into an int64_t array: one scratch array per role, grown as
+-- needed (the C call reads the counts before it returns), so the call path allocates nothing.
+local scratch, scratch_n = {}, {}
+local function count_list(name, g, list, what)
+  if type(list) ~= "table" or #list ~= g.size then
+    raise(string.format("%s on group %s: %s must be a list of %d integers, got %s", name, g.name, what, g.size,
+                        type(list) == "table" and ("a list of " .. #list) or type(list)))
+  end
+  local c = scratch[what]
+  if c == nil or scratch_n[what] < g.size then
+    c = ffi.new("int64_t[?]", g.size)
+    scratch[what], scratch_n[what] = c, g.size
+  end
+  for i = 1, g.size do
+    local v = list[i]
+    if type(v) ~= "number" or v ~= math.floor(v) then errors.int_arg(name, v, what .. "[" .. i .. "]") end
+    c[i - 1] = v
+  end
+  return c
+end
+
+-- The rows every rank will send to this one, given the rows this one sends to each
+-- (send_counts[j] to rank j - 1): an all_to_all of one i64 per rank. Blocking.
+function Group.all_to_all_counts(g, send_counts)
+  local c = count_list("all_to_all_counts", g, send_counts, "counts")
+  local create = require "lutra.create"
+  local inp, out = create.empty({g.size}, {dtype = "i64"}), create.empty({g.size}, {dtype = "i64"})
+  ffi.copy(C.lt_data_ptr(inp), c, 8 * g.size)
+  local ones = ffi.new("int64_t[?]", g.size)
+  for i = 0, g.size - 1 do ones[i] = 1 end
+  if C_debug() ~= 0 then note_callsite() end
+  check(C.lt_comm_all_to_all(g.ptr, out, inp, ones, ones, nil))
+  local got, list = ffi.cast("const int64_t *", C.lt_data_ptr(out)), {}
+  for i = 1, g.size do list[i] = tonumber(got[i - 1]) end
+  return list
+end
+
+-- Rows (dim 0) of inp to every rank: send_counts[j] rows, in order, to rank j - 1; out gets
+-- recv_counts[i] rows from rank i - 1, in order. recv_counts nil: exchanged first
+-- (all_to_all_counts). out may be nil (allocated: (sum of recv_counts, inp's other dims...)).
+function Group.all_to_all(g, out, inp, send_counts, recv_counts, opts)
+  tensor_arg("all_to_all", inp, "inp")
+  opts = opts_arg("all_to_all", opts)
+  local send = count_list("all_to_all", g, send_counts, "send_counts")
+  if recv_counts == nil then recv_counts = g:all_to_all_counts(send_counts) end
+  local recv = count_list("all_to_all", g, recv_counts, "recv_counts")
+  local buf, back
+  out, buf, back = gathered_out("all_to_all", out)
+  local src = contiguous_in(inp)
+  if C_debug() ~= 0 then note_callsite() end
+  local box = request_box(opts)
+  check(C.lt_comm_all_to_all(g.ptr, buf, src, send, recv, box))
+  return completed(box, out, back)
 end
 
 function Group.broadcast(g, t, root, opts)
