@@ -7,6 +7,9 @@
 -- then data parallel, then pipeline stages. Groups: tp, dp, pp (the ranks that differ in
 -- that coordinate alone), dp_tp (one pipeline stage), embed (the first and last stage of
 -- one pipeline: tied embeddings), and world. A dim of size 1 still has a group (of one).
+-- Expert parallel (ep, Megatron's "ep inside dp"): ep consecutive dp ranks at one tp/pp
+-- coordinate form an ep group (ep_rank = dp_rank % ep), sharing one MoE layer's experts; the dp
+-- ranks with the same ep_rank form the expert_dp group, over which expert gradients are reduced.
 local errors = require "lutra.errors"
 
 local raise = errors.raise
@@ -18,6 +21,7 @@ M.DEFAULTS = {
   dp = "auto",          -- data-parallel ranks, or "auto": the world / (tp * pp)
   tp = 1,               -- tensor-parallel ranks
   pp = 1,               -- pipeline stages
+  ep = 1,               -- expert-parallel ranks, inside dp (must divide it): experts sharded over them
   zero = 0,             -- ZeRO stage over the dp group: 0 (plain data parallel), 1, 2, 3
   bucket_mb = 25,       -- gradient buckets (data parallel, ZeRO 2)
   micro_batches = 0,    -- pipeline micro-batches per step; 0: the most rows allow, up to 2 * pp
@@ -53,7 +57,7 @@ function M.options(cfg)
   for k, v in pairs(M.DEFAULTS) do
     if out[k] == nil then out[k] = v end
   end
-  for _, k in ipairs {"tp", "pp"} do
+  for _, k in ipairs {"tp", "pp", "ep"} do
     if not posint(out[k]) then raise(string.format("dist.init: parallel.%s must be a positive integer, got %s", k,
       tostring(out[k]))) end
   end
@@ -85,6 +89,10 @@ function M.build(opts, comm)
     raise(string.format("dist.init: dp %d x tp %d x pp %d = %d ranks, but the world has %d (use dp = \"auto\")", dp, tp,
       pp, dp * tp * pp, size))
   end
+  local ep = opts.ep or 1
+  if dp % ep ~= 0 then
+    raise(string.format("dist.init: parallel.ep %d does not divide dp %d (the ep group is carved from dp)", ep, dp))
+  end
   local tp_rank = rank % tp
   local dp_rank = math.floor(rank / tp) % dp
   local pp_rank = math.floor(rank / (tp * dp))
@@ -99,7 +107,18 @@ function M.build(opts, comm)
     local ends = pp_rank == 0 or pp_rank == pp - 1
     mesh.embed = comm.split(ends and dp_rank * tp + tp_rank or -1, pp_rank, "embed")
   end
+  M.expert_groups(mesh, comm, ep)
   return setmetatable(mesh, M.Mesh)
+end
+
+-- mesh.ep and mesh.expert_dp (see the header), with ep_size, ep_rank, expert_dp_size.
+function M.expert_groups(mesh, comm, ep)
+  local dp, tp = mesh.dp_size, mesh.tp_size
+  local slot = mesh.pp_rank * tp + mesh.tp_rank -- the tp/pp coordinate
+  local ep_rank, block = mesh.dp_rank % ep, math.floor(mesh.dp_rank / ep)
+  mesh.ep_size, mesh.ep_rank, mesh.expert_dp_size = ep, ep_rank, dp / ep
+  mesh.ep = comm.split(slot * (dp / ep) + block, ep_rank, "ep")
+  mesh.expert_dp = comm.split(slot * ep + ep_rank, block, "expert_dp")
 end
 
 M.Mesh = {}
@@ -109,7 +128,8 @@ function M.Mesh:is_main() return self.rank == 0 end
 
 -- "dp=2 tp=2 pp=1 zero=0"
 function M.Mesh:layout()
-  return string.format("dp=%d tp=%d pp=%d zero=%d", self.dp_size, self.tp_size, self.pp_size, self.zero)
+  local s = string.format("dp=%d tp=%d pp=%d zero=%d", self.dp_size, self.tp_size, self.pp_size, self.zero)
+  return (self.ep_size or 1) > 1 and s .. " ep=" .. self.ep_size or s
 end
 
 function M.Mesh:__tostring()

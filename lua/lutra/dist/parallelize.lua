@@ -95,6 +95,11 @@ function M.new(model, mesh, opts)
        virtual_stages = o.schedule == "interleaved" and o.virtual_stages or nil})
     self.model = self.stage.model
   end
+  -- MoE layers: experts over the ep group, routing statistics over dp (lutra.dist.ep)
+  if mesh.dp_size > 1 then
+    self.ep = require "lutra.dist.ep"
+    self.ep.parallelize(self.model, mesh)
+  end
   self.defer_sync = self.stage ~= nil or (self.tp ~= nil and o.sequence_parallel == true)
   local factory = opts.optimizer
   if mesh.zero > 0 then
@@ -103,7 +108,16 @@ function M.new(model, mesh, opts)
     self.optimizer = self.zero.optimizer
   else
     if mesh.dp_size > 1 then
-      self.ddp = require("lutra.dist.ddp").new(named_trainable(self.model), mesh.dp, {bucket_mb = o.bucket_mb})
+      -- expert parameters (ep > 1) are reduced over their own replicas, expert_dp
+      local ddp, dense, experts = require "lutra.dist.ddp", {}, {}
+      for _, np in ipairs(named_trainable(self.model)) do
+        local list = self.ep.is_expert(np[2]) and experts or dense
+        list[#list + 1] = np
+      end
+      self.ddp = ddp.new(dense, mesh.dp, {bucket_mb = o.bucket_mb})
+      if #experts > 0 and mesh.expert_dp_size > 1 then
+        self.expert_ddp = ddp.new(experts, mesh.expert_dp, {bucket_mb = o.bucket_mb})
+      end
     end
     self.optimizer = factory and factory(named_trainable(self.model)) or nil
   end
@@ -136,6 +150,10 @@ function Par:forward_backward(batches, loss_fn)
   local k = #batches
   local sum = 0
   local sync = self.ddp or self.zero
+  if self.expert_ddp then -- both reductions wait
+    local a, b = self.ddp, self.expert_ddp
+    sync = {no_sync = function(_, fn) return a:no_sync(b.no_sync, b, fn) end}
+  end
   local acc = extras.new()
   for i, batch in ipairs(batches) do
     local function run()
@@ -192,6 +210,8 @@ function Par:finish(max_norm)
   if self.stage then self.stage:sync_grads() end
   if self.ddp then self.ddp:finish() end
   if self.zero then self.zero:finish() end
+  if self.expert_ddp then self.expert_ddp:finish() end
+  if self.ep then self.ep.finish_grads(self.model:parameters(), self.mesh) end
   local params = self.optimizer and self.optimizer.params or self.model:parameters()
   local grads, n = {}, 0
   local local_sq = 0
@@ -201,7 +221,9 @@ function Par:finish(max_norm)
       grads[i] = p.grad
       if spec.owned(p) then
         local norm = clip.total_norm({p.grad}, 2, 1)
-        local_sq = local_sq + norm * norm
+        -- an expert shard is on dp / ep of the dp ranks: weighted to count once after / dp
+        local w = self.ep and self.ep.is_expert(p) and self.mesh.ep_size or 1
+        local_sq = local_sq + w * norm * norm
       end
     end
   end

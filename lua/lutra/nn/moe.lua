@@ -150,21 +150,25 @@ local function plan(self, top_i, N, dt)
   local routed_t = F.one_hot(flat, E):sum(0) -- (E,) i64
   local routed = routed_t:tolist()
   local tokens_of_slot = create.arange(0, N, {device = top_i.device}):unsqueeze(1):expand(N, k):reshape(-1)
-  local counts, slots, cap = routed, order, self:capacity(N)
+  -- data/expert parallel (lutra.dist.ep): capacity and balance over the global batch, this rank's
+  -- slots after the earlier dp ranks' (g.before)
+  local ep = rawget(self, "_ep")
+  local g = ep and ep:gather(routed, N)
+  local counts, slots, cap = routed, order, self:capacity(g and g.N or N)
   local dropped = 0
   if cap ~= nil then
     counts = {}
     local keep, off = {}, 0
     for e = 1, E do
-      counts[e] = math.min(routed[e], cap)
+      counts[e] = math.max(0, math.min(routed[e], cap - (g and g.before[e] or 0)))
       dropped = dropped + routed[e] - counts[e]
       if counts[e] > 0 then keep[#keep + 1] = order:narrow(0, off, counts[e]) end
       off = off + routed[e]
     end
-    if dropped > 0 then slots = create.cat(keep, 0) end
+    if dropped > 0 then slots = #keep > 0 and create.cat(keep, 0) or create.empty({0}, {dtype = "i64"}) end
   end
   return {slots = slots, tokens = F.index_select(tokens_of_slot, 0, slots), counts = counts, routed = routed,
-          routed_t = routed_t:to(dt), dropped = dropped}
+          routed_t = routed_t:to(dt), dropped = dropped, global = g}
 end
 
 -- The experts on their rows: xs (S, C) sorted by expert, counts per expert -> (S, C).
@@ -204,7 +208,8 @@ function MoE:forward(x)
   if self.norm_topk_prob then top_w = top_w / top_w:sum(-1, true) end
   local p = no_grad(plan, self, top_i, N, probs.dtype)
   local xs = F.index_select(xf, 0, p.tokens) -- (S, C), expert-contiguous
-  local ys = self:experts(xs, p.counts)
+  local ep = rawget(self, "_ep")
+  local ys = ep and ep:experts(self, xs, p.counts) or self:experts(xs, p.counts)
   local w = F.index_select(top_w:reshape(-1), 0, p.slots):unsqueeze(1) -- (S, 1)
   if w.dtype ~= ys.dtype then w = w:to(ys.dtype) end
   local yw = ys * w
@@ -217,7 +222,7 @@ function MoE:forward(x)
     y = y + s
   end
   -- the aux losses
-  local balance = (probs:mean(0) * p.routed_t):sum() * (E / (N * k))
+  local balance = ep and ep:balance(probs, p.global, k) or (probs:mean(0) * p.routed_t):sum() * (E / (N * k))
   local lse = F.logsumexp(logits, -1)
   local z = (lse * lse):mean()
   rawset(self, "balance_loss", balance)

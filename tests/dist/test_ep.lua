@@ -1,0 +1,215 @@
+-- np: 2 4
+-- Expert parallelism (lutra.dist.ep, parallel.ep) against one process on the same global batch
+-- (computed on every rank, in this process), a small f64 zoo "moe" model (8 experts, top-2, 2
+-- layers): step 1's loss, balance losses and every gathered gradient, then every step's loss
+-- over 3 SGD steps and the final weights, all to 1e-9 relative; dropless and with a capacity
+-- factor (drops by the single-process rule on the global batch). The batch is small enough
+-- that some experts get no tokens on some ranks (checked, so that the case is exercised).
+-- Checkpoints: saved from ep and loaded whole, saved whole and loaded into ep shards: bitwise.
+-- Layouts: np 2: ep 2; np 4: ep 2 x dp 2, ep 4.
+local lt = require "lutra"
+local comm = require "lutra.dist.comm"
+local spec = require "lutra.dist.spec"
+local ckpt = require "lutra.ckpt"
+local ep = require "lutra.dist.ep"
+local testing = require "lutra.testing"
+local ffi = require "ffi"
+
+comm.init()
+local world, N, R = comm.world, comm.size(), comm.rank()
+local H = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "tests/dist/") .. "layout_helpers.lua")
+
+local LAYOUTS = {[2] = {{dp = 2, ep = 2}}, [4] = {{dp = 4, ep = 2}, {dp = 4, ep = 4}}}
+if not LAYOUTS[N] then testing.skip("test_ep runs on 2 or 4 ranks, not " .. N) end
+
+local BATCH, T, VOCAB, STEPS, LR = 4, 4, 32, 3, 0.5
+local REL = H.F64_REL
+
+local function build(extra)
+  lt.manual_seed(1234)
+  local cfg = {arch = "moe", n_layer = 2, d_model = 16, n_head = 2, n_kv_head = 2, ffn_hidden = 24, vocab_size = VOCAB,
+               block_size = T, dropout = 0, dtype = "f64", n_experts = 8, top_k = 2, aux_loss_coef = 0.5,
+               z_loss_coef = 0.1}
+  for k, v in pairs(extra or {}) do cfg[k] = v end
+  return lt.models.build(cfg)
+end
+
+local batches = {}
+lt.manual_seed(99)
+for s = 1, STEPS do batches[s] = {x = lt.randint(0, VOCAB, {BATCH, T}), y = lt.randint(0, VOCAB, {BATCH, T})} end
+
+local function loss_fn(m, b)
+  local _, l = m:forward(b.x, b.y)
+  return l
+end
+
+local function moe_layers(model)
+  local out = {}
+  for _, m in ipairs(model:modules()) do
+    if getmetatable(m) == lt.nn.MoE then out[#out + 1] = m end
+  end
+  return out
+end
+
+local function bytes_of(t)
+  t = t:contiguous()
+  return ffi.string(ffi.cast("const char *", t:data_ptr()), t:numel() * 8)
+end
+
+-- One process: step 1's loss, balance losses and grads, every step's loss, the final weights.
+local function reference(extra)
+  local model = build(extra)
+  local opt = lt.optim.SGD(model, {lr = LR})
+  local ref = {losses = {}, grads = {}, balance = {}, params = {}, names = {}}
+  for s, b in ipairs(batches) do
+    opt:zero_grad()
+    local loss = loss_fn(model, b)
+    ref.losses[s] = loss:item()
+    loss:backward()
+    if s == 1 then
+      for name, p in model:named_parameters() do ref.grads[name] = p.grad:clone() end
+      for i, m in ipairs(moe_layers(model)) do ref.balance[i] = m.balance_loss:item() end
+    end
+    opt:step()
+  end
+  for name, p in model:named_parameters() do
+    ref.names[#ref.names + 1] = name
+    ref.params[name] = p:detach():clone()
+  end
+  return ref, model
+end
+
+-- This rank's rows of a global batch.
+local function local_batch(b, mesh)
+  local per = BATCH / mesh.dp_size
+  return {x = b.x:narrow(0, mesh.dp_rank * per, per):contiguous(), y = b.y:narrow(0, mesh.dp_rank * per, per):contiguous()}
+end
+
+-- The number of (layer, expert) pairs with no slots on some rank, over the world.
+local function empty_experts(model, field)
+  local n = 0
+  for _, m in ipairs(moe_layers(model)) do
+    if field == "dropped" then
+      n = n + m.dropped
+    else
+      for _, c in ipairs(m.tokens_per_expert) do n = n + (c == 0 and 1 or 0) end
+    end
+  end
+  local t = lt.tensor({n}, {dtype = "f64"})
+  world:all_reduce(t, "sum")
+  return t:item()
+end
+
+-- {name, tensor} pairs as something with named_parameters() (what optimizers take)
+local function as_module(named)
+  return {named_parameters = function()
+    local i = 0
+    return function()
+      i = i + 1
+      if named[i] then return named[i][1], named[i][2] end
+    end
+  end}
+end
+
+-- The layout's run: the same checks as the reference's, against it. Returns par (trained).
+local function run_layout(layout, extra, ref, what)
+  local mesh = lt.dist.init(layout)
+  local model = build(extra)
+  local par = lt.dist.parallelize(model, mesh, {optimizer = function(named) return lt.optim.SGD(as_module(named), {lr = LR}) end})
+  for s, b in ipairs(batches) do
+    par:zero_grad()
+    local loss = par:forward_backward({local_batch(b, mesh)}, loss_fn)
+    par:finish(0)
+    H.assert_rel_number(loss, ref.losses[s], REL, what .. " step " .. s .. " loss")
+    if s == 1 then
+      for i, m in ipairs(moe_layers(model)) do
+        H.assert_rel_number(m.balance_loss:item(), ref.balance[i], REL, what .. " layer " .. i .. " balance loss")
+      end
+      assert(empty_experts(model) > 0, what .. ": every expert got tokens on every rank (the test needs some without)")
+      if extra and extra.capacity_factor then assert(empty_experts(model, "dropped") > 0, what .. ": nothing dropped") end
+      local entries = {}
+      for name, p in model:named_parameters() do
+        assert(p.grad ~= nil, what .. ": no gradient for " .. name)
+        entries[#entries + 1] = {name = name, tensor = spec.copy(p.grad, p)}
+      end
+      local names, shapes = H.global_names(entries, world)
+      local grads = H.gather_entries(entries, names, shapes, world)
+      for name, g in pairs(ref.grads) do H.assert_rel(grads[name], g, REL, what .. " gradient of " .. name) end
+    end
+    par.optimizer:step()
+    par:after_step()
+  end
+  local got = H.gather(par, ref.names, ref.params, world)
+  for _, name in ipairs(ref.names) do H.assert_rel(got[name], ref.params[name], REL, what .. " weight " .. name) end
+  return par, mesh
+end
+
+local function layout_name(l) return string.format("dp%d ep%d", l.dp, l.ep) end
+
+local CONFIGS = {{name = "dropless"}, {name = "capacity 1.0", extra = {capacity_factor = 1.0}}}
+
+local trained -- an ep 2 run (its par, mesh) and the reference model, for the checkpoint tests
+for _, c in ipairs(CONFIGS) do
+  local ref, ref_model
+  for _, layout in ipairs(LAYOUTS[N]) do
+    test(c.name .. ", " .. layout_name(layout) .. ": step 1 and 3 SGD steps equal one process (f64)", function()
+      if not ref then ref, ref_model = reference(c.extra) end
+      local par, mesh = run_layout(layout, c.extra, ref, c.name .. " " .. layout_name(layout))
+      if layout.ep == 2 and not trained then trained = {par = par, mesh = mesh, ref = ref, ref_model = ref_model} end
+    end)
+  end
+end
+
+local root = string.format("%s/lutra_test_ep_%d", os.getenv("TMPDIR") or "/tmp", N)
+local function barrier() world:all_reduce(lt.zeros(1), "sum") end
+
+test("checkpoint saved at ep 2 loads whole (ep 1) bitwise, and back", function()
+  assert(trained, "no ep 2 run")
+  if R == 0 then os.execute("rm -rf '" .. root .. "' && mkdir -p '" .. root .. "'") end
+  barrier()
+  -- ep 2 -> one process
+  local dir = root .. "/from_ep2"
+  local entries = {}
+  for name, p in trained.par.model:named_parameters() do entries[#entries + 1] = {name = name, tensor = p} end
+  ckpt.save(dir, {step = STEPS, tensors = entries}, {world = world})
+  local whole = build({})
+  local into, names = {}, {}
+  for name, p in whole:named_parameters() do into[#into + 1], names[#names + 1] = {name = name, tensor = p}, name end
+  ckpt.load(dir):load_into(into)
+  local got = H.gather(trained.par, names, trained.ref.params, world)
+  for _, e in ipairs(into) do
+    assert(bytes_of(e.tensor) == bytes_of(got[e.name]), "ep2 -> ep1: " .. e.name .. " differs")
+  end
+  -- one process -> ep 2 shards (each rank saves its own copy of the whole model)
+  local dir1 = string.format("%s/whole_rank%d", root, R)
+  local src = {}
+  for name, p in trained.ref_model:named_parameters() do src[#src + 1] = {name = name, tensor = p} end
+  ckpt.save(dir1, {step = STEPS, tensors = src})
+  local sharded = build({})
+  ep.parallelize(sharded, trained.mesh)
+  local targets, n_experts = {}, 0
+  for name, p in sharded:named_parameters() do
+    lt.no_grad(function() p:fill_(0) end)
+    targets[#targets + 1] = {name = name, tensor = p}
+  end
+  ckpt.load(dir1):load_into(targets)
+  local by_name = {}
+  for _, e in ipairs(src) do by_name[e.name] = e.tensor end
+  for _, e in ipairs(targets) do
+    local want = by_name[e.name]
+    if ep.is_expert(e.tensor) then
+      n_experts = n_experts + 1
+      local s = spec.get(e.tensor)
+      want = want:narrow(0, s.offset[1], e.tensor:size(0))
+    end
+    assert(bytes_of(e.tensor) == bytes_of(want), "ep1 -> ep2: " .. e.name .. " differs")
+  end
+  testing.assert_equal(n_experts, 2 * 3, "expert tensors (2 layers x w_gate, w_up, w_down)")
+  barrier()
+  if R == 0 then os.execute("rm -rf '" .. root .. "'") end
+end)
+
+test("bad layouts are refused by name", function()
+  testing.assert_error("parallel.ep 3 does not divide dp", function() lt.dist.init({dp = N, ep = 3}) end)
+  testing.assert_error("parallel.ep must be a positive integer", function() lt.dist.init({ep = 0}) end)
+end)
