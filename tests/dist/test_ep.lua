@@ -1,7 +1,7 @@
 -- np: 2 4
 -- Expert parallelism (lutra.dist.ep, parallel.ep) against one process on the same global batch
 -- (computed on every rank, in this process), a small f64 zoo "moe" model (8 experts, top-2, 2
--- layers): step 1's loss, balance losses and every gathered gradient, then every step's loss
+-- layers): step 1's loss, balance losses, gradient norm and every gathered gradient, then every step's loss
 -- over 3 SGD steps and the final weights, all to 1e-9 relative; dropless and with a capacity
 -- factor (drops by the single-process rule on the global batch). The batch is small enough
 -- that some experts get no tokens on some ranks (checked, so that the case is exercised).
@@ -67,7 +67,12 @@ local function reference(extra)
     ref.losses[s] = loss:item()
     loss:backward()
     if s == 1 then
-      for name, p in model:named_parameters() do ref.grads[name] = p.grad:clone() end
+      local sq = 0
+      for name, p in model:named_parameters() do
+        ref.grads[name] = p.grad:clone()
+        sq = sq + (p.grad * p.grad):sum():item()
+      end
+      ref.norm = math.sqrt(sq)
       for i, m in ipairs(moe_layers(model)) do ref.balance[i] = m.balance_loss:item() end
     end
     opt:step()
@@ -119,9 +124,10 @@ local function run_layout(layout, extra, ref, what)
   for s, b in ipairs(batches) do
     par:zero_grad()
     local loss = par:forward_backward({local_batch(b, mesh)}, loss_fn)
-    par:finish(0)
+    local norm = par:finish(0)
     H.assert_rel_number(loss, ref.losses[s], REL, what .. " step " .. s .. " loss")
     if s == 1 then
+      H.assert_rel_number(norm, ref.norm, REL, what .. " gradient norm")
       for i, m in ipairs(moe_layers(model)) do
         H.assert_rel_number(m.balance_loss:item(), ref.balance[i], REL, what .. " layer " .. i .. " balance loss")
       end
