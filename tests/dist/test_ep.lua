@@ -214,6 +214,41 @@ test("lt.train, dp" .. N .. " ep2: 5 AdamW steps (clipped) equal one process (f6
   if R == 0 then print(string.format("  f32 step 1 ep2: %d gradients, worst rel diff %.1e", n, worst)) end
 end)
 
+test("lt.train checkpoints: ep2 -> one process and one process -> ep2 resume as a straight run (f64)", function()
+  local base = string.format("%s/lutra_test_ep_train_%d", os.getenv("TMPDIR") or "/tmp", N)
+  if R == 0 then os.execute("rm -rf '" .. base .. "' && mkdir -p '" .. base .. "'") end
+  world:all_reduce(lt.zeros(1), "sum")
+  local function run(parallel, run_dir, until_step, resume)
+    lt.manual_seed(7)
+    local model = lt.models.build(zoo_cfg("f64"))
+    local cfg = train_cfg(parallel)
+    cfg.steps, cfg.run_dir, cfg.ckpt_every, cfg.resume = 6, run_dir, 3, resume or ""
+    local r = lt.train{model = model, data = loader(), config = cfg, quiet = true, no_interrupt = true,
+                       until_step = until_step}
+    return r, model
+  end
+  local _, straight = run(nil, "", nil)
+  local names, want = {}, {}
+  for name, p in straight:named_parameters() do names[#names + 1], want[name] = name, p end
+  -- ep2, 3 steps, saved; resumed by one process (each rank its own run) to step 6
+  run({dp = N, ep = 2}, base .. "/ep2", 3)
+  ckpt.wait() -- rank 0 commits the checkpoint when every rank's file is in: then it may be read
+  world:all_reduce(lt.zeros(1), "sum")
+  local _, one = run(nil, base .. "/one_" .. R, nil, base .. "/ep2/ckpt/step_000003")
+  for name, p in one:named_parameters() do H.assert_rel(p, want[name], REL, "ep2 -> one process: " .. name) end
+  -- one process (rank 0's run), 3 steps, saved; resumed under ep2 to step 6
+  if R == 0 then
+    run(nil, base .. "/single", 3)
+    ckpt.wait()
+  end
+  world:all_reduce(lt.zeros(1), "sum")
+  local r = run({dp = N, ep = 2}, base .. "/ep2b", nil, base .. "/single/ckpt/step_000003")
+  local got = H.gather(r.parallel, names, want, world)
+  for _, name in ipairs(names) do H.assert_rel(got[name], want[name], REL, "one process -> ep2: " .. name) end
+  world:all_reduce(lt.zeros(1), "sum")
+  if R == 0 then os.execute("rm -rf '" .. base .. "'") end
+end)
+
 local root = string.format("%s/lutra_test_ep_%d", os.getenv("TMPDIR") or "/tmp", N)
 local function barrier() world:all_reduce(lt.zeros(1), "sum") end
 
