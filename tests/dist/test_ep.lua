@@ -180,11 +180,11 @@ local function zoo_cfg(dtype)
           vocab_size = tok.vocab_size, block_size = TT, dropout = 0, dtype = dtype, aux_loss_coef = 0.5}
 end
 local function train_cfg(parallel)
-  return {steps = 5, lr = 1e-2, warmup = 0, schedule = "constant", grad_clip = 0.5, weight_decay = 0.1,
+  return {steps = 5, lr = 1e-2, warmup = 0, schedule = "constant", grad_clip = 0.5, weight_decay = 0.1, grad_accum = 2,
           eval_every = 0, log_every = 1, run_dir = "", parallel = parallel}
 end
 
-test("lt.train, dp" .. N .. " ep2: 5 AdamW steps (clipped) equal one process (f64); f32 step 1 gradients", function()
+test("lt.train, dp" .. N .. " ep2: 5 AdamW steps (clipped, 2 micro-batches) equal one process (f64); f32 step 1 gradients", function()
   lt.manual_seed(7)
   local ref_model = lt.models.build(zoo_cfg("f64"))
   local ref = lt.train{model = ref_model, data = loader(), config = train_cfg(nil), quiet = true, no_interrupt = true}
@@ -299,6 +299,13 @@ test("checkpoint saved at ep 2 loads whole (ep 1) bitwise, and back", function()
 end)
 
 test("bad layouts are refused by name", function()
+  local mesh = lt.dist.init({dp = N, ep = 2})
+  testing.assert_error("parallel.ep is 2 but the model has no MoE layer", function()
+    lt.dist.parallelize(lt.nn.Linear(4, 4), mesh)
+  end)
+  testing.assert_error("n_experts 3 does not divide among the 2 expert-parallel ranks", function()
+    lt.dist.parallelize(lt.nn.MoE{d_model = 4, d_ff = 4, n_experts = 3, top_k = 1}, mesh)
+  end)
   testing.assert_error("parallel.ep 3 does not divide dp", function() lt.dist.init({dp = N, ep = 3}) end)
   testing.assert_error("parallel.ep must be a positive integer", function() lt.dist.init({ep = 0}) end)
 end)

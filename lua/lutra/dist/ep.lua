@@ -44,9 +44,9 @@ function M.is_expert(p) return experts_of[p] == true end
 local Hooks = {}
 Hooks.__index = Hooks
 
-local function i64(list)
-  if #list == 0 then return create.empty({0}, {dtype = "i64"}) end
-  return create.tensor(list, {dtype = "i64"})
+local function i64(list, device)
+  if #list == 0 then return create.empty({0}, {dtype = "i64", device = device}) end
+  return create.tensor(list, {dtype = "i64", device = device})
 end
 
 -- routed (E slots per expert, this rank's) and N (its tokens) of every dp rank: {routed = global
@@ -116,11 +116,11 @@ function Hooks:experts(moe, xs, counts)
     end
   end
   local xr = ep_ops.all_to_all(xs, group, send, recv) -- (sum recv, C) in arrival order
-  local xe = F.index_select(xr, 0, i64(perm))
+  local xe = F.index_select(xr, 0, i64(perm, xs.device))
   release(xr, xs, xe)
   local ye = moe:experts(xe, local_counts)
   release(xe, xs, ye)
-  local yr = F.index_select(ye, 0, i64(inv))
+  local yr = F.index_select(ye, 0, i64(inv, xs.device))
   release(ye, xs, yr)
   local ys = ep_ops.all_to_all(yr, group, recv, send)
   release(yr, xs, ys)
@@ -161,11 +161,16 @@ function M.parallelize(model, mesh)
   if n > 1 and mesh.zero > 0 then
     raise(string.format("ep.parallelize: expert parallel with ZeRO is not supported yet (%s)", mesh:layout()))
   end
+  local found = 0
   for _, m in ipairs(model:modules()) do
     if getmetatable(m) == MoE and rawget(m, "_ep") == nil then
       if n > 1 then shard(m, n, mesh.ep_rank) end
       rawset(m, "_ep", setmetatable({ep = mesh.ep, dp = mesh.dp}, Hooks))
+      found = found + 1
     end
+  end
+  if n > 1 and found == 0 then
+    raise(string.format("ep.parallelize: parallel.ep is %d but the model has no MoE layer (nn.MoE) to shard", n))
   end
 end
 
