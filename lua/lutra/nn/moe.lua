@@ -43,6 +43,9 @@
 --   moe.aux_loss      aux_loss_coef * balance_loss + z_loss_coef * z_loss: what to add
 --   moe.tokens_per_expert   the slots each expert received (a Lua list, before drops), and
 --   moe.dropped       how many slots the capacity dropped (0 when dropless)
+-- Under data or expert parallelism (lutra.dist.ep sets the layer's `_ep` hooks) the capacity rule
+-- and balance_loss are the global batch's, the experts may live on other ranks; tokens_per_expert
+-- and dropped stay this rank's.
 -- MoE.aux_loss_of(model) sums aux_loss over the model's MoE layers (nil when none ran); the model
 -- zoo's arch = "moe" adds it to the loss it returns with targets.
 local Module = require "lutra.nn.module"
