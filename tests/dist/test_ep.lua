@@ -154,6 +154,39 @@ local function layout_name(l) return string.format("dp%d ep%d", l.dp, l.ep) end
 
 local CONFIGS = {{name = "dropless"}, {name = "capacity 1.0", extra = {capacity_factor = 1.0}}}
 
+test("the ep and expert_dp groups (ep inside dp, at one tp coordinate)", function()
+  -- world ranks by layout: {ep groups, expert_dp groups}
+  local want = {[2] = {{dp = 2, ep = 2}, {{0, 1}}, {{0}, {1}}},
+                [4] = {{dp = 2, tp = 2, ep = 2}, {{0, 2}, {1, 3}}, {{0}, {1}, {2}, {3}},
+                       {dp = 4, ep = 2}, {{0, 1}, {2, 3}}, {{0, 2}, {1, 3}}}}
+  local w = want[N]
+  for i = 1, #w, 3 do
+    local mesh = lt.dist.init(w[i])
+    for _, g in ipairs {{mesh.ep, w[i + 1]}, {mesh.expert_dp, w[i + 2]}} do
+      local found = false
+      for _, ranks in ipairs(g[2]) do
+        if table.concat(ranks, ",") == table.concat(g[1].ranks, ",") then found = true end
+      end
+      assert(found, string.format("rank %d: group %s {%s} is none of the expected", R, g[1].name,
+        table.concat(g[1].ranks, ",")))
+    end
+    testing.assert_equal(mesh.ep_rank, mesh.dp_rank % w[i].ep, "ep_rank")
+  end
+end)
+
+test("all_to_all's backward returns each row's gradient to its rank and position (uneven counts, zeros)", function()
+  local g = world
+  local send = {}
+  for j = 1, N do send[j] = (R * 3 + j * 5 + R * j) % 4 end -- 0 .. 3 rows to each rank
+  local rows = 0
+  for j = 1, N do rows = rows + send[j] end
+  local x = (lt.arange(0, rows * 3):double():view(rows, 3) + R * 1000):detach()
+  x.requires_grad = true
+  local y = require("lutra.dist.ep_ops").all_to_all(x, g, send, g:all_to_all_counts(send))
+  ;(y * y * 0.5):sum():backward() -- dL/dy = y: the gradient of each row is the row itself
+  assert(bytes_of(x.grad) == bytes_of(x:detach()), "x.grad is not x")
+end)
+
 local trained -- an ep 2 run (its par, mesh) and the reference model, for the checkpoint tests
 for _, c in ipairs(CONFIGS) do
   local ref, ref_model
