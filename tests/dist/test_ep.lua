@@ -3,7 +3,8 @@
 -- (computed on every rank, in this process), a small f64 zoo "moe" model (8 experts, top-2, 2
 -- layers): step 1's loss, balance losses, gradient norm and every gathered gradient, then every step's loss
 -- over 3 SGD steps and the final weights, all to 1e-9 relative; dropless and with a capacity
--- factor (drops by the single-process rule on the global batch). The batch is small enough
+-- factor (drops by the single-process rule on the global batch); top-1 GELU experts with a
+-- shared expert. The batch is small enough
 -- that some experts get no tokens on some ranks (checked, so that the case is exercised).
 -- Checkpoints: saved from ep and loaded whole, saved whole and loaded into ep shards: bitwise.
 -- Layouts: np 2: ep 2; np 4: ep 2 x dp 2, ep 4.
@@ -152,7 +153,8 @@ end
 
 local function layout_name(l) return string.format("dp%d ep%d", l.dp, l.ep) end
 
-local CONFIGS = {{name = "dropless"}, {name = "capacity 1.0", extra = {capacity_factor = 1.0}}}
+local CONFIGS = {{name = "dropless"}, {name = "capacity 1.0", extra = {capacity_factor = 1.0}},
+                 {name = "top-1 gelu, a shared expert", extra = {top_k = 1, mlp = "gelu", n_shared_experts = 1}}}
 
 test("the ep and expert_dp groups (ep inside dp, at one tp coordinate)", function()
   -- world ranks by layout: {ep groups, expert_dp groups}
