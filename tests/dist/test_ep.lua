@@ -1,13 +1,16 @@
 -- np: 2 4
 -- Expert parallelism (lutra.dist.ep, parallel.ep) against one process on the same global batch
--- (computed on every rank, in this process), a small f64 zoo "moe" model (8 experts, top-2, 2
--- layers): step 1's loss, balance losses, gradient norm and every gathered gradient, then every step's loss
--- over 3 SGD steps and the final weights, all to 1e-9 relative; dropless and with a capacity
--- factor (drops by the single-process rule on the global batch); top-1 GELU experts with a
--- shared expert. The batch is small enough
--- that some experts get no tokens on some ranks (checked, so that the case is exercised).
--- Checkpoints: saved from ep and loaded whole, saved whole and loaded into ep shards: bitwise.
--- Layouts: np 2: ep 2; np 4: ep 2 x dp 2, ep 4.
+-- (computed on every rank, in this process):
+--   - a small f64 zoo "moe" model (8 experts, 2 layers): step 1's loss, balance losses, gradient
+--     norm and every gathered gradient, every loss of 3 SGD steps and the final weights, to 1e-9
+--     relative; top-2 dropless, top-2 with capacity factor 1 (drops by the single-process rule
+--     on the global batch), top-1 GELU experts with a shared expert. The batch is small enough
+--     that some experts get no tokens on some ranks (checked, so that the case is exercised);
+--   - lt.train (AdamW, clipping, 2 micro-batches): 5 f64 steps to 1e-9, f32 step-1 gradients
+--     within layout_helpers' f32 bound; its checkpoints resumed across ep2 and one process;
+--   - checkpoints: saved from ep and loaded whole, saved whole and loaded into ep shards: bitwise;
+--   - the ep / expert_dp groups, all_to_all's backward, bad layouts refused by name.
+-- Layouts: np 2: ep 2; np 4: ep 2 x dp 2, ep 4 (lt.train: dp np, ep 2).
 local lt = require "lutra"
 local comm = require "lutra.dist.comm"
 local spec = require "lutra.dist.spec"
