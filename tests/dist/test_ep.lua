@@ -6,7 +6,7 @@
 --     relative; top-2 dropless, top-2 with capacity factor 1 (drops by the single-process rule
 --     on the global batch), top-1 GELU experts with a shared expert. The batch is small enough
 --     that some experts get no tokens on some ranks (checked, so that the case is exercised);
---   - lt.train (AdamW, clipping, 2 micro-batches): 5 f64 steps to 1e-9, f32 step-1 gradients
+--   - lt.train (AdamW, clipping, 2 micro-batches, small buckets): 5 f64 steps to 1e-9, f32 step-1 gradients
 --     within layout_helpers' f32 bound; its checkpoints resumed across ep2 and one process;
 --   - checkpoints: saved from ep and loaded whole, saved whole and loaded into ep shards: bitwise;
 --   - the ep / expert_dp groups, all_to_all's backward, bad layouts refused by name.
@@ -236,7 +236,7 @@ test("lt.train, dp" .. N .. " ep2: 5 AdamW steps (clipped, 2 micro-batches) equa
   local names, params = {}, {}
   for name, p in ref_model:named_parameters() do names[#names + 1], params[name] = name, p end
   lt.manual_seed(7)
-  local r = lt.train{model = lt.models.build(zoo_cfg("f64")), data = loader(), config = train_cfg({dp = N, ep = 2}),
+  local r = lt.train{model = lt.models.build(zoo_cfg("f64")), data = loader(), config = train_cfg({dp = N, ep = 2, bucket_mb = 0.001}),
                      quiet = true, no_interrupt = true}
   H.compare_losses(r.losses, ref.losses, REL, "lt.train ep2")
   local got = H.gather(r.parallel, names, params, world)
@@ -254,7 +254,7 @@ test("lt.train, dp" .. N .. " ep2: 5 AdamW steps (clipped, 2 micro-batches) equa
   end
   ref32.norm = math.sqrt(sq)
   lt.manual_seed(7)
-  local l1, norm, grads = H.step1(lt.models.build(zoo_cfg("f32")), {dp = N, ep = 2}, loader(), world)
+  local l1, norm, grads = H.step1(lt.models.build(zoo_cfg("f32")), {dp = N, ep = 2, bucket_mb = 0.001}, loader(), world)
   local worst, n = H.compare_step1(l1, norm, grads, ref32, H.f32_tolerance(zoo_cfg("f32"), TB * TT), "f32 step 1 ep2")
   if R == 0 then print(string.format("  f32 step 1 ep2: %d gradients, worst rel diff %.1e", n, worst)) end
 end)
