@@ -62,7 +62,7 @@ local cfg = config {
   log_tensorboard = true, histogram_every = 0, profile = "",
   threads = 0,                        -- 0: the default (OMP_NUM_THREADS or all cores)
   device = "auto",                    -- auto: cuda:(local rank) when there is a GPU, else cpu; or cpu, cuda, cuda:K
-  -- under `lutra launch -n N`: --parallel.dp=2 --parallel.tp=2, pp (stages), zero (1-3), schedule,
+  -- under `lutra launch -n N`: --parallel.dp=2 --parallel.tp=2, pp (stages), zero (1-3), ep (experts), schedule,
   -- micro_batches, sequence_parallel, bucket_mb, timeout (every key: lua/lutra/dist/mesh.lua)
   parallel = lt.dist.defaults(),
 }
@@ -141,9 +141,9 @@ if main and cfg.run_dir ~= "" and model:can_save_whole() then
 end
 
 -- ---- a sample ----------------------------------------------------------------------------
--- A tensor-parallel model samples on every rank in step (the same draws); pipeline stages and
--- ZeRO 3 shards do not generate.
-if mesh.pp_size > 1 or mesh.zero == 3 or (mesh.tp_size == 1 and not main) then return end
+-- A tensor-parallel model samples on every rank in step (the same draws); pipeline stages,
+-- ZeRO 3 shards and expert-parallel ranks (some of the experts each) do not generate.
+if mesh.pp_size > 1 or mesh.zero == 3 or mesh.ep_size > 1 or (mesh.tp_size == 1 and not main) then return end
 if mesh.tp_size > 1 then lt.manual_seed(cfg.seed + 1) end -- the same generator on every rank
 local text = lt.generate.text(model, tok, cfg.sample_prompt, {max_new_tokens = cfg.sample_tokens,
                                                              temperature = cfg.temperature, top_k = cfg.top_k,

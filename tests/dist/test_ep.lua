@@ -91,7 +91,8 @@ end
 -- This rank's rows of a global batch.
 local function local_batch(b, mesh)
   local per = BATCH / mesh.dp_size
-  return {x = b.x:narrow(0, mesh.dp_rank * per, per):contiguous(), y = b.y:narrow(0, mesh.dp_rank * per, per):contiguous()}
+  local function rows(t) return t:narrow(0, mesh.dp_rank * per, per):contiguous() end
+  return {x = rows(b.x), y = rows(b.y)}
 end
 
 -- The number of (layer, expert) pairs with no slots on some rank, over the world.
@@ -125,7 +126,8 @@ local function run_layout(layout, extra, ref, what)
   local mesh = lt.dist.init(layout)
   local model = build(extra)
   local worst = 0
-  local par = lt.dist.parallelize(model, mesh, {optimizer = function(named) return lt.optim.SGD(as_module(named), {lr = LR}) end})
+  local par = lt.dist.parallelize(model, mesh,
+    {optimizer = function(named) return lt.optim.SGD(as_module(named), {lr = LR}) end})
   for s, b in ipairs(batches) do
     par:zero_grad()
     local loss = par:forward_backward({local_batch(b, mesh)}, loss_fn)
@@ -138,7 +140,9 @@ local function run_layout(layout, extra, ref, what)
           what .. " layer " .. i .. " balance loss"))
       end
       assert(empty_experts(model) > 0, what .. ": every expert got tokens on every rank (the test needs some without)")
-      if extra and extra.capacity_factor then assert(empty_experts(model, "dropped") > 0, what .. ": nothing dropped") end
+      if extra and extra.capacity_factor then
+        assert(empty_experts(model, "dropped") > 0, what .. ": nothing dropped")
+      end
       local entries = {}
       for name, p in model:named_parameters() do
         assert(p.grad ~= nil, what .. ": no gradient for " .. name)
@@ -229,15 +233,15 @@ local function train_cfg(parallel)
           eval_every = 0, log_every = 1, run_dir = "", parallel = parallel}
 end
 
-test("lt.train, dp" .. N .. " ep2: 5 AdamW steps (clipped, 2 micro-batches) equal one process (f64); f32 step 1 gradients", function()
+test("lt.train, dp" .. N .. " ep2: 5 AdamW steps equal one process (f64); f32 step 1 gradients", function()
   lt.manual_seed(7)
   local ref_model = lt.models.build(zoo_cfg("f64"))
   local ref = lt.train{model = ref_model, data = loader(), config = train_cfg(nil), quiet = true, no_interrupt = true}
   local names, params = {}, {}
   for name, p in ref_model:named_parameters() do names[#names + 1], params[name] = name, p end
   lt.manual_seed(7)
-  local r = lt.train{model = lt.models.build(zoo_cfg("f64")), data = loader(), config = train_cfg({dp = N, ep = 2, bucket_mb = 0.001}),
-                     quiet = true, no_interrupt = true}
+  local r = lt.train{model = lt.models.build(zoo_cfg("f64")), data = loader(), quiet = true, no_interrupt = true,
+                     config = train_cfg({dp = N, ep = 2, bucket_mb = 0.001})}
   H.compare_losses(r.losses, ref.losses, REL, "lt.train ep2")
   local got = H.gather(r.parallel, names, params, world)
   for _, name in ipairs(names) do H.assert_rel(got[name], params[name], REL, "lt.train ep2 weight " .. name) end
@@ -341,6 +345,12 @@ test("checkpoint saved at ep 2 loads whole (ep 1) bitwise, and back", function()
   testing.assert_equal(n_experts, 2 * 3, "expert tensors (2 layers x w_gate, w_up, w_down)")
   barrier()
   if R == 0 then os.execute("rm -rf '" .. root .. "'") end
+end)
+
+test("outside the parallel step an ep layer refuses to run alone, naming its experts", function()
+  assert(trained, "no ep 2 run")
+  local b = batches[1]
+  testing.assert_error("this rank holds experts", function() trained.par.model:forward(b.x, b.y) end)
 end)
 
 test("bad layouts are refused by name", function()

@@ -7,7 +7,7 @@
 -- Each rank keeps n_experts / ep of every layer's experts: global expert ep_rank * El + j is its
 -- local j (w_gate, w_up, w_down narrowed on dim 0, with a lutra.dist.spec of their global shape:
 -- checkpoints save experts by global index and reshard across ep sizes). The layer's forward
--- (nn/moe.lua) calls the hooks below, set on it as `_ep`:
+-- (nn/moe.lua) calls the hooks below, set on it as `_ep`, inside the parallel step (ep.engage):
 --   gather    routing is local (the router on this rank's own tokens); the slots per expert of
 --             every dp rank and their token counts are all-gathered over dp, so that capacity
 --             drops follow the single-process rule on the global batch (the dp ranks' batches
@@ -43,6 +43,27 @@ function M.is_expert(p) return experts_of[p] == true end
 
 local Hooks = {}
 Hooks.__index = Hooks
+
+-- The hooks act inside the parallel step only (M.engage: par:forward_backward, par:eval_loss), where
+-- every rank runs the same layers; a forward outside it (generation on rank 0) stays local.
+local state = {on = false}
+
+-- fn wrapped so that the hooks act while it runs.
+function M.engage(fn)
+  return function(...) return errors.with_field(state, "on", true, fn, ...) end
+end
+
+-- The hooks for moe's forward, or nil (local computation) outside the parallel step; an error
+-- there when moe holds only some of the experts.
+function Hooks:engaged(moe)
+  if state.on then return self end
+  if self.ep.size > 1 then
+    local El = moe.n_experts / self.ep.size
+    raise(string.format("MoE: this rank holds experts %d..%d of %d (parallel.ep = %d): the layer runs inside the "
+      .. "parallel step only (par:forward_backward, par:eval_loss), not alone", self.ep.rank * El,
+      (self.ep.rank + 1) * El - 1, moe.n_experts, self.ep.size))
+  end
+end
 
 local function i64(list, device)
   if #list == 0 then return create.empty({0}, {dtype = "i64", device = device}) end
@@ -156,7 +177,8 @@ function M.parallelize(model, mesh)
   local MoE = require "lutra.nn.moe"
   local n = mesh.ep_size or 1
   if n > 1 and mesh.tp_size > 1 then
-    raise(string.format("ep.parallelize: expert parallel with tensor parallel is not supported yet (%s)", mesh:layout()))
+    raise(string.format("ep.parallelize: expert parallel with tensor parallel is not supported yet (%s)",
+      mesh:layout()))
   end
   if n > 1 and mesh.zero > 0 then
     raise(string.format("ep.parallelize: expert parallel with ZeRO is not supported yet (%s)", mesh:layout()))

@@ -170,6 +170,7 @@ function Par:forward_backward(batches, loss_fn)
       loss:backward()
       return value
     end
+    if self.ep then run = self.ep.engage(run) end -- MoE layers: token exchange, global routing statistics
     -- Pipelines run many backwards a batch, and tied embeddings or sequence-parallel norms
     -- sum their grads across stages / tp ranks first: then the dp reduction waits for finish().
     if sync and (i < k or self.defer_sync) then
@@ -261,10 +262,11 @@ function Par:eval_loss(batch, loss_fn)
   if self.stage then
     v = self.stage:eval(batch, loss_fn)
   else
-    v = grad.no_grad(memory.tidy, function()
+    local function run()
       local loss = loss_fn(self.model, batch)
       return type(loss) == "number" and loss or loss:item()
-    end)
+    end
+    v = grad.no_grad(memory.tidy, self.ep and self.ep.engage(run) or run)
   end
   return self:mean_over_dp(v)
 end

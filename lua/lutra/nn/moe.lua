@@ -43,9 +43,9 @@
 --   moe.aux_loss      aux_loss_coef * balance_loss + z_loss_coef * z_loss: what to add
 --   moe.tokens_per_expert   the slots each expert received (a Lua list, before drops), and
 --   moe.dropped       how many slots the capacity dropped (0 when dropless)
--- Under data or expert parallelism (lutra.dist.ep sets the layer's `_ep` hooks) the capacity rule
--- and balance_loss are the global batch's, the experts may live on other ranks; tokens_per_expert
--- and dropped stay this rank's.
+-- Inside the parallel step under data or expert parallelism (lutra.dist.ep sets the layer's `_ep`
+-- hooks) the capacity rule and balance_loss are the global batch's, the experts may live on other
+-- ranks; tokens_per_expert and dropped stay this rank's.
 -- MoE.aux_loss_of(model) sums aux_loss over the model's MoE layers (nil when none ran); the model
 -- zoo's arch = "moe" adds it to the loss it returns with targets.
 local Module = require "lutra.nn.module"
@@ -146,7 +146,7 @@ end
 -- numbers (token * k + choice, 0-based) in expert-major order, tokens (S,) their tokens,
 -- counts (Lua list, E) the kept slots per expert, routed (Lua list, E) the slots per expert
 -- before drops, routed_t (E,) the same as a tensor (x's dtype, for the balance loss).
-local function plan(self, top_i, N, dt)
+local function plan(self, top_i, N, dt, ep)
   local E, k = self.n_experts, self.top_k
   local flat = top_i:reshape(-1) -- (N k,) slot s = token * k + choice
   local order = F.argsort(flat) -- stable: within an expert, in order of slot, i.e. of position
@@ -155,7 +155,6 @@ local function plan(self, top_i, N, dt)
   local tokens_of_slot = create.arange(0, N, {device = top_i.device}):unsqueeze(1):expand(N, k):reshape(-1)
   -- data/expert parallel (lutra.dist.ep): capacity and balance over the global batch, this rank's
   -- slots after the earlier dp ranks' (g.before)
-  local ep = rawget(self, "_ep")
   local g = ep and ep:gather(routed, N)
   local counts, slots, cap = routed, order, self:capacity(g and g.N or N)
   local dropped = 0
@@ -209,9 +208,10 @@ function MoE:forward(x)
   local probs = logits:softmax(-1)
   local top_w, top_i = F.topk(probs, k) -- (N, k): sorted, ties to the lower expert
   if self.norm_topk_prob then top_w = top_w / top_w:sum(-1, true) end
-  local p = no_grad(plan, self, top_i, N, probs.dtype)
-  local xs = F.index_select(xf, 0, p.tokens) -- (S, C), expert-contiguous
   local ep = rawget(self, "_ep")
+  if ep then ep = ep:engaged(self) end -- nil outside the parallel step (lutra.dist.ep)
+  local p = no_grad(plan, self, top_i, N, probs.dtype, ep)
+  local xs = F.index_select(xf, 0, p.tokens) -- (S, C), expert-contiguous
   local ys = ep and ep:experts(self, xs, p.counts) or self:experts(xs, p.counts)
   local w = F.index_select(top_w:reshape(-1), 0, p.slots):unsqueeze(1) -- (S, 1)
   if w.dtype ~= ys.dtype then w = w:to(ys.dtype) end
