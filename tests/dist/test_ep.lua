@@ -6,11 +6,12 @@
 --     relative; top-2 dropless, top-2 with capacity factor 1 (drops by the single-process rule
 --     on the global batch), top-1 GELU experts with a shared expert. The batch is small enough
 --     that some experts get no tokens on some ranks (checked, so that the case is exercised);
---   - lt.train (AdamW, clipping, 2 micro-batches, small buckets): 5 f64 steps to 1e-9, f32 step-1 gradients
---     within layout_helpers' f32 bound; its checkpoints resumed across ep2 and one process;
+--   - lt.train (AdamW, clipping, 2 micro-batches, small buckets; ZeRO 0 and 1): 5 f64 steps to 1e-9,
+--     f32 step-1 gradients within layout_helpers' f32 bound; its checkpoints resumed across ep2 and
+--     one process;
 --   - checkpoints: saved from ep and loaded whole, saved whole and loaded into ep shards: bitwise;
 --   - the ep / expert_dp groups, all_to_all's backward, bad layouts refused by name.
--- Layouts: np 2: ep 2; np 4: ep 2 x dp 2, ep 4 (lt.train: dp np, ep 2).
+-- Layouts: np 2: ep 2 (ZeRO 0, 1, 2); np 4: ep 2 x dp 2 (ZeRO 0, 2), ep 4 (lt.train: dp np, ep 2).
 local lt = require "lutra"
 local comm = require "lutra.dist.comm"
 local spec = require "lutra.dist.spec"
@@ -23,7 +24,8 @@ comm.init()
 local world, N, R = comm.world, comm.size(), comm.rank()
 local H = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "tests/dist/") .. "layout_helpers.lua")
 
-local LAYOUTS = {[2] = {{dp = 2, ep = 2}}, [4] = {{dp = 4, ep = 2}, {dp = 4, ep = 4}}}
+local LAYOUTS = {[2] = {{dp = 2, ep = 2}, {dp = 2, ep = 2, zero = 1}, {dp = 2, ep = 2, zero = 2}},
+                 [4] = {{dp = 4, ep = 2}, {dp = 4, ep = 4}, {dp = 4, ep = 2, zero = 2}}}
 if not LAYOUTS[N] then testing.skip("test_ep runs on 2 or 4 ranks, not " .. N) end
 
 local BATCH, T, VOCAB, STEPS, LR = 4, 4, 32, 3, 0.5
@@ -143,10 +145,12 @@ local function run_layout(layout, extra, ref, what)
       if extra and extra.capacity_factor then
         assert(empty_experts(model, "dropped") > 0, what .. ": nothing dropped")
       end
-      local entries = {}
-      for name, p in model:named_parameters() do
-        assert(p.grad ~= nil, what .. ": no gradient for " .. name)
-        entries[#entries + 1] = {name = name, tensor = spec.copy(p.grad, p)}
+      -- the gradients the optimizer steps with (ZeRO: this rank's shards)
+      local entries, opt = {}, par.optimizer
+      for k, key in ipairs(opt.keys) do
+        local p = opt.params[k]
+        assert(p.grad ~= nil, what .. ": no gradient for " .. tostring(key))
+        entries[#entries + 1] = {name = tostring(key), tensor = spec.copy(p.grad, p)}
       end
       local names, shapes = H.global_names(entries, world)
       local grads = H.gather_entries(entries, names, shapes, world)
@@ -165,7 +169,7 @@ local function run_layout(layout, extra, ref, what)
   return par, mesh
 end
 
-local function layout_name(l) return string.format("dp%d ep%d", l.dp, l.ep) end
+local function layout_name(l) return string.format("dp%d ep%d%s", l.dp, l.ep, l.zero and " zero" .. l.zero or "") end
 
 local CONFIGS = {{name = "dropless"}, {name = "capacity 1.0", extra = {capacity_factor = 1.0}},
                  {name = "top-1 gelu, a shared expert", extra = {top_k = 1, mlp = "gelu", n_shared_experts = 1}}}
@@ -233,7 +237,10 @@ local function train_cfg(parallel)
           eval_every = 0, log_every = 1, run_dir = "", parallel = parallel}
 end
 
-test("lt.train, dp" .. N .. " ep2: 5 AdamW steps equal one process (f64); f32 step 1 gradients", function()
+-- lt.train under ep2 (ZeRO stage `zero`) against one process.
+local function train_equivalence(zero)
+  local layout = {dp = N, ep = 2, zero = zero, bucket_mb = 0.001} -- several buckets on this small model
+  local what = "lt.train ep2 zero" .. zero
   lt.manual_seed(7)
   local ref_model = lt.models.build(zoo_cfg("f64"))
   local ref = lt.train{model = ref_model, data = loader(), config = train_cfg(nil), quiet = true, no_interrupt = true}
@@ -241,10 +248,10 @@ test("lt.train, dp" .. N .. " ep2: 5 AdamW steps equal one process (f64); f32 st
   for name, p in ref_model:named_parameters() do names[#names + 1], params[name] = name, p end
   lt.manual_seed(7)
   local r = lt.train{model = lt.models.build(zoo_cfg("f64")), data = loader(), quiet = true, no_interrupt = true,
-                     config = train_cfg({dp = N, ep = 2, bucket_mb = 0.001})}
-  H.compare_losses(r.losses, ref.losses, REL, "lt.train ep2")
+                     config = train_cfg(layout)}
+  H.compare_losses(r.losses, ref.losses, REL, what)
   local got = H.gather(r.parallel, names, params, world)
-  for _, name in ipairs(names) do H.assert_rel(got[name], params[name], REL, "lt.train ep2 weight " .. name) end
+  for _, name in ipairs(names) do H.assert_rel(got[name], params[name], REL, what .. " weight " .. name) end
   -- f32, step 1 up to the optimizer, within the f32 rounding bound (layout_helpers.lua)
   lt.manual_seed(7)
   local m32 = lt.models.build(zoo_cfg("f32"))
@@ -258,12 +265,18 @@ test("lt.train, dp" .. N .. " ep2: 5 AdamW steps equal one process (f64); f32 st
   end
   ref32.norm = math.sqrt(sq)
   lt.manual_seed(7)
-  local l1, norm, grads = H.step1(lt.models.build(zoo_cfg("f32")), {dp = N, ep = 2, bucket_mb = 0.001}, loader(), world)
-  local worst, n = H.compare_step1(l1, norm, grads, ref32, H.f32_tolerance(zoo_cfg("f32"), TB * TT), "f32 step 1 ep2")
-  if R == 0 then print(string.format("  f32 step 1 ep2: %d gradients, worst rel diff %.1e", n, worst)) end
-end)
+  local l1, norm, grads = H.step1(lt.models.build(zoo_cfg("f32")), layout, loader(), world)
+  local tol = H.f32_tolerance(zoo_cfg("f32"), TB * TT)
+  local worst, n = H.compare_step1(l1, norm, grads, ref32, tol, what .. " f32 step 1")
+  if R == 0 then print(string.format("  %s f32 step 1: %d gradients, worst rel diff %.1e", what, n, worst)) end
+end
 
-test("lt.train checkpoints: ep2 -> one process and one process -> ep2 resume as a straight run (f64)", function()
+for _, zero in ipairs {0, 1} do
+  test(string.format("lt.train, dp%d ep2 zero%d: 5 AdamW steps equal one process (f64); f32 step 1 gradients", N,
+    zero), function() train_equivalence(zero) end)
+end
+
+test("lt.train checkpoints: ep2 -> one process and one process -> ep2 zero1 resume as a straight run (f64)", function()
   local base = string.format("%s/lutra_test_ep_train_%d", os.getenv("TMPDIR") or "/tmp", N)
   if R == 0 then os.execute("rm -rf '" .. base .. "' && mkdir -p '" .. base .. "'") end
   world:all_reduce(lt.zeros(1), "sum")
@@ -285,13 +298,13 @@ test("lt.train checkpoints: ep2 -> one process and one process -> ep2 resume as 
   world:all_reduce(lt.zeros(1), "sum")
   local _, one = run(nil, base .. "/one_" .. R, nil, base .. "/ep2/ckpt/step_000003")
   for name, p in one:named_parameters() do H.assert_rel(p, want[name], REL, "ep2 -> one process: " .. name) end
-  -- one process (rank 0's run), 3 steps, saved; resumed under ep2 to step 6
+  -- one process (rank 0's run), 3 steps, saved; resumed under ep2 with ZeRO 1 to step 6
   if R == 0 then
     run(nil, base .. "/single", 3)
     ckpt.wait()
   end
   world:all_reduce(lt.zeros(1), "sum")
-  local r = run({dp = N, ep = 2}, base .. "/ep2b", nil, base .. "/single/ckpt/step_000003")
+  local r = run({dp = N, ep = 2, zero = 1}, base .. "/ep2b", nil, base .. "/single/ckpt/step_000003")
   local got = H.gather(r.parallel, names, want, world)
   for _, name in ipairs(names) do H.assert_rel(got[name], want[name], REL, "one process -> ep2: " .. name) end
   world:all_reduce(lt.zeros(1), "sum")

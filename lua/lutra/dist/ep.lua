@@ -3,6 +3,7 @@
 --   ep.parallelize(model, mesh)   -- every MoE layer of model, in place (parallelize.lua calls it)
 --   ep.is_expert(p)               -- p holds experts sharded over the ep group
 --   ep.finish_grads(params, mesh) -- after the expert gradients' reduction over expert_dp
+--   ep.alias(p)                   -- p's storage without requires_grad (an optimizer beside ZeRO's)
 --
 -- Each rank keeps n_experts / ep of every layer's experts: global expert ep_rank * El + j is its
 -- local j (w_gate, w_up, w_down narrowed on dim 0, with a lutra.dist.spec of their global shape:
@@ -180,8 +181,8 @@ function M.parallelize(model, mesh)
     raise(string.format("ep.parallelize: expert parallel with tensor parallel is not supported yet (%s)",
       mesh:layout()))
   end
-  if n > 1 and mesh.zero > 0 then
-    raise(string.format("ep.parallelize: expert parallel with ZeRO is not supported yet (%s)", mesh:layout()))
+  if n > 1 and mesh.zero == 3 then
+    raise(string.format("ep.parallelize: expert parallel with ZeRO 3 is not supported yet (%s)", mesh:layout()))
   end
   local found = 0
   for _, m in ipairs(model:modules()) do
@@ -194,6 +195,15 @@ function M.parallelize(model, mesh)
   if n > 1 and found == 0 then
     raise(string.format("ep.parallelize: parallel.ep is %d but the model has no MoE layer (nn.MoE) to shard", n))
   end
+end
+
+-- An alias of expert parameter p (its storage, its spec), without requires_grad: what an
+-- optimizer beside ZeRO's shards steps.
+function M.alias(p)
+  local a = grad.no_grad(function() return p:detach() end)
+  spec.copy(a, p)
+  experts_of[a] = true
+  return a
 end
 
 -- Divides the expert gradients (reduced over expert_dp) by ep (see the header).

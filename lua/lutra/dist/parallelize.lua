@@ -102,23 +102,41 @@ function M.new(model, mesh, opts)
   end
   self.defer_sync = self.stage ~= nil or (self.tp ~= nil and o.sequence_parallel == true)
   local factory = opts.optimizer
+  -- expert parameters (ep > 1) are reduced over their own replicas, expert_dp (plain buckets,
+  -- also under ZeRO 1-2, whose optimizer steps them whole beside its shards)
+  local dense, experts = named_trainable(self.model), {}
+  if self.ep and mesh.ep_size > 1 then
+    dense = {}
+    for _, np in ipairs(named_trainable(self.model)) do
+      local list = self.ep.is_expert(np[2]) and experts or dense
+      list[#list + 1] = np
+    end
+    if mesh.expert_dp_size > 1 then
+      self.expert_ddp = require("lutra.dist.ddp").new(experts, mesh.expert_dp, {bucket_mb = o.bucket_mb})
+    end
+  end
   if mesh.zero > 0 then
-    self.zero = require("lutra.dist.zero").new(self.model, mesh.dp, {stage = mesh.zero, bucket_mb = o.bucket_mb,
-                                                                     optimizer = factory})
-    self.optimizer = self.zero.optimizer
-  else
-    if mesh.dp_size > 1 then
-      -- expert parameters (ep > 1) are reduced over their own replicas, expert_dp
-      local ddp, dense, experts = require "lutra.dist.ddp", {}, {}
-      for _, np in ipairs(named_trainable(self.model)) do
-        local list = self.ep.is_expert(np[2]) and experts or dense
-        list[#list + 1] = np
+    local build = factory
+    if #experts > 0 and factory then
+      -- the optimizer takes the experts as aliases without requires_grad, as ZeRO's shards
+      -- (an optimizer given both keeps only the trainable ones); finish() hands them the grads
+      self.expert_alias = {}
+      local named_aliases = {}
+      for i, np in ipairs(experts) do
+        local a = self.ep.alias(np[2])
+        self.expert_alias[i] = {np[2], a}
+        named_aliases[i] = {np[1], a}
       end
-      self.ddp = ddp.new(dense, mesh.dp, {bucket_mb = o.bucket_mb})
-      if #experts > 0 and mesh.expert_dp_size > 1 then
-        self.expert_ddp = ddp.new(experts, mesh.expert_dp, {bucket_mb = o.bucket_mb})
+      build = function(named)
+        for _, np in ipairs(named_aliases) do named[#named + 1] = np end
+        return factory(named)
       end
     end
+    self.zero = require("lutra.dist.zero").new(#experts > 0 and dense or self.model, mesh.dp,
+                                               {stage = mesh.zero, bucket_mb = o.bucket_mb, optimizer = build})
+    self.optimizer = self.zero.optimizer
+  else
+    if mesh.dp_size > 1 then self.ddp = require("lutra.dist.ddp").new(dense, mesh.dp, {bucket_mb = o.bucket_mb}) end
     self.optimizer = factory and factory(named_trainable(self.model)) or nil
   end
   return self
@@ -151,7 +169,7 @@ function Par:forward_backward(batches, loss_fn)
   local sum = 0
   local sync = self.ddp or self.zero
   if self.expert_ddp then -- both reductions wait
-    local a, b = self.ddp, self.expert_ddp
+    local a, b = self.ddp or self.zero, self.expert_ddp
     sync = {no_sync = function(_, fn) return a:no_sync(b.no_sync, b, fn) end}
   end
   local acc = extras.new()
@@ -213,6 +231,7 @@ function Par:finish(max_norm)
   if self.zero then self.zero:finish() end
   if self.expert_ddp then self.expert_ddp:finish() end
   if self.ep then self.ep.finish_grads(self.model:parameters(), self.mesh) end
+  for _, pa in ipairs(self.expert_alias or {}) do pa[2].grad = pa[1].grad end
   local params = self.optimizer and self.optimizer.params or self.model:parameters()
   local grads, n = {}, 0
   local local_sq = 0
@@ -222,8 +241,10 @@ function Par:finish(max_norm)
       grads[i] = p.grad
       if spec.owned(p) then
         local norm = clip.total_norm({p.grad}, 2, 1)
-        -- an expert shard is on dp / ep of the dp ranks: weighted to count once after / dp
-        local w = self.ep and self.ep.is_expert(p) and self.mesh.ep_size or 1
+        -- an expert shard is on dp / ep of the dp ranks: weighted to count once in the sum
+        -- (divided by dp below, except under ZeRO, whose shards are on one rank each)
+        local w = 1
+        if self.ep and self.ep.is_expert(p) then w = self.mesh.ep_size / (self.zero and self.mesh.dp_size or 1) end
         local_sq = local_sq + w * norm * norm
       end
     end
