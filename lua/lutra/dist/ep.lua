@@ -3,7 +3,7 @@
 --   ep.parallelize(model, mesh)   -- every MoE layer of model, in place (parallelize.lua calls it)
 --   ep.is_expert(p)               -- p holds experts sharded over the ep group
 --   ep.finish_grads(params, mesh) -- after the expert gradients' reduction over expert_dp
---   ep.alias(p)                   -- p's storage without requires_grad (an optimizer beside ZeRO's)
+--   ep.alias(p)                   -- p's storage without requires_grad (for the optimizer under ZeRO)
 --
 -- Each rank keeps n_experts / ep of every layer's experts: global expert ep_rank * El + j is its
 -- local j (w_gate, w_up, w_down narrowed on dim 0, with a lutra.dist.spec of their global shape:
@@ -25,6 +25,10 @@
 -- Gradients: an expert's gradient on its rank sums the losses of the ep group's tokens. Averaged
 -- over expert_dp (the dp / ep ranks holding the same experts) and divided by ep it is the
 -- gradient of the mean loss over the global batch, as dp's average is for the other parameters.
+-- Under ZeRO 1-2 the other parameters are sharded over dp as usual; the experts stay whole on
+-- their ranks (plain buckets over expert_dp) and the one optimizer steps them through aliases.
+-- Not yet: ZeRO 3, tensor and pipeline parallel with ep (refused by name); the GPU (NCCL) path
+-- of all_to_all is the collective's own, untested here.
 local errors = require "lutra.errors"
 local create = require "lutra.create"
 local grad = require "lutra.nn.grad"
