@@ -164,7 +164,8 @@ end
 -- Packed rows (several documents per row, lutra.sft.data): opts.positions (B, T) the
 -- position of each token in its document (learned positions are gathered there, RoPE
 -- rotates by it) and opts.segments (B, T) its document id: attention stays inside each
--- document, so a packed document's logits are the ones it has alone.
+-- document, so a packed document's logits are the ones it has alone. opts.cp: context parallel
+-- (lutra.dist.cp.split made idx, targets, positions and the context; the loss is its scaled part).
 function Transformer:forward(idx, targets, opts)
   check_ids("idx", idx)
   local B, T = idx:size(0), idx:size(1)
@@ -179,7 +180,9 @@ function Transformer:forward(idx, targets, opts)
   local positions, segments = opts and opts.positions, opts and opts.segments
   if positions ~= nil then check_ids("positions", positions, B, T) end
   if segments ~= nil then check_ids("segments", segments, B, T) end
-  local packed = (positions ~= nil or segments ~= nil) and {positions = positions, segments = segments} or nil
+  local cp = opts and opts.cp -- context parallel (lutra.dist.cp): this rank's part of the rows
+  local packed = (positions ~= nil or segments ~= nil or cp) and {positions = positions, segments = segments, cp = cp}
+    or nil
   if packed and cache then raise("Transformer: positions/segments (packed rows) do not go with a cache") end
   if rope.dynamic(self.cfg.rope_scaling) then self:set_rope_length(pos + T) end
   local x = embed(self, idx, positions, pos, T)
@@ -209,7 +212,7 @@ function Transformer:forward(idx, targets, opts)
   release(h, logits)
   if cache then cache.pos = pos + T end
   if targets == nil then return logits end
-  local loss = self:loss(logits, targets)
+  local loss = cp and cp:loss(logits, targets) or self:loss(logits, targets)
   if self.cfg.n_experts ~= nil then
     if self.training then
       loss = self:add_aux_loss(loss)

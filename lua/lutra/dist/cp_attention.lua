@@ -1,0 +1,198 @@
+-- lutra.dist.cp_attention — ring attention over a context-parallel group (lutra.dist.cp).
+--
+--   y = cp_attention.attention(q, k, v, ctx, scale)
+--       q (B, Tl, H, D), k, v (B, Tl, Hkv, D): this rank's tokens (lutra.dist.cp.split); y as q
+--
+-- Causal attention over the whole rows: the key/value blocks of the cp ranks travel around
+-- the ring (send to rank + 1, receive from rank - 1, posted before the block at hand is
+-- computed so that the transfer overlaps it); each block's scores are masked by the global
+-- positions of its queries and keys (and, for packed rows, their segments) and merged into
+-- the running output with the online softmax: running max m, running sum l,
+--   m' = max(m, rowmax S), acc' = acc e^(m - m') + e^(S - m') V, l' = l e^(m - m') + rowsum e^(S - m'),
+-- y = acc / l, lse = m + log l. Step 0 is the rank's own block, where every query sees
+-- itself: m is finite from the start.
+--
+-- Backward sends the blocks around again with their dK, dV accumulators: with the final y
+-- and lse, P = e^(S - lse) of a block is exact, delta = rowsum(dY * y), dS = P (dY V^T - delta),
+-- dQ += scale dS K, dK += scale dS^T Q, dV += P^T dY; after the last block one more hop
+-- brings each dK, dV home. GQA: each kv head serves H / Hkv query heads (its gradients summed
+-- over them).
+--
+-- The scores are plain ops (matmul, exp, max) in the input dtype: exact in f64 on the CPU,
+-- where the fused kernel's f32 log-sum-exp is not. Not yet: a fused kernel per block, skipping
+-- the fully masked blocks, sliding windows.
+local create = require "lutra.create"
+local errors = require "lutra.errors"
+local memory = require "lutra.memory"
+local ops = require "lutra.ops"
+local op = require "lutra.autograd.op"
+local U = require "lutra.functional.util"
+local cp = require "lutra.dist.cp"
+
+local raise = errors.raise
+local tidy = memory.tidy
+
+local M = {}
+
+-- The dtype's most negative finite value (masked scores; see functional/attention.lua).
+local LOWEST = {f64 = -1.7976931348623157e308, f32 = -3.4028234663852886e38}
+
+local function either(a, b) return ops.gt(ops.add(a:to("f32"), b:to("f32")), 0) end -- a or b (bool)
+
+-- The hidden scores (true: masked) of this rank's queries against the keys of cp rank j:
+-- (Tl, Tl), or (B, 1, Tl, Tl) with segments; made once per forward, kept in the context.
+local function hidden(ctx, j, device)
+  ctx.masks = ctx.masks or {}
+  if ctx.masks[j] then return ctx.masks[j] end
+  local n, c = ctx.n, ctx.chunk
+  local Tl = 2 * c
+  local gq = create.tensor(cp.indices(ctx.rank, n, c), {dtype = "i64", device = device}):reshape(Tl, 1)
+  local gk = create.tensor(cp.indices(j, n, c), {dtype = "i64", device = device}):reshape(1, Tl)
+  local mask = ops.gt(gk, gq)
+  if ctx.segments ~= nil then
+    local seg = ctx.segments
+    local B = seg:size(0)
+    local sq, sk = cp.take(seg, ctx.rank, n), cp.take(seg, j, n)
+    mask = either(mask:reshape(1, 1, Tl, Tl), ops.ne(sq:reshape(B, 1, Tl, 1), sk:reshape(B, 1, 1, Tl)))
+  end
+  memory.keep(mask)
+  ctx.masks[j] = mask
+  return mask
+end
+
+-- (B, T, Hkv, D) -> (B, H, T, D): heads first, kv heads repeated for their query heads.
+local function heads(t, H)
+  local B, T, Hkv, D = t:size(0), t:size(1), t:size(2), t:size(3)
+  t = t:permute(0, 2, 1, 3)
+  if Hkv ~= H then t = t:unsqueeze(2):expand(B, Hkv, H / Hkv, T, D):reshape(B, H, T, D) end
+  return t:contiguous()
+end
+
+-- (B, H, T, D) gradients -> (B, Hkv, T, D): summed over the query heads of each kv head.
+local function kv_heads(t, Hkv)
+  local B, H, T, D = t:size(0), t:size(1), t:size(2), t:size(3)
+  if Hkv == H then return t end
+  return ops.sum(t:reshape(B, Hkv, H / Hkv, T, D), 2)
+end
+
+-- The ring exchange of a list of tensors: each to rank + 1, into fresh buffers from rank - 1.
+-- Returns the handle and the buffers. (tag: the gradients' own, apart from the blocks'.)
+local function pass(ctx, list, tag)
+  local g, n = ctx.group, ctx.n
+  local items, bufs = {}, {}
+  for i, t in ipairs(list) do
+    bufs[i] = create.empty_like(t)
+    items[#items + 1] = {"send", t, (ctx.rank + 1) % n}
+    items[#items + 1] = {"recv", bufs[i], (ctx.rank - 1) % n}
+  end
+  return g:p2p(items, {tag = tag}), bufs
+end
+
+local function scores(qh, k, H, scale, mask)
+  local s = ops.mul(qh:matmul(heads(k, H):transpose(-1, -2)), scale) -- (B, H, Tl, Tl)
+  return ops.where(mask, LOWEST[qh.dtype], s)
+end
+
+-- y (B, Tl, H, D) and lse (B, H, Tl, 1) of ring attention.
+local function forward(q, k, v, ctx, scale)
+  local H = q:size(2)
+  local qh = q:permute(0, 2, 1, 3):contiguous()
+  local acc, l, m
+  local kb, vb = k:contiguous(), v:contiguous()
+  for step = 0, ctx.n - 1 do
+    local j = (ctx.rank - step) % ctx.n
+    local h, next
+    if step < ctx.n - 1 then h, next = pass(ctx, {kb, vb}) end
+    local mask = hidden(ctx, j, q.device)
+    acc, l, m = tidy(function()
+      local s = scores(qh, kb, H, scale, mask)
+      local mb = ops.max(s, -1, true)
+      local mn = m and ops.maximum(m, mb) or mb
+      local p = ops.where(mask, 0, ops.exp(ops.sub(s, mn)))
+      local pv, ps = p:matmul(heads(vb, H)), ops.sum(p, -1, true)
+      if m == nil then return pv, ps, mn end
+      local alpha = ops.exp(ops.sub(m, mn))
+      return ops.add(ops.mul(acc, alpha), pv), ops.add(ops.mul(l, alpha), ps), mn
+    end)
+    if h then
+      h:wait()
+      kb, vb = next[1], next[2]
+    end
+  end
+  local y = ops.div(acc, l):permute(0, 2, 1, 3):contiguous()
+  local lse = ops.add(m, ops.log(l))
+  return y, lse
+end
+
+-- dq, dk, dv of ring attention for dy (B, Tl, H, D).
+local function backward(dy, q, k, v, y, lse, ctx, scale)
+  local H, Hkv = q:size(2), k:size(2)
+  local qh, dyh = q:permute(0, 2, 1, 3):contiguous(), dy:permute(0, 2, 1, 3):contiguous()
+  local delta = ops.sum(ops.mul(dyh, y:permute(0, 2, 1, 3)), -1, true) -- (B, H, Tl, 1)
+  local dq = create.zeros_like(qh)
+  local kb, vb = k:contiguous(), v:contiguous()
+  local dkb = create.zeros_like(kb:permute(0, 2, 1, 3))
+  local dvb = create.zeros_like(dkb)
+  for step = 0, ctx.n - 1 do
+    local j = (ctx.rank - step) % ctx.n
+    local h, next
+    if step < ctx.n - 1 then h, next = pass(ctx, {kb, vb}) end
+    local mask = hidden(ctx, j, q.device)
+    dq, dkb, dvb = tidy(function()
+      local kh = heads(kb, H)
+      local s = ops.mul(qh:matmul(kh:transpose(-1, -2)), scale)
+      local p = ops.where(mask, 0, ops.exp(ops.sub(s, lse)))
+      local dv = ops.add(dvb, kv_heads(p:transpose(-1, -2):matmul(dyh), Hkv))
+      local dp = dyh:matmul(heads(vb, H):transpose(-1, -2))
+      local ds = ops.mul(p, ops.sub(dp, delta))
+      local dqn = ops.add(dq, ops.mul(ds:matmul(kh), scale))
+      local dk = ops.add(dkb, kv_heads(ops.mul(ds:transpose(-1, -2):matmul(qh), scale), Hkv))
+      return dqn, dk:contiguous(), dv:contiguous()
+    end)
+    -- the accumulators follow their block (the last hop takes them home)
+    local hd, got = pass(ctx, {dkb, dvb}, 1)
+    hd:wait()
+    dkb, dvb = got[1], got[2]
+    if h then
+      h:wait()
+      kb, vb = next[1], next[2]
+    end
+  end
+  return dq:permute(0, 2, 1, 3):contiguous(), dkb:permute(0, 2, 1, 3):contiguous(),
+    dvb:permute(0, 2, 1, 3):contiguous()
+end
+
+local record = op.declare {
+  name = "RingAttentionBackward", save = {"q", "k", "v", "out", "lse"},
+  record = function(cls, y, lse, q, k, v, ctx, scale)
+    local node = {op.edge(q), op.edge(k), op.edge(v), cls = cls, ctx = ctx, scale = scale}
+    op.save(node, "q", q)
+    op.save(node, "k", k)
+    op.save(node, "v", v)
+    op.save_output(node, "out", y)
+    op.save(node, "lse", lse)
+    op.attach(y, node)
+  end,
+  backward = function(n, g)
+    local dq, dk, dv = op.untracked(backward, g, n.q, n.k, n.v, n.out, n.lse, n.ctx, n.scale)
+    return n[1] and dq or nil, n[2] and dk or nil, n[3] and dv or nil
+  end,
+  no_double = "one process (gradients of gradients through ring attention are not implemented)",
+}
+
+function M.attention(q, k, v, ctx, scale)
+  if q.ndim ~= 4 or k.ndim ~= 4 or v.ndim ~= 4 or k:size(1) ~= q:size(1) or q:size(2) % k:size(2) ~= 0 then
+    raise(string.format("cp attention: expected q (B, T, H, D), k, v (B, T, Hkv, D), got [%s], [%s]",
+      table.concat(q.shape, ", "), table.concat(k.shape, ", ")))
+  end
+  if LOWEST[q.dtype] == nil then raise("cp attention: f32 or f64 only for now, got " .. q.dtype) end
+  if q:size(1) ~= 2 * ctx.chunk then
+    raise(string.format("cp attention: %d local tokens, but the context holds 2 chunks of %d", q:size(1), ctx.chunk))
+  end
+  scale = scale or 1 / math.sqrt(q:size(3))
+  local y, lse = op.untracked(forward, q, k, v, ctx, scale)
+  if U.tracked(q, k, v) then record(y, lse, q, k, v, ctx, scale) end
+  return y
+end
+
+return M

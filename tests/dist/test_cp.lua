@@ -1,0 +1,155 @@
+-- np: 2 4
+-- Context parallel (lutra.dist.cp, ring attention in lutra.dist.cp_attention) against one
+-- process in f64 to 1e-9 relative (layout_helpers.lua says why f64): ring attention alone
+-- against F.scaled_dot_product_attention (outputs, gradients of q, k, v; GQA; packed
+-- segments), then small llama (RoPE, GQA) and gpt2 (learned positions) models: the step-1
+-- loss and every parameter's gradient, and the losses of 3 AdamW steps, over the world as
+-- the cp group (cp2 at np2, cp4 at np4), cp2 with packed segments, and cp2 x dp2 (np4) through
+-- the trainer's lutra.dist.parallelize.
+local lt = require "lutra"
+local testing = require "lutra.testing"
+local comm = require "lutra.dist.comm"
+local cp = require "lutra.dist.cp"
+local cp_attention = require "lutra.dist.cp_attention"
+local F, optim, models = lt.F, lt.optim, lt.models
+
+comm.init()
+local world = comm.world
+local group = comm.split(0, comm.rank(), "cp")
+local n, r = group.size, group.rank
+
+local H = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "tests/dist/") .. "layout_helpers.lua")
+local REL = H.F64_REL
+
+-- A copy of t, a leaf that requires grad.
+local function leaf(t)
+  t = t:detach():clone()
+  t.requires_grad = true
+  return t
+end
+
+-- (B, T) packed rows: documents of lengths 5, 7, ... cut at T: ids and in-document positions.
+local function packed_rows(B, T)
+  local seg, pos = {}, {}
+  for b = 1, B do
+    seg[b], pos[b] = {}, {}
+    local id, start, len = 0, 0, 3 + b
+    for t = 0, T - 1 do
+      if t - start >= len then id, start, len = id + 1, t, len + 2 end
+      seg[b][t + 1], pos[b][t + 1] = id, t - start
+    end
+  end
+  return lt.tensor(seg, {dtype = "i64"}), lt.tensor(pos, {dtype = "i64"})
+end
+
+local function avg(t, g)
+  t = t:clone()
+  g:all_reduce(t, "avg")
+  return t
+end
+
+-- ---- ring attention alone -------------------------------------------------------------------
+
+for _, case in ipairs {{Hkv = 4}, {Hkv = 2}, {Hkv = 1, packed = true}, {Hkv = 2, packed = true}} do
+  test(string.format("ring attention = unsplit attention (cp%d, H 4, Hkv %d%s): y, dq, dk, dv", n, case.Hkv,
+    case.packed and ", packed segments" or ""), function()
+    local B, T, Hq, D = 2, 8 * n, 4, 8
+    lt.manual_seed(7)
+    local q = lt.randn(B, T, Hq, D):double()
+    local k, v = lt.randn(B, T, case.Hkv, D):double(), lt.randn(B, T, case.Hkv, D):double()
+    local gy = lt.randn(B, T, Hq, D):double()
+    local seg = case.packed and packed_rows(B, T) or nil
+    local qr, kr, vr = leaf(q), leaf(k), leaf(v)
+    local yr = F.scaled_dot_product_attention {qr, kr, vr, causal = true, segment_ids = seg}
+    ;(yr * gy):sum():backward()
+    local part = cp.split({x = lt.zeros(B, T, {dtype = "i64"}), segments = seg}, group)
+    local qt, kt, vt = leaf(cp.take(q, r, n)), leaf(cp.take(k, r, n)), leaf(cp.take(v, r, n))
+    local yt = cp_attention.attention(qt, kt, vt, part.cp)
+    ;(yt * cp.take(gy, r, n)):sum():backward()
+    H.assert_rel(yt, cp.take(yr, r, n), REL, "y")
+    H.assert_rel(qt.grad, cp.take(qr.grad, r, n), REL, "dq")
+    H.assert_rel(kt.grad, cp.take(kr.grad, r, n), REL, "dk")
+    H.assert_rel(vt.grad, cp.take(vr.grad, r, n), REL, "dv")
+  end)
+end
+
+test("the split: rank i holds chunks i and 2cp-1-i, positions global; bad lengths named", function()
+  local x = lt.arange(0, 4 * n):reshape(1, 4 * n):to("i64")
+  local part = cp.split({x = x, y = x}, group)
+  local want = cp.indices(r, n, 2)
+  testing.assert_equal(#want, 4)
+  for i, g in ipairs(want) do
+    testing.assert_equal(part.x[{0, i - 1}]:item(), g, "token " .. i)
+    testing.assert_equal(part.positions[{0, i - 1}]:item(), g, "position " .. i)
+  end
+  testing.assert_equal(want[1], 2 * r)
+  testing.assert_equal(want[3], 2 * (2 * n - 1 - r))
+  testing.assert_error("does not split into 2 * cp", cp.split, {x = lt.zeros(1, 4 * n + 2, {dtype = "i64"})}, group)
+end)
+
+-- ---- whole models -----------------------------------------------------------------------------
+
+local function cfg_of(arch)
+  local cfg = {arch = arch, n_layer = 2, d_model = 32, n_head = 4, vocab_size = 64, block_size = 16, dropout = 0,
+               dtype = "f64"}
+  if arch == "llama" then cfg.n_kv_head = 2 end
+  return cfg
+end
+
+local function batches_of(cfg, steps, packed)
+  lt.manual_seed(2)
+  local out = {}
+  for s = 1, steps do
+    local x, y = lt.randint(0, cfg.vocab_size, {4, 16}), lt.randint(0, cfg.vocab_size, {4, 16})
+    y[{s % 4, {0, 3}}] = -100
+    local b = {x = x, y = y}
+    if packed then b.segments, b.positions = packed_rows(4, 16) end
+    out[s] = b
+  end
+  return out
+end
+
+local function opts_of(b) return (b.positions or b.segments or b.cp) and
+  {positions = b.positions, segments = b.segments, cp = b.cp} or nil end
+
+-- One process and cp over the world, the same 3 AdamW steps: the step-1 loss and gradients,
+-- every step's loss (averaged over cp: lutra.dist.cp's loss is the rank's scaled part).
+local function equivalence(arch, packed)
+  local cfg = cfg_of(arch)
+  local steps = 3
+  lt.manual_seed(1)
+  local ref = models.build(cfg)
+  lt.manual_seed(1)
+  local model = models.build(cfg)
+  local batches = batches_of(cfg, steps, packed)
+  local opt_r = optim.AdamW(ref, {lr = 1e-2, weight_decay = 0.1})
+  local opt_t = optim.AdamW(model, {lr = 1e-2, weight_decay = 0.1})
+  local refs = {}
+  for name, p in ref:named_parameters() do refs[name] = p end
+  local what = string.format("%s cp%d%s", arch, n, packed and " packed" or "")
+  local got, want = {}, {}
+  for s = 1, steps do
+    local b = batches[s]
+    opt_r:zero_grad()
+    local _, loss_r = ref(b.x, b.y, opts_of(b))
+    loss_r:backward()
+    opt_t:zero_grad()
+    local part = cp.split(b, group)
+    local _, loss_t = model(part.x, part.y, opts_of(part))
+    loss_t:backward()
+    for name, p in model:named_parameters() do
+      local g = avg(p.grad, group)
+      if s == 1 then H.assert_rel(g, refs[name].grad, REL, what .. " step-1 gradient of " .. name) end
+      p.grad:copy_(g)
+    end
+    want[s], got[s] = loss_r:item(), avg(loss_t:detach(), group):item()
+    opt_r:step()
+    opt_t:step()
+  end
+  H.compare_losses(got, want, REL, what)
+end
+
+test("llama (RoPE, GQA): cp over the world = one process, f64", function() equivalence("llama") end)
+test("gpt2 (learned positions): cp over the world = one process, f64", function() equivalence("gpt2") end)
+test("llama with packed segments: cp over the world = one process, f64", function() equivalence("llama", true) end)
+test("gpt2 with packed segments: cp over the world = one process, f64", function() equivalence("gpt2", true) end)
