@@ -101,7 +101,10 @@ local function batches_of(cfg, steps, packed)
   local out = {}
   for s = 1, steps do
     local x, y = lt.randint(0, cfg.vocab_size, {4, 16}), lt.randint(0, cfg.vocab_size, {4, 16})
-    y[{s % 4, {0, 3}}] = -100
+    -- ignored targets: uneven over the cp ranks (their counts are all-reduced), even over dp
+    -- halves (data parallel averages the ranks' means, as one process only with equal counts)
+    y[{s % 2, {0, 4 + s}}] = -100
+    y[{s % 2 + 2, {0, 4 + s}}] = -100
     local b = {x = x, y = y}
     if packed then b.segments, b.positions = packed_rows(4, 16) end
     out[s] = b
@@ -153,3 +156,99 @@ test("llama (RoPE, GQA): cp over the world = one process, f64", function() equiv
 test("gpt2 (learned positions): cp over the world = one process, f64", function() equivalence("gpt2") end)
 test("llama with packed segments: cp over the world = one process, f64", function() equivalence("llama", true) end)
 test("gpt2 with packed segments: cp over the world = one process, f64", function() equivalence("gpt2", true) end)
+
+-- ---- through the trainer's lutra.dist.parallelize ---------------------------------------------
+
+-- The layout's mesh, 3 AdamW steps with clipping through parallelize (the default loss: the model
+-- reads the context parallelize sets on it): the step-1 loss, gradient norm and every gradient,
+-- and every step's loss and norm, against one process on the global batch.
+local function par_equivalence(arch, layout, packed)
+  local mesh = lt.dist.init(layout)
+  local cfg = cfg_of(arch)
+  local steps = 3
+  lt.manual_seed(1)
+  local ref = models.build(cfg)
+  lt.manual_seed(1)
+  local model = models.build(cfg)
+  local batches = batches_of(cfg, steps, packed)
+  local adamw = {lr = 1e-2, weight_decay = 0.1}
+  local opt_r = optim.AdamW(ref, adamw)
+  local par = lt.dist.parallelize(model, mesh, {optimizer = function(named)
+    return optim.AdamW({named_parameters = function()
+      local i = 0
+      return function()
+        i = i + 1
+        if named[i] then return named[i][1], named[i][2] end
+      end
+    end}, adamw)
+  end})
+  local refs = {}
+  for name, p in ref:named_parameters() do refs[name] = p end
+  local what = string.format("%s %s%s", arch, mesh:layout(), packed and " packed" or "")
+  local rows = 4 / mesh.dp_size
+  local got, want = {}, {}
+  for s = 1, steps do
+    local b = batches[s]
+    opt_r:zero_grad()
+    local _, loss_r = ref(b.x, b.y, opts_of(b))
+    loss_r:backward()
+    local mine = {}
+    for key, t in pairs(b) do mine[key] = t:narrow(0, mesh.dp_rank * rows, rows):contiguous() end
+    par:zero_grad()
+    local loss = par:forward_backward({mine}, packed and function(m, batch)
+      local _, l = m:forward(batch.x, batch.y, {positions = batch.positions, segments = batch.segments})
+      return l
+    end or require("lutra.train.batch").default_loss)
+    local norm = par:finish(1.0)
+    local norm_r = optim.clip_grad_norm(ref, 1.0)
+    H.assert_rel_number(norm, norm_r, REL, what .. " gradient norm at step " .. s)
+    if s == 1 then
+      for name, p in model:named_parameters() do
+        H.assert_rel(p.grad, refs[name].grad, REL, what .. " step-1 gradient (clipped) of " .. name)
+      end
+    end
+    want[s], got[s] = loss_r:item(), loss
+    opt_r:step()
+    par.optimizer:step()
+  end
+  H.compare_losses(got, want, REL, what)
+end
+
+local layouts = n == 4 and {{cp = 2}, {cp = 4}} or {{cp = 2}}
+for _, layout in ipairs(layouts) do
+  local name = string.format("cp%d%s", layout.cp, n / layout.cp > 1 and string.format(" x dp%d", n / layout.cp) or "")
+  test("llama " .. name .. " through parallelize = one process, f64", function() par_equivalence("llama", layout) end)
+  test("gpt2 " .. name .. " through parallelize = one process, f64", function() par_equivalence("gpt2", layout) end)
+  test("llama " .. name .. " packed, through parallelize = one process, f64", function()
+    par_equivalence("llama", layout, true)
+  end)
+end
+
+test("the mesh: cp between tp and dp (Megatron's order), dp_cp, and refusals", function()
+  local mesh = lt.dist.init{cp = 2}
+  testing.assert_equal(mesh.cp_size, 2)
+  testing.assert_equal(mesh.dp_size, n / 2)
+  testing.assert_equal(mesh.cp_rank, r % 2)
+  testing.assert_equal(mesh.dp_rank, math.floor(r / 2))
+  testing.assert_equal(mesh.cp.ranks[1], r - r % 2, "cp ranks are neighbours")
+  testing.assert_equal(mesh.cp.size, 2)
+  testing.assert_equal(mesh.dp_cp.size, n)
+  testing.assert_error("cp must be a positive integer", lt.dist.init, {cp = 0})
+  testing.assert_error("cp 3", lt.dist.init, {cp = 3})
+  if n == 4 then
+    local m2 = lt.dist.init{cp = 2, tp = 2}
+    testing.assert_equal(m2.tp.ranks[1], r - r % 2, "tp ranks are neighbours")
+    testing.assert_equal(m2.cp.ranks[2] - m2.cp.ranks[1], 2, "cp ranks are tp apart")
+    testing.assert_error("not supported yet", lt.dist.parallelize, models.build(cfg_of("llama")), m2, {})
+  end
+end)
+
+test("a loss_fn whose forward runs no ring attention is refused by name", function()
+  local mesh = lt.dist.init{cp = n}
+  local model = models.build(cfg_of("llama"))
+  local par = lt.dist.parallelize(model, mesh, {})
+  local b = batches_of(cfg_of("llama"), 1)[1]
+  testing.assert_error("did not", par.forward_backward, par, {b}, function(m, batch)
+    return m.lm_head.weight:sum() + batch.x:size(1) * 0
+  end)
+end)

@@ -1,8 +1,10 @@
 -- lutra.dist.cp — context parallel: the sequence of every row split over a cp group.
 --
 --   local part = cp.split(batch, mesh.cp)   -- {x =, y =, positions =, segments =, cp = ctx}
---   local _, loss = model:forward(part.x, part.y, {positions = part.positions,
---                                                  segments = part.segments, cp = part.cp})
+--   local _, loss = model:forward(part.x, part.y, {cp = part.cp})
+--
+-- (lutra.dist.parallelize does this for the trainer, and sets the context on the model as
+-- model.cp_context for the forward, so that a loss_fn calling model:forward(x, y) gets it.)
 --
 -- Load balance for causal attention: a row of T tokens is cut into 2 * cp chunks of
 -- T / (2 cp); rank i holds chunks i and 2cp-1-i (an early chunk sees few keys, a late one
@@ -78,8 +80,8 @@ function M.split(batch, group)
     local idx = create.tensor(M.indices(r, n, T / (2 * n)), {dtype = "i64", device = x.device})
     out.positions = idx:reshape(1, T / n):expand(B, T / n):contiguous()
   end
-  out.cp = setmetatable({group = group, n = n, rank = r, T = T, chunk = T / (2 * n), segments = batch.segments},
-    Ctx)
+  out.cp = setmetatable({group = group, n = n, rank = r, T = T, chunk = T / (2 * n), segments = batch.segments,
+                         positions = out.positions, local_segments = out.segments}, Ctx)
   return out
 end
 

@@ -190,6 +190,7 @@ function M.attention(q, k, v, ctx, scale)
     raise(string.format("cp attention: %d local tokens, but the context holds 2 chunks of %d", q:size(1), ctx.chunk))
   end
   scale = scale or 1 / math.sqrt(q:size(3))
+  ctx.used = true
   local y, lse = op.untracked(forward, q, k, v, ctx, scale)
   if U.tracked(q, k, v) then record(y, lse, q, k, v, ctx, scale) end
   return y

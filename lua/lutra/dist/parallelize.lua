@@ -12,6 +12,10 @@
 -- data parallel over the dp group: ZeRO (zero.new, stage 1-3: the optimizer is built
 -- over the shards) or bucketed all-reduce (ddp.new). Losses are the mean over the global
 -- batch, the same number on every rank; the gradient norm is global (every shard once).
+-- Context parallel (mesh.cp_size > 1, plain data parallel only for now): each batch is cut
+-- into this rank's part of every row (lutra.dist.cp.split, its context in batch.cp for the
+-- model), and gradients and losses are averaged over dp_cp (cp's scaled losses make that the
+-- mean over the global batch).
 local errors = require "lutra.errors"
 local create = require "lutra.create"
 local grad = require "lutra.nn.grad"
@@ -82,6 +86,13 @@ function M.new(model, mesh, opts)
       .. "with pp, or zero 3 with dp and tp", mesh:layout()))
   end
   local self = setmetatable({mesh = mesh, full_model = model, model = model}, Par)
+  if (mesh.cp_size or 1) > 1 then
+    if mesh.tp_size > 1 or mesh.pp_size > 1 or mesh.zero > 0 then
+      raise(string.format("parallel: context parallel with tp, pp or ZeRO is not supported yet (%s); use cp with dp",
+        mesh:layout()))
+    end
+    self.cp = require "lutra.dist.cp"
+  end
   if mesh.tp_size > 1 then
     self.tp = require "lutra.dist.tp"
     -- (lutra.models.build(cfg, mesh) may have done it already)
@@ -102,8 +113,8 @@ function M.new(model, mesh, opts)
                                                                      optimizer = factory})
     self.optimizer = self.zero.optimizer
   else
-    if mesh.dp_size > 1 then
-      self.ddp = require("lutra.dist.ddp").new(named_trainable(self.model), mesh.dp, {bucket_mb = o.bucket_mb})
+    if mesh.dp_cp.size > 1 then
+      self.ddp = require("lutra.dist.ddp").new(named_trainable(self.model), mesh.dp_cp, {bucket_mb = o.bucket_mb})
     end
     self.optimizer = factory and factory(named_trainable(self.model)) or nil
   end
@@ -138,7 +149,9 @@ function Par:forward_backward(batches, loss_fn)
   local sync = self.ddp or self.zero
   local acc = extras.new()
   for i, batch in ipairs(batches) do
+    if self.cp then batch = self.cp.split(batch, self.mesh.cp) end
     local function run()
+      if self.cp then return self:cp_forward_backward(batch, loss_fn, k, acc) end
       if self.stage then
         local m = self.micro_batches
         local s, part = self.stage:train_step(split_rows(batch, m), 1 / (m * k), loss_fn)
@@ -163,6 +176,24 @@ function Par:forward_backward(batches, loss_fn)
   return self:mean_over_dp(sum), acc
 end
 
+-- One batch's part under context parallel: loss_fn with the context on the model (cp_context:
+-- the zoo's models read it), which must have run ring attention.
+function Par:cp_forward_backward(batch, loss_fn, k, acc)
+  local model = self.model
+  rawset(model, "cp_context", batch.cp)
+  local loss, extra = loss_fn(model, batch)
+  rawset(model, "cp_context", nil)
+  if not batch.cp.used then
+    raise("parallel: context parallel needs a model whose attention runs over the cp group (lutra.dist.cp): "
+      .. "this loss_fn's forward did not (pass opts.cp = batch.cp to a zoo model's forward)")
+  end
+  local value = loss:item()
+  extras.add(acc, extra, 1 / k)
+  if k > 1 then loss = loss * (1 / k) end
+  loss:backward()
+  return value
+end
+
 -- loss_fn's extra metrics (an accumulator of forward_backward) over the layout: reduced over
 -- the data-parallel ranks (which must give the same names: else an error naming this rank's),
 -- then, under pipeline parallel, the last stage's on every stage (rank 0, which logs, is on the
@@ -173,9 +204,9 @@ function Par:reduce_extras(acc)
   return acc
 end
 
--- The mean of a number over the data-parallel ranks.
+-- The mean of a number over the data-parallel ranks (and context-parallel: see the header).
 function Par:mean_over_dp(v)
-  local dp = self.mesh.dp
+  local dp = self.mesh.dp_cp
   if dp.size == 1 then return v end
   local t = create.tensor({v}, {dtype = "f64"})
   dp:all_reduce(t, "avg")
@@ -213,7 +244,7 @@ function Par:finish(max_norm)
     total_sq = t:item()
     t:free()
     -- plain data parallel: every dp replica holds the same full gradients
-    if not self.zero then total_sq = total_sq / mesh.dp_size end
+    if not self.zero then total_sq = total_sq / (mesh.dp_size * (mesh.cp_size or 1)) end
   end
   local norm = math.sqrt(total_sq)
   if max_norm and max_norm > 0 and norm == norm then
@@ -235,6 +266,8 @@ end
 
 -- The mean loss of one (local) batch, no grad: the same number on every rank.
 function Par:eval_loss(batch, loss_fn)
+  if self.cp then batch = self.cp.split(batch, self.mesh.cp) end
+  if self.cp then rawset(self.model, "cp_context", batch.cp) end
   local v
   if self.stage then
     v = self.stage:eval(batch, loss_fn)
@@ -244,6 +277,7 @@ function Par:eval_loss(batch, loss_fn)
       return type(loss) == "number" and loss or loss:item()
     end)
   end
+  if self.cp then rawset(self.model, "cp_context", nil) end
   return self:mean_over_dp(v)
 end
 

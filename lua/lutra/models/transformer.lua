@@ -164,8 +164,9 @@ end
 -- Packed rows (several documents per row, lutra.sft.data): opts.positions (B, T) the
 -- position of each token in its document (learned positions are gathered there, RoPE
 -- rotates by it) and opts.segments (B, T) its document id: attention stays inside each
--- document, so a packed document's logits are the ones it has alone. opts.cp: context parallel
--- (lutra.dist.cp.split made idx, targets, positions and the context; the loss is its scaled part).
+-- document, so a packed document's logits are the ones it has alone. opts.cp (or the field
+-- cp_context): context parallel, lutra.dist.cp.split made idx, targets and the context (positions,
+-- segments), the loss is this rank's scaled part.
 function Transformer:forward(idx, targets, opts)
   check_ids("idx", idx)
   local B, T = idx:size(0), idx:size(1)
@@ -178,9 +179,11 @@ function Transformer:forward(idx, targets, opts)
       pos > 0 and string.format(" after %d", pos) or "", cache and "cache" or "block_size", limit))
   end
   local positions, segments = opts and opts.positions, opts and opts.segments
+  -- context parallel (lutra.dist.cp): this rank's part of the rows, at their global positions
+  local cp = opts and opts.cp or rawget(self, "cp_context")
+  if cp then positions, segments = positions or cp.positions, segments or cp.local_segments end
   if positions ~= nil then check_ids("positions", positions, B, T) end
   if segments ~= nil then check_ids("segments", segments, B, T) end
-  local cp = opts and opts.cp -- context parallel (lutra.dist.cp): this rank's part of the rows
   local packed = (positions ~= nil or segments ~= nil or cp) and {positions = positions, segments = segments, cp = cp}
     or nil
   if packed and cache then raise("Transformer: positions/segments (packed rows) do not go with a cache") end
