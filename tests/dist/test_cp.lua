@@ -50,14 +50,19 @@ end
 
 -- ---- ring attention alone -------------------------------------------------------------------
 
-for _, case in ipairs {{Hkv = 4}, {Hkv = 2}, {Hkv = 1, packed = true}, {Hkv = 2, packed = true}} do
-  test(string.format("ring attention = unsplit attention (cp%d, H 4, Hkv %d%s): y, dq, dk, dv", n, case.Hkv,
+-- f64 and packed segments: the plain-op path, to 1e-9; f32 without segments: the fused kernel per
+-- chunk pair, within the f32 rounding bound of sums of T terms through ~4 reductions (2 T u 4).
+for _, case in ipairs {{Hkv = 4}, {Hkv = 2}, {Hkv = 1, packed = true}, {Hkv = 2, packed = true},
+                       {Hkv = 4, dt = "f32"}, {Hkv = 2, dt = "f32"}, {Hkv = 1, dt = "f32"}} do
+  local dt = case.dt or "f64"
+  test(string.format("ring attention = unsplit attention (cp%d, %s, H 4, Hkv %d%s): y, dq, dk, dv", n, dt, case.Hkv,
     case.packed and ", packed segments" or ""), function()
     local B, T, Hq, D = 2, 8 * n, 4, 8
+    local REL = dt == "f64" and REL or 2 * T * 2 ^ -24 * 4
     lt.manual_seed(7)
-    local q = lt.randn(B, T, Hq, D):double()
-    local k, v = lt.randn(B, T, case.Hkv, D):double(), lt.randn(B, T, case.Hkv, D):double()
-    local gy = lt.randn(B, T, Hq, D):double()
+    local q = lt.randn(B, T, Hq, D):to(dt)
+    local k, v = lt.randn(B, T, case.Hkv, D):to(dt), lt.randn(B, T, case.Hkv, D):to(dt)
+    local gy = lt.randn(B, T, Hq, D):to(dt)
     local seg = case.packed and packed_rows(B, T) or nil
     local qr, kr, vr = leaf(q), leaf(k), leaf(v)
     local yr = F.scaled_dot_product_attention {qr, kr, vr, causal = true, segment_ids = seg}

@@ -18,9 +18,12 @@
 -- brings each dK, dV home. GQA: each kv head serves H / Hkv query heads (its gradients summed
 -- over them).
 --
--- The scores are plain ops (matmul, exp, max) in the input dtype: exact in f64 on the CPU,
--- where the fused kernel's f32 log-sum-exp is not. Not yet: a fused kernel per block, skipping
--- the fully masked blocks, sliding windows.
+-- Two ways to compute a block. f32 without segments: the fused kernel (F.scaled_dot_product_attention,
+-- no (T, T) scores in memory) on each pair of a query chunk and a key chunk, causal on the
+-- diagonal, whole below it, skipped above; the pairs merged by their log-sum-exp. f64, or packed
+-- segments (the kernel takes one segment tensor for queries and keys): plain ops (matmul, exp,
+-- max) on the whole block with its mask, exact in f64 where the kernel's f32 log-sum-exp is not.
+-- Not yet: bf16/f16, sliding windows, a fused kernel for segments across chunks.
 local create = require "lutra.create"
 local errors = require "lutra.errors"
 local memory = require "lutra.memory"
@@ -36,6 +39,8 @@ local M = {}
 
 -- The dtype's most negative finite value (masked scores; see functional/attention.lua).
 local LOWEST = {f64 = -1.7976931348623157e308, f32 = -3.4028234663852886e38}
+
+local Fattn = require "lutra.functional.attention"
 
 local function either(a, b) return ops.gt(ops.add(a:to("f32"), b:to("f32")), 0) end -- a or b (bool)
 
@@ -162,19 +167,111 @@ local function backward(dy, q, k, v, y, lse, ctx, scale)
     dvb:permute(0, 2, 1, 3):contiguous()
 end
 
+-- ---- fused: chunk pairs through the attention kernel --------------------------------------------
+
+-- The global chunk index of half h (0, 1) of cp rank i's tokens.
+local function chunk_of(i, h, n) return h == 0 and i or 2 * n - 1 - i end
+
+-- How query chunk a sees key chunk b: "causal" (the diagonal), "full" (b before a) or nil (after).
+local function pair(a, b)
+  if a == b then return "causal" elseif b < a then return "full" end
+end
+
+-- (B, H, c) f32 lse -> (B, c, H, 1): the weights' shape against an output (B, c, H, D).
+local function per_token(l) return l:permute(0, 2, 1):unsqueeze(3) end
+
+-- y (B, Tl, H, D) and lse {two (B, H, c) f32, one per half} of ring attention, fused per pair.
+local function forward_fused(q, k, v, ctx, scale)
+  local n, c = ctx.n, ctx.chunk
+  local halves = {q:narrow(1, 0, c), q:narrow(1, c, c)}
+  local acc, lse = {}, {}
+  local kb, vb = k:contiguous(), v:contiguous()
+  for step = 0, n - 1 do
+    local j = (ctx.rank - step) % n
+    local h, next
+    if step < n - 1 then h, next = pass(ctx, {kb, vb}) end
+    for a = 0, 1 do
+      for b = 0, 1 do
+        local how = pair(chunk_of(ctx.rank, a, n), chunk_of(j, b, n))
+        if how then
+          acc[a], lse[a] = tidy(function()
+            local o, l = Fattn.scaled_dot_product_attention {halves[a + 1], kb:narrow(1, b * c, c), vb:narrow(1, b * c, c),
+              causal = how == "causal", scale = scale}
+            if acc[a] == nil then return o, l end
+            local m = ops.maximum(lse[a], l) -- log(e^x + e^y) = m + log(e^(x-m) + e^(y-m))
+            local wa, wb = ops.exp(ops.sub(lse[a], m)), ops.exp(ops.sub(l, m))
+            local sum = ops.add(wa, wb)
+            local out = ops.add(ops.mul(acc[a], per_token(ops.div(wa, sum))), ops.mul(o, per_token(ops.div(wb, sum))))
+            return out, ops.add(m, ops.log(sum))
+          end)
+        end
+      end
+    end
+    if h then
+      h:wait()
+      kb, vb = next[1], next[2]
+    end
+  end
+  return create.cat({acc[0], acc[1]}, 1), lse
+end
+
+-- dq, dk, dv of ring attention for dy, fused per pair: with the final out and lse the kernel's
+-- backward of a pair is that pair's exact share.
+local function backward_fused(dy, q, k, v, y, lse, ctx, scale)
+  local n, c = ctx.n, ctx.chunk
+  local qs, dys, ys = {q:narrow(1, 0, c), q:narrow(1, c, c)}, {dy:narrow(1, 0, c), dy:narrow(1, c, c)},
+    {y:narrow(1, 0, c), y:narrow(1, c, c)}
+  local dq = create.zeros_like(q)
+  local kb, vb = k:contiguous(), v:contiguous()
+  local dkb, dvb = create.zeros_like(kb), create.zeros_like(vb)
+  for step = 0, n - 1 do
+    local j = (ctx.rank - step) % n
+    local h, next
+    if step < n - 1 then h, next = pass(ctx, {kb, vb}) end
+    for a = 0, 1 do
+      for b = 0, 1 do
+        local how = pair(chunk_of(ctx.rank, a, n), chunk_of(j, b, n))
+        if how then
+          tidy(function()
+            local dqa, dkp, dvp = Fattn.attention_backward {dys[a + 1], qs[a + 1], kb:narrow(1, b * c, c),
+              vb:narrow(1, b * c, c), ys[a + 1], lse[a], causal = how == "causal", scale = scale}
+            local dst = dq:narrow(1, a * c, c)
+            ops.add(dst, dqa, dst)
+            dst = dkb:narrow(1, b * c, c)
+            ops.add(dst, dkp, dst)
+            dst = dvb:narrow(1, b * c, c)
+            ops.add(dst, dvp, dst)
+          end)
+        end
+      end
+    end
+    local hd, got = pass(ctx, {dkb, dvb}, 1)
+    hd:wait()
+    dkb, dvb = got[1], got[2]
+    if h then
+      h:wait()
+      kb, vb = next[1], next[2]
+    end
+  end
+  return dq, dkb, dvb
+end
+
+local function fused(q, ctx) return q.dtype == "f32" and ctx.segments == nil end
+
 local record = op.declare {
-  name = "RingAttentionBackward", save = {"q", "k", "v", "out", "lse"},
+  name = "RingAttentionBackward", save = {"q", "k", "v", "out"},
   record = function(cls, y, lse, q, k, v, ctx, scale)
     local node = {op.edge(q), op.edge(k), op.edge(v), cls = cls, ctx = ctx, scale = scale}
     op.save(node, "q", q)
     op.save(node, "k", k)
     op.save(node, "v", v)
     op.save_output(node, "out", y)
-    op.save(node, "lse", lse)
+    node.lse = lse -- a tensor, or the fused path's two halves' (not views of anything: no version to keep)
     op.attach(y, node)
   end,
   backward = function(n, g)
-    local dq, dk, dv = op.untracked(backward, g, n.q, n.k, n.v, n.out, n.lse, n.ctx, n.scale)
+    local dq, dk, dv = op.untracked(fused(n.q, n.ctx) and backward_fused or backward, g, n.q, n.k, n.v, n.out,
+      n.lse, n.ctx, n.scale)
     return n[1] and dq or nil, n[2] and dk or nil, n[3] and dv or nil
   end,
   no_double = "one process (gradients of gradients through ring attention are not implemented)",
@@ -191,7 +288,7 @@ function M.attention(q, k, v, ctx, scale)
   end
   scale = scale or 1 / math.sqrt(q:size(3))
   ctx.used = true
-  local y, lse = op.untracked(forward, q, k, v, ctx, scale)
+  local y, lse = op.untracked(fused(q, ctx) and forward_fused or forward, q, k, v, ctx, scale)
   if U.tracked(q, k, v) then record(y, lse, q, k, v, ctx, scale) end
   return y
 end
