@@ -166,11 +166,14 @@ test("gpt2 with packed segments: cp over the world = one process, f64", function
 
 -- The layout's mesh, 3 AdamW steps with clipping through parallelize (the default loss: the model
 -- reads the context parallelize sets on it): the step-1 loss, gradient norm and every gradient,
--- and every step's loss and norm, against one process on the global batch.
-local function par_equivalence(arch, layout, packed)
+-- and every step's loss and norm, against one process on the global batch (f32: step 1, within
+-- the f32 rounding bound of layout_helpers.lua).
+local function par_equivalence(arch, layout, packed, dt)
   local mesh = lt.dist.init(layout)
   local cfg = cfg_of(arch)
-  local steps = 3
+  cfg.dtype = dt or "f64"
+  local steps = dt == "f32" and 1 or 3
+  local REL = dt == "f32" and H.f32_tolerance(cfg, 4 * 16) or REL
   lt.manual_seed(1)
   local ref = models.build(cfg)
   lt.manual_seed(1)
@@ -189,7 +192,7 @@ local function par_equivalence(arch, layout, packed)
   end})
   local refs = {}
   for name, p in ref:named_parameters() do refs[name] = p end
-  local what = string.format("%s %s%s", arch, mesh:layout(), packed and " packed" or "")
+  local what = string.format("%s %s %s%s", arch, cfg.dtype, mesh:layout(), packed and " packed" or "")
   local rows = 4 / mesh.dp_size
   local got, want = {}, {}
   for s = 1, steps do
@@ -226,6 +229,9 @@ for _, layout in ipairs(layouts) do
   test("gpt2 " .. name .. " through parallelize = one process, f64", function() par_equivalence("gpt2", layout) end)
   test("llama " .. name .. " packed, through parallelize = one process, f64", function()
     par_equivalence("llama", layout, true)
+  end)
+  test("llama " .. name .. " through parallelize = one process, f32 step 1 (the fused ring)", function()
+    par_equivalence("llama", layout, false, "f32")
   end)
 end
 
