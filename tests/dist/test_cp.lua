@@ -11,6 +11,7 @@ local testing = require "lutra.testing"
 local comm = require "lutra.dist.comm"
 local cp = require "lutra.dist.cp"
 local cp_attention = require "lutra.dist.cp_attention"
+local tp = require "lutra.dist.tp"
 local F, optim, models = lt.F, lt.optim, lt.models
 
 comm.init()
@@ -212,7 +213,8 @@ local function par_equivalence(arch, layout, packed, dt)
     H.assert_rel_number(norm, norm_r, REL, what .. " gradient norm at step " .. s)
     if s == 1 then
       for name, p in model:named_parameters() do
-        H.assert_rel(p.grad, refs[name].grad, REL, what .. " step-1 gradient (clipped) of " .. name)
+        local g = mesh.tp_size > 1 and tp.gather(model, p, p.grad) or p.grad
+        H.assert_rel(g, refs[name].grad, REL, what .. " step-1 gradient (clipped) of " .. name)
       end
     end
     want[s], got[s] = loss_r:item(), loss
@@ -222,9 +224,10 @@ local function par_equivalence(arch, layout, packed, dt)
   H.compare_losses(got, want, REL, what)
 end
 
-local layouts = n == 4 and {{cp = 2}, {cp = 4}} or {{cp = 2}}
+local layouts = n == 4 and {{cp = 2}, {cp = 4}, {cp = 2, tp = 2}} or {{cp = 2}}
 for _, layout in ipairs(layouts) do
-  local name = string.format("cp%d%s", layout.cp, n / layout.cp > 1 and string.format(" x dp%d", n / layout.cp) or "")
+  local other = n / layout.cp
+  local name = string.format("cp%d%s", layout.cp, other == 1 and "" or layout.tp and " x tp" .. other or " x dp" .. other)
   test("llama " .. name .. " through parallelize = one process, f64", function() par_equivalence("llama", layout) end)
   test("gpt2 " .. name .. " through parallelize = one process, f64", function() par_equivalence("gpt2", layout) end)
   test("llama " .. name .. " packed, through parallelize = one process, f64", function()
@@ -250,7 +253,12 @@ test("the mesh: cp between tp and dp (Megatron's order), dp_cp, and refusals", f
     local m2 = lt.dist.init{cp = 2, tp = 2}
     testing.assert_equal(m2.tp.ranks[1], r - r % 2, "tp ranks are neighbours")
     testing.assert_equal(m2.cp.ranks[2] - m2.cp.ranks[1], 2, "cp ranks are tp apart")
-    testing.assert_error("not supported yet", lt.dist.parallelize, models.build(cfg_of("llama")), m2, {})
+    testing.assert_equal(m2.dp_cp.size, 2)
+  end
+  for _, bad in ipairs {{cp = 2, zero = 1}, {cp = 2, pp = 2}} do
+    if n % 4 == 0 or bad.pp == nil then
+      testing.assert_error("not supported yet", lt.dist.parallelize, models.build(cfg_of("llama")), lt.dist.init(bad), {})
+    end
   end
 end)
 

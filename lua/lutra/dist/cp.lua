@@ -45,9 +45,11 @@ local Ctx = {}
 Ctx.__index = Ctx
 
 -- The cross-entropy of this rank's logits (B, Tl, V) and targets (B, Tl) (-100 ignored),
--- scaled so that its average over the cp ranks is the mean over the group's tokens.
-function Ctx:loss(logits, targets)
-  local sum = F.cross_entropy(logits, targets, {ignore_index = -100, reduction = "sum"})
+-- scaled so that its average over the cp ranks is the mean over the group's tokens. model: one
+-- whose loss(logits, targets, "sum") sums (a zoo model's: the vocab-parallel one under tp), or nil.
+function Ctx:loss(logits, targets, model)
+  local sum = model and model:loss(logits, targets, "sum")
+    or F.cross_entropy(logits, targets, {ignore_index = -100, reduction = "sum"})
   local count = create.tensor({ops.ne(targets, -100):to("f64"):sum():item()}, {dtype = "f64"})
   self.group:all_reduce(count, "sum")
   local n = count:item()

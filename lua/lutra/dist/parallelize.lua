@@ -12,7 +12,7 @@
 -- data parallel over the dp group: ZeRO (zero.new, stage 1-3: the optimizer is built
 -- over the shards) or bucketed all-reduce (ddp.new). Losses are the mean over the global
 -- batch, the same number on every rank; the gradient norm is global (every shard once).
--- Context parallel (mesh.cp_size > 1, plain data parallel only for now): each batch is cut
+-- Context parallel (mesh.cp_size > 1; with dp and tp, not yet pp, ZeRO): each batch is cut
 -- into this rank's part of every row (lutra.dist.cp.split, its context in batch.cp for the
 -- model), and gradients and losses are averaged over dp_cp (cp's scaled losses make that the
 -- mean over the global batch).
@@ -87,9 +87,9 @@ function M.new(model, mesh, opts)
   end
   local self = setmetatable({mesh = mesh, full_model = model, model = model}, Par)
   if (mesh.cp_size or 1) > 1 then
-    if mesh.tp_size > 1 or mesh.pp_size > 1 or mesh.zero > 0 then
-      raise(string.format("parallel: context parallel with tp, pp or ZeRO is not supported yet (%s); use cp with dp",
-        mesh:layout()))
+    if mesh.pp_size > 1 or mesh.zero > 0 or o.sequence_parallel then
+      raise(string.format("parallel: context parallel with pp, ZeRO or sequence_parallel is not supported yet (%s); "
+        .. "use cp with dp and tp", mesh:layout()))
     end
     self.cp = require "lutra.dist.cp"
   end

@@ -316,8 +316,8 @@ function M.parallelize(model, group, opts)
                           vocab_size = V})
   end)
   -- (Transformer:forward calls self:loss: the vocab-parallel cross-entropy on this instance)
-  rawset(model, "loss", function(_, logits, targets)
-    return (tp_loss.cross_entropy(logits, targets, group, lo, V, {ignore_index = -100}))
+  rawset(model, "loss", function(_, logits, targets, reduction)
+    return (tp_loss.cross_entropy(logits, targets, group, lo, V, {ignore_index = -100, reduction = reduction}))
   end)
   return model
 end

@@ -215,7 +215,7 @@ function Transformer:forward(idx, targets, opts)
   release(h, logits)
   if cache then cache.pos = pos + T end
   if targets == nil then return logits end
-  local loss = cp and cp:loss(logits, targets) or self:loss(logits, targets)
+  local loss = cp and cp:loss(logits, targets, self) or self:loss(logits, targets)
   if self.cfg.n_experts ~= nil then
     if self.training then
       loss = self:add_aux_loss(loss)
@@ -258,7 +258,10 @@ end
 
 -- The mean next-token loss of logits (B, T, V) against targets (B, T), -100 ignored.
 -- Tensor parallel replaces it on a sharded model with the vocab-parallel cross-entropy.
-function Transformer:loss(logits, targets) return F.cross_entropy(logits, targets, {ignore_index = -100}) end
+-- (reduction: "mean" by default, "sum" for context parallel's share: lutra.dist.cp)
+function Transformer:loss(logits, targets, reduction)
+  return F.cross_entropy(logits, targets, {ignore_index = -100, reduction = reduction})
+end
 
 -- A key/value cache for incremental decoding of `batch` sequences of up to `len`
 -- (default block_size) positions: {pos = 0, len =, layers = {...}}. Pass it as
