@@ -18,12 +18,12 @@
 -- brings each dK, dV home. GQA: each kv head serves H / Hkv query heads (its gradients summed
 -- over them).
 --
--- Two ways to compute a block. f32 without segments: the fused kernel (F.scaled_dot_product_attention,
+-- Two ways to compute a block. f32, bf16, f16 without segments: the fused kernel (F.scaled_dot_product_attention,
 -- no (T, T) scores in memory) on each pair of a query chunk and a key chunk, causal on the
 -- diagonal, whole below it, skipped above; the pairs merged by their log-sum-exp. f64, or packed
 -- segments (the kernel takes one segment tensor for queries and keys): plain ops (matmul, exp,
 -- max) on the whole block with its mask, exact in f64 where the kernel's f32 log-sum-exp is not.
--- Not yet: bf16/f16, sliding windows, a fused kernel for segments across chunks.
+-- Not yet: sliding windows, a fused kernel for segments across chunks (bf16/f16 with them).
 local create = require "lutra.create"
 local errors = require "lutra.errors"
 local memory = require "lutra.memory"
@@ -180,7 +180,10 @@ end
 -- (B, H, c) f32 lse -> (B, c, H, 1): the weights' shape against an output (B, c, H, D).
 local function per_token(l) return l:permute(0, 2, 1):unsqueeze(3) end
 
--- y (B, Tl, H, D) and lse {two (B, H, c) f32, one per half} of ring attention, fused per pair.
+local function f32(t) return t.dtype == "f32" and t or t:to("f32") end
+
+-- y (B, Tl, H, D) and lse {two (B, H, c) f32, one per half} of ring attention, fused per pair
+-- (bf16/f16: the running output merged in f32, y rounded once at the end).
 local function forward_fused(q, k, v, ctx, scale)
   local n, c = ctx.n, ctx.chunk
   local halves = {q:narrow(1, 0, c), q:narrow(1, c, c)}
@@ -197,6 +200,7 @@ local function forward_fused(q, k, v, ctx, scale)
           acc[a], lse[a] = tidy(function()
             local o, l = Fattn.scaled_dot_product_attention {halves[a + 1], kb:narrow(1, b * c, c), vb:narrow(1, b * c, c),
               causal = how == "causal", scale = scale}
+            o = f32(o)
             if acc[a] == nil then return o, l end
             local m = ops.maximum(lse[a], l) -- log(e^x + e^y) = m + log(e^(x-m) + e^(y-m))
             local wa, wb = ops.exp(ops.sub(lse[a], m)), ops.exp(ops.sub(l, m))
@@ -212,7 +216,8 @@ local function forward_fused(q, k, v, ctx, scale)
       kb, vb = next[1], next[2]
     end
   end
-  return create.cat({acc[0], acc[1]}, 1), lse
+  local y = create.cat({acc[0], acc[1]}, 1)
+  return y.dtype == q.dtype and y or y:to(q.dtype), lse
 end
 
 -- dq, dk, dv of ring attention for dy, fused per pair: with the final out and lse the kernel's
@@ -221,9 +226,9 @@ local function backward_fused(dy, q, k, v, y, lse, ctx, scale)
   local n, c = ctx.n, ctx.chunk
   local qs, dys, ys = {q:narrow(1, 0, c), q:narrow(1, c, c)}, {dy:narrow(1, 0, c), dy:narrow(1, c, c)},
     {y:narrow(1, 0, c), y:narrow(1, c, c)}
-  local dq = create.zeros_like(q)
+  local dq = create.zeros_like(q, {dtype = "f32"}) -- (gradients summed in f32, rounded at the end)
   local kb, vb = k:contiguous(), v:contiguous()
-  local dkb, dvb = create.zeros_like(kb), create.zeros_like(vb)
+  local dkb, dvb = create.zeros_like(kb, {dtype = "f32"}), create.zeros_like(vb, {dtype = "f32"})
   for step = 0, n - 1 do
     local j = (ctx.rank - step) % n
     local h, next
@@ -236,11 +241,11 @@ local function backward_fused(dy, q, k, v, y, lse, ctx, scale)
             local dqa, dkp, dvp = Fattn.attention_backward {dys[a + 1], qs[a + 1], kb:narrow(1, b * c, c),
               vb:narrow(1, b * c, c), ys[a + 1], lse[a], causal = how == "causal", scale = scale}
             local dst = dq:narrow(1, a * c, c)
-            ops.add(dst, dqa, dst)
+            ops.add(dst, f32(dqa), dst)
             dst = dkb:narrow(1, b * c, c)
-            ops.add(dst, dkp, dst)
+            ops.add(dst, f32(dkp), dst)
             dst = dvb:narrow(1, b * c, c)
-            ops.add(dst, dvp, dst)
+            ops.add(dst, f32(dvp), dst)
           end)
         end
       end
@@ -253,10 +258,12 @@ local function backward_fused(dy, q, k, v, y, lse, ctx, scale)
       kb, vb = next[1], next[2]
     end
   end
-  return dq, dkb, dvb
+  local dt = q.dtype
+  if dt == "f32" then return dq, dkb, dvb end
+  return dq:to(dt), dkb:to(dt), dvb:to(dt)
 end
 
-local function fused(q, ctx) return q.dtype == "f32" and ctx.segments == nil end
+local function fused(q, ctx) return q.dtype ~= "f64" and ctx.segments == nil end
 
 local record = op.declare {
   name = "RingAttentionBackward", save = {"q", "k", "v", "out"},
@@ -282,7 +289,9 @@ function M.attention(q, k, v, ctx, scale)
     raise(string.format("cp attention: expected q (B, T, H, D), k, v (B, T, Hkv, D), got [%s], [%s]",
       table.concat(q.shape, ", "), table.concat(k.shape, ", ")))
   end
-  if LOWEST[q.dtype] == nil then raise("cp attention: f32 or f64 only for now, got " .. q.dtype) end
+  if LOWEST[q.dtype] == nil and not fused(q, ctx) then
+    raise("cp attention: packed segments need f32 or f64 for now, got " .. q.dtype)
+  end
   if q:size(1) ~= 2 * ctx.chunk then
     raise(string.format("cp attention: %d local tokens, but the context holds 2 chunks of %d", q:size(1), ctx.chunk))
   end
