@@ -230,7 +230,8 @@ end
 local layouts = n == 4 and {{cp = 2}, {cp = 4}, {cp = 2, tp = 2}} or {{cp = 2}}
 for _, layout in ipairs(layouts) do
   local other = n / layout.cp
-  local name = string.format("cp%d%s", layout.cp, other == 1 and "" or layout.tp and " x tp" .. other or " x dp" .. other)
+  local name = string.format("cp%d%s", layout.cp,
+    other == 1 and "" or layout.tp and " x tp" .. other or " x dp" .. other)
   test("llama " .. name .. " through parallelize = one process, f64", function() par_equivalence("llama", layout) end)
   test("gpt2 " .. name .. " through parallelize = one process, f64", function() par_equivalence("gpt2", layout) end)
   test("llama " .. name .. " packed, through parallelize = one process, f64", function()
@@ -260,7 +261,8 @@ test("the mesh: cp between tp and dp (Megatron's order), dp_cp, and refusals", f
   end
   for _, bad in ipairs {{cp = 2, zero = 1}, {cp = 2, pp = 2}} do
     if n % 4 == 0 or bad.pp == nil then
-      testing.assert_error("not supported yet", lt.dist.parallelize, models.build(cfg_of("llama")), lt.dist.init(bad), {})
+      testing.assert_error("not supported yet", lt.dist.parallelize, models.build(cfg_of("llama")), lt.dist.init(bad),
+        {})
     end
   end
 end)

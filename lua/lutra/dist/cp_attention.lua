@@ -14,15 +14,16 @@
 --
 -- Backward sends the blocks around again with their dK, dV accumulators: with the final y
 -- and lse, P = e^(S - lse) of a block is exact, delta = rowsum(dY * y), dS = P (dY V^T - delta),
--- dQ += scale dS K, dK += scale dS^T Q, dV += P^T dY; after the last block one more hop
--- brings each dK, dV home. GQA: each kv head serves H / Hkv query heads (its gradients summed
--- over them).
+-- dQ += scale dS K, dK += scale dS^T Q, dV += P^T dY; a block's accumulators are sent on while
+-- the next block computes, and after the last block one more hop brings each dK, dV home.
+-- GQA: each kv head serves H / Hkv query heads (its gradients summed over them).
 --
--- Two ways to compute a block. f32, bf16, f16 without segments: the fused kernel (F.scaled_dot_product_attention,
--- no (T, T) scores in memory) on each pair of a query chunk and a key chunk, causal on the
--- diagonal, whole below it, skipped above; the pairs merged by their log-sum-exp. f64, or packed
--- segments (the kernel takes one segment tensor for queries and keys): plain ops (matmul, exp,
--- max) on the whole block with its mask, exact in f64 where the kernel's f32 log-sum-exp is not.
+-- Two ways to compute a block. f32, bf16, f16 without segments: the fused kernel
+-- (F.scaled_dot_product_attention, no (T, T) scores in memory) on each pair of a query chunk and
+-- a key chunk, causal on the diagonal, whole below it, skipped above; the pairs merged by their
+-- log-sum-exp. f64, or packed segments (the kernel takes one segment tensor for queries and
+-- keys): plain ops (matmul, exp, max) on the whole block with its mask, exact in f64 where the
+-- kernel's f32 log-sum-exp is not.
 -- Not yet: sliding windows, a fused kernel for segments across chunks (bf16/f16 with them).
 local create = require "lutra.create"
 local errors = require "lutra.errors"
@@ -129,42 +130,53 @@ local function forward(q, k, v, ctx, scale)
   return y, lse
 end
 
+-- The backward ring: share(kb, vb, j) adds the block of cp rank j's part into this rank's dq and
+-- returns the block's dK, dV shares. The accumulators follow their block one step behind, sent
+-- while the next block computes; the last hop takes them home. Returns this rank's dK, dV.
+local function backward_ring(ctx, k, v, share)
+  local n = ctx.n
+  local kb, vb = k:contiguous(), v:contiguous()
+  local hacc, got
+  for step = 0, n - 1 do
+    local j = (ctx.rank - step) % n
+    local h, next
+    if step < n - 1 then h, next = pass(ctx, {kb, vb}) end
+    local dk, dv = share(kb, vb, j)
+    if hacc then
+      hacc:wait()
+      dk, dv = ops.add(got[1], dk), ops.add(got[2], dv)
+    end
+    hacc, got = pass(ctx, {dk, dv}, 1)
+    if h then
+      h:wait()
+      kb, vb = next[1], next[2]
+    end
+  end
+  hacc:wait()
+  return got[1], got[2]
+end
+
 -- dq, dk, dv of ring attention for dy (B, Tl, H, D).
 local function backward(dy, q, k, v, y, lse, ctx, scale)
   local H, Hkv = q:size(2), k:size(2)
   local qh, dyh = q:permute(0, 2, 1, 3):contiguous(), dy:permute(0, 2, 1, 3):contiguous()
   local delta = ops.sum(ops.mul(dyh, y:permute(0, 2, 1, 3)), -1, true) -- (B, H, Tl, 1)
   local dq = create.zeros_like(qh)
-  local kb, vb = k:contiguous(), v:contiguous()
-  local dkb = create.zeros_like(kb:permute(0, 2, 1, 3))
-  local dvb = create.zeros_like(dkb)
-  for step = 0, ctx.n - 1 do
-    local j = (ctx.rank - step) % ctx.n
-    local h, next
-    if step < ctx.n - 1 then h, next = pass(ctx, {kb, vb}) end
+  local dk, dv = backward_ring(ctx, k, v, function(kb, vb, j)
     local mask = hidden(ctx, j, q.device)
-    dq, dkb, dvb = tidy(function()
+    return tidy(function()
       local kh = heads(kb, H)
       local s = ops.mul(qh:matmul(kh:transpose(-1, -2)), scale)
       local p = ops.where(mask, 0, ops.exp(ops.sub(s, lse)))
-      local dv = ops.add(dvb, kv_heads(p:transpose(-1, -2):matmul(dyh), Hkv))
+      local dvs = kv_heads(p:transpose(-1, -2):matmul(dyh), Hkv)
       local dp = dyh:matmul(heads(vb, H):transpose(-1, -2))
       local ds = ops.mul(p, ops.sub(dp, delta))
-      local dqn = ops.add(dq, ops.mul(ds:matmul(kh), scale))
-      local dk = ops.add(dkb, kv_heads(ops.mul(ds:transpose(-1, -2):matmul(qh), scale), Hkv))
-      return dqn, dk:contiguous(), dv:contiguous()
+      ops.add(dq, ops.mul(ds:matmul(kh), scale), dq)
+      local dks = kv_heads(ops.mul(ds:transpose(-1, -2):matmul(qh), scale), Hkv)
+      return dks:permute(0, 2, 1, 3):contiguous(), dvs:permute(0, 2, 1, 3):contiguous() -- (B, Tl, Hkv, D)
     end)
-    -- the accumulators follow their block (the last hop takes them home)
-    local hd, got = pass(ctx, {dkb, dvb}, 1)
-    hd:wait()
-    dkb, dvb = got[1], got[2]
-    if h then
-      h:wait()
-      kb, vb = next[1], next[2]
-    end
-  end
-  return dq:permute(0, 2, 1, 3):contiguous(), dkb:permute(0, 2, 1, 3):contiguous(),
-    dvb:permute(0, 2, 1, 3):contiguous()
+  end)
+  return dq:permute(0, 2, 1, 3):contiguous(), dk, dv
 end
 
 -- ---- fused: chunk pairs through the attention kernel --------------------------------------------
@@ -198,8 +210,8 @@ local function forward_fused(q, k, v, ctx, scale)
         local how = pair(chunk_of(ctx.rank, a, n), chunk_of(j, b, n))
         if how then
           acc[a], lse[a] = tidy(function()
-            local o, l = Fattn.scaled_dot_product_attention {halves[a + 1], kb:narrow(1, b * c, c), vb:narrow(1, b * c, c),
-              causal = how == "causal", scale = scale}
+            local o, l = Fattn.scaled_dot_product_attention {halves[a + 1], kb:narrow(1, b * c, c),
+              vb:narrow(1, b * c, c), causal = how == "causal", scale = scale}
             o = f32(o)
             if acc[a] == nil then return o, l end
             local m = ops.maximum(lse[a], l) -- log(e^x + e^y) = m + log(e^(x-m) + e^(y-m))
@@ -227,12 +239,8 @@ local function backward_fused(dy, q, k, v, y, lse, ctx, scale)
   local qs, dys, ys = {q:narrow(1, 0, c), q:narrow(1, c, c)}, {dy:narrow(1, 0, c), dy:narrow(1, c, c)},
     {y:narrow(1, 0, c), y:narrow(1, c, c)}
   local dq = create.zeros_like(q, {dtype = "f32"}) -- (gradients summed in f32, rounded at the end)
-  local kb, vb = k:contiguous(), v:contiguous()
-  local dkb, dvb = create.zeros_like(kb, {dtype = "f32"}), create.zeros_like(vb, {dtype = "f32"})
-  for step = 0, n - 1 do
-    local j = (ctx.rank - step) % n
-    local h, next
-    if step < n - 1 then h, next = pass(ctx, {kb, vb}) end
+  local dk, dv = backward_ring(ctx, k, v, function(kb, vb, j)
+    local dks, dvs = create.zeros_like(kb, {dtype = "f32"}), create.zeros_like(vb, {dtype = "f32"})
     for a = 0, 1 do
       for b = 0, 1 do
         local how = pair(chunk_of(ctx.rank, a, n), chunk_of(j, b, n))
@@ -242,25 +250,19 @@ local function backward_fused(dy, q, k, v, y, lse, ctx, scale)
               vb:narrow(1, b * c, c), ys[a + 1], lse[a], causal = how == "causal", scale = scale}
             local dst = dq:narrow(1, a * c, c)
             ops.add(dst, f32(dqa), dst)
-            dst = dkb:narrow(1, b * c, c)
+            dst = dks:narrow(1, b * c, c)
             ops.add(dst, f32(dkp), dst)
-            dst = dvb:narrow(1, b * c, c)
+            dst = dvs:narrow(1, b * c, c)
             ops.add(dst, f32(dvp), dst)
           end)
         end
       end
     end
-    local hd, got = pass(ctx, {dkb, dvb}, 1)
-    hd:wait()
-    dkb, dvb = got[1], got[2]
-    if h then
-      h:wait()
-      kb, vb = next[1], next[2]
-    end
-  end
+    return dks, dvs
+  end)
   local dt = q.dtype
-  if dt == "f32" then return dq, dkb, dvb end
-  return dq:to(dt), dkb:to(dt), dvb:to(dt)
+  if dt == "f32" then return dq, dk, dv end
+  return dq:to(dt), dk:to(dt), dv:to(dt)
 end
 
 local function fused(q, ctx) return q.dtype ~= "f64" and ctx.segments == nil end
