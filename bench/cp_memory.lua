@@ -7,7 +7,9 @@
 -- cp = the world's size. One forward and backward of a small model (f32) on one row of T tokens,
 -- this rank's 2 chunks of T / (2 cp) (ring attention: the fused kernel per chunk pair). The
 -- figure is the CPU allocator's high-water mark during the step minus what was allocated before
--- it (parameters): activations, the gradients and the ring's buffers. Expected: ~1/cp of cp 1's.
+-- it (parameters): activations, the gradients and the ring's buffers. Expected: ~1/cp of cp 1's
+-- (measured, 2-core CPU, defaults: 95.1, 52.7, 26.5 MB at cp 1, 2, 4: 0.55x and 0.28x; the ring
+-- path keeps q, k, v of its own, where cp 1's fused projection keeps qkv alone).
 local lt = require "lutra"
 local comm = require "lutra.dist.comm"
 local cp = require "lutra.dist.cp"

@@ -94,6 +94,23 @@ local function pass(ctx, list, tag)
   return g:p2p(items, {tag = tag}), bufs
 end
 
+-- Frees the storage of the tensors of a list that are not `keep` (ring buffers done with: the
+-- allocator gets them back now, not at the next collection).
+local function drop(list, keep)
+  for _, t in ipairs(list) do
+    if t ~= keep then t:free() end
+  end
+end
+
+-- The next block of the ring once its transfer h is done; the one done with is dropped (not
+-- the rank's own k, v: autograd keeps them).
+local function advance(h, next, kb, vb, k, v)
+  h:wait()
+  drop({kb}, k)
+  drop({vb}, v)
+  return next[1], next[2]
+end
+
 local function scores(qh, k, H, scale, mask)
   local s = ops.mul(qh:matmul(heads(k, H):transpose(-1, -2)), scale) -- (B, H, Tl, Tl)
   return ops.where(mask, LOWEST[qh.dtype], s)
@@ -110,6 +127,7 @@ local function forward(q, k, v, ctx, scale)
     local h, next
     if step < ctx.n - 1 then h, next = pass(ctx, {kb, vb}) end
     local mask = hidden(ctx, j, q.device)
+    local pacc, pl, pm = acc, l, m
     acc, l, m = tidy(function()
       local s = scores(qh, kb, H, scale, mask)
       local mb = ops.max(s, -1, true)
@@ -120,11 +138,10 @@ local function forward(q, k, v, ctx, scale)
       local alpha = ops.exp(ops.sub(m, mn))
       return ops.add(ops.mul(acc, alpha), pv), ops.add(ops.mul(l, alpha), ps), mn
     end)
-    if h then
-      h:wait()
-      kb, vb = next[1], next[2]
-    end
+    if pacc then drop({pacc, pl, pm}) end
+    if h then kb, vb = advance(h, next, kb, vb, k, v) end
   end
+  if ctx.n > 1 then drop({kb, vb}) end
   local y = ops.div(acc, l):permute(0, 2, 1, 3):contiguous()
   local lse = ops.add(m, ops.log(l))
   return y, lse
@@ -136,7 +153,7 @@ end
 local function backward_ring(ctx, k, v, share)
   local n = ctx.n
   local kb, vb = k:contiguous(), v:contiguous()
-  local hacc, got
+  local hacc, got, sent
   for step = 0, n - 1 do
     local j = (ctx.rank - step) % n
     local h, next
@@ -144,15 +161,18 @@ local function backward_ring(ctx, k, v, share)
     local dk, dv = share(kb, vb, j)
     if hacc then
       hacc:wait()
-      dk, dv = ops.add(got[1], dk), ops.add(got[2], dv)
+      drop(sent)
+      local sk, sv = ops.add(got[1], dk), ops.add(got[2], dv)
+      drop({got[1], got[2], dk, dv})
+      dk, dv = sk, sv
     end
-    hacc, got = pass(ctx, {dk, dv}, 1)
-    if h then
-      h:wait()
-      kb, vb = next[1], next[2]
-    end
+    sent = {dk, dv}
+    hacc, got = pass(ctx, sent, 1)
+    if h then kb, vb = advance(h, next, kb, vb, k, v) end
   end
   hacc:wait()
+  drop(sent)
+  if n > 1 then drop({kb, vb}) end
   return got[1], got[2]
 end
 
@@ -209,6 +229,7 @@ local function forward_fused(q, k, v, ctx, scale)
       for b = 0, 1 do
         local how = pair(chunk_of(ctx.rank, a, n), chunk_of(j, b, n))
         if how then
+          local pacc, plse = acc[a], lse[a]
           acc[a], lse[a] = tidy(function()
             local o, l = Fattn.scaled_dot_product_attention {halves[a + 1], kb:narrow(1, b * c, c),
               vb:narrow(1, b * c, c), causal = how == "causal", scale = scale}
@@ -220,14 +241,13 @@ local function forward_fused(q, k, v, ctx, scale)
             local out = ops.add(ops.mul(acc[a], per_token(ops.div(wa, sum))), ops.mul(o, per_token(ops.div(wb, sum))))
             return out, ops.add(m, ops.log(sum))
           end)
+          if pacc then drop({pacc, plse}) end
         end
       end
     end
-    if h then
-      h:wait()
-      kb, vb = next[1], next[2]
-    end
+    if h then kb, vb = advance(h, next, kb, vb, k, v) end
   end
+  if n > 1 then drop({kb, vb}) end
   local y = create.cat({acc[0], acc[1]}, 1)
   return y.dtype == q.dtype and y or y:to(q.dtype), lse
 end
