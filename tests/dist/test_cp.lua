@@ -2,10 +2,11 @@
 -- Context parallel (lutra.dist.cp, ring attention in lutra.dist.cp_attention) against one
 -- process in f64 to 1e-9 relative (layout_helpers.lua says why f64): ring attention alone
 -- against F.scaled_dot_product_attention (outputs, gradients of q, k, v; GQA; packed
--- segments), then small llama (RoPE, GQA) and gpt2 (learned positions) models: the step-1
--- loss and every parameter's gradient, and the losses of 3 AdamW steps, over the world as
--- the cp group (cp2 at np2, cp4 at np4), cp2 with packed segments, and cp2 x dp2 (np4) through
--- the trainer's lutra.dist.parallelize.
+-- segments; f32 and bf16 within their rounding), then small llama (RoPE, GQA) and gpt2
+-- (learned positions) models: the step-1 loss and every parameter's gradient, and the losses
+-- of 3 AdamW steps, over the world as the cp group (cp2 at np2, cp4 at np4), with packed
+-- segments; and through the trainer's lutra.dist.parallelize: cp2 and cp2 zero 2/3 (np2), cp2 x
+-- dp2, cp4, cp2 x tp2, cp2 x dp2 zero 1 (np4), f32 step 1 too. Then the mesh and refusals.
 local lt = require "lutra"
 local testing = require "lutra.testing"
 local comm = require "lutra.dist.comm"
@@ -169,9 +170,10 @@ test("gpt2 with packed segments: cp over the world = one process, f64", function
 -- ---- through the trainer's lutra.dist.parallelize ---------------------------------------------
 
 -- The layout's mesh, 3 AdamW steps with clipping through parallelize (the default loss: the model
--- reads the context parallelize sets on it): the step-1 loss, gradient norm and every gradient,
--- and every step's loss and norm, against one process on the global batch (f32: step 1, within
--- the f32 rounding bound of layout_helpers.lua).
+-- reads the context parallelize sets on it): the step-1 loss, gradient norm and every gradient
+-- (not under ZeRO: shards), every step's loss and norm, and the parameters after the steps (not
+-- under tp), against one process on the global batch (f32: step 1, within the f32 rounding bound
+-- of layout_helpers.lua).
 local function par_equivalence(arch, layout, packed, dt)
   local mesh = lt.dist.init(layout)
   local cfg = cfg_of(arch)
@@ -214,7 +216,7 @@ local function par_equivalence(arch, layout, packed, dt)
     local norm = par:finish(1.0)
     local norm_r = optim.clip_grad_norm(ref, 1.0)
     H.assert_rel_number(norm, norm_r, REL, what .. " gradient norm at step " .. s)
-    if s == 1 then
+    if s == 1 and mesh.zero == 0 then -- (ZeRO: gradient shards; its parameters are compared below)
       for name, p in model:named_parameters() do
         local g = mesh.tp_size > 1 and tp.gather(model, p, p.grad) or p.grad
         H.assert_rel(g, refs[name].grad, REL, what .. " step-1 gradient (clipped) of " .. name)
@@ -223,15 +225,26 @@ local function par_equivalence(arch, layout, packed, dt)
     want[s], got[s] = loss_r:item(), loss
     opt_r:step()
     par.optimizer:step()
+    par:after_step()
   end
   H.compare_losses(got, want, REL, what)
+  if mesh.tp_size == 1 and dt ~= "f32" then -- the parameters after the steps
+    local params = {}
+    if mesh.zero == 3 then
+      params = par.zero:full_parameters()
+    else
+      for name, p in model:named_parameters() do params[name] = p end
+    end
+    for name, p in pairs(refs) do H.assert_rel(params[name], p, REL, what .. " parameter " .. name) end
+  end
 end
 
-local layouts = n == 4 and {{cp = 2}, {cp = 4}, {cp = 2, tp = 2}} or {{cp = 2}}
+local layouts = n == 4 and {{cp = 2}, {cp = 4}, {cp = 2, tp = 2}, {cp = 2, zero = 1}} or
+  {{cp = 2}, {cp = 2, zero = 2}, {cp = 2, zero = 3}}
 for _, layout in ipairs(layouts) do
   local other = n / layout.cp
-  local name = string.format("cp%d%s", layout.cp,
-    other == 1 and "" or layout.tp and " x tp" .. other or " x dp" .. other)
+  local name = string.format("cp%d%s%s", layout.cp,
+    other == 1 and "" or layout.tp and " x tp" .. other or " x dp" .. other, layout.zero and " zero " .. layout.zero or "")
   test("llama " .. name .. " through parallelize = one process, f64", function() par_equivalence("llama", layout) end)
   test("gpt2 " .. name .. " through parallelize = one process, f64", function() par_equivalence("gpt2", layout) end)
   test("llama " .. name .. " packed, through parallelize = one process, f64", function()
@@ -259,7 +272,7 @@ test("the mesh: cp between tp and dp (Megatron's order), dp_cp, and refusals", f
     testing.assert_equal(m2.cp.ranks[2] - m2.cp.ranks[1], 2, "cp ranks are tp apart")
     testing.assert_equal(m2.dp_cp.size, 2)
   end
-  for _, bad in ipairs {{cp = 2, zero = 1}, {cp = 2, pp = 2}} do
+  for _, bad in ipairs {{cp = 2, sequence_parallel = true}, {cp = 2, pp = 2}} do
     if n % 4 == 0 or bad.pp == nil then
       testing.assert_error("not supported yet", lt.dist.parallelize, models.build(cfg_of("llama")), lt.dist.init(bad),
         {})

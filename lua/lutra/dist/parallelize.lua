@@ -12,10 +12,10 @@
 -- data parallel over the dp group: ZeRO (zero.new, stage 1-3: the optimizer is built
 -- over the shards) or bucketed all-reduce (ddp.new). Losses are the mean over the global
 -- batch, the same number on every rank; the gradient norm is global (every shard once).
--- Context parallel (mesh.cp_size > 1; with dp and tp, not yet pp, ZeRO): each batch is cut
+-- Context parallel (mesh.cp_size > 1; with dp, tp and ZeRO, not yet pp): each batch is cut
 -- into this rank's part of every row (lutra.dist.cp.split, its context in batch.cp for the
 -- model), and gradients and losses are averaged over dp_cp (cp's scaled losses make that the
--- mean over the global batch).
+-- mean over the global batch); ZeRO shards over dp_cp (Megatron's distributed optimizer does).
 local errors = require "lutra.errors"
 local create = require "lutra.create"
 local grad = require "lutra.nn.grad"
@@ -87,9 +87,9 @@ function M.new(model, mesh, opts)
   end
   local self = setmetatable({mesh = mesh, full_model = model, model = model}, Par)
   if (mesh.cp_size or 1) > 1 then
-    if mesh.pp_size > 1 or mesh.zero > 0 or o.sequence_parallel then
-      raise(string.format("parallel: context parallel with pp, ZeRO or sequence_parallel is not supported yet (%s); "
-        .. "use cp with dp and tp", mesh:layout()))
+    if mesh.pp_size > 1 or o.sequence_parallel then
+      raise(string.format("parallel: context parallel with pp or sequence_parallel is not supported yet (%s); "
+        .. "use cp with dp, tp and ZeRO", mesh:layout()))
     end
     self.cp = require "lutra.dist.cp"
   end
@@ -109,7 +109,7 @@ function M.new(model, mesh, opts)
   self.defer_sync = self.stage ~= nil or (self.tp ~= nil and o.sequence_parallel == true)
   local factory = opts.optimizer
   if mesh.zero > 0 then
-    self.zero = require("lutra.dist.zero").new(self.model, mesh.dp, {stage = mesh.zero, bucket_mb = o.bucket_mb,
+    self.zero = require("lutra.dist.zero").new(self.model, mesh.dp_cp, {stage = mesh.zero, bucket_mb = o.bucket_mb,
                                                                      optimizer = factory})
     self.optimizer = self.zero.optimizer
   else
