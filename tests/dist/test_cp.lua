@@ -169,6 +169,19 @@ test("gpt2 with packed segments: cp over the world = one process, f64", function
 
 -- ---- through the trainer's lutra.dist.parallelize ---------------------------------------------
 
+-- parallelize's optimizer factory: AdamW with opts over its {name, tensor} pairs
+local function adamw_of(opts)
+  return function(named)
+    return optim.AdamW({named_parameters = function()
+      local i = 0
+      return function()
+        i = i + 1
+        if named[i] then return named[i][1], named[i][2] end
+      end
+    end}, opts)
+  end
+end
+
 -- The layout's mesh, 3 AdamW steps with clipping through parallelize (the default loss: the model
 -- reads the context parallelize sets on it): the step-1 loss, gradient norm and every gradient
 -- (not under ZeRO: shards), every step's loss and norm, and the parameters after the steps (not
@@ -187,15 +200,7 @@ local function par_equivalence(arch, layout, packed, dt)
   local batches = batches_of(cfg, steps, packed)
   local adamw = {lr = 1e-2, weight_decay = 0.1}
   local opt_r = optim.AdamW(ref, adamw)
-  local par = lt.dist.parallelize(model, mesh, {optimizer = function(named)
-    return optim.AdamW({named_parameters = function()
-      local i = 0
-      return function()
-        i = i + 1
-        if named[i] then return named[i][1], named[i][2] end
-      end
-    end}, adamw)
-  end})
+  local par = lt.dist.parallelize(model, mesh, {optimizer = adamw_of(adamw)})
   local refs = {}
   for name, p in ref:named_parameters() do refs[name] = p end
   local what = string.format("%s %s %s%s", arch, cfg.dtype, mesh:layout(), packed and " packed" or "")
@@ -244,7 +249,8 @@ local layouts = n == 4 and {{cp = 2}, {cp = 4}, {cp = 2, tp = 2}, {cp = 2, zero 
 for _, layout in ipairs(layouts) do
   local other = n / layout.cp
   local name = string.format("cp%d%s%s", layout.cp,
-    other == 1 and "" or layout.tp and " x tp" .. other or " x dp" .. other, layout.zero and " zero " .. layout.zero or "")
+    other == 1 and "" or layout.tp and " x tp" .. other or " x dp" .. other,
+    layout.zero and " zero " .. layout.zero or "")
   test("llama " .. name .. " through parallelize = one process, f64", function() par_equivalence("llama", layout) end)
   test("gpt2 " .. name .. " through parallelize = one process, f64", function() par_equivalence("gpt2", layout) end)
   test("llama " .. name .. " packed, through parallelize = one process, f64", function()
@@ -288,4 +294,73 @@ test("a loss_fn whose forward runs no ring attention is refused by name", functi
   testing.assert_error("did not", par.forward_backward, par, {b}, function(m, batch)
     return m.lm_head.weight:sum() + batch.x:size(1) * 0
   end)
+end)
+
+-- ---- checkpoints --------------------------------------------------------------------------------
+
+local ADAMW = {lr = 1e-2, weight_decay = 0.1}
+
+-- A llama trained `steps` steps under a layout through parallelize: model, par, mesh.
+local function layout_run(layout, steps)
+  local mesh = lt.dist.init(layout)
+  local cfg = cfg_of("llama")
+  lt.manual_seed(1)
+  local model = models.build(cfg)
+  local par = lt.dist.parallelize(model, mesh, {optimizer = adamw_of(ADAMW)})
+  local rows = 4 / mesh.dp_size
+  for _, b in ipairs(batches_of(cfg, steps)) do
+    local mine = {}
+    for key, t in pairs(b) do mine[key] = t:narrow(0, mesh.dp_rank * rows, rows):contiguous() end
+    par:zero_grad()
+    par:forward_backward({mine}, require("lutra.train.batch").default_loss)
+    par:finish(1.0)
+    par.optimizer:step()
+    par:after_step()
+  end
+  return model, par, mesh
+end
+
+local function named_of(model)
+  local list = {}
+  for name, p in model:named_parameters() do list[#list + 1] = {name = name, tensor = p} end
+  return list
+end
+
+-- two gathered states (layout_helpers.gather_state) bitwise equal
+local function same_state(a, b, what)
+  testing.assert_equal(table.concat(a[2], " "), table.concat(b[2], " "), what .. ": the state's names")
+  for _, name in ipairs(a[2]) do
+    local x, y = a[1][name], b[1][name]
+    testing.assert_equal(table.concat(x.shape, ","), table.concat(y.shape, ","), what .. ": " .. name)
+    testing.assert_equal((x - y):abs():max():item(), 0, what .. ": " .. name .. " differs")
+  end
+  testing.assert_equal(a[3], b[3], what .. ": the optimizer's numbers")
+end
+
+test("checkpoints: cp zero 3 -> one process -> cp zero 1, bitwise (the state does not depend on cp)", function()
+  local ckpt, ts = require "lutra.ckpt", require "lutra.ckpt.train_state"
+  local base = world:all_gather_text(r == 0 and os.tmpname() or "")[1] -- (rank 0's temporary name)
+  local dir = base .. ".ckpt"
+  local model, par, mesh = layout_run({cp = 2, zero = 3}, 2)
+  local saved = {H.gather_state(model, par.optimizer, world)}
+  local tensors, oextra = ts.collect(named_of(model), par.optimizer)
+  ckpt.save(dir, {step = 2, layout = {dp = mesh.dp_size, cp = 2, zero = 3}, tensors = tensors,
+                  extra = {optim = oextra}}, {world = world})
+  ckpt.wait()
+  world:barrier()
+  -- one process on every rank: the whole state
+  lt.manual_seed(5)
+  local single = models.build(cfg_of("llama"))
+  local opt = optim.AdamW(single, ADAMW)
+  ts.restore(ckpt.load(dir), named_of(single), opt)
+  same_state({H.gather_state(single, opt, world)}, saved, "cp2 zero 3 -> one process")
+  -- and into another layout: cp over the world, ZeRO 1
+  local m3, p3 = layout_run({cp = n, zero = 1}, 0)
+  ts.restore(ckpt.load(dir), named_of(m3), p3.optimizer)
+  same_state({H.gather_state(m3, p3.optimizer, world)}, saved, "cp2 zero 3 -> cp" .. n .. " zero 1")
+  world:barrier()
+  if r == 0 then
+    os.execute("rm -rf '" .. dir .. "'")
+    os.remove(base)
+  end
 end)
