@@ -12,9 +12,9 @@
 -- data parallel over the dp group: ZeRO (zero.new, stage 1-3: the optimizer is built
 -- over the shards) or bucketed all-reduce (ddp.new). Losses are the mean over the global
 -- batch, the same number on every rank; the gradient norm is global (every shard once).
--- Context parallel (mesh.cp_size > 1; with dp, tp and ZeRO, not yet pp): each batch is cut
--- into this rank's part of every row (lutra.dist.cp.split, its context in batch.cp for the
--- model), and gradients and losses are averaged over dp_cp (cp's scaled losses make that the
+-- Context parallel (mesh.cp_size > 1; with dp, tp, pp and ZeRO, not yet sequence_parallel):
+-- each batch (pipeline: each micro-batch) is cut into this rank's part of every row
+-- (lutra.dist.cp.split, its context in batch.cp for the model), and gradients and losses are averaged over dp_cp (cp's scaled losses make that the
 -- mean over the global batch); ZeRO shards over dp_cp (Megatron's distributed optimizer does).
 local errors = require "lutra.errors"
 local create = require "lutra.create"
@@ -87,9 +87,8 @@ function M.new(model, mesh, opts)
   end
   local self = setmetatable({mesh = mesh, full_model = model, model = model}, Par)
   if (mesh.cp_size or 1) > 1 then
-    if mesh.pp_size > 1 or o.sequence_parallel then
-      raise(string.format("parallel: context parallel with pp or sequence_parallel is not supported yet (%s); "
-        .. "use cp with dp, tp and ZeRO", mesh:layout()))
+    if o.sequence_parallel then
+      raise(string.format("parallel: context parallel with sequence_parallel is not supported yet (%s)", mesh:layout()))
     end
     self.cp = require "lutra.dist.cp"
   end
@@ -148,16 +147,21 @@ function Par:forward_backward(batches, loss_fn)
   local sum = 0
   local sync = self.ddp or self.zero
   local acc = extras.new()
+  local cp = self.cp
   for i, batch in ipairs(batches) do
-    if self.cp then batch = self.cp.split(batch, self.mesh.cp) end
+    if cp and not self.stage then batch = cp.split(batch, self.mesh.cp) end
     local function run()
-      if self.cp then return self:cp_forward_backward(batch, loss_fn, k, acc) end
       if self.stage then
         local m = self.micro_batches
-        local s, part = self.stage:train_step(split_rows(batch, m), 1 / (m * k), loss_fn)
+        local micro = split_rows(batch, m)
+        if cp then -- each micro-batch split over cp (its own context)
+          for j = 1, m do micro[j] = cp.split(micro[j], self.mesh.cp) end
+        end
+        local s, part = self.stage:train_step(micro, 1 / (m * k), loss_fn)
         extras.merge(acc, part, 1 / k)
         return s / m
       end
+      if cp then return self:cp_forward_backward(batch, loss_fn, k, acc) end
       local loss, extra = loss_fn(self.model, batch)
       local value = loss:item()
       extras.add(acc, extra, 1 / k)
