@@ -254,13 +254,13 @@ local function par_equivalence(arch, layout, packed, dt)
 end
 
 local layouts = n == 4 and {{cp = 2}, {cp = 4}, {cp = 2, tp = 2}, {cp = 2, zero = 1},
-  {cp = 2, pp = 2, micro_batches = 2}} or
+  {cp = 2, pp = 2, micro_batches = 2}, {cp = 2, tp = 2, sequence_parallel = true}} or
   {{cp = 2}, {cp = 2, zero = 2}, {cp = 2, zero = 3}}
 for _, layout in ipairs(layouts) do
   local other = n / layout.cp
   local name = string.format("cp%d%s%s", layout.cp,
     other == 1 and "" or layout.tp and " x tp" .. other or layout.pp and " x pp" .. other or " x dp" .. other,
-    layout.zero and " zero " .. layout.zero or "")
+    (layout.zero and " zero " .. layout.zero or "") .. (layout.sequence_parallel and " sequence-parallel" or ""))
   test("llama " .. name .. " through parallelize = one process, f64", function() par_equivalence("llama", layout) end)
   test("gpt2 " .. name .. " through parallelize = one process, f64", function() par_equivalence("gpt2", layout) end)
   test("llama " .. name .. " packed, through parallelize = one process, f64", function()
@@ -287,9 +287,6 @@ test("the mesh: cp between tp and dp (Megatron's order), dp_cp, and refusals", f
     testing.assert_equal(m2.tp.ranks[1], r - r % 2, "tp ranks are neighbours")
     testing.assert_equal(m2.cp.ranks[2] - m2.cp.ranks[1], 2, "cp ranks are tp apart")
     testing.assert_equal(m2.dp_cp.size, 2)
-  end
-  for _, bad in ipairs {{cp = 2, sequence_parallel = true}} do
-    testing.assert_error("not supported yet", lt.dist.parallelize, models.build(cfg_of("llama")), lt.dist.init(bad), {})
   end
 end)
 

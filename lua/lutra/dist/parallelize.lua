@@ -12,10 +12,11 @@
 -- data parallel over the dp group: ZeRO (zero.new, stage 1-3: the optimizer is built
 -- over the shards) or bucketed all-reduce (ddp.new). Losses are the mean over the global
 -- batch, the same number on every rank; the gradient norm is global (every shard once).
--- Context parallel (mesh.cp_size > 1; with dp, tp, pp and ZeRO, not yet sequence_parallel):
--- each batch (pipeline: each micro-batch) is cut into this rank's part of every row
--- (lutra.dist.cp.split, its context in batch.cp for the model), and gradients and losses are averaged over dp_cp (cp's scaled losses make that the
--- mean over the global batch); ZeRO shards over dp_cp (Megatron's distributed optimizer does).
+-- Context parallel (mesh.cp_size > 1; with dp, tp, sequence parallel, pp and ZeRO): each
+-- batch (pipeline: each micro-batch) is cut into this rank's part of every row
+-- (lutra.dist.cp.split, its context in batch.cp for the model), and gradients and losses are
+-- averaged over dp_cp (cp's scaled losses make that the mean over the global batch); ZeRO
+-- shards over dp_cp (Megatron's distributed optimizer does).
 local errors = require "lutra.errors"
 local create = require "lutra.create"
 local grad = require "lutra.nn.grad"
@@ -86,12 +87,7 @@ function M.new(model, mesh, opts)
       .. "with pp, or zero 3 with dp and tp", mesh:layout()))
   end
   local self = setmetatable({mesh = mesh, full_model = model, model = model}, Par)
-  if (mesh.cp_size or 1) > 1 then
-    if o.sequence_parallel then
-      raise(string.format("parallel: context parallel with sequence_parallel is not supported yet (%s)", mesh:layout()))
-    end
-    self.cp = require "lutra.dist.cp"
-  end
+  if (mesh.cp_size or 1) > 1 then self.cp = require "lutra.dist.cp" end
   if mesh.tp_size > 1 then
     self.tp = require "lutra.dist.tp"
     -- (lutra.models.build(cfg, mesh) may have done it already)
