@@ -17,11 +17,11 @@ local M = {}
 
 -- The keys of config.parallel, with their defaults and what they mean.
 M.DEFAULTS = {
-  dp = "auto",          -- data-parallel ranks, or "auto": the world / (tp * pp)
+  dp = "auto",          -- data-parallel ranks, or "auto": the world / (tp * pp * cp)
   tp = 1,               -- tensor-parallel ranks
   cp = 1,               -- context-parallel ranks: each row's sequence split over them (lutra.dist.cp)
   pp = 1,               -- pipeline stages
-  zero = 0,             -- ZeRO stage over the dp group: 0 (plain data parallel), 1, 2, 3
+  zero = 0,             -- ZeRO stage over the dp group (dp_cp under cp): 0 (plain data parallel), 1, 2, 3
   bucket_mb = 25,       -- gradient buckets (data parallel, ZeRO 2)
   micro_batches = 0,    -- pipeline micro-batches per step; 0: the most rows allow, up to 2 * pp
   schedule = "1f1b",    -- pipeline schedule: "1f1b", "gpipe", "interleaved"
