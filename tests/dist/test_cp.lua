@@ -56,10 +56,11 @@ end
 -- f64 and packed segments: the plain-op path, to 1e-9; f32 (bf16) without segments: the fused kernel per
 -- chunk pair, within the f32 rounding bound of sums of T terms through ~4 reductions (2 T u 4).
 for _, case in ipairs {{Hkv = 4}, {Hkv = 2}, {Hkv = 1, packed = true}, {Hkv = 2, packed = true},
-                       {Hkv = 4, dt = "f32"}, {Hkv = 2, dt = "f32"}, {Hkv = 1, dt = "f32"}, {Hkv = 2, dt = "bf16"}} do
+                       {Hkv = 4, dt = "f32"}, {Hkv = 2, dt = "f32"}, {Hkv = 1, dt = "f32"}, {Hkv = 2, dt = "bf16"},
+                       {Hkv = 2, window = 5}, {Hkv = 2, window = 3, dt = "f32"}, {Hkv = 1, window = 4, packed = true}} do
   local dt = case.dt or "f64"
-  test(string.format("ring attention = unsplit attention (cp%d, %s, H 4, Hkv %d%s): y, dq, dk, dv", n, dt, case.Hkv,
-    case.packed and ", packed segments" or ""), function()
+  test(string.format("ring attention = unsplit attention (cp%d, %s, H 4, Hkv %d%s%s): y, dq, dk, dv", n, dt,
+    case.Hkv, case.packed and ", packed segments" or "", case.window and ", window " .. case.window or ""), function()
     local B, T, Hq, D = 2, 8 * n, 4, 8
     -- bf16: against f32 attention on the same bf16 inputs, within a few bf16 roundings (2^-8) of
     -- the results (the kernel sums in f32; measured ~1e-3)
@@ -71,11 +72,11 @@ for _, case in ipairs {{Hkv = 4}, {Hkv = 2}, {Hkv = 1, packed = true}, {Hkv = 2,
     local gy = lt.randn(B, T, Hq, D):to(dt)
     local seg = case.packed and packed_rows(B, T) or nil
     local qr, kr, vr = leaf(q:to(ref_dt)), leaf(k:to(ref_dt)), leaf(v:to(ref_dt))
-    local yr = F.scaled_dot_product_attention {qr, kr, vr, causal = true, segment_ids = seg}
+    local yr = F.scaled_dot_product_attention {qr, kr, vr, causal = true, segment_ids = seg, window = case.window}
     ;(yr * gy:to(ref_dt)):sum():backward()
     local part = cp.split({x = lt.zeros(B, T, {dtype = "i64"}), segments = seg}, group)
     local qt, kt, vt = leaf(cp.take(q, r, n)), leaf(cp.take(k, r, n)), leaf(cp.take(v, r, n))
-    local yt = cp_attention.attention(qt, kt, vt, part.cp)
+    local yt = cp_attention.attention(qt, kt, vt, part.cp, nil, case.window)
     ;(yt * cp.take(gy, r, n)):sum():backward()
     H.assert_rel(yt, cp.take(yr, r, n), REL, "y")
     H.assert_rel(qt.grad, cp.take(qr.grad, r, n), REL, "dq")
@@ -129,8 +130,9 @@ local function opts_of(b) return (b.positions or b.segments or b.cp) and
 
 -- One process and cp over the world, the same 3 AdamW steps: the step-1 loss and gradients,
 -- every step's loss (averaged over cp: lutra.dist.cp's loss is the rank's scaled part).
-local function equivalence(arch, packed)
+local function equivalence(arch, packed, overrides)
   local cfg = cfg_of(arch)
+  for key, v in pairs(overrides or {}) do cfg[key] = v end
   local steps = 3
   lt.manual_seed(1)
   local ref = models.build(cfg)
@@ -168,6 +170,9 @@ test("llama (RoPE, GQA): cp over the world = one process, f64", function() equiv
 test("gpt2 (learned positions): cp over the world = one process, f64", function() equivalence("gpt2") end)
 test("llama with packed segments: cp over the world = one process, f64", function() equivalence("llama", true) end)
 test("gpt2 with packed segments: cp over the world = one process, f64", function() equivalence("gpt2", true) end)
+test("llama with a sliding window (one layer of two): cp over the world = one process, f64", function()
+  equivalence("llama", false, {sliding_window = 5, layer_types = {"sliding_attention", "full_attention"}})
+end)
 
 -- ---- through the trainer's lutra.dist.parallelize ---------------------------------------------
 

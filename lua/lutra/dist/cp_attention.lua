@@ -1,7 +1,9 @@
 -- lutra.dist.cp_attention — ring attention over a context-parallel group (lutra.dist.cp).
 --
---   y = cp_attention.attention(q, k, v, ctx, scale)
---       q (B, Tl, H, D), k, v (B, Tl, Hkv, D): this rank's tokens (lutra.dist.cp.split); y as q
+--   y = cp_attention.attention(q, k, v, ctx, scale, window)
+--       q (B, Tl, H, D), k, v (B, Tl, Hkv, D): this rank's tokens (lutra.dist.cp.split); y as q;
+--       window (0 or nil: none): sliding-window attention (a query sees the `window` positions
+--       ending at its own), as F.scaled_dot_product_attention
 --
 -- Causal attention over the whole rows: the key/value blocks of the cp ranks travel around
 -- the ring (send to rank + 1, receive from rank - 1, posted before the block at hand is
@@ -18,13 +20,13 @@
 -- the next block computes, and after the last block one more hop brings each dK, dV home.
 -- GQA: each kv head serves H / Hkv query heads (its gradients summed over them).
 --
--- Two ways to compute a block. f32, bf16, f16 without segments: the fused kernel
+-- Two ways to compute a block. f32, bf16, f16 without segments or window: the fused kernel
 -- (F.scaled_dot_product_attention, no (T, T) scores in memory) on each pair of a query chunk and
 -- a key chunk, causal on the diagonal, whole below it, skipped above; the pairs merged by their
--- log-sum-exp. f64, or packed segments (the kernel takes one segment tensor for queries and
--- keys): plain ops (matmul, exp, max) on the whole block with its mask, exact in f64 where the
+-- log-sum-exp. f64, packed segments (the kernel takes one segment tensor for queries and keys)
+-- or sliding windows (its window is relative to aligned ends): plain ops (matmul, exp, max) on the whole block with its mask, exact in f64 where the
 -- kernel's f32 log-sum-exp is not.
--- Not yet: sliding windows, a fused kernel for segments across chunks (bf16/f16 with them).
+-- Not yet: a fused kernel for segments and windows across chunks (bf16/f16 with them).
 local create = require "lutra.create"
 local errors = require "lutra.errors"
 local memory = require "lutra.memory"
@@ -45,16 +47,19 @@ local Fattn = require "lutra.functional.attention"
 
 local function either(a, b) return ops.gt(ops.add(a:to("f32"), b:to("f32")), 0) end -- a or b (bool)
 
--- The hidden scores (true: masked) of this rank's queries against the keys of cp rank j:
+-- The hidden scores (true: masked) of this rank's queries against the keys of cp rank j (with
+-- a sliding window > 0: also the keys `window` or more positions back):
 -- (Tl, Tl), or (B, 1, Tl, Tl) with segments; made once per forward, kept in the context.
-local function hidden(ctx, j, device)
+local function hidden(ctx, j, device, window)
   ctx.masks = ctx.masks or {}
-  if ctx.masks[j] then return ctx.masks[j] end
+  local key = j .. ":" .. window
+  if ctx.masks[key] then return ctx.masks[key] end
   local n, c = ctx.n, ctx.chunk
   local Tl = 2 * c
   local gq = create.tensor(cp.indices(ctx.rank, n, c), {dtype = "i64", device = device}):reshape(Tl, 1)
   local gk = create.tensor(cp.indices(j, n, c), {dtype = "i64", device = device}):reshape(1, Tl)
   local mask = ops.gt(gk, gq)
+  if window > 0 then mask = either(mask, ops.ge(ops.sub(gq, gk), window)) end -- (Hugging Face's sliding window)
   if ctx.segments ~= nil then
     local seg = ctx.segments
     local B = seg:size(0)
@@ -62,7 +67,7 @@ local function hidden(ctx, j, device)
     mask = either(mask:reshape(1, 1, Tl, Tl), ops.ne(sq:reshape(B, 1, Tl, 1), sk:reshape(B, 1, 1, Tl)))
   end
   memory.keep(mask)
-  ctx.masks[j] = mask
+  ctx.masks[key] = mask
   return mask
 end
 
@@ -117,7 +122,7 @@ local function scores(qh, k, H, scale, mask)
 end
 
 -- y (B, Tl, H, D) and lse (B, H, Tl, 1) of ring attention.
-local function forward(q, k, v, ctx, scale)
+local function forward(q, k, v, ctx, scale, window)
   local H = q:size(2)
   local qh = q:permute(0, 2, 1, 3):contiguous()
   local acc, l, m
@@ -126,7 +131,7 @@ local function forward(q, k, v, ctx, scale)
     local j = (ctx.rank - step) % ctx.n
     local h, next
     if step < ctx.n - 1 then h, next = pass(ctx, {kb, vb}) end
-    local mask = hidden(ctx, j, q.device)
+    local mask = hidden(ctx, j, q.device, window)
     local pacc, pl, pm = acc, l, m
     acc, l, m = tidy(function()
       local s = scores(qh, kb, H, scale, mask)
@@ -177,13 +182,13 @@ local function backward_ring(ctx, k, v, share)
 end
 
 -- dq, dk, dv of ring attention for dy (B, Tl, H, D).
-local function backward(dy, q, k, v, y, lse, ctx, scale)
+local function backward(dy, q, k, v, y, lse, ctx, scale, window)
   local H, Hkv = q:size(2), k:size(2)
   local qh, dyh = q:permute(0, 2, 1, 3):contiguous(), dy:permute(0, 2, 1, 3):contiguous()
   local delta = ops.sum(ops.mul(dyh, y:permute(0, 2, 1, 3)), -1, true) -- (B, H, Tl, 1)
   local dq = create.zeros_like(qh)
   local dk, dv = backward_ring(ctx, k, v, function(kb, vb, j)
-    local mask = hidden(ctx, j, q.device)
+    local mask = hidden(ctx, j, q.device, window)
     return tidy(function()
       local kh = heads(kb, H)
       local s = ops.mul(qh:matmul(kh:transpose(-1, -2)), scale)
@@ -285,12 +290,12 @@ local function backward_fused(dy, q, k, v, y, lse, ctx, scale)
   return dq:to(dt), dk:to(dt), dv:to(dt)
 end
 
-local function fused(q, ctx) return q.dtype ~= "f64" and ctx.segments == nil end
+local function fused(q, ctx, window) return q.dtype ~= "f64" and ctx.segments == nil and window == 0 end
 
 local record = op.declare {
   name = "RingAttentionBackward", save = {"q", "k", "v", "out"},
-  record = function(cls, y, lse, q, k, v, ctx, scale)
-    local node = {op.edge(q), op.edge(k), op.edge(v), cls = cls, ctx = ctx, scale = scale}
+  record = function(cls, y, lse, q, k, v, ctx, scale, window)
+    local node = {op.edge(q), op.edge(k), op.edge(v), cls = cls, ctx = ctx, scale = scale, window = window}
     op.save(node, "q", q)
     op.save(node, "k", k)
     op.save(node, "v", v)
@@ -299,28 +304,29 @@ local record = op.declare {
     op.attach(y, node)
   end,
   backward = function(n, g)
-    local dq, dk, dv = op.untracked(fused(n.q, n.ctx) and backward_fused or backward, g, n.q, n.k, n.v, n.out,
-      n.lse, n.ctx, n.scale)
+    local dq, dk, dv = op.untracked(fused(n.q, n.ctx, n.window) and backward_fused or backward, g, n.q, n.k, n.v,
+      n.out, n.lse, n.ctx, n.scale, n.window)
     return n[1] and dq or nil, n[2] and dk or nil, n[3] and dv or nil
   end,
   no_double = "one process (gradients of gradients through ring attention are not implemented)",
 }
 
-function M.attention(q, k, v, ctx, scale)
+function M.attention(q, k, v, ctx, scale, window)
   if q.ndim ~= 4 or k.ndim ~= 4 or v.ndim ~= 4 or k:size(1) ~= q:size(1) or q:size(2) % k:size(2) ~= 0 then
     raise(string.format("cp attention: expected q (B, T, H, D), k, v (B, T, Hkv, D), got [%s], [%s]",
       table.concat(q.shape, ", "), table.concat(k.shape, ", ")))
   end
-  if LOWEST[q.dtype] == nil and not fused(q, ctx) then
-    raise("cp attention: packed segments need f32 or f64 for now, got " .. q.dtype)
+  window = window or 0
+  if LOWEST[q.dtype] == nil and not fused(q, ctx, window) then
+    raise("cp attention: packed segments and sliding windows need f32 or f64 for now, got " .. q.dtype)
   end
   if q:size(1) ~= 2 * ctx.chunk then
     raise(string.format("cp attention: %d local tokens, but the context holds 2 chunks of %d", q:size(1), ctx.chunk))
   end
   scale = scale or 1 / math.sqrt(q:size(3))
   ctx.used = true
-  local y, lse = op.untracked(fused(q, ctx) and forward_fused or forward, q, k, v, ctx, scale)
-  if U.tracked(q, k, v) then record(y, lse, q, k, v, ctx, scale) end
+  local y, lse = op.untracked(fused(q, ctx, window) and forward_fused or forward, q, k, v, ctx, scale, window)
+  if U.tracked(q, k, v) then record(y, lse, q, k, v, ctx, scale, window) end
   return y
 end
 

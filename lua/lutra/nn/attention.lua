@@ -257,7 +257,6 @@ end
 -- Context parallel (lutra.dist.cp): this rank's tokens of the rows, q and k rotated at their
 -- global positions, ring attention over the cp group (cp_attention: the whole rows' masks).
 function Attention:forward_cp(qkv, positions, ctx)
-  if self.window > 0 then raise("CausalSelfAttention: sliding windows under context parallel are not supported yet") end
   local B, T = qkv:size(0), qkv:size(1)
   local H, Hkv, D = self.n_head, self.n_kv_head, self.head_dim
   local q, k, v = split(qkv, H, Hkv)
@@ -266,7 +265,7 @@ function Attention:forward_cp(qkv, positions, ctx)
     local r = self.rope_freq or self.rope_theta
     q, k = F.rope(q, positions, r), F.rope(k, positions, r)
   end
-  local y = require("lutra.dist.cp_attention").attention(q, k, v, ctx, 1 / math.sqrt(D))
+  local y = require("lutra.dist.cp_attention").attention(q, k, v, ctx, 1 / math.sqrt(D), self.window)
   return self.drop(self.proj(y:view(B, T, H * D)))
 end
 
