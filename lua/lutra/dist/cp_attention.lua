@@ -24,8 +24,8 @@
 -- (F.scaled_dot_product_attention, no (T, T) scores in memory) on each pair of a query chunk and
 -- a key chunk, causal on the diagonal, whole below it, skipped above; the pairs merged by their
 -- log-sum-exp. f64, packed segments (the kernel takes one segment tensor for queries and keys)
--- or sliding windows (its window is relative to aligned ends): plain ops (matmul, exp, max) on the whole block with its mask, exact in f64 where the
--- kernel's f32 log-sum-exp is not.
+-- or sliding windows (its window is relative to aligned ends): plain ops (matmul, exp, max) on
+-- the whole block with its mask, exact in f64 where the kernel's f32 log-sum-exp is not.
 -- Not yet: a fused kernel for segments and windows across chunks (bf16/f16 with them).
 local create = require "lutra.create"
 local errors = require "lutra.errors"
