@@ -374,6 +374,12 @@ test("bad layouts are refused by name", function()
   testing.assert_error("n_experts 3 does not divide among the 2 expert-parallel ranks", function()
     lt.dist.parallelize(lt.nn.MoE{d_model = 4, d_ff = 4, n_experts = 3, top_k = 1}, mesh)
   end)
+  if N == 4 then
+    local cp_mesh = lt.dist.init({dp = 2, cp = 2, ep = 2})
+    testing.assert_error("expert parallel with context parallel is not supported yet", function()
+      lt.dist.parallelize(lt.nn.MoE{d_model = 4, d_ff = 4, n_experts = 4, top_k = 1}, cp_mesh)
+    end)
+  end
   testing.assert_error("parallel.ep 3 does not divide dp", function() lt.dist.init({dp = N, ep = 3}) end)
   testing.assert_error("parallel.ep must be a positive integer", function() lt.dist.init({ep = 0}) end)
 end)

@@ -27,7 +27,7 @@
 -- gradient of the mean loss over the global batch, as dp's average is for the other parameters.
 -- Under ZeRO 1-2 the other parameters are sharded over dp as usual; the experts stay whole on
 -- their ranks (plain buckets over expert_dp) and the one optimizer steps them through aliases.
--- Not yet: ZeRO 3, tensor and pipeline parallel with ep (refused by name); the GPU (NCCL) path
+-- Not yet: ZeRO 3, tensor, pipeline and context parallel with ep (refused by name); the GPU (NCCL) path
 -- of all_to_all is the collective's own, untested here.
 local errors = require "lutra.errors"
 local create = require "lutra.create"
@@ -187,6 +187,13 @@ function M.parallelize(model, mesh)
   end
   if n > 1 and mesh.zero == 3 then
     raise(string.format("ep.parallelize: expert parallel with ZeRO 3 is not supported yet (%s)", mesh:layout()))
+  end
+  if (mesh.cp_size or 1) > 1 then -- (a row's tokens over cp ranks: routing statistics stay per rank)
+    if n > 1 then
+      raise(string.format("ep.parallelize: expert parallel with context parallel is not supported yet (%s)",
+        mesh:layout()))
+    end
+    return
   end
   local found = 0
   for _, m in ipairs(model:modules()) do

@@ -2,7 +2,7 @@
 --
 --   local dist = require "lutra.dist"          -- also lutra.dist
 --   local mesh = dist.init{dp = "auto", tp = 2, pp = 1, zero = 0}   -- config.parallel
---   mesh.dp:all_reduce(t, "avg")                -- groups: mesh.world, .dp, .tp, .pp, .dp_tp, .embed
+--   mesh.dp:all_reduce(t, "avg")                -- groups: mesh.world, .dp, .tp, .pp, .cp, .dp_cp, .dp_tp, .embed
 --   dist.rank(), dist.size(), dist.is_main()
 --   local tok, data = dist.once(prepare)          -- rank 0 first, then the others
 --

@@ -12,6 +12,11 @@
 -- data parallel over the dp group: ZeRO (zero.new, stage 1-3: the optimizer is built
 -- over the shards) or bucketed all-reduce (ddp.new). Losses are the mean over the global
 -- batch, the same number on every rank; the gradient norm is global (every shard once).
+-- Context parallel (mesh.cp_size > 1; with dp, tp, sequence parallel, pp and ZeRO): each
+-- batch (pipeline: each micro-batch) is cut into this rank's part of every row
+-- (lutra.dist.cp.split, its context in batch.cp for the model), and gradients and losses are
+-- averaged over dp_cp (cp's scaled losses make that the mean over the global batch); ZeRO
+-- shards over dp_cp (Megatron's distributed optimizer does).
 local errors = require "lutra.errors"
 local create = require "lutra.create"
 local grad = require "lutra.nn.grad"
@@ -82,6 +87,7 @@ function M.new(model, mesh, opts)
       .. "with pp, or zero 3 with dp and tp", mesh:layout()))
   end
   local self = setmetatable({mesh = mesh, full_model = model, model = model}, Par)
+  if (mesh.cp_size or 1) > 1 then self.cp = require "lutra.dist.cp" end
   if mesh.tp_size > 1 then
     self.tp = require "lutra.dist.tp"
     -- (lutra.models.build(cfg, mesh) may have done it already)
@@ -132,11 +138,11 @@ function M.new(model, mesh, opts)
         return factory(named)
       end
     end
-    self.zero = require("lutra.dist.zero").new(#experts > 0 and dense or self.model, mesh.dp,
+    self.zero = require("lutra.dist.zero").new(#experts > 0 and dense or self.model, mesh.dp_cp,
                                                {stage = mesh.zero, bucket_mb = o.bucket_mb, optimizer = build})
     self.optimizer = self.zero.optimizer
   else
-    if mesh.dp_size > 1 then self.ddp = require("lutra.dist.ddp").new(dense, mesh.dp, {bucket_mb = o.bucket_mb}) end
+    if mesh.dp_cp.size > 1 then self.ddp = require("lutra.dist.ddp").new(dense, mesh.dp_cp, {bucket_mb = o.bucket_mb}) end
     self.optimizer = factory and factory(named_trainable(self.model)) or nil
   end
   return self
@@ -173,14 +179,21 @@ function Par:forward_backward(batches, loss_fn)
     sync = {no_sync = function(_, fn) return a:no_sync(b.no_sync, b, fn) end}
   end
   local acc = extras.new()
+  local cp = self.cp
   for i, batch in ipairs(batches) do
+    if cp and not self.stage then batch = cp.split(batch, self.mesh.cp) end
     local function run()
       if self.stage then
         local m = self.micro_batches
-        local s, part = self.stage:train_step(split_rows(batch, m), 1 / (m * k), loss_fn)
+        local micro = split_rows(batch, m)
+        if cp then -- each micro-batch split over cp (its own context)
+          for j = 1, m do micro[j] = cp.split(micro[j], self.mesh.cp) end
+        end
+        local s, part = self.stage:train_step(micro, 1 / (m * k), loss_fn)
         extras.merge(acc, part, 1 / k)
         return s / m
       end
+      if cp then return self:cp_forward_backward(batch, loss_fn, k, acc) end
       local loss, extra = loss_fn(self.model, batch)
       local value = loss:item()
       extras.add(acc, extra, 1 / k)
@@ -200,6 +213,24 @@ function Par:forward_backward(batches, loss_fn)
   return self:mean_over_dp(sum), acc
 end
 
+-- One batch's part under context parallel: loss_fn with the context on the model (cp_context:
+-- the zoo's models read it), which must have run ring attention.
+function Par:cp_forward_backward(batch, loss_fn, k, acc)
+  local model = self.model
+  rawset(model, "cp_context", batch.cp)
+  local loss, extra = loss_fn(model, batch)
+  rawset(model, "cp_context", nil)
+  if not batch.cp.used then
+    raise("parallel: context parallel needs a model whose attention runs over the cp group (lutra.dist.cp): "
+      .. "this loss_fn's forward did not (pass opts.cp = batch.cp to a zoo model's forward)")
+  end
+  local value = loss:item()
+  extras.add(acc, extra, 1 / k)
+  if k > 1 then loss = loss * (1 / k) end
+  loss:backward()
+  return value
+end
+
 -- loss_fn's extra metrics (an accumulator of forward_backward) over the layout: reduced over
 -- the data-parallel ranks (which must give the same names: else an error naming this rank's),
 -- then, under pipeline parallel, the last stage's on every stage (rank 0, which logs, is on the
@@ -210,9 +241,9 @@ function Par:reduce_extras(acc)
   return acc
 end
 
--- The mean of a number over the data-parallel ranks.
+-- The mean of a number over the data-parallel ranks (and context-parallel: see the header).
 function Par:mean_over_dp(v)
-  local dp = self.mesh.dp
+  local dp = self.mesh.dp_cp
   if dp.size == 1 then return v end
   local t = create.tensor({v}, {dtype = "f64"})
   dp:all_reduce(t, "avg")
@@ -257,7 +288,7 @@ function Par:finish(max_norm)
     total_sq = t:item()
     t:free()
     -- plain data parallel: every dp replica holds the same full gradients
-    if not self.zero then total_sq = total_sq / mesh.dp_size end
+    if not self.zero then total_sq = total_sq / (mesh.dp_size * (mesh.cp_size or 1)) end
   end
   local norm = math.sqrt(total_sq)
   if max_norm and max_norm > 0 and norm == norm then
@@ -279,6 +310,8 @@ end
 
 -- The mean loss of one (local) batch, no grad: the same number on every rank.
 function Par:eval_loss(batch, loss_fn)
+  if self.cp then batch = self.cp.split(batch, self.mesh.cp) end
+  if self.cp then rawset(self.model, "cp_context", batch.cp) end
   local v
   if self.stage then
     v = self.stage:eval(batch, loss_fn)
@@ -289,6 +322,7 @@ function Par:eval_loss(batch, loss_fn)
     end
     v = grad.no_grad(memory.tidy, self.ep and self.ep.engage(run) or run)
   end
+  if self.cp then rawset(self.model, "cp_context", nil) end
   return self:mean_over_dp(v)
 end
 

@@ -99,15 +99,16 @@ function Stage:logits(x)
   return logits
 end
 
--- x (B, T, C), targets (B, T) -> the loss: ln_f, lm_head and the model's loss.
-function Stage:head(x, targets)
+-- x (B, T, C), targets (B, T) -> the loss: ln_f, lm_head and the model's loss (cp: context
+-- parallel's share, lutra.dist.cp).
+function Stage:head(x, targets, cp)
   local logits = self:logits(x)
-  local loss = self:loss(logits, targets)
+  local loss = cp and cp:loss(logits, targets, self) or self:loss(logits, targets)
   release(logits, loss)
   return loss
 end
 
-function Stage:loss(logits, targets) return self._loss(self, logits, targets) end
+function Stage:loss(logits, targets, reduction) return self._loss(self, logits, targets, reduction) end
 
 function Stage:forward()
   raise("PipelineStage: holds one pipeline stage; run it with st:train_step(batches, scale) or st:eval(batch)")

@@ -144,7 +144,8 @@ function Head.forward(self, idx, targets, opts)
   local logits = stage:logits(act)
   rawset(self, "logits", logits)
   if targets == nil then return logits end
-  local loss = stage:loss(logits, targets)
+  local cp = rawget(self, "cp") -- context parallel: the micro-batch's context (lutra.dist.cp)
+  local loss = cp and cp:loss(logits, targets, stage) or stage:loss(logits, targets)
   return logits, loss
 end
 
@@ -152,8 +153,8 @@ end
 -- (an accumulator: numbers, read before the logits are freed).
 local function call_loss_fn(st, loss_fn, y, b)
   local x = b.x or b[1]
-  local model = setmetatable({stage = st.model, act = y, x = x, cfg = st.model.cfg, _tp = rawget(st.model, "_tp")},
-    HeadModel)
+  local model = setmetatable({stage = st.model, act = y, x = x, cfg = st.model.cfg, _tp = rawget(st.model, "_tp"),
+                              cp = b.cp}, HeadModel)
   local loss, extra = loss_fn(model, b) -- called by its name: a traceback says 'loss_fn'
   if rawget(model, "act") ~= nil then
     raise("pp: loss_fn did not call the model: on the last pipeline stage model(batch.x, ...) gives the logits "
@@ -181,13 +182,14 @@ local function forward(c, a, recv, send, b, train, loss_fn)
     if train then x:requires_grad_(true) end
     rec.input = x
   end
-  local packed = (b.positions ~= nil or b.segments ~= nil) and {positions = b.positions, segments = b.segments} or nil
+  local packed = (b.positions ~= nil or b.segments ~= nil or b.cp) and
+    {positions = b.positions, segments = b.segments, cp = b.cp} or nil
   local y = st.model:run_chunk(a.chunk, x, packed)
   if vs == c.V - 1 then
     if loss_fn then
       rec.output, rec.extras = call_loss_fn(st, loss_fn, y, b)
     else
-      rec.output = st.model:head(y, b.y or b[2])
+      rec.output = st.model:head(y, b.y or b[2], b.cp)
     end
     rec.loss = rec.output:item()
   else

@@ -99,11 +99,12 @@ end
 
 -- Attention under sequence parallelism: the input (B, T/n, C) is all-gathered first (the
 -- forward takes B and T from its input); qkv then takes it as it is, proj reduce-scatters.
+-- opts (packed rows' positions and segments, context parallel's cp) are the whole sequence's.
 local SeqParallelAttention = Attention:extend("SeqParallelAttention")
-function SeqParallelAttention:forward(x, cache, pos)
+function SeqParallelAttention:forward(x, cache, pos, opts)
   if cache ~= nil then raise("tp: the key/value cache is not supported with sequence_parallel") end
   local xg = tp_ops.gather_seq(x, self._tp_group)
-  local y = Attention.forward(self, xg, nil, pos)
+  local y = Attention.forward(self, xg, nil, pos, opts)
   release(xg, x, y)
   return y
 end
@@ -316,8 +317,8 @@ function M.parallelize(model, group, opts)
                           vocab_size = V})
   end)
   -- (Transformer:forward calls self:loss: the vocab-parallel cross-entropy on this instance)
-  rawset(model, "loss", function(_, logits, targets)
-    return (tp_loss.cross_entropy(logits, targets, group, lo, V, {ignore_index = -100}))
+  rawset(model, "loss", function(_, logits, targets, reduction)
+    return (tp_loss.cross_entropy(logits, targets, group, lo, V, {ignore_index = -100, reduction = reduction}))
   end)
   return model
 end

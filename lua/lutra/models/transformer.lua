@@ -164,7 +164,9 @@ end
 -- Packed rows (several documents per row, lutra.sft.data): opts.positions (B, T) the
 -- position of each token in its document (learned positions are gathered there, RoPE
 -- rotates by it) and opts.segments (B, T) its document id: attention stays inside each
--- document, so a packed document's logits are the ones it has alone.
+-- document, so a packed document's logits are the ones it has alone. opts.cp (or the field
+-- cp_context): context parallel, lutra.dist.cp.split made idx, targets and the context (positions,
+-- segments), the loss is this rank's scaled part.
 function Transformer:forward(idx, targets, opts)
   check_ids("idx", idx)
   local B, T = idx:size(0), idx:size(1)
@@ -177,9 +179,13 @@ function Transformer:forward(idx, targets, opts)
       pos > 0 and string.format(" after %d", pos) or "", cache and "cache" or "block_size", limit))
   end
   local positions, segments = opts and opts.positions, opts and opts.segments
+  -- context parallel (lutra.dist.cp): this rank's part of the rows, at their global positions
+  local cp = opts and opts.cp or rawget(self, "cp_context")
+  if cp then positions, segments = positions or cp.positions, segments or cp.local_segments end
   if positions ~= nil then check_ids("positions", positions, B, T) end
   if segments ~= nil then check_ids("segments", segments, B, T) end
-  local packed = (positions ~= nil or segments ~= nil) and {positions = positions, segments = segments} or nil
+  local packed = (positions ~= nil or segments ~= nil or cp) and {positions = positions, segments = segments, cp = cp}
+    or nil
   if packed and cache then raise("Transformer: positions/segments (packed rows) do not go with a cache") end
   if rope.dynamic(self.cfg.rope_scaling) then self:set_rope_length(pos + T) end
   local x = embed(self, idx, positions, pos, T)
@@ -209,7 +215,7 @@ function Transformer:forward(idx, targets, opts)
   release(h, logits)
   if cache then cache.pos = pos + T end
   if targets == nil then return logits end
-  local loss = self:loss(logits, targets)
+  local loss = cp and cp:loss(logits, targets, self) or self:loss(logits, targets)
   if self.cfg.n_experts ~= nil then
     if self.training then
       loss = self:add_aux_loss(loss)
@@ -252,7 +258,10 @@ end
 
 -- The mean next-token loss of logits (B, T, V) against targets (B, T), -100 ignored.
 -- Tensor parallel replaces it on a sharded model with the vocab-parallel cross-entropy.
-function Transformer:loss(logits, targets) return F.cross_entropy(logits, targets, {ignore_index = -100}) end
+-- (reduction: "mean" by default, "sum" for context parallel's share: lutra.dist.cp)
+function Transformer:loss(logits, targets, reduction)
+  return F.cross_entropy(logits, targets, {ignore_index = -100, reduction = reduction})
+end
 
 -- A key/value cache for incremental decoding of `batch` sequences of up to `len`
 -- (default block_size) positions: {pos = 0, len =, layers = {...}}. Pass it as

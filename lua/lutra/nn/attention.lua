@@ -24,7 +24,8 @@
 -- forward(x, nil, 0, {positions =, segments =}): packed rows (training, no cache).
 -- positions (B, T) i32/i64 are the RoPE positions of the tokens (restarting at 0 in each
 -- document of a row); segments (B, T) i32/i64 the document of each token: a query only
--- attends to earlier keys of its own document.
+-- attends to earlier keys of its own document. opts.cp: context parallel (lutra.dist.cp), x
+-- this rank's tokens, positions their global ones.
 local Module = require "lutra.nn.module"
 local create = require "lutra.create"
 local F = require "lutra.functional"
@@ -212,6 +213,7 @@ function Attention:forward(x, cache, pos, opts)
   local lin = self.qkv(x)
   local qkv = lin:view(B, T, H + 2 * Hkv, D)
   release(lin, x)
+  if opts and opts.cp then return self:forward_cp(qkv, positions, opts.cp) end
   if self.q_norm ~= nil then return self:forward_qk_norm(qkv, cache, pos, positions, segments) end
   if cache == nil then
     local y = qkv_attention(qkv, H, Hkv, 1 / math.sqrt(D), self.rope and (self.rope_freq or self.rope_theta) or nil,
@@ -249,6 +251,21 @@ function Attention:forward_qk_norm(qkv, cache, pos, positions, segments)
   if cache ~= nil then k, v = cached_keys(cache, k, v, pos, T) end
   local y = F.scaled_dot_product_attention {q, k, v, causal = true, scale = 1 / math.sqrt(D), segment_ids = segments,
                                             window = self.window}
+  return self.drop(self.proj(y:view(B, T, H * D)))
+end
+
+-- Context parallel (lutra.dist.cp): this rank's tokens of the rows, q and k rotated at their
+-- global positions, ring attention over the cp group (cp_attention: the whole rows' masks).
+function Attention:forward_cp(qkv, positions, ctx)
+  local B, T = qkv:size(0), qkv:size(1)
+  local H, Hkv, D = self.n_head, self.n_kv_head, self.head_dim
+  local q, k, v = split(qkv, H, Hkv)
+  if self.q_norm ~= nil then q, k = self.q_norm(q:contiguous()), self.k_norm(k:contiguous()) end
+  if self.rope then
+    local r = self.rope_freq or self.rope_theta
+    q, k = F.rope(q, positions, r), F.rope(k, positions, r)
+  end
+  local y = require("lutra.dist.cp_attention").attention(q, k, v, ctx, 1 / math.sqrt(D), self.window)
   return self.drop(self.proj(y:view(B, T, H * D)))
 end
 

@@ -36,7 +36,7 @@ end
 local function layout_of(run)
   local m = run.mesh
   if not m then return {dp = 1, tp = 1, pp = 1, zero = 0, world = 1} end
-  return {dp = m.dp_size, tp = m.tp_size, pp = m.pp_size, zero = m.zero, world = m.size}
+  return {dp = m.dp_size, tp = m.tp_size, pp = m.pp_size, zero = m.zero, world = m.size, cp = m.cp_size}
 end
 
 -- Saves the trainer's state at its step under ckpt_root; returns the checkpoint's directory.
@@ -90,7 +90,7 @@ function M.restore(run, path)
   -- position counts global batches, the same in every layout)
   local saved, now = m.layout or {}, layout_of(run)
   local same = saved.dp == now.dp and saved.tp == now.tp and saved.pp == now.pp and saved.zero == now.zero
-    and m.world == now.world
+    and m.world == now.world and (saved.cp or 1) == (now.cp or 1) -- (cp: 1 in checkpoints from before it)
   local rank = same and (run.mesh and run.mesh.rank or 0) or 0
   local x = r:extra(rank)
   checks.train_extra(x, m.step, r.dir .. "/" .. m.extra[rank + 1])
