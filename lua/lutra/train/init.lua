@@ -54,11 +54,8 @@
 local errors = require "lutra.errors"
 local create = require "lutra.create"
 local sharded = require "lutra.ckpt"
-local files = require "lutra.ckpt.files"
-local atomic_file = require "lutra.atomic_file"
 local progress = require "lutra.train.progress"
-local metrics = require "lutra.train.metrics"
-local runs = require "lutra.train.runs"
+local outputs = require "lutra.train.outputs"
 local interrupt = require "lutra.train.interrupt"
 local generate = require "lutra.generate"
 local fault = require "lutra.train.fault"
@@ -72,7 +69,6 @@ local memory = require "lutra.memory"
 local mfu = require "lutra.train.mfu"
 local timing = require "lutra.train.timing"
 local train_profile = require "lutra.train.profile"
-local tb_sink = require "lutra.train.tb_sink"
 
 local raise = errors.raise
 local now = interrupt.now
@@ -136,20 +132,7 @@ end
 -- A line of the run's output (rank 0, unless quiet).
 function Trainer:say(s)
   if not self.quiet then self.bar:print(s) end
-  self:log_line(s)
-end
-
--- A line to the run's train.log (rank 0, with a run_dir): what the run said and its progress lines
--- as plain text, whatever the terminal showed. A failed write is said once and the run goes on.
-function Trainer:log_line(s)
-  local f = self.text_log
-  if not f then return end
-  local ok, err = f:write(s, "\n")
-  if not ok then
-    io.stderr:write("lutra: ", tostring(err), "; train.log is not written further\n")
-    f:close()
-    self.text_log = nil
-  end
+  if self.out then self.out:line(s) end
 end
 
 -- Restores the checkpoint of args.resume or config.resume, when there is one.
@@ -163,71 +146,16 @@ function Trainer:resume()
   end
 end
 
--- run_dir: the tokenizer (copied into every checkpoint), config.json (the settings as data:
--- --config=run_dir/config.json reads them back), and this run's own directory (lutra.train.runs:
--- runs/ID, `latest` pointing at it) with its metrics.jsonl and a copy of config.json. A resumed
--- run continues the run its checkpoint was saved by: records after the checkpoint's step (a run
--- that went on past its last save) are dropped, so the file reads as one run that never stopped.
--- Each file is written through lutra.atomic_file: a link planted in the directory is replaced,
--- never written through. A config that cannot be written as JSON (a value the recipe added that
--- JSON has no form for) is said on stderr and the run goes on; a run_dir that cannot be written
--- is an error.
+-- The run's files (lutra.train.outputs): config.json, tokenizer.json, and runs/ID with the
+-- metrics, train.log, samples and TensorBoard's events (rank 0, with a run_dir).
 function Trainer:open_outputs()
-  local run_dir = self.run_dir
-  if not run_dir then return end
-  files.mkdir_p(run_dir)
-  local tok, cfg = self.args.tokenizer, self.cfg
-  if type(tok) == "table" and type(tok.save) == "function" and pcall(tok.save, tok, run_dir .. "/tokenizer.json") then
-    self.ckpt_files = {["tokenizer.json"] = run_dir .. "/tokenizer.json"}
-  end
-  local resumed = self.step > 0 and self.resumed_run_id or nil
-  self.run_id, self.run_path = runs.open(run_dir, resumed)
-  if type(cfg.save) == "function" then
-    for _, path in ipairs {run_dir .. "/config.json", self.run_path .. "/config.json"} do
-      local ok, err = pcall(cfg.save, cfg, path)
-      if not ok then
-        io.stderr:write("lutra: ", (tostring(err):gsub("^[^\n]-:%d+: ", "")), "\n")
-        break
-      end
-    end
-  end
-  local log_path = self.run_path .. "/metrics.jsonl"
-  if self.run_id == resumed then
-    local step = self.step -- a resumed run evaluates at its step again (the stopped one broke before)
-    local ok, err = metrics.trim(log_path, function(r)
-      return type(r.step) == "number" and (r.step < step or (r.step == step and r.val_loss == nil))
-    end)
-    if not ok then raise("metrics: " .. tostring(err)) end
-  end
-  self.log = metrics.open(log_path, "a")
-  local text_log, err = atomic_file.append(self.run_path .. "/train.log")
-  if not text_log then raise("train: " .. tostring(err)) end
-  self.text_log = text_log
-  if self.get "log_tensorboard" then self:open_tensorboard() end
-  self:say(string.format("run %s: %s", self.run_id, self.run_path))
+  self.out = outputs.open(self)
+  if self.out then self:say(string.format("run %s: %s", self.run_id, self.run_path)) end
 end
 
--- TensorBoard's event file (a new one each start: a resumed run's go beside the earlier ones),
--- and the histograms of config.histogram_every, taken after the optimizer step, before the
--- gradients are dropped (this process's tensors: rank 0's shards under tp or ZeRO-3).
-function Trainer:open_tensorboard()
-  self.tb = tb_sink.open(self.run_path, self.cfg_plain, self.run_id == self.resumed_run_id and self.step or nil)
-  local every = self.get "histogram_every"
-  if type(every) ~= "number" or every < 0 or every ~= math.floor(every) then
-    raise("train: config.histogram_every must be an integer >= 0 (0: none), got " .. tostring(every))
-  end
-  if every > 0 then
-    self.grads_hook = function()
-      local step = self.step + 1 -- the step being taken
-      if step % every == 0 then self.tb:histograms(step, self.par and self.par.model or self.model) end
-    end
-  end
-end
-
--- One record to metrics.jsonl, TensorBoard's events and args.log.
+-- One record to the run's files (metrics.jsonl, the events) and to args.log.
 function Trainer:record(r)
-  if self.log then self.log:write(r) end
-  if self.tb then self.tb:record(r) end
+  if self.out then self.out:record(r) end
   if self.args.log then self.args.log(r) end
 end
 
@@ -253,16 +181,9 @@ function Trainer:sample()
   create.set_rng_state(rng)
   if not ok then return self:say("sample failed: " .. tostring(text)) end
   self:say(string.format("---- sample at step %d ----\n%s\n----", self.step, text))
-  if self.tb then self.tb:sample(self.step, text) end
-  if self.run_path then -- appended without following a link planted there (lutra.atomic_file)
-    local f, err = atomic_file.append(self.run_path .. "/samples.txt")
-    local ok = f ~= nil
-    if f then
-      ok, err = f:write(string.format("---- step %d ----\n%s\n", self.step, text))
-      local closed, close_err = f:close()
-      if ok and not closed then ok, err = false, close_err end
-    end
-    if not ok then self:say("sample not saved: " .. tostring(err)) end
+  if self.out then
+    local saved, err = self.out:sample(self.step, text)
+    if not saved then self:say("sample not saved: " .. tostring(err)) end
   end
 end
 
@@ -308,7 +229,7 @@ function Trainer:log_step(r, t)
     self:record(r)
     local plain = step % self.print_every == 0 or step == total or self.interrupted
     if not self.quiet and (self.bar.tty or plain) then self.bar:update(r) end
-    if plain then self:log_line(self.bar:format(r)) end
+    if plain and self.out then self.out:line(self.bar:format(r)) end
     self.t_window, self.tok_window = t, self.tokens
   end
 end
@@ -378,11 +299,11 @@ function Trainer:run()
   if armed then interrupt.disarm() end
   self.profiler:finish(ok)
   self.bar:finish()
-  if self.log then self.log:close() end
-  if self.tb then self.tb:close() end
   if not ok then
-    self:log_line("error: " .. tostring(err))
-    if self.text_log then self.text_log:close() end
+    if self.out then
+      self.out:line("error: " .. tostring(err))
+      self.out:close()
+    end
     pcall(sharded.wait) -- a save in flight is committed (or fails) before the error goes on
     error(err, 0)
   end
@@ -413,7 +334,7 @@ function Trainer:finish()
   if not self.quiet and self.step > 0 then
     for _, line in ipairs(self.timing:lines(total)) do self:say(line) end
   end
-  if self.text_log then self.text_log:close() end
+  if self.out then self.out:close() end
   return result
 end
 
