@@ -27,7 +27,11 @@
 -- gradient of the mean loss over the global batch, as dp's average is for the other parameters.
 -- Under ZeRO 1-2 the other parameters are sharded over dp as usual; the experts stay whole on
 -- their ranks (plain buckets over expert_dp) and the one optimizer steps them through aliases.
--- Not yet: ZeRO 3, tensor, pipeline and context parallel with ep (refused by name); the GPU (NCCL) path
+-- Tensor parallel (lutra.dist.tp, which runs first): each expert is cut over tp on its hidden dim
+-- as well; the ep group is the one at this rank's tp coordinate, whose ranks hold the same tp
+-- columns, so the exchange moves whole tokens (the same on every tp rank) and the sharded experts
+-- reduce their outputs over tp before the return exchange (tp.lua's experts).
+-- Not yet: ZeRO 3, pipeline and context parallel with ep (refused by name); the GPU (NCCL) path
 -- of all_to_all is the collective's own, untested here.
 local errors = require "lutra.errors"
 local create = require "lutra.create"
@@ -172,7 +176,11 @@ local function shard(m, n, r)
       local t = grad.no_grad(function() return full:narrow(0, r * El, El):contiguous() end)
       grad.set_requires_grad(t, full.requires_grad)
       m:param(name, t)
-      spec.set(t, {global = shape_of(full), offset = {r * El, 0, 0}})
+      -- (under tp, full is already this tp rank's hidden columns: its box keeps that offset)
+      local s = spec.get(full)
+      local offset = s and {s.offset[1], s.offset[2], s.offset[3]} or {0, 0, 0}
+      offset[1] = offset[1] + r * El
+      spec.set(t, {global = s and s.global or shape_of(full), offset = offset})
       experts_of[t] = true
     end
   end
@@ -181,10 +189,6 @@ end
 function M.parallelize(model, mesh)
   local MoE = require "lutra.nn.moe"
   local n = mesh.ep_size or 1
-  if n > 1 and mesh.tp_size > 1 then
-    raise(string.format("ep.parallelize: expert parallel with tensor parallel is not supported yet (%s)",
-      mesh:layout()))
-  end
   if n > 1 and mesh.zero == 3 then
     raise(string.format("ep.parallelize: expert parallel with ZeRO 3 is not supported yet (%s)", mesh:layout()))
   end

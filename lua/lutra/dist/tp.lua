@@ -16,6 +16,14 @@
 --               attn.proj row-parallel (all-reduce, then its bias)
 --   MLP         fc (gelu) or gate and up (swiglu: one shared input copy or all-gather)
 --               column-parallel, proj row-parallel
+--   MoE         (nn.MoE, Megatron's expert tensor parallel) every expert's hidden dim split
+--               like the MLP's: w_gate, w_up (E, H/n, C) column-, w_down (E, C, H/n) row-
+--               parallel; the expert input copied in (f), the outputs all-reduced (g) before
+--               the routing weights; the router and the shared expert's gate replicated (the
+--               tokens, so the routing and aux losses, are the same on every rank), the shared
+--               expert sharded as the MLP. Under expert parallel (lutra.dist.ep) the token
+--               exchange runs within the ep group at this tp coordinate, around the sharded
+--               experts. Not with sequence_parallel (refused by name).
 --   embeddings  wte vocab-parallel; lm_head column-parallel over the vocab (a tied lm_head
 --               shares wte's shard: the same rows); model.loss becomes the vocab-parallel
 --               cross-entropy (lutra.dist.tp_loss); wpe and the norms are replicated
@@ -44,6 +52,7 @@ local Module = require "lutra.nn.module"
 local Dropout = require "lutra.nn.dropout"
 local Attention = require "lutra.nn.attention"
 local SwiGLU = require "lutra.nn.swiglu"
+local MoE = require "lutra.nn.moe"
 local create = require "lutra.create"
 local errors = require "lutra.errors"
 local dtype = require "lutra.dtype"
@@ -243,6 +252,38 @@ local function parallelize_mlp(mlp, group, sp)
   shard_linear(mlp.proj, proj, 1, ranks, r)
 end
 
+-- The experts of moe on this rank's hidden columns (the dense MLP's cut on every expert).
+local function moe_experts(self, xs, counts)
+  local group = rawget(self, "_tp_group")
+  local xi = tp_ops.copy_to(xs, group)
+  local partial = MoE.experts(self, xi, counts)
+  local y = tp_ops.reduce_from(partial, group)
+  release(partial, xs, y)
+  return y
+end
+
+local function parallelize_moe(moe, group)
+  local n, r = group.size, group.rank
+  at_least("MoE d_ff", moe.d_ff, n)
+  local ranks = all_ranks(n, even(moe.d_ff, n))
+  for _, nd in ipairs {{"w_gate", 1}, {"w_up", 1}, {"w_down", 2}} do
+    local name, dim = nd[1], nd[2]
+    local full = rawget(moe, name)
+    if full ~= nil then
+      local t = L.take(full, dim, ranks[r + 1])
+      keep_flag(t, full)
+      moe:param(name, t)
+      shard(t, shape_of(full), dim, ranks, r)
+    end
+  end
+  if moe.shared then
+    at_least("MoE shared expert hidden", moe.shared.proj.in_features, n)
+    parallelize_mlp(moe.shared, group, false)
+  end
+  rawset(moe, "_tp_group", group)
+  rawset(moe, "experts", moe_experts)
+end
+
 function M.parallelize(model, group, opts)
   check_model(model)
   check_group(group)
@@ -260,8 +301,9 @@ function M.parallelize(model, group, opts)
     -- each rank's heads give q_norm / k_norm a part of their gradient: it would need a sum over the group
     raise("tp.parallelize: qk_norm (Qwen3's q/k RMSNorm) is not tensor-parallel: train it with dp, pp or zero")
   end
-  if cfg.n_experts then
-    raise("tp.parallelize: mixture-of-experts layers (n_experts) are not tensor-parallel: train them with dp or zero")
+  if cfg.n_experts and sp then
+    raise("tp.parallelize: sequence_parallel with mixture-of-experts layers (n_experts) is not supported: "
+      .. "use tensor parallel without it")
   end
   divides("n_head", cfg.n_head, n)
   divides("n_kv_head", cfg.n_kv_head, n)
@@ -286,7 +328,11 @@ function M.parallelize(model, group, opts)
     end
     for _, block in ipairs(model.blocks) do
       parallelize_attention(block.attn, group, sp)
-      parallelize_mlp(block.mlp, group, sp)
+      if getmetatable(block.mlp) == MoE then
+        parallelize_moe(block.mlp, group)
+      else
+        parallelize_mlp(block.mlp, group, sp)
+      end
     end
     if sp then
       setmetatable(model.drop, SeqSplitDropout)
