@@ -7,9 +7,9 @@
 --     relative; top-2 dropless, top-2 with capacity factor 1, top-1 GELU experts with a shared
 --     expert, SwiGLU experts with a gated shared expert;
 --   - checkpoints: saved from the layout and loaded whole, saved whole and loaded into the
---     layout's shards: bitwise;
---   - sequence_parallel with MoE refused by name.
--- Layouts: np 2: tp 2; np 4: dp 2 x tp 2, dp 2 x tp 2 x ep 2.
+--     layout's shards: bitwise.
+-- Layouts: np 2: tp 2, with and without sequence parallel; np 4: dp 2 x tp 2, dp 2 x tp 2 x ep 2,
+-- the latter with sequence parallel.
 local lt = require "lutra"
 local comm = require "lutra.dist.comm"
 local spec = require "lutra.dist.spec"
@@ -21,7 +21,8 @@ comm.init()
 local world, N, R = comm.world, comm.size(), comm.rank()
 local H = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "tests/dist/") .. "layout_helpers.lua")
 
-local LAYOUTS = {[2] = {{tp = 2}}, [4] = {{dp = 2, tp = 2}, {dp = 2, tp = 2, ep = 2}}}
+local LAYOUTS = {[2] = {{tp = 2}, {tp = 2, sequence_parallel = true}},
+                 [4] = {{dp = 2, tp = 2}, {dp = 2, tp = 2, ep = 2}, {dp = 2, tp = 2, ep = 2, sequence_parallel = true}}}
 if not LAYOUTS[N] then testing.skip("test_moe_tp runs on 2 or 4 ranks, not " .. N) end
 
 local BATCH, T, VOCAB, STEPS, LR = 4, 4, 32, 3, 0.5
@@ -159,7 +160,7 @@ local function run_layout(layout, extra, ref, what)
 end
 
 local function layout_name(l)
-  return string.format("dp%d tp%d ep%d", l.dp or 1, l.tp, l.ep or 1)
+  return string.format("dp%d tp%d ep%d%s", l.dp or 1, l.tp, l.ep or 1, l.sequence_parallel and " sp" or "")
 end
 
 local CONFIGS = {{name = "dropless"}, {name = "capacity 1.0", extra = {capacity_factor = 1.0}},
@@ -247,9 +248,3 @@ for _, layout in ipairs(LAYOUTS[N]) do
     if R == 0 then os.execute("rm -rf '" .. root .. "'") end
   end)
 end
-
-test("sequence_parallel with MoE layers is refused by name", function()
-  local mesh = lt.dist.init({dp = N / 2, tp = 2, sequence_parallel = true})
-  testing.assert_error("sequence_parallel with mixture-of-experts layers (n_experts) is not supported",
-    function() lt.dist.parallelize(build({}), mesh) end)
-end)

@@ -23,7 +23,8 @@
 --               tokens, so the routing and aux losses, are the same on every rank), the shared
 --               expert sharded as the MLP. Under expert parallel (lutra.dist.ep) the token
 --               exchange runs within the ep group at this tp coordinate, around the sharded
---               experts. Not with sequence_parallel (refused by name).
+--               experts. Under sequence_parallel the layer gathers the whole sequence (its
+--               gradient taken back as this rank's piece) and returns this rank's piece.
 --   embeddings  wte vocab-parallel; lm_head column-parallel over the vocab (a tied lm_head
 --               shares wte's shard: the same rows); model.loss becomes the vocab-parallel
 --               cross-entropy (lutra.dist.tp_loss); wpe and the norms are replicated
@@ -262,7 +263,19 @@ local function moe_experts(self, xs, counts)
   return y
 end
 
-local function parallelize_moe(moe, group)
+-- Under sequence parallelism: the layer runs on the whole sequence, gathered (the same on every
+-- rank, as without it), and returns this rank's piece.
+local function moe_forward_seq(self, x)
+  local group = rawget(self, "_tp_group")
+  local xg = tp_ops.gather_seq_whole(x, group)
+  local y = MoE.forward(self, xg)
+  release(xg, x, y)
+  local out = tp_ops.split_seq(y, group)
+  release(y, x, out)
+  return out
+end
+
+local function parallelize_moe(moe, group, sp)
   local n, r = group.size, group.rank
   at_least("MoE d_ff", moe.d_ff, n)
   local ranks = all_ranks(n, even(moe.d_ff, n))
@@ -282,6 +295,7 @@ local function parallelize_moe(moe, group)
   end
   rawset(moe, "_tp_group", group)
   rawset(moe, "experts", moe_experts)
+  if sp then rawset(moe, "forward", moe_forward_seq) end
 end
 
 function M.parallelize(model, group, opts)
@@ -300,10 +314,6 @@ function M.parallelize(model, group, opts)
   if cfg.qk_norm then
     -- each rank's heads give q_norm / k_norm a part of their gradient: it would need a sum over the group
     raise("tp.parallelize: qk_norm (Qwen3's q/k RMSNorm) is not tensor-parallel: train it with dp, pp or zero")
-  end
-  if cfg.n_experts and sp then
-    raise("tp.parallelize: sequence_parallel with mixture-of-experts layers (n_experts) is not supported: "
-      .. "use tensor parallel without it")
   end
   divides("n_head", cfg.n_head, n)
   divides("n_kv_head", cfg.n_kv_head, n)
@@ -329,7 +339,7 @@ function M.parallelize(model, group, opts)
     for _, block in ipairs(model.blocks) do
       parallelize_attention(block.attn, group, sp)
       if getmetatable(block.mlp) == MoE then
-        parallelize_moe(block.mlp, group)
+        parallelize_moe(block.mlp, group, sp)
       else
         parallelize_mlp(block.mlp, group, sp)
       end
@@ -338,7 +348,9 @@ function M.parallelize(model, group, opts)
       setmetatable(model.drop, SeqSplitDropout)
       rawset(model.drop, "_tp_group", group)
       for _, block in ipairs(model.blocks) do
-        for _, drop in ipairs {block.attn.drop, block.mlp.drop} do
+        -- (an MoE layer's dropout acts on its whole output: the masks of one process)
+        local mlp_drop = getmetatable(block.mlp) ~= MoE and block.mlp.drop or nil
+        for _, drop in ipairs {block.attn.drop, mlp_drop} do
           setmetatable(drop, SeqDropout)
           rawset(drop, "_tp_group", group)
         end
@@ -349,6 +361,12 @@ function M.parallelize(model, group, opts)
     local summed = {}
     local inside = {}
     for _, m in ipairs(model.blocks:modules()) do inside[m] = true end
+    -- (but an MoE layer's replicated router and shared gate see the whole sequence)
+    for _, block in ipairs(model.blocks) do
+      if getmetatable(block.mlp) == MoE then
+        for _, m in ipairs(block.mlp:modules()) do inside[m] = nil end
+      end
+    end
     inside[model.ln_f] = true
     for _, mod in ipairs(model:modules()) do
       for _, e in ipairs(rawget(mod, "_entries")) do

@@ -9,10 +9,13 @@
 --                                 their sum; backward all-gathers the gradient
 --   split_seq(x, group)           x (B, T, ...) the same on every rank -> this rank's piece
 --                                 (B, T/n, ...); backward all-gathers the gradient
+--   gather_seq_whole(x, group)    x (B, T/n, ...) -> (B, T, ...) like gather_seq, for a region
+--                                 that computes the same on every rank (its gradient is whole
+--                                 on every rank): backward takes this rank's piece of it
 -- n is group.size; rank i holds the positions [i T/n, (i+1) T/n). With a group of one
 -- every op returns x itself. Gradients of gradients (create_graph): each backward is recorded
 -- as its conjugate op (copy_to's as reduce_from and back, gather_seq's as reduce_scatter_seq
--- and back, split_seq's as gather_seq), whose own backward is the first op's forward. Every rank of the group must call the same ops in the same
+-- and back, split_seq's as gather_seq, gather_seq_whole's as split_seq), whose own backward is the first op's forward. Every rank of the group must call the same ops in the same
 -- order (the collectives pair up by order), forward and backward.
 local op = require "lutra.autograd.op"
 local S = require "lutra.autograd.state"
@@ -155,6 +158,22 @@ function M.split_seq(x, group)
   local _, _, T = dims3("tp.split_seq", x, n, true)
   local y = quiet(function() return x:narrow(1, group.rank * (T / n), T / n):contiguous() end)
   return record_split_seq(y, x, group)
+end
+
+-- x (B, T, ...) the same on every rank -> this rank's (B, T/n, ...) (no autograd)
+local function piece_t(x, group)
+  local n = group.size
+  local _, _, T = dims3("tp.split_seq", x, n, true)
+  return x:narrow(1, group.rank * (T / n), T / n):contiguous()
+end
+
+local record_gather_seq_whole = declare("TPGatherSeqWholeBackward", function(n, g) return piece_t(g, n.group) end,
+  "split_seq")
+
+function M.gather_seq_whole(x, group)
+  check("tp.gather_seq_whole", x, group)
+  if group.size == 1 then return x end
+  return record_gather_seq_whole(quiet(gather_t, x, group, x.shape), x, group)
 end
 
 -- Rank i's piece of a length n split into `parts` near-equal pieces: [floor(i n / parts),
