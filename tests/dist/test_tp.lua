@@ -196,6 +196,14 @@ test("split_seq / gather_seq: a round trip, and T that does not divide is an err
   testing.assert_error("sequence length " .. (2 * n + 1), tp_ops.split_seq, lt.randn(2, 2 * n + 1, 3), group)
 end)
 
+test("gather_seq_whole: the gathered sequence, its whole gradient taken back as this rank's piece", function()
+  local x = leaf(lt.randn(2, 2 * n, 3))
+  local y = tp_ops.gather_seq_whole(tp_ops.split_seq(x, group), group)
+  close(y, x, "round trip")
+  ;(y * y):sum():backward() -- the same whole gradient 2 y on every rank: counted once, not n times
+  close(x.grad, x:detach() * 2, "grad")
+end)
+
 -- ---- whole models ---------------------------------------------------------------------------
 
 local function cfg_of(arch, dt)
