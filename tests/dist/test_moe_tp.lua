@@ -8,8 +8,8 @@
 --     expert, SwiGLU experts with a gated shared expert;
 --   - checkpoints: saved from the layout and loaded whole, saved whole and loaded into the
 --     layout's shards: bitwise.
--- Layouts: np 2: tp 2, with and without sequence parallel; np 4: dp 2 x tp 2, dp 2 x tp 2 x ep 2,
--- the latter with sequence parallel.
+-- Layouts: np 2: tp 2, with and without sequence parallel; np 4: dp 2 x tp 2, dp 2 x tp 2 x ep 2
+-- (with sequence parallel, ZeRO 1, ZeRO 2 with sequence parallel).
 local lt = require "lutra"
 local comm = require "lutra.dist.comm"
 local spec = require "lutra.dist.spec"
@@ -22,7 +22,8 @@ local world, N, R = comm.world, comm.size(), comm.rank()
 local H = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "tests/dist/") .. "layout_helpers.lua")
 
 local LAYOUTS = {[2] = {{tp = 2}, {tp = 2, sequence_parallel = true}},
-                 [4] = {{dp = 2, tp = 2}, {dp = 2, tp = 2, ep = 2}, {dp = 2, tp = 2, ep = 2, sequence_parallel = true}}}
+                 [4] = {{dp = 2, tp = 2}, {dp = 2, tp = 2, ep = 2}, {dp = 2, tp = 2, ep = 2, sequence_parallel = true},
+                        {dp = 2, tp = 2, ep = 2, zero = 1}, {dp = 2, tp = 2, ep = 2, zero = 2, sequence_parallel = true}}}
 if not LAYOUTS[N] then testing.skip("test_moe_tp runs on 2 or 4 ranks, not " .. N) end
 
 local BATCH, T, VOCAB, STEPS, LR = 4, 4, 32, 3, 0.5
@@ -160,7 +161,8 @@ local function run_layout(layout, extra, ref, what)
 end
 
 local function layout_name(l)
-  return string.format("dp%d tp%d ep%d%s", l.dp or 1, l.tp, l.ep or 1, l.sequence_parallel and " sp" or "")
+  return string.format("dp%d tp%d ep%d%s%s", l.dp or 1, l.tp, l.ep or 1, l.sequence_parallel and " sp" or "",
+    l.zero and " zero" .. l.zero or "")
 end
 
 local CONFIGS = {{name = "dropless"}, {name = "capacity 1.0", extra = {capacity_factor = 1.0}},
@@ -226,7 +228,7 @@ for _, layout in ipairs(LAYOUTS[N]) do
     ckpt.save(dir1, {step = STEPS, tensors = src})
     ckpt.wait()
     local sharded = build({})
-    lt.dist.parallelize(sharded, tr.mesh)
+    lt.dist.parallelize(sharded, tr.mesh, {optimizer = function(named) return lt.optim.SGD(as_module(named), {lr = LR}) end})
     local targets, n_cut = {}, 0
     for name, p in sharded:named_parameters() do
       lt.no_grad(function() p:fill_(0) end)
