@@ -15,8 +15,9 @@
 -- n is group.size; rank i holds the positions [i T/n, (i+1) T/n). With a group of one
 -- every op returns x itself. Gradients of gradients (create_graph): each backward is recorded
 -- as its conjugate op (copy_to's as reduce_from and back, gather_seq's as reduce_scatter_seq
--- and back, split_seq's as gather_seq, gather_seq_whole's as split_seq), whose own backward is the first op's forward. Every rank of the group must call the same ops in the same
--- order (the collectives pair up by order), forward and backward.
+-- and back, split_seq's as gather_seq, gather_seq_whole's as split_seq), whose own backward is
+-- the first op's forward. Every rank of the group must call the same ops in the same order (the
+-- collectives pair up by order), forward and backward.
 local op = require "lutra.autograd.op"
 local S = require "lutra.autograd.state"
 local create = require "lutra.create"
@@ -148,23 +149,20 @@ function M.reduce_scatter_seq(x, group)
   return record_reduce_scatter_seq(quiet(reduce_scatter_t, x, group, x.shape), x, group)
 end
 
-local record_split_seq = declare("TPSplitSeqBackward", function(n, g) return gather_t(g, n.group, g.shape) end,
-  "gather_seq")
-
-function M.split_seq(x, group)
-  check("tp.split_seq", x, group)
-  local n = group.size
-  if n == 1 then return x end
-  local _, _, T = dims3("tp.split_seq", x, n, true)
-  local y = quiet(function() return x:narrow(1, group.rank * (T / n), T / n):contiguous() end)
-  return record_split_seq(y, x, group)
-end
-
 -- x (B, T, ...) the same on every rank -> this rank's (B, T/n, ...) (no autograd)
 local function piece_t(x, group)
   local n = group.size
   local _, _, T = dims3("tp.split_seq", x, n, true)
   return x:narrow(1, group.rank * (T / n), T / n):contiguous()
+end
+
+local record_split_seq = declare("TPSplitSeqBackward", function(n, g) return gather_t(g, n.group, g.shape) end,
+  "gather_seq")
+
+function M.split_seq(x, group)
+  check("tp.split_seq", x, group)
+  if group.size == 1 then return x end
+  return record_split_seq(quiet(piece_t, x, group), x, group)
 end
 
 local record_gather_seq_whole = declare("TPGatherSeqWholeBackward", function(n, g) return piece_t(g, n.group) end,
