@@ -1,7 +1,7 @@
 -- The model zoo's mixture-of-experts layout (arch = "moe", or n_experts on any arch): the
 -- config, parameter counts, initialisation, the loss with the layers' aux losses in training
 -- mode (the cross-entropy alone in eval), a few training steps lowering the loss, the default
--- loss_fn's metrics, a model directory round trip, and the layouts that refuse it.
+-- loss_fn's metrics, a model directory round trip, and a one-stage pipeline.
 local lt = require "lutra"
 local models = require "lutra.models"
 local T = require "lutra.testing"
@@ -122,8 +122,35 @@ test("a model directory (lutra's format: a shared expert without Qwen2-MoE's gat
   end)
 end)
 
-test("pipeline parallel refuses MoE models with a clear error", function()
-  local m = models.build(small())
-  fails("mixture-of-experts layers (n_experts) do not run in pipeline stages",
-    function() require("lutra.dist.pp").parallelize(m, lt.dist.init{}.pp, {}) end)
+test("a one-stage pipeline trains MoE layers with their aux losses, as the model's forward (f64)", function()
+  local cfg = small {dtype = "f64", z_loss_coef = 0.1, aux_loss_coef = 0.5}
+  lt.manual_seed(3)
+  local ref = models.build(cfg)
+  lt.manual_seed(3)
+  local m = models.build(cfg)
+  lt.manual_seed(4)
+  local micro = {}
+  for i = 1, 2 do micro[i] = {x = lt.randint(0, 64, {2, 8}), y = lt.randint(0, 64, {2, 8})} end
+  -- one process: each micro-batch's lm + aux, scaled by 1/2 (the micro loss itself does not reach
+  -- the sum without its aux losses: they are the test's point)
+  local want, aux_sum = 0, 0
+  for _, b in ipairs(micro) do
+    local _, loss = ref(b.x, b.y)
+    assert(ref.aux_loss:item() > 0, "the reference has aux losses")
+    want, aux_sum = want + loss:item(), aux_sum + ref.aux_loss:item()
+    local scaled = loss * 0.5
+    scaled:backward()
+  end
+  local st = require("lutra.dist.pp").parallelize(m, lt.dist.init{}.pp, {micro_batches = 2})
+  local sum = st:train_step(micro, 0.5)
+  close(sum, want, {rtol = 1e-12, atol = 0})
+  -- the default loss: lm_loss and aux_loss reported, the model's loss lm + aux
+  st.model:zero_grad()
+  local _, acc = st:train_step(micro, 0.5, require("lutra.train.batch").default_loss)
+  local ex = require("lutra.train.extras").values(acc)
+  close(ex.aux_loss, aux_sum / 2, {rtol = 1e-12, atol = 0})
+  close(ex.lm_loss + ex.aux_loss, want / 2, {rtol = 1e-12, atol = 0})
+  local got = {}
+  for name, p in st.model:named_parameters() do got[name] = p end
+  for name, p in ref:named_parameters() do close(got[name].grad, p.grad, {rtol = 1e-10, atol = 1e-14}) end
 end)

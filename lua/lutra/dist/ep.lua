@@ -31,7 +31,7 @@
 -- as well; the ep group is the one at this rank's tp coordinate, whose ranks hold the same tp
 -- columns, so the exchange moves whole tokens (the same on every tp rank) and the sharded experts
 -- reduce their outputs over tp before the return exchange (tp.lua's experts).
--- Not yet: ZeRO 3, pipeline and context parallel with ep (refused by name); the GPU (NCCL) path
+-- Not yet: ZeRO 3 and context parallel with ep (refused by name); the GPU (NCCL) path
 -- of all_to_all is the collective's own, untested here.
 local errors = require "lutra.errors"
 local create = require "lutra.create"

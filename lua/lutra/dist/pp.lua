@@ -28,6 +28,10 @@
 -- model:forward(x, y) gives the logits [and the model's loss] of the activation the stages
 -- computed from that micro-batch's x (pp_exec.lua's HeadModel). Micro-batches may carry
 -- positions/segments (packed rows, as Transformer:forward's opts).
+-- MoE layers (lutra.nn.moe): in training each stage backpropagates its layers' aux losses
+-- (scaled as the micro loss) with the gradient it receives, so a micro-batch's objective is
+-- lm + aux as in one process; the returned sum includes every stage's aux losses, and a
+-- loss_fn's aux_loss metric (the default loss's) the other stages' too (pp_exec.lua).
 -- A trainer's step: zero the grads; sum = st:train_step(batches, 1 / m); st:sync_grads();
 -- then data-parallel reduction of the grads (mesh.dp), the global norm (owned parameters,
 -- squares summed over mesh.pp and mesh.tp) and clipping, the optimizer step.
@@ -250,9 +254,6 @@ local function check_parallelize_args(model, opts, who)
   if type(model) ~= "table" or type(model.cfg) ~= "table" or model.blocks == nil or model.wte == nil
       or model.ln_f == nil or model.lm_head == nil then
     raise(who .. ": expected a zoo Transformer (wte, blocks, ln_f, lm_head), got " .. tostring(model and model.__name))
-  end
-  if model.cfg.n_experts then -- each stage's MoE aux losses would have to reach the last stage's loss
-    raise(who .. ": mixture-of-experts layers (n_experts) do not run in pipeline stages: train them with dp or zero")
   end
 end
 

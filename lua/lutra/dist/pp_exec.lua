@@ -11,6 +11,7 @@
 local errors = require "lutra.errors"
 local create = require "lutra.create"
 local grad = require "lutra.nn.grad"
+local autograd = require "lutra.autograd"
 local spec = require "lutra.dist.spec"
 local program = require "lutra.dist.pp_program"
 local schedule = require "lutra.dist.pp_schedule"
@@ -60,7 +61,7 @@ end
 --   outbox[key]  {t =, rec =, free =}: computed, to be posted with a later batch
 local function context(st)
   local P, s, v = st.size, st.stage, st.virtual_stages
-  return {st = st, g = st.group, P = P, s = s, V = P * v, pending = {}, inbox = {}, outbox = {}}
+  return {st = st, g = st.group, P = P, s = s, V = P * v, pending = {}, inbox = {}, outbox = {}, aux_sum = 0}
 end
 
 local function vs_of(c, k) return (k - 1) * c.P + c.s end
@@ -146,15 +147,21 @@ function Head.forward(self, idx, targets, opts)
   if targets == nil then return logits end
   local cp = rawget(self, "cp") -- context parallel: the micro-batch's context (lutra.dist.cp)
   local loss = cp and cp:loss(logits, targets, stage) or stage:loss(logits, targets)
+  local aux = rawget(self, "aux") -- the last chunk's MoE aux losses, as Transformer:add_aux_loss
+  if aux ~= nil then
+    rawset(self, "lm_loss", loss)
+    rawset(self, "aux_loss", aux)
+    loss = loss + aux
+  end
   return logits, loss
 end
 
 -- loss_fn on micro-batch b, y the activation from the stages: the loss and its extra metrics
 -- (an accumulator: numbers, read before the logits are freed).
-local function call_loss_fn(st, loss_fn, y, b)
+local function call_loss_fn(st, loss_fn, y, b, aux)
   local x = b.x or b[1]
   local model = setmetatable({stage = st.model, act = y, x = x, cfg = st.model.cfg, _tp = rawget(st.model, "_tp"),
-                              cp = b.cp}, HeadModel)
+                              cp = b.cp, aux = aux}, HeadModel)
   local loss, extra = loss_fn(model, b) -- called by its name: a traceback says 'loss_fn'
   if rawget(model, "act") ~= nil then
     raise("pp: loss_fn did not call the model: on the last pipeline stage model(batch.x, ...) gives the logits "
@@ -169,8 +176,25 @@ local function call_loss_fn(st, loss_fn, y, b)
   return loss, acc
 end
 
+-- The sum of the aux losses (lutra.nn.moe) of chunk k's MoE layers in the forward just run,
+-- nil when it has none (or outside training: Transformer:forward adds them only there).
+local function chunk_aux(st, k)
+  if not st.model.training or not st.model.cfg.n_experts then return nil end
+  local aux
+  local blocks = st.model.blocks
+  for _, i in ipairs(st.model.chunks[k]) do
+    local mlp = blocks[tostring(i - 1)].mlp
+    local a = mlp ~= nil and rawget(mlp, "aux_loss")
+    if a then aux = aux and aux + a or a end
+  end
+  return aux
+end
+
 -- Forward of action a (micro-batch b through local chunk a.chunk). Returns the record
--- {input =, output =, loss =, send =} kept until the backward.
+-- {input =, output =, loss =, aux =, send =} kept until the backward. A chunk's MoE aux
+-- losses join the objective where they are made: the last chunk's in its loss (the model's
+-- loss gives lm + aux, as in one process), another chunk's in rec.aux, backpropagated with
+-- the gradient its output receives (and its value in c.aux_sum, for the reported loss).
 local function forward(c, a, recv, send, b, train, loss_fn)
   local st, vs = c.st, vs_of(c, a.chunk)
   local rec = {}
@@ -185,14 +209,20 @@ local function forward(c, a, recv, send, b, train, loss_fn)
   local packed = (b.positions ~= nil or b.segments ~= nil or b.cp) and
     {positions = b.positions, segments = b.segments, cp = b.cp} or nil
   local y = st.model:run_chunk(a.chunk, x, packed)
+  local aux = train and chunk_aux(st, a.chunk) or nil
   if vs == c.V - 1 then
     if loss_fn then
-      rec.output, rec.extras = call_loss_fn(st, loss_fn, y, b)
+      rec.output, rec.extras = call_loss_fn(st, loss_fn, y, b, aux)
     else
       rec.output = st.model:head(y, b.y or b[2], b.cp)
+      if aux ~= nil then rec.output = rec.output + aux end
     end
     rec.loss = rec.output:item()
   else
+    if aux ~= nil then
+      rec.aux = aux
+      c.aux_sum = c.aux_sum + aux:item()
+    end
     y = check_activation(st, y, b, vs)
     rec.output = y
     c.outbox[send.key] = {t = y, rec = rec}
@@ -216,7 +246,16 @@ local function backward(c, a, recv, send, rec, scale)
     local gy = take(c, recv)
     wait_all(rec.send)
     -- (a stage whose parameters are all frozen, with no input that requires grad: nothing to do)
-    if rec.output.requires_grad then rec.output:backward(gy) end
+    local roots, grads = {}, {}
+    if rec.output.requires_grad then roots[1], grads[1] = rec.output, gy end
+    local aux = rec.aux
+    if aux ~= nil and aux.requires_grad then
+      if scale ~= 1 then aux = aux * scale end
+      roots[#roots + 1] = aux -- (one pass with the output: the graphs share the chunk's activations)
+    end
+    if #roots > 0 then autograd.backward(roots, grads) end
+    if aux ~= nil and aux ~= rec.aux then free(aux) end
+    rec.aux = nil
     free(gy)
   end
   free(rec.output)
@@ -237,14 +276,16 @@ local function finish(c)
   c.pending = {}
 end
 
--- The loss sum of the last stage, broadcast over the pipeline group.
+-- The loss sum over the micro-batches on every rank of the pipeline: the last stage's sum
+-- (its chunks' aux losses in) plus the aux losses of the other chunks (c.aux_sum of every
+-- rank); and that other aux sum over the pipeline.
 local function share_loss(c, sum)
-  if c.P == 1 then return sum end
-  local t = create.tensor({c.s == c.P - 1 and sum or 0}, {dtype = "f64"})
-  c.g:broadcast(t, c.P - 1)
-  local v = t:item()
+  if c.P == 1 then return sum + c.aux_sum, c.aux_sum end
+  local t = create.tensor({(c.s == c.P - 1 and sum or 0) + c.aux_sum, c.aux_sum}, {dtype = "f64"})
+  c.g:all_reduce(t, "sum")
+  local v, aux = t[0]:item(), t[1]:item()
   free(t)
-  return v
+  return v, aux
 end
 
 -- Runs the actions' program (lutra.dist.pp_program). Returns the sum of the losses and (last
@@ -283,7 +324,12 @@ local function run(st, actions, batches, scale, train, loss_fn)
     end
   end
   finish(c)
-  return share_loss(c, sum), acc
+  local total, other_aux = share_loss(c, sum)
+  -- loss_fn's aux_loss (the default loss reports the model's lm_loss and aux_loss) saw the
+  -- last chunk's layers: the other chunks' aux losses, a micro-batch's mean, join it
+  local e = acc.aux_loss
+  if e ~= nil and not e.sum and other_aux ~= 0 then e.value = e.value + other_aux / #batches end
+  return total, acc
 end
 
 function M.train(st, actions, batches, scale, loss_fn) return run(st, actions, batches, scale, true, loss_fn) end
