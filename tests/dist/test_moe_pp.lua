@@ -1,0 +1,201 @@
+-- np: 2 4
+-- nn.MoE layers in pipeline stages (lutra.dist.pp: each stage backpropagates its layers' aux
+-- losses with the gradient it receives), against one process on the same global batch
+-- (computed on every rank, in this process) accumulating the same micro-batches (a pipeline
+-- micro-batch j of every dp rank together: the balance statistics of a micro-batch are global
+-- over dp, lutra.dist.ep), each micro loss (lm + aux) scaled by 1 / m:
+--   - f64 models of 4 layers, 4 experts top-2: "moe" (Llama, SwiGLU experts) dropless, gpt2
+--     (GELU experts, tied embeddings) with capacity factor 1 (tokens dropped);
+--   - step 1's loss, the default loss_fn's lm_loss and aux_loss metrics, every layer's balance
+--     loss, the gradient norm and every gathered gradient; every loss of 3 SGD steps and the
+--     final weights: 1e-9 relative.
+-- Layouts: np 2: pp 2 with 1f1b, gpipe, interleaved (2 chunks a rank: the last rank's first
+-- chunk is not the last stage); np 4: dp 2 x pp 2, dp 2 x ep 2 x pp 2 (1f1b, gpipe).
+local lt = require "lutra"
+local comm = require "lutra.dist.comm"
+local spec = require "lutra.dist.spec"
+local extras = require "lutra.train.extras"
+local default_loss = require("lutra.train.batch").default_loss
+local testing = require "lutra.testing"
+
+comm.init()
+local world, N, R = comm.world, comm.size(), comm.rank()
+local H = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "tests/dist/") .. "layout_helpers.lua")
+
+local M = 2 -- pipeline micro-batches
+local LAYOUTS = {[2] = {{pp = 2, schedule = "1f1b"}, {pp = 2, schedule = "gpipe"},
+                       {pp = 2, schedule = "interleaved", virtual_stages = 2}},
+                 [4] = {{dp = 2, pp = 2, schedule = "1f1b"}, {dp = 2, ep = 2, pp = 2, schedule = "1f1b"},
+                        {dp = 2, ep = 2, pp = 2, schedule = "gpipe"}}}
+if not LAYOUTS[N] then testing.skip("test_moe_pp runs on 2 or 4 ranks, not " .. N) end
+
+local BATCH, T, VOCAB, STEPS, LR = 4, 4, 32, 3, 0.5
+local REL = H.F64_REL
+
+local function build(cfg)
+  lt.manual_seed(1234)
+  return lt.models.build(cfg)
+end
+
+local batches = {}
+lt.manual_seed(99)
+for s = 1, STEPS do batches[s] = {x = lt.randint(0, VOCAB, {BATCH, T}), y = lt.randint(0, VOCAB, {BATCH, T})} end
+
+-- name -> MoE layer
+local function moe_layers(model)
+  local out = {}
+  for name, m in model:named_modules() do
+    if getmetatable(m) == lt.nn.MoE then out[name] = m end
+  end
+  return out
+end
+
+-- Global micro-batch j (1-based) of batch b under dp ranks: micro-batch j of each dp rank's rows.
+local function global_micro(b, dp, j)
+  local per = BATCH / dp
+  local mb = per / M
+  local xs, ys = {}, {}
+  for r = 0, dp - 1 do
+    xs[#xs + 1] = b.x:narrow(0, r * per + (j - 1) * mb, mb)
+    ys[#ys + 1] = b.y:narrow(0, r * per + (j - 1) * mb, mb)
+  end
+  return {x = lt.cat(xs, 0):contiguous(), y = lt.cat(ys, 0):contiguous()}
+end
+
+-- One process accumulating the layout's micro-batches: step 1's loss, metrics, balance losses
+-- (of the last micro-batch, what a layer keeps) and grads, every step's loss, the final weights.
+local function reference(cfg, dp)
+  local model = build(cfg)
+  local opt = lt.optim.SGD(model, {lr = LR})
+  local ref = {losses = {}, grads = {}, balance = {}, params = {}, names = {}}
+  for s, b in ipairs(batches) do
+    opt:zero_grad()
+    local sum, lm, aux = 0, 0, 0
+    for j = 1, M do
+      local loss, extra = default_loss(model, global_micro(b, dp, j))
+      sum, lm, aux = sum + loss:item(), lm + extra.lm_loss, aux + extra.aux_loss
+      local scaled = loss * (1 / M)
+      scaled:backward()
+    end
+    ref.losses[s] = sum / M
+    if s == 1 then
+      ref.lm, ref.aux = lm / M, aux / M
+      local sq = 0
+      for name, p in model:named_parameters() do
+        ref.grads[name] = p.grad:clone()
+        sq = sq + (p.grad * p.grad):sum():item()
+      end
+      ref.norm = math.sqrt(sq)
+      for name, m in pairs(moe_layers(model)) do ref.balance[name] = m.balance_loss:item() end
+    end
+    opt:step()
+  end
+  for name, p in model:named_parameters() do
+    ref.names[#ref.names + 1] = name
+    ref.params[name] = p:detach():clone()
+  end
+  return ref
+end
+
+-- This rank's rows of a global batch.
+local function local_batch(b, mesh)
+  local per = BATCH / mesh.dp_size
+  local function rows(t) return t:narrow(0, mesh.dp_rank * per, per):contiguous() end
+  return {x = rows(b.x), y = rows(b.y)}
+end
+
+local function dropped(model)
+  local n = 0
+  for _, m in pairs(moe_layers(model)) do n = n + m.dropped end
+  local t = lt.tensor({n}, {dtype = "f64"})
+  world:all_reduce(t, "sum")
+  return t:item()
+end
+
+local function as_module(named)
+  return {named_parameters = function()
+    local i = 0
+    return function()
+      i = i + 1
+      if named[i] then return named[i][1], named[i][2] end
+    end
+  end}
+end
+
+local function run_layout(layout, cfg, ref, what)
+  local opts = {micro_batches = M}
+  for k, v in pairs(layout) do opts[k] = v end
+  local mesh = lt.dist.init(opts)
+  local model = build(cfg)
+  local worst = 0
+  local par = lt.dist.parallelize(model, mesh,
+    {optimizer = function(named) return lt.optim.SGD(as_module(named), {lr = LR}) end})
+  local layers = moe_layers(par.model)
+  assert(next(layers) ~= nil, what .. ": this stage has no MoE layer")
+  for _, m in pairs(layers) do
+    testing.assert_equal(m.w_down:size(0), cfg.n_experts / (layout.ep or 1), what .. ": local experts")
+  end
+  for s, b in ipairs(batches) do
+    par:zero_grad()
+    local loss, acc = par:forward_backward({local_batch(b, mesh)}, default_loss)
+    local norm = par:finish(0)
+    worst = math.max(worst, H.assert_rel_number(loss, ref.losses[s], REL, what .. " step " .. s .. " loss"))
+    if s == 1 then
+      local ex = extras.values(par:reduce_extras(acc))
+      worst = math.max(worst, H.assert_rel_number(ex.lm_loss, ref.lm, REL, what .. " lm_loss metric"))
+      worst = math.max(worst, H.assert_rel_number(ex.aux_loss, ref.aux, REL, what .. " aux_loss metric"))
+      worst = math.max(worst, H.assert_rel_number(norm, ref.norm, REL, what .. " gradient norm"))
+      for name, m in pairs(layers) do
+        worst = math.max(worst, H.assert_rel_number(m.balance_loss:item(), ref.balance[name], REL,
+          what .. " " .. name .. " balance loss"))
+      end
+      if cfg.capacity_factor then assert(dropped(par.model) > 0, what .. ": nothing dropped") end
+      local entries, opt = {}, par.optimizer
+      for k, key in ipairs(opt.keys) do
+        local p = opt.params[k]
+        assert(p.grad ~= nil, what .. ": no gradient for " .. tostring(key))
+        entries[#entries + 1] = {name = tostring(key), tensor = spec.copy(p.grad, p)}
+      end
+      local names, shapes = H.global_names(entries, world)
+      local grads = H.gather_entries(entries, names, shapes, world)
+      for name, g in pairs(ref.grads) do
+        assert(grads[name] ~= nil, what .. ": no gathered gradient of " .. name)
+        worst = math.max(worst, H.assert_rel(grads[name], g, REL, what .. " gradient of " .. name))
+      end
+    end
+    par.optimizer:step()
+    par:after_step()
+  end
+  local got = H.gather(par, ref.names, ref.params, world)
+  for _, name in ipairs(ref.names) do
+    worst = math.max(worst, H.assert_rel(got[name], ref.params[name], REL, what .. " weight " .. name))
+  end
+  if R == 0 then print(string.format("  %-44s f64 worst rel diff %.1e (allowed %.0e)", what, worst, REL)) end
+end
+
+local function layout_name(l)
+  return string.format("dp%d ep%d pp%d %s", l.dp or 1, l.ep or 1, l.pp, l.schedule)
+end
+
+local COMMON = {n_layer = 4, d_model = 16, n_head = 2, vocab_size = VOCAB, block_size = T, dropout = 0, dtype = "f64",
+                n_experts = 4, top_k = 2, aux_loss_coef = 0.5, z_loss_coef = 0.1}
+local function with(extra)
+  local cfg = {}
+  for k, v in pairs(COMMON) do cfg[k] = v end
+  for k, v in pairs(extra) do cfg[k] = v end
+  return cfg
+end
+local CONFIGS = {{name = "moe dropless", cfg = with {arch = "moe", n_kv_head = 1, ffn_hidden = 24}},
+                 {name = "gpt2 capacity 1.0", cfg = with {arch = "gpt2", capacity_factor = 1.0}}}
+
+for _, c in ipairs(CONFIGS) do
+  local refs = {} -- dp -> reference
+  for _, layout in ipairs(LAYOUTS[N]) do
+    local name = layout_name(layout)
+    test(c.name .. ", " .. name .. ": step 1 and 3 SGD steps equal one process (f64)", function()
+      local dp = layout.dp or 1
+      refs[dp] = refs[dp] or reference(c.cfg, dp)
+      run_layout(layout, c.cfg, refs[dp], c.name .. " " .. name)
+    end)
+  end
+end
