@@ -153,4 +153,8 @@ test("a one-stage pipeline trains MoE layers with their aux losses, as the model
   local got = {}
   for name, p in st.model:named_parameters() do got[name] = p end
   for name, p in ref:named_parameters() do close(got[name].grad, p.grad, {rtol = 1e-10, atol = 1e-14}) end
+  -- a loss_fn that does not take the model's loss would leave this stage's aux losses out
+  fails("pp: the model has MoE layers: loss_fn must take the model's loss", function()
+    st:train_step(micro, 0.5, function(model, b) return model.loss(model, model(b.x), b.y) end)
+  end)
 end)

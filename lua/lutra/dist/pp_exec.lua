@@ -167,6 +167,10 @@ local function call_loss_fn(st, loss_fn, y, b, aux)
     raise("pp: loss_fn did not call the model: on the last pipeline stage model(batch.x, ...) gives the logits "
       .. "of the activation the stages computed")
   end
+  if aux ~= nil and rawget(model, "lm_loss") == nil then -- (the other stages add theirs: the objective would mix)
+    raise("pp: the model has MoE layers: loss_fn must take the model's loss, model(batch.x, batch.y), which adds "
+      .. "their aux losses on each pipeline stage")
+  end
   if not ops.is_tensor(loss) or loss:numel() ~= 1 then
     raise("pp: loss_fn must return the loss as a one-element tensor, got "
       .. (ops.is_tensor(loss) and "[" .. table.concat(loss.shape, ", ") .. "]" or type(loss)))
