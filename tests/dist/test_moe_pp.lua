@@ -8,7 +8,9 @@
 --     (GELU experts, tied embeddings) with capacity factor 1 (tokens dropped);
 --   - step 1's loss, the default loss_fn's lm_loss and aux_loss metrics, every layer's balance
 --     loss, the gradient norm and every gathered gradient; every loss of 3 SGD steps and the
---     final weights: 1e-9 relative.
+--     final weights: 1e-9 relative;
+--   - lt.train (AdamW, clipping, grad_accum 2, one pipeline micro-batch a batch): the logged loss,
+--     lm_loss and aux_loss of 4 steps and the final weights against the same config in one process.
 -- Layouts: np 2: pp 2 with 1f1b, gpipe, interleaved (2 chunks a rank: the last rank's first
 -- chunk is not the last stage); np 4: dp 2 x pp 2, dp 2 x ep 2 x pp 2 (1f1b, gpipe).
 local lt = require "lutra"
@@ -199,3 +201,50 @@ for _, c in ipairs(CONFIGS) do
     end)
   end
 end
+
+-- ---- through the trainer (lt.train: AdamW, clipping, grad_accum 2, the default loss_fn) ----------
+-- One pipeline micro-batch a step's batch, so that one process (the same config) is the reference.
+
+local corpus = string.format("%s/lutra_moe_pp_corpus_%d_%d.txt", os.getenv("TMPDIR") or "/tmp", R, N)
+testing.word_corpus(corpus, {"the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "far"}, 2000, 12345)
+local tok = lt.tokenizer.char(assert(io.open(corpus)):read("*a"))
+local TB, TT = 8, 8
+local TRAIN_LAYOUT = N == 2 and {pp = 2, schedule = "1f1b"} or {dp = 2, ep = 2, pp = 2, schedule = "1f1b"}
+
+test("lt.train, " .. layout_name(TRAIN_LAYOUT) .. ": 4 AdamW steps, their loss, lm_loss and aux_loss equal one "
+  .. "process (f64)", function()
+  local what = "lt.train " .. layout_name(TRAIN_LAYOUT)
+  local function run(parallel)
+    lt.manual_seed(7)
+    local model = lt.models.build {arch = "moe", n_layer = 4, d_model = 16, n_head = 2, n_kv_head = 2, ffn_hidden = 24,
+                                   n_experts = 4, vocab_size = tok.vocab_size, block_size = TT, dropout = 0,
+                                   dtype = "f64", aux_loss_coef = 0.5, z_loss_coef = 0.1}
+    local records = {}
+    local r = lt.train{model = model, quiet = true, no_interrupt = true,
+                       data = lt.data.text(corpus, tok, {seq_len = TT, batch = TB, seed = 3, cache = corpus .. ".bin",
+                                                         quiet = true}),
+                       log = function(rec) if rec.loss then records[#records + 1] = rec end end,
+                       config = {steps = 4, lr = 1e-2, warmup = 0, schedule = "constant", grad_clip = 0.5,
+                                 weight_decay = 0.1, grad_accum = 2, eval_every = 0, log_every = 1, run_dir = "",
+                                 parallel = parallel, ckpt_every = 0}}
+    return r, model, records
+  end
+  local ref, ref_model, want = run(nil)
+  local names, params = {}, {}
+  for name, p in ref_model:named_parameters() do names[#names + 1], params[name] = name, p end
+  local parallel = {micro_batches = 1}
+  for k, v in pairs(TRAIN_LAYOUT) do parallel[k] = v end
+  local r, _, got = run(parallel)
+  H.compare_losses(r.losses, ref.losses, REL, what)
+  if R == 0 then -- (rank 0 logs)
+    testing.assert_equal({#want, #got}, {4, 4}, what .. ": logged steps (one process, layout)")
+    for i, rec in ipairs(want) do
+      assert(rec.aux_loss and rec.aux_loss > 0, what .. ": the reference logs aux_loss")
+      for _, k in ipairs {"loss", "lm_loss", "aux_loss"} do
+        H.assert_rel_number(got[i][k], rec[k], REL, string.format("%s step %d %s", what, rec.step, k))
+      end
+    end
+  end
+  local gathered = H.gather(r.parallel, names, params, world)
+  for _, name in ipairs(names) do H.assert_rel(gathered[name], params[name], REL, what .. " weight " .. name) end
+end)
