@@ -12,7 +12,8 @@
 --   - lt.train (AdamW, clipping, grad_accum 2, one pipeline micro-batch a batch): the logged loss,
 --     lm_loss and aux_loss of 4 steps and the final weights against the same config in one process.
 -- Layouts: np 2: pp 2 with 1f1b, gpipe, interleaved (2 chunks a rank: the last rank's first
--- chunk is not the last stage); np 4: dp 2 x pp 2, dp 2 x ep 2 x pp 2 (1f1b, gpipe).
+-- chunk is not the last stage); np 4: dp 2 x pp 2, dp 2 x ep 2 x pp 2 (1f1b, gpipe), tp 2 x pp 2
+-- (with and without sequence parallel).
 local lt = require "lutra"
 local comm = require "lutra.dist.comm"
 local spec = require "lutra.dist.spec"
@@ -28,7 +29,8 @@ local M = 2 -- pipeline micro-batches
 local LAYOUTS = {[2] = {{pp = 2, schedule = "1f1b"}, {pp = 2, schedule = "gpipe"},
                        {pp = 2, schedule = "interleaved", virtual_stages = 2}},
                  [4] = {{dp = 2, pp = 2, schedule = "1f1b"}, {dp = 2, ep = 2, pp = 2, schedule = "1f1b"},
-                        {dp = 2, ep = 2, pp = 2, schedule = "gpipe"}}}
+                        {dp = 2, ep = 2, pp = 2, schedule = "gpipe"}, {tp = 2, pp = 2, schedule = "1f1b"},
+                        {tp = 2, pp = 2, schedule = "1f1b", sequence_parallel = true}}}
 if not LAYOUTS[N] then testing.skip("test_moe_pp runs on 2 or 4 ranks, not " .. N) end
 
 local BATCH, T, VOCAB, STEPS, LR = 4, 4, 32, 3, 0.5
@@ -176,7 +178,8 @@ local function run_layout(layout, cfg, ref, what)
 end
 
 local function layout_name(l)
-  return string.format("dp%d ep%d pp%d %s", l.dp or 1, l.ep or 1, l.pp, l.schedule)
+  return string.format("dp%d ep%d tp%d pp%d %s%s", l.dp or 1, l.ep or 1, l.tp or 1, l.pp, l.schedule,
+    l.sequence_parallel and " sp" or "")
 end
 
 local COMMON = {n_layer = 4, d_model = 16, n_head = 2, vocab_size = VOCAB, block_size = T, dropout = 0, dtype = "f64",
@@ -187,7 +190,7 @@ local function with(extra)
   for k, v in pairs(extra) do cfg[k] = v end
   return cfg
 end
-local CONFIGS = {{name = "moe dropless", cfg = with {arch = "moe", n_kv_head = 1, ffn_hidden = 24}},
+local CONFIGS = {{name = "moe dropless", cfg = with {arch = "moe", n_kv_head = 2, ffn_hidden = 24}},
                  {name = "gpt2 capacity 1.0", cfg = with {arch = "gpt2", capacity_factor = 1.0}}}
 
 for _, c in ipairs(CONFIGS) do
