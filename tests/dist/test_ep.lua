@@ -8,7 +8,7 @@
 --     that some experts get no tokens on some ranks (checked, so that the case is exercised);
 --   - lt.train (AdamW, clipping, 2 micro-batches, small buckets; ZeRO 0, 1 and 3): 5 f64 steps to 1e-9,
 --     f32 step-1 gradients within layout_helpers' f32 bound; its checkpoints resumed across ep2 and
---     one process;
+--     one process (ep2 with ZeRO 0, 1 and 3: optimizer state too);
 --   - checkpoints: saved from ep and loaded whole, saved whole and loaded into ep shards: bitwise;
 --     the same at ep 2 with ZeRO 3 (dense shards over dp, experts whole per ep rank);
 --   - the ep / expert_dp groups, all_to_all's backward, bad layouts refused by name.
@@ -280,7 +280,8 @@ for _, zero in ipairs {0, 1, 3} do
     zero), function() train_equivalence(zero) end)
 end
 
-test("lt.train checkpoints: ep2 -> one process and one process -> ep2 zero1 resume as a straight run (f64)", function()
+test("lt.train checkpoints: ep2 (ZeRO 0, 3) -> one process and one process -> ep2 (ZeRO 1, 3) resume as a straight run "
+  .. "(f64)", function()
   local base = string.format("%s/lutra_test_ep_train_%d", os.getenv("TMPDIR") or "/tmp", N)
   if R == 0 then os.execute("rm -rf '" .. base .. "' && mkdir -p '" .. base .. "'") end
   world:all_reduce(lt.zeros(1), "sum")
@@ -297,20 +298,29 @@ test("lt.train checkpoints: ep2 -> one process and one process -> ep2 zero1 resu
   local names, want = {}, {}
   for name, p in straight:named_parameters() do names[#names + 1], want[name] = name, p end
   -- ep2, 3 steps, saved; resumed by one process (each rank its own run) to step 6
-  run({dp = N, ep = 2}, base .. "/ep2", 3)
-  ckpt.wait() -- rank 0 commits the checkpoint when every rank's file is in: then it may be read
-  world:all_reduce(lt.zeros(1), "sum")
-  local _, one = run(nil, base .. "/one_" .. R, nil, base .. "/ep2/ckpt/step_000003")
-  for name, p in one:named_parameters() do H.assert_rel(p, want[name], REL, "ep2 -> one process: " .. name) end
-  -- one process (rank 0's run), 3 steps, saved; resumed under ep2 with ZeRO 1 to step 6
+  for _, zero in ipairs {0, 3} do
+    local dir = base .. "/ep2_zero" .. zero
+    run({dp = N, ep = 2, zero = zero}, dir, 3)
+    ckpt.wait() -- rank 0 commits the checkpoint when every rank's file is in: then it may be read
+    world:all_reduce(lt.zeros(1), "sum")
+    local _, one = run(nil, dir .. "_one_" .. R, nil, dir .. "/ckpt/step_000003")
+    for name, p in one:named_parameters() do
+      H.assert_rel(p, want[name], REL, "ep2 zero" .. zero .. " -> one process: " .. name)
+    end
+  end
+  -- one process (rank 0's run), 3 steps, saved; resumed under ep2 with ZeRO 1 and 3 to step 6
   if R == 0 then
     run(nil, base .. "/single", 3)
     ckpt.wait()
   end
   world:all_reduce(lt.zeros(1), "sum")
-  local r = run({dp = N, ep = 2, zero = 1}, base .. "/ep2b", nil, base .. "/single/ckpt/step_000003")
-  local got = H.gather(r.parallel, names, want, world)
-  for _, name in ipairs(names) do H.assert_rel(got[name], want[name], REL, "one process -> ep2: " .. name) end
+  for _, zero in ipairs {1, 3} do
+    local r = run({dp = N, ep = 2, zero = zero}, base .. "/ep2b_zero" .. zero, nil, base .. "/single/ckpt/step_000003")
+    local got = H.gather(r.parallel, names, want, world)
+    for _, name in ipairs(names) do
+      H.assert_rel(got[name], want[name], REL, "one process -> ep2 zero" .. zero .. ": " .. name)
+    end
+  end
   world:all_reduce(lt.zeros(1), "sum")
   if R == 0 then os.execute("rm -rf '" .. base .. "'") end
 end)
@@ -381,6 +391,8 @@ test("checkpoint saved at ep 2 with ZeRO 3 loads whole (ep 1) bitwise, and back"
   local entries = {}
   for name, p in trained3.par.model:named_parameters() do entries[#entries + 1] = {name = name, tensor = p} end
   ckpt.save(dir, {step = STEPS, tensors = entries}, {world = world})
+  ckpt.wait()
+  barrier()
   local whole = build({})
   local into, names = {}, {}
   for name, p in whole:named_parameters() do into[#into + 1], names[#names + 1] = {name = name, tensor = p}, name end
@@ -397,6 +409,7 @@ test("checkpoint saved at ep 2 with ZeRO 3 loads whole (ep 1) bitwise, and back"
     src[#src + 1], by_name[name] = {name = name, tensor = p}, p
   end
   ckpt.save(dir1, {step = STEPS, tensors = src})
+  ckpt.wait()
   local par = lt.dist.parallelize(build({}), trained3.mesh,
     {optimizer = function(named) return lt.optim.SGD(as_module(named), {lr = LR}) end})
   local targets, n_experts, n_sharded = {}, 0, 0

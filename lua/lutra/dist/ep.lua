@@ -3,7 +3,7 @@
 --   ep.parallelize(model, mesh)   -- every MoE layer of model, in place (parallelize.lua calls it)
 --   ep.is_expert(p)               -- p holds experts sharded over the ep group
 --   ep.finish_grads(params, mesh) -- after the expert gradients' reduction over expert_dp
---   ep.alias(p)                   -- p's storage without requires_grad (for the optimizer under ZeRO)
+--   ep.alias(p)                   -- p's storage without requires_grad (for the optimizer under ZeRO 1-2)
 --
 -- Each rank keeps n_experts / ep of every layer's experts: global expert ep_rank * El + j is its
 -- local j (w_gate, w_up, w_down narrowed on dim 0, with a lutra.dist.spec of their global shape:
