@@ -6,12 +6,13 @@
 --     relative; top-2 dropless, top-2 with capacity factor 1 (drops by the single-process rule
 --     on the global batch), top-1 GELU experts with a shared expert. The batch is small enough
 --     that some experts get no tokens on some ranks (checked, so that the case is exercised);
---   - lt.train (AdamW, clipping, 2 micro-batches, small buckets; ZeRO 0 and 1): 5 f64 steps to 1e-9,
+--   - lt.train (AdamW, clipping, 2 micro-batches, small buckets; ZeRO 0, 1 and 3): 5 f64 steps to 1e-9,
 --     f32 step-1 gradients within layout_helpers' f32 bound; its checkpoints resumed across ep2 and
---     one process;
+--     one process (ep2 with ZeRO 0, 1 and 3: optimizer state too);
 --   - checkpoints: saved from ep and loaded whole, saved whole and loaded into ep shards: bitwise;
+--     the same at ep 2 with ZeRO 3 (dense shards over dp, experts whole per ep rank);
 --   - the ep / expert_dp groups, all_to_all's backward, bad layouts refused by name.
--- Layouts: np 2: ep 2 (ZeRO 0, 1, 2); np 4: ep 2 x dp 2 (ZeRO 0, 2), ep 4 (lt.train: dp np, ep 2).
+-- Layouts: np 2: ep 2 (ZeRO 0, 1, 2, 3); np 4: ep 2 x dp 2 (ZeRO 0, 2, 3), ep 4 (lt.train: dp np, ep 2).
 local lt = require "lutra"
 local comm = require "lutra.dist.comm"
 local spec = require "lutra.dist.spec"
@@ -24,8 +25,9 @@ comm.init()
 local world, N, R = comm.world, comm.size(), comm.rank()
 local H = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "tests/dist/") .. "layout_helpers.lua")
 
-local LAYOUTS = {[2] = {{dp = 2, ep = 2}, {dp = 2, ep = 2, zero = 1}, {dp = 2, ep = 2, zero = 2}},
-                 [4] = {{dp = 4, ep = 2}, {dp = 4, ep = 4}, {dp = 4, ep = 2, zero = 2}}}
+local LAYOUTS = {[2] = {{dp = 2, ep = 2}, {dp = 2, ep = 2, zero = 1}, {dp = 2, ep = 2, zero = 2},
+                        {dp = 2, ep = 2, zero = 3}},
+                 [4] = {{dp = 4, ep = 2}, {dp = 4, ep = 4}, {dp = 4, ep = 2, zero = 2}, {dp = 4, ep = 2, zero = 3}}}
 if not LAYOUTS[N] then testing.skip("test_ep runs on 2 or 4 ranks, not " .. N) end
 
 local BATCH, T, VOCAB, STEPS, LR = 4, 4, 32, 3, 0.5
@@ -208,6 +210,7 @@ test("all_to_all's backward returns each row's gradient to its rank and position
 end)
 
 local trained -- an ep 2 run (its par, mesh) and the reference model, for the checkpoint tests
+local trained3 -- the same at ep 2 with ZeRO 3
 for _, c in ipairs(CONFIGS) do
   local ref, ref_model
   for _, layout in ipairs(LAYOUTS[N]) do
@@ -215,6 +218,7 @@ for _, c in ipairs(CONFIGS) do
       if not ref then ref, ref_model = reference(c.extra) end
       local par, mesh = run_layout(layout, c.extra, ref, c.name .. " " .. layout_name(layout))
       if layout.ep == 2 and not trained then trained = {par = par, mesh = mesh, ref = ref, ref_model = ref_model} end
+      if layout.zero == 3 and not c.extra then trained3 = {par = par, mesh = mesh, ref = ref, ref_model = ref_model} end
     end)
   end
 end
@@ -271,12 +275,13 @@ local function train_equivalence(zero)
   if R == 0 then print(string.format("  %s f32 step 1: %d gradients, worst rel diff %.1e", what, n, worst)) end
 end
 
-for _, zero in ipairs {0, 1} do
+for _, zero in ipairs {0, 1, 3} do
   test(string.format("lt.train, dp%d ep2 zero%d: 5 AdamW steps equal one process (f64); f32 step 1 gradients", N,
     zero), function() train_equivalence(zero) end)
 end
 
-test("lt.train checkpoints: ep2 -> one process and one process -> ep2 zero1 resume as a straight run (f64)", function()
+test("lt.train checkpoints: ep2 (ZeRO 0, 3) -> one process and one process -> ep2 (ZeRO 1, 3) resume as a straight run "
+  .. "(f64)", function()
   local base = string.format("%s/lutra_test_ep_train_%d", os.getenv("TMPDIR") or "/tmp", N)
   if R == 0 then os.execute("rm -rf '" .. base .. "' && mkdir -p '" .. base .. "'") end
   world:all_reduce(lt.zeros(1), "sum")
@@ -293,20 +298,29 @@ test("lt.train checkpoints: ep2 -> one process and one process -> ep2 zero1 resu
   local names, want = {}, {}
   for name, p in straight:named_parameters() do names[#names + 1], want[name] = name, p end
   -- ep2, 3 steps, saved; resumed by one process (each rank its own run) to step 6
-  run({dp = N, ep = 2}, base .. "/ep2", 3)
-  ckpt.wait() -- rank 0 commits the checkpoint when every rank's file is in: then it may be read
-  world:all_reduce(lt.zeros(1), "sum")
-  local _, one = run(nil, base .. "/one_" .. R, nil, base .. "/ep2/ckpt/step_000003")
-  for name, p in one:named_parameters() do H.assert_rel(p, want[name], REL, "ep2 -> one process: " .. name) end
-  -- one process (rank 0's run), 3 steps, saved; resumed under ep2 with ZeRO 1 to step 6
+  for _, zero in ipairs {0, 3} do
+    local dir = base .. "/ep2_zero" .. zero
+    run({dp = N, ep = 2, zero = zero}, dir, 3)
+    ckpt.wait() -- rank 0 commits the checkpoint when every rank's file is in: then it may be read
+    world:all_reduce(lt.zeros(1), "sum")
+    local _, one = run(nil, dir .. "_one_" .. R, nil, dir .. "/ckpt/step_000003")
+    for name, p in one:named_parameters() do
+      H.assert_rel(p, want[name], REL, "ep2 zero" .. zero .. " -> one process: " .. name)
+    end
+  end
+  -- one process (rank 0's run), 3 steps, saved; resumed under ep2 with ZeRO 1 and 3 to step 6
   if R == 0 then
     run(nil, base .. "/single", 3)
     ckpt.wait()
   end
   world:all_reduce(lt.zeros(1), "sum")
-  local r = run({dp = N, ep = 2, zero = 1}, base .. "/ep2b", nil, base .. "/single/ckpt/step_000003")
-  local got = H.gather(r.parallel, names, want, world)
-  for _, name in ipairs(names) do H.assert_rel(got[name], want[name], REL, "one process -> ep2: " .. name) end
+  for _, zero in ipairs {1, 3} do
+    local r = run({dp = N, ep = 2, zero = zero}, base .. "/ep2b_zero" .. zero, nil, base .. "/single/ckpt/step_000003")
+    local got = H.gather(r.parallel, names, want, world)
+    for _, name in ipairs(names) do
+      H.assert_rel(got[name], want[name], REL, "one process -> ep2 zero" .. zero .. ": " .. name)
+    end
+  end
   world:all_reduce(lt.zeros(1), "sum")
   if R == 0 then os.execute("rm -rf '" .. base .. "'") end
 end)
@@ -356,6 +370,61 @@ test("checkpoint saved at ep 2 loads whole (ep 1) bitwise, and back", function()
     assert(bytes_of(e.tensor) == bytes_of(want), "ep1 -> ep2: " .. e.name .. " differs")
   end
   testing.assert_equal(n_experts, 2 * 3, "expert tensors (2 layers x w_gate, w_up, w_down)")
+  barrier()
+  if R == 0 then os.execute("rm -rf '" .. root .. "'") end
+end)
+
+-- t's piece of the whole tensor w (t's spec box; no spec: all of it).
+local function piece_of(w, t)
+  local s = spec.get(t)
+  if not s then return w end
+  for d = 0, t.ndim - 1 do w = w:narrow(d, s.offset[d + 1], t:size(d)) end
+  return w
+end
+
+test("checkpoint saved at ep 2 with ZeRO 3 loads whole (ep 1) bitwise, and back", function()
+  assert(trained3, "no ep 2 ZeRO 3 run")
+  if R == 0 then os.execute("rm -rf '" .. root .. "' && mkdir -p '" .. root .. "'") end
+  barrier()
+  -- ep 2 ZeRO 3 -> one process
+  local dir = root .. "/from_ep2_zero3"
+  local entries = {}
+  for name, p in trained3.par.model:named_parameters() do entries[#entries + 1] = {name = name, tensor = p} end
+  ckpt.save(dir, {step = STEPS, tensors = entries}, {world = world})
+  ckpt.wait()
+  barrier()
+  local whole = build({})
+  local into, names = {}, {}
+  for name, p in whole:named_parameters() do into[#into + 1], names[#names + 1] = {name = name, tensor = p}, name end
+  ckpt.load(dir):load_into(into)
+  local got = H.gather(trained3.par, names, trained3.ref.params, world)
+  for _, e in ipairs(into) do
+    assert(bytes_of(e.tensor) == bytes_of(got[e.name]), "ep2 zero3 -> ep1: " .. e.name .. " differs")
+    H.assert_rel(e.tensor, trained3.ref.params[e.name], REL, "ep2 zero3 -> ep1: " .. e.name .. " vs one process")
+  end
+  -- one process -> ep 2 ZeRO 3 (experts by global index, dense parameters as dp shards)
+  local dir1 = string.format("%s/whole_rank%d", root, R)
+  local src, by_name = {}, {}
+  for name, p in trained3.ref_model:named_parameters() do
+    src[#src + 1], by_name[name] = {name = name, tensor = p}, p
+  end
+  ckpt.save(dir1, {step = STEPS, tensors = src})
+  ckpt.wait()
+  local par = lt.dist.parallelize(build({}), trained3.mesh,
+    {optimizer = function(named) return lt.optim.SGD(as_module(named), {lr = LR}) end})
+  local targets, n_experts, n_sharded = {}, 0, 0
+  for name, p in par.model:named_parameters() do
+    lt.no_grad(function() p:fill_(0) end)
+    targets[#targets + 1] = {name = name, tensor = p}
+  end
+  ckpt.load(dir1):load_into(targets)
+  for _, e in ipairs(targets) do
+    if ep.is_expert(e.tensor) then n_experts = n_experts + 1
+    elseif spec.get(e.tensor) then n_sharded = n_sharded + 1 end
+    assert(bytes_of(e.tensor) == bytes_of(piece_of(by_name[e.name], e.tensor)), "ep1 -> ep2 zero3: " .. e.name .. " differs")
+  end
+  testing.assert_equal(n_experts, 2 * 3, "expert tensors (2 layers x w_gate, w_up, w_down)")
+  assert(n_sharded > 0, "no dense parameter is a ZeRO 3 shard")
   barrier()
   if R == 0 then os.execute("rm -rf '" .. root .. "'") end
 end)

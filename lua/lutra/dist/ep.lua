@@ -3,7 +3,7 @@
 --   ep.parallelize(model, mesh)   -- every MoE layer of model, in place (parallelize.lua calls it)
 --   ep.is_expert(p)               -- p holds experts sharded over the ep group
 --   ep.finish_grads(params, mesh) -- after the expert gradients' reduction over expert_dp
---   ep.alias(p)                   -- p's storage without requires_grad (for the optimizer under ZeRO)
+--   ep.alias(p)                   -- p's storage without requires_grad (for the optimizer under ZeRO 1-2)
 --
 -- Each rank keeps n_experts / ep of every layer's experts: global expert ep_rank * El + j is its
 -- local j (w_gate, w_up, w_down narrowed on dim 0, with a lutra.dist.spec of their global shape:
@@ -25,13 +25,14 @@
 -- Gradients: an expert's gradient on its rank sums the losses of the ep group's tokens. Averaged
 -- over expert_dp (the dp / ep ranks holding the same experts) and divided by ep it is the
 -- gradient of the mean loss over the global batch, as dp's average is for the other parameters.
--- Under ZeRO 1-2 the other parameters are sharded over dp as usual; the experts stay whole on
--- their ranks (plain buckets over expert_dp) and the one optimizer steps them through aliases.
+-- Under ZeRO the other parameters are sharded over dp as usual (ZeRO 3: gathered around each
+-- unit); the experts stay whole on their ranks (plain buckets over expert_dp, left out of ZeRO 3's
+-- units by its keep option) and the one optimizer steps them through aliases.
 -- Tensor parallel (lutra.dist.tp, which runs first): each expert is cut over tp on its hidden dim
 -- as well; the ep group is the one at this rank's tp coordinate, whose ranks hold the same tp
 -- columns, so the exchange moves whole tokens (the same on every tp rank) and the sharded experts
 -- reduce their outputs over tp before the return exchange (tp.lua's experts).
--- Not yet: ZeRO 3 and context parallel with ep (refused by name); the GPU (NCCL) path
+-- Not yet: context parallel with ep (refused by name); the GPU (NCCL) path
 -- of all_to_all is the collective's own, untested here.
 local errors = require "lutra.errors"
 local create = require "lutra.create"
@@ -189,9 +190,6 @@ end
 function M.parallelize(model, mesh)
   local MoE = require "lutra.nn.moe"
   local n = mesh.ep_size or 1
-  if n > 1 and mesh.zero == 3 then
-    raise(string.format("ep.parallelize: expert parallel with ZeRO 3 is not supported yet (%s)", mesh:layout()))
-  end
   if (mesh.cp_size or 1) > 1 then -- (a row's tokens over cp ranks: routing statistics stay per rank)
     if n > 1 then
       raise(string.format("ep.parallelize: expert parallel with context parallel is not supported yet (%s)",

@@ -109,7 +109,7 @@ function M.new(model, mesh, opts)
   self.defer_sync = self.stage ~= nil or (self.tp ~= nil and o.sequence_parallel == true)
   local factory = opts.optimizer
   -- expert parameters (ep > 1) are reduced over their own replicas, expert_dp (plain buckets,
-  -- also under ZeRO 1-2, whose optimizer steps them whole beside its shards)
+  -- also under ZeRO 1-3, whose optimizer steps them whole beside its shards)
   local dense, experts = named_trainable(self.model), {}
   if self.ep and mesh.ep_size > 1 then
     dense = {}
@@ -124,22 +124,28 @@ function M.new(model, mesh, opts)
   if mesh.zero > 0 then
     local build = factory
     if #experts > 0 and factory then
-      -- the optimizer takes the experts as aliases without requires_grad, as ZeRO's shards
-      -- (an optimizer given both keeps only the trainable ones); finish() hands them the grads
-      self.expert_alias = {}
-      local named_aliases = {}
-      for i, np in ipairs(experts) do
-        local a = self.ep.alias(np[2])
-        self.expert_alias[i] = {np[2], a}
-        named_aliases[i] = {np[1], a}
+      -- the optimizer takes the experts as aliases without requires_grad, as ZeRO 1-2's shards
+      -- (an optimizer given both keeps only the trainable ones); finish() hands them the grads.
+      -- ZeRO 3's shards are leaves that require grad, as the experts themselves.
+      local named_aliases = experts
+      if mesh.zero < 3 then
+        self.expert_alias, named_aliases = {}, {}
+        for i, np in ipairs(experts) do
+          local a = self.ep.alias(np[2])
+          self.expert_alias[i] = {np[2], a}
+          named_aliases[i] = {np[1], a}
+        end
       end
       build = function(named)
         for _, np in ipairs(named_aliases) do named[#named + 1] = np end
         return factory(named)
       end
     end
-    self.zero = require("lutra.dist.zero").new(#experts > 0 and dense or self.model, mesh.dp_cp,
-                                               {stage = mesh.zero, bucket_mb = o.bucket_mb, optimizer = build})
+    -- (ZeRO 3 takes the model, whose modules it wraps: the experts stay whole, out of its units)
+    local keep = #experts > 0 and self.ep.is_expert or nil
+    local target = (#experts > 0 and mesh.zero < 3) and dense or self.model
+    self.zero = require("lutra.dist.zero").new(target, mesh.dp_cp,
+                                               {stage = mesh.zero, bucket_mb = o.bucket_mb, optimizer = build, keep = keep})
     self.optimizer = self.zero.optimizer
   else
     if mesh.dp_cp.size > 1 then self.ddp = require("lutra.dist.ddp").new(dense, mesh.dp_cp, {bucket_mb = o.bucket_mb}) end

@@ -24,7 +24,8 @@
 --   stage 2: the same shards; a bucket's reduce-scatter is launched from post-accumulate
 --            hooks as soon as its grads are final, and the full grads are freed then.
 --   stage 3: zero_stage3.lua: parameters live as shards, gathered around each module;
---            at rest the model's fields hold the shards (named_parameters gives them).
+--            at rest the model's fields hold the shards (named_parameters gives them);
+--            opts.keep(p) true leaves p whole and out of ZeRO (expert parallel's experts).
 -- z:memory() -> {params =, grads =, optimizer =} bytes on this rank; z:remove() undoes
 -- the hooks (stage 3: the model holds its full, current parameters again).
 local errors = require "lutra.errors"

@@ -25,6 +25,8 @@
 --             root: every rank issues the same collectives in the same order), the full
 --             grads freed.
 -- Every rank must run the same units in the same order (as FSDP).
+-- opts.keep(p) true: p stays whole and out of ZeRO (no gathering, sharding or reduction here;
+-- its owner reduces it, as parallelize does for expert parallel's experts over expert_dp).
 local errors = require "lutra.errors"
 local groups = require "lutra.optim.groups"
 local memory = require "lutra.memory"
@@ -67,7 +69,7 @@ function M.new(model, group, opts)
   local names, params = groups.named_list(model, "zero.new")
   local entries, by_param = {}, {}
   for i, p in ipairs(params) do
-    if p.requires_grad then
+    if p.requires_grad and not (opts.keep and opts.keep(p)) then
       if p.ndim == 0 then raise("zero.new: parameter '" .. names[i] .. "' is 0-d; shard it as a 1-element vector") end
       if not p:is_contiguous() then raise("zero.new: parameter '" .. names[i] .. "' is not contiguous") end
       local e = {name = names[i], p = p, geo = flat.geometry(p.shape, n)}
