@@ -237,4 +237,18 @@ function M.step1(model, layout, loader, world)
   return loss, norm, M.gather_entries(entries, names, shapes, world)
 end
 
+-- A fresh directory of this job's own, the same path on every rank of world (rank 0 makes it): a
+-- test that writes checkpoints there never meets another job's files (another test run, or the
+-- same test at another rank count, at the same time).
+function M.job_dir(world, name)
+  local dir = ""
+  if world.rank == 0 then
+    dir = os.tmpname()
+    os.remove(dir)
+    dir = dir .. "_" .. name
+    assert(os.execute("mkdir -p '" .. dir .. "'"))
+  end
+  return world:all_gather_text(dir)[1]
+end
+
 return M

@@ -282,7 +282,7 @@ end
 
 test("lt.train checkpoints: ep2 (ZeRO 0, 3) -> one process and one process -> ep2 (ZeRO 1, 3) resume as a straight run "
   .. "(f64)", function()
-  local base = string.format("%s/lutra_test_ep_train_%d", os.getenv("TMPDIR") or "/tmp", N)
+  local base = H.job_dir(world, "ep_train")
   if R == 0 then os.execute("rm -rf '" .. base .. "' && mkdir -p '" .. base .. "'") end
   world:all_reduce(lt.zeros(1), "sum")
   local function run(parallel, run_dir, until_step, resume)
@@ -325,7 +325,7 @@ test("lt.train checkpoints: ep2 (ZeRO 0, 3) -> one process and one process -> ep
   if R == 0 then os.execute("rm -rf '" .. base .. "'") end
 end)
 
-local root = string.format("%s/lutra_test_ep_%d", os.getenv("TMPDIR") or "/tmp", N)
+local root = H.job_dir(world, "ep_ckpt")
 local function barrier() world:all_reduce(lt.zeros(1), "sum") end
 
 test("checkpoint saved at ep 2 loads whole (ep 1) bitwise, and back", function()

@@ -190,7 +190,7 @@ end
 
 -- ---- checkpoints: the layout's shards <-> one process, bitwise ----------------------------------
 
-local root = string.format("%s/lutra_test_moe_tp_%d", os.getenv("TMPDIR") or "/tmp", N)
+local root = H.job_dir(world, "moe_tp_ckpt")
 local function barrier() world:all_reduce(lt.zeros(1), "sum") end
 
 -- Whether local tensor t holds the boxes of whole tensor want that its spec names, bitwise.
@@ -283,7 +283,7 @@ local TRAIN_LAYOUT = N == 2 and {tp = 2, sequence_parallel = true} or {dp = 2, t
 test("lt.train, " .. layout_name(TRAIN_LAYOUT) .. ": 6 AdamW steps equal one process (f64), and its checkpoint "
   .. "resumes in one process as a straight run", function()
   local what = "lt.train " .. layout_name(TRAIN_LAYOUT)
-  local base = string.format("%s/lutra_test_moe_tp_train_%d", os.getenv("TMPDIR") or "/tmp", N)
+  local base = H.job_dir(world, "moe_tp_train")
   if R == 0 then os.execute("rm -rf '" .. base .. "' && mkdir -p '" .. base .. "'") end
   barrier()
   local function run(parallel, steps, run_dir, until_step, resume)
