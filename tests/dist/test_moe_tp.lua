@@ -10,7 +10,9 @@
 --     layout's shards: bitwise;
 --   - lt.train (AdamW, clipping, 2 micro-batches, a shared expert): 6 f64 steps to 1e-9 under
 --     tp 2 with sequence parallel (np 2) or dp 2 x tp 2 x ep 2 with ZeRO 1 (np 4), and its
---     checkpoint at step 3 resumed by one process as the straight run.
+--     checkpoint at step 3 resumed by one process as the straight run;
+--   - f32 step 1 (tp 2; dp 2 x tp 2 x ep 2, with and without sequence parallel): the loss, norm and
+--     every gathered gradient within layout_helpers' f32 rounding bound.
 -- Layouts: np 2: tp 2, with and without sequence parallel; np 4: dp 2 x tp 2, dp 2 x tp 2 x ep 2
 -- (with sequence parallel, ZeRO 1, ZeRO 2 with sequence parallel, ZeRO 3), dp 2 x tp 2 with ZeRO 3.
 local lt = require "lutra"
@@ -310,3 +312,29 @@ test("lt.train, " .. layout_name(TRAIN_LAYOUT) .. ": 6 AdamW steps equal one pro
   barrier()
   if R == 0 then os.execute("rm -rf '" .. base .. "'") end
 end)
+
+-- f32, step 1 up to the optimizer: every gathered gradient within the f32 rounding bound of
+-- layout_helpers.lua, against one process on the same global batch (tp2; and ep2 x tp2 on 4 ranks).
+local F32_LAYOUTS = N == 2 and {{tp = 2}} or {{dp = 2, tp = 2, ep = 2}, {dp = 2, tp = 2, ep = 2, sequence_parallel = true}}
+for _, layout in ipairs(F32_LAYOUTS) do
+  test("f32 step 1 under " .. layout_name(layout) .. ": loss, norm and every gradient within the f32 bound", function()
+    local cfg = zoo_cfg()
+    cfg.dtype = "f32"
+    lt.manual_seed(7)
+    local m32 = lt.models.build(cfg)
+    local x, y = loader():next()
+    local _, loss = m32:forward(x, y)
+    loss:backward()
+    local ref32, sq = {loss = loss:item(), grads = {}}, 0
+    for name, p in m32:named_parameters() do
+      ref32.grads[name] = p.grad:double()
+      sq = sq + (ref32.grads[name] * ref32.grads[name]):sum():item()
+    end
+    ref32.norm = math.sqrt(sq)
+    lt.manual_seed(7)
+    local l1, norm, grads = H.step1(lt.models.build(cfg), layout, loader(), world)
+    local worst, n = H.compare_step1(l1, norm, grads, ref32, H.f32_tolerance(cfg, TB * TT),
+      layout_name(layout) .. " f32 step 1")
+    if R == 0 then print(string.format("  %s f32 step 1: %d gradients, worst rel diff %.1e", layout_name(layout), n, worst)) end
+  end)
+end
