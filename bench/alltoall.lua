@@ -24,28 +24,9 @@ end
 local world = comm.init()
 local n = world.size
 
-ffi.cdef [[
-double alltoall_mpi_block(const float *send, float *recv, const int *counts, const int *displs, int k);
-long readlink(const char *path, char *buf, size_t size);
-]]
-local function load_peer()
-  local candidates = {peer_path}
-  local build = os.getenv("LUTRA_BUILD_DIR")
-  if build then candidates[#candidates + 1] = build .. "/bench/liballtoall_peer.so" end
-  local path = ffi.new("char[4096]")
-  local len = ffi.C.readlink("/proc/self/exe", path, 4095)
-  local exe = len > 0 and ffi.string(path, len):match("^(.*)/[^/]*$")
-  if exe then candidates[#candidates + 1] = exe .. "/bench/liballtoall_peer.so" end
-  for _, p in ipairs(candidates) do
-    local ok, lib = pcall(ffi.load, p)
-    if ok then return lib, p end
-  end
-  return nil
-end
-local peer, peer_file = load_peer()
-
--- Calls per timed block: about 32 MiB sent by each rank, between 2 and 2000 calls.
-local function calls_per_block(bytes) return math.max(2, math.min(2000, math.floor(32 * 2 ^ 20 / bytes))) end
+local peer, peer_file = util.load_peer("alltoall_peer", peer_path,
+  "double alltoall_mpi_block(const float *send, float *recv, const int *counts, const int *displs, int k);")
+local calls_per_block = util.calls_per_block
 
 local max_floats = 16 * 2 ^ 20
 local send_buf, recv_buf = lt.ones(max_floats), lt.zeros(max_floats)

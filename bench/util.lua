@@ -76,4 +76,29 @@ function M.gpt_setup(a, name)
   return {model = model, params = params, opt = opt, idx = idx, tgt = tgt, device = device}
 end
 
+-- A C peer library of the benchmarks (bench/*_mpi.c built as bench/lib<name>.so): from `path`
+-- (--peer), else next to the build's lutra ($LUTRA_BUILD_DIR, or the executable's directory).
+-- Returns the library and its path, or nil. cdef: the peer's declarations.
+function M.load_peer(name, path, cdef)
+  local ffi = require "ffi"
+  ffi.cdef(cdef)
+  pcall(ffi.cdef, "long readlink(const char *path, char *buf, size_t size);")
+  local candidates = {}
+  if path then candidates[1] = path end
+  local build = os.getenv("LUTRA_BUILD_DIR")
+  if build then candidates[#candidates + 1] = build .. "/bench/lib" .. name .. ".so" end
+  local buf = ffi.new("char[4096]")
+  local len = ffi.C.readlink("/proc/self/exe", buf, 4095)
+  local exe = len > 0 and ffi.string(buf, len):match("^(.*)/[^/]*$")
+  if exe then candidates[#candidates + 1] = exe .. "/bench/lib" .. name .. ".so" end
+  for _, p in ipairs(candidates) do
+    local ok, lib = pcall(ffi.load, p)
+    if ok then return lib, p end
+  end
+  return nil
+end
+
+-- Calls per timed block: about 32 MiB of traffic, between 2 and 2000 calls.
+function M.calls_per_block(bytes) return math.max(2, math.min(2000, math.floor(32 * 2 ^ 20 / bytes))) end
+
 return M

@@ -191,7 +191,7 @@ function M.union(list, world)
 end
 
 -- {name, tensor} pairs as something with named_parameters() (what optimizers take)
-local function as_module(named)
+function M.as_module(named)
   return {named_parameters = function()
     local i = 0
     return function()
@@ -211,7 +211,7 @@ function M.step1(model, layout, loader, world)
   local data = loader
   if mesh.dp_size > 1 then data = loader:with{dp_rank = mesh.dp_rank, dp_size = mesh.dp_size} end
   local par = lt.dist.parallelize(model, mesh, {local_batch = data.local_batch,
-    optimizer = function(named) return lt.optim.SGD(as_module(named), {lr = 0}) end})
+    optimizer = function(named) return lt.optim.SGD(M.as_module(named), {lr = 0}) end})
   local x, y = data:next()
   par:zero_grad()
   local loss = par:forward_backward({{x = x, y = y, x, y}}, function(m, b)

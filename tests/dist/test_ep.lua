@@ -19,7 +19,6 @@ local spec = require "lutra.dist.spec"
 local ckpt = require "lutra.ckpt"
 local ep = require "lutra.dist.ep"
 local testing = require "lutra.testing"
-local ffi = require "ffi"
 
 comm.init()
 local world, N, R = comm.world, comm.size(), comm.rank()
@@ -30,145 +29,25 @@ local LAYOUTS = {[2] = {{dp = 2, ep = 2}, {dp = 2, ep = 2, zero = 1}, {dp = 2, e
                  [4] = {{dp = 4, ep = 2}, {dp = 4, ep = 4}, {dp = 4, ep = 2, zero = 2}, {dp = 4, ep = 2, zero = 3}}}
 if not LAYOUTS[N] then testing.skip("test_ep runs on 2 or 4 ranks, not " .. N) end
 
-local BATCH, T, VOCAB, STEPS, LR = 4, 4, 32, 3, 0.5
+local MH = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "tests/dist/") .. "moe_helpers.lua")(world, H)
+local build, batches, bytes_of, reference = MH.build, MH.batches, MH.bytes_of, MH.reference
 local REL = H.F64_REL
 
-local function build(extra)
-  lt.manual_seed(1234)
-  local cfg = {arch = "moe", n_layer = 2, d_model = 16, n_head = 2, n_kv_head = 2, ffn_hidden = 24, vocab_size = VOCAB,
-               block_size = T, dropout = 0, dtype = "f64", n_experts = 8, top_k = 2, aux_loss_coef = 0.5,
-               z_loss_coef = 0.1}
-  for k, v in pairs(extra or {}) do cfg[k] = v end
-  return lt.models.build(cfg)
+-- Over the world: the (layer, expert) pairs with no slots on some rank.
+local function empty_experts(model)
+  return MH.world_sum(model, function(m)
+    local n = 0
+    for _, c in ipairs(m.tokens_per_expert) do n = n + (c == 0 and 1 or 0) end
+    return n
+  end)
 end
 
-local batches = {}
-lt.manual_seed(99)
-for s = 1, STEPS do batches[s] = {x = lt.randint(0, VOCAB, {BATCH, T}), y = lt.randint(0, VOCAB, {BATCH, T})} end
-
-local function loss_fn(m, b)
-  local _, l = m:forward(b.x, b.y)
-  return l
-end
-
-local function moe_layers(model)
-  local out = {}
-  for _, m in ipairs(model:modules()) do
-    if getmetatable(m) == lt.nn.MoE then out[#out + 1] = m end
-  end
-  return out
-end
-
-local function bytes_of(t)
-  t = t:contiguous()
-  return ffi.string(ffi.cast("const char *", t:data_ptr()), t:numel() * 8)
-end
-
--- One process: step 1's loss, balance losses and grads, every step's loss, the final weights.
-local function reference(extra)
-  local model = build(extra)
-  local opt = lt.optim.SGD(model, {lr = LR})
-  local ref = {losses = {}, grads = {}, balance = {}, params = {}, names = {}}
-  for s, b in ipairs(batches) do
-    opt:zero_grad()
-    local loss = loss_fn(model, b)
-    ref.losses[s] = loss:item()
-    loss:backward()
-    if s == 1 then
-      local sq = 0
-      for name, p in model:named_parameters() do
-        ref.grads[name] = p.grad:clone()
-        sq = sq + (p.grad * p.grad):sum():item()
-      end
-      ref.norm = math.sqrt(sq)
-      for i, m in ipairs(moe_layers(model)) do ref.balance[i] = m.balance_loss:item() end
-    end
-    opt:step()
-  end
-  for name, p in model:named_parameters() do
-    ref.names[#ref.names + 1] = name
-    ref.params[name] = p:detach():clone()
-  end
-  return ref, model
-end
-
--- This rank's rows of a global batch.
-local function local_batch(b, mesh)
-  local per = BATCH / mesh.dp_size
-  local function rows(t) return t:narrow(0, mesh.dp_rank * per, per):contiguous() end
-  return {x = rows(b.x), y = rows(b.y)}
-end
-
--- The number of (layer, expert) pairs with no slots on some rank, over the world.
-local function empty_experts(model, field)
-  local n = 0
-  for _, m in ipairs(moe_layers(model)) do
-    if field == "dropped" then
-      n = n + m.dropped
-    else
-      for _, c in ipairs(m.tokens_per_expert) do n = n + (c == 0 and 1 or 0) end
-    end
-  end
-  local t = lt.tensor({n}, {dtype = "f64"})
-  world:all_reduce(t, "sum")
-  return t:item()
-end
-
--- {name, tensor} pairs as something with named_parameters() (what optimizers take)
-local function as_module(named)
-  return {named_parameters = function()
-    local i = 0
-    return function()
-      i = i + 1
-      if named[i] then return named[i][1], named[i][2] end
-    end
-  end}
-end
-
--- The layout's run: the same checks as the reference's, against it. Returns par (trained).
+-- The layout's run against the reference (moe_helpers.lua), which must leave some expert without
+-- tokens on some rank. Returns par (trained) and the mesh.
 local function run_layout(layout, extra, ref, what)
-  local mesh = lt.dist.init(layout)
-  local model = build(extra)
-  local worst = 0
-  local par = lt.dist.parallelize(model, mesh,
-    {optimizer = function(named) return lt.optim.SGD(as_module(named), {lr = LR}) end})
-  for s, b in ipairs(batches) do
-    par:zero_grad()
-    local loss = par:forward_backward({local_batch(b, mesh)}, loss_fn)
-    local norm = par:finish(0)
-    worst = math.max(worst, H.assert_rel_number(loss, ref.losses[s], REL, what .. " step " .. s .. " loss"))
-    if s == 1 then
-      worst = math.max(worst, H.assert_rel_number(norm, ref.norm, REL, what .. " gradient norm"))
-      for i, m in ipairs(moe_layers(model)) do
-        worst = math.max(worst, H.assert_rel_number(m.balance_loss:item(), ref.balance[i], REL,
-          what .. " layer " .. i .. " balance loss"))
-      end
-      assert(empty_experts(model) > 0, what .. ": every expert got tokens on every rank (the test needs some without)")
-      if extra and extra.capacity_factor then
-        assert(empty_experts(model, "dropped") > 0, what .. ": nothing dropped")
-      end
-      -- the gradients the optimizer steps with (ZeRO: this rank's shards)
-      local entries, opt = {}, par.optimizer
-      for k, key in ipairs(opt.keys) do
-        local p = opt.params[k]
-        assert(p.grad ~= nil, what .. ": no gradient for " .. tostring(key))
-        entries[#entries + 1] = {name = tostring(key), tensor = spec.copy(p.grad, p)}
-      end
-      local names, shapes = H.global_names(entries, world)
-      local grads = H.gather_entries(entries, names, shapes, world)
-      for name, g in pairs(ref.grads) do
-        worst = math.max(worst, H.assert_rel(grads[name], g, REL, what .. " gradient of " .. name))
-      end
-    end
-    par.optimizer:step()
-    par:after_step()
-  end
-  local got = H.gather(par, ref.names, ref.params, world)
-  for _, name in ipairs(ref.names) do
-    worst = math.max(worst, H.assert_rel(got[name], ref.params[name], REL, what .. " weight " .. name))
-  end
-  if R == 0 then print(string.format("  %-40s f64 worst rel diff %.1e (allowed %.0e)", what, worst, REL)) end
-  return par, mesh
+  return MH.run_layout(layout, extra, ref, what, {step1 = function(model)
+    assert(empty_experts(model) > 0, what .. ": every expert got tokens on every rank (the test needs some without)")
+  end})
 end
 
 local function layout_name(l) return string.format("dp%d ep%d%s", l.dp, l.ep, l.zero and " zero" .. l.zero or "") end
@@ -225,13 +104,8 @@ end
 
 -- ---- through the trainer (lt.train: AdamW, clipping, the data loader's dp rows) --------------
 
-local corpus = string.format("%s/lutra_ep_corpus_%d_%d.txt", os.getenv("TMPDIR") or "/tmp", R, N)
-testing.word_corpus(corpus, {"the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "far"}, 2000, 12345)
-local tok = lt.tokenizer.char(assert(io.open(corpus)):read("*a"))
-local TB, TT = 8, 8
-local function loader()
-  return lt.data.text(corpus, tok, {seq_len = TT, batch = TB, seed = 3, cache = corpus .. ".bin", quiet = true})
-end
+local data = MH.text_data("ep")
+local tok, TB, TT, loader = data.tok, data.TB, data.TT, data.loader
 local function zoo_cfg(dtype)
   return {arch = "moe", n_layer = 2, d_model = 16, n_head = 2, n_kv_head = 2, ffn_hidden = 24, n_experts = 4,
           vocab_size = tok.vocab_size, block_size = TT, dropout = 0, dtype = dtype, aux_loss_coef = 0.5}
@@ -332,34 +206,10 @@ test("checkpoint saved at ep 2 loads whole (ep 1) bitwise, and back", function()
   assert(trained, "no ep 2 run")
   if R == 0 then os.execute("rm -rf '" .. root .. "' && mkdir -p '" .. root .. "'") end
   barrier()
-  -- ep 2 -> one process
-  local dir = root .. "/from_ep2"
-  local entries = {}
-  for name, p in trained.par.model:named_parameters() do entries[#entries + 1] = {name = name, tensor = p} end
-  ckpt.save(dir, {step = STEPS, tensors = entries}, {world = world})
-  local whole = build({})
-  local into, names = {}, {}
-  for name, p in whole:named_parameters() do into[#into + 1], names[#names + 1] = {name = name, tensor = p}, name end
-  ckpt.load(dir):load_into(into)
-  local got = H.gather(trained.par, names, trained.ref.params, world)
-  for _, e in ipairs(into) do
-    assert(bytes_of(e.tensor) == bytes_of(got[e.name]), "ep2 -> ep1: " .. e.name .. " differs")
-  end
-  -- one process -> ep 2 shards (each rank saves its own copy of the whole model)
-  local dir1 = string.format("%s/whole_rank%d", root, R)
-  local src = {}
-  for name, p in trained.ref_model:named_parameters() do src[#src + 1] = {name = name, tensor = p} end
-  ckpt.save(dir1, {step = STEPS, tensors = src})
-  local sharded = build({})
-  ep.parallelize(sharded, trained.mesh)
-  local targets, n_experts = {}, 0
-  for name, p in sharded:named_parameters() do
-    lt.no_grad(function() p:fill_(0) end)
-    targets[#targets + 1] = {name = name, tensor = p}
-  end
-  ckpt.load(dir1):load_into(targets)
-  local by_name = {}
-  for _, e in ipairs(src) do by_name[e.name] = e.tensor end
+  MH.layout_to_whole(trained.par, trained.ref, root .. "/from_ep2", "ep2")
+  -- one process -> ep 2 shards
+  local targets, by_name = MH.whole_to_layout(trained.ref_model, trained.mesh, root)
+  local n_experts = 0
   for _, e in ipairs(targets) do
     local want = by_name[e.name]
     if ep.is_expert(e.tensor) then
@@ -386,38 +236,13 @@ test("checkpoint saved at ep 2 with ZeRO 3 loads whole (ep 1) bitwise, and back"
   assert(trained3, "no ep 2 ZeRO 3 run")
   if R == 0 then os.execute("rm -rf '" .. root .. "' && mkdir -p '" .. root .. "'") end
   barrier()
-  -- ep 2 ZeRO 3 -> one process
-  local dir = root .. "/from_ep2_zero3"
-  local entries = {}
-  for name, p in trained3.par.model:named_parameters() do entries[#entries + 1] = {name = name, tensor = p} end
-  ckpt.save(dir, {step = STEPS, tensors = entries}, {world = world})
-  ckpt.wait()
-  barrier()
-  local whole = build({})
-  local into, names = {}, {}
-  for name, p in whole:named_parameters() do into[#into + 1], names[#names + 1] = {name = name, tensor = p}, name end
-  ckpt.load(dir):load_into(into)
-  local got = H.gather(trained3.par, names, trained3.ref.params, world)
-  for _, e in ipairs(into) do
-    assert(bytes_of(e.tensor) == bytes_of(got[e.name]), "ep2 zero3 -> ep1: " .. e.name .. " differs")
+  -- ep 2 ZeRO 3 -> one process, each tensor also as one process trained it
+  for _, e in ipairs(MH.layout_to_whole(trained3.par, trained3.ref, root .. "/from_ep2_zero3", "ep2 zero3")) do
     H.assert_rel(e.tensor, trained3.ref.params[e.name], REL, "ep2 zero3 -> ep1: " .. e.name .. " vs one process")
   end
   -- one process -> ep 2 ZeRO 3 (experts by global index, dense parameters as dp shards)
-  local dir1 = string.format("%s/whole_rank%d", root, R)
-  local src, by_name = {}, {}
-  for name, p in trained3.ref_model:named_parameters() do
-    src[#src + 1], by_name[name] = {name = name, tensor = p}, p
-  end
-  ckpt.save(dir1, {step = STEPS, tensors = src})
-  ckpt.wait()
-  local par = lt.dist.parallelize(build({}), trained3.mesh,
-    {optimizer = function(named) return lt.optim.SGD(as_module(named), {lr = LR}) end})
-  local targets, n_experts, n_sharded = {}, 0, 0
-  for name, p in par.model:named_parameters() do
-    lt.no_grad(function() p:fill_(0) end)
-    targets[#targets + 1] = {name = name, tensor = p}
-  end
-  ckpt.load(dir1):load_into(targets)
+  local targets, by_name = MH.whole_to_layout(trained3.ref_model, trained3.mesh, root)
+  local n_experts, n_sharded = 0, 0
   for _, e in ipairs(targets) do
     if ep.is_expert(e.tensor) then n_experts = n_experts + 1
     elseif spec.get(e.tensor) then n_sharded = n_sharded + 1 end

@@ -16,7 +16,6 @@
 -- (with and without sequence parallel).
 local lt = require "lutra"
 local comm = require "lutra.dist.comm"
-local spec = require "lutra.dist.spec"
 local extras = require "lutra.train.extras"
 local default_loss = require("lutra.train.batch").default_loss
 local testing = require "lutra.testing"
@@ -33,17 +32,16 @@ local LAYOUTS = {[2] = {{pp = 2, schedule = "1f1b"}, {pp = 2, schedule = "gpipe"
                         {tp = 2, pp = 2, schedule = "1f1b", sequence_parallel = true}}}
 if not LAYOUTS[N] then testing.skip("test_moe_pp runs on 2 or 4 ranks, not " .. N) end
 
-local BATCH, T, VOCAB, STEPS, LR = 4, 4, 32, 3, 0.5
+local MH = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "tests/dist/") .. "moe_helpers.lua")(world, H)
+local BATCH, T, VOCAB, LR = MH.BATCH, MH.T, MH.VOCAB, MH.LR
 local REL = H.F64_REL
+local batches, local_batch, dropped, as_module = MH.batches, MH.local_batch, MH.dropped, H.as_module
 
 local function build(cfg)
   lt.manual_seed(1234)
   return lt.models.build(cfg)
 end
 
-local batches = {}
-lt.manual_seed(99)
-for s = 1, STEPS do batches[s] = {x = lt.randint(0, VOCAB, {BATCH, T}), y = lt.randint(0, VOCAB, {BATCH, T})} end
 
 -- name -> MoE layer
 local function moe_layers(model)
@@ -101,31 +99,6 @@ local function reference(cfg, dp)
   return ref
 end
 
--- This rank's rows of a global batch.
-local function local_batch(b, mesh)
-  local per = BATCH / mesh.dp_size
-  local function rows(t) return t:narrow(0, mesh.dp_rank * per, per):contiguous() end
-  return {x = rows(b.x), y = rows(b.y)}
-end
-
-local function dropped(model)
-  local n = 0
-  for _, m in pairs(moe_layers(model)) do n = n + m.dropped end
-  local t = lt.tensor({n}, {dtype = "f64"})
-  world:all_reduce(t, "sum")
-  return t:item()
-end
-
-local function as_module(named)
-  return {named_parameters = function()
-    local i = 0
-    return function()
-      i = i + 1
-      if named[i] then return named[i][1], named[i][2] end
-    end
-  end}
-end
-
 local function run_layout(layout, cfg, ref, what)
   local opts = {micro_batches = M}
   for k, v in pairs(layout) do opts[k] = v end
@@ -154,26 +127,12 @@ local function run_layout(layout, cfg, ref, what)
           what .. " " .. name .. " balance loss"))
       end
       if cfg.capacity_factor then assert(dropped(par.model) > 0, what .. ": nothing dropped") end
-      local entries, opt = {}, par.optimizer
-      for k, key in ipairs(opt.keys) do
-        local p = opt.params[k]
-        assert(p.grad ~= nil, what .. ": no gradient for " .. tostring(key))
-        entries[#entries + 1] = {name = tostring(key), tensor = spec.copy(p.grad, p)}
-      end
-      local names, shapes = H.global_names(entries, world)
-      local grads = H.gather_entries(entries, names, shapes, world)
-      for name, g in pairs(ref.grads) do
-        assert(grads[name] ~= nil, what .. ": no gathered gradient of " .. name)
-        worst = math.max(worst, H.assert_rel(grads[name], g, REL, what .. " gradient of " .. name))
-      end
+      worst = math.max(worst, MH.compare_grads(par, ref, REL, what))
     end
     par.optimizer:step()
     par:after_step()
   end
-  local got = H.gather(par, ref.names, ref.params, world)
-  for _, name in ipairs(ref.names) do
-    worst = math.max(worst, H.assert_rel(got[name], ref.params[name], REL, what .. " weight " .. name))
-  end
+  worst = math.max(worst, MH.compare_weights(par, ref, REL, what))
   if R == 0 then print(string.format("  %-44s f64 worst rel diff %.1e (allowed %.0e)", what, worst, REL)) end
 end
 
@@ -208,10 +167,8 @@ end
 -- ---- through the trainer (lt.train: AdamW, clipping, grad_accum 2, the default loss_fn) ----------
 -- One pipeline micro-batch a step's batch, so that one process (the same config) is the reference.
 
-local corpus = string.format("%s/lutra_moe_pp_corpus_%d_%d.txt", os.getenv("TMPDIR") or "/tmp", R, N)
-testing.word_corpus(corpus, {"the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "far"}, 2000, 12345)
-local tok = lt.tokenizer.char(assert(io.open(corpus)):read("*a"))
-local TB, TT = 8, 8
+local data = MH.text_data("moe_pp")
+local tok, TT = data.tok, data.TT
 local TRAIN_LAYOUT = N == 2 and {pp = 2, schedule = "1f1b"} or {dp = 2, ep = 2, pp = 2, schedule = "1f1b"}
 
 test("lt.train, " .. layout_name(TRAIN_LAYOUT) .. ": 4 AdamW steps, their loss, lm_loss and aux_loss equal one "
@@ -224,8 +181,7 @@ test("lt.train, " .. layout_name(TRAIN_LAYOUT) .. ": 4 AdamW steps, their loss, 
                                    dtype = "f64", aux_loss_coef = 0.5, z_loss_coef = 0.1}
     local records = {}
     local r = lt.train{model = model, quiet = true, no_interrupt = true,
-                       data = lt.data.text(corpus, tok, {seq_len = TT, batch = TB, seed = 3, cache = corpus .. ".bin",
-                                                         quiet = true}),
+                       data = data.loader(),
                        log = function(rec) if rec.loss then records[#records + 1] = rec end end,
                        config = {steps = 4, lr = 1e-2, warmup = 0, schedule = "constant", grad_clip = 0.5,
                                  weight_decay = 0.1, grad_accum = 2, eval_every = 0, log_every = 1, run_dir = "",

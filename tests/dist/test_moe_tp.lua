@@ -20,7 +20,6 @@ local comm = require "lutra.dist.comm"
 local spec = require "lutra.dist.spec"
 local ckpt = require "lutra.ckpt"
 local testing = require "lutra.testing"
-local ffi = require "ffi"
 
 comm.init()
 local world, N, R = comm.world, comm.size(), comm.rank()
@@ -32,140 +31,21 @@ local LAYOUTS = {[2] = {{tp = 2}, {tp = 2, sequence_parallel = true}},
                         {dp = 2, tp = 2, zero = 3}, {dp = 2, tp = 2, ep = 2, zero = 3}}}
 if not LAYOUTS[N] then testing.skip("test_moe_tp runs on 2 or 4 ranks, not " .. N) end
 
-local BATCH, T, VOCAB, STEPS, LR = 4, 4, 32, 3, 0.5
+local MH = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "tests/dist/") .. "moe_helpers.lua")(world, H)
+local build, batches, moe_layers, bytes_of = MH.build, MH.batches, MH.moe_layers, MH.bytes_of
+local reference = MH.reference
 local REL = H.F64_REL
 
-local function build(extra)
-  lt.manual_seed(1234)
-  local cfg = {arch = "moe", n_layer = 2, d_model = 16, n_head = 2, n_kv_head = 2, ffn_hidden = 24, vocab_size = VOCAB,
-               block_size = T, dropout = 0, dtype = "f64", n_experts = 8, top_k = 2, aux_loss_coef = 0.5,
-               z_loss_coef = 0.1}
-  for k, v in pairs(extra or {}) do cfg[k] = v end
-  return lt.models.build(cfg)
-end
-
-local batches = {}
-lt.manual_seed(99)
-for s = 1, STEPS do batches[s] = {x = lt.randint(0, VOCAB, {BATCH, T}), y = lt.randint(0, VOCAB, {BATCH, T})} end
-
-local function loss_fn(m, b)
-  local _, l = m:forward(b.x, b.y)
-  return l
-end
-
-local function moe_layers(model)
-  local out = {}
-  for _, m in ipairs(model:modules()) do
-    if getmetatable(m) == lt.nn.MoE then out[#out + 1] = m end
-  end
-  return out
-end
-
-local function bytes_of(t)
-  t = t:contiguous()
-  return ffi.string(ffi.cast("const char *", t:data_ptr()), t:numel() * 8)
-end
-
--- One process: step 1's loss, balance losses and grads, every step's loss, the final weights.
-local function reference(extra)
-  local model = build(extra)
-  local opt = lt.optim.SGD(model, {lr = LR})
-  local ref = {losses = {}, grads = {}, balance = {}, params = {}, names = {}}
-  for s, b in ipairs(batches) do
-    opt:zero_grad()
-    local loss = loss_fn(model, b)
-    ref.losses[s] = loss:item()
-    loss:backward()
-    if s == 1 then
-      local sq = 0
-      for name, p in model:named_parameters() do
-        ref.grads[name] = p.grad:clone()
-        sq = sq + (p.grad * p.grad):sum():item()
-      end
-      ref.norm = math.sqrt(sq)
-      for i, m in ipairs(moe_layers(model)) do ref.balance[i] = m.balance_loss:item() end
-    end
-    opt:step()
-  end
-  for name, p in model:named_parameters() do
-    ref.names[#ref.names + 1] = name
-    ref.params[name] = p:detach():clone()
-  end
-  return ref, model
-end
-
--- This rank's rows of a global batch.
-local function local_batch(b, mesh)
-  local per = BATCH / mesh.dp_size
-  local function rows(t) return t:narrow(0, mesh.dp_rank * per, per):contiguous() end
-  return {x = rows(b.x), y = rows(b.y)}
-end
-
-local function dropped(model)
-  local n = 0
-  for _, m in ipairs(moe_layers(model)) do n = n + m.dropped end
-  local t = lt.tensor({n}, {dtype = "f64"})
-  world:all_reduce(t, "sum")
-  return t:item()
-end
-
--- {name, tensor} pairs as something with named_parameters() (what optimizers take)
-local function as_module(named)
-  return {named_parameters = function()
-    local i = 0
-    return function()
-      i = i + 1
-      if named[i] then return named[i][1], named[i][2] end
-    end
-  end}
-end
-
--- The layout's run against the reference. Returns par (trained) and the mesh.
+-- The layout's run against the reference (moe_helpers.lua); the experts are cut over tp (and ep):
+-- every rank holds 1/(tp ep) of them (ZeRO 3: less). Returns par (trained) and the mesh.
 local function run_layout(layout, extra, ref, what)
-  local mesh = lt.dist.init(layout)
-  local model = build(extra)
-  local worst = 0
-  local par = lt.dist.parallelize(model, mesh,
-    {optimizer = function(named) return lt.optim.SGD(as_module(named), {lr = LR}) end})
-  -- the experts are cut over tp (and ep): every rank holds 1/(tp ep) of them (ZeRO 3: less)
-  local m1 = moe_layers(model)[1]
-  if layout.zero ~= 3 then
-    testing.assert_equal(m1.w_up:size(1), 24 / mesh.tp_size, what .. ": local expert hidden size")
-    testing.assert_equal(m1.w_down:size(0), 8 / (layout.ep or 1), what .. ": local experts")
-  end
-  for s, b in ipairs(batches) do
-    par:zero_grad()
-    local loss = par:forward_backward({local_batch(b, mesh)}, loss_fn)
-    local norm = par:finish(0)
-    worst = math.max(worst, H.assert_rel_number(loss, ref.losses[s], REL, what .. " step " .. s .. " loss"))
-    if s == 1 then
-      worst = math.max(worst, H.assert_rel_number(norm, ref.norm, REL, what .. " gradient norm"))
-      for i, m in ipairs(moe_layers(model)) do
-        worst = math.max(worst, H.assert_rel_number(m.balance_loss:item(), ref.balance[i], REL,
-          what .. " layer " .. i .. " balance loss"))
-      end
-      if extra and extra.capacity_factor then assert(dropped(model) > 0, what .. ": nothing dropped") end
-      local entries, opt = {}, par.optimizer
-      for k, key in ipairs(opt.keys) do
-        local p = opt.params[k]
-        assert(p.grad ~= nil, what .. ": no gradient for " .. tostring(key))
-        entries[#entries + 1] = {name = tostring(key), tensor = spec.copy(p.grad, p)}
-      end
-      local names, shapes = H.global_names(entries, world)
-      local grads = H.gather_entries(entries, names, shapes, world)
-      for name, g in pairs(ref.grads) do
-        worst = math.max(worst, H.assert_rel(grads[name], g, REL, what .. " gradient of " .. name))
-      end
+  return MH.run_layout(layout, extra, ref, what, {built = function(model, mesh)
+    local m1 = moe_layers(model)[1]
+    if layout.zero ~= 3 then
+      testing.assert_equal(m1.w_up:size(1), 24 / mesh.tp_size, what .. ": local expert hidden size")
+      testing.assert_equal(m1.w_down:size(0), 8 / (layout.ep or 1), what .. ": local experts")
     end
-    par.optimizer:step()
-    par:after_step()
-  end
-  local got = H.gather(par, ref.names, ref.params, world)
-  for _, name in ipairs(ref.names) do
-    worst = math.max(worst, H.assert_rel(got[name], ref.params[name], REL, what .. " weight " .. name))
-  end
-  if R == 0 then print(string.format("  %-44s f64 worst rel diff %.1e (allowed %.0e)", what, worst, REL)) end
-  return par, mesh
+  end})
 end
 
 local function layout_name(l)
@@ -214,39 +94,12 @@ for _, layout in ipairs(LAYOUTS[N]) do
     local tr = assert(trained[lname], "no " .. lname .. " run")
     if R == 0 then os.execute("rm -rf '" .. root .. "' && mkdir -p '" .. root .. "'") end
     barrier()
-    -- layout -> one process
-    local dir = root .. "/from_layout"
-    local entries = {}
-    for name, p in tr.par.model:named_parameters() do entries[#entries + 1] = {name = name, tensor = p} end
-    ckpt.save(dir, {step = STEPS, tensors = entries}, {world = world})
-    ckpt.wait()
-    barrier()
-    local whole = build({})
-    local into, names = {}, {}
-    for name, p in whole:named_parameters() do into[#into + 1], names[#names + 1] = {name = name, tensor = p}, name end
-    ckpt.load(dir):load_into(into)
-    local got = H.gather(tr.par, names, tr.ref.params, world)
-    for _, e in ipairs(into) do
-      assert(bytes_of(e.tensor) == bytes_of(got[e.name]), lname .. " -> one process: " .. e.name .. " differs")
-    end
-    -- one process -> the layout's shards (each rank saves its own copy of the whole model)
-    local dir1 = string.format("%s/whole_rank%d", root, R)
-    local src = {}
-    for name, p in tr.ref_model:named_parameters() do src[#src + 1] = {name = name, tensor = p} end
-    ckpt.save(dir1, {step = STEPS, tensors = src})
-    ckpt.wait()
-    local sharded = build({})
-    lt.dist.parallelize(sharded, tr.mesh, {optimizer = function(named) return lt.optim.SGD(as_module(named), {lr = LR}) end})
-    local targets, n_cut = {}, 0
+    MH.layout_to_whole(tr.par, tr.ref, root .. "/from_layout", lname)
+    -- one process -> the layout's shards
+    local targets, by_name = MH.whole_to_layout(tr.ref_model, tr.mesh, root)
+    local n_cut = 0
     -- experts are ZeRO 3 shards without ep; with ep they stay whole per rank (their tp and ep cut)
     local whole_experts = layout.zero ~= 3 or (layout.ep or 1) > 1
-    for name, p in sharded:named_parameters() do
-      lt.no_grad(function() p:fill_(0) end)
-      targets[#targets + 1] = {name = name, tensor = p}
-    end
-    ckpt.load(dir1):load_into(targets)
-    local by_name = {}
-    for _, e in ipairs(src) do by_name[e.name] = e.tensor end
     for _, e in ipairs(targets) do
       if e.name:match("%.w_[a-z]+$") and whole_experts then
         n_cut = n_cut + 1
@@ -263,13 +116,8 @@ end
 
 -- ---- through the trainer (lt.train: AdamW, clipping, 2 micro-batches, the data loader's dp rows) --
 
-local corpus = string.format("%s/lutra_moe_tp_corpus_%d_%d.txt", os.getenv("TMPDIR") or "/tmp", R, N)
-testing.word_corpus(corpus, {"the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "far"}, 2000, 12345)
-local tok = lt.tokenizer.char(assert(io.open(corpus)):read("*a"))
-local TB, TT = 8, 8
-local function loader()
-  return lt.data.text(corpus, tok, {seq_len = TT, batch = TB, seed = 3, cache = corpus .. ".bin", quiet = true})
-end
+local data = MH.text_data("moe_tp")
+local tok, TB, TT, loader = data.tok, data.TB, data.TT, data.loader
 local function zoo_cfg()
   return {arch = "moe", n_layer = 2, d_model = 16, n_head = 2, n_kv_head = 2, ffn_hidden = 24, n_experts = 4,
           vocab_size = tok.vocab_size, block_size = TT, dropout = 0, dtype = "f64", aux_loss_coef = 0.5,
