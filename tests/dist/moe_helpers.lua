@@ -159,6 +159,27 @@ return function(world, H)
     return par, mesh
   end
 
+  -- f32, step 1 up to the optimizer under layout, against one process on loader's first global
+  -- batch: the loss, norm and every gathered gradient within layout_helpers' f32 rounding bound
+  -- (tokens: the batch's). cfg: an f32 model's config.
+  function M.f32_step1(cfg, layout, loader, tokens, what)
+    lt.manual_seed(7)
+    local m32 = lt.models.build(cfg)
+    local x, y = loader():next()
+    local _, loss = m32:forward(x, y)
+    loss:backward()
+    local ref32, sq = {loss = loss:item(), grads = {}}, 0
+    for name, p in m32:named_parameters() do
+      ref32.grads[name] = p.grad:double()
+      sq = sq + (ref32.grads[name] * ref32.grads[name]):sum():item()
+    end
+    ref32.norm = math.sqrt(sq)
+    lt.manual_seed(7)
+    local l1, norm, grads = H.step1(lt.models.build(cfg), layout, loader(), world)
+    local worst, n = H.compare_step1(l1, norm, grads, ref32, H.f32_tolerance(cfg, tokens), what .. " f32 step 1")
+    if world.rank == 0 then print(string.format("  %s f32 step 1: %d gradients, worst rel diff %.1e", what, n, worst)) end
+  end
+
   -- lt.train's data: a word corpus of this rank's own file (name, rank, ranks), its char tokenizer,
   -- and a loader of (8, 8) global batches.
   function M.text_data(name)

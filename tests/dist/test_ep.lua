@@ -130,23 +130,7 @@ local function train_equivalence(zero)
   H.compare_losses(r.losses, ref.losses, REL, what)
   local got = H.gather(r.parallel, names, params, world)
   for _, name in ipairs(names) do H.assert_rel(got[name], params[name], REL, what .. " weight " .. name) end
-  -- f32, step 1 up to the optimizer, within the f32 rounding bound (layout_helpers.lua)
-  lt.manual_seed(7)
-  local m32 = lt.models.build(zoo_cfg("f32"))
-  local x, y = loader():next()
-  local _, loss = m32:forward(x, y)
-  loss:backward()
-  local ref32, sq = {loss = loss:item(), grads = {}}, 0
-  for name, p in m32:named_parameters() do
-    ref32.grads[name] = p.grad:double()
-    sq = sq + (ref32.grads[name] * ref32.grads[name]):sum():item()
-  end
-  ref32.norm = math.sqrt(sq)
-  lt.manual_seed(7)
-  local l1, norm, grads = H.step1(lt.models.build(zoo_cfg("f32")), layout, loader(), world)
-  local tol = H.f32_tolerance(zoo_cfg("f32"), TB * TT)
-  local worst, n = H.compare_step1(l1, norm, grads, ref32, tol, what .. " f32 step 1")
-  if R == 0 then print(string.format("  %s f32 step 1: %d gradients, worst rel diff %.1e", what, n, worst)) end
+  MH.f32_step1(zoo_cfg("f32"), layout, loader, TB * TT, what)
 end
 
 for _, zero in ipairs {0, 1, 3} do

@@ -168,21 +168,6 @@ for _, layout in ipairs(F32_LAYOUTS) do
   test("f32 step 1 under " .. layout_name(layout) .. ": loss, norm and every gradient within the f32 bound", function()
     local cfg = zoo_cfg()
     cfg.dtype = "f32"
-    lt.manual_seed(7)
-    local m32 = lt.models.build(cfg)
-    local x, y = loader():next()
-    local _, loss = m32:forward(x, y)
-    loss:backward()
-    local ref32, sq = {loss = loss:item(), grads = {}}, 0
-    for name, p in m32:named_parameters() do
-      ref32.grads[name] = p.grad:double()
-      sq = sq + (ref32.grads[name] * ref32.grads[name]):sum():item()
-    end
-    ref32.norm = math.sqrt(sq)
-    lt.manual_seed(7)
-    local l1, norm, grads = H.step1(lt.models.build(cfg), layout, loader(), world)
-    local worst, n = H.compare_step1(l1, norm, grads, ref32, H.f32_tolerance(cfg, TB * TT),
-      layout_name(layout) .. " f32 step 1")
-    if R == 0 then print(string.format("  %s f32 step 1: %d gradients, worst rel diff %.1e", layout_name(layout), n, worst)) end
+    MH.f32_step1(cfg, layout, loader, TB * TT, layout_name(layout))
   end)
 end
